@@ -1,0 +1,31 @@
+/**
+ * A pass is a pure function from (model, profile, options) to (model transform, metadata).
+ * It never writes files: the transformed model is a lazy ModelSource (tensors are rewritten as a
+ * backend reads them) and the metadata goes into every target's manifest.
+ */
+import type { ModelSource } from '../src/checkpoint/source.js';
+import type { Progress } from '../src/util/progress.js';
+
+export interface PassContext {
+  progress: Progress;
+  note: (message: string) => void;
+  /** Directory for cached profiles (content-addressed); undefined disables caching. */
+  cacheDir?: string;
+  /** The compile target, so a pass can align to its quantization blocks. */
+  target: string;
+  /** The target's weight format, when one was chosen. */
+  quant?: string;
+}
+
+export interface PassResult {
+  model: ModelSource;
+  metadata: Record<string, unknown>;
+}
+
+export interface Pass<Options = Record<string, unknown>> {
+  name: string;
+  description: string;
+  /** Parse and validate user options (from `--opt key=value` and pass-specific flags). */
+  parseOptions(raw: Record<string, string>): Options;
+  run(model: ModelSource, options: Options, ctx: PassContext): Promise<PassResult>;
+}

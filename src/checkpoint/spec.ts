@@ -1,0 +1,211 @@
+/**
+ * The normalized architecture spec: one shape for every supported Hugging Face `model_type`,
+ * so passes, engines and backends never read config.json themselves.
+ */
+import { LlmcError } from '../errors.js';
+
+export const SUPPORTED_MODEL_TYPES = ['llama', 'mistral', 'qwen2', 'mixtral', 'qwen2_moe'] as const;
+export type ModelType = (typeof SUPPORTED_MODEL_TYPES)[number];
+
+/** rope_scaling as Hugging Face writes it; `type` is normalized from `rope_type` | `type`. */
+export type RopeScaling =
+  | { type: 'linear'; factor: number }
+  | { type: 'dynamic'; factor: number; originalMaxPositions?: number }
+  | { type: 'yarn'; factor: number; originalMaxPositions?: number; betaFast?: number; betaSlow?: number }
+  | {
+      type: 'llama3';
+      factor: number;
+      lowFreqFactor: number;
+      highFreqFactor: number;
+      originalMaxPositions: number;
+    };
+
+export interface MoeSpec {
+  /** How the router's top-k weights are formed. */
+  routing: 'softmax-topk-renorm' | 'softmax-topk';
+  numExperts: number;
+  topK: number;
+  /** Intermediate width of one routed expert. */
+  expertIntermediateSize: number;
+  /** qwen2_moe: an always-on shared expert scaled by sigmoid(shared_expert_gate(x)). */
+  sharedExpertIntermediateSize: number | null;
+  /** Layers whose MLP is dense (qwen2_moe `mlp_only_layers` / `decoder_sparse_step`). */
+  denseLayers: number[];
+}
+
+export interface ArchSpec {
+  modelType: ModelType;
+  hiddenSize: number;
+  /** Dense MLP width (also used by qwen2_moe's dense layers). */
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  vocabSize: number;
+  maxPositions: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  ropeScaling: RopeScaling | null;
+  tieEmbeddings: boolean;
+  /** q/k/v projections carry biases (qwen2, or llama with attention_bias). */
+  qkvBias: boolean;
+  /** o_proj carries a bias (llama attention_bias=true). */
+  oBias: boolean;
+  mlpBias: boolean;
+  hiddenAct: 'silu';
+  slidingWindow: number | null;
+  bosTokenId: number | null;
+  eosTokenIds: number[];
+  /** The dtype the checkpoint declares (torch_dtype), informational. */
+  torchDtype: string | null;
+  moe: MoeSpec | null;
+}
+
+type Json = Record<string, unknown>;
+
+function num(cfg: Json, key: string, file: string, fallback?: number): number {
+  const v = cfg[key];
+  if (v === undefined || v === null) {
+    if (fallback !== undefined) return fallback;
+    throw new LlmcError(`missing "${key}"`, file);
+  }
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new LlmcError(`"${key}" must be a number, got ${JSON.stringify(v)}`, file);
+  return v;
+}
+
+function posInt(cfg: Json, key: string, file: string, fallback?: number): number {
+  const v = num(cfg, key, file, fallback);
+  if (!Number.isInteger(v) || v <= 0) throw new LlmcError(`"${key}" must be a positive integer, got ${v}`, file);
+  return v;
+}
+
+function ropeScalingOf(raw: unknown, file: string): RopeScaling | null {
+  if (raw === undefined || raw === null) return null;
+  if (typeof raw !== 'object') throw new LlmcError('"rope_scaling" must be an object', file);
+  const r = raw as Json;
+  const type = String(r.rope_type ?? r.type ?? '');
+  const factor = typeof r.factor === 'number' ? r.factor : 1;
+  const orig = typeof r.original_max_position_embeddings === 'number' ? r.original_max_position_embeddings : undefined;
+  switch (type) {
+    case 'default':
+      return null;
+    case 'linear':
+      return { type, factor };
+    case 'dynamic':
+      return { type, factor, originalMaxPositions: orig };
+    case 'yarn':
+      return {
+        type,
+        factor,
+        originalMaxPositions: orig,
+        betaFast: typeof r.beta_fast === 'number' ? r.beta_fast : undefined,
+        betaSlow: typeof r.beta_slow === 'number' ? r.beta_slow : undefined,
+      };
+    case 'llama3':
+      return {
+        type,
+        factor,
+        lowFreqFactor: num(r, 'low_freq_factor', file, 1),
+        highFreqFactor: num(r, 'high_freq_factor', file, 4),
+        originalMaxPositions: orig ?? 8192,
+      };
+    default:
+      throw new LlmcError(`unsupported rope_scaling type "${type}" (supported: linear, dynamic, yarn, llama3)`, file);
+  }
+}
+
+function tokenIds(v: unknown): number[] {
+  if (typeof v === 'number') return [v];
+  if (Array.isArray(v)) return v.filter((x): x is number => typeof x === 'number');
+  return [];
+}
+
+/** Normalize a parsed config.json. `file` names the file in every error. */
+export function normalizeConfig(cfg: Json, file: string): ArchSpec {
+  const modelType = cfg.model_type;
+  if (typeof modelType !== 'string' || !(SUPPORTED_MODEL_TYPES as readonly string[]).includes(modelType)) {
+    throw new LlmcError(
+      `unknown model_type ${JSON.stringify(modelType ?? null)}; supported: ${SUPPORTED_MODEL_TYPES.join(', ')}`,
+      file,
+    );
+  }
+  const mt = modelType as ModelType;
+  const hiddenSize = posInt(cfg, 'hidden_size', file);
+  const numHeads = posInt(cfg, 'num_attention_heads', file);
+  const numKvHeads = posInt(cfg, 'num_key_value_heads', file, numHeads);
+  if (numHeads % numKvHeads !== 0) {
+    throw new LlmcError(`num_attention_heads (${numHeads}) is not a multiple of num_key_value_heads (${numKvHeads})`, file);
+  }
+  const headDim = posInt(cfg, 'head_dim', file, hiddenSize / numHeads);
+  const act = String(cfg.hidden_act ?? 'silu');
+  if (act !== 'silu') throw new LlmcError(`unsupported hidden_act "${act}" (supported: silu)`, file);
+  const numLayers = posInt(cfg, 'num_hidden_layers', file);
+
+  let moe: MoeSpec | null = null;
+  if (mt === 'mixtral') {
+    moe = {
+      routing: 'softmax-topk-renorm',
+      numExperts: posInt(cfg, 'num_local_experts', file),
+      topK: posInt(cfg, 'num_experts_per_tok', file),
+      expertIntermediateSize: posInt(cfg, 'intermediate_size', file),
+      sharedExpertIntermediateSize: null,
+      denseLayers: [],
+    };
+  } else if (mt === 'qwen2_moe') {
+    const step = posInt(cfg, 'decoder_sparse_step', file, 1);
+    const mlpOnly = Array.isArray(cfg.mlp_only_layers) ? (cfg.mlp_only_layers as number[]) : [];
+    const numExperts = posInt(cfg, 'num_experts', file);
+    const dense: number[] = [];
+    for (let l = 0; l < numLayers; l++) {
+      const sparse = !mlpOnly.includes(l) && numExperts > 0 && (l + 1) % step === 0;
+      if (!sparse) dense.push(l);
+    }
+    const shared = num(cfg, 'shared_expert_intermediate_size', file, 0);
+    moe = {
+      routing: cfg.norm_topk_prob === true ? 'softmax-topk-renorm' : 'softmax-topk',
+      numExperts,
+      topK: posInt(cfg, 'num_experts_per_tok', file),
+      expertIntermediateSize: posInt(cfg, 'moe_intermediate_size', file),
+      sharedExpertIntermediateSize: shared > 0 ? shared : null,
+      denseLayers: dense,
+    };
+    if (moe.topK > moe.numExperts) throw new LlmcError(`num_experts_per_tok (${moe.topK}) exceeds num_experts (${numExperts})`, file);
+  }
+  if (moe && moe.topK > moe.numExperts) {
+    throw new LlmcError(`num_experts_per_tok (${moe.topK}) exceeds the number of experts (${moe.numExperts})`, file);
+  }
+
+  const isQwen = mt === 'qwen2' || mt === 'qwen2_moe';
+  const attentionBias = cfg.attention_bias === true;
+  const sliding = cfg.use_sliding_window === false ? null : cfg.sliding_window;
+  return {
+    modelType: mt,
+    hiddenSize,
+    intermediateSize: posInt(cfg, 'intermediate_size', file),
+    numLayers,
+    numHeads,
+    numKvHeads,
+    headDim,
+    vocabSize: posInt(cfg, 'vocab_size', file),
+    maxPositions: posInt(cfg, 'max_position_embeddings', file, 2048),
+    rmsNormEps: num(cfg, 'rms_norm_eps', file, 1e-6),
+    ropeTheta: num(cfg, 'rope_theta', file, 10000),
+    ropeScaling: ropeScalingOf(cfg.rope_scaling, file),
+    tieEmbeddings: cfg.tie_word_embeddings === true,
+    qkvBias: isQwen || attentionBias,
+    oBias: !isQwen && attentionBias,
+    mlpBias: cfg.mlp_bias === true,
+    hiddenAct: 'silu',
+    slidingWindow: typeof sliding === 'number' && sliding > 0 ? sliding : null,
+    bosTokenId: typeof cfg.bos_token_id === 'number' ? cfg.bos_token_id : null,
+    eosTokenIds: tokenIds(cfg.eos_token_id),
+    torchDtype: typeof cfg.torch_dtype === 'string' ? cfg.torch_dtype : null,
+    moe,
+  };
+}
+
+/** True when layer `l` routes through experts. */
+export function isMoeLayer(spec: ArchSpec, l: number): boolean {
+  return spec.moe !== null && !spec.moe.denseLayers.includes(l);
+}

@@ -1,0 +1,92 @@
+/**
+ * llmc-manifest.json: the one self-describing manifest every target writes.
+ * Same inputs give the same bytes: keys are written in a fixed order and no timestamps.
+ */
+import { createHash } from 'node:crypto';
+import { createReadStream, promises as fsp } from 'node:fs';
+import path from 'node:path';
+import type { ArchSpec } from '../checkpoint/spec.js';
+import { writeFileAtomic } from '../util/atomic.js';
+import { LLMC_VERSION } from '../version.js';
+
+export const MANIFEST_FILE = 'llmc-manifest.json';
+export const MANIFEST_FORMAT = 'llmc-artifact';
+export const MANIFEST_VERSION = 1;
+
+export interface ManifestFile {
+  path: string;
+  size: number;
+  sha256: string;
+}
+
+/** What one pass recorded: its name, options and metadata for the runtime. */
+export interface PassRecord {
+  name: string;
+  options: Record<string, unknown>;
+  metadata: Record<string, unknown>;
+}
+
+export interface Manifest {
+  format: typeof MANIFEST_FORMAT;
+  version: number;
+  llmcVersion: string;
+  target: string;
+  source: { path: string; sha256: string };
+  arch: ArchSpec;
+  /** Target-specific section (the ts target's tensor table lives here, GGUF's quant choices ...). */
+  targetInfo: Record<string, unknown>;
+  passes: PassRecord[];
+  files: ManifestFile[];
+}
+
+export async function sha256File(file: string): Promise<string> {
+  const h = createHash('sha256');
+  await new Promise<void>((resolve, reject) => {
+    createReadStream(file, { highWaterMark: 1 << 22 })
+      .on('data', (c) => h.update(c))
+      .on('end', resolve)
+      .on('error', reject);
+  });
+  return h.digest('hex');
+}
+
+export async function describeFiles(dir: string, relPaths: string[]): Promise<ManifestFile[]> {
+  const out: ManifestFile[] = [];
+  for (const rel of [...relPaths].sort()) {
+    const abs = path.join(dir, rel);
+    out.push({ path: rel, size: (await fsp.stat(abs)).size, sha256: await sha256File(abs) });
+  }
+  return out;
+}
+
+/** Serialize with sorted object keys so equal manifests are equal bytes. */
+export function stableJson(value: unknown): string {
+  const sort = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.map(sort);
+    if (v && typeof v === 'object' && !ArrayBuffer.isView(v)) {
+      return Object.fromEntries(
+        Object.keys(v as object)
+          .sort()
+          .map((k) => [k, sort((v as Record<string, unknown>)[k])]),
+      );
+    }
+    return v;
+  };
+  return JSON.stringify(sort(value), null, 2) + '\n';
+}
+
+export async function writeManifest(
+  dir: string,
+  m: Omit<Manifest, 'format' | 'version' | 'llmcVersion' | 'files'>,
+  files: string[],
+): Promise<Manifest> {
+  const manifest: Manifest = {
+    format: MANIFEST_FORMAT,
+    version: MANIFEST_VERSION,
+    llmcVersion: LLMC_VERSION,
+    ...m,
+    files: await describeFiles(dir, files),
+  };
+  await writeFileAtomic(path.join(dir, MANIFEST_FILE), stableJson(manifest));
+  return manifest;
+}

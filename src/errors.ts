@@ -1,0 +1,33 @@
+/**
+ * Errors a user can act on. The CLI prints `llmc: <file>: <message>` on one line and exits with
+ * `exitCode`; anything that is not an LlmcError is a bug and gets a stack trace only with --debug.
+ */
+export class LlmcError extends Error {
+  constructor(
+    message: string,
+    /** The file (or directory) the problem is in, when there is one. */
+    readonly file?: string,
+    /** 1 = bad input or failed job, 2 = usage error. */
+    readonly exitCode: 1 | 2 = 1,
+  ) {
+    super(message);
+    this.name = 'LlmcError';
+  }
+
+  /** One line, as the CLI prints it. */
+  get line(): string {
+    return this.file ? `${this.file}: ${this.message}` : this.message;
+  }
+}
+
+/** A usage error (bad flag value, missing argument): exit code 2. */
+export class UsageError extends LlmcError {
+  constructor(message: string) {
+    super(message, undefined, 2);
+    this.name = 'UsageError';
+  }
+}
+
+export function fail(message: string, file?: string): never {
+  throw new LlmcError(message, file);
+}

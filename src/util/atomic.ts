@@ -1,0 +1,108 @@
+/**
+ * Artifacts appear whole or not at all: write to a temp name beside the target, rename at the end.
+ */
+import { promises as fsp } from 'node:fs';
+import path from 'node:path';
+import { LlmcError } from '../errors.js';
+
+let counter = 0;
+export function tempNameFor(finalPath: string): string {
+  return path.join(path.dirname(finalPath), `.${path.basename(finalPath)}.${process.pid}.${counter++}.tmp`);
+}
+
+/** Translate an fs error into a one-line user error naming the file. */
+export function ioError(err: unknown, file: string, doing: string): LlmcError {
+  const e = err as NodeJS.ErrnoException;
+  const why: Record<string, string> = {
+    ENOSPC: 'no space left on device',
+    EDQUOT: 'disk quota exceeded',
+    EACCES: 'permission denied',
+    EPERM: 'operation not permitted',
+    EROFS: 'read-only file system',
+    ENOENT: 'no such file or directory',
+    ENOTDIR: 'a parent is not a directory',
+    EISDIR: 'is a directory',
+  };
+  if (err instanceof LlmcError) return err;
+  return new LlmcError(`cannot ${doing}: ${why[e?.code ?? ''] ?? e?.message ?? String(err)}`, file);
+}
+
+/** An output file being written under a temp name. `commit()` renames it into place. */
+export class AtomicFile {
+  private constructor(
+    readonly finalPath: string,
+    readonly tempPath: string,
+    private handle: fsp.FileHandle,
+    private position = 0,
+  ) {}
+
+  static async open(finalPath: string): Promise<AtomicFile> {
+    const tmp = tempNameFor(finalPath);
+    try {
+      return new AtomicFile(finalPath, tmp, await fsp.open(tmp, 'w'));
+    } catch (err) {
+      throw ioError(err, finalPath, 'create file');
+    }
+  }
+
+  get bytesWritten(): number {
+    return this.position;
+  }
+
+  async write(data: Uint8Array): Promise<void> {
+    try {
+      let off = 0;
+      while (off < data.length) {
+        const { bytesWritten } = await this.handle.write(data, off, data.length - off, this.position);
+        off += bytesWritten;
+        this.position += bytesWritten;
+      }
+    } catch (err) {
+      await this.abort();
+      throw ioError(err, this.finalPath, 'write');
+    }
+  }
+
+  /** Write at an absolute position (for headers patched after the body). */
+  async writeAt(data: Uint8Array, position: number): Promise<void> {
+    try {
+      await this.handle.write(data, 0, data.length, position);
+    } catch (err) {
+      await this.abort();
+      throw ioError(err, this.finalPath, 'write');
+    }
+  }
+
+  async commit(): Promise<void> {
+    try {
+      await this.handle.sync();
+      await this.handle.close();
+      await fsp.rename(this.tempPath, this.finalPath);
+    } catch (err) {
+      await this.abort();
+      throw ioError(err, this.finalPath, 'finish writing');
+    }
+  }
+
+  async abort(): Promise<void> {
+    await this.handle.close().catch(() => {});
+    await fsp.rm(this.tempPath, { force: true }).catch(() => {});
+  }
+}
+
+/** Write a whole small file atomically. */
+export async function writeFileAtomic(finalPath: string, data: string | Uint8Array): Promise<void> {
+  const f = await AtomicFile.open(finalPath);
+  await f.write(typeof data === 'string' ? Buffer.from(data) : data);
+  await f.commit();
+}
+
+/** Make sure `dir` exists and is writable; a clear error otherwise. */
+export async function ensureOutputDir(dir: string): Promise<void> {
+  try {
+    await fsp.mkdir(dir, { recursive: true });
+    await fsp.access(dir, 2 /* W_OK */);
+  } catch (err) {
+    throw ioError(err, dir, 'write to output directory');
+  }
+}

@@ -1,0 +1,89 @@
+/**
+ * IEEE half and bfloat16 conversions. Pure, browser-safe: the runtime core imports this too.
+ * Rounding is round-to-nearest-even, as numpy / torch / ggml's GGML_FP32_TO_FP16 do.
+ */
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+export function f16ToF32(h: number): number {
+  const s = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const m = h & 0x3ff;
+  if (e === 0) return s * m * 2 ** -24;
+  if (e === 31) return m ? NaN : s * Infinity;
+  return s * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+/** Lookup table for the 65536 half values: decoding is a table read on hot paths. */
+let F16_TABLE: Float32Array | null = null;
+export function f16Table(): Float32Array {
+  if (!F16_TABLE) {
+    F16_TABLE = new Float32Array(65536);
+    for (let i = 0; i < 65536; i++) F16_TABLE[i] = f16ToF32(i);
+  }
+  return F16_TABLE;
+}
+
+export function f32ToF16(x: number): number {
+  f32[0] = x;
+  const b = u32[0];
+  const sign = (b >>> 16) & 0x8000;
+  const exp = (b >>> 23) & 0xff;
+  let mant = b & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0); // inf / nan
+  let e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00; // overflow -> inf
+  if (e <= 0) {
+    if (e < -10) return sign; // underflow -> signed zero
+    mant |= 0x800000;
+    const shift = 14 - e;
+    const half = 1 << (shift - 1);
+    let r = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1);
+    if (rem > half || (rem === half && r & 1)) r++;
+    return sign | r;
+  }
+  let r = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && r & 1)) r++; // may carry into the exponent, which is right
+  return sign | r;
+}
+
+export function bf16ToF32(h: number): number {
+  u32[0] = h << 16;
+  return f32[0];
+}
+
+export function f32ToBf16(x: number): number {
+  f32[0] = x;
+  const b = u32[0];
+  if ((b & 0x7fffffff) > 0x7f800000) return ((b >>> 16) | 0x40) & 0xffff; // quiet NaN
+  return ((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+/** Round a float to the nearest half and back (what storing as F16 does to it). */
+export function roundF16(x: number): number {
+  return f16ToF32(f32ToF16(x));
+}
+
+export function decodeF16(src: Uint16Array, dst = new Float32Array(src.length)): Float32Array {
+  const t = f16Table();
+  for (let i = 0; i < src.length; i++) dst[i] = t[src[i]];
+  return dst;
+}
+
+export function decodeBf16(src: Uint16Array, dst = new Float32Array(src.length)): Float32Array {
+  const out = new Uint32Array(dst.buffer, dst.byteOffset, dst.length);
+  for (let i = 0; i < src.length; i++) out[i] = src[i] << 16;
+  return dst;
+}
+
+export function encodeF16(src: Float32Array, dst = new Uint16Array(src.length)): Uint16Array {
+  for (let i = 0; i < src.length; i++) dst[i] = f32ToF16(src[i]);
+  return dst;
+}
+
+export function encodeBf16(src: Float32Array, dst = new Uint16Array(src.length)): Uint16Array {
+  for (let i = 0; i < src.length; i++) dst[i] = f32ToBf16(src[i]);
+  return dst;
+}
