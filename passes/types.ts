@@ -9,7 +9,13 @@ import type { Progress } from '../src/util/progress.js';
 export interface PassContext {
   progress: Progress;
   note: (message: string) => void;
-  /** Directory for cached profiles (content-addressed); undefined disables caching. */
+  /**
+   * Directory for cached profiles (content-addressed); undefined disables caching. Passes measure
+   * through src/profile: `calibrationSet(source, spec, {cacheDir})` for the shared calibration /
+   * held-out ids, and `cachedProfile(cacheDir, kind, keyParts, compute)` for their own statistics
+   * (keyParts must include the checkpoint identity, the calibration key and every option that
+   * changes the result), so a profile is computed once and reused by later runs and `llmc report`.
+   */
   cacheDir?: string;
   /** The compile target, so a pass can align to its quantization blocks. */
   target: string;

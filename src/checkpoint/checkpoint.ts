@@ -148,15 +148,49 @@ export class Checkpoint implements ModelSource {
     return i;
   }
 
+  private fileOf(info: TensorInfo): SafetensorsFile {
+    return this.files.find((f) => f.path === info.file)!;
+  }
+
   async readRaw(name: string): Promise<Buffer> {
     const info = this.info(name);
-    return this.files.find((f) => f.path === info.file)!.readRaw(info);
+    return this.fileOf(info).readRaw(info);
   }
+
+  /** Raw bytes of one tensor read into `target` (reused by streaming callers); returns the filled part. */
+  async readRawInto(name: string, target: Uint8Array): Promise<Buffer> {
+    const info = this.info(name);
+    return this.fileOf(info).readInto(info, target);
+  }
+
+  /**
+   * Half-precision tensors are read into a pooled scratch buffer and decoded into the fresh
+   * result, so a tensor-by-tensor pass allocates only its f32 outputs (peak memory and page
+   * faults follow the largest tensor, not the sum of raw + decoded copies awaiting GC).
+   */
+  private scratch: Uint8Array[] = [];
 
   async readF32(name: string): Promise<Float32Array> {
     const info = this.info(name);
-    const raw = await this.readRaw(name);
-    return toF32(raw, info.dtype, name);
+    if (info.dtype === 'F32') {
+      // Straight into the result's own memory: no intermediate copy.
+      const out = new Float32Array(info.byteLength / 4);
+      await this.fileOf(info).readInto(info, new Uint8Array(out.buffer));
+      return out;
+    }
+    if (info.dtype === 'F16' || info.dtype === 'BF16') {
+      // Concurrent reads each take their own scratch buffer from the pool.
+      const i = this.scratch.findIndex((b) => b.byteLength >= info.byteLength);
+      const buf = i >= 0 ? this.scratch.splice(i, 1)[0] : new Uint8Array(info.byteLength);
+      try {
+        const raw = await this.fileOf(info).readInto(info, buf);
+        return toF32(raw, info.dtype, name);
+      } finally {
+        this.scratch.push(buf);
+        if (this.scratch.length > 2) this.scratch.sort((a, b) => b.byteLength - a.byteLength).length = 2;
+      }
+    }
+    return toF32(await this.readRaw(name), info.dtype, name);
   }
 
   /** sha256 over config.json and every shard's bytes, streamed. */
@@ -177,6 +211,7 @@ export class Checkpoint implements ModelSource {
   }
 
   async close(): Promise<void> {
+    this.scratch = [];
     await Promise.all(this.files.map((f) => f.close()));
   }
 }

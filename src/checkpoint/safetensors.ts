@@ -74,9 +74,19 @@ export class SafetensorsFile {
     }
   }
 
-  /** The raw little-endian bytes of one tensor. */
+  /** The raw little-endian bytes of one tensor, in a fresh buffer. */
   async readRaw(info: TensorInfo): Promise<Buffer> {
-    const buf = Buffer.allocUnsafe(info.byteLength);
+    return this.readInto(info, Buffer.allocUnsafe(info.byteLength));
+  }
+
+  /**
+   * Read one tensor's bytes into the start of `target` (at least info.byteLength long) and
+   * return that part of it. Lets streaming callers reuse one buffer instead of faulting in
+   * fresh memory for every tensor.
+   */
+  async readInto(info: TensorInfo, target: Uint8Array): Promise<Buffer> {
+    if (target.byteLength < info.byteLength) throw new RangeError(`buffer of ${target.byteLength} bytes is too small for tensor "${info.name}" (${info.byteLength})`);
+    const buf = Buffer.from(target.buffer, target.byteOffset, info.byteLength);
     let got = 0;
     while (got < buf.length) {
       const { bytesRead } = await this.handle.read(buf, got, buf.length - got, info.offset + got);
@@ -197,16 +207,19 @@ export async function writeSafetensors(
   const prefix = Buffer.alloc(8);
   prefix.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
   const out = await AtomicFile.open(file);
-  await out.write(prefix);
-  await out.write(Buffer.from(json));
-  for (const t of ordered) {
-    const bytes = await t.bytes();
-    const len = numel(t.shape) * DTYPE_BYTES[t.dtype];
-    if (bytes.byteLength !== len) {
-      await out.abort();
-      throw new LlmcError(`tensor "${t.name}": produced ${bytes.byteLength} bytes, shape needs ${len}`, file);
+  try {
+    await out.write(prefix);
+    await out.write(Buffer.from(json));
+    for (const t of ordered) {
+      const bytes = await t.bytes();
+      const len = numel(t.shape) * DTYPE_BYTES[t.dtype];
+      if (bytes.byteLength !== len) throw new LlmcError(`tensor "${t.name}": produced ${bytes.byteLength} bytes, shape needs ${len}`, file);
+      await out.write(bytes);
     }
-    await out.write(bytes);
+  } catch (err) {
+    // A producer that fails (or a bad length) must not leave a half-written temp file behind.
+    await out.abort();
+    throw err;
   }
   await out.commit();
 }

@@ -6,6 +6,8 @@ import { Command, CommanderError } from 'commander';
 import { LlmcError } from '../errors.js';
 import { LLMC_VERSION } from '../version.js';
 import { registerCompile } from './commands/compile.js';
+import { registerRun } from './commands/run.js';
+import { registerInspect } from './commands/inspect.js';
 
 export function buildProgram(): Command {
   const program = new Command('llmc')
@@ -20,6 +22,8 @@ export function buildProgram(): Command {
     .exitOverride()
     .configureOutput({ writeErr: (s) => process.stderr.write(s) });
   registerCompile(program);
+  registerRun(program);
+  registerInspect(program);
   return program;
 }
 

@@ -29,6 +29,8 @@ export function registerCompile(program: Command): void {
     .option('--passes <list>', 'comma-separated passes to run before the backend, in order', '')
     .option('--opt <key=value>', 'pass or target option, repeatable (e.g. reorder.levels=0.5,1)', collectKeyValue('--opt'), {})
     .option('--cache-dir <dir>', 'where profiles are cached', '.llmc-cache')
+    .option('--importance <provider>', 'reorder: unit importance (taylor | activation | magnitude | auto)')
+    .option('--levels <list>', 'reorder: elastic levels, a count or fractions (e.g. 0.5,0.75,1)')
     .option('--json', 'print the manifest as JSON on stdout')
     .addHelpText(
       'after',
@@ -50,6 +52,12 @@ export function registerCompile(program: Command): void {
         const owner = dot > 0 ? k.slice(0, dot) : '';
         if (owner in passOpts) passOpts[owner][k.slice(dot + 1)] = v;
         else extra[k] = v;
+      }
+      // Convenience flags of the reorder pass.
+      for (const [flag, key] of [['importance', 'importance'], ['levels', 'levels']] as const) {
+        if (o[flag] === undefined) continue;
+        if (!('reorder' in passOpts)) throw new UsageError(`--${flag} needs --passes reorder`);
+        passOpts.reorder[key] = String(o[flag]);
       }
       const notes: string[] = [];
       const source = await openCheckpoint(modelDir);

@@ -1,0 +1,138 @@
+/**
+ * The `gguf` target: one GGUF v3 file llama.cpp loads as is (DIR/model.gguf). Tensors stream one at
+ * a time: read (experts one by one into the stacked buffer) → permute → quantize → write.
+ */
+import path from 'node:path';
+import { LlmcError } from '../../src/errors.js';
+import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/quant/index.js';
+import type { Backend, BackendContext, BackendResult } from '../types.js';
+import { encodeTensor } from './encode.js';
+import { modelMetadata } from './metadata.js';
+import { chooseTensorType, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
+import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
+import { tensorChunks } from './stream.js';
+import { convertTokenizer, placeholderVocab } from './vocab.js';
+import { GgufFileWriter, type GgufTensorInfo } from './writer.js';
+
+export const GGUF_FILE = 'model.gguf';
+/** Values per streamed chunk (16 MB of f32): memory follows this, not the largest tensor. */
+const CHUNK_ELEMENTS = 1 << 22;
+/** convert_hf_to_gguf.py's default --outtype. */
+export const DEFAULT_QUANT = 'F16';
+
+interface PlannedTensor extends TensorPlan {
+  ne: number[];
+  type: QuantType;
+}
+
+export interface GgufPlan {
+  arch: GgufArch;
+  choice: QuantChoice;
+  tensors: PlannedTensor[];
+  notes: string[];
+}
+
+/** Decide every tensor's name, dims and type (no tensor data is read). */
+export function planGguf(ctx: Pick<BackendContext, 'source' | 'options'>): GgufPlan {
+  const { source, options } = ctx;
+  const choice = parseQuant(options.quant, DEFAULT_QUANT);
+  const overrides = (options.tensorTypes ?? []).map((o) => ({ pattern: o.pattern, type: parseTensorType(o.type) }));
+  const { arch, tensors, ignored } = planTensors(source);
+  const spec = source.spec;
+  const notes: string[] = [];
+  if (ignored.length) notes.push(`ignored ${ignored.length} tensor(s) llama.cpp does not use: ${ignored.slice(0, 5).join(', ')}${ignored.length > 5 ? ', ...' : ''}`);
+  const facts: ModelFacts = {
+    arch,
+    numLayers: spec.numLayers,
+    gqa: spec.numHeads / spec.numKvHeads,
+    numExperts: spec.moe?.numExperts ?? 0,
+    hasOutput: tensors.some((t) => t.name === 'output.weight'),
+    is70B: arch === 'llama' && spec.numLayers === 80 && spec.numHeads !== spec.numKvHeads,
+  };
+  const fallbacks = new Map<string, string[]>();
+  const planned = tensors.map((t) => {
+    const ne = neOf(t.shape);
+    const d = chooseTensorType(choice, overrides, { name: t.name, ne }, facts);
+    if (d.fallbackFrom) {
+      const k = `${d.fallbackFrom} -> ${d.type}`;
+      fallbacks.set(k, [...(fallbacks.get(k) ?? []), t.name]);
+    }
+    return { ...t, ne, type: d.type };
+  });
+  for (const [k, names] of fallbacks) {
+    notes.push(`${names.length} tensor(s) have rows not divisible by the block size, fell back ${k} (as llama.cpp does): ${names.slice(0, 4).join(', ')}${names.length > 4 ? ', ...' : ''}`);
+  }
+  return { arch, choice, tensors: planned, notes };
+}
+
+function modelName(description: string): string {
+  return path.basename(description.split(' | ')[0].replace(/[\\/]+$/, '')) || 'model';
+}
+
+export const ggufBackend: Backend = {
+  name: 'gguf',
+  description: 'GGUF v3 for llama.cpp (F32/F16/BF16, Q8_0, Q4_0..Q5_1, K-quants, llama.cpp presets like Q4_K_M)',
+  async emit(ctx: BackendContext): Promise<BackendResult> {
+    const { source } = ctx;
+    const plan = planGguf(ctx);
+    const meta = modelMetadata(source.spec, plan.arch, { name: modelName(source.description), fileType: plan.choice.fileType });
+    const tokFile = path.join(source.description.split(' | ')[0], 'tokenizer.json');
+    const vocab = source.assets.tokenizer
+      ? convertTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig, source.spec, tokFile)
+      : placeholderVocab(source.spec);
+    const notes = [...plan.notes, ...meta.notes, ...vocab.notes];
+    for (const n of notes) ctx.note(n);
+
+    const infos: GgufTensorInfo[] = plan.tensors.map((t) => ({
+      name: t.name,
+      ne: t.ne,
+      ggmlType: QUANT_TYPES[t.type].ggmlType,
+      nbytes: rowBytes(t.type, t.ne[0]) * (t.shape.reduce((a, b) => a * b, 1) / t.ne[0]),
+    }));
+    const finalPath = path.join(ctx.outDir, GGUF_FILE);
+    const writer = await GgufFileWriter.open(finalPath, [...meta.kvs, ...vocab.kvs], infos);
+    const sourceBytes = plan.tensors.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * 4, 0);
+    ctx.progress.start(`gguf ${plan.choice.label}`, sourceBytes);
+    try {
+      for (const t of plan.tensors) {
+        await writer.beginTensor(t.name);
+        // Encoding chunk k overlaps writing chunk k-1 and reading chunk k+1.
+        let writing: Promise<void> = Promise.resolve();
+        for await (const chunk of tensorChunks(source, t, CHUNK_ELEMENTS)) {
+          const bytes = await encodeTensor(t.type, chunk.data, t.ne[0]);
+          await writing;
+          writing = writer.writeData(bytes);
+          writing.catch(() => {}); // surfaced by the next await
+          ctx.progress.tick(chunk.data.length * 4);
+        }
+        await writing;
+        await writer.endTensor();
+      }
+      await writer.finish();
+    } catch (err) {
+      await writer.abort();
+      throw err instanceof LlmcError ? err : new LlmcError(`failed writing GGUF: ${(err as Error).message}`, finalPath);
+    } finally {
+      ctx.progress.done();
+    }
+
+    const counts: Record<string, number> = {};
+    for (const t of plan.tensors) counts[t.type] = (counts[t.type] ?? 0) + 1;
+    return {
+      files: [GGUF_FILE],
+      targetInfo: {
+        format: 'gguf',
+        ggufVersion: 3,
+        file: GGUF_FILE,
+        architecture: plan.arch,
+        quant: plan.choice.label,
+        preset: plan.choice.ftype,
+        fileType: plan.choice.fileType,
+        tokenizer: { model: vocab.model, pre: vocab.pre ?? null, size: vocab.size, placeholder: !source.assets.tokenizer },
+        typeCounts: counts,
+        tensors: plan.tensors.map((t) => ({ name: t.name, ne: t.ne, type: t.type, source: t.sources[0] ?? null, ...(t.sources.length > 1 ? { experts: t.sources.length } : {}) })),
+        notes,
+      },
+    };
+  },
+};

@@ -1,0 +1,69 @@
+/**
+ * The general.* and <arch>.* metadata as convert_hf_to_gguf.py writes it (gguf-py Keys), for
+ * llama (also mistral, and mixtral in the llama MoE layout), qwen2 and qwen2moe.
+ */
+import type { ArchSpec } from '../../src/checkpoint/index.js';
+import { GGUF_DEFAULT_ALIGNMENT, f32, str, u32, type GgufKv } from './writer.js';
+import type { GgufArch } from './tensors.js';
+
+/** GGML_QNT_VERSION. */
+export const GGML_QUANT_VERSION = 2;
+
+export function modelMetadata(
+  spec: ArchSpec,
+  arch: GgufArch,
+  opts: { name: string; fileType: number },
+): { kvs: GgufKv[]; notes: string[] } {
+  const notes: string[] = [];
+  const a = (k: string) => `${arch}.${k}`;
+  const kvs: GgufKv[] = [
+    { key: 'general.architecture', value: str(arch) },
+    { key: 'general.type', value: str('model') },
+    { key: 'general.name', value: str(opts.name) },
+    { key: 'general.alignment', value: u32(GGUF_DEFAULT_ALIGNMENT) },
+    { key: a('vocab_size'), value: u32(spec.vocabSize) },
+    { key: a('context_length'), value: u32(spec.maxPositions) },
+    { key: a('embedding_length'), value: u32(spec.hiddenSize) },
+    { key: a('block_count'), value: u32(spec.numLayers) },
+    { key: a('feed_forward_length'), value: u32(spec.intermediateSize) },
+    { key: a('attention.head_count'), value: u32(spec.numHeads) },
+    { key: a('attention.head_count_kv'), value: u32(spec.numKvHeads) },
+    { key: a('rope.freq_base'), value: f32(spec.ropeTheta) },
+    { key: a('attention.layer_norm_rms_epsilon'), value: f32(spec.rmsNormEps) },
+  ];
+  if (spec.headDim * spec.numHeads !== spec.hiddenSize) {
+    // Only written when head_dim is not n_embd / n_head (as the converter does for an explicit head_dim).
+    kvs.push({ key: a('attention.key_length'), value: u32(spec.headDim) }, { key: a('attention.value_length'), value: u32(spec.headDim) });
+  }
+  if (arch === 'llama') kvs.push({ key: a('rope.dimension_count'), value: u32(spec.headDim) });
+  const moe = spec.moe;
+  if (moe) {
+    kvs.push({ key: a('expert_count'), value: u32(moe.numExperts) }, { key: a('expert_used_count'), value: u32(moe.topK) });
+    if (arch === 'qwen2moe') {
+      kvs.push({ key: a('expert_feed_forward_length'), value: u32(moe.expertIntermediateSize) });
+      if (moe.sharedExpertIntermediateSize) {
+        kvs.push({ key: a('expert_shared_feed_forward_length'), value: u32(moe.sharedExpertIntermediateSize) });
+      }
+      if (moe.routing === 'softmax-topk-renorm') {
+        notes.push('warning: norm_topk_prob=true; llama.cpp\'s qwen2moe does not renormalize the top-k router weights');
+      }
+    }
+  }
+  const rs = spec.ropeScaling;
+  if (rs) {
+    if (rs.type === 'linear') {
+      kvs.push({ key: a('rope.scaling.type'), value: str('linear') }, { key: a('rope.scaling.factor'), value: f32(rs.factor) });
+    } else if (rs.type === 'yarn') {
+      kvs.push({ key: a('rope.scaling.type'), value: str('yarn') }, { key: a('rope.scaling.factor'), value: f32(rs.factor) });
+      if (rs.originalMaxPositions !== undefined) kvs.push({ key: a('rope.scaling.original_context_length'), value: u32(rs.originalMaxPositions) });
+    } else if (rs.type === 'llama3') {
+      if (arch !== 'llama') notes.push(`warning: llama3 rope scaling on ${arch} is not representable in GGUF; ignored`);
+      // otherwise carried by the rope_freqs.weight tensor, as the converter does
+    } else {
+      notes.push(`warning: rope_scaling type "${rs.type}" has no llama.cpp equivalent; ignored`);
+    }
+  }
+  if (spec.slidingWindow !== null) notes.push(`note: sliding_window=${spec.slidingWindow} is not used by llama.cpp's ${arch} (full attention)`);
+  kvs.push({ key: 'general.file_type', value: u32(opts.fileType) }, { key: 'general.quantization_version', value: u32(GGML_QUANT_VERSION) });
+  return { kvs, notes };
+}

@@ -1,0 +1,118 @@
+/**
+ * A planned tensor as a sequence of f32 row chunks, so memory follows the chunk, not the tensor.
+ * Straight from a checkpoint's safetensors files, rows are read by byte range; any other source
+ * (a pass's rewritten model) is read whole, one source tensor at a time, and sliced.
+ * Every chunk holds whole rows (whole heads for q/k, which are re-interleaved per head) and is
+ * checked for non-finite values, which llama.cpp would refuse or propagate.
+ */
+import { promises as fsp } from 'node:fs';
+import { Checkpoint, DTYPE_BYTES, type ModelSource, type TensorInfo } from '../../src/checkpoint/index.js';
+import { decodeBf16, decodeF16 } from '../../src/util/half.js';
+import { LlmcError } from '../../src/errors.js';
+import { ioError } from '../../src/util/atomic.js';
+import { permuteRotaryRows, type TensorPlan } from './tensors.js';
+
+export interface Chunk {
+  data: Float32Array;
+  /** Source tensor it came from, and the element offset of data[0] in it (for messages). */
+  source: string;
+  offset: number;
+}
+
+function checkFinite(c: Chunk, where: string): void {
+  // Exponent bits all ones = Inf or NaN; an integer test is much cheaper than a float compare.
+  const d = c.data;
+  const bits = new Int32Array(d.buffer, d.byteOffset, d.length);
+  for (let i = 0; i < bits.length; i++) {
+    if ((bits[i] & 0x7f800000) === 0x7f800000) {
+      throw new LlmcError(`tensor "${c.source}" holds a non-finite value (${d[i]}) at element ${c.offset + i}`, where);
+    }
+  }
+}
+
+/** Decoders of raw little-endian safetensors bytes into a caller's buffer (no allocation). */
+const RAW_DECODERS = {
+  F32: (raw: Buffer, out: Float32Array) => out.set(new Float32Array(raw.buffer, raw.byteOffset, out.length)),
+  F16: (raw: Buffer, out: Float32Array) => decodeF16(new Uint16Array(raw.buffer, raw.byteOffset, out.length), out as Float32Array<ArrayBuffer>),
+  BF16: (raw: Buffer, out: Float32Array) => decodeBf16(new Uint16Array(raw.buffer, raw.byteOffset, out.length), out as Float32Array<ArrayBuffer>),
+};
+
+const info = (ck: Checkpoint, name: string): TensorInfo => ck.info(name);
+
+/** Rows per chunk: about `maxElems` values, a whole number of `unit` rows, at least one unit. */
+function rowsPerChunk(rows: number, rowLen: number, unit: number, maxElems: number): number {
+  const units = Math.max(1, Math.floor(maxElems / (rowLen * unit)));
+  return Math.min(rows, units * unit);
+}
+
+export async function* tensorChunks(source: ModelSource, t: TensorPlan, maxElems: number): AsyncGenerator<Chunk> {
+  if (t.computed) {
+    const c = { data: t.computed(), source: t.name, offset: 0 };
+    checkFinite(c, source.description);
+    yield c;
+    return;
+  }
+  // A permuted 1-D tensor (q/k bias) is a column: one value per row.
+  const rowLen = t.shape.length > 1 ? t.shape[t.shape.length - 1] : t.permuteHeads ? 1 : t.shape[0];
+  // Source tensors are [rows, rowLen] (stacked experts: each expert is one source).
+  for (const name of t.sources) {
+    const meta = source.meta(name);
+    if (!meta) throw new LlmcError(`missing tensor "${name}"`, source.description);
+    const count = meta.shape.reduce((a, b) => a * b, 1);
+    const rows = count / rowLen;
+    const headRows = t.permuteHeads ? rows / t.permuteHeads : 1;
+    const step = rowsPerChunk(rows, rowLen, headRows, maxElems);
+    const finish = (data: Float32Array, r0: number): Chunk => {
+      const c = { data, source: name, offset: r0 * rowLen };
+      checkFinite(c, source.description);
+      if (t.permuteHeads) c.data = permuteRotaryRows(data, data.length / rowLen, (data.length / rowLen) / headRows);
+      return c;
+    };
+    if (source instanceof Checkpoint && (info(source, name).dtype in RAW_DECODERS)) {
+      const ti = info(source, name);
+      const esize = DTYPE_BYTES[ti.dtype];
+      const decode = RAW_DECODERS[ti.dtype as keyof typeof RAW_DECODERS];
+      let fh: fsp.FileHandle;
+      try {
+        fh = await fsp.open(ti.file, 'r');
+      } catch (err) {
+        throw ioError(err, ti.file, 'open safetensors file');
+      }
+      try {
+        // Two raw and two f32 buffers, alternating: the next chunk's bytes arrive while this one
+        // is quantized, and the previous chunk may still be being written (F32 writes the data itself).
+        const raws = [Buffer.allocUnsafeSlow(step * rowLen * esize), Buffer.allocUnsafeSlow(step * rowLen * esize)];
+        const f32s = [new Float32Array(step * rowLen), new Float32Array(step * rowLen)];
+        const read = async (r0: number, k: number): Promise<Buffer> => {
+          const n = (Math.min(rows, r0 + step) - r0) * rowLen * esize;
+          const buf = raws[k].subarray(0, n);
+          let got = 0;
+          while (got < n) {
+            const { bytesRead } = await fh.read(buf, got, n - got, ti.offset + r0 * rowLen * esize + got);
+            if (bytesRead === 0) throw new LlmcError(`truncated while reading tensor "${name}"`, ti.file);
+            got += bytesRead;
+          }
+          return buf;
+        };
+        let next: Promise<Buffer> | null = read(0, 0);
+        for (let r0 = 0, k = 0; r0 < rows; r0 += step, k ^= 1) {
+          const raw = await next!;
+          next = r0 + step < rows ? read(r0 + step, k ^ 1) : null;
+          next?.catch(() => {}); // surfaced when awaited
+          const n = raw.length / esize;
+          const data = f32s[k].subarray(0, n);
+          decode(raw, data);
+          yield finish(data, r0);
+        }
+      } finally {
+        await fh.close();
+      }
+    } else {
+      const all = await source.readF32(name);
+      if (all.length !== count) throw new LlmcError(`tensor "${name}" has ${all.length} values, its shape needs ${count}`, source.description);
+      for (let r0 = 0; r0 < rows; r0 += step) {
+        yield finish(all.subarray(r0 * rowLen, Math.min(rows, r0 + step) * rowLen), r0);
+      }
+    }
+  }
+}

@@ -1,0 +1,168 @@
+/**
+ * Hugging Face tensors → llama.cpp GGUF tensors, as convert_hf_to_gguf.py names and lays them out:
+ * names from gguf-py's tensor map, ggml dims (ne) = the reverse of the row-major shape, q/k rows
+ * re-interleaved for the llama architecture, Mixtral experts stacked per layer into 3-D tensors.
+ */
+import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/checkpoint/index.js';
+import { LlmcError } from '../../src/errors.js';
+
+export type GgufArch = 'llama' | 'qwen2' | 'qwen2moe';
+
+export function ggufArch(spec: ArchSpec): GgufArch {
+  switch (spec.modelType) {
+    case 'llama':
+    case 'mistral':
+    case 'mixtral':
+      return 'llama';
+    case 'qwen2':
+      return 'qwen2';
+    case 'qwen2_moe':
+      return 'qwen2moe';
+  }
+}
+
+export interface TensorPlan {
+  /** GGUF tensor name. */
+  name: string;
+  /** Row-major shape as written (a stacked expert tensor is [experts, rows, cols]). */
+  shape: number[];
+  /** Source tensors, concatenated along the first axis (several only for stacked experts). */
+  sources: string[];
+  /** llama q/k: re-interleave rotary halves within each of this many heads. */
+  permuteHeads?: number;
+  /** Computed rather than read (llama3 rope factors). */
+  computed?: () => Float32Array;
+}
+
+/** ggml's ne: innermost (contiguous) dimension first. */
+export const neOf = (shape: readonly number[]) => [...shape].reverse();
+
+/**
+ * LlamaModel.permute: Hugging Face stores each head's rotary pairs as two halves
+ * [x0..x(d/2-1), y0..]; llama.cpp's (non-NeoX) rope expects them interleaved [x0, y0, x1, y1 ...].
+ * Row r = j*(d/2) + i of a head moves to row 2i + j.
+ */
+export function permuteRotaryRows(data: Float32Array, rows: number, heads: number): Float32Array {
+  const cols = data.length / rows;
+  const hd = rows / heads;
+  if (!Number.isInteger(hd) || hd % 2 !== 0) {
+    throw new LlmcError(`cannot permute ${rows} rows into ${heads} heads of even size`);
+  }
+  const half = hd / 2;
+  const out = new Float32Array(data.length);
+  for (let h = 0; h < heads; h++) {
+    for (let j = 0; j < 2; j++) {
+      for (let i = 0; i < half; i++) {
+        const src = (h * hd + j * half + i) * cols;
+        const dst = (h * hd + 2 * i + j) * cols;
+        out.set(data.subarray(src, src + cols), dst);
+      }
+    }
+  }
+  return out;
+}
+
+/** convert_hf_to_gguf's llama3 rope factors (rope_freqs.weight), one per rotary frequency. */
+export function llama3RopeFactors(spec: ArchSpec): Float32Array {
+  const rs = spec.ropeScaling;
+  if (!rs || rs.type !== 'llama3') throw new LlmcError('internal: llama3 rope factors without llama3 scaling');
+  const dim = spec.headDim;
+  const lowWavelen = rs.originalMaxPositions / rs.lowFreqFactor;
+  const highWavelen = rs.originalMaxPositions / rs.highFreqFactor;
+  const out = new Float32Array(dim / 2);
+  for (let k = 0; k < dim / 2; k++) {
+    const freq = 1 / spec.ropeTheta ** ((2 * k) / dim);
+    const wavelen = (2 * Math.PI) / freq;
+    if (wavelen < highWavelen) out[k] = 1;
+    else if (wavelen > lowWavelen) out[k] = rs.factor;
+    else {
+      const smooth = (rs.originalMaxPositions / wavelen - rs.lowFreqFactor) / (rs.highFreqFactor - rs.lowFreqFactor);
+      out[k] = 1 / ((1 - smooth) / rs.factor + smooth);
+    }
+  }
+  return out;
+}
+
+/** Every GGUF tensor of the model, in file order, with where its data comes from. */
+export function planTensors(source: ModelSource): { arch: GgufArch; tensors: TensorPlan[]; ignored: string[] } {
+  const spec = source.spec;
+  const arch = ggufArch(spec);
+  const shapeOf = (name: string): number[] => {
+    const m = source.meta(name);
+    if (!m) throw new LlmcError(`missing tensor "${name}"`, source.description);
+    return m.shape;
+  };
+  const used = new Set<string>();
+  const tensors: TensorPlan[] = [];
+  const one = (name: string, hf: string, extra: Partial<TensorPlan> = {}) => {
+    used.add(hf);
+    tensors.push({ name, shape: shapeOf(hf), sources: [hf], ...extra });
+  };
+  const optional = (name: string, hf: string, extra: Partial<TensorPlan> = {}) => {
+    if (source.meta(hf)) one(name, hf, extra);
+  };
+  const stacked = (name: string, hfs: string[]) => {
+    const s = shapeOf(hfs[0]);
+    for (const h of hfs) {
+      if (shapeOf(h).join(',') !== s.join(',')) throw new LlmcError(`experts of "${name}" differ in shape`, source.description);
+      used.add(h);
+    }
+    tensors.push({ name, shape: [hfs.length, ...s], sources: hfs });
+  };
+  const bias = (w: string) => w.replace(/\.weight$/, '.bias');
+
+  if (arch === 'qwen2moe' && spec.moe!.denseLayers.length > 0) {
+    throw new LlmcError(
+      `layers ${spec.moe!.denseLayers.join(', ')} are dense (mlp_only_layers / decoder_sparse_step), which llama.cpp's qwen2moe cannot load`,
+      source.description,
+    );
+  }
+  const llamaPermute = arch === 'llama';
+
+  one('token_embd.weight', EMBED);
+  if (spec.ropeScaling?.type === 'llama3' && arch === 'llama') {
+    tensors.push({ name: 'rope_freqs.weight', shape: [spec.headDim / 2], sources: [], computed: () => llama3RopeFactors(spec) });
+  }
+  for (let l = 0; l < spec.numLayers; l++) {
+    const n = layerNames(l);
+    const b = `blk.${l}`;
+    one(`${b}.attn_norm.weight`, n.inputNorm);
+    one(`${b}.attn_q.weight`, n.q, llamaPermute ? { permuteHeads: spec.numHeads } : {});
+    optional(`${b}.attn_q.bias`, n.qBias, llamaPermute ? { permuteHeads: spec.numHeads } : {});
+    one(`${b}.attn_k.weight`, n.k, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
+    optional(`${b}.attn_k.bias`, n.kBias, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
+    one(`${b}.attn_v.weight`, n.v);
+    optional(`${b}.attn_v.bias`, n.vBias);
+    one(`${b}.attn_output.weight`, n.o);
+    optional(`${b}.attn_output.bias`, n.oBias);
+    one(`${b}.ffn_norm.weight`, n.postNorm);
+    if (isMoeLayer(spec, l)) {
+      const m = moeNames(spec, l);
+      one(`${b}.ffn_gate_inp.weight`, m.router);
+      stacked(`${b}.ffn_gate_exps.weight`, m.experts.map((e) => e.gate));
+      stacked(`${b}.ffn_down_exps.weight`, m.experts.map((e) => e.down));
+      stacked(`${b}.ffn_up_exps.weight`, m.experts.map((e) => e.up));
+      if (m.shared) {
+        one(`${b}.ffn_gate_inp_shexp.weight`, m.sharedGate!);
+        one(`${b}.ffn_gate_shexp.weight`, m.shared.gate);
+        one(`${b}.ffn_down_shexp.weight`, m.shared.down);
+        one(`${b}.ffn_up_shexp.weight`, m.shared.up);
+      }
+    } else {
+      one(`${b}.ffn_gate.weight`, n.mlp.gate);
+      one(`${b}.ffn_down.weight`, n.mlp.down);
+      one(`${b}.ffn_up.weight`, n.mlp.up);
+      if (spec.mlpBias) {
+        one(`${b}.ffn_gate.bias`, bias(n.mlp.gate));
+        one(`${b}.ffn_down.bias`, bias(n.mlp.down));
+        one(`${b}.ffn_up.bias`, bias(n.mlp.up));
+      }
+    }
+  }
+  one('output_norm.weight', FINAL_NORM);
+  // Tied embeddings: no output.weight, llama.cpp reuses token_embd (as the converter leaves it).
+  if (!spec.tieEmbeddings) one('output.weight', LM_HEAD);
+  else used.add(LM_HEAD);
+  const ignored = source.tensors.map((t) => t.name).filter((t) => !used.has(t));
+  return { arch, tensors, ignored };
+}

@@ -1,0 +1,262 @@
+/**
+ * GGUF v3 serialization (ggml docs/gguf.md): header, typed key/value metadata, tensor infos,
+ * padding to `general.alignment`, then the data section with every tensor aligned. Little-endian.
+ *
+ * Offsets are computed from the declared shapes/types up front, so the header goes out first and
+ * tensors stream after it one at a time; the file appears at its final path only on `finish()`.
+ */
+import { LlmcError } from '../../src/errors.js';
+import { AtomicFile } from '../../src/util/atomic.js';
+
+export const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
+export const GGUF_VERSION = 3;
+export const GGUF_DEFAULT_ALIGNMENT = 32;
+
+/** gguf_type: the metadata value types. */
+export const GGUF_TYPE = {
+  UINT8: 0,
+  INT8: 1,
+  UINT16: 2,
+  INT16: 3,
+  UINT32: 4,
+  INT32: 5,
+  FLOAT32: 6,
+  BOOL: 7,
+  STRING: 8,
+  ARRAY: 9,
+  UINT64: 10,
+  INT64: 11,
+  FLOAT64: 12,
+} as const;
+export type ScalarKind = Exclude<keyof typeof GGUF_TYPE, 'ARRAY'>;
+
+export type GgufValue =
+  | { kind: ScalarKind; value: number | bigint | boolean | string }
+  | { kind: 'ARRAY'; itemKind: ScalarKind; values: readonly (number | bigint | boolean | string)[] };
+
+export interface GgufKv {
+  key: string;
+  value: GgufValue;
+}
+
+// Small constructors so metadata tables read naturally.
+export const u32 = (value: number): GgufValue => ({ kind: 'UINT32', value });
+export const i32 = (value: number): GgufValue => ({ kind: 'INT32', value });
+export const f32 = (value: number): GgufValue => ({ kind: 'FLOAT32', value });
+export const bool = (value: boolean): GgufValue => ({ kind: 'BOOL', value });
+export const str = (value: string): GgufValue => ({ kind: 'STRING', value });
+export const arr = (itemKind: ScalarKind, values: readonly (number | bigint | boolean | string)[]): GgufValue => ({
+  kind: 'ARRAY',
+  itemKind,
+  values,
+});
+
+export interface GgufTensorInfo {
+  name: string;
+  /** ggml order: ne[0] is the contiguous (row) dimension, i.e. the reverse of a row-major shape. */
+  ne: number[];
+  ggmlType: number;
+  /** Size of the tensor's data in bytes (from ne and the type). */
+  nbytes: number;
+}
+
+/** A growable little-endian byte buffer. */
+class ByteSink {
+  private buf = new Uint8Array(1 << 16);
+  private view = new DataView(this.buf.buffer);
+  length = 0;
+
+  private reserve(n: number): void {
+    if (this.length + n <= this.buf.length) return;
+    let cap = this.buf.length * 2;
+    while (cap < this.length + n) cap *= 2;
+    const next = new Uint8Array(cap);
+    next.set(this.buf.subarray(0, this.length));
+    this.buf = next;
+    this.view = new DataView(next.buffer);
+  }
+  u8(v: number) { this.reserve(1); this.view.setUint8(this.length, v); this.length += 1; }
+  i8(v: number) { this.reserve(1); this.view.setInt8(this.length, v); this.length += 1; }
+  u16(v: number) { this.reserve(2); this.view.setUint16(this.length, v, true); this.length += 2; }
+  i16(v: number) { this.reserve(2); this.view.setInt16(this.length, v, true); this.length += 2; }
+  u32(v: number) { this.reserve(4); this.view.setUint32(this.length, v, true); this.length += 4; }
+  i32(v: number) { this.reserve(4); this.view.setInt32(this.length, v, true); this.length += 4; }
+  f32(v: number) { this.reserve(4); this.view.setFloat32(this.length, v, true); this.length += 4; }
+  f64(v: number) { this.reserve(8); this.view.setFloat64(this.length, v, true); this.length += 8; }
+  u64(v: number | bigint) { this.reserve(8); this.view.setBigUint64(this.length, BigInt(v), true); this.length += 8; }
+  i64(v: number | bigint) { this.reserve(8); this.view.setBigInt64(this.length, BigInt(v), true); this.length += 8; }
+  bytes(b: Uint8Array) { this.reserve(b.length); this.buf.set(b, this.length); this.length += b.length; }
+  /** gguf_string: u64 byte length, UTF-8 bytes, no terminator. */
+  string(s: string) { const b = Buffer.from(s, 'utf8'); this.u64(b.length); this.bytes(b); }
+  padTo(alignment: number) { const pad = (alignment - (this.length % alignment)) % alignment; this.bytes(new Uint8Array(pad)); }
+  result(): Uint8Array { return this.buf.subarray(0, this.length); }
+}
+
+function checkInt(key: string, v: unknown, lo: number, hi: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) {
+    throw new LlmcError(`GGUF metadata "${key}": ${String(v)} is out of range [${lo}, ${hi}]`);
+  }
+  return v;
+}
+
+function writeScalar(out: ByteSink, key: string, kind: ScalarKind, v: number | bigint | boolean | string): void {
+  switch (kind) {
+    case 'UINT8': return out.u8(checkInt(key, v, 0, 0xff));
+    case 'INT8': return out.i8(checkInt(key, v, -0x80, 0x7f));
+    case 'UINT16': return out.u16(checkInt(key, v, 0, 0xffff));
+    case 'INT16': return out.i16(checkInt(key, v, -0x8000, 0x7fff));
+    case 'UINT32': return out.u32(checkInt(key, v, 0, 0xffffffff));
+    case 'INT32': return out.i32(checkInt(key, v, -0x80000000, 0x7fffffff));
+    case 'FLOAT32': return out.f32(Number(v));
+    case 'FLOAT64': return out.f64(Number(v));
+    case 'BOOL': return out.u8(v ? 1 : 0);
+    case 'STRING': return out.string(String(v));
+    case 'UINT64': return out.u64(typeof v === 'bigint' ? v : BigInt(checkInt(key, v, 0, Number.MAX_SAFE_INTEGER)));
+    case 'INT64': return out.i64(typeof v === 'bigint' ? v : BigInt(checkInt(key, v, -Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER)));
+  }
+}
+
+const align = (n: number, a: number) => Math.ceil(n / a) * a;
+
+export interface GgufLayout {
+  /** Header + metadata + tensor infos + padding: where the data section starts. */
+  header: Uint8Array;
+  /** Offset of each tensor inside the data section. */
+  offsets: number[];
+  /** Total file size. */
+  fileSize: number;
+  alignment: number;
+}
+
+/** Serialize everything before the data section and place the tensors. */
+export function layoutGguf(kvs: readonly GgufKv[], tensors: readonly GgufTensorInfo[]): GgufLayout {
+  const keys = new Set<string>();
+  for (const kv of kvs) {
+    if (keys.has(kv.key)) throw new LlmcError(`GGUF metadata key "${kv.key}" written twice`);
+    keys.add(kv.key);
+  }
+  const alignKv = kvs.find((kv) => kv.key === 'general.alignment');
+  const alignment = alignKv ? Number(alignKv.value.kind === 'ARRAY' ? NaN : alignKv.value.value) : GGUF_DEFAULT_ALIGNMENT;
+  if (!Number.isInteger(alignment) || alignment <= 0 || alignment % 8 !== 0) {
+    throw new LlmcError(`general.alignment must be a positive multiple of 8, got ${alignment}`);
+  }
+  const names = new Set<string>();
+  const offsets: number[] = [];
+  let dataSize = 0;
+  for (const t of tensors) {
+    if (names.has(t.name)) throw new LlmcError(`GGUF tensor "${t.name}" written twice`);
+    names.add(t.name);
+    offsets.push(dataSize);
+    dataSize = align(dataSize + t.nbytes, alignment);
+  }
+
+  const out = new ByteSink();
+  out.u32(GGUF_MAGIC);
+  out.u32(GGUF_VERSION);
+  out.u64(tensors.length);
+  out.u64(kvs.length);
+  for (const { key, value } of kvs) {
+    out.string(key);
+    out.u32(GGUF_TYPE[value.kind]);
+    if (value.kind === 'ARRAY') {
+      out.u32(GGUF_TYPE[value.itemKind]);
+      out.u64(value.values.length);
+      for (const v of value.values) writeScalar(out, key, value.itemKind, v);
+    } else {
+      writeScalar(out, key, value.kind, value.value);
+    }
+  }
+  tensors.forEach((t, i) => {
+    out.string(t.name);
+    out.u32(t.ne.length);
+    for (const d of t.ne) out.u64(d);
+    out.u32(t.ggmlType);
+    out.u64(offsets[i]);
+  });
+  out.padTo(alignment);
+  const header = out.result();
+  return { header, offsets, fileSize: header.length + dataSize, alignment };
+}
+
+/**
+ * Streams a GGUF file: header at open, then each tensor's bytes in declaration order.
+ * Any failure removes the temp file; the final path is only ever a complete file.
+ */
+export class GgufFileWriter {
+  private next = 0;
+  /** Bytes written of the current tensor; -1 between tensors. */
+  private pending = -1;
+
+  private constructor(
+    private readonly file: AtomicFile,
+    private readonly tensors: readonly GgufTensorInfo[],
+    readonly layout: GgufLayout,
+  ) {}
+
+  static async open(finalPath: string, kvs: readonly GgufKv[], tensors: readonly GgufTensorInfo[]): Promise<GgufFileWriter> {
+    const layout = layoutGguf(kvs, tensors);
+    const file = await AtomicFile.open(finalPath);
+    const w = new GgufFileWriter(file, tensors, layout);
+    await file.write(layout.header);
+    return w;
+  }
+
+  get tempPath(): string {
+    return this.file.tempPath;
+  }
+
+  /** Write the next tensor's data (exactly its declared size) plus the padding after it. */
+  async writeTensor(name: string, data: Uint8Array): Promise<void> {
+    await this.beginTensor(name);
+    await this.writeData(data);
+    await this.endTensor();
+  }
+
+  /** Streaming form: beginTensor, writeData (any number of pieces), endTensor. */
+  async beginTensor(name: string): Promise<void> {
+    const t = this.tensors[this.next];
+    if (!t || t.name !== name || this.pending !== -1) {
+      await this.file.abort();
+      throw new LlmcError(`internal: GGUF tensor "${name}" written out of order (expected "${t?.name ?? 'none'}")`);
+    }
+    this.pending = 0;
+  }
+
+  async writeData(data: Uint8Array): Promise<void> {
+    const t = this.tensors[this.next];
+    if (this.pending < 0 || this.pending + data.length > t.nbytes) {
+      await this.file.abort();
+      throw new LlmcError(`internal: GGUF tensor "${t?.name}" gets more than the ${t?.nbytes} bytes its header says`);
+    }
+    await this.file.write(data);
+    this.pending += data.length;
+  }
+
+  async endTensor(): Promise<void> {
+    const t = this.tensors[this.next];
+    if (this.pending !== t.nbytes) {
+      await this.file.abort();
+      throw new LlmcError(`internal: GGUF tensor "${t.name}" has ${this.pending} bytes, its header says ${t.nbytes}`);
+    }
+    const pad = align(t.nbytes, this.layout.alignment) - t.nbytes;
+    if (pad) await this.file.write(new Uint8Array(pad));
+    this.pending = -1;
+    this.next++;
+  }
+
+  async finish(): Promise<void> {
+    if (this.next !== this.tensors.length) {
+      await this.file.abort();
+      throw new LlmcError(`internal: GGUF file finished after ${this.next} of ${this.tensors.length} tensors`);
+    }
+    if (this.file.bytesWritten !== this.layout.fileSize) {
+      await this.file.abort();
+      throw new LlmcError(`internal: GGUF file is ${this.file.bytesWritten} bytes, expected ${this.layout.fileSize}`);
+    }
+    await this.file.commit();
+  }
+
+  abort(): Promise<void> {
+    return this.file.abort();
+  }
+}

@@ -1,0 +1,117 @@
+/**
+ * `llmc compile --target gguf` end to end on a generated ≥1 GiB BF16 checkpoint
+ * (FIXTURE_PRESETS['bf16-1GiB']; 'llama-30M' with --quick), each quant run as a child process:
+ *  - source MB/s for F16, Q8_0, Q4_0, Q4_K_M next to a plain copy of the same bytes (read + write
+ *    with one 8 MB buffer, same run, same disk) → ratio; targets: F16 and Q8_0 ≥ 0.5;
+ *  - peak RSS of each compile against 1.5 × the largest tensor + 200 MB;
+ *  - Q4_K_M as MB/s of f32 input per core (target ≥ 60).
+ *
+ * Standalone: `npx tsc -p tsconfig.json && node dist/bench/gguf.bench.js [--quick]`
+ * (LLMC_BENCH_GGUF_QUANTS=F16,Q8_0 for a subset).
+ */
+import { promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { openCheckpoint } from '../src/checkpoint/index.js';
+import { cachedFixture, mbPerSec, REPO_ROOT, round, runNodeWithPeakRss, timeMs, type BenchSuite } from './harness.js';
+
+const MB = 1e6;
+/** LLMC_BENCH_GGUF_QUANTS=F16,Q8_0 runs a subset (the K-quants are the slow part). */
+const QUANTS = (process.env.LLMC_BENCH_GGUF_QUANTS ?? 'F16,Q8_0,Q4_0,Q4_K_M').split(',').map((s) => s.trim()).filter(Boolean);
+
+/** Copy `files` into `dir` with a plain read/write loop; returns bytes copied. */
+async function plainCopy(files: string[], dir: string): Promise<number> {
+  const buf = Buffer.allocUnsafe(8 << 20);
+  let total = 0;
+  for (const f of files) {
+    const src = await fsp.open(f, 'r');
+    const dst = await fsp.open(path.join(dir, `copy-${path.basename(f)}`), 'w');
+    try {
+      for (let pos = 0; ; ) {
+        const { bytesRead } = await src.read(buf, 0, buf.length, pos);
+        if (bytesRead === 0) break;
+        await dst.write(buf, 0, bytesRead, pos);
+        pos += bytesRead;
+        total += bytesRead;
+      }
+    } finally {
+      await src.close();
+      await dst.close();
+    }
+  }
+  return total;
+}
+
+export const suite: BenchSuite = {
+  name: 'gguf',
+  description: 'gguf compile throughput (source MB/s) for F16/Q8_0/Q4_0/Q4_K_M vs a plain copy (F16, Q8_0 ≥ 0.5×) and peak RSS < 1.5 × largest tensor + 200 MB, on a ≥1 GiB BF16 checkpoint',
+  async run({ quick }) {
+    const preset = quick ? 'llama-30M' : 'bf16-1GiB';
+    const fx = await cachedFixture(preset, { arch: 'llama', dtype: 'BF16', tokenizer: 'none', planted: false });
+    const ck = await openCheckpoint(fx.dir);
+    const files = ck.files.map((f) => f.path);
+    const sourceBytes = ck.files.reduce((a, f) => a + f.size, 0);
+    const infos = ck.tensors.map((t) => ck.info(t.name));
+    const largest = Math.max(...infos.map((i) => i.byteLength));
+    const f32Bytes = infos.reduce((a, i) => a + (i.byteLength / 2) * 4, 0);
+    await ck.close();
+
+    const work = path.join(os.tmpdir(), `llmc-bench-gguf-${process.pid}`);
+    await fsp.rm(work, { recursive: true, force: true });
+    await fsp.mkdir(work, { recursive: true });
+    try {
+      // Warm the page cache, then take the best of a few copies.
+      await plainCopy(files, work);
+      let copyMs = Infinity;
+      for (let r = 0; r < 2; r++) copyMs = Math.min(copyMs, (await timeMs(() => plainCopy(files, work))).ms);
+      for (const f of await fsp.readdir(work)) await fsp.rm(path.join(work, f));
+      const copyMBps = mbPerSec(sourceBytes, copyMs);
+
+      const llmc = path.join(REPO_ROOT, 'bin/llmc.js');
+      const limit = 1.5 * largest + 200 * MB;
+      const runs: Record<string, unknown> = {};
+      for (const quant of QUANTS) {
+        const out = path.join(work, quant);
+        const r = await runNodeWithPeakRss(llmc, ['compile', fx.dir, '--target', 'gguf', '--quant', quant, '-o', out]);
+        if (r.code !== 0) throw new Error(`llmc compile --quant ${quant} failed: ${r.stderr.trim()}`);
+        const outBytes = (await fsp.stat(path.join(out, 'model.gguf'))).size;
+        await fsp.rm(out, { recursive: true, force: true });
+        const mbps = mbPerSec(sourceBytes, r.wallMs);
+        runs[quant] = {
+          wallMs: round(r.wallMs, 0),
+          sourceMBps: round(mbps, 1),
+          ratioVsCopy: round(mbps / copyMBps, 3),
+          f32InputMBpsPerCore: round(mbPerSec(f32Bytes, r.wallMs) / os.availableParallelism(), 1),
+          outputMB: round(outBytes / MB, 1),
+          peakRssMB: round(r.peakRssBytes / MB, 1),
+          rssWithinLimit: r.peakRssBytes < limit,
+        };
+      }
+      const ratio = (q: string) => (runs[q] as { ratioVsCopy: number } | undefined)?.ratioVsCopy ?? NaN;
+      return {
+        preset,
+        checkpoint: fx.dir,
+        sourceMB: round(sourceBytes / MB, 1),
+        largestTensorMB: round(largest / MB, 1),
+        rssLimitMB: round(limit / MB, 1),
+        cores: os.availableParallelism(),
+        copy: { ms: round(copyMs, 0), MBps: round(copyMBps, 1) },
+        runs,
+        targets: {
+          f16AtLeastHalfOfCopy: ratio('F16') >= 0.5,
+          q8_0AtLeastHalfOfCopy: ratio('Q8_0') >= 0.5,
+          q4KAtLeast60MBpsPerCore: ((runs.Q4_K_M as { f32InputMBpsPerCore: number } | undefined)?.f32InputMBpsPerCore ?? NaN) >= 60,
+          peakRssWithinLimit: Object.values(runs).every((r) => (r as { rssWithinLimit: boolean }).rssWithinLimit),
+        },
+      };
+    } finally {
+      await fsp.rm(work, { recursive: true, force: true });
+    }
+  },
+};
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
+  const res = await suite.run({ quick: process.argv.includes('--quick') });
+  process.stdout.write(JSON.stringify(res, null, 2) + '\n');
+}

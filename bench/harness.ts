@@ -1,0 +1,95 @@
+/**
+ * Benchmark plumbing: the suite interface, timing helpers, a cached fixture generator, and peak
+ * RSS of a child process (measured inside the child with process.resourceUsage(), so it is the
+ * child's own high-water mark, not a sampled guess).
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { FIXTURE_PRESETS, generateFixture, type FixtureOptions } from '../fixtures/generate.js';
+
+export interface BenchSuite {
+  name: string;
+  description: string;
+  /** quick: a smaller/faster variant for smoke runs. Returns JSON-serializable results. */
+  run(opts: { quick: boolean }): Promise<Record<string, unknown>>;
+}
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+/** The repository root (bench/ is compiled to dist/bench/, so this works from both). */
+export const REPO_ROOT = path.basename(path.dirname(HERE)) === 'dist' ? path.resolve(HERE, '../..') : path.resolve(HERE, '..');
+
+/** Wall-clock milliseconds of one call. */
+export async function timeMs<T>(fn: () => Promise<T> | T): Promise<{ ms: number; result: T }> {
+  const t = performance.now();
+  const result = await fn();
+  return { ms: performance.now() - t, result };
+}
+
+/** Run `fn` `reps` times, return the times (ms) and their min/median. */
+export async function repeat(reps: number, fn: () => Promise<unknown> | unknown): Promise<{ times: number[]; min: number; median: number }> {
+  const times: number[] = [];
+  for (let i = 0; i < reps; i++) times.push((await timeMs(fn)).ms);
+  const sorted = [...times].sort((a, b) => a - b);
+  return { times, min: sorted[0], median: sorted[Math.floor(sorted.length / 2)] };
+}
+
+/** MB/s (10^6 bytes per second). */
+export const mbPerSec = (bytes: number, ms: number) => bytes / 1e6 / (ms / 1000);
+
+export const round = (x: number, digits = 3) => Number(x.toFixed(digits));
+
+/** Where benchmarks keep generated checkpoints between runs. */
+export const BENCH_CACHE = path.join(os.tmpdir(), 'llmc-bench-cache');
+
+/**
+ * A generated checkpoint, cached by its options: generated once, reused while its
+ * fixture-truth.json (written last) exists.
+ */
+export async function cachedFixture(preset: keyof typeof FIXTURE_PRESETS, opts: Omit<FixtureOptions, 'dims'>): Promise<{ dir: string; generatedMs: number | null }> {
+  const key = [preset, opts.arch, opts.dtype ?? 'F32', `s${opts.seed ?? 1}`, `x${opts.shards ?? 1}`, opts.tokenizer ?? 'byte-level', opts.planted === false ? 'plain' : 'planted', opts.tieEmbeddings ? 'tied' : 'untied'].join('-');
+  const dir = path.join(BENCH_CACHE, key);
+  if (existsSync(path.join(dir, 'fixture-truth.json'))) return { dir, generatedMs: null };
+  await fsp.mkdir(BENCH_CACHE, { recursive: true });
+  const { ms } = await timeMs(() => generateFixture(dir, { ...opts, dims: FIXTURE_PRESETS[preset] }));
+  return { dir, generatedMs: ms };
+}
+
+export interface ChildRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  wallMs: number;
+  /** The child's peak resident set size in bytes. */
+  peakRssBytes: number;
+}
+
+/**
+ * Run `node <script> ...args` and report its peak RSS: the script runs inside
+ * dist/bench/peak-rss.js, which records process.resourceUsage().maxRSS when the process exits.
+ */
+export async function runNodeWithPeakRss(script: string, args: string[], opts: { cwd?: string } = {}): Promise<ChildRun> {
+  const wrapper = path.join(REPO_ROOT, 'dist/bench/peak-rss.js');
+  const out = path.join(os.tmpdir(), `llmc-peak-rss-${process.pid}-${Date.now()}-${Math.random().toString(36).slice(2)}.json`);
+  const t = performance.now();
+  const child = spawn(process.execPath, [wrapper, script, ...args], {
+    cwd: opts.cwd ?? REPO_ROOT,
+    env: { ...process.env, LLMC_PEAK_RSS_OUT: out },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const wallMs = performance.now() - t;
+  let peakRssBytes = NaN;
+  try {
+    peakRssBytes = JSON.parse(await fsp.readFile(out, 'utf8')).maxRssKiB * 1024;
+  } finally {
+    await fsp.rm(out, { force: true });
+  }
+  return { code, stdout, stderr, wallMs, peakRssBytes };
+}

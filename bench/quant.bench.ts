@@ -1,0 +1,90 @@
+/**
+ * Quantizer throughput: MB/s of f32 input per type, on one thread (quantize) and on all cores
+ * (quantizeParallel), next to a plain copy of the same bytes measured in the same run (baseline).
+ * Target (issue 3): Q4_K >= 60 MB/s per core.
+ *
+ * Standalone: `npx tsc -p tsconfig.json && node dist/bench/quant.bench.js [--quick] [--types Q4_K,Q8_0]`.
+ */
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { closeQuantWorkers, quantize, quantizeParallel, QUANT_TYPES, type QuantType } from '../src/quant/index.js';
+import { Rng } from '../src/util/rng.js';
+
+/** bench/harness.ts's BenchSuite shape (structural, so this file stands alone too). */
+interface Suite {
+  name: string;
+  run: (opts?: { quick?: boolean; types?: QuantType[] }) => Promise<Record<string, unknown>>;
+}
+
+const ROW = 4096;
+
+/** Best-of timing: repeat for about `budgetMs`, at least `minReps` times; returns the best seconds per call. */
+async function best(fn: () => unknown, budgetMs: number, minReps = 2): Promise<number> {
+  let bestMs = Infinity;
+  const t0 = performance.now();
+  for (let r = 0; r < minReps || performance.now() - t0 < budgetMs; r++) {
+    const a = performance.now();
+    await fn();
+    bestMs = Math.min(bestMs, performance.now() - a);
+  }
+  return bestMs / 1000;
+}
+
+export const suite: Suite = {
+  name: 'quant',
+  run: async (opts = {}) => {
+    const quick = !!opts.quick;
+    const threads = os.availableParallelism();
+    const mb = quick ? 2 : 8;
+    const n = Math.floor((mb * 2 ** 20) / 4 / ROW) * ROW;
+    const rng = new Rng(42);
+    const x = new Float32Array(n);
+    for (let i = 0; i < n; i++) x[i] = rng.normal() * 0.02 * (1 + ((i >> 12) % 5)); // weight-like rows
+    const bytesIn = n * 4;
+    const budget = quick ? 300 : 1500;
+
+    // Baseline: copying the same f32 bytes once (what any converter does at least).
+    const copyDst = new Float32Array(n);
+    const copySec = await best(() => copyDst.set(x), budget, 5);
+    const copyMBs = bytesIn / 1e6 / copySec;
+
+    const results: Record<string, unknown> = {
+      input_mb: +(bytesIn / 1e6).toFixed(2),
+      row_length: ROW,
+      threads,
+      baseline_copy_mb_per_s: +copyMBs.toFixed(0),
+      types: {} as Record<string, unknown>,
+    };
+    const types = opts.types ?? (Object.keys(QUANT_TYPES) as QuantType[]);
+    for (const t of types) {
+      quantize(t, x.subarray(0, ROW * 16), ROW); // warm up the JIT
+      const single = bytesIn / 1e6 / (await best(() => quantize(t, x, ROW), budget));
+      const parallel = bytesIn / 1e6 / (await best(() => quantizeParallel(t, x, ROW, { threads }), budget));
+      (results.types as Record<string, unknown>)[t] = {
+        single_thread_mb_per_s: +single.toFixed(1),
+        parallel_mb_per_s: +parallel.toFixed(1),
+        parallel_speedup: +(parallel / single).toFixed(2),
+        single_vs_copy_ratio: +(single / copyMBs).toFixed(4),
+        parallel_vs_copy_ratio: +(parallel / copyMBs).toFixed(4),
+      };
+    }
+    const q4k = (results.types as Record<string, { single_thread_mb_per_s: number }>).Q4_K;
+    if (q4k) results.q4_k_target_60_mb_per_s_per_core_met = q4k.single_thread_mb_per_s >= 60;
+    await closeQuantWorkers();
+    return results;
+  },
+};
+
+const isMain = process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url);
+if (isMain) {
+  const i = process.argv.indexOf('--types');
+  const types = i > 0 ? (process.argv[i + 1].split(',') as QuantType[]) : undefined;
+  suite
+    .run({ quick: process.argv.includes('--quick'), types })
+    .then((r) => process.stdout.write(JSON.stringify(r, null, 2) + '\n'))
+    .catch((e) => {
+      process.stderr.write(`${(e as Error).stack}\n`);
+      process.exit(1);
+    });
+}

@@ -1,0 +1,148 @@
+/**
+ * Pass `reorder`: the level × provider held-out perplexity table (with a random-order baseline),
+ * each provider's wall time, and the TS runtime's level-switch cost as a fraction of one
+ * 128-token prefill (target < 1%).
+ * Standalone: `npx tsc -p tsconfig.json && node dist/bench/reorder.bench.js [--quick]`.
+ */
+import { promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { openCheckpoint } from '../src/checkpoint/index.js';
+import type { ModelSource } from '../src/checkpoint/source.js';
+import { compile } from '../src/compile/compile.js';
+import { calibrationSet } from '../src/profile/calibration.js';
+import { loadDir } from '../src/runtime/node.js';
+import { silentProgress } from '../src/util/progress.js';
+import { Rng } from '../src/util/rng.js';
+import { analyzeReorder } from '../passes/reorder/index.js';
+import { levelWidths, selectLevel } from '../passes/reorder/levels.js';
+import { levelMasks, maskedLoss } from '../passes/reorder/masks.js';
+import { parseReorderOptions } from '../passes/reorder/options.js';
+import { mlpsOf, type LayerOrder } from '../passes/reorder/permute.js';
+import { cachedFixture, REPO_ROOT, repeat, round, type BenchSuite } from './harness.js';
+
+const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');
+
+function randomOrders(src: ModelSource, seed: number, layers: number[]): LayerOrder[] {
+  const rng = new Rng(seed);
+  const s = src.spec;
+  const R = s.numHeads / s.numKvHeads;
+  return layers.map((l) => ({
+    layer: l,
+    groups: Array.from(rng.permutation(s.numKvHeads)),
+    qInGroup: Array.from({ length: s.numKvHeads }, () => Array.from(rng.permutation(R))),
+    mlp: Object.fromEntries(mlpsOf(s, l).map((m) => [m.prefix, Array.from(rng.permutation(m.width))])),
+  }));
+}
+
+/** Perplexity table: rows = levels, columns = providers (+ random median of 3, + auto's pick). */
+async function providerTable(src: ModelSource, cacheDir: string, quick: boolean) {
+  const providers = ['taylor', 'activation', 'magnitude'] as const;
+  const levels = quick ? '0.5,0.75,1' : '10';
+  const table: Record<string, Record<string, number>> = {};
+  const timeMs: Record<string, number> = {};
+  let elastic: number[] = [];
+  let plan: Awaited<ReturnType<typeof analyzeReorder>>['metadata']['levels'] = [];
+  for (const p of providers) {
+    const r = await analyzeReorder(src, parseReorderOptions({ importance: p, levels }), { note: () => {}, cacheDir, target: 'ts' });
+    timeMs[p] = r.timeMs[p];
+    plan = r.metadata.levels;
+    elastic = r.orders.map((o) => o.layer);
+    for (const lv of r.metadata.levels) {
+      const key = `${lv.id} nominal=${lv.nominal} real=${lv.paramFrac}`;
+      (table[key] ??= {})[p] = round(lv.heldOutPpl!, 2);
+      table[key].fullPpl = round(r.metadata.heldOutPpl!, 2);
+    }
+  }
+  const calib = await calibrationSet(src, { source: 'self-generated', count: 10, length: 64, seed: 42, heldOut: 10 }, { cacheDir });
+  for (const lv of plan) {
+    const key = `${lv.id} nominal=${lv.nominal} real=${lv.paramFrac}`;
+    const rnd: number[] = [];
+    for (let s = 0; s < 3; s++) rnd.push(Math.exp(await maskedLoss(src, levelMasks(src.spec, randomOrders(src, 50 + s, elastic), lv.layers), calib.heldOut)));
+    table[key].randomMedian = round(rnd.sort((a, b) => a - b)[1], 2);
+  }
+  const auto = await analyzeReorder(src, parseReorderOptions({ importance: 'auto', levels: '0.5', evaluate: 'false' }), { note: () => {}, cacheDir, target: 'ts' });
+  return { table, providerTimeMs: timeMs, auto: { picked: auto.metadata.importance.provider, pplAt50: auto.metadata.importance.auto } };
+}
+
+/** Switching level in the TS runtime (choose widths; weights are prefixes, nothing moves) vs a 128-token prefill. */
+async function switchCost(src: ModelSource, outDir: string, cacheDir: string, quick: boolean) {
+  const manifest = await compile({
+    source: src,
+    target: 'ts',
+    outDir,
+    passes: [{ name: 'reorder', options: { importance: 'magnitude', levels: '0.5,0.75,1', evaluate: 'false' } }],
+    options: { quant: 'F32', extra: {} },
+    progress: silentProgress,
+    note: () => {},
+    cacheDir,
+  });
+  const model = await loadDir(outDir);
+  const T = Math.min(128, src.spec.maxPositions);
+  const rng = new Rng(1);
+  const prompt = Array.from({ length: T }, () => rng.int(src.spec.vocabSize));
+  const reps = quick ? 3 : 7;
+  model.forward(prompt, model.newCache(), { lastOnly: true }); // warm-up (JIT, wasm kernels)
+  const prefill = await repeat(reps, () => model.forward(prompt, model.newCache(), { lastOnly: true }));
+  const requests = ['0.5', '0.75', '1'];
+  let i = 0;
+  // One switch = resolve the level from the manifest, build the widths and a fresh cache.
+  const sw = await repeat(reps * 30, () => {
+    const w = levelWidths(selectLevel(manifest.passes, requests[i++ % 3]));
+    return { w, cache: model.newCache() };
+  });
+  const perLevel: Record<string, number> = {};
+  for (const r of requests) {
+    const widths = levelWidths(selectLevel(manifest.passes, r));
+    perLevel[r] = round((await repeat(reps, () => model.forward(prompt, model.newCache(), { lastOnly: true, widths }))).median, 3);
+  }
+  return {
+    prefill128Ms: round(prefill.median, 3),
+    switchMs: round(sw.median, 5),
+    switchOverPrefill: round(sw.median / prefill.median, 6),
+    target: '< 0.01',
+    prefillMsByLevel: perLevel,
+  };
+}
+
+export const suite: BenchSuite = {
+  name: 'reorder',
+  description: 'reorder pass: level × importance-provider perplexity, provider times, runtime level-switch cost',
+  async run(opts = { quick: false }) {
+    const quick = Boolean(opts.quick);
+    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-bench-reorder-'));
+    try {
+      const stories = await openCheckpoint(STORIES);
+      const out: Record<string, unknown> = {};
+      try {
+        out.stories260K = await providerTable(stories, path.join(tmp, 'cache-stories'), quick);
+        out.switchStories260K = await switchCost(stories, path.join(tmp, 'ts-stories'), path.join(tmp, 'cache-stories'), quick);
+      } finally {
+        await stories.close();
+      }
+      if (!quick) {
+        const fx = await cachedFixture('llama-30M', { arch: 'llama', seed: 1 });
+        const m30 = await openCheckpoint(fx.dir);
+        try {
+          out.switchLlama30M = await switchCost(m30, path.join(tmp, 'ts-30m'), path.join(tmp, 'cache-30m'), quick);
+        } finally {
+          await m30.close();
+        }
+      }
+      return out;
+    } finally {
+      await fsp.rm(tmp, { recursive: true, force: true });
+    }
+  },
+};
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
+  suite
+    .run({ quick: process.argv.includes('--quick') })
+    .then((r) => process.stdout.write(JSON.stringify(r, null, 2) + '\n'))
+    .catch((e) => {
+      process.stderr.write(`${e instanceof Error ? e.stack : e}\n`);
+      process.exitCode = 1;
+    });
+}

@@ -1,0 +1,23 @@
+/** The benchmark suites `npm run bench` runs, in order. Add one import + one entry for yours. */
+import type { BenchSuite } from './harness.js';
+import { suite as safetensors } from './safetensors.bench.js';
+import { suite as engine } from './engine.bench.js';
+import { suite as quant } from './quant.bench.js';
+import { suite as runtime } from './runtime.bench.js';
+import { suite as reorder } from './reorder.bench.js';
+import { suite as gguf } from './gguf.bench.js';
+
+/** A suite; `description` may be left out by suites written before harness.ts existed. */
+export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
+  description?: string;
+  run(opts: { quick: boolean }): Promise<Record<string, unknown>>;
+};
+
+export const SUITES: SuiteEntry[] = [
+  safetensors,
+  engine,
+  quant,
+  runtime,
+  reorder,
+  gguf,
+];

@@ -1,0 +1,94 @@
+/**
+ * A level of a reordering, expressed on the ORIGINAL model as head/neuron masks: keeping the
+ * prefix [0, k) of the reordered units equals zeroing the other units (SPEC §4.2). Used to score
+ * orders (auto, quality checks) without materializing the permuted model.
+ */
+import { createHash } from 'node:crypto';
+import { layerNames } from '../../src/checkpoint/names.js';
+import { transformSource, type ModelSource } from '../../src/checkpoint/source.js';
+import type { ArchSpec } from '../../src/checkpoint/spec.js';
+import { Engine } from '../../src/engine/index.js';
+import type { RunOptions } from '../../src/autodiff/lower.js';
+import { identityOrder, mlpsOf, type LayerOrder } from './permute.js';
+import type { LayerWidth } from './planner.js';
+
+/** Orders for every layer (identity where `orders` has none, e.g. anchors). */
+export function completeOrders(spec: ArchSpec, orders: LayerOrder[]): LayerOrder[] {
+  const by = new Map(orders.map((o) => [o.layer, o]));
+  return Array.from({ length: spec.numLayers }, (_, l) => by.get(l) ?? identityOrder(spec, l));
+}
+
+export function levelMasks(spec: ArchSpec, orders: LayerOrder[], widths: LayerWidth[]): RunOptions {
+  const R = spec.numHeads / spec.numKvHeads;
+  const all = completeOrders(spec, orders);
+  const headMask: Float32Array[] = [];
+  const neuronMask = new Map<string, Float32Array>();
+  all.forEach((o, l) => {
+    const w = widths[l];
+    const hm = new Float32Array(spec.numHeads);
+    for (let g = 0; g < w.kvGroups; g++) {
+      for (let r = 0; r < w.qHeadsPerGroup; r++) hm[o.groups[g] * R + o.qInGroup[g][r]] = 1;
+    }
+    headMask.push(hm);
+    for (const m of mlpsOf(spec, l)) {
+      // Dense MLPs and routed experts follow the level; in MoE models the shared expert and dense layers stay full.
+      const keep = !spec.moe || m.prefix.includes('.experts.') ? w.ffn : m.width;
+      const nm = new Float32Array(m.width);
+      for (let i = 0; i < Math.min(keep, m.width); i++) nm[o.mlp[m.prefix][i]] = 1;
+      neuronMask.set(m.prefix, nm);
+    }
+  });
+  return { headMask, neuronMask };
+}
+
+/** Identity replacement of layer l (ELMS anchor scoring): all its heads and neurons masked. */
+export function skipLayerMasks(spec: ArchSpec, l: number): RunOptions {
+  const headMask: (Float32Array | null)[] = Array.from({ length: spec.numLayers }, () => null);
+  headMask[l] = new Float32Array(spec.numHeads);
+  const neuronMask = new Map<string, Float32Array>();
+  for (const m of mlpsOf(spec, l)) neuronMask.set(m.prefix, new Float32Array(m.width));
+  return { headMask, neuronMask };
+}
+
+/**
+ * The masked model as weights: zeroing a head's o_proj columns (a neuron's down_proj column)
+ * removes exactly its contribution, so any engine can evaluate a level or a skipped layer.
+ */
+export function maskSource(base: ModelSource, masks: RunOptions, label: string): ModelSource {
+  const spec = base.spec;
+  const hd = spec.headDim;
+  const cols = new Map<string, Float32Array>(); // tensor → per-column keep (0/1)
+  masks.headMask?.forEach((m, l) => {
+    if (!m) return;
+    cols.set(layerNames(l).o, Float32Array.from({ length: m.length * hd }, (_, c) => m[Math.floor(c / hd)]));
+  });
+  for (let l = 0; l < spec.numLayers; l++) {
+    for (const m of mlpsOf(spec, l)) {
+      const nm = masks.neuronMask?.get(m.prefix);
+      if (nm) cols.set(m.down, nm);
+    }
+  }
+  const h = createHash('sha256');
+  for (const [k, v] of [...cols].sort((a, b) => (a[0] < b[0] ? -1 : 1))) h.update(k).update(Buffer.from(v.buffer));
+  return transformSource(base, {
+    label,
+    paramsHash: h.digest('hex'),
+    rewrite: (name, data) => {
+      const keep = cols.get(name);
+      if (!keep) return data;
+      const n = keep.length;
+      for (let i = 0; i < data.length; i++) if (keep[i % n] === 0) data[i] = 0;
+      return data;
+    },
+  });
+}
+
+/** Mean next-token loss (log perplexity) of `source` with `masks` applied, on the onnxruntime engine. */
+export async function maskedLoss(source: ModelSource, masks: RunOptions, seqs: number[][]): Promise<number> {
+  const engine = await Engine.open(maskSource(source, masks, 'mask'));
+  try {
+    return Math.log(await engine.perplexity(seqs));
+  } finally {
+    await engine.close();
+  }
+}

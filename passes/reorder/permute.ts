@@ -1,0 +1,173 @@
+/**
+ * Permutation-consistent unit reordering (SPEC §4.2): unit orders per layer, their expansion to
+ * channel gathers, and the lazy ModelSource that applies them as tensors are read.
+ *
+ * Orders are gathers, new → old: new unit i is old unit order[i]. Heads are never split: a head's
+ * head_dim channels move together, offsets inside the head are kept (RoPE acts inside a head).
+ */
+import { createHash } from 'node:crypto';
+import { layerNames, moeNames } from '../../src/checkpoint/names.js';
+import type { ModelSource } from '../../src/checkpoint/source.js';
+import { transformSource } from '../../src/checkpoint/source.js';
+import { isMoeLayer, type ArchSpec } from '../../src/checkpoint/spec.js';
+import { LlmcError } from '../../src/errors.js';
+
+export interface LayerOrder {
+  layer: number;
+  /** Over KV groups (G); under MHA a group is one head. */
+  groups: number[];
+  /** Per NEW group position, the order of its R query heads (indices inside the group). */
+  qInGroup: number[][];
+  /** Per MLP prefix (`model.layers.<l>.mlp`, `...experts.<e>`, `...shared_expert`): order over its neurons. */
+  mlp: Record<string, number[]>;
+}
+
+export const identity = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+
+/** The MLPs of layer l: prefix, projection names and width. */
+export function mlpsOf(spec: ArchSpec, l: number): { prefix: string; gate: string; up: string; down: string; width: number }[] {
+  if (!isMoeLayer(spec, l)) {
+    const n = layerNames(l).mlp;
+    return [{ prefix: `model.layers.${l}.mlp`, ...n, width: spec.intermediateSize }];
+  }
+  const m = moeNames(spec, l);
+  const out = m.experts.map((e) => ({
+    prefix: e.gate.replace(/\.(gate_proj|w1)\.weight$/, ''),
+    ...e,
+    width: spec.moe!.expertIntermediateSize,
+  }));
+  if (m.shared) out.push({ prefix: `model.layers.${l}.mlp.shared_expert`, ...m.shared, width: spec.moe!.sharedExpertIntermediateSize! });
+  return out;
+}
+
+export function identityOrder(spec: ArchSpec, l: number): LayerOrder {
+  const G = spec.numKvHeads;
+  const R = spec.numHeads / G;
+  return {
+    layer: l,
+    groups: identity(G),
+    qInGroup: Array.from({ length: G }, () => identity(R)),
+    mlp: Object.fromEntries(mlpsOf(spec, l).map((m) => [m.prefix, identity(m.width)])),
+  };
+}
+
+/** Throws unless `p` is a permutation of [0, n). */
+export function checkPermutation(p: ArrayLike<number>, n: number, what: string): void {
+  if (p.length !== n) throw new LlmcError(`${what}: permutation has length ${p.length}, expected ${n}`);
+  const seen = new Uint8Array(n);
+  for (let i = 0; i < n; i++) {
+    const v = p[i];
+    if (!Number.isInteger(v) || v < 0 || v >= n || seen[v]) throw new LlmcError(`${what}: not a permutation of [0, ${n})`);
+    seen[v] = 1;
+  }
+}
+
+export function inversePermutation(p: ArrayLike<number>): Int32Array {
+  const inv = new Int32Array(p.length);
+  for (let i = 0; i < p.length; i++) inv[p[i]] = i;
+  return inv;
+}
+
+/** Channel gathers over K/V rows (G·dh) and Q rows / O columns (H·dh). */
+export function expandAttention(o: LayerOrder, headDim: number): { kv: Int32Array; q: Int32Array } {
+  const G = o.groups.length;
+  const R = o.qInGroup[0]?.length ?? 1;
+  const kv = new Int32Array(G * headDim);
+  const q = new Int32Array(G * R * headDim);
+  for (let g = 0; g < G; g++) {
+    const old = o.groups[g];
+    for (let e = 0; e < headDim; e++) kv[g * headDim + e] = old * headDim + e;
+    for (let r = 0; r < R; r++) {
+      const oldHead = old * R + o.qInGroup[g][r];
+      for (let e = 0; e < headDim; e++) q[(g * R + r) * headDim + e] = oldHead * headDim + e;
+    }
+  }
+  return { kv, q };
+}
+
+/** new[i, :] = old[perm[i], :] for a row-major [rows, cols] matrix (or a vector when cols = 1). */
+export function gatherRows(data: Float32Array, cols: number, perm: ArrayLike<number>): Float32Array {
+  const out = new Float32Array(data.length);
+  for (let i = 0; i < perm.length; i++) out.set(data.subarray(perm[i] * cols, (perm[i] + 1) * cols), i * cols);
+  return out;
+}
+
+/** new[:, j] = old[:, perm[j]] for a row-major [rows, cols] matrix. */
+export function gatherCols(data: Float32Array, cols: number, perm: ArrayLike<number>): Float32Array {
+  const out = new Float32Array(data.length);
+  const rows = data.length / cols;
+  for (let r = 0; r < rows; r++) {
+    const base = r * cols;
+    for (let j = 0; j < cols; j++) out[base + j] = data[base + perm[j]];
+  }
+  return out;
+}
+
+export type TensorRewrite = { axis: 'rows' | 'cols'; perm: Int32Array };
+
+/** Which tensors move and how, for a set of layer orders (identity layers are left out). */
+export function rewritePlan(spec: ArchSpec, orders: LayerOrder[]): Map<string, TensorRewrite> {
+  const plan = new Map<string, TensorRewrite>();
+  const isIdentity = (p: ArrayLike<number>) => Array.prototype.every.call(p, (v: number, i: number) => v === i);
+  for (const o of orders) {
+    const G = spec.numKvHeads;
+    const R = spec.numHeads / G;
+    checkPermutation(o.groups, G, `layer ${o.layer} KV-group order`);
+    if (o.qInGroup.length !== G) throw new LlmcError(`layer ${o.layer}: expected ${G} query-head orders`);
+    o.qInGroup.forEach((p, g) => checkPermutation(p, R, `layer ${o.layer} group ${g} query-head order`));
+    const { kv, q } = expandAttention(o, spec.headDim);
+    const n = layerNames(o.layer);
+    if (!isIdentity(q)) {
+      plan.set(n.q, { axis: 'rows', perm: q });
+      plan.set(n.o, { axis: 'cols', perm: q });
+      if (spec.qkvBias) plan.set(n.qBias, { axis: 'rows', perm: q });
+    }
+    if (!isIdentity(kv)) {
+      plan.set(n.k, { axis: 'rows', perm: kv });
+      plan.set(n.v, { axis: 'rows', perm: kv });
+      if (spec.qkvBias) {
+        plan.set(n.kBias, { axis: 'rows', perm: kv });
+        plan.set(n.vBias, { axis: 'rows', perm: kv });
+      }
+    }
+    for (const m of mlpsOf(spec, o.layer)) {
+      const p = o.mlp[m.prefix];
+      if (!p) throw new LlmcError(`layer ${o.layer}: no neuron order for ${m.prefix}`);
+      checkPermutation(p, m.width, `${m.prefix} neuron order`);
+      if (isIdentity(p)) continue;
+      const perm = Int32Array.from(p);
+      plan.set(m.gate, { axis: 'rows', perm });
+      plan.set(m.up, { axis: 'rows', perm });
+      plan.set(m.down, { axis: 'cols', perm });
+      if (spec.mlpBias) {
+        plan.set(m.gate.replace(/\.weight$/, '.bias'), { axis: 'rows', perm });
+        plan.set(m.up.replace(/\.weight$/, '.bias'), { axis: 'rows', perm });
+        // down's bias lives on the hidden dimension: unchanged.
+      }
+    }
+  }
+  return plan;
+}
+
+/** Apply one rewrite to a tensor's data (shape from the source's metadata). */
+export function applyRewrite(data: Float32Array, shape: number[], rw: TensorRewrite): Float32Array {
+  const cols = shape.length === 1 ? 1 : shape[shape.length - 1];
+  return rw.axis === 'rows' ? gatherRows(data, cols, rw.perm) : gatherCols(data, cols, rw.perm);
+}
+
+/** The reordered model as a lazy ModelSource: tensors are permuted as they are read. */
+export function permuteSource(base: ModelSource, orders: LayerOrder[], label = 'reorder'): ModelSource {
+  const plan = rewritePlan(base.spec, orders);
+  const h = createHash('sha256');
+  for (const [name, rw] of [...plan].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
+    h.update(name).update(rw.axis).update(Buffer.from(rw.perm.buffer, rw.perm.byteOffset, rw.perm.byteLength));
+  }
+  return transformSource(base, {
+    label,
+    paramsHash: h.digest('hex'),
+    rewrite: (name, data) => {
+      const rw = plan.get(name);
+      return rw ? applyRewrite(data, base.meta(name)!.shape, rw) : data;
+    },
+  });
+}

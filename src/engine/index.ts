@@ -1,0 +1,3 @@
+export * from './engine.js';
+export * from './generator.js';
+export * from './taps.js';

@@ -1,0 +1,144 @@
+/**
+ * Bad input through the real CLI entry (src/cli/main.ts, in-process): one `llmc:` line on stderr,
+ * a non-zero exit, and the output directory left without model.gguf or temp files.
+ */
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, writeSync, closeSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { generateFixture } from '../fixtures/generate.js';
+import { main } from '../src/cli/main.js';
+import { closeQuantWorkers } from '../src/quant/index.js';
+import { STORIES } from './gguf-helpers.js';
+
+let tmp: string;
+const mounts: string[] = [];
+
+beforeAll(() => {
+  tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-gguf-cli-'));
+});
+afterAll(async () => {
+  for (const m of mounts) {
+    try {
+      execFileSync('umount', [m]);
+    } catch {
+      /* already gone */
+    }
+  }
+  rmSync(tmp, { recursive: true, force: true });
+  await closeQuantWorkers();
+});
+
+async function run(args: string[]): Promise<{ code: number; errLines: string[] }> {
+  const chunks: string[] = [];
+  const spy = vi.spyOn(process.stderr, 'write').mockImplementation((s: string | Uint8Array) => {
+    chunks.push(String(s));
+    return true;
+  });
+  try {
+    const code = await main(args);
+    return { code, errLines: chunks.join('').split('\n').filter((l) => l.startsWith('llmc:')) };
+  } finally {
+    spy.mockRestore();
+  }
+}
+
+/** Mount a tmpfs (root only); null when this machine does not allow it. */
+function tryMount(dir: string, opts: string): string | null {
+  mkdirSync(dir, { recursive: true });
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', opts, 'tmpfs', dir], { stdio: 'pipe' });
+    mounts.push(dir);
+    return dir;
+  } catch {
+    return null;
+  }
+}
+
+const leftovers = (dir: string) => readdirSync(dir).filter((f) => f === 'model.gguf' || f.endsWith('.tmp'));
+
+describe('gguf target: bad input', () => {
+  it('unknown quant type: usage error (exit 2) listing the valid types', async () => {
+    const out = path.join(tmp, 'q');
+    const r = await run(['compile', STORIES, '--target', 'gguf', '--quant', 'Q9_Z', '-o', out]);
+    expect(r.code).toBe(2);
+    expect(r.errLines).toHaveLength(1);
+    expect(r.errLines[0]).toMatch(/unknown quant type "Q9_Z".*valid: .*Q4_K_M/);
+    expect(readdirSync(out)).toEqual([]);
+  });
+
+  it('unknown --tensor-type type: usage error', async () => {
+    const out = path.join(tmp, 'tt');
+    const r = await run(['compile', STORIES, '--target', 'gguf', '--tensor-type', 'ffn_down=Q7', '-o', out]);
+    expect(r.code).toBe(2);
+    expect(r.errLines).toHaveLength(1);
+    expect(r.errLines[0]).toMatch(/unknown tensor type "Q7"/);
+  });
+
+  it('unwritable output directory (a path through a regular file, and a read-only mount)', async () => {
+    const file = path.join(tmp, 'plain-file');
+    writeFileSync(file, 'x');
+    let r = await run(['compile', STORIES, '--target', 'gguf', '-o', path.join(file, 'out')]);
+    expect(r.code).toBe(1);
+    expect(r.errLines).toHaveLength(1);
+    expect(r.errLines[0]).toMatch(/cannot write to output directory/);
+
+    const ro = tryMount(path.join(tmp, 'ro'), 'ro,size=64k');
+    if (!ro) return console.log('mount not permitted here: read-only case skipped');
+    r = await run(['compile', STORIES, '--target', 'gguf', '-o', ro]);
+    expect(r.code).toBe(1);
+    expect(r.errLines).toHaveLength(1);
+    expect(r.errLines[0]).toMatch(/read-only file system|permission denied/);
+    expect(readdirSync(ro)).toEqual([]);
+  });
+
+  it('disk full mid-write (64 KiB tmpfs): one line, no model.gguf, no temp file', async () => {
+    const small = tryMount(path.join(tmp, 'full'), 'size=64k');
+    if (!small) return console.log('mount not permitted here: disk-full case skipped');
+    const r = await run(['compile', STORIES, '--target', 'gguf', '--quant', 'F32', '-o', small]);
+    expect(r.code).toBe(1);
+    expect(r.errLines).toHaveLength(1);
+    expect(r.errLines[0]).toMatch(/model\.gguf: cannot write: no space left on device/);
+    expect(readdirSync(small)).toEqual([]);
+  });
+
+  it('a source tensor with a NaN (found mid-write): named in the error, nothing left behind', async () => {
+    const src = path.join(tmp, 'nan-src');
+    await generateFixture(src, { arch: 'llama', tokenizer: 'none' });
+    // Poison one element of a late tensor, so the writer has already streamed earlier ones.
+    const st = path.join(src, 'model.safetensors');
+    const buf = readFileSync(st);
+    const hlen = Number(buf.readBigUInt64LE(0));
+    const header = JSON.parse(buf.subarray(8, 8 + hlen).toString());
+    const victim = 'model.layers.1.mlp.down_proj.weight';
+    const fd = openSync(st, 'r+');
+    const nan = Buffer.alloc(4);
+    nan.writeFloatLE(NaN);
+    writeSync(fd, nan, 0, 4, 8 + hlen + header[victim].data_offsets[0] + 40);
+    closeSync(fd);
+    const out = path.join(tmp, 'nan-out');
+    mkdirSync(out);
+    writeFileSync(path.join(out, 'keep.txt'), 'user file'); // an existing file in the output dir survives
+    const r = await run(['compile', src, '--target', 'gguf', '--quant', 'Q8_0', '-o', out]);
+    expect(r.code).toBe(1);
+    expect(r.errLines).toHaveLength(1);
+    expect(r.errLines[0]).toContain(`tensor "${victim}" holds a non-finite value (NaN) at element 10`);
+    expect(leftovers(out)).toEqual([]);
+    expect(readdirSync(out)).toEqual(['keep.txt']);
+  });
+
+  it('a truncated safetensors file: one line naming it', async () => {
+    const src = path.join(tmp, 'trunc-src');
+    mkdirSync(src);
+    copyFileSync(path.join(STORIES, 'config.json'), path.join(src, 'config.json'));
+    const full = readFileSync(path.join(STORIES, 'model.safetensors'));
+    writeFileSync(path.join(src, 'model.safetensors'), full.subarray(0, full.length - 1000));
+    const out = path.join(tmp, 'trunc-out');
+    const r = await run(['compile', src, '--target', 'gguf', '-o', out]);
+    expect(r.code).toBe(1);
+    expect(r.errLines).toHaveLength(1);
+    expect(r.errLines[0]).toContain('model.safetensors');
+    expect(existsSync(path.join(out, 'model.gguf'))).toBe(false); // refused at open: nothing was created
+  });
+});

@@ -1,0 +1,121 @@
+/** Shared by the gguf tests: compile through the real driver, run real llama.cpp (node-llama-cpp). */
+import path from 'node:path';
+import { compile } from '../src/compile/compile.js';
+import { openCheckpoint, type ModelSource } from '../src/checkpoint/index.js';
+import { silentProgress } from '../src/util/progress.js';
+import type { Manifest } from '../src/compile/manifest.js';
+
+export const ROOT = path.resolve(__dirname, '..');
+export const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
+
+export async function compileGguf(
+  source: string | ModelSource,
+  outDir: string,
+  opts: { quant?: string; tensorTypes?: [string, string][] } = {},
+): Promise<{ manifest: Manifest; notes: string[]; file: string }> {
+  const src = typeof source === 'string' ? await openCheckpoint(source) : source;
+  const notes: string[] = [];
+  try {
+    const manifest = await compile({
+      source: src,
+      target: 'gguf',
+      outDir,
+      passes: [],
+      options: { quant: opts.quant, tensorTypes: (opts.tensorTypes ?? []).map(([p, t]) => ({ pattern: new RegExp(p), type: t })), extra: {} },
+      progress: silentProgress,
+      note: (m) => notes.push(m),
+    });
+    return { manifest, notes, file: path.join(outDir, 'model.gguf') };
+  } finally {
+    if (typeof source === 'string') await (src as { close(): Promise<void> }).close();
+  }
+}
+
+type Llama = Awaited<ReturnType<typeof import('node-llama-cpp')['getLlama']>>;
+let llamaP: Promise<Llama> | undefined;
+
+/** One CPU-only llama.cpp instance (the prebuilt binaries inside node-llama-cpp; never builds). */
+export async function llama(): Promise<Llama> {
+  llamaP ??= import('node-llama-cpp').then(({ getLlama, LlamaLogLevel }) =>
+    getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error }),
+  );
+  return llamaP;
+}
+
+/** Greedy continuation of `prompt` (token ids, no BOS added) by llama.cpp. */
+export async function llamaGreedy(modelPath: string, prompt: number[], n: number): Promise<number[]> {
+  const l = await llama();
+  const model = await l.loadModel({ modelPath });
+  try {
+    const ctx = await model.createContext({ contextSize: 256, threads: 1 });
+    try {
+      const out: number[] = [];
+      if (n > 0) {
+        for await (const t of ctx.getSequence().evaluate(prompt, { temperature: 0 })) {
+          out.push(t);
+          if (out.length >= n) break;
+        }
+      }
+      return out;
+    } finally {
+      await ctx.dispose();
+    }
+  } finally {
+    await model.dispose();
+  }
+}
+
+/** llama.cpp's tokenization of `text` (no BOS/EOS added). */
+export async function llamaTokenize(modelPath: string, text: string): Promise<number[]> {
+  const l = await llama();
+  const model = await l.loadModel({ modelPath });
+  try {
+    return [...model.tokenize(text)];
+  } finally {
+    await model.dispose();
+  }
+}
+
+/** Length of the common prefix, and the fraction of equal positions. */
+export function agreement(a: readonly number[], b: readonly number[]): { prefix: number; positional: number } {
+  let prefix = 0;
+  while (prefix < a.length && prefix < b.length && a[prefix] === b[prefix]) prefix++;
+  const n = Math.min(a.length, b.length);
+  let same = 0;
+  for (let i = 0; i < n; i++) if (a[i] === b[i]) same++;
+  return { prefix, positional: n ? same / n : 0 };
+}
+
+/** llama.cpp's logits after each token of `tokens` (teacher-forced, one row per position). */
+export async function llamaLogits(modelPath: string, tokens: number[], nVocab: number): Promise<Float32Array[]> {
+  const l = await llama();
+  const model = await l.loadModel({ modelPath });
+  try {
+    const ctx = await model.createContext({ contextSize: 256, threads: 1 });
+    try {
+      const res = await ctx.getSequence().controlledEvaluate(tokens.map((t) => [t, { generateNext: { logits: true } }] as const));
+      return res.map((r) => {
+        const row = new Float32Array(nVocab);
+        for (const [tok, v] of r?.next?.logits ?? new Map<number, number>()) row[tok] = v;
+        return row;
+      });
+    } finally {
+      await ctx.dispose();
+    }
+  } finally {
+    await model.dispose();
+  }
+}
+
+/** RMS of (a - b) over RMS of b, across all positions. */
+export function relRms(a: Float32Array[], b: Float32Array[]): number {
+  let num = 0;
+  let den = 0;
+  for (let p = 0; p < a.length; p++) {
+    for (let i = 0; i < a[p].length; i++) {
+      num += (a[p][i] - b[p][i]) ** 2;
+      den += b[p][i] ** 2;
+    }
+  }
+  return Math.sqrt(num / den);
+}

@@ -1,0 +1,144 @@
+/**
+ * Elastic widths: running prefixes of KV groups / query heads / FFN neurons (row prefix of q,k,v,gate,up;
+ * column prefix of o,down) must equal the full model whose dropped units' o_proj / down_proj columns
+ * are zeroed — the masked model is built independently, as a checkpoint transform compiled to its own artifact.
+ */
+import { promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generateFixture, type FixtureArch } from '../fixtures/generate.js';
+import { layerNames, moeNames, openCheckpoint, transformSource, type ModelSource } from '../src/checkpoint/index.js';
+import { isMoeLayer } from '../src/checkpoint/spec.js';
+import { compile } from '../src/compile/compile.js';
+import type { LayerWidth } from '../src/runtime/model.js';
+import { loadDir } from '../src/runtime/node.js';
+import { silentProgress } from '../src/util/progress.js';
+
+let tmp: string;
+beforeAll(async () => {
+  tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-elastic-'));
+});
+afterAll(async () => {
+  await fsp.rm(tmp, { recursive: true, force: true });
+});
+
+async function emit(source: ModelSource, outDir: string, quant = 'F32') {
+  await compile({ source, target: 'ts', outDir, passes: [], options: { quant, extra: {} }, progress: silentProgress, note: () => {} });
+}
+
+/** Zero columns `keep(c) === false` of a [rows, cols] matrix. */
+function zeroColumns(data: Float32Array, cols: number, keep: (c: number) => boolean): Float32Array {
+  for (let i = 0; i < data.length; i++) if (!keep(i % cols)) data[i] = 0;
+  return data;
+}
+
+function relErr(a: Float32Array, b: Float32Array): number {
+  let e = 0;
+  let m = 0;
+  for (let i = 0; i < b.length; i++) {
+    e = Math.max(e, Math.abs(a[i] - b[i]));
+    m = Math.max(m, Math.abs(b[i]));
+  }
+  return e / m;
+}
+
+async function checkArch(arch: FixtureArch, widths: LayerWidth[], quant = 'F32') {
+  const src = path.join(tmp, `${arch}-src`);
+  await generateFixture(src, { arch, seed: 5 });
+  const ck = await openCheckpoint(src);
+  const s = ck.spec;
+  const hd = s.headDim;
+  const nrep = s.numHeads / s.numKvHeads;
+  const masks = new Map<string, (c: number) => boolean>();
+  widths.forEach((w, l) => {
+    const qpg = w.qHeadsPerGroup ?? nrep;
+    masks.set(layerNames(l).o, (c) => {
+      const h = Math.floor(c / hd);
+      return Math.floor(h / nrep) < w.kvGroups && h % nrep < qpg;
+    });
+    if (!isMoeLayer(s, l)) {
+      if (w.ffn !== undefined) masks.set(layerNames(l).mlp.down, (c) => c < w.ffn!);
+    } else {
+      const m = moeNames(s, l);
+      m.experts.forEach((ex, e) => {
+        const f = w.expertFfn?.[e] ?? w.ffn;
+        if (f !== undefined) masks.set(ex.down, (c) => c < f);
+      });
+      if (m.shared && w.sharedFfn !== undefined) masks.set(m.shared.down, (c) => c < w.sharedFfn!);
+    }
+  });
+  const masked = transformSource(ck, {
+    label: 'mask',
+    paramsHash: 'test',
+    rewrite: (name, data) => {
+      const keep = masks.get(name);
+      return keep ? zeroColumns(data, ck.meta(name)!.shape[1], keep) : data;
+    },
+  });
+  try {
+    await emit(ck, path.join(tmp, `${arch}-full`), quant);
+    await emit(masked, path.join(tmp, `${arch}-masked`), quant);
+  } finally {
+    await ck.close();
+  }
+  const full = await loadDir(path.join(tmp, `${arch}-full`));
+  const ref = await loadDir(path.join(tmp, `${arch}-masked`));
+  const ids = [1, 7, 3, 99, 42, 5, 8, 13];
+  const want = ref.forward(ids);
+  const got = full.forward(ids, undefined, { widths });
+  expect(relErr(got, want)).toBeLessThan(1e-5);
+  // Not trivially equal: the full widths on the unmasked model differ.
+  expect(relErr(full.forward(ids), want)).toBeGreaterThan(1e-3);
+  // Decode through the cache with widths gives the same last-position logits.
+  const cache = full.newCache();
+  full.forward(ids.slice(0, 5), cache, { widths });
+  let last = new Float32Array(0);
+  for (const id of ids.slice(5)) last = full.forward([id], cache, { widths });
+  const V = full.spec.vocabSize;
+  expect(relErr(last, want.subarray((ids.length - 1) * V))).toBeLessThan(1e-5);
+}
+
+describe('elastic widths = masked full model', () => {
+  it('llama: KV-group prefix, query heads per group, FFN prefixes (one cutting a block)', async () => {
+    await checkArch('llama', [
+      { kvGroups: 1, ffn: 50 },
+      { kvGroups: 2, qHeadsPerGroup: 1, ffn: 96 },
+    ]);
+  });
+
+  it('llama in F16 (masking zeros are exact in F16, so the same equality holds)', async () => {
+    await checkArch('llama', [
+      { kvGroups: 2, qHeadsPerGroup: 1, ffn: 64 },
+      { kvGroups: 1, ffn: 33 },
+    ], 'F16');
+  });
+
+  it('mixtral: per-expert FFN prefixes', async () => {
+    await checkArch('mixtral', [
+      { kvGroups: 1, expertFfn: [64, 20, 40, 1] },
+      { kvGroups: 2, expertFfn: [32, 64, 17, 50] },
+    ]);
+  });
+
+  it('mixtral: one `ffn` for every routed expert (the reorder pass levels\' form)', async () => {
+    await checkArch('mixtral', [
+      { kvGroups: 2, qHeadsPerGroup: 1, ffn: 24 },
+      { kvGroups: 1, ffn: 48 },
+    ]);
+  });
+
+  it('qwen2_moe: per-expert and shared-expert prefixes', async () => {
+    await checkArch('qwen2_moe', [
+      { kvGroups: 2, expertFfn: [10, 64, 30, 64], sharedFfn: 70 },
+      { kvGroups: 1, qHeadsPerGroup: 1, sharedFfn: 128, expertFfn: [64, 64, 5, 60] },
+    ]);
+  });
+
+  it('rejects widths outside the model', async () => {
+    const dir = path.join(tmp, 'llama-full');
+    const m = await loadDir(dir);
+    expect(() => m.forward([1], undefined, { widths: [{ kvGroups: 3 }, { kvGroups: 1 }] })).toThrow(/kvGroups = 3 is outside 1\.\.2/);
+    expect(() => m.forward([1], undefined, { widths: [{ kvGroups: 1 }] })).toThrow(/1 entries for 2 layers/);
+  });
+});
