@@ -7,27 +7,71 @@
  */
 import { promises as fsp } from 'node:fs';
 import { Checkpoint, DTYPE_BYTES, type ModelSource, type TensorInfo } from '../../src/checkpoint/index.js';
-import { decodeBf16, decodeF16 } from '../../src/util/half.js';
+import { bf16ToF32, decodeBf16, decodeF16 } from '../../src/util/half.js';
 import { LlmcError } from '../../src/errors.js';
 import { ioError } from '../../src/util/atomic.js';
 import { permuteRotaryRows, type TensorPlan } from './tensors.js';
 
 export interface Chunk {
-  data: Float32Array;
+  /** f32 values, or (when the caller accepts them) the raw bfloat16 bits of a BF16 source. */
+  data?: Float32Array;
+  bf16?: Uint16Array;
+  /** Number of values. */
+  length: number;
   /** Source tensor it came from, and the element offset of data[0] in it (for messages). */
   source: string;
   offset: number;
 }
 
+function nonFinite(c: Chunk, i: number, value: number, where: string): LlmcError {
+  return new LlmcError(`tensor "${c.source}" holds a non-finite value (${value}) at element ${c.offset + i}`, where);
+}
+
 function checkFinite(c: Chunk, where: string): void {
   // Exponent bits all ones = Inf or NaN; an integer test is much cheaper than a float compare.
-  const d = c.data;
+  if (c.bf16) return checkFiniteBf16(c, where);
+  const d = c.data!;
   const bits = new Int32Array(d.buffer, d.byteOffset, d.length);
   for (let i = 0; i < bits.length; i++) {
-    if ((bits[i] & 0x7f800000) === 0x7f800000) {
-      throw new LlmcError(`tensor "${c.source}" holds a non-finite value (${d[i]}) at element ${c.offset + i}`, where);
+    if ((bits[i] & 0x7f800000) === 0x7f800000) throw nonFinite(c, i, d[i], where);
+  }
+}
+
+function checkFiniteBf16(c: Chunk, where: string): void {
+  const d = c.bf16!;
+  const bad = (i: number) => (d[i] & 0x7f80) === 0x7f80;
+  // Two values per 32-bit word: adding 0x80 to an exponent field carries into its (cleared) sign bit
+  // exactly when the field is all ones.
+  const head = (d.byteOffset & 3) === 0 ? 0 : 1;
+  const words = (d.length - head) >>> 1;
+  const w = new Uint32Array(d.buffer, d.byteOffset + head * 2, words);
+  let hit = -1;
+  for (let i = 0; i < words; i++) {
+    if (((w[i] & 0x7f807f80) + 0x00800080) & 0x80008000) { hit = head + 2 * i; break; }
+  }
+  const tail = head + 2 * words;
+  if (hit < 0 && head && bad(0)) hit = 0;
+  if (hit < 0 && tail < d.length && bad(tail)) hit = tail;
+  if (hit < 0) return;
+  const i = bad(hit) ? hit : hit + 1;
+  throw nonFinite(c, i, bf16ToF32(d[i]), where);
+}
+
+/** Rows of `data` (whole heads) into `out` in the order llama.cpp's rotary layout wants. */
+function permuteRowsInto(data: Uint16Array, out: Uint16Array, rows: number, heads: number): Uint16Array {
+  const cols = data.length / rows;
+  const hd = rows / heads;
+  if (!Number.isInteger(hd) || hd % 2 !== 0) throw new LlmcError(`cannot permute ${rows} rows into ${heads} heads of even size`);
+  const half = hd / 2;
+  for (let h = 0; h < heads; h++) {
+    for (let j = 0; j < 2; j++) {
+      for (let i = 0; i < half; i++) {
+        const src = (h * hd + j * half + i) * cols;
+        out.set(data.subarray(src, src + cols), (h * hd + 2 * i + j) * cols);
+      }
     }
   }
+  return out;
 }
 
 /** Decoders of raw little-endian safetensors bytes into a caller's buffer (no allocation). */
@@ -45,9 +89,18 @@ function rowsPerChunk(rows: number, rowLen: number, unit: number, maxElems: numb
   return Math.min(rows, units * unit);
 }
 
-export async function* tensorChunks(source: ModelSource, t: TensorPlan, maxElems: number): AsyncGenerator<Chunk> {
+export interface ChunkOptions {
+  /** Values per chunk (about). */
+  maxElems: number;
+  /** Hand BF16 checkpoint tensors over as raw bits (`Chunk.bf16`) instead of decoding them. */
+  rawBf16?: boolean;
+}
+
+export async function* tensorChunks(source: ModelSource, t: TensorPlan, opts: ChunkOptions): AsyncGenerator<Chunk> {
+  const maxElems = opts.maxElems;
   if (t.computed) {
-    const c = { data: t.computed(), source: t.name, offset: 0 };
+    const data = t.computed();
+    const c = { data, length: data.length, source: t.name, offset: 0 };
     checkFinite(c, source.description);
     yield c;
     return;
@@ -63,9 +116,21 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, maxElems
     const headRows = t.permuteHeads ? rows / t.permuteHeads : 1;
     const step = rowsPerChunk(rows, rowLen, headRows, maxElems);
     const finish = (data: Float32Array, r0: number): Chunk => {
-      const c = { data, source: name, offset: r0 * rowLen };
+      const c = { data, length: data.length, source: name, offset: r0 * rowLen };
       checkFinite(c, source.description);
       if (t.permuteHeads) c.data = permuteRotaryRows(data, data.length / rowLen, (data.length / rowLen) / headRows);
+      return c;
+    };
+    let permuted: Uint16Array | undefined;
+    const finishBf16 = (bits: Uint16Array, r0: number): Chunk => {
+      const c: Chunk = { bf16: bits, length: bits.length, source: name, offset: r0 * rowLen };
+      checkFinite(c, source.description);
+      if (t.permuteHeads) {
+        // One reused buffer: the encoder is done with the previous chunk before the next is made.
+        if (!permuted || permuted.length < bits.length) permuted = new Uint16Array(bits.length);
+        const rowsHere = bits.length / rowLen;
+        c.bf16 = permuteRowsInto(bits, permuted.subarray(0, bits.length), rowsHere, rowsHere / headRows);
+      }
       return c;
     };
     if (source instanceof Checkpoint && (info(source, name).dtype in RAW_DECODERS)) {
@@ -82,7 +147,8 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, maxElems
         // Two raw and two f32 buffers, alternating: the next chunk's bytes arrive while this one
         // is quantized, and the previous chunk may still be being written (F32 writes the data itself).
         const raws = [Buffer.allocUnsafeSlow(step * rowLen * esize), Buffer.allocUnsafeSlow(step * rowLen * esize)];
-        const f32s = [new Float32Array(step * rowLen), new Float32Array(step * rowLen)];
+        const raw16 = opts.rawBf16 && ti.dtype === 'BF16';
+        const f32s = raw16 ? [] : [new Float32Array(step * rowLen), new Float32Array(step * rowLen)];
         const read = async (r0: number, k: number): Promise<Buffer> => {
           const n = (Math.min(rows, r0 + step) - r0) * rowLen * esize;
           const buf = raws[k].subarray(0, n);
@@ -100,6 +166,10 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, maxElems
           next = r0 + step < rows ? read(r0 + step, k ^ 1) : null;
           next?.catch(() => {}); // surfaced when awaited
           const n = raw.length / esize;
+          if (raw16) {
+            yield finishBf16(new Uint16Array(raw.buffer, raw.byteOffset, n), r0);
+            continue;
+          }
           const data = f32s[k].subarray(0, n);
           decode(raw, data);
           yield finish(data, r0);

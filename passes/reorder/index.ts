@@ -12,7 +12,7 @@ import type { ModelSource } from '../../src/checkpoint/source.js';
 import { TfModel } from '../../src/autodiff/lower.js';
 import { Engine } from '../../src/engine/index.js';
 import { UsageError } from '../../src/errors.js';
-import { calibrationSet, type CalibrationSet } from '../../src/profile/calibration.js';
+import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/profile/calibration.js';
 import { cachedProfile } from '../../src/profile/store.js';
 import type { Pass, PassContext, PassResult } from '../types.js';
 import {
@@ -85,7 +85,7 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
   try {
     const calib = await calibrationSet(
       source,
-      { source: 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
+      { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
       { cacheDir: ctx.cacheDir, engine },
     );
 

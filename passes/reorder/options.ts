@@ -7,6 +7,8 @@ export interface ReorderOptions {
   /** Calibration sequences × tokens (default the paper's 10 × 64) and seed (the paper's 42). */
   calibCount: number;
   calibLength: number;
+  /** A text file to calibrate on (needs the model's tokenizer); absent = self-generated. */
+  calibText: string | null;
   seed: number;
   /** Held-out sequences for `auto` and per-level perplexity. */
   heldOut: number;
@@ -22,7 +24,7 @@ export interface ReorderOptions {
   sizeBy: 'total' | 'blocks';
 }
 
-export const OPTION_KEYS = ['importance', 'calib', 'calibLength', 'seed', 'heldOut', 'anchors', 'levels', 'quantBlock', 'evaluate', 'sizeBy'] as const;
+export const OPTION_KEYS = ['importance', 'calib', 'calibLength', 'calibText', 'seed', 'heldOut', 'anchors', 'levels', 'quantBlock', 'evaluate', 'sizeBy'] as const;
 
 const int = (key: string, v: string, min: number) => {
   if (!/^\d+$/.test(v.trim()) || Number(v) < min) throw new UsageError(`reorder.${key} must be an integer ≥ ${min}, got "${v}"`);
@@ -68,6 +70,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
     importance: importance as ReorderOptions['importance'],
     calibCount: raw.calib !== undefined ? int('calib', raw.calib, 1) : 10,
     calibLength: raw.calibLength !== undefined ? int('calibLength', raw.calibLength, 2) : 64,
+    calibText: raw.calibText?.trim() || null,
     seed: raw.seed !== undefined ? int('seed', raw.seed, 0) : 42,
     heldOut: raw.heldOut !== undefined ? int('heldOut', raw.heldOut, 1) : 10,
     anchors,

@@ -9,7 +9,6 @@ import { openCheckpoint } from '../checkpoint/index.js';
 import type { ArchSpec } from '../checkpoint/spec.js';
 import { LlmcError } from '../errors.js';
 import type { SamplingOptions } from '../runtime/sampling.js';
-import { Engine } from './engine.js';
 import { openArtifactGenerator } from '../runtime/node.js';
 
 export interface TokenGenerator {
@@ -42,6 +41,8 @@ export async function openGenerator(modelPath: string, opts: { threads?: number 
   }
   const checkpoint = await openCheckpoint(modelPath);
   try {
+    // Loaded on demand: onnxruntime costs ~0.3 s to import, which no other command should pay.
+    const { Engine } = await import('./engine.js');
     const engine = await Engine.open(checkpoint, { threads: opts.threads });
     return {
       spec: checkpoint.spec,

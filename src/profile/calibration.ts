@@ -3,13 +3,16 @@
  * measures on the same ids. Without text they are sampled from the model itself (data-free
  * calibration, src/calibration), the held-out set from a derived seed.
  */
-import { heldOutSequences, selfGeneratedSequences } from '../calibration/index.js';
+import { heldOutSequences, selfGeneratedSequences, textSequences } from '../calibration/index.js';
 import type { ModelSource } from '../checkpoint/source.js';
 import { Engine } from '../engine/index.js';
+import { LlmcError } from '../errors.js';
+import { loadTokenizer } from '../tokenizer/index.js';
 import { cachedProfile } from './store.js';
 
 export interface CalibrationSpec {
-  source: 'self-generated';
+  /** 'self-generated' (data-free) or text: the file's path and sha256 (the key needs the content). */
+  source: 'self-generated' | { text: string; sha256: string };
   count: number;
   length: number;
   seed: number;
@@ -34,6 +37,10 @@ const split = (flat: Float64Array, length: number): number[][] => {
 /** The calibration set of `source` for `spec`, computed once per (checkpoint, spec) when cached. */
 export async function calibrationSet(source: ModelSource, spec: CalibrationSpec, opts: { cacheDir?: string; engine?: Engine } = {}): Promise<CalibrationSet> {
   const profile = await cachedProfile(opts.cacheDir, 'calibration', { checkpoint: await source.identity(), ...spec }, async () => {
+    if (spec.source !== 'self-generated') {
+      const { calib, held } = await textCalibration(source, spec, spec.source.text);
+      return { meta: { ...spec }, arrays: { calib: Float64Array.from(calib.flat()), heldOut: Float64Array.from(held.flat()) } };
+    }
     const engine = opts.engine ?? (await Engine.open(source));
     try {
       const gen = { count: spec.count, length: spec.length, seed: spec.seed };
@@ -45,4 +52,34 @@ export async function calibrationSet(source: ModelSource, spec: CalibrationSpec,
     }
   });
   return { spec, calib: split(profile.arrays.calib, spec.length), heldOut: split(profile.arrays.heldOut, spec.length), key: profile.key };
+}
+
+/** sha256 of a calibration text file, for the spec (so an edited file is a new profile). */
+export async function textFileSpec(file: string): Promise<{ text: string; sha256: string }> {
+  const { createHash } = await import('node:crypto');
+  const { readFile } = await import('node:fs/promises');
+  const bytes = await readFile(file).catch(() => {
+    throw new LlmcError('cannot read calibration text', file);
+  });
+  return { text: file, sha256: createHash('sha256').update(bytes).digest('hex') };
+}
+
+/**
+ * Text calibration: the file tokenized with the model's own tokenizer, cut into windows of
+ * `length`; the first `count` windows calibrate, the next `heldOut` ones are held out (disjoint).
+ */
+async function textCalibration(source: ModelSource, spec: CalibrationSpec, file: string): Promise<{ calib: number[][]; held: number[][] }> {
+  if (!source.assets.tokenizer) {
+    throw new LlmcError('calibration text given, but the model has no tokenizer.json to encode it (omit it for self-generated calibration)', file);
+  }
+  const { readFile } = await import('node:fs/promises');
+  const tokenizer = loadTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig);
+  const windows = textSequences(tokenizer, [await readFile(file, 'utf8')], { length: spec.length, bosTokenId: source.spec.bosTokenId }).filter(
+    (w) => w.length === spec.length,
+  );
+  const need = spec.count + spec.heldOut;
+  if (windows.length < need) {
+    throw new LlmcError(`calibration text gives ${windows.length} windows of ${spec.length} tokens; ${need} needed (${spec.count} calibration + ${spec.heldOut} held-out)`, file);
+  }
+  return { calib: windows.slice(0, spec.count), held: windows.slice(spec.count, need) };
 }

@@ -5,7 +5,8 @@
  * A profile is JSON (`meta`, any shape) plus named float64 arrays stored in a binary file beside it:
  *   <cacheDir>/<kind>-<key>.bin    the arrays, little-endian f64, back to back
  *   <cacheDir>/<kind>-<key>.json   {format, version, kind, key, keyParts, meta, arrays: {name: [offset, length]}}
- * The key is the sha256 of the canonical JSON of `keyParts`. The JSON is written last, so a
+ * The key is the sha256 of the canonical JSON of `keyParts` and the llmc version (a new release may
+ * measure differently, so it never reuses an older release's profiles). The JSON is written last, so a
  * profile exists only once both files are whole. A corrupt or mismatched cache entry is recomputed.
  */
 import { createHash } from 'node:crypto';
@@ -14,6 +15,7 @@ import path from 'node:path';
 import { stableJson } from '../compile/manifest.js';
 import { LlmcError } from '../errors.js';
 import { ensureOutputDir, writeFileAtomic } from '../util/atomic.js';
+import { LLMC_VERSION } from '../version.js';
 
 export const PROFILE_FORMAT = 'llmc-profile';
 export const PROFILE_VERSION = 1;
@@ -32,7 +34,7 @@ export interface Profile extends ProfileData {
 }
 
 export function profileKey(kind: string, keyParts: Record<string, unknown>): string {
-  return createHash('sha256').update(stableJson({ kind, keyParts, version: PROFILE_VERSION })).digest('hex');
+  return createHash('sha256').update(stableJson({ kind, keyParts, version: PROFILE_VERSION, llmc: LLMC_VERSION })).digest('hex');
 }
 
 export function profilePaths(cacheDir: string, kind: string, key: string): { json: string; bin: string } {

@@ -61,6 +61,53 @@ export function f32ToBf16(x: number): number {
   return ((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
+/**
+ * bfloat16 bits → the nearest half's bits, in integer arithmetic (no f32 detour): equal to
+ * f32ToF16(bf16ToF32(h)) for every h. bf16's 7 mantissa bits fit f16's 10, so only values below
+ * f16's normal range (subnormals, round to nearest even) and above it (→ inf) need care.
+ */
+export function bf16ToF16Bits(h: number): number {
+  const sign = h & 0x8000;
+  const exp = (h >>> 7) & 0xff;
+  const mant = h & 0x7f;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0); // inf / nan
+  const e = exp - 112; // rebias 127 → 15
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e > 0) return sign | (e << 10) | (mant << 3);
+  if (exp === 0) return sign; // zero or a bf16 subnormal (< 2^-126): far below half an f16 ulp
+  // f16 subnormal: value / 2^-24 = (128 + mant) * 2^(exp - 110)
+  const n = 0x80 | mant;
+  const shift = 110 - exp;
+  if (shift <= 0) return sign | (n << -shift);
+  if (shift > 9) return sign; // n < 2^8 is below half of 2^shift
+  let r = n >>> shift;
+  const rem = n & ((1 << shift) - 1);
+  const half = 1 << (shift - 1);
+  if (rem > half || (rem === half && r & 1)) r++;
+  return sign | r;
+}
+
+/** bf16 bits → f16 bits for all 65536 inputs: converting a bf16 tensor to F16 is one table read per value. */
+let BF16_TO_F16: Uint16Array | null = null;
+export function bf16ToF16Table(): Uint16Array {
+  if (!BF16_TO_F16) {
+    BF16_TO_F16 = new Uint16Array(65536);
+    for (let i = 0; i < 65536; i++) BF16_TO_F16[i] = bf16ToF16Bits(i);
+  }
+  return BF16_TO_F16;
+}
+
+/** bf16 bits → f32 value for all 65536 inputs. */
+let BF16_TABLE: Float32Array | null = null;
+export function bf16Table(): Float32Array {
+  if (!BF16_TABLE) {
+    BF16_TABLE = new Float32Array(65536);
+    const u = new Uint32Array(BF16_TABLE.buffer);
+    for (let i = 0; i < 65536; i++) u[i] = i << 16;
+  }
+  return BF16_TABLE;
+}
+
 /** Round a float to the nearest half and back (what storing as F16 does to it). */
 export function roundF16(x: number): number {
   return f16ToF32(f32ToF16(x));

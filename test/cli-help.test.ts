@@ -1,0 +1,37 @@
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { BACKENDS } from '../backends/index.js';
+import { TARGET_NAMES } from '../src/cli/commands/compile.js';
+import { ensureBuilt } from './build-once.js';
+
+const ROOT = path.resolve(__dirname, '..');
+const llmc = (...args: string[]) => spawnSync('node', [path.join(ROOT, 'bin/llmc.js'), ...args], { encoding: 'utf8' });
+
+describe('llmc --help / --version', () => {
+  beforeAll(() => ensureBuilt());
+
+  it('the target list shown in --help is the backend registry', () => {
+    expect([...TARGET_NAMES].sort()).toEqual(Object.keys(BACKENDS).sort());
+  });
+
+  it('--version prints package.json version', async () => {
+    const pkg = (await import('../package.json', { with: { type: 'json' } })).default as { version: string };
+    const r = llmc('--version');
+    expect(r.status).toBe(0);
+    expect(r.stdout.trim()).toBe(pkg.version);
+  });
+
+  it.each(['compile', 'run', 'inspect'])('`llmc %s --help` explains the command and exits 0', (cmd) => {
+    const r = llmc(cmd, '--help');
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain(`Usage: llmc ${cmd}`);
+    expect(r.stdout).toMatch(/Options:/);
+  });
+
+  it('an unknown command is a usage error (exit 2)', () => {
+    const r = llmc('frobnicate');
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/unknown command/);
+  });
+});
