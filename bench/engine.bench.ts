@@ -6,13 +6,12 @@
  * Standalone: `npx tsc -p tsconfig.json && node dist/bench/engine.bench.js [--quick]`.
  */
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import * as ort from 'onnxruntime-node';
 import { openCheckpoint } from '../src/checkpoint/index.js';
 import { Engine } from '../src/engine/engine.js';
 import { onnx, DT_FLOAT } from '../src/onnx/proto.js';
 
-import { cachedFixture, type BenchSuite } from './harness.js';
+import { cachedFixture, runIfMain, type BenchSuite } from './harness.js';
 
 /** GFLOP/s of one onnxruntime MatMul [M,K]·[K,N] with a constant weight: what prefill is made of. */
 async function matmulBaseline(M: number, K: number, N: number, threads: number | undefined, reps: number): Promise<number> {
@@ -101,13 +100,4 @@ export const suite: BenchSuite = {
   },
 };
 
-const isMain = process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url);
-if (isMain) {
-  suite
-    .run({ quick: process.argv.includes('--quick') })
-    .then((r) => process.stdout.write(JSON.stringify(r, null, 2) + '\n'))
-    .catch((e) => {
-      process.stderr.write(`${(e as Error).stack}\n`);
-      process.exit(1);
-    });
-}
+runIfMain(import.meta.url, suite);

@@ -93,3 +93,15 @@ export async function runNodeWithPeakRss(script: string, args: string[], opts: {
   }
   return { code, stdout, stderr, wallMs, peakRssBytes };
 }
+
+/** Run `suite` and print its JSON when `moduleUrl` is the script node was started with (`node dist/bench/x.bench.js [--quick]`). */
+export function runIfMain(moduleUrl: string, suite: Pick<BenchSuite, 'run'>): void {
+  if (!process.argv[1] || fileURLToPath(moduleUrl) !== path.resolve(process.argv[1])) return;
+  suite
+    .run({ quick: process.argv.includes('--quick') })
+    .then((r) => process.stdout.write(JSON.stringify(r, null, 2) + '\n'))
+    .catch((e) => {
+      process.stderr.write(`${e instanceof Error ? e.stack : e}\n`);
+      process.exitCode = 1;
+    });
+}

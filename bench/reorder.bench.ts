@@ -7,7 +7,6 @@
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { openCheckpoint } from '../src/checkpoint/index.js';
 import type { ModelSource } from '../src/checkpoint/source.js';
 import { compile } from '../src/compile/compile.js';
@@ -19,22 +18,10 @@ import { analyzeReorder } from '../passes/reorder/index.js';
 import { levelWidths, selectLevel } from '../passes/reorder/levels.js';
 import { levelMasks, maskedLoss } from '../passes/reorder/masks.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
-import { mlpsOf, type LayerOrder } from '../passes/reorder/permute.js';
-import { cachedFixture, REPO_ROOT, repeat, round, type BenchSuite } from './harness.js';
+import { type LayerOrder, randomOrders } from '../passes/reorder/permute.js';
+import { cachedFixture, REPO_ROOT, repeat, round, runIfMain, type BenchSuite } from './harness.js';
 
 const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');
-
-function randomOrders(src: ModelSource, seed: number, layers: number[]): LayerOrder[] {
-  const rng = new Rng(seed);
-  const s = src.spec;
-  const R = s.numHeads / s.numKvHeads;
-  return layers.map((l) => ({
-    layer: l,
-    groups: Array.from(rng.permutation(s.numKvHeads)),
-    qInGroup: Array.from({ length: s.numKvHeads }, () => Array.from(rng.permutation(R))),
-    mlp: Object.fromEntries(mlpsOf(s, l).map((m) => [m.prefix, Array.from(rng.permutation(m.width))])),
-  }));
-}
 
 /** Perplexity table: rows = levels, columns = providers (+ random median of 3, + auto's pick). */
 async function providerTable(src: ModelSource, cacheDir: string, quick: boolean) {
@@ -137,12 +124,4 @@ export const suite: BenchSuite = {
   },
 };
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  suite
-    .run({ quick: process.argv.includes('--quick') })
-    .then((r) => process.stdout.write(JSON.stringify(r, null, 2) + '\n'))
-    .catch((e) => {
-      process.stderr.write(`${e instanceof Error ? e.stack : e}\n`);
-      process.exitCode = 1;
-    });
-}
+runIfMain(import.meta.url, suite);

@@ -19,7 +19,7 @@ import { matmul, Weight } from '../src/runtime/kernels.js';
 import { loadDir } from '../src/runtime/node.js';
 import { WasmArena } from '../src/runtime/wasm.js';
 import { silentProgress } from '../src/util/progress.js';
-import type { BenchSuite } from './harness.js';
+import { runIfMain, type BenchSuite } from './harness.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 /** Repo root from both bench/ (tsx/vitest) and dist/bench/ (compiled). */
@@ -188,12 +188,4 @@ export const suite: BenchSuite = {
   },
 };
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  suite
-    .run({ quick: process.argv.includes('--quick') })
-    .then((r) => process.stdout.write(JSON.stringify(r, null, 2) + '\n'))
-    .catch((e) => {
-      process.stderr.write(`${e instanceof Error ? e.stack : e}\n`);
-      process.exit(1);
-    });
-}
+runIfMain(import.meta.url, suite);

@@ -11,9 +11,8 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { openCheckpoint } from '../src/checkpoint/index.js';
-import { cachedFixture, mbPerSec, REPO_ROOT, round, runNodeWithPeakRss, timeMs, type BenchSuite } from './harness.js';
+import { cachedFixture, mbPerSec, REPO_ROOT, round, runNodeWithPeakRss, timeMs, runIfMain, type BenchSuite } from './harness.js';
 import { readAll } from './read-all.js';
 
 const MB = 1e6;
@@ -120,6 +119,4 @@ export const suite: BenchSuite = {
   },
 };
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  process.stdout.write(JSON.stringify(await suite.run({ quick: process.argv.includes('--quick') }), null, 2) + '\n');
-}
+runIfMain(import.meta.url, suite);

@@ -10,6 +10,7 @@ import { generateFixture, type FixtureArch } from '../fixtures/generate.js';
 import { normalizeConfig, openCheckpoint, transformSource } from '../src/checkpoint/index.js';
 import { Engine } from '../src/engine/index.js';
 import { Llama64, newTrace, type Trace } from './reference/llama64.js';
+import { maxRelError } from './numeric.js';
 
 let root: string;
 beforeAll(async () => {
@@ -18,21 +19,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await fsp.rm(root, { recursive: true, force: true });
 });
-
-function maxRelError(a: Float32Array, rows: Float64Array[]): number {
-  const V = rows[0].length;
-  let worst = 0;
-  rows.forEach((b, t) => {
-    let scale = 0;
-    let err = 0;
-    for (let i = 0; i < V; i++) {
-      scale = Math.max(scale, Math.abs(b[i]));
-      err = Math.max(err, Math.abs(a[t * V + i] - b[i]));
-    }
-    worst = Math.max(worst, err / scale);
-  });
-  return worst;
-}
 
 /** A fixture checkpoint, with config.json patched for the variant under test. */
 async function fixture(name: string, arch: FixtureArch, patch: Record<string, unknown> = {}, opts: { dtype?: 'F32' | 'BF16'; tie?: boolean } = {}) {

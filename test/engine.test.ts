@@ -12,25 +12,10 @@ import type { Op } from '../src/model/ir.js';
 import { buildOnnxModel } from '../src/onnx/lower.js';
 import { onnx } from '../src/onnx/proto.js';
 import { argmax64, Llama64, newTrace } from './reference/llama64.js';
+import { maxRelError } from './numeric.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
 const reference = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { prompt_ids: number[]; greedy_ids: number[] };
-
-/** max |a − b| over a row, relative to the row's largest |b|; the worst row. */
-export function maxRelError(a: Float32Array, rows: Float64Array[]): number {
-  const V = rows[0].length;
-  let worst = 0;
-  rows.forEach((b, t) => {
-    let scale = 0;
-    let err = 0;
-    for (let i = 0; i < V; i++) {
-      scale = Math.max(scale, Math.abs(b[i]));
-      err = Math.max(err, Math.abs(a[t * V + i] - b[i]));
-    }
-    worst = Math.max(worst, err / scale);
-  });
-  return worst;
-}
 
 describe('stories260K on onnxruntime', () => {
   let ck: Checkpoint;

@@ -15,6 +15,7 @@ import { openCheckpoint } from '../src/checkpoint/index.js';
 import {
   closeQuantWorkers, dequantize, quantize, quantizeParallel, QUANT_TYPES, resolveWorkerScript, type QuantType,
 } from '../src/quant/index.js';
+import { useWasmKernels } from '../src/quant/kquants.js';
 import { Rng } from '../src/util/rng.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -205,6 +206,21 @@ describe.skipIf(!AVAILABLE)('quantizers are byte-identical to ggml (libggml-base
     for (let i = 0; i < bytes.length; i++) bytes[i] = rng.int(256);
     const count = (bytes.length / QUANT_TYPES[type].typeSize) * QUANT_TYPES[type].blockSize;
     expect(firstFloatDiff(dequantize(type, bytes, count), ggmlDequantize(type, bytes))).toBeNull();
+  });
+
+  test('K-quants: the wasm kernels are in use, and the JS fallback gives ggml\'s bytes too', () => {
+    expect(useWasmKernels(true)).toBe(true); // Node 20 has WebAssembly SIMD: the tests above ran the kernels
+    try {
+      expect(useWasmKernels(false)).toBe(false);
+      for (const type of ['Q2_K', 'Q4_K', 'Q5_K', 'Q6_K'] as QuantType[]) {
+        for (const [name, x] of inputs) {
+          if (name === 'stories260K weights') continue; // the synthetic cases cover the edge cases; keep it fast
+          expect(firstByteDiff(type, quantize(type, x, 256), ggmlQuantize(type, x, 256)), `${type} (JS) on ${name}`).toBeNull();
+        }
+      }
+    } finally {
+      useWasmKernels(true);
+    }
   });
 
   test('row lengths other than 256: 32-block types on rows of 96, K-quants on rows of 512', () => {

@@ -11,11 +11,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture, type FixtureTruth } from '../fixtures/generate.js';
 import { openCheckpoint } from '../src/checkpoint/index.js';
 import type { ModelSource } from '../src/checkpoint/source.js';
-import { Rng } from '../src/util/rng.js';
 import { analyzeReorder } from '../passes/reorder/index.js';
 import { levelMasks, maskedLoss } from '../passes/reorder/masks.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
-import { mlpsOf, type LayerOrder } from '../passes/reorder/permute.js';
+import { type LayerOrder, randomOrders } from '../passes/reorder/permute.js';
 import { planLevels } from '../passes/reorder/planner.js';
 import { calibrationSet } from '../src/profile/calibration.js';
 
@@ -28,18 +27,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
 });
-
-function randomOrders(src: ModelSource, seed: number, layers: number[]): LayerOrder[] {
-  const rng = new Rng(seed);
-  const s = src.spec;
-  const R = s.numHeads / s.numKvHeads;
-  return layers.map((l) => ({
-    layer: l,
-    groups: Array.from(rng.permutation(s.numKvHeads)),
-    qInGroup: Array.from({ length: s.numKvHeads }, () => Array.from(rng.permutation(R))),
-    mlp: Object.fromEntries(mlpsOf(s, l).map((m) => [m.prefix, Array.from(rng.permutation(m.width))])),
-  }));
-}
 
 const reversed = (orders: LayerOrder[]): LayerOrder[] =>
   orders.map((o) => ({

@@ -17,6 +17,7 @@ import type { ReorderMetadata } from '../passes/reorder/index.js';
 import { levelWidths, selectLevel } from '../passes/reorder/levels.js';
 import { levelMasks, maskSource } from '../passes/reorder/masks.js';
 import type { ModelSource } from '../src/checkpoint/source.js';
+import { relErr } from './numeric.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
 const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435, 299, 362, 409, 283, 264];
@@ -25,16 +26,6 @@ let src: Checkpoint;
 
 const emit = (source: ModelSource, out: string, passes: { name: string; options: Record<string, string> }[]) =>
   compile({ source, target: 'ts', outDir: out, passes, options: { quant: 'F32', extra: {} }, progress: silentProgress, note: () => {}, cacheDir: path.join(tmp, 'cache') });
-
-function relErr(a: Float32Array, b: Float32Array): number {
-  let e = 0;
-  let m = 0;
-  for (let i = 0; i < b.length; i++) {
-    e = Math.max(e, Math.abs(a[i] - b[i]));
-    m = Math.max(m, Math.abs(b[i]));
-  }
-  return e / m;
-}
 
 beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-reorder-rt-'));

@@ -14,6 +14,7 @@ import { compile } from '../src/compile/compile.js';
 import type { LayerWidth } from '../src/runtime/model.js';
 import { loadDir } from '../src/runtime/node.js';
 import { silentProgress } from '../src/util/progress.js';
+import { relErr } from './numeric.js';
 
 let tmp: string;
 beforeAll(async () => {
@@ -31,16 +32,6 @@ async function emit(source: ModelSource, outDir: string, quant = 'F32') {
 function zeroColumns(data: Float32Array, cols: number, keep: (c: number) => boolean): Float32Array {
   for (let i = 0; i < data.length; i++) if (!keep(i % cols)) data[i] = 0;
   return data;
-}
-
-function relErr(a: Float32Array, b: Float32Array): number {
-  let e = 0;
-  let m = 0;
-  for (let i = 0; i < b.length; i++) {
-    e = Math.max(e, Math.abs(a[i] - b[i]));
-    m = Math.max(m, Math.abs(b[i]));
-  }
-  return e / m;
 }
 
 async function checkArch(arch: FixtureArch, widths: LayerWidth[], quant = 'F32') {

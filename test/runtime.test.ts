@@ -17,6 +17,7 @@ import { load } from '../src/runtime/load.js';
 import { loadDir } from '../src/runtime/node.js';
 import type { Model } from '../src/runtime/model.js';
 import { silentProgress } from '../src/util/progress.js';
+import { relErr } from './numeric.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
@@ -29,17 +30,6 @@ async function compileTs(modelDir: string, outDir: string, quant = 'F32') {
   } finally {
     await source.close();
   }
-}
-
-/** max |a - b| / max |b| */
-function relErr(a: Float32Array, b: Float32Array): number {
-  let e = 0;
-  let m = 0;
-  for (let i = 0; i < b.length; i++) {
-    e = Math.max(e, Math.abs(a[i] - b[i]));
-    m = Math.max(m, Math.abs(b[i]));
-  }
-  return e / m;
 }
 
 let tmp: string;

@@ -18,6 +18,7 @@ import { transformSource } from '../src/checkpoint/index.js';
 import { loadDir } from '../src/runtime/node.js';
 import type { TsTargetInfo } from '../src/runtime/format.js';
 import { silentProgress } from '../src/util/progress.js';
+import { relErr } from './numeric.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
 
@@ -38,16 +39,6 @@ async function compileTs(modelDir: string, outDir: string, quant = 'F32', tensor
   } finally {
     await source.close();
   }
-}
-
-function relErr(a: Float32Array, b: Float32Array): number {
-  let e = 0;
-  let m = 0;
-  for (let i = 0; i < b.length; i++) {
-    e = Math.max(e, Math.abs(a[i] - b[i]));
-    m = Math.max(m, Math.abs(b[i]));
-  }
-  return e / m;
 }
 
 let tmp: string;

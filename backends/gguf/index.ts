@@ -6,7 +6,7 @@ import path from 'node:path';
 import { LlmcError } from '../../src/errors.js';
 import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/quant/index.js';
 import type { Backend, BackendContext, BackendResult } from '../types.js';
-import { encodeTensor } from './encode.js';
+import { ChunkEncoder, encodesBf16 } from './encode.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
 import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
@@ -93,17 +93,19 @@ export const ggufBackend: Backend = {
     const writer = await GgufFileWriter.open(finalPath, [...meta.kvs, ...vocab.kvs], infos);
     const sourceBytes = plan.tensors.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * 4, 0);
     ctx.progress.start(`gguf ${plan.choice.label}`, sourceBytes);
+    const encoder = new ChunkEncoder();
     try {
       for (const t of plan.tensors) {
         await writer.beginTensor(t.name);
         // Encoding chunk k overlaps writing chunk k-1 and reading chunk k+1.
         let writing: Promise<void> = Promise.resolve();
-        for await (const chunk of tensorChunks(source, t, CHUNK_ELEMENTS)) {
-          const bytes = await encodeTensor(t.type, chunk.data, t.ne[0]);
+        const rawBf16 = encodesBf16(t.type, t.ne[0]);
+        for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, rawBf16 })) {
+          const bytes = await encoder.encode(t.type, chunk, t.ne[0]);
           await writing;
           writing = writer.writeData(bytes);
           writing.catch(() => {}); // surfaced by the next await
-          ctx.progress.tick(chunk.data.length * 4);
+          ctx.progress.tick(chunk.length * 4);
         }
         await writing;
         await writer.endTensor();

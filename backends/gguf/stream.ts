@@ -96,7 +96,8 @@ export interface ChunkOptions {
   rawBf16?: boolean;
 }
 
-export async function* tensorChunks(source: ModelSource, t: TensorPlan, opts: ChunkOptions): AsyncGenerator<Chunk> {
+export async function* tensorChunks(source: ModelSource, t: TensorPlan, options: ChunkOptions | number): AsyncGenerator<Chunk> {
+  const opts = typeof options === 'number' ? { maxElems: options } : options;
   const maxElems = opts.maxElems;
   if (t.computed) {
     const data = t.computed();

@@ -11,6 +11,7 @@ import type { ModelSource } from '../../src/checkpoint/source.js';
 import { transformSource } from '../../src/checkpoint/source.js';
 import { isMoeLayer, type ArchSpec } from '../../src/checkpoint/spec.js';
 import { LlmcError } from '../../src/errors.js';
+import { Rng } from '../../src/util/rng.js';
 
 export interface LayerOrder {
   layer: number;
@@ -170,4 +171,17 @@ export function permuteSource(base: ModelSource, orders: LayerOrder[], label = '
       return rw ? applyRewrite(data, base.meta(name)!.shape, rw) : data;
     },
   });
+}
+
+/** Seeded random unit orders: the baseline the importance orders must beat (tests, bench). */
+export function randomOrders(src: ModelSource, seed: number, layers: number[]): LayerOrder[] {
+  const rng = new Rng(seed);
+  const s = src.spec;
+  const R = s.numHeads / s.numKvHeads;
+  return layers.map((l) => ({
+    layer: l,
+    groups: Array.from(rng.permutation(s.numKvHeads)),
+    qInGroup: Array.from({ length: s.numKvHeads }, () => Array.from(rng.permutation(R))),
+    mlp: Object.fromEntries(mlpsOf(s, l).map((m) => [m.prefix, Array.from(rng.permutation(m.width))])),
+  }));
 }

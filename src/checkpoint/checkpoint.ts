@@ -3,11 +3,11 @@
  * tokenizer files. Opening validates everything cheap to validate (headers, shapes against
  * config.json); tensor data is read only when asked for, one tensor at a time.
  */
-import { createHash } from 'node:crypto';
-import { createReadStream, promises as fsp } from 'node:fs';
+import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError } from '../errors.js';
 import { ioError } from '../util/atomic.js';
+import { sha256Files } from '../util/sha256.js';
 import { expectedTensors } from './names.js';
 import { SafetensorsFile, toF32, type TensorInfo } from './safetensors.js';
 import type { ModelAssets, ModelSource, TensorMeta } from './source.js';
@@ -36,7 +36,7 @@ function parseJson(text: string, file: string): Record<string, unknown> {
 }
 
 export class Checkpoint implements ModelSource {
-  private hash: string | undefined;
+  private hash: Promise<string> | undefined;
 
   private constructor(
     readonly dir: string,
@@ -193,20 +193,12 @@ export class Checkpoint implements ModelSource {
     return toF32(await this.readRaw(name), info.dtype, name);
   }
 
-  /** sha256 over config.json and every shard's bytes, streamed. */
-  async identity(): Promise<string> {
-    if (this.hash) return this.hash;
-    const h = createHash('sha256');
-    h.update(JSON.stringify(this.assets.config));
-    for (const f of this.files) {
-      await new Promise<void>((resolve, reject) => {
-        createReadStream(f.path, { highWaterMark: 1 << 22 })
-          .on('data', (c) => h.update(c))
-          .on('end', resolve)
-          .on('error', (e) => reject(ioError(e, f.path, 'read')));
-      });
-    }
-    this.hash = h.digest('hex');
+  /** sha256 over config.json and every shard's bytes (big checkpoints on a worker thread, see sha256Files). */
+  identity(): Promise<string> {
+    this.hash ??= sha256Files(this.files.map((f) => f.path), JSON.stringify(this.assets.config)).catch((err) => {
+      this.hash = undefined;
+      throw ioError(err, this.dir, 'read');
+    });
     return this.hash;
   }
 

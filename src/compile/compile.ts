@@ -53,6 +53,9 @@ export async function compile(req: CompileRequest): Promise<Manifest> {
   }
 
   const before = new Set(await fsp.readdir(req.outDir));
+  // Hashing the source (a second full read of it) overlaps the backend's work.
+  const identity = req.source.identity();
+  identity.catch(() => {}); // surfaced where awaited
   try {
     const result = await backend.emit({
       source: model,
@@ -66,7 +69,7 @@ export async function compile(req: CompileRequest): Promise<Manifest> {
       req.outDir,
       {
         target: backend.name,
-        source: { path: req.source.description, sha256: await req.source.identity() },
+        source: { path: req.source.description, sha256: await identity },
         arch: model.spec,
         targetInfo: result.targetInfo,
         passes: records,

@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { createReadStream, promises as fsp } from 'node:fs';
 import path from 'node:path';
 import type { ArchSpec } from '../checkpoint/spec.js';
-import { writeFileAtomic } from '../util/atomic.js';
+import { knownSha256, writeFileAtomic } from '../util/atomic.js';
 import { LLMC_VERSION } from '../version.js';
 
 export const MANIFEST_FILE = 'llmc-manifest.json';
@@ -54,7 +54,8 @@ export async function describeFiles(dir: string, relPaths: string[]): Promise<Ma
   const out: ManifestFile[] = [];
   for (const rel of [...relPaths].sort()) {
     const abs = path.join(dir, rel);
-    out.push({ path: rel, size: (await fsp.stat(abs)).size, sha256: await sha256File(abs) });
+    // Big artifacts were hashed while being written (AtomicFile); the rest are read here.
+    out.push({ path: rel, size: (await fsp.stat(abs)).size, sha256: (await knownSha256(abs)) ?? (await sha256File(abs)) });
   }
   return out;
 }

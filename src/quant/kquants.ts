@@ -7,6 +7,7 @@
 import { f16Table } from '../util/half.js';
 import { fr, getF16, GROUP_MAX_EPS, i8, nearestInt, putF16 } from './common.js';
 import { makeQ3Quants, makeQkx2Quants, makeQxQuants } from './kmake.js';
+import { K_LB, K_OM, K_OS, K_WASM_SAFE_ABS, K_WT, qkx2Kernel } from './kwasm.js';
 
 const QK_K = 256;
 const L = new Uint8Array(QK_K);
@@ -19,6 +20,30 @@ const sc12 = new Uint8Array(12);
 
 const HALF = -0.5;
 const TENTH = fr(0.1);
+let KW = qkx2Kernel();
+
+/**
+ * Switch the wasm kernels on (the default where WebAssembly SIMD exists) or off (the JS transcriptions,
+ * which give the same bytes); returns whether they are now in use. For tests and benchmarks.
+ */
+export function useWasmKernels(on: boolean): boolean {
+  KW = on ? qkx2Kernel() : null;
+  return KW !== null;
+}
+
+/** Whether the super-block at x[xo] can take the wasm kernel: all values finite and moderate. */
+function wasmSafe(x: Float32Array, xo: number): boolean {
+  if (!KW) return false;
+  for (let i = 0; i < QK_K; i++) if (!(Math.abs(x[xo + i]) < K_WASM_SAFE_ABS)) return false;
+  return true;
+}
+
+/** Copy the kernel's codes for group j (n elements, layout of kwasm.ts) into L[n*j ..). */
+function codesFromWasm(j: number, n: number): void {
+  const i32 = KW!.i32;
+  const base = K_LB / 4 + (j >> 2) * n * 4 + (j & 3);
+  for (let i = 0; i < n; i++) L[n * j + i] = i32[base + 4 * i];
+}
 
 /** get_scale_min_k4 for the 12-byte packed 6-bit scales/mins of Q4_K/Q5_K; returns sc | m << 8. */
 function scaleMinK4(j: number, q: Uint8Array, o: number): number {
@@ -41,9 +66,27 @@ export function quantizeQ2_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
   for (let i = 0; i < nb; i++, xo += QK_K, yo += 84) {
     let maxScale = 0;
     let maxMin = 0;
+    const wasm = wasmSafe(x, xo);
+    if (wasm) {
+      const f = KW!.f32;
+      for (let j = 0; j < 16; j++) {
+        const base = (j >> 2) * 64 + (j & 3);
+        for (let l = 0; l < 16; l++) {
+          const v = x[xo + 16 * j + l];
+          f[base + 4 * l] = v;
+          f[K_WT / 4 + base + 4 * l] = Math.abs(v);
+        }
+      }
+      KW!.runMad(4, 16, 3, HALF, TENTH, 15);
+    }
     for (let j = 0; j < 16; j++) {
-      for (let l = 0; l < 16; l++) weights[l] = Math.abs(x[xo + 16 * j + l]);
-      scales[j] = makeQkx2Quants(16, 3, x, xo + 16 * j, weights, L, 16 * j, mins, j, Laux, HALF, TENTH, 15, true);
+      if (wasm) {
+        scales[j] = KW!.f32[K_OS / 4 + j];
+        mins[j] = KW!.f32[K_OM / 4 + j];
+      } else {
+        for (let l = 0; l < 16; l++) weights[l] = Math.abs(x[xo + 16 * j + l]);
+        scales[j] = makeQkx2Quants(16, 3, x, xo + 16 * j, weights, L, 16 * j, mins, j, Laux, HALF, TENTH, 15, true);
+      }
       if (scales[j] > maxScale) maxScale = scales[j];
       if (mins[j] > maxMin) maxMin = mins[j];
     }
@@ -69,7 +112,10 @@ export function quantizeQ2_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
     for (let j = 0; j < 16; j++) {
       const s = y[yo + j];
       const d = fr(dAll * (s & 0xf));
-      if (d === 0) continue;
+      if (d === 0) {
+        if (wasm) codesFromWasm(j, 16);
+        continue;
+      }
       const dm = fr(dminAll * (s >> 4));
       for (let ii = 0; ii < 16; ii++) {
         const l = nearestInt(fr(fr(x[xo + 16 * j + ii] + dm) / d));
@@ -135,13 +181,31 @@ export function quantizeQ3_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
 function kScalesMins(x: Float32Array, xo: number, y: Uint8Array, yo: number, nmax: number, rmin: number, nstep: number): void {
   let maxScale = 0;
   let maxMin = 0;
+  const wasm = wasmSafe(x, xo);
+  const f = KW?.f32;
   for (let j = 0; j < 8; j++) {
     const b = xo + 32 * j;
     let sumX2 = 0;
     for (let l = 0; l < 32; l++) sumX2 = fr(sumX2 + fr(x[b + l] * x[b + l]));
     const avX = fr(Math.sqrt(fr(sumX2 / 32)));
-    for (let l = 0; l < 32; l++) weights[l] = avX + Math.abs(x[b + l]); // Float32Array store rounds
-    scales[j] = makeQkx2Quants(32, nmax, x, b, weights, L, 32 * j, mins, j, Laux, rmin, TENTH, nstep, false);
+    if (wasm) {
+      // transposed for the kernel; the Float32Array stores round the weights to float as C does
+      const base = (j >> 2) * 128 + (j & 3);
+      for (let l = 0; l < 32; l++) {
+        f![base + 4 * l] = x[b + l];
+        f![K_WT / 4 + base + 4 * l] = avX + Math.abs(x[b + l]);
+      }
+    } else {
+      for (let l = 0; l < 32; l++) weights[l] = avX + Math.abs(x[b + l]); // Float32Array store rounds
+      scales[j] = makeQkx2Quants(32, nmax, x, b, weights, L, 32 * j, mins, j, Laux, rmin, TENTH, nstep, false);
+    }
+  }
+  if (wasm) KW!.run(2, 32, nmax, rmin, TENTH, nstep);
+  for (let j = 0; j < 8; j++) {
+    if (wasm) {
+      scales[j] = f![K_OS / 4 + j];
+      mins[j] = f![K_OM / 4 + j];
+    }
     if (scales[j] > maxScale) maxScale = scales[j];
     if (mins[j] > maxMin) maxMin = mins[j];
   }
@@ -169,7 +233,10 @@ function kScalesMins(x: Float32Array, xo: number, y: Uint8Array, yo: number, nma
   for (let j = 0; j < 8; j++) {
     const sm = scaleMinK4(j, y, s);
     const d = fr(dAll * (sm & 0xff));
-    if (d === 0) continue;
+    if (d === 0) {
+      if (wasm) codesFromWasm(j, 32);
+      continue;
+    }
     const dm = fr(dminAll * (sm >> 8));
     const b = xo + 32 * j;
     for (let ii = 0; ii < 32; ii++) {
@@ -217,8 +284,17 @@ export function quantizeQ6_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
   for (let i = 0; i < nb; i++, xo += QK_K, yo += 210) {
     let maxScale = 0;
     let maxAbsScale = 0;
+    const wasm = wasmSafe(x, xo);
+    if (wasm) {
+      const f = KW!.f32;
+      for (let j = 0; j < 16; j++) {
+        const base = (j >> 2) * 64 + (j & 3);
+        for (let l = 0; l < 16; l++) f[base + 4 * l] = x[xo + 16 * j + l];
+      }
+      KW!.qx(4, 16, 32);
+    }
     for (let ib = 0; ib < 16; ib++) {
-      const scale = makeQxQuants(16, 32, x, xo + 16 * ib, L, 16 * ib);
+      const scale = wasm ? KW!.f32[K_OS / 4 + ib] : makeQxQuants(16, 32, x, xo + 16 * ib, L, 16 * ib);
       scales[ib] = scale;
       const a = Math.abs(scale);
       if (a > maxAbsScale) { maxAbsScale = a; maxScale = scale; }
@@ -234,7 +310,10 @@ export function quantizeQ6_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
     const dAll = getF16(f16Table(), y, yo + 208);
     for (let j = 0; j < 16; j++) {
       const d = fr(dAll * i8(y[yo + 192 + j]));
-      if (d === 0) continue;
+      if (d === 0) {
+        if (wasm) codesFromWasm(j, 16);
+        continue;
+      }
       for (let ii = 0; ii < 16; ii++) {
         const l = nearestInt(fr(x[xo + 16 * j + ii] / d));
         L[16 * j + ii] = Math.max(-32, Math.min(31, l)) + 32;

@@ -226,15 +226,127 @@ function qkx2Body(mad: boolean): number[] {
   return [...locals, ...body, 0x0b];
 }
 
+/**
+ * qx(nGroups4, n, nmax): make_qx_quants with rmse_type 1 and no quant weights (w = x*x) for 4*nGroups4
+ * groups of n elements; codes (already + nmax, 0 for an all-tiny group) to LB, scales to OS.
+ */
+function qxBody(): number[] {
+  const [NG, N, NMAX] = [0, 1, 2];
+  const [G, I, P, XB, IS, END] = [3, 4, 5, 6, 7, 8];
+  const A = 9;
+  let k = 10;
+  const [MAXV, AMAX, ISC, SC, BEST, SLX, SL2, XI, LF, W, MASK, SMALL, NMAXV, L, NS, AX] =
+    Array.from({ length: 16 }, () => k++);
+  void I;
+  /** nearest_int(iscale * x) clamped to [-nmax, nmax-1], as i32x4. */
+  const code = [
+    ...get(ISC), ...get(XI), ...fMul,
+    ...f32c(12582912), ...f32Splat, ...fAdd,
+    ...i32c(0x7fffff), ...i32Splat, ...iAnd,
+    ...i32c(0x400000), ...i32Splat, ...iSub,
+    ...get(NMAXV), ...i32c(1), ...i32Splat, ...iSub, ...iMinS,
+    ...i32c(0), ...get(NMAX), ...[0x6b], ...i32Splat, ...iMaxS,
+  ];
+  const forElems = (body: number[]) => [
+    ...get(XB), ...set(P),
+    ...loop([
+      ...get(P), ...vload(K_XT), ...set(XI),
+      ...body,
+      ...get(P), ...i32c(16), ...i32Add, ...set(P),
+      ...get(P), ...get(END), ...i32LtS, ...brIf(0),
+    ]),
+  ];
+  const laAddr = [...get(P), ...get(XB), ...[0x6b], ...i32c(LA), ...i32Add];
+  /** sumlx += w*x*l; suml2 += w*l*l with w = x*x, l (float) in LF. */
+  const sums = [
+    ...get(XI), ...get(XI), ...fMul, ...set(W),
+    ...get(SLX), ...get(W), ...get(XI), ...fMul, ...get(LF), ...fMul, ...fAdd, ...set(SLX),
+    ...get(SL2), ...get(W), ...get(LF), ...fMul, ...get(LF), ...fMul, ...fAdd, ...set(SL2),
+  ];
+  const body = [
+    ...get(NMAX), ...i32Splat, ...set(NMAXV),
+    ...i32c(0), ...set(G),
+    ...loop([
+      ...get(G), ...get(N), ...i32Mul, ...i32c(16), ...i32Mul, ...set(XB),
+      ...get(XB), ...get(N), ...i32c(16), ...i32Mul, ...i32Add, ...set(END),
+      // max = the x of the largest |x| (first one wins ties)
+      ...vZero, ...set(MAXV), ...vZero, ...set(AMAX),
+      ...forElems([
+        ...get(XI), ...fAbs, ...set(AX),
+        ...get(AX), ...get(AMAX), ...fGt, ...set(MASK),
+        ...get(AX), ...get(AMAX), ...get(MASK), ...vBitselect, ...set(AMAX),
+        ...get(XI), ...get(MAXV), ...get(MASK), ...vBitselect, ...set(MAXV),
+      ]),
+      ...get(AMAX), ...f32c(Math.fround(1e-15)), ...f32Splat, ...fLt, ...set(SMALL),
+      // iscale = -nmax/max; first codes and sums
+      ...i32c(0), ...get(NMAX), ...[0x6b], ...f32FromI32, ...f32Splat, ...get(MAXV), ...fDiv, ...set(ISC),
+      ...vZero, ...set(SLX), ...vZero, ...set(SL2),
+      ...forElems([
+        ...code, ...set(L),
+        ...get(P), ...get(L), ...vstore(K_LB),
+        ...get(L), ...fFromI32, ...set(LF),
+        ...sums,
+      ]),
+      // scale = suml2 ? sumlx/suml2 : 0; best = scale*sumlx
+      ...get(SLX), ...get(SL2), ...fDiv, ...vZero, ...get(SL2), ...vZero, ...simd(0x42), ...vBitselect, ...set(SC),
+      ...get(SC), ...get(SLX), ...fMul, ...set(BEST),
+      ...i32c(-9), ...set(IS),
+      ...loop([
+        ...get(IS),
+        ...ifThen([
+          // iscale = -(nmax + 0.1f*is)/max
+          ...get(NMAX), ...f32FromI32, ...f32c(Math.fround(0.1)), ...get(IS), ...f32FromI32, ...f32Mul, ...f32Add,
+          ...[0x8c], ...set(A),
+          ...get(A), ...f32Splat, ...get(MAXV), ...fDiv, ...set(ISC),
+          ...vZero, ...set(SLX), ...vZero, ...set(SL2),
+          ...forElems([
+            ...laAddr, ...code, ...set(L), ...get(L), ...vstore(0),
+            ...get(L), ...fFromI32, ...set(LF),
+            ...sums,
+          ]),
+          // suml2 > 0 && sumlx*sumlx > best*suml2
+          ...get(SL2), ...vZero, ...fGt,
+          ...get(SLX), ...get(SLX), ...fMul, ...get(BEST), ...get(SL2), ...fMul, ...fGt,
+          ...vAnd, ...set(MASK),
+          ...get(MASK), ...vAnyTrue,
+          ...ifThen([
+            ...forElems([
+              ...get(P), ...laAddr, ...vload(0), ...get(P), ...vload(K_LB), ...get(MASK), ...vBitselect, ...vstore(K_LB),
+            ]),
+            ...get(SLX), ...get(SL2), ...fDiv, ...set(NS),
+            ...get(NS), ...get(SLX), ...fMul, ...get(BEST), ...get(MASK), ...vBitselect, ...set(BEST),
+            ...get(NS), ...get(SC), ...get(MASK), ...vBitselect, ...set(SC),
+          ]),
+        ]),
+        ...get(IS), ...i32c(1), ...i32Add, ...set(IS),
+        ...get(IS), ...i32c(9), ...i32LeS, ...brIf(0),
+      ]),
+      // codes + nmax; an all-tiny group gets codes 0 and scale 0
+      ...forElems([
+        ...get(P),
+        ...vZero, ...get(P), ...vload(K_LB), ...get(NMAXV), ...simd(0xae), ...get(SMALL), ...vBitselect,
+        ...vstore(K_LB),
+      ]),
+      ...get(G), ...i32c(16), ...i32Mul,
+      ...vZero, ...get(SC), ...get(SMALL), ...vBitselect, ...vstore(K_OS),
+      ...get(G), ...i32c(1), ...i32Add, ...set(G),
+      ...get(G), ...get(NG), ...i32LtS, ...brIf(0),
+    ]),
+  ];
+  const locals = vec([[6, I32], [1, F32], [16, V128]].map(([c, t]) => [...uleb(c), t]));
+  return [...locals, ...body, 0x0b];
+}
+
 function moduleBytes(): Uint8Array<ArrayBuffer> {
   const type = [0x60, ...vec([[I32], [I32], [I32], [F32], [F32], [I32]]), ...vec([])];
-  const types = section(1, vec([type]));
-  const funcs = section(3, vec([[0], [0]]));
+  const typeQx = [0x60, ...vec([[I32], [I32], [I32]]), ...vec([])];
+  const types = section(1, vec([type, typeQx]));
+  const funcs = section(3, vec([[0], [0], [1]]));
   const mem = section(5, vec([[0x00, 1]]));
   const exports = section(7, vec([
-    [...str('qkx2'), 0x00, 0], [...str('qkx2_mad'), 0x00, 1], [...str('memory'), 0x02, 0],
+    [...str('qkx2'), 0x00, 0], [...str('qkx2_mad'), 0x00, 1], [...str('qx'), 0x00, 2], [...str('memory'), 0x02, 0],
   ]));
-  const bodies = [qkx2Body(false), qkx2Body(true)];
+  const bodies = [qkx2Body(false), qkx2Body(true), qxBody()];
   const code = section(10, vec(bodies.map((b) => [...uleb(b.length), ...b])));
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...funcs, ...mem, ...exports, ...code]);
 }
@@ -243,6 +355,8 @@ export interface Qkx2Kernel {
   /** qkx2 / qkx2_mad(nGroups4, n, nmax, rmin, rdelta, nstep) */
   run: (nGroups4: number, n: number, nmax: number, rmin: number, rdelta: number, nstep: number) => void;
   runMad: (nGroups4: number, n: number, nmax: number, rmin: number, rdelta: number, nstep: number) => void;
+  /** qx(nGroups4, n, nmax): make_qx_quants (rmse_type 1, no weights) */
+  qx: (nGroups4: number, n: number, nmax: number) => void;
   f32: Float32Array;
   i32: Int32Array;
 }
@@ -261,6 +375,7 @@ export function qkx2Kernel(): Qkx2Kernel | null {
         KERNEL = {
           run: ex.qkx2 as Qkx2Kernel['run'],
           runMad: ex.qkx2_mad as Qkx2Kernel['run'],
+          qx: ex.qx as Qkx2Kernel['qx'],
           f32: new Float32Array(mem.buffer),
           i32: new Int32Array(mem.buffer),
         };

@@ -4,6 +4,7 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError } from '../errors.js';
+import { TrailingSha256, WORKER_MIN_BYTES } from './sha256.js';
 
 let counter = 0;
 export function tempNameFor(finalPath: string): string {
@@ -27,8 +28,26 @@ export function ioError(err: unknown, file: string, doing: string): LlmcError {
   return new LlmcError(`cannot ${doing}: ${why[e?.code ?? ''] ?? e?.message ?? String(err)}`, file);
 }
 
-/** An output file being written under a temp name. `commit()` renames it into place. */
+/** sha256 of files committed by this process, valid while the file's stat still matches. */
+const committed = new Map<string, { size: number; mtimeMs: number; ino: number; sha256: string }>();
+
+/** The sha256 an AtomicFile computed while writing `file`, if the file is still the one it wrote. */
+export async function knownSha256(file: string): Promise<string | undefined> {
+  const d = committed.get(path.resolve(file));
+  if (!d) return undefined;
+  const st = await fsp.stat(file).catch(() => undefined);
+  return st && st.size === d.size && st.mtimeMs === d.mtimeMs && st.ino === d.ino ? d.sha256 : undefined;
+}
+
+/**
+ * An output file being written under a temp name. `commit()` renames it into place.
+ * A big file written strictly front to back is hashed as it goes, on a worker thread reading behind
+ * the writer, so the manifest need not read it again (see knownSha256); `writeAt` turns that off.
+ */
 export class AtomicFile {
+  private hasher: TrailingSha256 | null = null;
+  private sequential = true;
+
   private constructor(
     readonly finalPath: string,
     readonly tempPath: string,
@@ -57,6 +76,10 @@ export class AtomicFile {
         off += bytesWritten;
         this.position += bytesWritten;
       }
+      if (this.sequential) {
+        if (!this.hasher && this.position >= WORKER_MIN_BYTES) this.hasher = TrailingSha256.start(this.tempPath);
+        this.hasher?.advance(this.position);
+      }
     } catch (err) {
       await this.abort();
       throw ioError(err, this.finalPath, 'write');
@@ -65,6 +88,9 @@ export class AtomicFile {
 
   /** Write at an absolute position (for headers patched after the body). */
   async writeAt(data: Uint8Array, position: number): Promise<void> {
+    this.sequential = false;
+    this.hasher?.cancel();
+    this.hasher = null;
     try {
       await this.handle.write(data, 0, data.length, position);
     } catch (err) {
@@ -74,6 +100,9 @@ export class AtomicFile {
   }
 
   async commit(): Promise<void> {
+    // The digest is an optimization: if hashing fails the manifest reads the file instead.
+    const digest = this.hasher?.finish(this.position).catch(() => undefined);
+    this.hasher = null;
     try {
       await this.handle.sync();
       await this.handle.close();
@@ -82,9 +111,16 @@ export class AtomicFile {
       await this.abort();
       throw ioError(err, this.finalPath, 'finish writing');
     }
+    const sha256 = await digest;
+    if (sha256) {
+      const st = await fsp.stat(this.finalPath).catch(() => undefined);
+      if (st) committed.set(path.resolve(this.finalPath), { size: st.size, mtimeMs: st.mtimeMs, ino: st.ino, sha256 });
+    }
   }
 
   async abort(): Promise<void> {
+    this.hasher?.cancel();
+    this.hasher = null;
     await this.handle.close().catch(() => {});
     await fsp.rm(this.tempPath, { force: true }).catch(() => {});
   }
