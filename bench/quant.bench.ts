@@ -1,7 +1,8 @@
 /**
  * Quantizer throughput: MB/s of f32 input per type, on one thread (quantize) and on all cores
  * (quantizeParallel), next to a plain copy of the same bytes measured in the same run (baseline).
- * Target (issue 3): Q4_K >= 60 MB/s per core.
+ * Target (issue 3): Q4_K >= 60 MB/s per core. The K-quants also report their JS fallback (no wasm
+ * kernels) on one thread, on a quarter of the input.
  *
  * Standalone: `npx tsc -p tsconfig.json && node dist/bench/quant.bench.js [--quick] [--types Q4_K,Q8_0]`.
  */
@@ -9,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { closeQuantWorkers, quantize, quantizeParallel, QUANT_TYPES, type QuantType } from '../src/quant/index.js';
+import { useWasmKernels } from '../src/quant/kquants.js';
 import { Rng } from '../src/util/rng.js';
 
 /** bench/harness.ts's BenchSuite shape (structural, so this file stands alone too). */
@@ -61,8 +63,23 @@ export const suite: Suite = {
       quantize(t, x.subarray(0, ROW * 16), ROW); // warm up the JIT
       const single = bytesIn / 1e6 / (await best(() => quantize(t, x, ROW), budget));
       const parallel = bytesIn / 1e6 / (await best(() => quantizeParallel(t, x, ROW, { threads }), budget));
+      let jsSingle: number | undefined;
+      if (t.endsWith('_K')) {
+        useWasmKernels(false);
+        const xs = x.subarray(0, Math.max(ROW, Math.floor(n / 4 / ROW) * ROW));
+        try {
+          quantize(t, xs.subarray(0, ROW * 4), ROW);
+          jsSingle = (xs.length * 4) / 1e6 / (await best(() => quantize(t, xs, ROW), budget / 2));
+        } finally {
+          useWasmKernels(true);
+        }
+      }
       (results.types as Record<string, unknown>)[t] = {
         single_thread_mb_per_s: +single.toFixed(1),
+        ...(jsSingle !== undefined && {
+          js_fallback_single_thread_mb_per_s: +jsSingle.toFixed(1),
+          wasm_vs_js_speedup: +(single / jsSingle).toFixed(1),
+        }),
         parallel_mb_per_s: +parallel.toFixed(1),
         parallel_speedup: +(parallel / single).toFixed(2),
         single_vs_copy_ratio: +(single / copyMBs).toFixed(4),

@@ -212,7 +212,7 @@ describe.skipIf(!AVAILABLE)('quantizers are byte-identical to ggml (libggml-base
     expect(useWasmKernels(true)).toBe(true); // Node 20 has WebAssembly SIMD: the tests above ran the kernels
     try {
       expect(useWasmKernels(false)).toBe(false);
-      for (const type of ['Q2_K', 'Q4_K', 'Q5_K', 'Q6_K'] as QuantType[]) {
+      for (const type of ['Q2_K', 'Q3_K', 'Q4_K', 'Q5_K', 'Q6_K'] as QuantType[]) {
         for (const [name, x] of inputs) {
           if (name === 'stories260K weights') continue; // the synthetic cases cover the edge cases; keep it fast
           expect(firstByteDiff(type, quantize(type, x, 256), ggmlQuantize(type, x, 256)), `${type} (JS) on ${name}`).toBeNull();

@@ -2,12 +2,15 @@
  * The 256-element super-block types Q2_K .. Q6_K: transcriptions of ggml-quants.c's
  * quantize_row_q*_K_ref (what quantize_q*_K runs without an imatrix) and dequantize_row_q*_K.
  * Each function handles `nb` consecutive super-blocks: floats from x[xo], block bytes at y[yo].
+ * The per-group scale searches and the final code pass run in the wasm kernels of kwasm.ts where
+ * available (same bytes, ~10x faster); the JS transcriptions (kmake.ts) remain for blocks the kernels
+ * decline and for hosts without WebAssembly SIMD.
  * Scratch buffers are module-level (one isolate runs one quantizer at a time).
  */
 import { f16Table } from '../util/half.js';
 import { fr, getF16, GROUP_MAX_EPS, i8, nearestInt, putF16 } from './common.js';
 import { makeQ3Quants, makeQkx2Quants, makeQxQuants } from './kmake.js';
-import { K_LB, K_OM, K_OS, K_WASM_SAFE_ABS, K_WT, qkx2Kernel } from './kwasm.js';
+import { K_LB, K_OD, K_ODM, K_OM, K_OS, K_RAW, K_RES, kquantKernels } from './kwasm.js';
 
 const QK_K = 256;
 const L = new Uint8Array(QK_K);
@@ -20,29 +23,42 @@ const sc12 = new Uint8Array(12);
 
 const HALF = -0.5;
 const TENTH = fr(0.1);
-let KW = qkx2Kernel();
+let KW = kquantKernels();
 
 /**
  * Switch the wasm kernels on (the default where WebAssembly SIMD exists) or off (the JS transcriptions,
  * which give the same bytes); returns whether they are now in use. For tests and benchmarks.
  */
 export function useWasmKernels(on: boolean): boolean {
-  KW = on ? qkx2Kernel() : null;
+  KW = on ? kquantKernels() : null;
   return KW !== null;
 }
 
-/** Whether the super-block at x[xo] can take the wasm kernel: all values finite and moderate. */
-function wasmSafe(x: Float32Array, xo: number): boolean {
-  if (!KW) return false;
-  for (let i = 0; i < QK_K; i++) if (!(Math.abs(x[xo + i]) < K_WASM_SAFE_ABS)) return false;
-  return true;
+/** Copy the search kernel's codes for group j (n elements, layout of kwasm.ts; floats from qkx2, int32 from qx/q3) into dst[n*j ..). */
+function codesFromWasm(j: number, n: number, dst: Uint8Array | Int8Array, floatCodes: boolean): void {
+  const codes = floatCodes ? KW!.f32 : KW!.i32;
+  const base = K_LB / 4 + (j >> 2) * n * 4 + (j & 3);
+  for (let i = 0; i < n; i++) dst[n * j + i] = codes[base + 4 * i];
 }
 
-/** Copy the kernel's codes for group j (n elements, layout of kwasm.ts) into L[n*j ..). */
-function codesFromWasm(j: number, n: number): void {
+/**
+ * Hand the super-block at x[xo] to the kernels (RAW, then XT/WT as groups of n with weights `mode`, see
+ * prep); false if there are no kernels or the block is too wild for them (non-finite or huge values).
+ */
+function toWasm(x: Float32Array, xo: number, n: number, mode: number): boolean {
+  if (!KW) return false;
+  KW.f32.set(x.subarray(xo, xo + QK_K), K_RAW / 4);
+  return KW.prep(QK_K / n / 4, n, mode) === 1;
+}
+
+/** After requant: group j's codes into dst from RES, or the search's codes where d_j was 0 (ggml keeps them). */
+function codesAfterRequant(nGroups: number, n: number, dst: Uint8Array | Int8Array, floatCodes: boolean): void {
+  const f = KW!.f32;
   const i32 = KW!.i32;
-  const base = K_LB / 4 + (j >> 2) * n * 4 + (j & 3);
-  for (let i = 0; i < n; i++) L[n * j + i] = i32[base + 4 * i];
+  for (let j = 0; j < nGroups; j++) {
+    if (f[K_OD / 4 + j] === 0) codesFromWasm(j, n, dst, floatCodes);
+    else for (let i = n * j, r = K_RES / 4 + n * j; i < n * (j + 1); i++, r++) dst[i] = i32[r];
+  }
 }
 
 /** get_scale_min_k4 for the 12-byte packed 6-bit scales/mins of Q4_K/Q5_K; returns sc | m << 8. */
@@ -66,19 +82,8 @@ export function quantizeQ2_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
   for (let i = 0; i < nb; i++, xo += QK_K, yo += 84) {
     let maxScale = 0;
     let maxMin = 0;
-    const wasm = wasmSafe(x, xo);
-    if (wasm) {
-      const f = KW!.f32;
-      for (let j = 0; j < 16; j++) {
-        const base = (j >> 2) * 64 + (j & 3);
-        for (let l = 0; l < 16; l++) {
-          const v = x[xo + 16 * j + l];
-          f[base + 4 * l] = v;
-          f[K_WT / 4 + base + 4 * l] = Math.abs(v);
-        }
-      }
-      KW!.runMad(4, 16, 3, HALF, TENTH, 15);
-    }
+    const wasm = toWasm(x, xo, 16, 1);
+    if (wasm) KW!.runMad(4, 16, 3, HALF, TENTH, 15);
     for (let j = 0; j < 16; j++) {
       if (wasm) {
         scales[j] = KW!.f32[K_OS / 4 + j];
@@ -112,15 +117,21 @@ export function quantizeQ2_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
     for (let j = 0; j < 16; j++) {
       const s = y[yo + j];
       const d = fr(dAll * (s & 0xf));
-      if (d === 0) {
-        if (wasm) codesFromWasm(j, 16);
+      if (wasm) {
+        KW!.f32[K_OD / 4 + j] = d;
+        KW!.f32[K_ODM / 4 + j] = fr(dminAll * (s >> 4));
         continue;
       }
+      if (d === 0) continue;
       const dm = fr(dminAll * (s >> 4));
       for (let ii = 0; ii < 16; ii++) {
         const l = nearestInt(fr(fr(x[xo + 16 * j + ii] + dm) / d));
         L[16 * j + ii] = Math.max(0, Math.min(3, l));
       }
+    }
+    if (wasm) {
+      KW!.requant(16, 16, 0, 3, 0);
+      codesAfterRequant(16, 16, L, true);
     }
     pack2bit(y, yo + 16);
   }
@@ -130,8 +141,10 @@ export function quantizeQ3_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
   for (let i = 0; i < nb; i++, xo += QK_K, yo += 110) {
     let maxScale = 0;
     let amax = 0;
+    const wasm = toWasm(x, xo, 16, 0);
+    if (wasm) KW!.q3(4, 16, 4);
     for (let j = 0; j < 16; j++) {
-      scales[j] = makeQ3Quants(16, 4, x, xo + 16 * j, L8, 16 * j);
+      scales[j] = wasm ? KW!.f32[K_OS / 4 + j] : makeQ3Quants(16, 4, x, xo + 16 * j, L8, 16 * j);
       const scale = Math.abs(scales[j]);
       if (scale > amax) { amax = scale; maxScale = scales[j]; }
     }
@@ -157,11 +170,20 @@ export function quantizeQ3_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
       let sc = j < 8 ? sc12[j] & 0xf : sc12[j - 8] >> 4;
       sc = (sc | (((sc12[8 + (j % 4)] >> (2 * (j >> 2))) & 3) << 4)) - 32;
       const d = fr(dAll * sc);
+      if (wasm) {
+        KW!.f32[K_OD / 4 + j] = d;
+        KW!.f32[K_ODM / 4 + j] = 0; // x + 0 = x, up to the sign of a zero, which gives code 4 either way
+        continue;
+      }
       if (d === 0) continue;
       for (let ii = 0; ii < 16; ii++) {
         const l = nearestInt(fr(x[xo + 16 * j + ii] / d));
         L8[16 * j + ii] = Math.max(-4, Math.min(3, l)) + 4;
       }
+    }
+    if (wasm) {
+      KW!.requant(16, 16, -4, 3, 4);
+      codesAfterRequant(16, 16, L8, false);
     }
     // high bit of code j goes to hmask[j % 32], bit j / 32
     for (let m = 0; m < 32; m++) y[yo + m] = 0;
@@ -181,26 +203,20 @@ export function quantizeQ3_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
 function kScalesMins(x: Float32Array, xo: number, y: Uint8Array, yo: number, nmax: number, rmin: number, nstep: number): void {
   let maxScale = 0;
   let maxMin = 0;
-  const wasm = wasmSafe(x, xo);
+  const wasm = toWasm(x, xo, 32, 2);
   const f = KW?.f32;
-  for (let j = 0; j < 8; j++) {
-    const b = xo + 32 * j;
-    let sumX2 = 0;
-    for (let l = 0; l < 32; l++) sumX2 = fr(sumX2 + fr(x[b + l] * x[b + l]));
-    const avX = fr(Math.sqrt(fr(sumX2 / 32)));
-    if (wasm) {
-      // transposed for the kernel; the Float32Array stores round the weights to float as C does
-      const base = (j >> 2) * 128 + (j & 3);
-      for (let l = 0; l < 32; l++) {
-        f![base + 4 * l] = x[b + l];
-        f![K_WT / 4 + base + 4 * l] = avX + Math.abs(x[b + l]);
-      }
-    } else {
+  if (wasm) {
+    KW!.run(2, 32, nmax, rmin, TENTH, nstep);
+  } else {
+    for (let j = 0; j < 8; j++) {
+      const b = xo + 32 * j;
+      let sumX2 = 0;
+      for (let l = 0; l < 32; l++) sumX2 = fr(sumX2 + fr(x[b + l] * x[b + l]));
+      const avX = fr(Math.sqrt(fr(sumX2 / 32)));
       for (let l = 0; l < 32; l++) weights[l] = avX + Math.abs(x[b + l]); // Float32Array store rounds
       scales[j] = makeQkx2Quants(32, nmax, x, b, weights, L, 32 * j, mins, j, Laux, rmin, TENTH, nstep, false);
     }
   }
-  if (wasm) KW!.run(2, 32, nmax, rmin, TENTH, nstep);
   for (let j = 0; j < 8; j++) {
     if (wasm) {
       scales[j] = f![K_OS / 4 + j];
@@ -233,16 +249,22 @@ function kScalesMins(x: Float32Array, xo: number, y: Uint8Array, yo: number, nma
   for (let j = 0; j < 8; j++) {
     const sm = scaleMinK4(j, y, s);
     const d = fr(dAll * (sm & 0xff));
-    if (d === 0) {
-      if (wasm) codesFromWasm(j, 32);
+    if (wasm) {
+      f![K_OD / 4 + j] = d;
+      f![K_ODM / 4 + j] = fr(dminAll * (sm >> 8));
       continue;
     }
+    if (d === 0) continue;
     const dm = fr(dminAll * (sm >> 8));
     const b = xo + 32 * j;
     for (let ii = 0; ii < 32; ii++) {
       const l = nearestInt(fr(fr(x[b + ii] + dm) / d));
       L[32 * j + ii] = Math.max(0, Math.min(nmax, l));
     }
+  }
+  if (wasm) {
+    KW!.requant(8, 32, 0, nmax, 0);
+    codesAfterRequant(8, 32, L, true);
   }
 }
 
@@ -284,15 +306,8 @@ export function quantizeQ6_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
   for (let i = 0; i < nb; i++, xo += QK_K, yo += 210) {
     let maxScale = 0;
     let maxAbsScale = 0;
-    const wasm = wasmSafe(x, xo);
-    if (wasm) {
-      const f = KW!.f32;
-      for (let j = 0; j < 16; j++) {
-        const base = (j >> 2) * 64 + (j & 3);
-        for (let l = 0; l < 16; l++) f[base + 4 * l] = x[xo + 16 * j + l];
-      }
-      KW!.qx(4, 16, 32);
-    }
+    const wasm = toWasm(x, xo, 16, 0);
+    if (wasm) KW!.qx(4, 16, 32);
     for (let ib = 0; ib < 16; ib++) {
       const scale = wasm ? KW!.f32[K_OS / 4 + ib] : makeQxQuants(16, 32, x, xo + 16 * ib, L, 16 * ib);
       scales[ib] = scale;
@@ -310,14 +325,20 @@ export function quantizeQ6_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
     const dAll = getF16(f16Table(), y, yo + 208);
     for (let j = 0; j < 16; j++) {
       const d = fr(dAll * i8(y[yo + 192 + j]));
-      if (d === 0) {
-        if (wasm) codesFromWasm(j, 16);
+      if (wasm) {
+        KW!.f32[K_OD / 4 + j] = d;
+        KW!.f32[K_ODM / 4 + j] = 0; // x + 0 = x, up to the sign of a zero, which gives code 32 either way
         continue;
       }
+      if (d === 0) continue;
       for (let ii = 0; ii < 16; ii++) {
         const l = nearestInt(fr(x[xo + 16 * j + ii] / d));
         L[16 * j + ii] = Math.max(-32, Math.min(31, l)) + 32;
       }
+    }
+    if (wasm) {
+      KW!.requant(16, 16, -32, 31, 32);
+      codesAfterRequant(16, 16, L, false);
     }
     let ql = yo;
     let qh = yo + 128;

@@ -1,45 +1,20 @@
 /**
- * make_qkx2_quants (ggml-quants.c) as a WebAssembly SIMD kernel: four groups at a time, one per f32x4
- * lane. Wasm f32 arithmetic is IEEE binary32 with round-to-nearest-even, as ggml's C float code on
- * x86-64 (SSE, no FMA contraction), so the plain C loop order transcribed op for op gives ggml's bits
- * with no Math.fround; per-lane branches become masks (bitselect), which changes no lane's values.
- * The module is assembled here byte by byte (no dependency). Callers fall back to the JS kernel
- * (kmake.ts) when WebAssembly SIMD is unavailable or inputs are extreme (see K_WASM_SAFE_ABS).
+ * The K-quant scale searches of ggml-quants.c (make_qkx2_quants, make_qx_quants, make_q3_quants) and the
+ * final code pass as WebAssembly SIMD kernels, four groups at a time, one per f32x4 lane. Wasm f32
+ * arithmetic is IEEE binary32 with round-to-nearest-even, like ggml's C float code on x86-64 (SSE, no
+ * FMA contraction), so C's loops transcribed op for op, in C's order, give ggml's bits with no
+ * Math.fround; per-lane branches become masks (bitselect), which changes no lane's values. The module
+ * is assembled here byte by byte (no dependency). kquants.ts falls back to the JS transcriptions
+ * (kmake.ts) without WebAssembly SIMD or for blocks with non-finite or huge values (K_WASM_SAFE_ABS).
+ * test/quant-ggml.test.ts checks both paths against libggml.
  *
- * Memory (one 64 KiB page): groups of n elements are stored transposed, element i of group 4g+k at
- * float index (g*n + i)*4 + k, in XT (values) and WT (weights); LB gets the codes (int32, same layout),
- * OS/OM the scale and -min of group 4g+k at float index 4g+k.
+ * Memory (one 64 KiB page): RAW holds one super-block as given; prep stores its groups of n transposed,
+ * element i of group 4g+k at float index (g*n + i)*4 + k, in XT (values) and WT (weights). The searches
+ * leave codes in LB (same layout; floats from qkx2, int32 from qx/q3) and the scale and -min of group
+ * 4g+k at float index 4g+k of OS/OM. requant writes final codes (int32, natural order) to RES.
  */
 
-const uleb = (n: number): number[] => {
-  const out: number[] = [];
-  do {
-    let b = n & 0x7f;
-    n >>>= 7;
-    if (n) b |= 0x80;
-    out.push(b);
-  } while (n);
-  return out;
-};
-const sleb = (n: number): number[] => {
-  const out: number[] = [];
-  for (;;) {
-    const b = n & 0x7f;
-    n >>= 7;
-    if ((n === 0 && !(b & 0x40)) || (n === -1 && b & 0x40)) {
-      out.push(b);
-      return out;
-    }
-    out.push(b | 0x80);
-  }
-};
-const vec = (items: number[][]): number[] => [...uleb(items.length), ...items.flat()];
-const section = (id: number, body: number[]): number[] => [id, ...uleb(body.length), ...body];
-const str = (s: string): number[] => [...uleb(s.length), ...Array.from(s, (c) => c.charCodeAt(0))];
-
-const I32 = 0x7f;
-const F32 = 0x7d;
-const V128 = 0x7b;
+import { F32, I32, section, sleb, str, uleb, V128, vec } from '../util/wasm-asm.js';
 
 // byte offsets of the regions
 export const K_XT = 0;
@@ -48,6 +23,14 @@ const LA = 2048; // candidate codes of the current group (int32x4 per element)
 export const K_LB = 3072;
 export const K_OS = 4096;
 export const K_OM = 4160;
+/** A super-block as given (256 floats), for prep and requant. */
+export const K_RAW = 8192;
+/** requant's per-group d and dm (f32), and its codes (int32, natural order). */
+export const K_OD = 9216;
+export const K_ODM = 9280;
+export const K_RES = 9344;
+/** Inputs with |x| below this (and finite) take the wasm path; anything wilder stays on the JS transcription. */
+export const K_WASM_SAFE_ABS = 1e15;
 /** At most 16 groups of n <= 16, or 8 of n = 32: 256 elements per call. */
 export const K_MAX_ELEMENTS = 256;
 
@@ -91,67 +74,63 @@ const brIf = (d: number) => [0x0d, ...uleb(d)];
 
 /**
  * qkx2(nGroups4, n, nmax, rmin, rdelta, nstep): make_qkx2_quants for 4*nGroups4 groups of n elements
- * (nstep >= 1), error |diff| when mad, diff^2 otherwise.
+ * (nstep >= 1), error |diff| when mad, diff^2 otherwise. Emitted for one n (n >= 2; the n parameter is
+ * ignored). Codes go to LB as floats. (Unrolling the element loops measured slower.)
  */
-function qkx2Body(mad: boolean): number[] {
+function qkx2Body(mad: boolean, n: number): number[] {
   // params
-  const [NG, N, NMAX, RMIN, RDELTA, NSTEP] = [0, 1, 2, 3, 4, 5];
+  const [NG, , NMAX, RMIN, RDELTA, NSTEP] = [0, 1, 2, 3, 4, 5];
   // i32 locals
-  const [G, I, P, XB, IS, END] = [6, 7, 8, 9, 10, 11];
+  const [G, XB, IS, P, Q] = [6, 7, 8, 9, 10];
   // f32 local
-  const A = 12;
+  const A = 11;
   // v128 locals
-  let k = 13;
-  const [MIN, MAX, SW, SX, ISC, SC, BEST, SL, SL2, SXL, XI, WI, LF, TS, TM, CUR, MASK, D, DEGEN, MIN0, NMAXV, L, WL, TMP] =
-    Array.from({ length: 24 }, () => k++);
+  let k = 12;
+  const [MIN, MAX, SW, SX, ISC, SC, BEST, SL, SL2, SXL, XI, WI, LF, TS, TM, CUR, MASK, D, DEGEN, MIN0, NMAXV, WL, TMP,
+    C12, CLOW, CHALF] = Array.from({ length: 26 }, () => k++);
 
-  /** nearest_int(iscale * (x - min)) clamped to [0, nmax], as i32x4, from XI. */
-  const code = [
+  // element loops: P = XB + 16 i addresses XT/WT/LB, Q = 16 i addresses LA
+  const ldX = (_i: number) => [...get(P), ...vload(K_XT)];
+  const ldW = (_i: number) => [...get(P), ...vload(K_WT)];
+  const pLB = (_i: number) => get(P);
+  const pLA = (_i: number) => get(Q);
+  /** float(clamp(nearest_int(iscale * (x - min)), 0, nmax)) from XI. */
+  const codeF = [
     ...get(ISC), ...get(XI), ...get(MIN), ...fSub, ...fMul,
-    ...f32c(12582912), ...f32Splat, ...fAdd,
-    ...i32c(0x7fffff), ...i32Splat, ...iAnd,
-    ...i32c(0x400000), ...i32Splat, ...iSub,
-    ...get(NMAXV), ...iMinS, ...vZero, ...iMaxS,
+    ...get(C12), ...fAdd, ...get(CLOW), ...iAnd, ...get(CHALF), ...iSub,
+    ...get(NMAXV), ...iMinS, ...vZero, ...iMaxS, ...fFromI32,
   ];
   const err = (diff: number[]) => (mad ? [...diff, ...fAbs] : [...diff, ...set(TMP), ...get(TMP), ...get(TMP), ...fMul]);
-  /** for (p = XB; p < END; p += 16) body, with XI/WI loaded (n >= 1). */
-  const forElems = (body: number[]) => [
-    ...get(XB), ...set(P),
+  /** for (i = from; i < n; i++) body(i), as a loop over P and Q. */
+  const each = (body: (i: number) => number[], from = 0) => [
+    ...get(XB), ...i32c(16 * from), ...i32Add, ...set(P), ...i32c(16 * from), ...set(Q),
     ...loop([
-      ...get(P), ...vload(K_XT), ...set(XI),
-      ...get(P), ...vload(K_WT), ...set(WI),
-      ...body,
+      ...body(0),
       ...get(P), ...i32c(16), ...i32Add, ...set(P),
-      ...get(P), ...get(END), ...i32LtS, ...brIf(0),
+      ...get(Q), ...i32c(16), ...i32Add, ...set(Q),
+      ...get(Q), ...i32c(16 * n), ...i32LtS, ...brIf(0),
     ]),
   ];
-  /** Address of element (p - XB) in LA, on the stack. */
-  const laAddr = [...get(P), ...get(XB), ...[0x6b], ...i32c(LA), ...i32Add];
 
   const body = [
     ...get(NMAX), ...i32Splat, ...set(NMAXV),
+    ...f32c(12582912), ...f32Splat, ...set(C12),
+    ...i32c(0x7fffff), ...i32Splat, ...set(CLOW),
+    ...i32c(0x400000), ...i32Splat, ...set(CHALF),
     ...i32c(0), ...set(G),
     ...loop([
-      // XB = G*N*16, END = XB + N*16
-      ...get(G), ...get(N), ...i32Mul, ...i32c(16), ...i32Mul, ...set(XB),
-      ...get(XB), ...get(N), ...i32c(16), ...i32Mul, ...i32Add, ...set(END),
+      ...get(G), ...i32c(16 * n), ...i32Mul, ...set(XB),
       // min/max/sum_w/sum_x
-      ...get(XB), ...vload(K_XT), ...set(XI),
-      ...get(XB), ...vload(K_WT), ...set(WI),
+      ...get(XB), ...vload(K_XT), ...set(XI), ...get(XB), ...vload(K_WT), ...set(WI),
       ...get(XI), ...set(MIN), ...get(XI), ...set(MAX),
       ...get(WI), ...set(SW), ...get(WI), ...get(XI), ...fMul, ...set(SX),
-      ...get(XB), ...i32c(16), ...i32Add, ...set(P),
-      ...get(P), ...get(END), ...i32LtS,
-      ...ifThen(loop([
-        ...get(P), ...vload(K_XT), ...set(XI),
-        ...get(P), ...vload(K_WT), ...set(WI),
+      ...each((i) => [
+        ...ldX(i), ...set(XI), ...ldW(i), ...set(WI),
         ...get(XI), ...get(MIN), ...get(XI), ...get(MIN), ...fLt, ...vBitselect, ...set(MIN),
         ...get(XI), ...get(MAX), ...get(XI), ...get(MAX), ...fGt, ...vBitselect, ...set(MAX),
         ...get(SW), ...get(WI), ...fAdd, ...set(SW),
         ...get(SX), ...get(WI), ...get(XI), ...fMul, ...fAdd, ...set(SX),
-        ...get(P), ...i32c(16), ...i32Add, ...set(P),
-        ...get(P), ...get(END), ...i32LtS, ...brIf(0),
-      ])),
+      ], 1),
       ...vZero, ...get(MIN), ...get(MIN), ...vZero, ...fGt, ...vBitselect, ...set(MIN),
       ...get(MAX), ...get(MIN), ...fEq, ...set(DEGEN),
       ...get(MIN), ...set(MIN0),
@@ -159,11 +138,11 @@ function qkx2Body(mad: boolean): number[] {
       ...get(NMAX), ...f32FromI32, ...f32Splat, ...get(MAX), ...get(MIN), ...fSub, ...fDiv, ...set(ISC),
       ...f32c(1), ...f32Splat, ...get(ISC), ...fDiv, ...set(SC),
       ...vZero, ...set(BEST),
-      ...forElems([
-        ...code, ...set(L),
-        ...get(P), ...get(L), ...vstore(K_LB),
-        ...get(BEST), ...get(WI),
-        ...err([...get(SC), ...get(L), ...fFromI32, ...fMul, ...get(MIN), ...fAdd, ...get(XI), ...fSub]),
+      ...each((i) => [
+        ...ldX(i), ...set(XI),
+        ...pLB(i), ...codeF, ...set(LF), ...get(LF), ...vstore(K_LB),
+        ...get(BEST), ...ldW(i),
+        ...err([...get(SC), ...get(LF), ...fMul, ...get(MIN), ...fAdd, ...get(XI), ...fSub]),
         ...fMul, ...fAdd, ...set(BEST),
       ]),
       ...i32c(0), ...set(IS),
@@ -173,10 +152,10 @@ function qkx2Body(mad: boolean): number[] {
         ...get(NMAX), ...f32FromI32, ...f32Add, ...set(A),
         ...get(A), ...f32Splat, ...get(MAX), ...get(MIN), ...fSub, ...fDiv, ...set(ISC),
         ...vZero, ...set(SL), ...vZero, ...set(SL2), ...vZero, ...set(SXL),
-        ...forElems([
-          ...laAddr, ...code, ...vstore(0),
-          ...laAddr, ...vload(0), ...fFromI32, ...set(LF),
-          ...get(WI), ...get(LF), ...fMul, ...set(WL),
+        ...each((i) => [
+          ...ldX(i), ...set(XI),
+          ...pLA(i), ...codeF, ...set(LF), ...get(LF), ...vstore(LA),
+          ...ldW(i), ...get(LF), ...fMul, ...set(WL),
           ...get(SL), ...get(WL), ...fAdd, ...set(SL),
           ...get(SL2), ...get(WL), ...get(LF), ...fMul, ...fAdd, ...set(SL2),
           ...get(SXL), ...get(WL), ...get(XI), ...fMul, ...fAdd, ...set(SXL),
@@ -192,16 +171,17 @@ function qkx2Body(mad: boolean): number[] {
           ...get(SXL), ...get(SL2), ...fDiv, ...get(TS), ...get(TM), ...vZero, ...fGt, ...vBitselect, ...set(TS),
           ...vZero, ...get(TM), ...get(TM), ...vZero, ...fGt, ...vBitselect, ...set(TM),
           ...vZero, ...set(CUR),
-          ...forElems([
-            ...get(CUR), ...get(WI),
-            ...err([...get(TS), ...laAddr, ...vload(0), ...fFromI32, ...fMul, ...get(TM), ...fAdd, ...get(XI), ...fSub]),
+          ...each((i) => [
+            ...get(CUR), ...ldW(i),
+            ...err([...get(TS), ...pLA(i), ...vload(LA), ...fMul, ...get(TM), ...fAdd, ...ldX(i), ...fSub]),
             ...fMul, ...fAdd, ...set(CUR),
           ]),
           ...get(MASK), ...get(CUR), ...get(BEST), ...fLt, ...vAnd, ...set(MASK),
           ...get(MASK), ...vAnyTrue,
           ...ifThen([
-            ...forElems([
-              ...get(P), ...laAddr, ...vload(0), ...get(P), ...vload(K_LB), ...get(MASK), ...vBitselect, ...vstore(K_LB),
+            ...each((i) => [
+              ...pLB(i), ...pLA(i), ...vload(LA), ...pLB(i), ...vload(K_LB), ...get(MASK), ...vBitselect,
+              ...vstore(K_LB),
             ]),
             ...get(CUR), ...get(BEST), ...get(MASK), ...vBitselect, ...set(BEST),
             ...get(TS), ...get(SC), ...get(MASK), ...vBitselect, ...set(SC),
@@ -213,7 +193,9 @@ function qkx2Body(mad: boolean): number[] {
       ]),
       // max == min: codes 0, scale 0, the_min = -min of the start
       ...get(DEGEN), ...vAnyTrue,
-      ...ifThen(forElems([...get(P), ...vZero, ...get(P), ...vload(K_LB), ...get(DEGEN), ...vBitselect, ...vstore(K_LB)])),
+      ...ifThen(each((i) => [
+        ...pLB(i), ...vZero, ...pLB(i), ...vload(K_LB), ...get(DEGEN), ...vBitselect, ...vstore(K_LB),
+      ])),
       ...get(G), ...i32c(16), ...i32Mul,
       ...vZero, ...get(SC), ...get(DEGEN), ...vBitselect, ...vstore(K_OS),
       ...get(G), ...i32c(16), ...i32Mul,
@@ -222,7 +204,7 @@ function qkx2Body(mad: boolean): number[] {
       ...get(G), ...get(NG), ...i32LtS, ...brIf(0),
     ]),
   ];
-  const locals = vec([[6, I32], [1, F32], [24, V128]].map(([c, t]) => [...uleb(c), t]));
+  const locals = vec([[5, I32], [1, F32], [26, V128]].map(([c, t]) => [...uleb(c), t]));
   return [...locals, ...body, 0x0b];
 }
 
@@ -337,55 +319,268 @@ function qxBody(): number[] {
   return [...locals, ...body, 0x0b];
 }
 
+/**
+ * q3(nGroups4, n, nmax): make_q3_quants with do_rmse for 4*nGroups4 groups of n elements; codes (+ nmax,
+ * 0 for an all-tiny group) to LB, scales to OS. A lane whose pass changed nothing would change nothing
+ * in the next pass either (same state), so running the passes while any lane changes is exact.
+ */
+function q3Body(): number[] {
+  const [NG, N, NMAX] = [0, 1, 2];
+  const [G, ITRY, P, XB, END] = [3, 4, 5, 6, 7];
+  let k = 8;
+  const [MAXV, AMAX, ISC, SLX, SL2, XI, LF, W, MASK, SMALL, NMAXV, L, AX, CHANGED, NL, NLF, TSLX, TSL2, WX] =
+    Array.from({ length: 19 }, () => k++);
+  /** nearest_int(top of stack) clamped to [-nmax, nmax-1], as i32x4. */
+  const nearestClamp = [
+    ...f32c(12582912), ...f32Splat, ...fAdd,
+    ...i32c(0x7fffff), ...i32Splat, ...iAnd,
+    ...i32c(0x400000), ...i32Splat, ...iSub,
+    ...get(NMAXV), ...i32c(1), ...i32Splat, ...iSub, ...iMinS,
+    ...i32c(0), ...get(NMAX), ...[0x6b], ...i32Splat, ...iMaxS,
+  ];
+  const forElems = (body: number[]) => [
+    ...get(XB), ...set(P),
+    ...loop([
+      ...get(P), ...vload(K_XT), ...set(XI),
+      ...body,
+      ...get(P), ...i32c(16), ...i32Add, ...set(P),
+      ...get(P), ...get(END), ...i32LtS, ...brIf(0),
+    ]),
+  ];
+  const body = [
+    ...get(NMAX), ...i32Splat, ...set(NMAXV),
+    ...i32c(0), ...set(G),
+    ...loop([
+      ...get(G), ...get(N), ...i32Mul, ...i32c(16), ...i32Mul, ...set(XB),
+      ...get(XB), ...get(N), ...i32c(16), ...i32Mul, ...i32Add, ...set(END),
+      ...vZero, ...set(MAXV), ...vZero, ...set(AMAX),
+      ...forElems([
+        ...get(XI), ...fAbs, ...set(AX),
+        ...get(AX), ...get(AMAX), ...fGt, ...set(MASK),
+        ...get(AX), ...get(AMAX), ...get(MASK), ...vBitselect, ...set(AMAX),
+        ...get(XI), ...get(MAXV), ...get(MASK), ...vBitselect, ...set(MAXV),
+      ]),
+      ...get(AMAX), ...f32c(Math.fround(1e-15)), ...f32Splat, ...fLt, ...set(SMALL),
+      ...i32c(0), ...get(NMAX), ...[0x6b], ...f32FromI32, ...f32Splat, ...get(MAXV), ...fDiv, ...set(ISC),
+      ...vZero, ...set(SLX), ...vZero, ...set(SL2),
+      ...forElems([
+        ...get(P),
+        ...get(ISC), ...get(XI), ...fMul, ...nearestClamp, ...set(L),
+        ...get(L), ...vstore(K_LB),
+        ...get(L), ...fFromI32, ...set(LF),
+        ...get(XI), ...get(XI), ...fMul, ...set(W),
+        ...get(SLX), ...get(W), ...get(XI), ...fMul, ...get(LF), ...fMul, ...fAdd, ...set(SLX),
+        ...get(SL2), ...get(W), ...get(LF), ...fMul, ...get(LF), ...fMul, ...fAdd, ...set(SL2),
+      ]),
+      ...i32c(0), ...set(ITRY),
+      ...loop([
+        ...vZero, ...set(CHANGED),
+        ...forElems([
+          ...get(P), ...vload(K_LB), ...set(L),
+          ...get(L), ...fFromI32, ...set(LF),
+          ...get(XI), ...get(XI), ...fMul, ...set(W),
+          ...get(W), ...get(XI), ...fMul, ...set(WX),
+          // slx = sumlx - w*x*L; sl2 = suml2 - w*L*L
+          ...get(SLX), ...get(WX), ...get(LF), ...fMul, ...fSub, ...set(TSLX),
+          ...get(SL2), ...get(W), ...get(LF), ...fMul, ...get(LF), ...fMul, ...fSub, ...set(TSL2),
+          ...get(TSLX), ...vZero, ...fGt, ...set(MASK),
+          ...get(MASK), ...vAnyTrue,
+          ...ifThen([
+            // new_l = nearest_int(x*sl2/slx), clamped
+            ...get(XI), ...get(TSL2), ...fMul, ...get(TSLX), ...fDiv, ...nearestClamp, ...set(NL),
+            ...get(NL), ...fFromI32, ...set(NLF),
+            ...get(MASK), ...get(NL), ...get(L), ...simd(0x38), ...vAnd, ...set(MASK),
+            ...get(TSLX), ...get(WX), ...get(NLF), ...fMul, ...fAdd, ...set(TSLX),
+            ...get(TSL2), ...get(W), ...get(NLF), ...fMul, ...get(NLF), ...fMul, ...fAdd, ...set(TSL2),
+            // sl2 > 0 && slx*slx*suml2 > sumlx*sumlx*sl2
+            ...get(MASK),
+            ...get(TSL2), ...vZero, ...fGt, ...vAnd,
+            ...get(TSLX), ...get(TSLX), ...fMul, ...get(SL2), ...fMul,
+            ...get(SLX), ...get(SLX), ...fMul, ...get(TSL2), ...fMul, ...fGt, ...vAnd, ...set(MASK),
+            ...get(P), ...get(NL), ...get(L), ...get(MASK), ...vBitselect, ...vstore(K_LB),
+            ...get(TSLX), ...get(SLX), ...get(MASK), ...vBitselect, ...set(SLX),
+            ...get(TSL2), ...get(SL2), ...get(MASK), ...vBitselect, ...set(SL2),
+            ...get(CHANGED), ...get(MASK), ...simd(0x50), ...set(CHANGED),
+          ]),
+        ]),
+        ...get(ITRY), ...i32c(1), ...i32Add, ...set(ITRY),
+        ...get(CHANGED), ...vAnyTrue,
+        ...get(ITRY), ...i32c(5), ...i32LtS, ...[0x71], ...brIf(0),
+      ]),
+      ...forElems([
+        ...get(P),
+        ...vZero, ...get(P), ...vload(K_LB), ...get(NMAXV), ...simd(0xae), ...get(SMALL), ...vBitselect,
+        ...vstore(K_LB),
+      ]),
+      // suml2 > 0 ? sumlx/suml2 : 0, and 0 for an all-tiny group
+      ...get(G), ...i32c(16), ...i32Mul,
+      ...get(SLX), ...get(SL2), ...fDiv, ...vZero, ...get(SL2), ...vZero, ...fGt, ...vBitselect, ...set(AX),
+      ...vZero, ...get(AX), ...get(SMALL), ...vBitselect, ...vstore(K_OS),
+      ...get(G), ...i32c(1), ...i32Add, ...set(G),
+      ...get(G), ...get(NG), ...i32LtS, ...brIf(0),
+    ]),
+  ];
+  const locals = vec([[5, I32], [19, V128]].map(([c, t]) => [...uleb(c), t]));
+  return [...locals, ...body, 0x0b];
+}
+
+/**
+ * prep(nGroups4, n, mode): RAW (4*nGroups4 groups of n) transposed into XT; WT = |x| (mode 1) or
+ * sqrtf(sum x^2 / n) + |x| (mode 2, the Q4_K/Q5_K weights; the sum runs in C's order).
+ * Returns 1 if every |x| < K_WASM_SAFE_ABS (NaN fails), else 0: then the caller must use the JS path.
+ */
+function prepBody(): number[] {
+  const [NG, N, MODE] = [0, 1, 2];
+  const [G, I, P, XB, END, R] = [3, 4, 5, 6, 7, 8];
+  const [XI, S2, AV, OK] = [9, 10, 11, 12];
+  const lane = (k: number) => [
+    ...get(R), ...get(N), ...i32c(4 * k), ...i32Mul, ...i32Add, ...[0x2a, 2, ...uleb(K_RAW)],
+  ];
+  const forElems = (body: number[]) => [
+    ...get(XB), ...set(P),
+    ...loop([
+      ...get(P), ...vload(K_XT), ...set(XI),
+      ...body,
+      ...get(P), ...i32c(16), ...i32Add, ...set(P),
+      ...get(P), ...get(END), ...i32LtS, ...brIf(0),
+    ]),
+  ];
+  const body = [
+    ...simd(0x0c, ...new Array(16).fill(0xff)), ...set(OK),
+    ...i32c(0), ...set(G),
+    ...loop([
+      ...get(G), ...get(N), ...i32Mul, ...i32c(16), ...i32Mul, ...set(XB),
+      ...get(XB), ...get(N), ...i32c(16), ...i32Mul, ...i32Add, ...set(END),
+      // R = byte offset of element i of group 4g in RAW
+      ...get(XB), ...set(R),
+      ...get(XB), ...set(P),
+      ...vZero, ...set(S2),
+      ...loop([
+        ...lane(0), ...f32Splat,
+        ...lane(1), ...simd(0x20, 1),
+        ...lane(2), ...simd(0x20, 2),
+        ...lane(3), ...simd(0x20, 3), ...set(XI),
+        ...get(P), ...get(XI), ...vstore(K_XT),
+        ...get(S2), ...get(XI), ...get(XI), ...fMul, ...fAdd, ...set(S2),
+        ...get(OK), ...get(XI), ...fAbs, ...f32c(K_WASM_SAFE_ABS), ...f32Splat, ...fLt, ...vAnd, ...set(OK),
+        ...get(R), ...i32c(4), ...i32Add, ...set(R),
+        ...get(P), ...i32c(16), ...i32Add, ...set(P),
+        ...get(P), ...get(END), ...i32LtS, ...brIf(0),
+      ]),
+      ...get(MODE), ...i32c(1), ...[0x46],
+      ...ifThen(forElems([...get(P), ...get(XI), ...fAbs, ...vstore(K_WT)])),
+      ...get(MODE), ...i32c(2), ...[0x46],
+      ...ifThen([
+        ...get(S2), ...get(N), ...f32FromI32, ...f32Splat, ...fDiv, ...simd(0xe3), ...set(AV),
+        ...forElems([...get(P), ...get(AV), ...get(XI), ...fAbs, ...fAdd, ...vstore(K_WT)]),
+      ]),
+      ...get(G), ...i32c(1), ...i32Add, ...set(G),
+      ...get(G), ...get(NG), ...i32LtS, ...brIf(0),
+    ]),
+  ];
+  void I;
+  return [...vec([[6, I32], [4, V128]].map(([c, t]) => [...uleb(c), t])), ...body, ...get(OK), ...simd(0xa3), 0x0b];
+}
+
+/**
+ * requant(nGroups, n, lo, hi, off): RES[j*n + i] = clamp(nearest_int((RAW[j*n + i] + dm_j)/d_j), lo, hi) + off
+ * for every group j with d_j = OD[j] != 0 (dm_j = ODM[j]; 0 for x/d, which gives the same code).
+ * n is a multiple of 4.
+ */
+function requantBody(): number[] {
+  const [NG, N, LO, HI, OFF] = [0, 1, 2, 3, 4];
+  const [J, P, END] = [5, 6, 7];
+  const [D, DM] = [8, 9];
+  const body = [
+    ...i32c(0), ...set(J),
+    ...loop([
+      ...get(J), ...i32c(4), ...i32Mul, ...[0x2a, 2, ...uleb(K_OD)], ...f32Splat, ...set(D),
+      ...get(D), ...simd(0x1f, 0), ...f32c(0), ...[0x5c], // f32.ne
+      ...ifThen([
+        ...get(J), ...i32c(4), ...i32Mul, ...[0x2a, 2, ...uleb(K_ODM)], ...f32Splat, ...set(DM),
+        ...get(J), ...get(N), ...i32Mul, ...i32c(4), ...i32Mul, ...set(P),
+        ...get(P), ...get(N), ...i32c(4), ...i32Mul, ...i32Add, ...set(END),
+        ...loop([
+          ...get(P),
+          ...get(P), ...vload(K_RAW), ...get(DM), ...fAdd, ...get(D), ...fDiv,
+          ...f32c(12582912), ...f32Splat, ...fAdd,
+          ...i32c(0x7fffff), ...i32Splat, ...iAnd,
+          ...i32c(0x400000), ...i32Splat, ...iSub,
+          ...get(HI), ...i32Splat, ...iMinS, ...get(LO), ...i32Splat, ...iMaxS,
+          ...get(OFF), ...i32Splat, ...simd(0xae),
+          ...vstore(K_RES),
+          ...get(P), ...i32c(16), ...i32Add, ...set(P),
+          ...get(P), ...get(END), ...i32LtS, ...brIf(0),
+        ]),
+      ]),
+      ...get(J), ...i32c(1), ...i32Add, ...set(J),
+      ...get(J), ...get(NG), ...i32LtS, ...brIf(0),
+    ]),
+  ];
+  const locals = vec([[3, I32], [2, V128]].map(([c, t]) => [...uleb(c), t]));
+  return [...locals, ...body, 0x0b];
+}
+
 function moduleBytes(): Uint8Array<ArrayBuffer> {
   const type = [0x60, ...vec([[I32], [I32], [I32], [F32], [F32], [I32]]), ...vec([])];
   const typeQx = [0x60, ...vec([[I32], [I32], [I32]]), ...vec([])];
-  const types = section(1, vec([type, typeQx]));
-  const funcs = section(3, vec([[0], [0], [1]]));
+  const typeRq = [0x60, ...vec([[I32], [I32], [I32], [I32], [I32]]), ...vec([])];
+  const typePrep = [0x60, ...vec([[I32], [I32], [I32]]), ...vec([[I32]])];
+  const types = section(1, vec([type, typeQx, typeRq, typePrep]));
+  const funcs = section(3, vec([[0], [0], [1], [1], [3], [2]]));
   const mem = section(5, vec([[0x00, 1]]));
   const exports = section(7, vec([
-    [...str('qkx2'), 0x00, 0], [...str('qkx2_mad'), 0x00, 1], [...str('qx'), 0x00, 2], [...str('memory'), 0x02, 0],
+    [...str('qkx2'), 0x00, 0], [...str('qkx2_mad'), 0x00, 1], [...str('qx'), 0x00, 2], [...str('q3'), 0x00, 3], [...str('prep'), 0x00, 4], [...str('requant'), 0x00, 5], [...str('memory'), 0x02, 0],
   ]));
-  const bodies = [qkx2Body(false), qkx2Body(true), qxBody()];
+  const bodies = [qkx2Body(false, 32), qkx2Body(true, 16), qxBody(), q3Body(), prepBody(), requantBody()];
   const code = section(10, vec(bodies.map((b) => [...uleb(b.length), ...b])));
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...funcs, ...mem, ...exports, ...code]);
 }
 
-export interface Qkx2Kernel {
-  /** qkx2 / qkx2_mad(nGroups4, n, nmax, rmin, rdelta, nstep) */
+export interface KQuantKernels {
+  /**
+   * make_qkx2_quants(nGroups4, n, nmax, rmin, rdelta, nstep): run is emitted for n = 32 with squared
+   * error (Q4_K/Q5_K), runMad for n = 16 with |error| (Q2_K); n must match.
+   */
   run: (nGroups4: number, n: number, nmax: number, rmin: number, rdelta: number, nstep: number) => void;
   runMad: (nGroups4: number, n: number, nmax: number, rmin: number, rdelta: number, nstep: number) => void;
   /** qx(nGroups4, n, nmax): make_qx_quants (rmse_type 1, no weights) */
   qx: (nGroups4: number, n: number, nmax: number) => void;
+  /** q3(nGroups4, n, nmax): make_q3_quants (do_rmse) */
+  q3: (nGroups4: number, n: number, nmax: number) => void;
+  /** prep(nGroups4, n, mode): RAW -> XT, WT (mode 0: none, 1: |x|, 2: Q4_K/Q5_K weights) */
+  prep: (nGroups4: number, n: number, mode: number) => number;
+  /** requant(nGroups, n, lo, hi, off): codes of RAW for the d/dm in OD/ODM into RES */
+  requant: (nGroups: number, n: number, lo: number, hi: number, off: number) => void;
   f32: Float32Array;
   i32: Int32Array;
 }
 
-let KERNEL: Qkx2Kernel | null | undefined;
-/** The instantiated kernel, or null without WebAssembly SIMD (or with LLMC_QUANT_NO_WASM set). */
-export function qkx2Kernel(): Qkx2Kernel | null {
-  if (KERNEL === undefined) {
-    KERNEL = null;
+let KERNELS: KQuantKernels | null | undefined;
+/** The instantiated kernels, or null without WebAssembly SIMD. */
+export function kquantKernels(): KQuantKernels | null {
+  if (KERNELS === undefined) {
+    KERNELS = null;
     try {
       const bytes = moduleBytes();
-      if (typeof WebAssembly === 'object' && !process.env.LLMC_QUANT_NO_WASM && WebAssembly.validate(bytes)) {
+      if (typeof WebAssembly === 'object' && WebAssembly.validate(bytes)) {
         const inst = new WebAssembly.Instance(new WebAssembly.Module(bytes), {});
         const ex = inst.exports as Record<string, unknown>;
         const mem = ex.memory as WebAssembly.Memory;
-        KERNEL = {
-          run: ex.qkx2 as Qkx2Kernel['run'],
-          runMad: ex.qkx2_mad as Qkx2Kernel['run'],
-          qx: ex.qx as Qkx2Kernel['qx'],
+        KERNELS = {
+          run: ex.qkx2 as KQuantKernels['run'],
+          runMad: ex.qkx2_mad as KQuantKernels['run'],
+          qx: ex.qx as KQuantKernels['qx'],
+          q3: ex.q3 as KQuantKernels['qx'],
+          prep: ex.prep as KQuantKernels['prep'],
+          requant: ex.requant as KQuantKernels['requant'],
           f32: new Float32Array(mem.buffer),
           i32: new Int32Array(mem.buffer),
         };
       }
     } catch {
-      KERNEL = null;
+      KERNELS = null;
     }
   }
-  return KERNEL;
+  return KERNELS;
 }
-
-/** Inputs with |x| below this (and finite) take the wasm path; anything wilder stays on the JS transcription. */
-export const K_WASM_SAFE_ABS = 1e15;

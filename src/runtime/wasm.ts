@@ -8,37 +8,8 @@
  * memory never grows after setup, so typed-array views over it stay valid.
  */
 import { f16Table } from '../util/half.js';
+import { F32, I32, section, sleb, str, uleb, V128, vec } from '../util/wasm-asm.js';
 
-// --- a tiny wasm assembler -------------------------------------------------------------------
-const uleb = (n: number): number[] => {
-  const out: number[] = [];
-  do {
-    let b = n & 0x7f;
-    n >>>= 7;
-    if (n) b |= 0x80;
-    out.push(b);
-  } while (n);
-  return out;
-};
-const sleb = (n: number): number[] => {
-  const out: number[] = [];
-  for (;;) {
-    const b = n & 0x7f;
-    n >>= 7;
-    if ((n === 0 && !(b & 0x40)) || (n === -1 && b & 0x40)) {
-      out.push(b);
-      return out;
-    }
-    out.push(b | 0x80);
-  }
-};
-const vec = (items: number[][]): number[] => [...uleb(items.length), ...items.flat()];
-const section = (id: number, body: number[]): number[] => [id, ...uleb(body.length), ...body];
-const str = (s: string): number[] => [...uleb(s.length), ...Array.from(s, (c) => c.charCodeAt(0))];
-
-const I32 = 0x7f;
-const F32 = 0x7d;
-const V128 = 0x7b;
 const op = {
   block: [0x02, 0x40],
   loop: [0x03, 0x40],
