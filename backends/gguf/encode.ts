@@ -2,8 +2,9 @@
  * Tensor chunks → the bytes of a ggml tensor type. f32 chunks go through the shared quantizers in
  * src/quant (the one quantizer implementation in llmc; rows split across worker_threads for large
  * tensors). Raw bfloat16 chunks (straight from a checkpoint) to F16 / Q8_0 / BF16 / F32 take integer
- * fast paths that give the same bytes as decoding to f32 and quantizing (test/gguf-encode.test.ts
- * checks that over all 65536 bf16 values); they write into reused buffers, so they allocate nothing.
+ * fast paths that give the same bytes as decoding to f32 and quantizing (test/gguf-encode.test.ts:
+ * F16 over all 65536 bf16 values, Q8_0 over random and edge-case blocks); they write into reused
+ * buffers, so they allocate nothing.
  */
 import { quantizeParallel, type QuantType } from '../../src/quant/index.js';
 import { bf16Table, bf16ToF16Table, f32ToF16 } from '../../src/util/half.js';
@@ -23,36 +24,120 @@ export function encodesBf16(type: QuantType, rowLength: number): boolean {
   return type in BF16_DIRECT && (type !== 'Q8_0' || rowLength % 32 === 0);
 }
 
-/** bf16 bits → F16 bits, one table read per value. */
-export function bf16ToF16Into(src: Uint16Array, dst: Uint16Array): void {
-  const t = bf16ToF16Table();
-  for (let i = 0; i < src.length; i++) dst[i] = t[src[i]];
+/** bf16 bits → f16 bits as u32 (a u32 table read is cheaper than a u16 one). */
+let F16_OF_BF16: Uint32Array | null = null;
+
+/**
+ * Whether a 32-bit word of two bf16 values holds an Inf or NaN, as a flag bit: adding 0x80 to an
+ * exponent field (sign cleared) carries into the sign position exactly when the field is all ones.
+ */
+const nonFiniteBits = (w: number) => ((w & 0x7f807f80) + 0x00800080) & 0x80008000;
+
+/** Both typed arrays can be read as 32-bit words (how the loops below take two values at a time). */
+const wordAligned = (a: Uint16Array, b: { byteOffset: number }) => ((a.byteOffset | b.byteOffset) & 3) === 0;
+
+/** Whether every bf16 value is finite. */
+export function allFiniteBf16(src: Uint16Array): boolean {
+  let bad = 0;
+  let i = 0;
+  if (wordAligned(src, src)) {
+    const words = src.length >>> 1;
+    const s32 = new Uint32Array(src.buffer, src.byteOffset, words);
+    for (let k = 0; k < words; k++) bad |= nonFiniteBits(s32[k]);
+    i = words * 2;
+  }
+  for (; i < src.length; i++) bad |= nonFiniteBits(src[i]);
+  return bad === 0;
+}
+
+/**
+ * bf16 bits → F16 bits, one table read per value, two values per 32-bit word where aligned.
+ * Returns whether every input was finite (the check rides along in the same loop).
+ */
+export function bf16ToF16Into(src: Uint16Array, dst: Uint16Array): boolean {
+  const t = (F16_OF_BF16 ??= Uint32Array.from(bf16ToF16Table()));
+  let bad = 0;
+  let i = 0;
+  if (wordAligned(src, dst)) {
+    const words = src.length >>> 1;
+    const s32 = new Uint32Array(src.buffer, src.byteOffset, words);
+    const d32 = new Uint32Array(dst.buffer, dst.byteOffset, words);
+    for (let k = 0; k < words; k++) {
+      const w = s32[k];
+      bad |= nonFiniteBits(w);
+      // Both values f16 normals (bf16 exponent 113..142, where weights live): rebias the exponents in
+      // place (no borrow between the halves; each result fits its half after << 3). Else the table,
+      // whose random reads are what this avoids.
+      if (((w >>> 7) & 0xff) - 113 >>> 0 < 30 && ((w >>> 23) & 0xff) - 113 >>> 0 < 30) {
+        d32[k] = (w & 0x80008000) | (((w & 0x7fff7fff) - 0x38003800) << 3);
+      } else {
+        d32[k] = t[w & 0xffff] | (t[w >>> 16] << 16);
+      }
+    }
+    i = words * 2;
+  }
+  for (; i < src.length; i++) {
+    bad |= nonFiniteBits(src[i]);
+    dst[i] = t[src[i]];
+  }
+  return bad === 0;
+}
+
+/**
+ * A Q8_0 block's scale depends only on its amax, here a bf16 magnitude (15 bits): per amax, the
+ * stored f16 scale and the float32 inverse, as quantize_row_q8_0_ref computes them
+ * (d = amax / 127, id = d ? 1 / d : 0, both rounded to float32).
+ */
+let Q8_SCALES: { d: Uint16Array; id: Float32Array } | null = null;
+function q8Scales(): { d: Uint16Array; id: Float32Array } {
+  if (!Q8_SCALES) {
+    const t = bf16Table();
+    const d = new Uint16Array(0x8000);
+    const id = new Float32Array(0x8000);
+    for (let m = 0; m < 0x8000; m++) {
+      const dm = Math.fround(t[m] / 127);
+      d[m] = f32ToF16(dm);
+      id[m] = dm !== 0 ? 1 / dm : 0; // the Float32Array store rounds, as fround would
+    }
+    Q8_SCALES = { d, id };
+  }
+  return Q8_SCALES;
 }
 
 /**
  * bf16 bits → Q8_0 blocks, the arithmetic of src/quant's quantizeQ8_0 (ggml's quantize_row_q8_0_ref)
- * on the decoded values. For finite values |x| orders like the bits without the sign, so amax is an
- * integer max; the inputs are finite (the stream checks), so no NaN can hide from it.
+ * on the decoded values, arranged to avoid unpredictable branches (random signs are the slow part):
+ *  - for finite values |x| orders like the bits without the sign, so amax is an integer max; a
+ *    block with an Inf or NaN has amax bits >= 0x7f80, which is how the finite check rides along;
+ *  - roundf(v) then (int8_t) of v = x * id is trunc(|v| + 0.5) with x's sign applied in integers
+ *    (|v| = fround(|x| * id): rounding is symmetric; v = ±0 gives 0 either way; an infinite or NaN v,
+ *    when d is a tiny subnormal, gives 0 either way as `| 0` does).
+ * Returns whether every input was finite (if not, the output is garbage).
  */
-export function bf16ToQ8_0Into(src: Uint16Array, y: Uint8Array): void {
+export function bf16ToQ8_0Into(src: Uint16Array, y: Uint8Array): boolean {
   const t = bf16Table();
+  const { d: D, id: ID } = q8Scales();
   const fr = Math.fround;
+  let bad = 0;
   for (let xo = 0, yo = 0; xo < src.length; xo += 32, yo += 34) {
     let m = 0;
     for (let j = 0; j < 32; j++) {
-      const a = src[xo + j] & 0x7fff;
-      m = m > a ? m : a;
+      const diff = m - (src[xo + j] & 0x7fff);
+      m -= diff & (diff >> 31); // max(m, |x|)
     }
-    const d = fr(t[m] / 127);
-    const id = d !== 0 ? fr(1 / d) : 0;
-    const h = f32ToF16(d);
+    bad |= (m + 0x80) & 0x8000;
+    const id = ID[m];
+    const h = D[m];
     y[yo] = h & 0xff;
     y[yo + 1] = h >>> 8;
     for (let j = 0; j < 32; j++) {
-      const v = fr(t[src[xo + j]] * id);
-      y[yo + 2 + j] = (v >= 0 ? v + 0.5 : v - 0.5) | 0;
+      const x = src[xo + j];
+      const q = (fr(t[x & 0x7fff] * id) + 0.5) | 0;
+      const neg = (x << 16) >> 31; // 0 or -1
+      y[yo + 2 + j] = (q ^ neg) - neg;
     }
   }
+  return bad === 0;
 }
 
 /**
@@ -70,17 +155,23 @@ export class ChunkEncoder {
     this.k ^= 1;
     if (this.bufs[this.k].length < n) this.bufs[this.k] = new Uint8Array(n);
     const out = this.bufs[this.k].subarray(0, n);
+    let finite: boolean;
     switch (type) {
-      case 'F16': bf16ToF16Into(src, new Uint16Array(out.buffer, out.byteOffset, src.length)); break;
-      case 'BF16': out.set(new Uint8Array(src.buffer, src.byteOffset, src.byteLength)); break;
+      case 'F16': finite = bf16ToF16Into(src, new Uint16Array(out.buffer, out.byteOffset, src.length)); break;
+      case 'Q8_0': finite = bf16ToQ8_0Into(src, out); break;
+      case 'BF16':
+        finite = allFiniteBf16(src);
+        out.set(new Uint8Array(src.buffer, src.byteOffset, src.byteLength));
+        break;
       case 'F32': {
+        finite = allFiniteBf16(src);
         const u = new Uint32Array(out.buffer, out.byteOffset, src.length);
         for (let i = 0; i < src.length; i++) u[i] = src[i] << 16;
         break;
       }
-      case 'Q8_0': bf16ToQ8_0Into(src, out); break;
       default: throw new Error(`internal: no bf16 path to ${type}`);
     }
+    if (!finite) chunk.failNonFinite!();
     return out;
   }
 }

@@ -10,7 +10,7 @@ import { ChunkEncoder, encodesBf16 } from './encode.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
 import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
-import { tensorChunks } from './stream.js';
+import { ChunkBuffers, tensorChunks } from './stream.js';
 import { convertTokenizer, placeholderVocab } from './vocab.js';
 import { GgufFileWriter, type GgufTensorInfo } from './writer.js';
 
@@ -94,13 +94,14 @@ export const ggufBackend: Backend = {
     const sourceBytes = plan.tensors.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * 4, 0);
     ctx.progress.start(`gguf ${plan.choice.label}`, sourceBytes);
     const encoder = new ChunkEncoder();
+    const buffers = new ChunkBuffers();
     try {
       for (const t of plan.tensors) {
         await writer.beginTensor(t.name);
         // Encoding chunk k overlaps writing chunk k-1 and reading chunk k+1.
         let writing: Promise<void> = Promise.resolve();
         const rawBf16 = encodesBf16(t.type, t.ne[0]);
-        for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, rawBf16 })) {
+        for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, rawBf16, buffers })) {
           const bytes = await encoder.encode(t.type, chunk, t.ne[0]);
           await writing;
           writing = writer.writeData(bytes);

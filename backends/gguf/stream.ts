@@ -3,7 +3,9 @@
  * Straight from a checkpoint's safetensors files, rows are read by byte range; any other source
  * (a pass's rewritten model) is read whole, one source tensor at a time, and sliced.
  * Every chunk holds whole rows (whole heads for q/k, which are re-interleaved per head) and is
- * checked for non-finite values, which llama.cpp would refuse or propagate.
+ * checked for non-finite values, which llama.cpp would refuse or propagate. On request, BF16
+ * checkpoint tensors come as raw bits instead (the encoders convert them directly and run the
+ * finite check inside their own loops, see Chunk.failNonFinite).
  */
 import { promises as fsp } from 'node:fs';
 import { Checkpoint, DTYPE_BYTES, type ModelSource, type TensorInfo } from '../../src/checkpoint/index.js';
@@ -18,6 +20,12 @@ export interface Chunk {
   bf16?: Uint16Array;
   /** Number of values. */
   length: number;
+  /**
+   * Raw chunks are not checked for non-finite values here: a full extra pass over the data costs as
+   * much as converting it, so the encoders check inside their loops and call this on a hit (it finds
+   * the first bad element in source order and throws the same error f32 chunks get).
+   */
+  failNonFinite?: () => never;
   /** Source tensor it came from, and the element offset of data[0] in it (for messages). */
   source: string;
   offset: number;
@@ -94,11 +102,27 @@ export interface ChunkOptions {
   maxElems: number;
   /** Hand BF16 checkpoint tensors over as raw bits (`Chunk.bf16`) instead of decoding them. */
   rawBf16?: boolean;
+  /** Buffers reused across tensors (fresh ones per tensor otherwise). */
+  buffers?: ChunkBuffers;
+}
+
+/**
+ * The read / decode / permute buffers of a stream, reused from tensor to tensor: allocating them
+ * per tensor makes hundreds of megabytes of short-lived external memory, and V8 answers with GCs.
+ */
+export class ChunkBuffers {
+  private slots: Buffer[] = [];
+  get(slot: number, bytes: number): Buffer {
+    const b = this.slots[slot];
+    if (b && b.length >= bytes) return b.subarray(0, bytes);
+    return (this.slots[slot] = Buffer.allocUnsafeSlow(bytes));
+  }
 }
 
 export async function* tensorChunks(source: ModelSource, t: TensorPlan, options: ChunkOptions | number): AsyncGenerator<Chunk> {
   const opts = typeof options === 'number' ? { maxElems: options } : options;
   const maxElems = opts.maxElems;
+  const bufs = opts.buffers ?? new ChunkBuffers();
   if (t.computed) {
     const data = t.computed();
     const c = { data, length: data.length, source: t.name, offset: 0 };
@@ -122,15 +146,17 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
       if (t.permuteHeads) c.data = permuteRotaryRows(data, data.length / rowLen, (data.length / rowLen) / headRows);
       return c;
     };
-    let permuted: Uint16Array | undefined;
     const finishBf16 = (bits: Uint16Array, r0: number): Chunk => {
       const c: Chunk = { bf16: bits, length: bits.length, source: name, offset: r0 * rowLen };
-      checkFinite(c, source.description);
+      c.failNonFinite = () => {
+        checkFinite({ ...c, bf16: bits }, source.description); // source order, for the element index
+        throw new LlmcError(`internal: tensor "${name}" reported non-finite but all values are finite`);
+      };
       if (t.permuteHeads) {
         // One reused buffer: the encoder is done with the previous chunk before the next is made.
-        if (!permuted || permuted.length < bits.length) permuted = new Uint16Array(bits.length);
+        const p = bufs.get(4, bits.byteLength);
         const rowsHere = bits.length / rowLen;
-        c.bf16 = permuteRowsInto(bits, permuted.subarray(0, bits.length), rowsHere, rowsHere / headRows);
+        c.bf16 = permuteRowsInto(bits, new Uint16Array(p.buffer, p.byteOffset, bits.length), rowsHere, rowsHere / headRows);
       }
       return c;
     };
@@ -147,9 +173,10 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
       try {
         // Two raw and two f32 buffers, alternating: the next chunk's bytes arrive while this one
         // is quantized, and the previous chunk may still be being written (F32 writes the data itself).
-        const raws = [Buffer.allocUnsafeSlow(step * rowLen * esize), Buffer.allocUnsafeSlow(step * rowLen * esize)];
+        const raws = [bufs.get(0, step * rowLen * esize), bufs.get(1, step * rowLen * esize)];
         const raw16 = opts.rawBf16 && ti.dtype === 'BF16';
-        const f32s = raw16 ? [] : [new Float32Array(step * rowLen), new Float32Array(step * rowLen)];
+        const f32 = (slot: number) => new Float32Array(bufs.get(slot, step * rowLen * 4).buffer, 0, step * rowLen);
+        const f32s = raw16 ? [] : [f32(2), f32(3)];
         const read = async (r0: number, k: number): Promise<Buffer> => {
           const n = (Math.min(rows, r0 + step) - r0) * rowLen * esize;
           const buf = raws[k].subarray(0, n);

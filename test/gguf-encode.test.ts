@@ -1,0 +1,196 @@
+/**
+ * The fast bf16 paths of the gguf backend and the hashing that moved off the main thread.
+ * References are independent of the code under test: f32ToF16 (half.ts's scalar RNE conversion) and
+ * src/quant's quantize() on decoded values for the encoders, node:crypto over the whole bytes for hashes.
+ */
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync, appendFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { allFiniteBf16, bf16ToF16Into, bf16ToQ8_0Into, ChunkEncoder } from '../backends/gguf/encode.js';
+import { quantize, type QuantType } from '../src/quant/index.js';
+import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f32ToF16 } from '../src/util/half.js';
+import { AtomicFile, knownSha256 } from '../src/util/atomic.js';
+import { sha256Files, WORKER_MIN_BYTES } from '../src/util/sha256.js';
+import { openCheckpoint } from '../src/checkpoint/index.js';
+import { generateFixture } from '../fixtures/generate.js';
+import { compileGguf } from './gguf-helpers.js';
+
+const tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-gguf-encode-'));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+const isFinite16 = (h: number) => (h & 0x7f80) !== 0x7f80;
+const ALL = Uint16Array.from({ length: 65536 }, (_, i) => i);
+const FINITE = ALL.filter(isFinite16);
+const decode = (bits: Uint16Array) => new Float32Array(Uint32Array.from(bits, (b) => b << 16).buffer);
+const bytes = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+
+/** Deterministic pseudo-random numbers (xorshift), so failures reproduce. */
+function rng(seed: number): () => number {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    return s / 4294967296;
+  };
+}
+
+describe('bf16 → F16', () => {
+  it('bf16ToF16Bits equals f32ToF16(bf16ToF32(h)) for all 65536 inputs', () => {
+    let mismatches = 0;
+    for (let h = 0; h < 65536; h++) if (bf16ToF16Bits(h) !== f32ToF16(bf16ToF32(h))) mismatches++;
+    expect(mismatches).toBe(0);
+    // Spot checks by hand: 1.0, -2.0, 65504 (f16 max) → itself, 65536 → inf, 2^-24 → smallest subnormal.
+    expect(bf16ToF16Bits(0x3f80)).toBe(0x3c00);
+    expect(bf16ToF16Bits(0xc000)).toBe(0xc000);
+    expect(bf16ToF16Bits(0x4780)).toBe(0x7c00);
+    expect(bf16ToF16Bits(0x3380)).toBe(0x0001);
+    expect(bf16ToF16Bits(0x3300)).toBe(0x0000); // 2^-25: a tie, rounds to even (0)
+    expect(bf16ToF16Bits(0x3340)).toBe(0x0001); // 1.5 * 2^-25 rounds up
+  });
+
+  it('bf16ToF16Into gives the bytes of quantize(F16) on the decoded values, aligned or not', () => {
+    const ref = quantize('F16', decode(FINITE), FINITE.length);
+    for (const off of [0, 1]) {
+      const src = new Uint16Array(FINITE.length + 2);
+      src.set(FINITE, off);
+      const view = src.subarray(off, off + FINITE.length);
+      const dst = new Uint16Array(FINITE.length + 1);
+      expect(bf16ToF16Into(view, dst.subarray(off, off + FINITE.length))).toBe(true);
+      expect(bytes(dst.subarray(off, off + FINITE.length)).equals(Buffer.from(ref))).toBe(true);
+    }
+    expect(bf16ToF16Table()[0x3f80]).toBe(0x3c00);
+  });
+
+  it('bf16ToF16Into on random pairs of finite values (both, one or neither in the f16 normal range)', () => {
+    const r = rng(11);
+    const src = Uint16Array.from({ length: 1 << 16 }, () => FINITE[(r() * FINITE.length) | 0]);
+    const dst = new Uint16Array(src.length);
+    expect(bf16ToF16Into(src, dst)).toBe(true);
+    expect(bytes(dst).equals(Buffer.from(quantize('F16', decode(src), src.length)))).toBe(true);
+  });
+
+  it('reports any Inf/NaN, wherever it sits (word lanes and odd tail)', () => {
+    const dst = new Uint16Array(7);
+    for (const bad of [0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffff]) {
+      for (let pos = 0; pos < 7; pos++) {
+        const src = new Uint16Array(7).fill(0x3f80);
+        src[pos] = bad;
+        expect(bf16ToF16Into(src, dst)).toBe(false);
+        expect(allFiniteBf16(src)).toBe(false);
+      }
+    }
+    expect(allFiniteBf16(FINITE)).toBe(true);
+  });
+});
+
+describe('bf16 → Q8_0', () => {
+  const blocks = 1 << 12;
+  const r = rng(7);
+  const cases: [string, () => number][] = [
+    // weights-like: N(0, 0.02) rounded to bf16
+    ['gaussian', () => { const f = new Float32Array([0.02 * Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(6.283 * r())]); return new Uint32Array(f.buffer)[0] >>> 16; }],
+    // any finite bit pattern: every exponent, subnormals, ±0
+    ['random finite bits', () => { let v; do v = (r() * 65536) | 0; while (!isFinite16(v)); return v; }],
+  ];
+  for (const [name, gen] of cases) {
+    it(`equals quantize(Q8_0) on the decoded values: ${name}`, () => {
+      const src = Uint16Array.from({ length: blocks * 32 }, gen);
+      const out = new Uint8Array(blocks * 34);
+      expect(bf16ToQ8_0Into(src, out)).toBe(true);
+      expect(Buffer.from(out).equals(Buffer.from(quantize('Q8_0', decode(src), 32)))).toBe(true);
+    });
+  }
+
+  it('equals quantize(Q8_0) for blocks of one exponent band (ties, tiny and huge scales, zero blocks)', () => {
+    const src = new Uint16Array(blocks * 32);
+    for (let b = 0; b < blocks; b++) {
+      const top = b % 5 === 0 ? (r() * 20) | 0 : (r() * 255) | 0; // many tiny scales (subnormal d)
+      const spread = (r() * 12) | 0;
+      for (let j = 0; j < 32; j++) {
+        const e = Math.max(0, top - ((r() * (spread + 1)) | 0));
+        src[b * 32 + j] = b % 97 === 0 ? (j & 1) << 15 : (r() < 0.5 ? 0x8000 : 0) | (e << 7) | ((r() * 128) | 0);
+      }
+    }
+    const out = new Uint8Array(blocks * 34);
+    expect(bf16ToQ8_0Into(src, out)).toBe(true);
+    expect(Buffer.from(out).equals(Buffer.from(quantize('Q8_0', decode(src), 32)))).toBe(true);
+  });
+
+  it('reports a block holding an Inf or NaN', () => {
+    const src = new Uint16Array(64).fill(0x3f80);
+    src[40] = 0xff80;
+    expect(bf16ToQ8_0Into(src, new Uint8Array(68))).toBe(false);
+  });
+});
+
+describe('ChunkEncoder on raw bf16 chunks', () => {
+  const src = FINITE.subarray(0, 32 * 600);
+  for (const type of ['F16', 'BF16', 'F32', 'Q8_0'] as QuantType[]) {
+    it(`${type}: bytes of quantize(${type}) on the decoded values`, async () => {
+      const enc = new ChunkEncoder();
+      const chunk = { bf16: src, length: src.length, source: 't', offset: 0, failNonFinite: (): never => { throw new Error('unexpected'); } };
+      const out = await enc.encode(type, chunk, 32 * 20);
+      expect(Buffer.from(out).equals(Buffer.from(quantize(type, decode(src), 32 * 20)))).toBe(true);
+    });
+  }
+});
+
+describe('hashing off the main thread', () => {
+  it('AtomicFile hashes a big sequential file while writing; the digest dies with any change', async () => {
+    const file = path.join(tmp, 'big.bin');
+    const f = await AtomicFile.open(file);
+    const h = createHash('sha256');
+    const r = rng(3);
+    let total = 0;
+    while (total < WORKER_MIN_BYTES + (5 << 20)) {
+      const piece = Buffer.alloc(1 + ((r() * (3 << 20)) | 0), (total >>> 20) & 0xff);
+      h.update(piece);
+      await f.write(piece);
+      total += piece.length;
+    }
+    await f.commit();
+    const want = h.digest('hex');
+    expect(await knownSha256(file)).toBe(want);
+    appendFileSync(file, 'x');
+    expect(await knownSha256(file)).toBeUndefined();
+  });
+
+  it('writeAt turns the running hash off (the manifest reads the file instead)', async () => {
+    const file = path.join(tmp, 'patched.bin');
+    const f = await AtomicFile.open(file);
+    await f.write(Buffer.alloc(WORKER_MIN_BYTES + 16, 1));
+    await f.writeAt(Buffer.from([9]), 0);
+    await f.commit();
+    expect(await knownSha256(file)).toBeUndefined();
+  });
+
+  it('sha256Files (worker for big inputs, inline for small) equals a plain hash of prefix + bytes', async () => {
+    const a = path.join(tmp, 'a.bin');
+    const b = path.join(tmp, 'b.bin');
+    writeFileSync(a, Buffer.alloc(WORKER_MIN_BYTES / 2 + 3, 5));
+    writeFileSync(b, Buffer.alloc(WORKER_MIN_BYTES / 2 + 7, 6));
+    const want = createHash('sha256').update('héllo').update(readFileSync(a)).update(readFileSync(b)).digest('hex');
+    expect(await sha256Files([a, b], 'héllo')).toBe(want);
+    expect(await sha256Files([a], 'héllo')).toBe(createHash('sha256').update('héllo').update(readFileSync(a)).digest('hex'));
+  });
+});
+
+describe('compile from a BF16 checkpoint', () => {
+  it('a NaN in a rotary-permuted tensor is reported at its source element, for every fast path', async () => {
+    const src = path.join(tmp, 'bf16-nan');
+    await generateFixture(src, { arch: 'llama', dtype: 'BF16', tokenizer: 'none' });
+    const ck = await openCheckpoint(src);
+    const victim = 'model.layers.0.self_attn.q_proj.weight';
+    const info = ck.info(victim);
+    await ck.close();
+    const element = info.shape[1] * 3 + 5; // row 3 moves under the rotary permutation
+    const fd = openSync(info.file, 'r+');
+    writeSync(fd, Buffer.from([0xc0, 0x7f]), 0, 2, info.offset + element * 2); // bf16 NaN 0x7fc0
+    closeSync(fd);
+    for (const quant of ['F16', 'Q8_0', 'BF16']) {
+      const out = path.join(tmp, `bf16-nan-${quant}`);
+      await expect(compileGguf(src, out, { quant })).rejects.toThrow(`tensor "${victim}" holds a non-finite value (NaN) at element ${element}`);
+    }
+  });
+});
