@@ -2,11 +2,11 @@
  * llmc-manifest.json: the one self-describing manifest every target writes.
  * Same inputs give the same bytes: keys are written in a fixed order and no timestamps.
  */
-import { createHash } from 'node:crypto';
-import { createReadStream, promises as fsp } from 'node:fs';
+import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import type { ArchSpec } from '../checkpoint/spec.js';
 import { knownSha256, writeFileAtomic } from '../util/atomic.js';
+import { sha256Files } from '../util/sha256.js';
 import { LLMC_VERSION } from '../version.js';
 
 export const MANIFEST_FILE = 'llmc-manifest.json';
@@ -39,23 +39,12 @@ export interface Manifest {
   files: ManifestFile[];
 }
 
-export async function sha256File(file: string): Promise<string> {
-  const h = createHash('sha256');
-  await new Promise<void>((resolve, reject) => {
-    createReadStream(file, { highWaterMark: 1 << 22 })
-      .on('data', (c) => h.update(c))
-      .on('end', resolve)
-      .on('error', reject);
-  });
-  return h.digest('hex');
-}
-
 export async function describeFiles(dir: string, relPaths: string[]): Promise<ManifestFile[]> {
   const out: ManifestFile[] = [];
   for (const rel of [...relPaths].sort()) {
     const abs = path.join(dir, rel);
     // Big artifacts were hashed while being written (AtomicFile); the rest are read here.
-    out.push({ path: rel, size: (await fsp.stat(abs)).size, sha256: (await knownSha256(abs)) ?? (await sha256File(abs)) });
+    out.push({ path: rel, size: (await fsp.stat(abs)).size, sha256: (await knownSha256(abs)) ?? (await sha256Files([abs])) });
   }
   return out;
 }
