@@ -8,6 +8,7 @@
  * 5. elastic levels sized by real parameter counts, aligned to the target's quant block.
  * The model transform is a lazy permutation of q/k/v rows, o columns, gate/up rows, down columns.
  */
+import { silentProgress, type Progress } from '../../src/util/progress.js';
 import type { ModelSource } from '../../src/checkpoint/source.js';
 import { TfModel } from '../../src/autodiff/lower.js';
 import { Engine } from '../../src/engine/index.js';
@@ -74,13 +75,14 @@ const scoresFrom = (arrays: Record<string, Float64Array>, source: ModelSource): 
 };
 
 /** Everything the pass decides, without building the transformed model (tests and bench use it). */
-export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx: Pick<PassContext, 'note' | 'cacheDir' | 'target' | 'quant'>): Promise<{ metadata: ReorderMetadata; orders: LayerOrder[]; scores: UnitScores; /** Provider wall times (ms, as first computed); kept out of the manifest so it stays deterministic. */ timeMs: Record<string, number> }> {
+export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx: Pick<PassContext, 'note' | 'cacheDir' | 'target' | 'quant'> & { progress?: Progress }): Promise<{ metadata: ReorderMetadata; orders: LayerOrder[]; scores: UnitScores; /** Provider wall times (ms, as first computed); kept out of the manifest so it stays deterministic. */ timeMs: Record<string, number> }> {
   const spec = source.spec;
   const L = spec.numLayers;
   const notes: string[] = [];
   const checkpoint = await source.identity();
   const engine = await Engine.open(source);
   let tfm: TfModel | undefined;
+  const progress = ctx.progress ?? silentProgress;
   const tf = async () => (tfm ??= await TfModel.load(source, (m) => notes.push(m)));
   try {
     const calib = await calibrationSet(
@@ -112,7 +114,12 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
         const prof = await cachedProfile(ctx.cacheDir, 'layer-loss', { checkpoint, calibration: calib.key }, async () => {
           const base = Math.log(await engine.perplexity(calib.calib));
           const losses = new Float64Array(L);
-          for (let l = 0; l < L; l++) losses[l] = await maskedLoss(source, skipLayerMasks(spec, l), calib.calib);
+          progress.start('reorder: anchor layers', L);
+          for (let l = 0; l < L; l++) {
+            losses[l] = await maskedLoss(source, skipLayerMasks(spec, l), calib.calib);
+            progress.tick();
+          }
+          progress.done();
           return { meta: { baseLoss: base, note: 'layer replaced by identity = all its heads and neurons masked (exact without o/down biases)' }, arrays: { layerLoss: losses } };
         });
         layerLoss = Array.from(prof.arrays.layerLoss);
@@ -130,10 +137,12 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
     const scoresFor = async (p: ProviderName): Promise<UnitScores> => {
       const prof = await cachedProfile(ctx.cacheDir, 'unit-importance', { checkpoint, calibration: calib.key, provider: p }, async () => {
         const t0 = performance.now();
+        progress.start(`reorder: ${p} importance`, 1);
         let s: UnitScores;
         if (p === 'magnitude') s = await magnitudeScores(source);
         else if (p === 'activation') s = await activationScores(engine, calib.calib);
         else s = (await taylorScores(await tf(), calib.calib)).scores;
+        progress.done();
         return { meta: { provider: p, timeMs: performance.now() - t0 }, arrays: scoreArrays(s) };
       });
       timeMs[p] = Math.round(prof.meta.timeMs as number);
@@ -173,7 +182,12 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
     let heldOutPpl: number | undefined;
     if (evaluate) {
       heldOutPpl = await engine.perplexity(calib.heldOut);
-      for (const lv of levels) lv.heldOutPpl = Math.exp(await maskedLoss(source, levelMasks(spec, orders, lv.layers), calib.heldOut));
+      progress.start('reorder: held-out perplexity per level', levels.length);
+      for (const lv of levels) {
+        lv.heldOutPpl = Math.exp(await maskedLoss(source, levelMasks(spec, orders, lv.layers), calib.heldOut));
+        progress.tick();
+      }
+      progress.done();
     }
 
     const metadata: ReorderMetadata = {
