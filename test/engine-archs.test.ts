@@ -10,7 +10,7 @@ import { generateFixture, type FixtureArch } from '../fixtures/generate.js';
 import { normalizeConfig, openCheckpoint, transformSource } from '../src/checkpoint/index.js';
 import { Engine } from '../src/engine/index.js';
 import { Llama64, newTrace, type Trace } from './reference/llama64.js';
-import { maxRelError } from './numeric.js';
+import { maxRelError, relErr } from './numeric.js';
 
 let root: string;
 beforeAll(async () => {
@@ -89,13 +89,7 @@ describe.each(variants)('$name', ({ name, arch, patch, opts }) => {
     for (const id of SEQ.slice(3)) rows.push(await s.decode(id));
     rows.forEach((row, i) => {
       const want = full.subarray((2 + i) * V, (3 + i) * V);
-      let err = 0;
-      let scale = 0;
-      for (let j = 0; j < V; j++) {
-        err = Math.max(err, Math.abs(row[j] - want[j]));
-        scale = Math.max(scale, Math.abs(want[j]));
-      }
-      expect(err / scale).toBeLessThan(1e-5);
+      expect(relErr(row, want)).toBeLessThan(1e-5);
     });
   });
 });

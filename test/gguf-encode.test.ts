@@ -8,7 +8,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, 
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { allFiniteBf16, bf16ToF16Into, bf16ToQ8_0Into, ChunkEncoder } from '../backends/gguf/encode.js';
+import { ChunkEncoder } from '../backends/gguf/encode.js';
+import { allFiniteBf16, bf16ToF16Into, bf16ToQ8_0Into } from '../src/quant/bf16.js';
 import { quantize, type QuantType } from '../src/quant/index.js';
 import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f32ToF16 } from '../src/util/half.js';
 import { AtomicFile, knownSha256 } from '../src/util/atomic.js';

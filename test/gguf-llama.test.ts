@@ -126,28 +126,26 @@ describe('generated fixtures in llama.cpp', () => {
     });
   }
 
-  it('byte-level tokenizer: llama.cpp tokenizes text as the Hugging Face BPE does', async () => {
-    const src = path.join(tmp, 'fx-qwen2-bl');
-    await generateFixture(src, { arch: 'qwen2', tokenizer: 'byte-level' });
-    const { file } = await compileGguf(src, path.join(tmp, 'fx-qwen2-tok'), { quant: 'F32' });
-    const tj = JSON.parse(readFileSync(path.join(src, 'tokenizer.json'), 'utf8'));
-    const text = 'Once upon a time, a little cat sat on the mat. It was 42 years old!';
-    const expected = referenceBpe(tj, text);
+  /** llama.cpp's tokenization of `text` from our GGUF equals an independent BPE and llmc's tokenizer. */
+  const tokenizerCase = (style: 'byte-level' | 'sentencepiece', arch: 'qwen2' | 'llama', text: string, reference: typeof referenceBpe) => async () => {
+    const src = path.join(tmp, `fx-${arch}-${style}`);
+    await generateFixture(src, { arch, tokenizer: style });
+    const { file } = await compileGguf(src, path.join(tmp, `fx-${arch}-${style}-out`), { quant: 'F32' });
+    const tokenizerJson = readFileSync(path.join(src, 'tokenizer.json'), 'utf8');
+    const expected = reference(JSON.parse(tokenizerJson), text);
     expect(await llamaTokenize(file, text)).toEqual(expected);
-    // and as llmc's own tokenizer does
-    expect(loadTokenizer(readFileSync(path.join(src, 'tokenizer.json'), 'utf8'), readFileSync(path.join(src, 'tokenizer_config.json'), 'utf8')).encode(text, { addBos: false })).toEqual(expected);
-  });
+    expect(loadTokenizer(tokenizerJson, readFileSync(path.join(src, 'tokenizer_config.json'), 'utf8')).encode(text, { addBos: false })).toEqual(expected);
+  };
 
-  it('SentencePiece-style tokenizer: llama.cpp tokenizes text as BPE over its merges does', async () => {
-    const src = path.join(tmp, 'fx-llama-sp');
-    await generateFixture(src, { arch: 'llama', tokenizer: 'sentencepiece' });
-    const { file } = await compileGguf(src, path.join(tmp, 'fx-llama-sp-out'), { quant: 'F32' });
-    const tj = JSON.parse(readFileSync(path.join(src, 'tokenizer.json'), 'utf8'));
-    const text = 'Once upon a time, a little cat sat on the mat. It was 42 years old! Ünïcödé ✓';
-    const expected = referenceSpm(tj, text);
-    expect(await llamaTokenize(file, text)).toEqual(expected);
-    expect(loadTokenizer(readFileSync(path.join(src, 'tokenizer.json'), 'utf8'), readFileSync(path.join(src, 'tokenizer_config.json'), 'utf8')).encode(text, { addBos: false })).toEqual(expected);
-  });
+  it(
+    'byte-level tokenizer: llama.cpp tokenizes text as the Hugging Face BPE does',
+    tokenizerCase('byte-level', 'qwen2', 'Once upon a time, a little cat sat on the mat. It was 42 years old!', referenceBpe),
+  );
+
+  it(
+    'SentencePiece-style tokenizer: llama.cpp tokenizes text as BPE over its merges does',
+    tokenizerCase('sentencepiece', 'llama', 'Once upon a time, a little cat sat on the mat. It was 42 years old! Ünïcödé ✓', referenceSpm),
+  );
 });
 
 /** Merge by lowest rank until no known pair is left. */

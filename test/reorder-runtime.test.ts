@@ -7,8 +7,7 @@
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { main } from '../src/cli/main.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openCheckpoint, type Checkpoint } from '../src/checkpoint/index.js';
 import { compile } from '../src/compile/compile.js';
 import { loadDir } from '../src/runtime/node.js';
@@ -18,6 +17,7 @@ import { levelWidths, selectLevel } from '../passes/reorder/levels.js';
 import { levelMasks, maskSource } from '../passes/reorder/masks.js';
 import type { ModelSource } from '../src/checkpoint/source.js';
 import { relErr } from './numeric.js';
+import { llmcInProcess } from './cli.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
 const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435, 299, 362, 409, 283, 264];
@@ -63,19 +63,7 @@ describe('ts runtime levels', () => {
   });
 });
 
-/** Run the CLI in-process, capturing what it writes. */
-async function llmc(...argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = '';
-  let stderr = '';
-  const out = vi.spyOn(process.stdout, 'write').mockImplementation((s: string | Uint8Array) => ((stdout += String(s)), true));
-  const err = vi.spyOn(process.stderr, 'write').mockImplementation((s: string | Uint8Array) => ((stderr += String(s)), true));
-  try {
-    return { code: await main(argv), stdout, stderr };
-  } finally {
-    out.mockRestore();
-    err.mockRestore();
-  }
-}
+const llmc = llmcInProcess;
 
 describe('CLI: compile --passes reorder, run --level', () => {
   it('ts artifact: --level 1 gives the reference ids, --level 0.5 runs the smaller model, bad levels are usage errors; hf output runs', async () => {

@@ -2,28 +2,15 @@
 import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
-import { main } from '../src/cli/main.js';
 import { loadTokenizer } from '../src/tokenizer/index.js';
+import { llmcInProcess } from './cli.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
 const reference = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { greedy_ids: number[] };
 
-/** Run the CLI, capturing what it writes. */
-async function llmc(...argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = '';
-  let stderr = '';
-  const out = vi.spyOn(process.stdout, 'write').mockImplementation((s: string | Uint8Array) => ((stdout += String(s)), true));
-  const err = vi.spyOn(process.stderr, 'write').mockImplementation((s: string | Uint8Array) => ((stderr += String(s)), true));
-  try {
-    const code = await main(argv);
-    return { code, stdout, stderr };
-  } finally {
-    out.mockRestore();
-    err.mockRestore();
-  }
-}
+const llmc = llmcInProcess;
 
 describe('llmc run', () => {
   let tmp: string;
