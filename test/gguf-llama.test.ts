@@ -148,6 +148,15 @@ describe('generated fixtures in llama.cpp', () => {
   );
 });
 
+type TokenizerJson = { model: { vocab: Record<string, number>; merges: (string | [string, string])[] } };
+
+/** Merge ranks of a tokenizer.json ("a b" → rank). */
+function mergeRanks(tj: TokenizerJson): Map<string, number> {
+  const rank = new Map<string, number>();
+  tj.model.merges.forEach((m, i) => rank.set(Array.isArray(m) ? m.join(' ') : m, i));
+  return rank;
+}
+
 /** Merge by lowest rank until no known pair is left. */
 function bpeMerge(sym: string[], rank: Map<string, number>): string[] {
   for (;;) {
@@ -163,9 +172,8 @@ function bpeMerge(sym: string[], rank: Map<string, number>): string[] {
 }
 
 /** SentencePiece-style BPE: "▁" for spaces and in front, merges, unknown characters as <0xNN> bytes. */
-function referenceSpm(tj: { model: { vocab: Record<string, number>; merges: (string | [string, string])[] } }, text: string): number[] {
-  const rank = new Map<string, number>();
-  tj.model.merges.forEach((m, i) => rank.set(Array.isArray(m) ? m.join(' ') : m, i));
+function referenceSpm(tj: TokenizerJson, text: string): number[] {
+  const rank = mergeRanks(tj);
   const out: number[] = [];
   for (const s of bpeMerge([...('▁' + text.replace(/ /g, '▁'))], rank)) {
     if (s in tj.model.vocab) out.push(tj.model.vocab[s]);
@@ -178,23 +186,11 @@ function referenceSpm(tj: { model: { vocab: Record<string, number>; merges: (str
  * The textbook byte-level BPE, written here as the reference: GPT-2 split, bytes → symbols, then
  * repeatedly merge the adjacent pair of lowest merge rank.
  */
-function referenceBpe(tj: { model: { vocab: Record<string, number>; merges: (string | [string, string])[] } }, text: string): number[] {
-  const rank = new Map<string, number>();
-  tj.model.merges.forEach((m, i) => rank.set(Array.isArray(m) ? m.join(' ') : m, i));
+function referenceBpe(tj: TokenizerJson, text: string): number[] {
+  const rank = mergeRanks(tj);
   const out: number[] = [];
   for (const word of text.match(GPT2_PATTERN) ?? []) {
-    let sym = [...toByteChars(word)];
-    for (;;) {
-      let best = -1;
-      let bestRank = Infinity;
-      for (let i = 0; i + 1 < sym.length; i++) {
-        const r = rank.get(`${sym[i]} ${sym[i + 1]}`);
-        if (r !== undefined && r < bestRank) (bestRank = r), (best = i);
-      }
-      if (best < 0) break;
-      sym = [...sym.slice(0, best), sym[best] + sym[best + 1], ...sym.slice(best + 2)];
-    }
-    for (const s of sym) out.push(tj.model.vocab[s]);
+    for (const s of bpeMerge([...toByteChars(word)], rank)) out.push(tj.model.vocab[s]);
   }
   return out;
 }

@@ -29,6 +29,7 @@ import {
 } from '../passes/reorder/permute.js';
 import { sliceSource } from '../passes/reorder/slice.js';
 import { planLevels } from '../passes/reorder/planner.js';
+import { relErr } from './numeric.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
 const reference = async () => JSON.parse(await fsp.readFile(path.join(MODEL, 'reference.json'), 'utf8')) as { greedy_ids: number[] };
@@ -64,16 +65,8 @@ async function greedy(engine: Engine, n: number): Promise<number[]> {
   return engine.generate([1], { maxTokens: n, stopIds: [] });
 }
 
-/** max |a - b| / max |a| */
-function relDiff(a: Float32Array, b: Float32Array): number {
-  let d = 0;
-  let m = 0;
-  for (let i = 0; i < a.length; i++) {
-    d = Math.max(d, Math.abs(a[i] - b[i]));
-    m = Math.max(m, Math.abs(a[i]));
-  }
-  return d / m;
-}
+/** max |a − b| / max |a| (a is the reference). */
+const relDiff = (a: Float32Array, b: Float32Array) => relErr(b, a);
 
 const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435, 299, 362, 409, 283, 264];
 
