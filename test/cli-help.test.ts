@@ -13,6 +13,8 @@ describe('llmc --help / --version', () => {
 
   it('the target list shown in --help is the backend registry', () => {
     expect([...TARGET_NAMES].sort()).toEqual(Object.keys(BACKENDS).sort());
+    const help = llmc('compile', '--help').stdout.replace(/\s+/g, ' ');
+    expect(help).toContain(`output target: ${Object.keys(BACKENDS).sort().join(', ')}`);
   });
 
   it('--version prints package.json version', async () => {

@@ -11,6 +11,7 @@ import { normalizeConfig, openCheckpoint, transformSource } from '../src/checkpo
 import { Engine } from '../src/engine/index.js';
 import { Llama64, newTrace, type Trace } from './reference/llama64.js';
 import { maxRelError, relErr } from './numeric.js';
+import type { ArchSpec } from '../src/checkpoint/spec.js';
 
 let root: string;
 beforeAll(async () => {
@@ -31,6 +32,21 @@ async function fixture(name: string, arch: FixtureArch, patch: Record<string, un
 }
 
 const SEQ = [1, 17, 300, 42, 9, 255, 100, 3, 77, 480, 61, 12];
+
+/** What each patched variant must read as (mapped by hand from the Hugging Face keys, not by normalizeConfig). */
+const EXPECTED_SPEC: Record<string, Partial<ArchSpec>> = {
+  'mistral-sliding-window-4': { slidingWindow: 4 },
+  'qwen2_moe-norm-topk': { moe: expect.objectContaining({ routing: 'softmax-topk-renorm' }) },
+  qwen2_moe: { moe: expect.objectContaining({ routing: 'softmax-topk' }) },
+  mixtral: { moe: expect.objectContaining({ routing: 'softmax-topk-renorm' }) },
+  'llama-rope-linear': { ropeScaling: { type: 'linear', factor: 4 } },
+  'llama-rope-llama3': {
+    ropeTheta: 500000,
+    ropeScaling: { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 64 },
+  },
+  'llama-rope-dynamic': { maxPositions: 8, ropeScaling: expect.objectContaining({ type: 'dynamic', factor: 2 }) },
+  'llama-rope-yarn': { ropeScaling: expect.objectContaining({ type: 'yarn', factor: 4, originalMaxPositions: 32 }) },
+};
 
 const variants: { name: string; arch: FixtureArch; patch?: Record<string, unknown>; opts?: { dtype?: 'F32' | 'BF16'; tie?: boolean } }[] = [
   { name: 'llama', arch: 'llama' },
@@ -67,6 +83,10 @@ describe.each(variants)('$name', ({ name, arch, patch, opts }) => {
     };
   });
   afterAll(() => close());
+
+  test.runIf(EXPECTED_SPEC[name])('config.json is read as the variant means it', () => {
+    expect(engine.spec).toMatchObject(EXPECTED_SPEC[name]);
+  });
 
   test('logits match the float64 reference', async () => {
     const err = maxRelError(await engine.logits(SEQ), ref.forward(SEQ));

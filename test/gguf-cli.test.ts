@@ -76,7 +76,7 @@ describe('gguf target: bad input', () => {
     expect(r.errLines[0]).toMatch(/unknown tensor type "Q7"/);
   });
 
-  it('unwritable output directory (a path through a regular file, and a read-only mount)', async () => {
+  it('unwritable output directory (a path through a regular file, and a read-only mount)', async (ctx) => {
     const file = path.join(tmp, 'plain-file');
     writeFileSync(file, 'x');
     let r = await run(['compile', STORIES, '--target', 'gguf', '-o', path.join(file, 'out')]);
@@ -85,7 +85,7 @@ describe('gguf target: bad input', () => {
     expect(r.errLines[0]).toMatch(/cannot write to output directory/);
 
     const ro = tryMount(path.join(tmp, 'ro'), 'ro,size=64k');
-    if (!ro) return console.log('mount not permitted here: read-only case skipped');
+    if (!ro) return ctx.skip('mount not permitted here: read-only case');
     r = await run(['compile', STORIES, '--target', 'gguf', '-o', ro]);
     expect(r.code).toBe(1);
     expect(r.errLines).toHaveLength(1);
@@ -93,9 +93,9 @@ describe('gguf target: bad input', () => {
     expect(readdirSync(ro)).toEqual([]);
   });
 
-  it('disk full mid-write (64 KiB tmpfs): one line, no model.gguf, no temp file', async () => {
+  it('disk full mid-write (64 KiB tmpfs): one line, no model.gguf, no temp file', async (ctx) => {
     const small = tryMount(path.join(tmp, 'full'), 'size=64k');
-    if (!small) return console.log('mount not permitted here: disk-full case skipped');
+    if (!small) return ctx.skip('mount not permitted here: disk-full case');
     const r = await run(['compile', STORIES, '--target', 'gguf', '--quant', 'F32', '-o', small]);
     expect(r.code).toBe(1);
     expect(r.errLines).toHaveLength(1);
