@@ -5,7 +5,6 @@
  *
  * Standalone: `npx tsc -p tsconfig.json && node dist/bench/engine.bench.js [--quick]`.
  */
-import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { openCheckpoint } from '../src/checkpoint/index.js';
 import { Engine } from '../src/engine/engine.js';

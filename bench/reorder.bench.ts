@@ -18,7 +18,7 @@ import { analyzeReorder } from '../passes/reorder/index.js';
 import { levelWidths, selectLevel } from '../passes/reorder/levels.js';
 import { levelMasks, maskedLoss } from '../passes/reorder/masks.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
-import { type LayerOrder, randomOrders } from '../passes/reorder/permute.js';
+import { randomOrders } from '../passes/reorder/permute.js';
 import { cachedFixture, REPO_ROOT, repeat, round, runIfMain, type BenchSuite } from './harness.js';
 
 const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');

@@ -66,8 +66,8 @@ export function planGguf(ctx: Pick<BackendContext, 'source' | 'options'>): GgufP
   return { arch, choice, tensors: planned, notes };
 }
 
-function modelName(description: string): string {
-  return path.basename(description.split(' | ')[0].replace(/[\\/]+$/, '')) || 'model';
+function modelName(dir: string): string {
+  return path.basename(path.resolve(dir)) || 'model';
 }
 
 export const ggufBackend: Backend = {
@@ -76,8 +76,8 @@ export const ggufBackend: Backend = {
   async emit(ctx: BackendContext): Promise<BackendResult> {
     const { source } = ctx;
     const plan = planGguf(ctx);
-    const meta = modelMetadata(source.spec, plan.arch, { name: modelName(source.description), fileType: plan.choice.fileType });
-    const tokFile = path.join(source.description.split(' | ')[0], 'tokenizer.json');
+    const meta = modelMetadata(source.spec, plan.arch, { name: modelName(source.dir), fileType: plan.choice.fileType });
+    const tokFile = path.join(source.dir, 'tokenizer.json');
     const vocab = source.assets.tokenizer
       ? convertTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig, source.spec, tokFile)
       : placeholderVocab(source.spec);

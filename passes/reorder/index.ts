@@ -80,7 +80,9 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
   const L = spec.numLayers;
   const notes: string[] = [];
   const checkpoint = await source.identity();
-  const engine = await Engine.open(source);
+  // Opened on first use: a run whose profiles are all cached never builds the ONNX model.
+  let opened: Engine | undefined;
+  const engine = async () => (opened ??= await Engine.open(source));
   let tfm: TfModel | undefined;
   const progress = ctx.progress ?? silentProgress;
   const tf = async () => (tfm ??= await TfModel.load(source, (m) => notes.push(m)));
@@ -112,7 +114,7 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
       anchors = [];
       if (K > 0) {
         const prof = await cachedProfile(ctx.cacheDir, 'layer-loss', { checkpoint, calibration: calib.key }, async () => {
-          const base = Math.log(await engine.perplexity(calib.calib));
+          const base = Math.log(await (await engine()).perplexity(calib.calib));
           const losses = new Float64Array(L);
           progress.start('reorder: anchor layers', L);
           for (let l = 0; l < L; l++) {
@@ -140,7 +142,7 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
         progress.start(`reorder: ${p} importance`, 1);
         let s: UnitScores;
         if (p === 'magnitude') s = await magnitudeScores(source);
-        else if (p === 'activation') s = await activationScores(engine, calib.calib);
+        else if (p === 'activation') s = await activationScores(await engine(), calib.calib);
         else s = (await taylorScores(await tf(), calib.calib)).scores;
         progress.done();
         return { meta: { provider: p, timeMs: performance.now() - t0 }, arrays: scoreArrays(s) };
@@ -181,7 +183,7 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
     const evaluate = o.evaluate === 'auto' ? full.params <= 50e6 : o.evaluate;
     let heldOutPpl: number | undefined;
     if (evaluate) {
-      heldOutPpl = await engine.perplexity(calib.heldOut);
+      heldOutPpl = await (await engine()).perplexity(calib.heldOut);
       progress.start('reorder: held-out perplexity per level', levels.length);
       for (const lv of levels) {
         lv.heldOutPpl = Math.exp(await maskedLoss(source, levelMasks(spec, orders, lv.layers), calib.heldOut));
@@ -209,7 +211,7 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
     return { metadata, orders, scores, timeMs };
   } finally {
     tfm?.dispose();
-    await engine.close();
+    await opened?.close();
   }
 }
 

@@ -75,6 +75,7 @@ export function sliceSource(base: ModelSource, widths: LayerWidth[], label: stri
     assets: { ...base.assets, config },
     tensors,
     description: `${base.description} | ${label}`,
+    dir: base.dir,
     meta: (name) => byName.get(name),
     readF32: async (name) => {
       const data = await base.readF32(name);

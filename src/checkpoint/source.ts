@@ -30,6 +30,8 @@ export interface ModelSource {
   readonly tensors: readonly TensorMeta[];
   /** Where it came from, for messages (a directory path, or a pass chain). */
   readonly description: string;
+  /** The checkpoint directory the tensors come from (names files in messages and the model). */
+  readonly dir: string;
   meta(name: string): TensorMeta | undefined;
   /** One tensor as f32, freshly allocated (callers may modify it). */
   readF32(name: string): Promise<Float32Array>;
@@ -55,6 +57,7 @@ export function transformSource(
     assets: opts.config ? { ...base.assets, config: opts.config } : base.assets,
     tensors: base.tensors,
     description: `${base.description} | ${opts.label}`,
+    dir: base.dir,
     meta: (name) => base.meta(name),
     readF32: async (name) => opts.rewrite(name, await base.readF32(name)),
     identity: async () => {

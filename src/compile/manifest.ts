@@ -9,9 +9,10 @@ import { knownSha256, writeFileAtomic } from '../util/atomic.js';
 import { sha256Files } from '../util/sha256.js';
 import { LLMC_VERSION } from '../version.js';
 
-export const MANIFEST_FILE = 'llmc-manifest.json';
-export const MANIFEST_FORMAT = 'llmc-artifact';
-export const MANIFEST_VERSION = 1;
+// One definition, in the browser-safe runtime format module that also reads manifests.
+import { MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION } from '../runtime/format.js';
+
+export { MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION };
 
 export interface ManifestFile {
   path: string;

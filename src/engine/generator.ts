@@ -7,9 +7,9 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { openCheckpoint } from '../checkpoint/index.js';
 import type { ArchSpec } from '../checkpoint/spec.js';
-import { LlmcError } from '../errors.js';
 import type { SamplingOptions } from '../runtime/sampling.js';
 import { openArtifactGenerator } from '../runtime/node.js';
+import { MANIFEST_FILE } from '../runtime/format.js';
 
 export interface TokenGenerator {
   /** Vocabulary size and stop ids come from here. */
@@ -30,7 +30,7 @@ const exists = (p: string) =>
   );
 
 export async function openGenerator(modelPath: string, opts: { threads?: number } = {}): Promise<TokenGenerator> {
-  const manifestFile = path.join(modelPath, 'llmc-manifest.json');
+  const manifestFile = path.join(modelPath, MANIFEST_FILE);
   if (await exists(manifestFile)) {
     // An `hf` artifact is a Hugging Face checkpoint: it runs on the engine like any other.
     const target = await fsp

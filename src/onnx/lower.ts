@@ -6,7 +6,7 @@
 import type { ModelSource } from '../checkpoint/source.js';
 import { LlmcError } from '../errors.js';
 import { buildModel } from '../model/build.js';
-import type { ModelGraph, Op, TapKind, TapPoint, V } from '../model/ir.js';
+import type { ModelGraph, Op, TapKind, TapPoint } from '../model/ir.js';
 import { LLMC_VERSION } from '../version.js';
 import { attr, DT_FLOAT, DT_INT64, lenKey, onnx, varint, type AttributeProto, type NodeProto, type TensorProto, type ValueInfoProto } from './proto.js';
 

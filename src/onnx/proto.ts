@@ -12,7 +12,6 @@ export type ValueInfoProto = onnxProto.onnx.IValueInfoProto;
 
 export const DT_FLOAT = onnx.TensorProto.DataType.FLOAT;
 export const DT_INT64 = onnx.TensorProto.DataType.INT64;
-export const DT_BOOL = onnx.TensorProto.DataType.BOOL;
 
 /** Bytes of a protobuf varint. */
 export function varint(n: number): Uint8Array {

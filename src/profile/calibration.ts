@@ -35,13 +35,13 @@ const split = (flat: Float64Array, length: number): number[][] => {
 };
 
 /** The calibration set of `source` for `spec`, computed once per (checkpoint, spec) when cached. */
-export async function calibrationSet(source: ModelSource, spec: CalibrationSpec, opts: { cacheDir?: string; engine?: Engine } = {}): Promise<CalibrationSet> {
+export async function calibrationSet(source: ModelSource, spec: CalibrationSpec, opts: { cacheDir?: string; /** Shares the caller's engine (opened only if the set must be computed). */ engine?: () => Promise<Engine> } = {}): Promise<CalibrationSet> {
   const profile = await cachedProfile(opts.cacheDir, 'calibration', { checkpoint: await source.identity(), ...spec }, async () => {
     if (spec.source !== 'self-generated') {
       const { calib, held } = await textCalibration(source, spec, spec.source.text);
       return { meta: { ...spec }, arrays: { calib: Float64Array.from(calib.flat()), heldOut: Float64Array.from(held.flat()) } };
     }
-    const engine = opts.engine ?? (await Engine.open(source));
+    const engine = opts.engine ? await opts.engine() : await Engine.open(source);
     try {
       const gen = { count: spec.count, length: spec.length, seed: spec.seed };
       const calib = await selfGeneratedSequences(engine, gen);
@@ -54,14 +54,13 @@ export async function calibrationSet(source: ModelSource, spec: CalibrationSpec,
   return { spec, calib: split(profile.arrays.calib, spec.length), heldOut: split(profile.arrays.heldOut, spec.length), key: profile.key };
 }
 
-/** sha256 of a calibration text file, for the spec (so an edited file is a new profile). */
+/** A calibration text file's spec: its path and sha256 (so an edited file is a new profile). */
 export async function textFileSpec(file: string): Promise<{ text: string; sha256: string }> {
-  const { createHash } = await import('node:crypto');
-  const { readFile } = await import('node:fs/promises');
-  const bytes = await readFile(file).catch(() => {
+  const { sha256Files } = await import('../util/sha256.js');
+  const sha256 = await sha256Files([file]).catch(() => {
     throw new LlmcError('cannot read calibration text', file);
   });
-  return { text: file, sha256: createHash('sha256').update(bytes).digest('hex') };
+  return { text: file, sha256 };
 }
 
 /**

@@ -4,6 +4,7 @@
  */
 
 /** The common manifest's identity (src/compile/manifest.ts writes it; duplicated here so the core needs no node:fs). */
+export const MANIFEST_FILE = 'llmc-manifest.json';
 export const MANIFEST_FORMAT = 'llmc-artifact';
 export const MANIFEST_VERSION = 1;
 

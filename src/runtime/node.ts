@@ -6,11 +6,9 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError } from '../errors.js';
 import type { ByteSource } from './bytes.js';
-import { WEIGHTS_FILE } from './format.js';
+import { MANIFEST_FILE, WEIGHTS_FILE } from './format.js';
 import { load, parseManifest, type ArtifactSource, type LoadOptions } from './load.js';
 import type { Model } from './model.js';
-
-export const MANIFEST_FILE = 'llmc-manifest.json';
 
 /** A file read with positioned reads; the handle opens lazily and closes with `close()`. */
 export function fileSource(file: string): ByteSource & { close(): Promise<void> } {
@@ -41,14 +39,6 @@ export function fileSource(file: string): ByteSource & { close(): Promise<void> 
       handle = null;
     },
   };
-}
-
-/** True when `dir` is an artifact directory (holds llmc-manifest.json). */
-export async function isArtifactDir(dir: string): Promise<boolean> {
-  return fsp
-    .stat(path.join(dir, MANIFEST_FILE))
-    .then((s) => s.isFile())
-    .catch(() => false);
 }
 
 /** The ArtifactSource for a directory written by `llmc compile --target ts`. */

@@ -108,11 +108,6 @@ export function bf16Table(): Float32Array {
   return BF16_TABLE;
 }
 
-/** Round a float to the nearest half and back (what storing as F16 does to it). */
-export function roundF16(x: number): number {
-  return f16ToF32(f32ToF16(x));
-}
-
 export function decodeF16(src: Uint16Array, dst = new Float32Array(src.length)): Float32Array {
   const t = f16Table();
   for (let i = 0; i < src.length; i++) dst[i] = t[src[i]];

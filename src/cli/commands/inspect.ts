@@ -148,12 +148,3 @@ export function registerInspect(program: Command): void {
     });
 }
 
-/** The report for a checkpoint directory (opens and closes it). */
-export async function inspectDir(dir: string, withTensors = false): Promise<InspectReport> {
-  const ck = await openCheckpoint(dir);
-  try {
-    return await inspectCheckpoint(ck, withTensors);
-  } finally {
-    await ck.close();
-  }
-}
