@@ -3,7 +3,9 @@
  * (docs/ts-artifact.md). Shared by the writer (backends/ts) and the reader (the runtime); browser-safe.
  */
 
-/** The common manifest's identity (src/compile/manifest.ts writes it; duplicated here so the core needs no node:fs). */
+import { QUANT_TYPES } from '../quant/types.js';
+
+/** The common manifest's identity: defined once here, browser-safe; src/compile/manifest.ts writes it. */
 export const MANIFEST_FILE = 'llmc-manifest.json';
 export const MANIFEST_FORMAT = 'llmc-artifact';
 export const MANIFEST_VERSION = 1;
@@ -19,15 +21,10 @@ export const TENSOR_ALIGNMENT = 64;
 export type WeightFormat = 'F32' | 'F16' | 'Q8_0' | 'Q4_0' | 'Q4_K' | 'Q5_0';
 export const WEIGHT_FORMATS: readonly WeightFormat[] = ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K', 'Q5_0'];
 
-/** Elements per block and bytes per block, as ggml lays them out (F32/F16: one element per "block"). */
-export const FORMAT_BLOCK: Record<WeightFormat, { blockSize: number; blockBytes: number }> = {
-  F32: { blockSize: 1, blockBytes: 4 },
-  F16: { blockSize: 1, blockBytes: 2 },
-  Q8_0: { blockSize: 32, blockBytes: 34 },
-  Q4_0: { blockSize: 32, blockBytes: 18 },
-  Q4_K: { blockSize: 256, blockBytes: 144 },
-  Q5_0: { blockSize: 32, blockBytes: 22 },
-};
+/** Elements per block and bytes per block: ggml's layouts, from the quantizers' own type table. */
+export const FORMAT_BLOCK: Record<WeightFormat, { blockSize: number; blockBytes: number }> = Object.fromEntries(
+  WEIGHT_FORMATS.map((f) => [f, { blockSize: QUANT_TYPES[f].blockSize, blockBytes: QUANT_TYPES[f].typeSize }]),
+) as Record<WeightFormat, { blockSize: number; blockBytes: number }>;
 
 export interface TensorEntry {
   name: string;
