@@ -31,8 +31,7 @@ export function levelMasks(spec: ArchSpec, orders: LayerOrder[], widths: LayerWi
     }
     headMask.push(hm);
     for (const m of mlpsOf(spec, l)) {
-      // Dense MLPs and routed experts follow the level; in MoE models the shared expert and dense layers stay full.
-      const keep = !spec.moe || m.prefix.includes('.experts.') ? w.ffn : m.width;
+      const keep = m.elastic ? w.ffn : m.width;
       const nm = new Float32Array(m.width);
       for (let i = 0; i < Math.min(keep, m.width); i++) nm[o.mlp[m.prefix][i]] = 1;
       neuronMask.set(m.prefix, nm);

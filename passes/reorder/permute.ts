@@ -25,19 +25,34 @@ export interface LayerOrder {
 
 export const identity = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 
-/** The MLPs of layer l: prefix, projection names and width. */
-export function mlpsOf(spec: ArchSpec, l: number): { prefix: string; gate: string; up: string; down: string; width: number }[] {
+/** One MLP of a layer; `elastic`: it narrows with the level (dense MLPs, routed experts) or stays full. */
+export interface LayerMlp {
+  prefix: string;
+  gate: string;
+  up: string;
+  down: string;
+  width: number;
+  elastic: boolean;
+}
+
+/**
+ * The MLPs of layer l. Dense MLPs and routed experts follow the level; in MoE models the shared
+ * expert and the dense layers (qwen2_moe mlp_only_layers) stay full, since a level's `ffn` is an
+ * expert width there.
+ */
+export function mlpsOf(spec: ArchSpec, l: number): LayerMlp[] {
   if (!isMoeLayer(spec, l)) {
     const n = layerNames(l).mlp;
-    return [{ prefix: `model.layers.${l}.mlp`, ...n, width: spec.intermediateSize }];
+    return [{ prefix: `model.layers.${l}.mlp`, ...n, width: spec.intermediateSize, elastic: !spec.moe }];
   }
   const m = moeNames(spec, l);
-  const out = m.experts.map((e) => ({
+  const out: LayerMlp[] = m.experts.map((e) => ({
     prefix: e.gate.replace(/\.(gate_proj|w1)\.weight$/, ''),
     ...e,
     width: spec.moe!.expertIntermediateSize,
+    elastic: true,
   }));
-  if (m.shared) out.push({ prefix: `model.layers.${l}.mlp.shared_expert`, ...m.shared, width: spec.moe!.sharedExpertIntermediateSize! });
+  if (m.shared) out.push({ prefix: `model.layers.${l}.mlp.shared_expert`, ...m.shared, width: spec.moe!.sharedExpertIntermediateSize!, elastic: false });
   return out;
 }
 

@@ -38,7 +38,7 @@ export function sliceSource(base: ModelSource, widths: LayerWidth[], label: stri
     slices.set(n.q, { rows: q }).set(n.k, { rows: kv }).set(n.v, { rows: kv }).set(n.o, { cols: q });
     if (spec.qkvBias) slices.set(n.qBias, { rows: q }).set(n.kBias, { rows: kv }).set(n.vBias, { rows: kv });
     for (const m of mlpsOf(spec, l)) {
-      const f = !spec.moe || m.prefix.includes('.experts.') ? w.ffn : m.width;
+      const f = m.elastic ? w.ffn : m.width;
       if (f === m.width) continue;
       slices.set(m.gate, { rows: f }).set(m.up, { rows: f }).set(m.down, { cols: f });
       if (spec.mlpBias) slices.set(m.gate.replace(/\.weight$/, '.bias'), { rows: f }).set(m.up.replace(/\.weight$/, '.bias'), { rows: f });
