@@ -65,23 +65,6 @@ function checkFiniteBf16(c: Chunk, where: string): void {
   throw nonFinite(c, i, bf16ToF32(d[i]), where);
 }
 
-/** Rows of `data` (whole heads) into `out` in the order llama.cpp's rotary layout wants. */
-function permuteRowsInto(data: Uint16Array, out: Uint16Array, rows: number, heads: number): Uint16Array {
-  const cols = data.length / rows;
-  const hd = rows / heads;
-  if (!Number.isInteger(hd) || hd % 2 !== 0) throw new LlmcError(`cannot permute ${rows} rows into ${heads} heads of even size`);
-  const half = hd / 2;
-  for (let h = 0; h < heads; h++) {
-    for (let j = 0; j < 2; j++) {
-      for (let i = 0; i < half; i++) {
-        const src = (h * hd + j * half + i) * cols;
-        out.set(data.subarray(src, src + cols), (h * hd + 2 * i + j) * cols);
-      }
-    }
-  }
-  return out;
-}
-
 /** Decoders of raw little-endian safetensors bytes into a caller's buffer (no allocation). */
 const RAW_DECODERS = {
   F32: (raw: Buffer, out: Float32Array) => out.set(new Float32Array(raw.buffer, raw.byteOffset, out.length)),
@@ -156,7 +139,7 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
         // One reused buffer: the encoder is done with the previous chunk before the next is made.
         const p = bufs.get(4, bits.byteLength);
         const rowsHere = bits.length / rowLen;
-        c.bf16 = permuteRowsInto(bits, new Uint16Array(p.buffer, p.byteOffset, bits.length), rowsHere, rowsHere / headRows);
+        c.bf16 = permuteRotaryRows(bits, rowsHere, rowsHere / headRows, new Uint16Array(p.buffer, p.byteOffset, bits.length));
       }
       return c;
     };

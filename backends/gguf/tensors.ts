@@ -40,26 +40,26 @@ export const neOf = (shape: readonly number[]) => [...shape].reverse();
 /**
  * LlamaModel.permute: Hugging Face stores each head's rotary pairs as two halves
  * [x0..x(d/2-1), y0..]; llama.cpp's (non-NeoX) rope expects them interleaved [x0, y0, x1, y1 ...].
- * Row r = j*(d/2) + i of a head moves to row 2i + j.
+ * Row r = j*(d/2) + i of a head moves to row 2i + j. Works on f32 values or raw 16-bit values, into
+ * `out` when given (no allocation).
  */
-export function permuteRotaryRows(data: Float32Array, rows: number, heads: number): Float32Array {
+export function permuteRotaryRows<T extends Float32Array | Uint16Array>(data: T, rows: number, heads: number, out?: T): T {
   const cols = data.length / rows;
   const hd = rows / heads;
   if (!Number.isInteger(hd) || hd % 2 !== 0) {
     throw new LlmcError(`cannot permute ${rows} rows into ${heads} heads of even size`);
   }
   const half = hd / 2;
-  const out = new Float32Array(data.length);
+  const dst = out ?? (new (data.constructor as new (n: number) => T)(data.length));
   for (let h = 0; h < heads; h++) {
     for (let j = 0; j < 2; j++) {
       for (let i = 0; i < half; i++) {
         const src = (h * hd + j * half + i) * cols;
-        const dst = (h * hd + 2 * i + j) * cols;
-        out.set(data.subarray(src, src + cols), dst);
+        dst.set(data.subarray(src, src + cols) as ArrayLike<number>, (h * hd + 2 * i + j) * cols);
       }
     }
   }
-  return out;
+  return dst;
 }
 
 /** convert_hf_to_gguf's llama3 rope factors (rope_freqs.weight), one per rotary frequency. */
