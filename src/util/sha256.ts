@@ -5,7 +5,7 @@
  * costs tens of milliseconds to start). Same digests either way.
  */
 import { createHash } from 'node:crypto';
-import { createReadStream, promises as fsp } from 'node:fs';
+import { closeSync, createReadStream, openSync, promises as fsp } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 
 /** Below this many bytes a worker is not worth starting. */
@@ -34,12 +34,12 @@ if (!workerData.follow) {
   }
   parentPort.postMessage({ digest: h.digest('hex') });
 } else {
-  const fd = fs.openSync(workerData.files[0], 'r');
+  // The descriptor is the parent's (opened before the file can be renamed; the parent closes it).
+  const fd = workerData.fd;
   let pos = 0;
   parentPort.on('message', (m) => {
     pos = hashRange(fd, pos, m.upTo);
     if (m.end) {
-      fs.closeSync(fd);
       parentPort.postMessage({ digest: h.digest('hex') });
       parentPort.close();
     }
@@ -47,8 +47,8 @@ if (!workerData.follow) {
 }
 `;
 
-function startWorker(files: string[], prefix: string, follow: boolean): { worker: Worker; digest: Promise<string> } {
-  const worker = new Worker(WORKER_CODE, { eval: true, workerData: { files, prefix, follow } });
+function startWorker(files: string[], prefix: string, follow: boolean, fd?: number): { worker: Worker; digest: Promise<string> } {
+  const worker = new Worker(WORKER_CODE, { eval: true, workerData: { files, prefix, follow, fd } });
   worker.unref();
   const digest = new Promise<string>((resolve, reject) => {
     worker.once('message', (m: { digest: string }) => resolve(m.digest));
@@ -86,10 +86,18 @@ export async function sha256Files(files: string[], prefix = ''): Promise<string>
  */
 export class TrailingSha256 {
   private posted = 0;
-  private constructor(private readonly w: { worker: Worker; digest: Promise<string> }) {}
+  private constructor(
+    private readonly w: { worker: Worker; digest: Promise<string> },
+    private readonly fd: number,
+  ) {}
 
+  /**
+   * Opened here, synchronously, not in the worker: the writer may rename the file before a busy
+   * worker starts, and an open descriptor follows the file through the rename.
+   */
   static start(file: string): TrailingSha256 {
-    return new TrailingSha256(startWorker([file], '', true));
+    const fd = openSync(file, 'r');
+    return new TrailingSha256(startWorker([], '', true, fd), fd);
   }
 
   advance(upTo: number): void {
@@ -100,10 +108,10 @@ export class TrailingSha256 {
 
   finish(size: number): Promise<string> {
     this.w.worker.postMessage({ upTo: size, end: true });
-    return this.w.digest;
+    return this.w.digest.finally(() => this.w.worker.terminate().then(() => closeSync(this.fd)));
   }
 
   cancel(): void {
-    void this.w.worker.terminate();
+    void this.w.worker.terminate().then(() => closeSync(this.fd));
   }
 }
