@@ -3,7 +3,7 @@
  * without an imatrix (quantize_row_*_ref) and to dequantize_row_* (ggml's to_float).
  */
 import { LlmcError } from '../errors.js';
-import { f16Table, f32ToF16 } from '../util/half.js';
+import { encodeBf16, encodeF16, f16Table } from '../util/half.js';
 import { QUANT_TYPES, rowBytes, type QuantType } from './types.js';
 import * as legacy from './legacy.js';
 import * as k from './kquants.js';
@@ -15,31 +15,13 @@ type BlockDequantizer = (y: Uint8Array, yo: number, nb: number, out: Float32Arra
 function quantizeF32(x: Float32Array, xo: number, n: number, y: Uint8Array, yo: number): void {
   y.set(new Uint8Array(x.buffer, x.byteOffset + xo * 4, n * 4), yo);
 }
-/**
- * GGML_FP32_TO_FP16 on raw bits: values whose half is a normal number (2^-14 <= |x| < 65520) are
- * rebiased and rounded to nearest-even in integer arithmetic; the rest (subnormal, overflow, inf, NaN)
- * go through f32ToF16.
- */
+/** GGML_FP32_TO_FP16 / ggml_compute_fp32_to_bf16, via src/util/half.ts's array encoders. */
 function quantizeF16(x: Float32Array, xo: number, n: number, y: Uint8Array, yo: number): void {
-  const bits = new Int32Array(x.buffer, x.byteOffset + xo * 4, n); // int32 keeps the JIT on small ints
-  const out = halfView(y, yo, n);
-  for (let i = 0; i < n; i++) {
-    const b = bits[i];
-    const a = b & 0x7fffffff;
-    out[i] = a >= 0x38800000 && a < 0x477ff000
-      ? ((a - 0x38000000 + 0xfff + ((a >>> 13) & 1)) >>> 13) | ((b >>> 16) & 0x8000)
-      : f32ToF16(x[xo + i]);
-  }
+  const out = encodeF16(x.subarray(xo, xo + n), halfView(y, yo, n));
   if (out.buffer !== y.buffer) y.set(new Uint8Array(out.buffer), yo);
 }
 function quantizeBF16(x: Float32Array, xo: number, n: number, y: Uint8Array, yo: number): void {
-  const bits = new Int32Array(x.buffer, x.byteOffset + xo * 4, n); // int32 keeps the JIT on small ints
-  const out = halfView(y, yo, n);
-  for (let i = 0; i < n; i++) {
-    const b = bits[i];
-    // ggml_compute_fp32_to_bf16: round to nearest even; NaN keeps its top bits, quieted
-    out[i] = (b & 0x7fffffff) > 0x7f800000 ? (b >>> 16) | 64 : (b + 0x7fff + ((b >>> 16) & 1)) >>> 16;
-  }
+  const out = encodeBf16(x.subarray(xo, xo + n), halfView(y, yo, n));
   if (out.buffer !== y.buffer) y.set(new Uint8Array(out.buffer), yo);
 }
 /** 16-bit little-endian output: a view into y when aligned (the host is little-endian), else a scratch copy. */

@@ -120,12 +120,27 @@ export function decodeBf16(src: Uint16Array, dst = new Float32Array(src.length))
   return dst;
 }
 
-export function encodeF16(src: Float32Array, dst = new Uint16Array(src.length)): Uint16Array {
-  for (let i = 0; i < src.length; i++) dst[i] = f32ToF16(src[i]);
+/**
+ * f32ToF16 over an array, on raw bits: values whose half is a normal number (2^-14 <= |x| < 65520)
+ * are rebiased and rounded to nearest-even in integer arithmetic; the rest (subnormal, overflow,
+ * inf, NaN) go through f32ToF16.
+ */
+export function encodeF16(src: Float32Array, dst: Uint16Array = new Uint16Array(src.length)): Uint16Array {
+  const bits = new Int32Array(src.buffer, src.byteOffset, src.length); // int32 keeps the JIT on small ints
+  for (let i = 0; i < src.length; i++) {
+    const b = bits[i];
+    const a = b & 0x7fffffff;
+    dst[i] = a >= 0x38800000 && a < 0x477ff000 ? ((a - 0x38000000 + 0xfff + ((a >>> 13) & 1)) >>> 13) | ((b >>> 16) & 0x8000) : f32ToF16(src[i]);
+  }
   return dst;
 }
 
-export function encodeBf16(src: Float32Array, dst = new Uint16Array(src.length)): Uint16Array {
-  for (let i = 0; i < src.length; i++) dst[i] = f32ToBf16(src[i]);
+/** f32ToBf16 over an array, on raw bits (round to nearest even; NaN keeps its top bits, quieted). */
+export function encodeBf16(src: Float32Array, dst: Uint16Array = new Uint16Array(src.length)): Uint16Array {
+  const bits = new Int32Array(src.buffer, src.byteOffset, src.length);
+  for (let i = 0; i < src.length; i++) {
+    const b = bits[i];
+    dst[i] = (b & 0x7fffffff) > 0x7f800000 ? (b >>> 16) | 64 : (b + 0x7fff + ((b >>> 16) & 1)) >>> 16;
+  }
   return dst;
 }
