@@ -36,8 +36,31 @@ export async function compile(req: CompileRequest): Promise<Manifest> {
     if (!pass) throw new UsageError(`unknown pass "${p.name}"; available: ${Object.keys(PASSES).sort().join(', ') || 'none'}`);
     return { pass, options: pass.parseOptions(p.options) };
   });
+  const existed = await fsp.stat(req.outDir).then(
+    () => true,
+    () => false,
+  );
   await ensureOutputDir(req.outDir);
+  const before = new Set(await fsp.readdir(req.outDir));
+  try {
+    return await passesAndBackend(req, parsed, backend);
+  } catch (err) {
+    // Leave the file system as it was: a directory this run created goes, otherwise what it added.
+    if (!existed) await fsp.rm(req.outDir, { recursive: true, force: true });
+    else {
+      for (const f of await fsp.readdir(req.outDir).catch(() => [] as string[])) {
+        if (!before.has(f)) await fsp.rm(path.join(req.outDir, f), { recursive: true, force: true });
+      }
+    }
+    throw err;
+  }
+}
 
+async function passesAndBackend(
+  req: CompileRequest,
+  parsed: { pass: (typeof PASSES)[string]; options: unknown }[],
+  backend: (typeof BACKENDS)[string],
+): Promise<Manifest> {
   let model = req.source;
   const records: PassRecord[] = [];
   for (const { pass, options } of parsed) {
@@ -52,35 +75,26 @@ export async function compile(req: CompileRequest): Promise<Manifest> {
     records.push({ name: pass.name, options: options as Record<string, unknown>, metadata: res.metadata });
   }
 
-  const before = new Set(await fsp.readdir(req.outDir));
   // Hashing the source (a second full read of it) overlaps the backend's work.
   const identity = req.source.identity();
   identity.catch(() => {}); // surfaced where awaited
-  try {
-    const result = await backend.emit({
-      source: model,
-      outDir: req.outDir,
+  const result = await backend.emit({
+    source: model,
+    outDir: req.outDir,
+    passes: records,
+    options: req.options,
+    progress: req.progress,
+    note: req.note,
+  });
+  return writeManifest(
+    req.outDir,
+    {
+      target: backend.name,
+      source: { path: req.source.description, sha256: await identity },
+      arch: model.spec,
+      targetInfo: result.targetInfo,
       passes: records,
-      options: req.options,
-      progress: req.progress,
-      note: req.note,
-    });
-    return await writeManifest(
-      req.outDir,
-      {
-        target: backend.name,
-        source: { path: req.source.description, sha256: await identity },
-        arch: model.spec,
-        targetInfo: result.targetInfo,
-        passes: records,
-      },
-      result.files,
-    );
-  } catch (err) {
-    // Leave the directory as it was: remove what this run added (temp files included).
-    for (const f of await fsp.readdir(req.outDir).catch(() => [] as string[])) {
-      if (!before.has(f)) await fsp.rm(path.join(req.outDir, f), { recursive: true, force: true });
-    }
-    throw err;
-  }
+    },
+    result.files,
+  );
 }
