@@ -4,8 +4,9 @@
  * (test/gguf-encode.test.ts: F16 over all 65536 bf16 values, Q8_0 over random and edge-case blocks).
  * Each also reports whether every input was finite, checked in the same loop.
  */
-import { bf16Table, bf16ToF16Table, f32ToF16 } from '../util/half.js';
+import { bf16Table, bf16ToF16Table, decodeBf16, f32ToF16 } from '../util/half.js';
 import type { QuantType } from './types.js';
+import { bf16Kernels } from './bf16wasm.js';
 
 /** Output bytes per bf16 value of the types with a direct bf16 path. */
 export const BF16_DIRECT: Partial<Record<QuantType, number>> = { F16: 2, BF16: 2, F32: 4, Q8_0: 34 / 32 };
@@ -41,11 +42,37 @@ export function allFiniteBf16(src: Uint16Array): boolean {
   return bad === 0;
 }
 
+/** The WebAssembly SIMD kernels, or null where WebAssembly SIMD is missing. */
+export const bf16SimdKernels = () => bf16Kernels(q8Scales);
+
 /**
- * bf16 bits → F16 bits, one table read per value, two values per 32-bit word where aligned.
- * Returns whether every input was finite (the check rides along in the same loop).
+ * bf16 bits → F16 bits; whether every input was finite. WebAssembly SIMD where available
+ * (bf16wasm.ts), else the JS below: same bytes.
  */
 export function bf16ToF16Into(src: Uint16Array, dst: Uint16Array): boolean {
+  const k = bf16SimdKernels();
+  return k ? k.toF16(src, dst) : bf16ToF16IntoJs(src, dst);
+}
+
+/** bf16 bits → Q8_0 blocks; whether every input was finite. WebAssembly SIMD where available. */
+export function bf16ToQ8_0Into(src: Uint16Array, y: Uint8Array): boolean {
+  const k = bf16SimdKernels();
+  return k ? k.toQ8_0(src, y) : bf16ToQ8_0IntoJs(src, y);
+}
+
+/** bf16 bits → f32 values (exact); whether every input was finite. WebAssembly SIMD where available. */
+export function bf16ToF32Into(src: Uint16Array, dst: Float32Array): boolean {
+  const k = bf16SimdKernels();
+  if (k) return k.toF32(src, dst);
+  decodeBf16(src, dst as Float32Array<ArrayBuffer>);
+  return allFiniteBf16(src);
+}
+
+/**
+ * bf16 bits → F16 bits in JS, one table read per value, two values per 32-bit word where aligned.
+ * Returns whether every input was finite (the check rides along in the same loop).
+ */
+export function bf16ToF16IntoJs(src: Uint16Array, dst: Uint16Array): boolean {
   const t = (F16_OF_BF16 ??= Uint32Array.from(bf16ToF16Table()));
   let bad = 0;
   let i = 0;
@@ -96,7 +123,7 @@ function q8Scales(): { d: Uint16Array; id: Float32Array } {
 }
 
 /**
- * bf16 bits → Q8_0 blocks, the arithmetic of src/quant's quantizeQ8_0 (ggml's quantize_row_q8_0_ref)
+ * bf16 bits → Q8_0 blocks in JS, the arithmetic of src/quant's quantizeQ8_0 (ggml's quantize_row_q8_0_ref)
  * on the decoded values, arranged to avoid unpredictable branches (random signs are the slow part):
  *  - for finite values |x| orders like the bits without the sign, so amax is an integer max; a
  *    block with an Inf or NaN has amax bits >= 0x7f80, which is how the finite check rides along;
@@ -105,7 +132,7 @@ function q8Scales(): { d: Uint16Array; id: Float32Array } {
  *    when d is a tiny subnormal, gives 0 either way as `| 0` does).
  * Returns whether every input was finite (if not, the output is garbage).
  */
-export function bf16ToQ8_0Into(src: Uint16Array, y: Uint8Array): boolean {
+export function bf16ToQ8_0IntoJs(src: Uint16Array, y: Uint8Array): boolean {
   const t = bf16Table();
   const { d: D, id: ID } = q8Scales();
   const fr = Math.fround;

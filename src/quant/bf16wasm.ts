@@ -1,0 +1,278 @@
+/**
+ * bf16 → F16, bf16 → Q8_0 and bf16 → f32 as WebAssembly SIMD kernels: the gguf target's hot loops
+ * when it reads a bf16 checkpoint (the scalar JS in bf16.ts does 8–16 bytes per step, these do 64).
+ * Same bytes as bf16.ts's JS paths (test/gguf-encode.test.ts runs both against quantize() on decoded
+ * values):
+ *  - F16: exponent rebias for f16 normals; |x| >= 65536 → Inf; below the f16 normal range the code is
+ *    nearest-even(|x| * 2^24) (exact scaling; f32x4.nearest is IEEE roundTiesToEven, and a code of
+ *    1024 is the smallest normal's encoding);
+ *  - Q8_0: amax is an integer max of the bits without sign; d (f16 bits) and id come from bf16.ts's
+ *    per-amax tables; roundf(|x| * id) is trunc plus (frac >= 0.5), exact since frac = v - trunc(v)
+ *    is; a non-finite |x| * id (tiny subnormal d) gives code 0, as the JS and C paths do.
+ * Both kernels report an Inf or NaN input (bf16 exponent all ones) through their return value.
+ * The module is assembled here byte by byte, like kwasm.ts.
+ */
+import { I32, section, sleb, str, uleb, V128, vec } from '../util/wasm-asm.js';
+
+// Memory map (byte offsets). Tables: Q8_0's f16 d and f32 id per 15-bit amax.
+const D_TAB = 0; // u16[32768]
+const ID_TAB = 0x10000; // f32[32768]
+/** Scratch for inputs and outputs that live elsewhere (copied through, SLICE values at a time). */
+const IN = 0x30000;
+const SLICE = 1 << 16;
+const OUT = IN + SLICE * 2;
+/** The arena: buffers handed out to callers (see Bf16Kernels.buffer), used in place. */
+const ARENA = OUT + SLICE * 2;
+export const ARENA_SLOTS = 7;
+export const ARENA_SLOT_BYTES = 16 << 20;
+const PAGES = (ARENA + ARENA_SLOTS * ARENA_SLOT_BYTES) / 0x10000;
+
+const get = (i: number) => [0x20, ...uleb(i)];
+const set = (i: number) => [0x21, ...uleb(i)];
+const tee = (i: number) => [0x22, ...uleb(i)];
+const i32c = (v: number) => [0x41, ...sleb(v)];
+const f32c = (v: number) => [0x43, ...new Uint8Array(new Float32Array([v]).buffer)];
+const simd = (code: number, ...imm: number[]) => [0xfd, ...uleb(code), ...imm];
+const vload = (off: number) => simd(0x00, 0, ...uleb(off));
+const vstore = (off: number) => simd(0x0b, 0, ...uleb(off));
+const loop = (body: number[]) => [0x03, 0x40, ...body, 0x0b];
+const brIf = (d: number) => [0x0d, ...uleb(d)];
+/** if (i32 on the stack) then `a` else `b`, each leaving one v128. */
+const ifElse = (a: number[], b: number[]) => [0x04, V128, ...a, 0x05, ...b, 0x0b];
+const [i32Add, i32Mul, i32LtS, i32Or, i32And, i32Shl] = [[0x6a], [0x6c], [0x48], [0x72], [0x71], [0x74]];
+const i16Splat = simd(0x10);
+const f32Splat = simd(0x13);
+const vAnd = simd(0x4e);
+const vOr = simd(0x50);
+const vXor = simd(0x51);
+const vBitselect = simd(0x52);
+const vAnyTrue = simd(0x53);
+const vAllTrue = simd(0x83); // i16x8.all_true
+const i16GeU = simd(0x36);
+const i16Shl = simd(0x8b);
+const i16ShrS = simd(0x8c);
+const i16Sub = simd(0x91);
+const i16MaxU = simd(0x99);
+const i16NarrowS = simd(0x85);
+const i8NarrowS = simd(0x65);
+const i32ExtLowU = simd(0xa9);
+const i32ExtHighU = simd(0xaa);
+const i32x4Shl = simd(0xab);
+const fTrunc = simd(0x69);
+const fNearest = simd(0x6a);
+const fLt = simd(0x43);
+const fGe = simd(0x46);
+const fAdd = simd(0xe4);
+const fSub = simd(0xe5);
+const fMul = simd(0xe6);
+const truncSat = simd(0xf8);
+const i16x8 = (v: number) => [...i32c(v), ...i16Splat];
+const f32x4 = (v: number) => [...f32c(v), ...f32Splat];
+/** Byte shuffle of a vector with itself: lane i takes byte perm[i]. */
+const shuffleSelf = (x: number, perm: number[]) => [...get(x), ...get(x), ...simd(0x0d, ...perm)];
+const locals = (decl: [number, number][]) => vec(decl.map(([n, t]) => [...uleb(n), t]));
+
+/** The f32 bits of each u16 lane of `mag` (low or high half): mag << 16 as i32x4. */
+const widen = (mag: number, high: boolean) => [...get(mag), ...(high ? i32ExtHighU : i32ExtLowU), ...i32c(16), ...i32x4Shl];
+
+/**
+ * f16(in, out, nVec) -> bad: converts nVec vectors of 8 bf16 values at `in` to f16 bits at `out`;
+ * bad != 0 if any input was Inf or NaN.
+ */
+function f16Body(): number[] {
+  const [SRC, DST, NV, P, END] = [0, 1, 2, 3, 4];
+  const [V, MAG, R, BAD, NORM] = [5, 6, 7, 8, 9];
+  const small = (high: boolean) => [...widen(MAG, high), ...f32x4(2 ** 24), ...fMul, ...fNearest, ...truncSat];
+  const body = [
+    ...get(NV), ...i32c(16), ...i32Mul, ...set(END),
+    ...loop([
+      ...get(SRC), ...get(P), ...i32Add, ...vload(0), ...tee(V), ...i16x8(0x7fff), ...vAnd, ...set(MAG),
+      ...get(BAD), ...get(MAG), ...i16x8(0x7f80), ...i16GeU, ...vOr, ...set(BAD),
+      // f16 normals: rebias the exponent; from 2^16 up: Inf
+      ...i16x8(0x7c00),
+      ...get(MAG), ...i16x8(0x3800), ...i16Sub, ...i32c(3), ...i16Shl,
+      ...get(MAG), ...i16x8(0x4780), ...i16GeU, ...vBitselect, ...set(R),
+      // below 2^-14 (rare in weights, so only when some lane needs it): the subnormal code (or 0,
+      // or 1024 = the smallest normal's encoding)
+      ...get(MAG), ...i16x8(0x3880), ...i16GeU, ...tee(NORM), ...vAllTrue,
+      ...ifElse([...get(R)], [
+        ...get(R), ...small(false), ...small(true), ...i16NarrowS, ...get(NORM), ...vBitselect,
+      ]),
+      ...set(R),
+      ...get(DST), ...get(P), ...i32Add, ...get(R),
+      ...get(V), ...i16x8(0x8000), ...vAnd, ...vOr,
+      ...vstore(0),
+      ...get(P), ...i32c(16), ...i32Add, ...tee(P), ...get(END), ...i32LtS, ...brIf(0),
+    ]),
+    ...get(BAD), ...vAnyTrue,
+  ];
+  return [...locals([[2, I32], [5, V128]]), ...body, 0x0b]; // after the 3 params
+}
+
+/**
+ * f32(in, out, nVec) -> bad: decodes nVec vectors of 8 bf16 values at `in` to f32 at `out` (x << 16);
+ * bad != 0 if any input was Inf or NaN.
+ */
+function f32Body(): number[] {
+  const [SRC, DST, NV, P, END] = [0, 1, 2, 3, 4];
+  const [V, BAD, Q] = [5, 6, 7];
+  const body = [
+    ...get(NV), ...i32c(16), ...i32Mul, ...set(END),
+    ...loop([
+      ...get(SRC), ...get(P), ...i32Add, ...vload(0), ...set(V),
+      ...get(BAD), ...get(V), ...i16x8(0x7fff), ...vAnd, ...i16x8(0x7f80), ...i16GeU, ...vOr, ...set(BAD),
+      ...get(DST), ...get(P), ...get(P), ...i32Add, ...i32Add, ...tee(Q),
+      ...widen(V, false), ...vstore(0),
+      ...get(Q), ...widen(V, true), ...vstore(16),
+      ...get(P), ...i32c(16), ...i32Add, ...tee(P), ...get(END), ...i32LtS, ...brIf(0),
+    ]),
+    ...get(BAD), ...vAnyTrue,
+  ];
+  return [...locals([[2, I32], [2, V128], [1, I32]]), ...body, 0x0b];
+}
+
+/**
+ * q8(in, out, nBlocks) -> bad: converts nBlocks blocks of 32 bf16 values at `in` to Q8_0 blocks
+ * (34 bytes) at `out`; bad != 0 if any input was Inf or NaN.
+ */
+function q8Body(): number[] {
+  const [SRC, DST, NB, B, P, Q, AMAX, BAD] = [0, 1, 2, 3, 4, 5, 6, 7];
+  const [V0, M0, M, ID, Q0, T, PROD, S] = [8, 12, 16, 17, 18, 22, 23, 24]; // V0..V3, M0..M3, Q0..Q3
+  /** roundf(|x| * id) of one half of MAG's lanes, as i32x4 (0 where the product is not finite). */
+  const code = (mag: number, high: boolean, t: number, prod: number) => [
+    ...widen(mag, high), ...get(ID), ...fMul, ...tee(prod), ...fTrunc, ...tee(t),
+    ...f32x4(1), ...get(prod), ...get(t), ...fSub, ...f32x4(0.5), ...fGe, ...vAnd, ...fAdd,
+    ...get(prod), ...f32x4(128), ...fLt, ...vAnd,
+    ...truncSat,
+  ];
+  const perVector = (k: number) => [
+    // codes of 8 values with the sign of x applied: (q ^ s) - s, s = x >> 15 (0 or -1)
+    ...code(M0 + k, false, T, PROD), ...code(M0 + k, true, T, PROD), ...i16NarrowS,
+    ...get(V0 + k), ...i32c(15), ...i16ShrS, ...tee(S), ...vXor, ...get(S), ...i16Sub, ...set(Q0 + k),
+  ];
+  const body = [
+    ...loop([
+      ...get(B), ...i32c(64), ...i32Mul, ...get(SRC), ...i32Add, ...set(P),
+      ...get(B), ...i32c(34), ...i32Mul, ...get(DST), ...i32Add, ...set(Q),
+      ...[0, 1, 2, 3].flatMap((k) => [
+        ...get(P), ...vload(16 * k), ...tee(V0 + k), ...i16x8(0x7fff), ...vAnd, ...set(M0 + k),
+      ]),
+      ...get(M0), ...get(M0 + 1), ...i16MaxU, ...get(M0 + 2), ...get(M0 + 3), ...i16MaxU, ...i16MaxU, ...set(M),
+      ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...i16MaxU, ...set(M),
+      ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...i16MaxU, ...set(M),
+      ...shuffleSelf(M, [2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1]), ...get(M), ...i16MaxU,
+      ...simd(0x19, 0), ...set(AMAX), // i16x8.extract_lane_u 0
+      // an Inf or NaN makes amax >= 0x7f80: 0x80 more carries into bit 15
+      ...get(BAD), ...get(AMAX), ...i32c(0x80), ...i32Add, ...i32c(0x8000), ...i32And, ...i32Or, ...set(BAD),
+      ...get(Q), ...get(AMAX), ...i32c(1), ...i32Shl, ...[0x2f, 1, ...uleb(D_TAB)], ...[0x3b, 1, 0], // d
+      ...get(AMAX), ...i32c(2), ...i32Shl, ...[0x2a, 2, ...uleb(ID_TAB)], ...f32Splat, ...set(ID),
+      ...[0, 1, 2, 3].flatMap(perVector),
+      ...get(Q), ...get(Q0), ...get(Q0 + 1), ...i8NarrowS, ...vstore(2),
+      ...get(Q), ...get(Q0 + 2), ...get(Q0 + 3), ...i8NarrowS, ...vstore(18),
+      ...get(B), ...i32c(1), ...i32Add, ...tee(B), ...get(NB), ...i32LtS, ...brIf(0),
+    ]),
+    ...get(BAD),
+  ];
+  return [...locals([[5, I32], [17, V128]]), ...body, 0x0b];
+}
+
+function moduleBytes(): Uint8Array<ArrayBuffer> {
+  const type = [0x60, ...vec([[I32], [I32], [I32]]), ...vec([[I32]])];
+  const types = section(1, vec([type]));
+  // The memory is imported and shared, so its buffer is a SharedArrayBuffer: arena buffers can be
+  // handed to a hashing worker without a copy.
+  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x03, ...uleb(PAGES), ...uleb(PAGES)]]));
+  const funcs = section(3, vec([[0], [0], [0]]));
+  const exports = section(7, vec([[...str('f16'), 0x00, 0], [...str('q8'), 0x00, 1], [...str('f32'), 0x00, 2]]));
+  const code = section(10, vec([f16Body(), q8Body(), f32Body()].map((b) => [...uleb(b.length), ...b])));
+  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
+}
+
+export interface Bf16Kernels {
+  /** bf16 bits → f16 bits; whether every input was finite. */
+  toF16(src: Uint16Array, dst: Uint16Array): boolean;
+  /** bf16 bits → Q8_0 blocks (src.length a multiple of 32); whether every input was finite. */
+  toQ8_0(src: Uint16Array, y: Uint8Array): boolean;
+  /** bf16 bits → f32 values; whether every input was finite. */
+  toF32(src: Uint16Array, dst: Float32Array): boolean;
+  /**
+   * Arena buffer `slot` (< ARENA_SLOTS; the caller numbers its buffers), `bytes` long, or null if
+   * that is more than ARENA_SLOT_BYTES. Inputs and outputs there are used in place, with no copy in
+   * or out; the memory is shared (a SharedArrayBuffer).
+   */
+  buffer(slot: number, bytes: number): Uint8Array | null;
+}
+
+/** Q8_0's scale tables, indexed by the 15-bit amax: d as f16 bits, id as float32. */
+export interface Q8Tables {
+  d: Uint16Array;
+  id: Float32Array;
+}
+
+type Kernel = (src: number, dst: number, n: number) => number;
+
+let KERNELS: Bf16Kernels | null | undefined;
+
+/** The kernels, or null without WebAssembly SIMD. `tables` is read once, on the first call. */
+export function bf16Kernels(tables: () => Q8Tables): Bf16Kernels | null {
+  if (KERNELS !== undefined) return KERNELS;
+  KERNELS = null;
+  try {
+    const bytes = moduleBytes();
+    if (typeof WebAssembly !== 'object' || !WebAssembly.validate(bytes)) return null;
+    const memory = new WebAssembly.Memory({ initial: PAGES, maximum: PAGES, shared: true });
+    const ex = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { memory } }).exports;
+    const buf = memory.buffer;
+    const { d, id } = tables();
+    new Uint16Array(buf, D_TAB, 0x8000).set(d);
+    new Float32Array(buf, ID_TAB, 0x8000).set(id);
+    const scratchIn = new Uint8Array(buf, IN, SLICE * 2);
+    const scratchOut = new Uint8Array(buf, OUT, SLICE * 2);
+    const bytesOf = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+    /**
+     * Runs `kernel` over `n` items (inBytes / outBytes each): in place when both arrays live in the
+     * arena, else copied through the scratch area a slice at a time.
+     */
+    const run = (kernel: Kernel, src: Uint16Array, dst: ArrayBufferView, n: number, inBytes: number, outBytes: number): number => {
+      if (src.buffer === buf && dst.buffer === buf) return kernel(src.byteOffset, dst.byteOffset, n);
+      const from = bytesOf(src);
+      const to = bytesOf(dst);
+      const per = (SLICE * 2) / Math.max(inBytes, outBytes);
+      let bad = 0;
+      for (let i = 0; i < n; i += per) {
+        const k = Math.min(per, n - i);
+        scratchIn.set(from.subarray(i * inBytes, (i + k) * inBytes));
+        bad |= kernel(IN, OUT, k);
+        to.set(scratchOut.subarray(0, k * outBytes), i * outBytes);
+      }
+      return bad;
+    };
+    /** A kernel over vectors of 8 values (`outSize` bytes each out): whole vectors, then the tail padded. */
+    const vectors = (kernel: Kernel, src: Uint16Array, dst: Uint16Array | Float32Array, outSize: number): boolean => {
+      const whole = src.length & ~7;
+      let bad = whole ? run(kernel, src.subarray(0, whole), dst.subarray(0, whole), whole >>> 3, 16, 8 * outSize) : 0;
+      if (whole < src.length) {
+        scratchIn.fill(0, 0, 16);
+        scratchIn.set(bytesOf(src.subarray(whole)));
+        bad |= kernel(IN, OUT, 1);
+        bytesOf(dst).set(scratchOut.subarray(0, (src.length - whole) * outSize), whole * outSize);
+      }
+      return bad === 0;
+    };
+    const f16 = ex.f16 as Kernel;
+    const q8 = ex.q8 as Kernel;
+    const f32 = ex.f32 as Kernel;
+    KERNELS = {
+      toF16: (src, dst) => vectors(f16, src, dst, 2),
+      toQ8_0: (src, y) => run(q8, src, y, src.length >>> 5, 64, 34) === 0,
+      toF32: (src, dst) => vectors(f32, src, dst, 4),
+      buffer(slot, bytes) {
+        if (slot < 0 || slot >= ARENA_SLOTS || bytes > ARENA_SLOT_BYTES) return null;
+        return new Uint8Array(buf, ARENA + slot * ARENA_SLOT_BYTES, bytes);
+      },
+    };
+  } catch {
+    KERNELS = null;
+  }
+  return KERNELS;
+}
