@@ -1,13 +1,13 @@
-/** The compile targets. The CLI only looks targets up here; add a backend by adding a line. */
+/**
+ * The compile targets. The CLI only looks targets up here; add a backend by adding a line.
+ * Each loads on use: a target's dependencies (onnx-proto, tokenizer code, ...) would otherwise cost
+ * every command their start-up time.
+ */
 import type { Backend } from './types.js';
-import { ggufBackend } from './gguf/index.js';
-import { tsBackend } from './ts/index.js';
-import { hfBackend } from './hf/index.js';
-import { ggufLevelsBackend } from './gguf-levels/index.js';
 
-export const BACKENDS: Record<string, Backend> = {
-  gguf: ggufBackend,
-  ts: tsBackend,
-  hf: hfBackend,
-  'gguf-levels': ggufLevelsBackend,
+export const BACKENDS: Record<string, () => Promise<Backend>> = {
+  gguf: async () => (await import('./gguf/index.js')).ggufBackend,
+  ts: async () => (await import('./ts/index.js')).tsBackend,
+  hf: async () => (await import('./hf/index.js')).hfBackend,
+  'gguf-levels': async () => (await import('./gguf-levels/index.js')).ggufLevelsBackend,
 };

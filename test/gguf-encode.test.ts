@@ -4,17 +4,18 @@
  * src/quant's quantize() on decoded values for the encoders, node:crypto over the whole bytes for hashes.
  */
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync, appendFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync, appendFileSync, mkdirSync, copyFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ChunkEncoder } from '../backends/gguf/encode.js';
-import { allFiniteBf16, bf16ToF16Into, bf16ToQ8_0Into } from '../src/quant/bf16.js';
+import { allFiniteBf16, bf16SimdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs } from '../src/quant/bf16.js';
 import { quantize, type QuantType } from '../src/quant/index.js';
 import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f32ToF16 } from '../src/util/half.js';
 import { AtomicFile, knownSha256 } from '../src/util/atomic.js';
 import { sha256Files, WORKER_MIN_BYTES } from '../src/util/sha256.js';
 import { openCheckpoint } from '../src/checkpoint/index.js';
+import { writeSafetensors } from '../src/checkpoint/safetensors.js';
 import { generateFixture } from '../fixtures/generate.js';
 import { compileGguf } from './gguf-helpers.js';
 
@@ -36,7 +37,7 @@ function rng(seed: number): () => number {
   };
 }
 
-describe('bf16 → F16', () => {
+describe('bf16 → F16 bits', () => {
   it('bf16ToF16Bits equals f32ToF16(bf16ToF32(h)) for all 65536 inputs', () => {
     let mismatches = 0;
     for (let h = 0; h < 65536; h++) if (bf16ToF16Bits(h) !== f32ToF16(bf16ToF32(h))) mismatches++;
@@ -49,7 +50,57 @@ describe('bf16 → F16', () => {
     expect(bf16ToF16Bits(0x3300)).toBe(0x0000); // 2^-25: a tie, rounds to even (0)
     expect(bf16ToF16Bits(0x3340)).toBe(0x0001); // 1.5 * 2^-25 rounds up
   });
+});
 
+it('the WebAssembly SIMD kernels are available here (else the fast paths below test JS twice)', () => {
+  expect(bf16SimdKernels()).not.toBeNull();
+});
+
+/**
+ * Runs a kernel with input and output in the kernels' arena (in place, no copy through the scratch
+ * area), as the gguf stream does; odd offsets and lengths included.
+ */
+function inArena<D extends Uint16Array | Uint8Array>(fn: (src: Uint16Array, dst: D) => boolean) {
+  return (src: Uint16Array, dst: D): boolean => {
+    const k = bf16SimdKernels()!;
+    const a = k.buffer(0, src.byteLength + 2)!;
+    const inp = new Uint16Array(a.buffer, a.byteOffset + 2, src.length);
+    inp.set(src);
+    const b = k.buffer(1, dst.byteLength + 4)!;
+    const out = new (dst.constructor as new (buf: ArrayBufferLike, off: number, n: number) => D)(b.buffer, b.byteOffset + 4, dst.length);
+    const ok = fn(inp, out);
+    dst.set(out as never);
+    return ok;
+  };
+}
+
+/** Each fast path three ways: the dispatcher (wasm here), in place in the arena, and the JS fallback. */
+const PATHS = [
+  { name: 'dispatch', bf16ToF16Into, bf16ToQ8_0Into },
+  { name: 'arena', bf16ToF16Into: inArena(bf16ToF16Into), bf16ToQ8_0Into: inArena(bf16ToQ8_0Into) },
+  { name: 'js', bf16ToF16Into: bf16ToF16IntoJs, bf16ToQ8_0Into: bf16ToQ8_0IntoJs },
+];
+
+const toF32Bytes = (s: Uint16Array, d: Uint8Array) => bf16ToF32Into(s, new Float32Array(d.buffer, d.byteOffset, d.length / 4));
+describe.each([
+  { name: 'dispatch', toF32: toF32Bytes },
+  { name: 'arena', toF32: inArena(toF32Bytes) },
+])('bf16 → f32 ($name)', ({ toF32 }) => {
+  it('decodes every bf16 value exactly and flags Inf/NaN (odd lengths too)', () => {
+    const want = decode(ALL);
+    for (const n of [65536, 65531]) {
+      const got = new Uint8Array(n * 4);
+      expect(toF32(ALL.subarray(0, n), got)).toBe(false); // ALL holds Inf and NaN
+      expect(Buffer.from(got).equals(bytes(want.subarray(0, n)))).toBe(true);
+    }
+    const finite = FINITE.subarray(0, 1003);
+    const got = new Uint8Array(finite.length * 4);
+    expect(toF32(finite, got)).toBe(true);
+    expect(Buffer.from(got).equals(bytes(decode(finite)))).toBe(true);
+  });
+});
+
+describe.each(PATHS)('bf16 → F16 ($name)', ({ bf16ToF16Into }) => {
   it('bf16ToF16Into gives the bytes of quantize(F16) on the decoded values, aligned or not', () => {
     const ref = quantize('F16', decode(FINITE), FINITE.length);
     for (const off of [0, 1]) {
@@ -85,7 +136,7 @@ describe('bf16 → F16', () => {
   });
 });
 
-describe('bf16 → Q8_0', () => {
+describe.each(PATHS)('bf16 → Q8_0 ($name)', ({ bf16ToQ8_0Into }) => {
   const blocks = 1 << 12;
   const r = rng(7);
   const cases: [string, () => number][] = [
@@ -140,14 +191,17 @@ describe('ChunkEncoder on raw bf16 chunks', () => {
 describe('hashing off the main thread', () => {
   it('AtomicFile hashes a big sequential file while writing; the digest dies with any change', async () => {
     const file = path.join(tmp, 'big.bin');
-    const f = await AtomicFile.open(file);
+    const f = await AtomicFile.open(file, { expectedSize: WORKER_MIN_BYTES + (5 << 20) });
     const h = createHash('sha256');
     const r = rng(3);
     let total = 0;
     while (total < WORKER_MIN_BYTES + (5 << 20)) {
-      const piece = Buffer.alloc(1 + ((r() * (3 << 20)) | 0), (total >>> 20) & 0xff);
+      const piece = Buffer.alloc(1 + ((r() * (9 << 20)) | 0), (total >>> 20) & 0xff); // pieces span ring slots
       h.update(piece);
-      await f.write(piece);
+      // Some pieces live in shared memory, as the arena's do: those are lent to the worker, not copied.
+      const shared = r() < 0.5 ? new Uint8Array(new SharedArrayBuffer(piece.length + 3), 3, piece.length) : null;
+      shared?.set(piece);
+      await f.write(shared ?? piece);
       total += piece.length;
     }
     await f.commit();
@@ -159,7 +213,7 @@ describe('hashing off the main thread', () => {
 
   it('writeAt turns the running hash off (the manifest reads the file instead)', async () => {
     const file = path.join(tmp, 'patched.bin');
-    const f = await AtomicFile.open(file);
+    const f = await AtomicFile.open(file, { expectedSize: WORKER_MIN_BYTES + 16 });
     await f.write(Buffer.alloc(WORKER_MIN_BYTES + 16, 1));
     await f.writeAt(Buffer.from([9]), 0);
     await f.commit();
@@ -178,6 +232,29 @@ describe('hashing off the main thread', () => {
 });
 
 describe('compile from a BF16 checkpoint', () => {
+  it('gives the bytes of the same weights stored as F32 (the plain f32 path), for every kind of path', async () => {
+    // Big enough that tensors go to the quantize workers (shared-memory rows) and, together, through
+    // the cross-tensor pipeline and the arena's alternating buffers.
+    const dims = { hiddenSize: 256, intermediateSize: 768, numHeads: 4, numKvHeads: 2, vocabSize: 1024, numLayers: 2 };
+    const bf16Dir = path.join(tmp, 'bf16-src', 'm');
+    await generateFixture(bf16Dir, { arch: 'llama', dtype: 'BF16', tokenizer: 'none', dims });
+    const f32Dir = path.join(tmp, 'f32-src', 'm'); // same basename: same general.name
+    mkdirSync(f32Dir, { recursive: true });
+    copyFileSync(path.join(bf16Dir, 'config.json'), path.join(f32Dir, 'config.json'));
+    const ck = await openCheckpoint(bf16Dir);
+    await writeSafetensors(path.join(f32Dir, 'model.safetensors'), ck.tensors.map((t) => ({
+      name: t.name, dtype: 'F32' as const, shape: [...t.shape], bytes: async () => new Uint8Array((await ck.readF32(t.name)).buffer),
+    })));
+    await ck.close();
+    const sha = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
+    for (const quant of ['F32', 'F16', 'BF16', 'Q8_0', 'Q4_0', 'Q4_K_M', 'Q6_K']) {
+      const a = await compileGguf(bf16Dir, path.join(tmp, `from-bf16-${quant}`), { quant });
+      const b = await compileGguf(f32Dir, path.join(tmp, `from-f32-${quant}`), { quant });
+      expect(sha(a.file), quant).toBe(sha(b.file));
+      expect(a.manifest.files[0].sha256).toBe(sha(a.file));
+    }
+  }, 120_000);
+
   it('a NaN in a rotary-permuted tensor is reported at its source element, for every fast path', async () => {
     const src = path.join(tmp, 'bf16-nan');
     await generateFixture(src, { arch: 'llama', dtype: 'BF16', tokenizer: 'none' });
@@ -189,7 +266,7 @@ describe('compile from a BF16 checkpoint', () => {
     const fd = openSync(info.file, 'r+');
     writeSync(fd, Buffer.from([0xc0, 0x7f]), 0, 2, info.offset + element * 2); // bf16 NaN 0x7fc0
     closeSync(fd);
-    for (const quant of ['F16', 'Q8_0', 'BF16']) {
+    for (const quant of ['F16', 'Q8_0', 'BF16', 'F32', 'Q4_K_M']) {
       const out = path.join(tmp, `bf16-nan-${quant}`);
       await expect(compileGguf(src, out, { quant })).rejects.toThrow(`tensor "${victim}" holds a non-finite value (NaN) at element ${element}`);
     }

@@ -5,8 +5,8 @@
  * paths into reused buffers, so they allocate nothing.
  */
 import { quantizeParallel, type QuantType } from '../../src/quant/index.js';
-import { allFiniteBf16, BF16_DIRECT, bf16ToF16Into, bf16ToQ8_0Into } from '../../src/quant/bf16.js';
-import type { Chunk } from './stream.js';
+import { allFiniteBf16, BF16_DIRECT, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/quant/bf16.js';
+import { ChunkBuffers, SLOT, type Chunk } from './stream.js';
 
 export async function encodeTensor(type: QuantType, data: Float32Array, rowLength: number, threads?: number): Promise<Uint8Array> {
   // F32 is the data itself: no copy.
@@ -16,19 +16,20 @@ export async function encodeTensor(type: QuantType, data: Float32Array, rowLengt
 
 /**
  * Encodes one tensor's chunks. Raw bf16 chunks land in one of two reused output buffers, alternating,
- * so a returned array stays valid while the next chunk is encoded (one write may be in flight).
+ * so a returned array stays valid while the next chunk is encoded (one write may be in flight); with
+ * the stream's buffers (same ChunkBuffers), input and output sit in the kernels' arena.
  */
 export class ChunkEncoder {
-  private bufs: Uint8Array[] = [new Uint8Array(0), new Uint8Array(0)];
   private k = 0;
+
+  constructor(private readonly buffers: ChunkBuffers = new ChunkBuffers()) {}
 
   async encode(type: QuantType, chunk: Chunk, rowLength: number): Promise<Uint8Array> {
     if (!chunk.bf16) return encodeTensor(type, chunk.data!, rowLength);
     const src = chunk.bf16;
     const n = src.length * BF16_DIRECT[type]!;
     this.k ^= 1;
-    if (this.bufs[this.k].length < n) this.bufs[this.k] = new Uint8Array(n);
-    const out = this.bufs[this.k].subarray(0, n);
+    const out = this.buffers.get(SLOT.encoded[this.k], n, true);
     let finite: boolean;
     switch (type) {
       case 'F16': finite = bf16ToF16Into(src, new Uint16Array(out.buffer, out.byteOffset, src.length)); break;
@@ -37,12 +38,7 @@ export class ChunkEncoder {
         finite = allFiniteBf16(src);
         out.set(new Uint8Array(src.buffer, src.byteOffset, src.byteLength));
         break;
-      case 'F32': {
-        finite = allFiniteBf16(src);
-        const u = new Uint32Array(out.buffer, out.byteOffset, src.length);
-        for (let i = 0; i < src.length; i++) u[i] = src[i] << 16;
-        break;
-      }
+      case 'F32': finite = bf16ToF32Into(src, new Float32Array(out.buffer, out.byteOffset, src.length)); break;
       default: throw new Error(`internal: no bf16 path to ${type}`);
     }
     if (!finite) chunk.failNonFinite!();

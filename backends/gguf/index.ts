@@ -6,7 +6,7 @@ import path from 'node:path';
 import { LlmcError } from '../../src/errors.js';
 import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/quant/index.js';
 import type { Backend, BackendContext, BackendResult } from '../types.js';
-import { encodesBf16 } from '../../src/quant/bf16.js';
+import { bf16SimdKernels, encodesBf16 } from '../../src/quant/bf16.js';
 import { ChunkEncoder } from './encode.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
@@ -94,24 +94,37 @@ export const ggufBackend: Backend = {
     const writer = await GgufFileWriter.open(finalPath, [...meta.kvs, ...vocab.kvs], infos);
     const sourceBytes = plan.tensors.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * 4, 0);
     ctx.progress.start(`gguf ${plan.choice.label}`, sourceBytes);
-    const encoder = new ChunkEncoder();
-    const buffers = new ChunkBuffers();
-    try {
-      for (const t of plan.tensors) {
+    // Raw bf16 reads, permutations and encodings in the kernels' arena: converted in place, and
+    // hashed by the writer's worker straight from there.
+    const buffers = new ChunkBuffers(bf16SimdKernels()?.buffer);
+    const encoder = new ChunkEncoder(buffers);
+    // A two-stage pipeline over all tensors' chunks: chunk k+1 is read and encoding (on the worker
+    // threads too) while chunk k's encoding finishes and it is written; so no core idles at a chunk's
+    // end, nor at a tensor's (ChunkBuffers keeps the two chunks' buffers apart).
+    type Encoded = { t: PlannedTensor; bytes: Promise<Uint8Array>; values: number };
+    let current: PlannedTensor | null = null;
+    const write = async ({ t, bytes, values }: Encoded) => {
+      if (t !== current) {
+        if (current) await writer.endTensor();
         await writer.beginTensor(t.name);
-        // Encoding chunk k overlaps writing chunk k-1 and reading chunk k+1.
-        let writing: Promise<void> = Promise.resolve();
+        current = t;
+      }
+      await writer.writeData(await bytes);
+      ctx.progress.tick(values * 4);
+    };
+    try {
+      let previous: Encoded | null = null;
+      for (const t of plan.tensors) {
         const rawBf16 = encodesBf16(t.type, t.ne[0]);
         for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, rawBf16, buffers })) {
-          const bytes = await encoder.encode(t.type, chunk, t.ne[0]);
-          await writing;
-          writing = writer.writeData(bytes);
-          writing.catch(() => {}); // surfaced by the next await
-          ctx.progress.tick(chunk.length * 4);
+          const bytes = encoder.encode(t.type, chunk, t.ne[0]);
+          bytes.catch(() => {}); // surfaced when written
+          if (previous) await write(previous);
+          previous = { t, bytes, values: chunk.length };
         }
-        await writing;
-        await writer.endTensor();
       }
+      if (previous) await write(previous);
+      if (current) await writer.endTensor();
       await writer.finish();
     } catch (err) {
       await writer.abort();

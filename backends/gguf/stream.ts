@@ -10,6 +10,7 @@
 import { promises as fsp } from 'node:fs';
 import { Checkpoint, DTYPE_BYTES, type ModelSource, type TensorInfo } from '../../src/checkpoint/index.js';
 import { bf16ToF32, decodeBf16, decodeF16 } from '../../src/util/half.js';
+import { bf16ToF32Into } from '../../src/quant/bf16.js';
 import { LlmcError } from '../../src/errors.js';
 import { ioError } from '../../src/util/atomic.js';
 import { permuteRotaryRows, type TensorPlan } from './tensors.js';
@@ -90,17 +91,45 @@ export interface ChunkOptions {
 }
 
 /**
- * The read / decode / permute buffers of a stream, reused from tensor to tensor: allocating them
- * per tensor makes hundreds of megabytes of short-lived external memory, and V8 answers with GCs.
+ * The read / decode / permute / encode buffers of a stream, reused from tensor to tensor: allocating
+ * them per tensor makes hundreds of megabytes of short-lived external memory, and V8 answers with
+ * GCs. Buffers asked for `inArena` come from `arena` when it has room (the bf16 kernels' own
+ * memory, where they convert in place); the others, and any that don't fit, are ordinary Buffers.
  */
 export class ChunkBuffers {
   private slots: Buffer[] = [];
-  get(slot: number, bytes: number): Buffer {
+  private arenaSlot = new Map<number, number>();
+
+  /** Which of each pair of alternating buffers the next chunk uses. */
+  private turn = 0;
+
+  constructor(private readonly arena?: (slot: number, bytes: number) => Uint8Array | null) {}
+
+  /**
+   * The buffer pair index (0 or 1) for the next chunk. It alternates across tensors too, so a consumer
+   * may still be encoding the previous tensor's last chunk while this one is read and decoded.
+   */
+  take(): number {
+    const k = this.turn;
+    this.turn ^= 1;
+    return k;
+  }
+
+  get(slot: number, bytes: number, inArena = false): Buffer {
+    if (inArena && this.arena) {
+      let k = this.arenaSlot.get(slot);
+      if (k === undefined) this.arenaSlot.set(slot, (k = this.arenaSlot.size));
+      const a = this.arena(k, bytes);
+      if (a) return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+    }
     const b = this.slots[slot];
     if (b && b.length >= bytes) return b.subarray(0, bytes);
     return (this.slots[slot] = Buffer.allocUnsafeSlow(bytes));
   }
 }
+
+/** The buffer slots: two raw reads, two f32 decodes, the rotary permutation, two encoder outputs. */
+export const SLOT = { raw: [0, 1], f32: [2, 3], permuted: 4, encoded: [5, 6] } as const;
 
 export async function* tensorChunks(source: ModelSource, t: TensorPlan, options: ChunkOptions | number): AsyncGenerator<Chunk> {
   const opts = typeof options === 'number' ? { maxElems: options } : options;
@@ -123,9 +152,10 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
     const rows = count / rowLen;
     const headRows = t.permuteHeads ? rows / t.permuteHeads : 1;
     const step = rowsPerChunk(rows, rowLen, headRows, maxElems);
-    const finish = (data: Float32Array, r0: number): Chunk => {
+    /** `finite`: already known to hold no Inf/NaN (the bf16 decoder checks as it goes). */
+    const finish = (data: Float32Array, r0: number, finite = false): Chunk => {
       const c = { data, length: data.length, source: name, offset: r0 * rowLen };
-      checkFinite(c, source.description);
+      if (!finite) checkFinite(c, source.description);
       if (t.permuteHeads) c.data = permuteRotaryRows(data, data.length / rowLen, (data.length / rowLen) / headRows);
       return c;
     };
@@ -137,7 +167,7 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
       };
       if (t.permuteHeads) {
         // One reused buffer: the encoder is done with the previous chunk before the next is made.
-        const p = bufs.get(4, bits.byteLength);
+        const p = bufs.get(SLOT.permuted, bits.byteLength, true);
         const rowsHere = bits.length / rowLen;
         c.bf16 = permuteRotaryRows(bits, rowsHere, rowsHere / headRows, new Uint16Array(p.buffer, p.byteOffset, bits.length));
       }
@@ -154,12 +184,18 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
         throw ioError(err, ti.file, 'open safetensors file');
       }
       try {
-        // Two raw and two f32 buffers, alternating: the next chunk's bytes arrive while this one
-        // is quantized, and the previous chunk may still be being written (F32 writes the data itself).
-        const raws = [bufs.get(0, step * rowLen * esize), bufs.get(1, step * rowLen * esize)];
-        const raw16 = opts.rawBf16 && ti.dtype === 'BF16';
-        const f32 = (slot: number) => new Float32Array(bufs.get(slot, step * rowLen * 4).buffer, 0, step * rowLen);
-        const f32s = raw16 ? [] : [f32(2), f32(3)];
+        // Two raw and two f32 buffers, alternating (across tensors too, see ChunkBuffers.take): the next
+        // chunk's bytes arrive while this one is quantized, and the previous chunk may still be being
+        // encoded or written (F32 writes the data itself).
+        // BF16 buffers sit in the kernels' arena (converted there in place); see ChunkBuffers.
+        const bf16 = ti.dtype === 'BF16';
+        const raw16 = opts.rawBf16 && bf16;
+        const raws = SLOT.raw.map((k) => bufs.get(k, step * rowLen * esize, bf16));
+        const f32 = (slot: number) => {
+          const b = bufs.get(slot, step * rowLen * 4, bf16);
+          return new Float32Array(b.buffer, b.byteOffset, step * rowLen);
+        };
+        const f32s = raw16 ? [] : SLOT.f32.map(f32);
         const read = async (r0: number, k: number): Promise<Buffer> => {
           const n = (Math.min(rows, r0 + step) - r0) * rowLen * esize;
           const buf = raws[k].subarray(0, n);
@@ -171,19 +207,29 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
           }
           return buf;
         };
-        let next: Promise<Buffer> | null = read(0, 0);
-        for (let r0 = 0, k = 0; r0 < rows; r0 += step, k ^= 1) {
+        let k = bufs.take();
+        let next: Promise<Buffer> | null = read(0, k);
+        for (let r0 = 0; r0 < rows; r0 += step) {
           const raw = await next!;
-          next = r0 + step < rows ? read(r0 + step, k ^ 1) : null;
+          const kNext = r0 + step < rows ? bufs.take() : -1;
+          next = kNext >= 0 ? read(r0 + step, kNext) : null;
           next?.catch(() => {}); // surfaced when awaited
           const n = raw.length / esize;
           if (raw16) {
             yield finishBf16(new Uint16Array(raw.buffer, raw.byteOffset, n), r0);
+            k = kNext;
             continue;
           }
           const data = f32s[k].subarray(0, n);
+          if (bf16) {
+            const finite = bf16ToF32Into(new Uint16Array(raw.buffer, raw.byteOffset, n), data);
+            yield finish(data, r0, finite);
+            k = kNext;
+            continue;
+          }
           decode(raw, data);
           yield finish(data, r0);
+          k = kNext;
         }
       } finally {
         await fh.close();

@@ -195,7 +195,7 @@ export class GgufFileWriter {
 
   static async open(finalPath: string, kvs: readonly GgufKv[], tensors: readonly GgufTensorInfo[]): Promise<GgufFileWriter> {
     const layout = layoutGguf(kvs, tensors);
-    const file = await AtomicFile.open(finalPath);
+    const file = await AtomicFile.open(finalPath, { expectedSize: layout.fileSize });
     const w = new GgufFileWriter(file, tensors, layout);
     await file.write(layout.header);
     return w;

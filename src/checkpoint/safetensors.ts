@@ -206,7 +206,7 @@ export async function writeSafetensors(
   json += ' '.repeat((8 - ((8 + Buffer.byteLength(json)) % 8)) % 8);
   const prefix = Buffer.alloc(8);
   prefix.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
-  const out = await AtomicFile.open(file);
+  const out = await AtomicFile.open(file, { expectedSize: 8 + Buffer.byteLength(json) + offset });
   try {
     await out.write(prefix);
     await out.write(Buffer.from(json));

@@ -5,8 +5,9 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { BACKENDS } from '../../backends/index.js';
-import type { CompileOptions } from '../../backends/types.js';
+import type { Backend, CompileOptions } from '../../backends/types.js';
 import { PASSES } from '../../passes/index.js';
+import type { Pass } from '../../passes/types.js';
 import type { ModelSource } from '../checkpoint/source.js';
 import { UsageError } from '../errors.js';
 import { ensureOutputDir } from '../util/atomic.js';
@@ -29,13 +30,16 @@ export function knownTargets(): string[] {
 }
 
 export async function compile(req: CompileRequest): Promise<Manifest> {
-  const backend = BACKENDS[req.target];
-  if (!backend) throw new UsageError(`unknown target "${req.target}"; available: ${knownTargets().join(', ')}`);
-  const parsed = req.passes.map((p) => {
-    const pass = PASSES[p.name];
-    if (!pass) throw new UsageError(`unknown pass "${p.name}"; available: ${Object.keys(PASSES).sort().join(', ') || 'none'}`);
-    return { pass, options: pass.parseOptions(p.options) };
-  });
+  const loadBackend = BACKENDS[req.target];
+  if (!loadBackend) throw new UsageError(`unknown target "${req.target}"; available: ${knownTargets().join(', ')}`);
+  const parsed: { pass: Pass<unknown>; options: unknown }[] = [];
+  for (const p of req.passes) {
+    const loadPass = PASSES[p.name];
+    if (!loadPass) throw new UsageError(`unknown pass "${p.name}"; available: ${Object.keys(PASSES).sort().join(', ') || 'none'}`);
+    const pass = await loadPass();
+    parsed.push({ pass, options: pass.parseOptions(p.options) });
+  }
+  const backend = await loadBackend();
   const existed = await fsp.stat(req.outDir).then(
     () => true,
     () => false,
@@ -58,8 +62,8 @@ export async function compile(req: CompileRequest): Promise<Manifest> {
 
 async function passesAndBackend(
   req: CompileRequest,
-  parsed: { pass: (typeof PASSES)[string]; options: unknown }[],
-  backend: (typeof BACKENDS)[string],
+  parsed: { pass: Pass<unknown>; options: unknown }[],
+  backend: Backend,
 ): Promise<Manifest> {
   let model = req.source;
   const records: PassRecord[] = [];

@@ -21,6 +21,8 @@ import { rowBytes, type QuantType } from './types.js';
 const MIN_PARALLEL_ELEMENTS = 1 << 16;
 /** Elements per chunk handed out (4 MB of f32): bounds the copies in flight. */
 const CHUNK_ELEMENTS = 1 << 20;
+/** Below this a chunk's hand-off (a message each way) starts to cost more than its work. */
+const MIN_CHUNK_ELEMENTS = 1 << 16;
 
 interface Pending { resolve: (b: Uint8Array) => void; reject: (e: Error) => void }
 interface Slot { worker: Worker; pending: Map<number, Pending> }
@@ -143,19 +145,22 @@ function spawn(script: string): Slot {
   return slot;
 }
 
-function run(slot: Slot, type: QuantType, data: Float32Array, rowLength: number): Promise<Uint8Array> {
+/** Rows in shared memory are lent to the worker as they are; others go as a copy, transferred. */
+function run(slot: Slot, type: QuantType, rows: Float32Array, rowLength: number): Promise<Uint8Array> {
   const id = nextId++;
+  const shared = rows.buffer instanceof SharedArrayBuffer;
+  const data = shared ? rows : rows.slice();
   return new Promise((resolve, reject) => {
     if (slot.pending.size === 0) slot.worker.ref();
     slot.pending.set(id, { resolve, reject });
-    slot.worker.postMessage({ id, type, rowLength, data }, [data.buffer as ArrayBuffer]);
+    slot.worker.postMessage({ id, type, rowLength, data }, shared ? [] : [data.buffer as ArrayBuffer]);
   });
 }
 
 /**
  * Same as quantize but split across worker_threads (all cores by default) for large tensors; identical bytes.
  * The rows go out in chunks of about CHUNK_ELEMENTS from a shared queue: each worker holds at most two chunks
- * (copies, transferred), the calling thread takes chunks too, so extra memory stays a few chunks whatever the
+ * (copies, transferred; or views, when `data` is in shared memory), the calling thread takes chunks too, so extra memory stays a few chunks whatever the
  * tensor size, and a core that is busy with something else simply takes fewer chunks.
  */
 export async function quantizeParallel(
@@ -173,8 +178,11 @@ export async function quantizeParallel(
 
   const bytesPerRow = rowBytes(type, rowLength);
   const out = new Uint8Array(rows * bytesPerRow);
-  // at most CHUNK_ELEMENTS, and at least ~4 chunks per thread so every thread gets a share
-  const rowsPerChunk = Math.max(1, Math.min(Math.floor((opts.chunkElements ?? CHUNK_ELEMENTS) / rowLength), Math.ceil(rows / (4 * threads))));
+  // At most CHUNK_ELEMENTS, and ~16 chunks per thread (but not below MIN_CHUNK_ELEMENTS): the caller
+  // waits for the last chunk out, so small ones at the end keep the other threads from idling.
+  const maxRows = Math.floor((opts.chunkElements ?? CHUNK_ELEMENTS) / rowLength);
+  const shareRows = Math.max(Math.ceil(rows / (16 * threads)), Math.ceil(MIN_CHUNK_ELEMENTS / rowLength));
+  const rowsPerChunk = Math.max(1, Math.min(maxRows, shareRows));
   let nextRow = 0;
   const take = (): [number, number] | null => {
     if (nextRow >= rows) return null;
@@ -187,7 +195,7 @@ export async function quantizeParallel(
   const lane = async (slot: Slot): Promise<void> => {
     for (let chunk = take(); chunk && !failure; chunk = take()) {
       const [r0, r1] = chunk;
-      const bytes = await run(slot, type, data.slice(r0 * rowLength, r1 * rowLength), rowLength);
+      const bytes = await run(slot, type, data.subarray(r0 * rowLength, r1 * rowLength), rowLength);
       out.set(bytes, r0 * bytesPerRow);
     }
   };

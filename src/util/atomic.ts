@@ -4,9 +4,11 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError } from '../errors.js';
-import { TrailingSha256, WORKER_MIN_BYTES } from './sha256.js';
+import { BackgroundSha256, WORKER_MIN_BYTES } from './sha256.js';
 
 let counter = 0;
+/** Bytes between background flushes of a file being written (see AtomicFile.flushBehind). */
+const FLUSH_EVERY = 64 << 20;
 export function tempNameFor(finalPath: string): string {
   return path.join(path.dirname(finalPath), `.${path.basename(finalPath)}.${process.pid}.${counter++}.tmp`);
 }
@@ -39,29 +41,40 @@ export async function knownSha256(file: string): Promise<string | undefined> {
   return st && st.size === d.size && st.mtimeMs === d.mtimeMs && st.ino === d.ino ? d.sha256 : undefined;
 }
 
+export interface AtomicFileOptions {
+  /**
+   * The size the file will have, if known. A big file (WORKER_MIN_BYTES or more) is then hashed as it
+   * is written, on a worker thread, so the manifest need not read it again (see knownSha256).
+   */
+  expectedSize?: number;
+}
+
 /**
  * An output file being written under a temp name. `commit()` renames it into place.
- * A big file written strictly front to back is hashed as it goes, on a worker thread reading behind
- * the writer, so the manifest need not read it again (see knownSha256); `writeAt` turns that off.
+ * `writeAt` (patching bytes already written) turns the running hash off.
  */
 export class AtomicFile {
-  private hasher: TrailingSha256 | null = null;
-  private sequential = true;
-
   private constructor(
     readonly finalPath: string,
     readonly tempPath: string,
     private handle: fsp.FileHandle,
+    private hasher: BackgroundSha256 | null,
     private position = 0,
   ) {}
 
-  static async open(finalPath: string): Promise<AtomicFile> {
+  private flushing: Promise<void> | null = null;
+  private flushedTo = 0;
+
+  static async open(finalPath: string, options: AtomicFileOptions = {}): Promise<AtomicFile> {
     const tmp = tempNameFor(finalPath);
+    let handle: fsp.FileHandle;
     try {
-      return new AtomicFile(finalPath, tmp, await fsp.open(tmp, 'w'));
+      handle = await fsp.open(tmp, 'w');
     } catch (err) {
       throw ioError(err, finalPath, 'create file');
     }
+    const hasher = (options.expectedSize ?? 0) >= WORKER_MIN_BYTES ? new BackgroundSha256() : null;
+    return new AtomicFile(finalPath, tmp, handle, hasher);
   }
 
   get bytesWritten(): number {
@@ -70,25 +83,35 @@ export class AtomicFile {
 
   async write(data: Uint8Array): Promise<void> {
     try {
+      // The copy into the hash ring overlaps the write (both only read `data`).
+      const hashed = this.hasher?.update(data);
       let off = 0;
       while (off < data.length) {
         const { bytesWritten } = await this.handle.write(data, off, data.length - off, this.position);
         off += bytesWritten;
         this.position += bytesWritten;
       }
-      if (this.sequential) {
-        if (!this.hasher && this.position >= WORKER_MIN_BYTES) this.hasher = TrailingSha256.start(this.tempPath);
-        this.hasher?.advance(this.position);
-      }
+      await hashed;
+      this.flushBehind();
     } catch (err) {
       await this.abort();
       throw ioError(err, this.finalPath, 'write');
     }
   }
 
+  /**
+   * Starts writing dirty pages back every FLUSH_EVERY bytes, one flush at a time, in the background:
+   * the disk works while we convert, and the fsync in commit() only waits for the tail. (A failed
+   * flush is not lost: the fsync in commit() reports it again.)
+   */
+  private flushBehind(): void {
+    if (this.flushing || this.position - this.flushedTo < FLUSH_EVERY) return;
+    this.flushedTo = this.position;
+    this.flushing = this.handle.datasync().catch(() => {}).finally(() => (this.flushing = null));
+  }
+
   /** Write at an absolute position (for headers patched after the body). */
   async writeAt(data: Uint8Array, position: number): Promise<void> {
-    this.sequential = false;
     this.hasher?.cancel();
     this.hasher = null;
     try {
@@ -101,9 +124,10 @@ export class AtomicFile {
 
   async commit(): Promise<void> {
     // The digest is an optimization: if hashing fails the manifest reads the file instead.
-    const digest = this.hasher?.finish(this.position).catch(() => undefined);
+    const digest = this.hasher?.digest().catch(() => undefined);
     this.hasher = null;
     try {
+      await this.flushing;
       await this.handle.sync();
       await this.handle.close();
       await fsp.rename(this.tempPath, this.finalPath);
@@ -121,6 +145,7 @@ export class AtomicFile {
   async abort(): Promise<void> {
     this.hasher?.cancel();
     this.hasher = null;
+    await this.flushing;
     await this.handle.close().catch(() => {});
     await fsp.rm(this.tempPath, { force: true }).catch(() => {});
   }

@@ -1,62 +1,67 @@
 /**
- * sha256 of big files off the main thread: a compile is CPU-bound on the main thread, and hashing a
- * checkpoint and its artifact costs as much again, so a worker on the second core reads and hashes
- * (from the page cache) while the main thread converts. Small inputs are hashed inline (a worker
- * costs tens of milliseconds to start). Same digests either way.
+ * sha256 off the main thread: a compile is CPU-bound on the main thread, and hashing a checkpoint
+ * and its artifact costs as much again, so workers on the second core hash the checkpoint's files
+ * (read from the page cache) and the artifact's bytes (handed over as written) while the main thread
+ * converts. Small inputs are hashed inline (a worker costs tens of milliseconds to start).
  */
 import { createHash } from 'node:crypto';
-import { closeSync, createReadStream, openSync, promises as fsp } from 'node:fs';
+import { createReadStream, promises as fsp } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 
 /** Below this many bytes a worker is not worth starting. */
 export const WORKER_MIN_BYTES = 64 << 20;
 
 // CommonJS run with `eval`: no script file to locate, works from dist/ and from vitest alike.
+// Either hashes `files` (read here), or (`ring`) the pieces the parent copies into a shared ring or
+// lends from shared memory of its own.
 const WORKER_CODE = `
 const { parentPort, workerData } = require('node:worker_threads');
 const fs = require('node:fs');
 const h = require('node:crypto').createHash('sha256');
-if (workerData.prefix) h.update(workerData.prefix);
-const buf = Buffer.allocUnsafe(1 << 22);
-function hashRange(fd, pos, end) {
-  while (pos < end) {
-    const n = fs.readSync(fd, buf, 0, Math.min(buf.length, end - pos), pos);
-    if (n === 0) throw new Error('file shorter than expected');
-    h.update(buf.subarray(0, n));
-    pos += n;
-  }
-  return pos;
-}
-if (!workerData.follow) {
-  for (const f of workerData.files) {
-    const fd = fs.openSync(f, 'r');
-    try { hashRange(fd, 0, fs.fstatSync(fd).size); } finally { fs.closeSync(fd); }
-  }
-  parentPort.postMessage({ digest: h.digest('hex') });
-} else {
-  // The descriptor is the parent's (opened before the file can be renamed; the parent closes it).
-  const fd = workerData.fd;
-  let pos = 0;
+if (workerData.ring) {
+  const ring = new Uint8Array(workerData.ring);
   parentPort.on('message', (m) => {
-    pos = hashRange(fd, pos, m.upTo);
     if (m.end) {
       parentPort.postMessage({ digest: h.digest('hex') });
       parentPort.close();
+    } else if (m.shared) {
+      h.update(new Uint8Array(m.shared, m.offset, m.length));
+      parentPort.postMessage({ done: m.seq });
+    } else {
+      h.update(ring.subarray(m.offset, m.offset + m.length));
+      parentPort.postMessage({ free: m.slot });
     }
   });
+} else {
+  if (workerData.prefix) h.update(workerData.prefix);
+  const buf = Buffer.allocUnsafe(1 << 22);
+  for (const f of workerData.files) {
+    const fd = fs.openSync(f, 'r');
+    try {
+      for (let n; (n = fs.readSync(fd, buf, 0, buf.length, null)) > 0; ) h.update(buf.subarray(0, n));
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+  parentPort.postMessage({ digest: h.digest('hex') });
 }
 `;
 
-function startWorker(files: string[], prefix: string, follow: boolean, fd?: number): { worker: Worker; digest: Promise<string> } {
-  const worker = new Worker(WORKER_CODE, { eval: true, workerData: { files, prefix, follow, fd } });
+function startWorker(workerData: { files?: string[]; prefix?: string; ring?: SharedArrayBuffer }): Worker {
+  const worker = new Worker(WORKER_CODE, { eval: true, workerData });
   worker.unref();
+  return worker;
+}
+
+/** Resolves with the worker's digest; rejects if it fails or exits without one. */
+function digestOf(worker: Worker): Promise<string> {
   const digest = new Promise<string>((resolve, reject) => {
-    worker.once('message', (m: { digest: string }) => resolve(m.digest));
+    worker.on('message', (m: { digest?: string }) => m.digest !== undefined && resolve(m.digest));
     worker.once('error', reject);
     worker.once('exit', (code) => reject(new Error(`hash worker exited (${code})`)));
   });
   digest.catch(() => {}).finally(() => void worker.terminate());
-  return { worker, digest };
+  return digest;
 }
 
 async function hashInline(files: string[], prefix: string): Promise<string> {
@@ -77,41 +82,103 @@ async function hashInline(files: string[], prefix: string): Promise<string> {
 export async function sha256Files(files: string[], prefix = ''): Promise<string> {
   let total = 0;
   for (const f of files) total += (await fsp.stat(f)).size;
-  return total < WORKER_MIN_BYTES ? hashInline(files, prefix) : startWorker(files, prefix, false).digest;
+  return total < WORKER_MIN_BYTES ? hashInline(files, prefix) : digestOf(startWorker({ files, prefix }));
 }
 
+const SLOT_BYTES = 4 << 20;
+const SLOTS = 4;
+
 /**
- * Hashes a file that is being written front to back, on a worker reading behind the writer:
- * `advance(n)` says bytes [0, n) are written, `finish(size)` returns the digest of the whole file.
+ * sha256 of a byte stream on a worker thread, so hashing an artifact as it is written costs the
+ * writer almost nothing and nobody reads the file again. `update` copies each piece into a ring of
+ * shared slots that the worker hashes as they fill; a piece that already lives in shared memory
+ * is lent instead (no copy), and its update resolves once the worker is done with it. If the
+ * worker fails, updates become no-ops and `digest()` rejects.
  */
-export class TrailingSha256 {
-  private posted = 0;
-  private constructor(
-    private readonly w: { worker: Worker; digest: Promise<string> },
-    private readonly fd: number,
-  ) {}
+export class BackgroundSha256 {
+  private readonly ring = new SharedArrayBuffer(SLOT_BYTES * SLOTS);
+  private readonly bytes = new Uint8Array(this.ring);
+  private readonly worker = startWorker({ ring: this.ring });
+  private readonly result = digestOf(this.worker);
+  private readonly free: number[] = [];
+  private waiting: (() => void) | null = null;
+  /** Lent pieces not yet hashed: their sequence numbers and the resolvers of their updates. */
+  private lent = new Map<number, () => void>();
+  private seq = 0;
+  private failed = false;
+  /** The slot being filled (-1: none held), and how full it is. */
+  private slot = -1;
+  private fill = 0;
 
-  /**
-   * Opened here, synchronously, not in the worker: the writer may rename the file before a busy
-   * worker starts, and an open descriptor follows the file through the rename.
-   */
-  static start(file: string): TrailingSha256 {
-    const fd = openSync(file, 'r');
-    return new TrailingSha256(startWorker([], '', true, fd), fd);
+  constructor() {
+    for (let k = SLOTS - 1; k >= 0; k--) this.free.push(k);
+    this.worker.on('message', (m: { free?: number; done?: number }) => {
+      if (m.done !== undefined) {
+        this.lent.get(m.done)?.();
+        this.lent.delete(m.done);
+      }
+      if (m.free === undefined) return;
+      this.free.push(m.free);
+      this.wake();
+    });
+    this.result.catch(() => {
+      this.failed = true;
+      this.wake();
+    });
   }
 
-  advance(upTo: number): void {
-    if (upTo - this.posted < 4 << 20) return; // fewer, larger reads
-    this.w.worker.postMessage({ upTo });
-    this.posted = upTo;
+  private wake(): void {
+    const w = this.waiting;
+    this.waiting = null;
+    w?.();
+    if (this.failed) {
+      for (const done of this.lent.values()) done();
+      this.lent.clear();
+    }
   }
 
-  finish(size: number): Promise<string> {
-    this.w.worker.postMessage({ upTo: size, end: true });
-    return this.w.digest.finally(() => this.w.worker.terminate().then(() => closeSync(this.fd)));
+  private lend(data: Uint8Array): Promise<void> {
+    if (this.fill) this.post(); // what was copied before goes first
+    const seq = this.seq++;
+    const done = new Promise<void>((resolve) => this.lent.set(seq, resolve));
+    this.worker.postMessage({ shared: data.buffer, offset: data.byteOffset, length: data.length, seq });
+    return done;
+  }
+
+  /** Hands the slot being filled to the worker (which frees it when hashed). */
+  private post(): void {
+    this.worker.postMessage({ slot: this.slot, offset: this.slot * SLOT_BYTES, length: this.fill });
+    this.slot = -1;
+    this.fill = 0;
+  }
+
+  async update(data: Uint8Array): Promise<void> {
+    if (data.buffer instanceof SharedArrayBuffer && !this.failed) return this.lend(data);
+    for (let off = 0; off < data.length && !this.failed; ) {
+      if (this.slot < 0) {
+        while (!this.free.length && !this.failed) await new Promise<void>((r) => (this.waiting = r));
+        if (this.failed) return;
+        this.slot = this.free.pop()!;
+      }
+      const n = Math.min(SLOT_BYTES - this.fill, data.length - off);
+      this.bytes.set(data.subarray(off, off + n), this.slot * SLOT_BYTES + this.fill);
+      this.fill += n;
+      off += n;
+      if (this.fill === SLOT_BYTES) this.post();
+    }
+  }
+
+  digest(): Promise<string> {
+    if (!this.failed) {
+      if (this.fill) this.post();
+      this.worker.postMessage({ end: true });
+    }
+    return this.result;
   }
 
   cancel(): void {
-    void this.w.worker.terminate().then(() => closeSync(this.fd));
+    this.failed = true;
+    this.wake();
+    void this.worker.terminate();
   }
 }
