@@ -1,0 +1,124 @@
+/**
+ * Every preset against llama.cpp's own quantizer: llama_model_quantize from the libllama shipped
+ * prebuilt inside node-llama-cpp (what `llama-quantize` runs), called through a tiny C shim on our
+ * F32 GGUF of the model. Our direct compile from the Hugging Face checkpoint with the same preset must
+ * give the same metadata, the same tensors (names, shapes, types: llama.cpp's per-tensor rules and
+ * fallbacks) and the same tensor bytes; only the order of the tensors differs (llama-quantize keeps its
+ * loader's, we write convert_hf_to_gguf.py's). Models: stories260K (64-wide rows: every K-quant falls
+ * back) and generated llama / Mixtral fixtures whose rows are whole 256-blocks, deep enough for the
+ * layer-dependent rules. Skipped (with a note) where gcc or the library is not available.
+ */
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { gguf } from '@huggingface/gguf';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { generateFixture } from '../fixtures/generate.js';
+import { LLAMA_FTYPES } from '../backends/gguf/presets.js';
+import { compileGguf } from './gguf-helpers.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
+const PLATFORM = `${process.platform}-${process.arch}`;
+const BINS = path.join(ROOT, 'node_modules/@node-llama-cpp', PLATFORM, 'bins', PLATFORM);
+const LIB = fs.existsSync(BINS) ? fs.readdirSync(BINS).find((f) => /^libllama\.v[\d.]+\.so$/.test(f)) : undefined;
+
+function hasGcc(): boolean {
+  try {
+    execFileSync('gcc', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+const AVAILABLE = LIB !== undefined && hasGcc();
+if (!AVAILABLE) console.warn(`gguf-llama-quantize: skipped (needs gcc and libllama in ${BINS})`);
+
+/**
+ * Our own shim: llama.cpp is called, not copied. argv: lib in.gguf out.gguf ftype. Only the first two
+ * fields of llama_model_quantize_params are set (nthread, ftype); the struct comes from llama.cpp's
+ * defaults, returned into a buffer larger than any version's struct.
+ */
+const SHIM = String.raw`
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef struct { int32_t nthread; int32_t ftype; unsigned char rest[1024]; } qparams;
+int main(int argc, char **argv) {
+  if (argc != 5) return 2;
+  void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!h) { fprintf(stderr, "%s\n", dlerror()); return 3; }
+  qparams (*defaults)(void) = (qparams (*)(void))dlsym(h, "llama_model_quantize_default_params");
+  uint32_t (*quantize)(const char *, const char *, const qparams *) =
+    (uint32_t (*)(const char *, const char *, const qparams *))dlsym(h, "llama_model_quantize");
+  void (*backend_init)(void) = (void (*)(void))dlsym(h, "llama_backend_init");
+  if (!defaults || !quantize) return 4;
+  if (backend_init) backend_init();
+  qparams p = defaults();
+  p.nthread = 1;
+  p.ftype = atoi(argv[4]);
+  return quantize(argv[2], argv[3], &p) == 0 ? 0 : 5;
+}
+`;
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'llmc-llama-quantize-'));
+afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+let shim = '';
+
+/** Metadata, tensor infos and each tensor's bytes (sha256) of a GGUF file. */
+async function contents(file: string) {
+  const { metadata, tensorInfos, tensorDataOffset } = await gguf(file, { allowLocalFile: true });
+  const bytes = fs.readFileSync(file);
+  const start = Number(tensorDataOffset);
+  const json = (v: unknown) => JSON.stringify(v, (_k, x) => (typeof x === 'bigint' ? `${x}n` : x));
+  const meta = Object.fromEntries(Object.entries(metadata).map(([k, v]) => [k, json(v)]));
+  const tensors = tensorInfos.map((t, i) => {
+    const from = start + Number(t.offset);
+    const to = i + 1 < tensorInfos.length ? start + Number(tensorInfos[i + 1].offset) : bytes.length;
+    return { name: t.name, type: t.dtype, shape: t.shape.map(Number), sha256: createHash('sha256').update(bytes.subarray(from, to)).digest('hex') };
+  });
+  // By name: llama-quantize writes tensors in its loader's order, we in convert_hf_to_gguf.py's.
+  tensors.sort((x, y) => (x.name < y.name ? -1 : x.name > y.name ? 1 : 0));
+  return { meta, tensors };
+}
+
+const PRESETS = Object.keys(LLAMA_FTYPES).filter((p) => p !== 'F32') as (keyof typeof LLAMA_FTYPES)[];
+
+describe.skipIf(!AVAILABLE)('presets equal llama.cpp\'s llama_model_quantize (libllama from node-llama-cpp)', () => {
+  const models: Record<string, string> = { stories260K: STORIES };
+
+  beforeAll(async () => {
+    fs.writeFileSync(path.join(tmp, 'shim.c'), SHIM);
+    shim = path.join(tmp, 'shim');
+    execFileSync('gcc', ['-O1', '-o', shim, path.join(tmp, 'shim.c'), '-ldl']);
+    // Rows in whole 256-blocks; 8 layers, so the first/last-eighth and every-third-layer rules bite.
+    const dims = { hiddenSize: 256, intermediateSize: 512, numLayers: 8, numHeads: 4, numKvHeads: 2, vocabSize: 768, expertIntermediateSize: 256 };
+    models.llama = (await generateFixture(path.join(tmp, 'llama'), { arch: 'llama', tokenizer: 'byte-level', dims })).dir;
+    models.mixtral = (await generateFixture(path.join(tmp, 'mixtral'), { arch: 'mixtral', tokenizer: 'none', dims: { ...dims, numLayers: 4 } })).dir;
+  }, 120_000);
+
+  for (const model of ['stories260K', 'llama', 'mixtral']) {
+    test(`${model}: every preset, metadata, tensor types and bytes`, async () => {
+      const f32 = await compileGguf(models[model], path.join(tmp, `${model}-F32`), { quant: 'F32' });
+      const mismatches: string[] = [];
+      for (const preset of PRESETS) {
+        const ours = await compileGguf(models[model], path.join(tmp, `${model}-${preset}`), { quant: preset });
+        const ref = path.join(tmp, `${model}-${preset}-llama.gguf`);
+        execFileSync(shim, [path.join(BINS, LIB!), f32.file, ref, String(LLAMA_FTYPES[preset])], { stdio: 'pipe' });
+        const [a, b] = await Promise.all([contents(ours.file), contents(ref)]);
+        expect(a.meta, `${model} ${preset} metadata`).toEqual(b.meta);
+        expect(a.tensors.map((t) => [t.name, t.type, t.shape]), `${model} ${preset} tensor infos`).toEqual(b.tensors.map((t) => [t.name, t.type, t.shape]));
+        for (let i = 0; i < a.tensors.length; i++) {
+          if (a.tensors[i].sha256 !== b.tensors[i].sha256) mismatches.push(`${preset} ${a.tensors[i].name} (${a.tensors[i].type})`);
+        }
+        fs.rmSync(ref);
+        fs.rmSync(path.dirname(ours.file), { recursive: true });
+      }
+      expect(mismatches).toEqual([]);
+    }, 300_000);
+  }
+});
