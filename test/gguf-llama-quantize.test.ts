@@ -19,21 +19,13 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
 import { LLAMA_FTYPES } from '../backends/gguf/presets.js';
 import { compileGguf } from './gguf-helpers.js';
+import { hasGcc, LLAMA_BINS } from './native.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
-const PLATFORM = `${process.platform}-${process.arch}`;
-const BINS = path.join(ROOT, 'node_modules/@node-llama-cpp', PLATFORM, 'bins', PLATFORM);
+const BINS = LLAMA_BINS;
 const LIB = fs.existsSync(BINS) ? fs.readdirSync(BINS).find((f) => /^libllama\.v[\d.]+\.so$/.test(f)) : undefined;
 
-function hasGcc(): boolean {
-  try {
-    execFileSync('gcc', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 const AVAILABLE = LIB !== undefined && hasGcc();
 if (!AVAILABLE) console.warn(`gguf-llama-quantize: skipped (needs gcc and libllama in ${BINS})`);
 

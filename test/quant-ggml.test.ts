@@ -17,21 +17,13 @@ import {
 } from '../src/quant/index.js';
 import { useWasmKernels } from '../src/quant/kquants.js';
 import { Rng } from '../src/util/rng.js';
+import { hasGcc, LLAMA_BINS } from './native.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
-const PLATFORM = `${process.platform}-${process.arch}`;
-const LIB = path.join(ROOT, 'node_modules/@node-llama-cpp', PLATFORM, 'bins', PLATFORM, 'libggml-base.so');
+const LIB = path.join(LLAMA_BINS, 'libggml-base.so');
 const TYPES = Object.keys(QUANT_TYPES) as QuantType[];
 
-function hasGcc(): boolean {
-  try {
-    execFileSync('gcc', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 const AVAILABLE = fs.existsSync(LIB) && hasGcc();
 if (!AVAILABLE) console.warn(`quant-ggml: skipped (needs gcc and ${LIB})`);
 
