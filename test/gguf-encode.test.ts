@@ -9,9 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ChunkEncoder } from '../backends/gguf/encode.js';
-import { allFiniteBf16, bf16SimdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs } from '../src/quant/bf16.js';
+import { allFiniteBf16, bf16SimdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, f16ToF32Into } from '../src/quant/bf16.js';
 import { quantize, type QuantType } from '../src/quant/index.js';
-import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f32ToF16 } from '../src/util/half.js';
+import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f16ToF32, f32ToF16 } from '../src/util/half.js';
 import { AtomicFile, knownSha256 } from '../src/util/atomic.js';
 import { sha256Files, WORKER_MIN_BYTES } from '../src/util/sha256.js';
 import { openCheckpoint } from '../src/checkpoint/index.js';
@@ -97,6 +97,31 @@ describe.each([
     const got = new Uint8Array(finite.length * 4);
     expect(toF32(finite, got)).toBe(true);
     expect(Buffer.from(got).equals(bytes(decode(finite)))).toBe(true);
+  });
+});
+
+const f16ToF32Bytes = (s: Uint16Array, d: Uint8Array) => f16ToF32Into(s, new Float32Array(d.buffer, d.byteOffset, d.length / 4));
+describe.each([
+  { name: 'dispatch', toF32: f16ToF32Bytes },
+  { name: 'arena', toF32: inArena(f16ToF32Bytes) },
+])('f16 → f32 ($name)', ({ toF32 }) => {
+  it('decodes every f16 value exactly (f16ToF32, the scalar reference) and flags Inf/NaN', () => {
+    const finite16 = ALL.filter((h) => (h & 0x7c00) !== 0x7c00);
+    const want = Float32Array.from(finite16, f16ToF32);
+    for (const n of [finite16.length, finite16.length - 5]) {
+      const got = new Uint8Array(n * 4);
+      expect(toF32(finite16.subarray(0, n), got)).toBe(true);
+      expect(Buffer.from(got).equals(bytes(want.subarray(0, n)))).toBe(true);
+    }
+    // By hand: 1.0, -2.0, the smallest subnormal 2^-24, the largest normal 65504.
+    const got = new Uint8Array(16);
+    expect(toF32(Uint16Array.of(0x3c00, 0xc000, 0x0001, 0x7bff), got)).toBe(true);
+    expect([...new Float32Array(got.buffer)]).toEqual([1, -2, 2 ** -24, 65504]);
+    for (const bad of [0x7c00, 0xfc00, 0x7e00, 0x7c01]) {
+      const src = new Uint16Array(13).fill(0x3c00);
+      src[9] = bad;
+      expect(toF32(src, new Uint8Array(13 * 4))).toBe(false);
+    }
   });
 });
 
@@ -231,14 +256,14 @@ describe('hashing off the main thread', () => {
   });
 });
 
-describe('compile from a BF16 checkpoint', () => {
-  it('gives the bytes of the same weights stored as F32 (the plain f32 path), for every kind of path', async () => {
+describe('compile from a BF16 or F16 checkpoint', () => {
+  it.each(['BF16', 'F16'] as const)('%s: gives the bytes of the same weights stored as F32 (the plain f32 path), for every kind of path', async (dtype) => {
     // Big enough that tensors go to the quantize workers (shared-memory rows) and, together, through
     // the cross-tensor pipeline and the arena's alternating buffers.
     const dims = { hiddenSize: 256, intermediateSize: 768, numHeads: 4, numKvHeads: 2, vocabSize: 1024, numLayers: 2 };
-    const bf16Dir = path.join(tmp, 'bf16-src', 'm');
-    await generateFixture(bf16Dir, { arch: 'llama', dtype: 'BF16', tokenizer: 'none', dims });
-    const f32Dir = path.join(tmp, 'f32-src', 'm'); // same basename: same general.name
+    const bf16Dir = path.join(tmp, `${dtype}-src`, 'm');
+    await generateFixture(bf16Dir, { arch: 'llama', dtype, tokenizer: 'none', dims });
+    const f32Dir = path.join(tmp, `${dtype}-f32-src`, 'm'); // same basename: same general.name
     mkdirSync(f32Dir, { recursive: true });
     copyFileSync(path.join(bf16Dir, 'config.json'), path.join(f32Dir, 'config.json'));
     const ck = await openCheckpoint(bf16Dir);
@@ -248,26 +273,26 @@ describe('compile from a BF16 checkpoint', () => {
     await ck.close();
     const sha = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
     for (const quant of ['F32', 'F16', 'BF16', 'Q8_0', 'Q4_0', 'Q4_K_M', 'Q6_K']) {
-      const a = await compileGguf(bf16Dir, path.join(tmp, `from-bf16-${quant}`), { quant });
-      const b = await compileGguf(f32Dir, path.join(tmp, `from-f32-${quant}`), { quant });
+      const a = await compileGguf(bf16Dir, path.join(tmp, `from-${dtype}-${quant}`), { quant });
+      const b = await compileGguf(f32Dir, path.join(tmp, `from-${dtype}-f32-${quant}`), { quant });
       expect(sha(a.file), quant).toBe(sha(b.file));
       expect(a.manifest.files[0].sha256).toBe(sha(a.file));
     }
   }, 120_000);
 
-  it('a NaN in a rotary-permuted tensor is reported at its source element, for every fast path', async () => {
-    const src = path.join(tmp, 'bf16-nan');
-    await generateFixture(src, { arch: 'llama', dtype: 'BF16', tokenizer: 'none' });
+  it.each([['BF16', [0xc0, 0x7f]], ['F16', [0x00, 0x7e]]] as const)('%s: a NaN in a rotary-permuted tensor is reported at its source element, for every fast path', async (dtype, nan) => {
+    const src = path.join(tmp, `${dtype}-nan`);
+    await generateFixture(src, { arch: 'llama', dtype, tokenizer: 'none' });
     const ck = await openCheckpoint(src);
     const victim = 'model.layers.0.self_attn.q_proj.weight';
     const info = ck.info(victim);
     await ck.close();
     const element = info.shape[1] * 3 + 5; // row 3 moves under the rotary permutation
     const fd = openSync(info.file, 'r+');
-    writeSync(fd, Buffer.from([0xc0, 0x7f]), 0, 2, info.offset + element * 2); // bf16 NaN 0x7fc0
+    writeSync(fd, Buffer.from(nan), 0, 2, info.offset + element * 2); // bf16 0x7fc0, f16 0x7e00: NaN
     closeSync(fd);
     for (const quant of ['F16', 'Q8_0', 'BF16', 'F32', 'Q4_K_M']) {
-      const out = path.join(tmp, `bf16-nan-${quant}`);
+      const out = path.join(tmp, `${dtype}-nan-${quant}`);
       await expect(compileGguf(src, out, { quant })).rejects.toThrow(`tensor "${victim}" holds a non-finite value (NaN) at element ${element}`);
     }
   });

@@ -5,7 +5,7 @@
  * paths into reused buffers, so they allocate nothing.
  */
 import { quantizeParallel, type QuantType } from '../../src/quant/index.js';
-import { allFiniteBf16, BF16_DIRECT, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/quant/bf16.js';
+import { allFiniteBf16, allFiniteF16, BF16_DIRECT, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/quant/bf16.js';
 import { ChunkBuffers, SLOT, type Chunk } from './stream.js';
 
 export async function encodeTensor(type: QuantType, data: Float32Array, rowLength: number, threads?: number): Promise<Uint8Array> {
@@ -25,6 +25,7 @@ export class ChunkEncoder {
   constructor(private readonly buffers: ChunkBuffers = new ChunkBuffers()) {}
 
   async encode(type: QuantType, chunk: Chunk, rowLength: number): Promise<Uint8Array> {
+    if (chunk.f16) return this.copyF16(type, chunk, chunk.f16);
     if (!chunk.bf16) return encodeTensor(type, chunk.data!, rowLength);
     const src = chunk.bf16;
     const n = src.length * BF16_DIRECT[type]!;
@@ -42,6 +43,16 @@ export class ChunkEncoder {
       default: throw new Error(`internal: no bf16 path to ${type}`);
     }
     if (!finite) chunk.failNonFinite!();
+    return out;
+  }
+
+  /** F16 source bits to an F16 tensor: the bytes as they are (checked for Inf/NaN). */
+  private copyF16(type: QuantType, chunk: Chunk, src: Uint16Array): Uint8Array {
+    if (type !== 'F16') throw new Error(`internal: raw f16 chunk for ${type}`);
+    this.k ^= 1;
+    const out = this.buffers.get(SLOT.encoded[this.k], src.byteLength, true);
+    out.set(new Uint8Array(src.buffer, src.byteOffset, src.byteLength));
+    if (!allFiniteF16(src)) chunk.failNonFinite!();
     return out;
   }
 }

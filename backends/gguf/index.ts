@@ -11,7 +11,7 @@ import { ChunkEncoder } from './encode.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
 import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
-import { ChunkBuffers, tensorChunks } from './stream.js';
+import { ChunkBuffers, tensorChunks, type RawDtype } from './stream.js';
 import { convertTokenizer, placeholderVocab } from './vocab.js';
 import { GgufFileWriter, type GgufTensorInfo } from './writer.js';
 
@@ -115,8 +115,9 @@ export const ggufBackend: Backend = {
     try {
       let previous: Encoded | null = null;
       for (const t of plan.tensors) {
-        const rawBf16 = encodesBf16(t.type, t.ne[0]);
-        for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, rawBf16, buffers })) {
+        // Raw source bits where an encoder takes them directly: bf16 (several types), f16 (to F16).
+        const raw: RawDtype[] = [...(encodesBf16(t.type, t.ne[0]) ? ['BF16' as const] : []), ...(t.type === 'F16' ? ['F16' as const] : [])];
+        for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, raw, buffers })) {
           const bytes = encoder.encode(t.type, chunk, t.ne[0]);
           bytes.catch(() => {}); // surfaced when written
           if (previous) await write(previous);

@@ -3,22 +3,23 @@
  * Straight from a checkpoint's safetensors files, rows are read by byte range; any other source
  * (a pass's rewritten model) is read whole, one source tensor at a time, and sliced.
  * Every chunk holds whole rows (whole heads for q/k, which are re-interleaved per head) and is
- * checked for non-finite values, which llama.cpp would refuse or propagate. On request, BF16
+ * checked for non-finite values, which llama.cpp would refuse or propagate. On request, BF16 and F16
  * checkpoint tensors come as raw bits instead (the encoders convert them directly and run the
  * finite check inside their own loops, see Chunk.failNonFinite).
  */
 import { promises as fsp } from 'node:fs';
 import { Checkpoint, DTYPE_BYTES, type ModelSource, type TensorInfo } from '../../src/checkpoint/index.js';
-import { bf16ToF32, decodeBf16, decodeF16 } from '../../src/util/half.js';
-import { bf16ToF32Into } from '../../src/quant/bf16.js';
+import { bf16ToF32, decodeBf16, decodeF16, f16ToF32 } from '../../src/util/half.js';
+import { bf16ToF32Into, f16ToF32Into } from '../../src/quant/bf16.js';
 import { LlmcError } from '../../src/errors.js';
 import { ioError } from '../../src/util/atomic.js';
 import { permuteRotaryRows, type TensorPlan } from './tensors.js';
 
 export interface Chunk {
-  /** f32 values, or (when the caller accepts them) the raw bfloat16 bits of a BF16 source. */
+  /** f32 values, or (when the caller accepts them) the raw bits of a BF16 or F16 source. */
   data?: Float32Array;
   bf16?: Uint16Array;
+  f16?: Uint16Array;
   /** Number of values. */
   length: number;
   /**
@@ -39,6 +40,11 @@ function nonFinite(c: Chunk, i: number, value: number, where: string): LlmcError
 function checkFinite(c: Chunk, where: string): void {
   // Exponent bits all ones = Inf or NaN; an integer test is much cheaper than a float compare.
   if (c.bf16) return checkFiniteBf16(c, where);
+  if (c.f16) {
+    const i = c.f16.findIndex((h) => (h & 0x7c00) === 0x7c00);
+    if (i >= 0) throw nonFinite(c, i, f16ToF32(c.f16[i]), where);
+    return;
+  }
   const d = c.data!;
   const bits = new Int32Array(d.buffer, d.byteOffset, d.length);
   for (let i = 0; i < bits.length; i++) {
@@ -84,8 +90,8 @@ function rowsPerChunk(rows: number, rowLen: number, unit: number, maxElems: numb
 export interface ChunkOptions {
   /** Values per chunk (about). */
   maxElems: number;
-  /** Hand BF16 checkpoint tensors over as raw bits (`Chunk.bf16`) instead of decoding them. */
-  rawBf16?: boolean;
+  /** Checkpoint dtypes whose tensors are handed over as raw bits (`Chunk.bf16` / `Chunk.f16`), not decoded. */
+  raw?: readonly RawDtype[];
   /** Buffers reused across tensors (fresh ones per tensor otherwise). */
   buffers?: ChunkBuffers;
 }
@@ -128,6 +134,11 @@ export class ChunkBuffers {
   }
 }
 
+/** The source dtypes a chunk can carry as raw bits, and the exact decoders to f32 (with a finite check). */
+export type RawDtype = 'BF16' | 'F16';
+const TO_F32: Record<RawDtype, (src: Uint16Array, dst: Float32Array) => boolean> = { BF16: bf16ToF32Into, F16: f16ToF32Into };
+const isRawDtype = (d: string): d is RawDtype => d in TO_F32;
+
 /** The buffer slots: two raw reads, two f32 decodes, the rotary permutation, two encoder outputs. */
 export const SLOT = { raw: [0, 1], f32: [2, 3], permuted: 4, encoded: [5, 6] } as const;
 
@@ -152,24 +163,25 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
     const rows = count / rowLen;
     const headRows = t.permuteHeads ? rows / t.permuteHeads : 1;
     const step = rowsPerChunk(rows, rowLen, headRows, maxElems);
-    /** `finite`: already known to hold no Inf/NaN (the bf16 decoder checks as it goes). */
+    /** `finite`: already known to hold no Inf/NaN (the half-float decoders check as they go). */
     const finish = (data: Float32Array, r0: number, finite = false): Chunk => {
       const c = { data, length: data.length, source: name, offset: r0 * rowLen };
       if (!finite) checkFinite(c, source.description);
       if (t.permuteHeads) c.data = permuteRotaryRows(data, data.length / rowLen, (data.length / rowLen) / headRows);
       return c;
     };
-    const finishBf16 = (bits: Uint16Array, r0: number): Chunk => {
-      const c: Chunk = { bf16: bits, length: bits.length, source: name, offset: r0 * rowLen };
+    const finishRaw = (dtype: RawDtype, bits: Uint16Array, r0: number): Chunk => {
+      const field = dtype === 'BF16' ? 'bf16' : 'f16';
+      const c: Chunk = { [field]: bits, length: bits.length, source: name, offset: r0 * rowLen };
       c.failNonFinite = () => {
-        checkFinite({ ...c, bf16: bits }, source.description); // source order, for the element index
+        checkFinite({ ...c, [field]: bits }, source.description); // source order, for the element index
         throw new LlmcError(`internal: tensor "${name}" reported non-finite but all values are finite`);
       };
       if (t.permuteHeads) {
         // One reused buffer: the encoder is done with the previous chunk before the next is made.
         const p = bufs.get(SLOT.permuted, bits.byteLength, true);
         const rowsHere = bits.length / rowLen;
-        c.bf16 = permuteRotaryRows(bits, rowsHere, rowsHere / headRows, new Uint16Array(p.buffer, p.byteOffset, bits.length));
+        c[field] = permuteRotaryRows(bits, rowsHere, rowsHere / headRows, new Uint16Array(p.buffer, p.byteOffset, bits.length));
       }
       return c;
     };
@@ -187,12 +199,12 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
         // Two raw and two f32 buffers, alternating (across tensors too, see ChunkBuffers.take): the next
         // chunk's bytes arrive while this one is quantized, and the previous chunk may still be being
         // encoded or written (F32 writes the data itself).
-        // BF16 buffers sit in the kernels' arena (converted there in place); see ChunkBuffers.
-        const bf16 = ti.dtype === 'BF16';
-        const raw16 = opts.rawBf16 && bf16;
-        const raws = SLOT.raw.map((k) => bufs.get(k, step * rowLen * esize, bf16));
+        // Half-float buffers sit in the kernels' arena (converted there in place); see ChunkBuffers.
+        const half = isRawDtype(ti.dtype) ? ti.dtype : null;
+        const raw16 = half !== null && (opts.raw ?? []).includes(half);
+        const raws = SLOT.raw.map((k) => bufs.get(k, step * rowLen * esize, half !== null));
         const f32 = (slot: number) => {
-          const b = bufs.get(slot, step * rowLen * 4, bf16);
+          const b = bufs.get(slot, step * rowLen * 4, half !== null);
           return new Float32Array(b.buffer, b.byteOffset, step * rowLen);
         };
         const f32s = raw16 ? [] : SLOT.f32.map(f32);
@@ -216,14 +228,16 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
           next?.catch(() => {}); // surfaced when awaited
           const n = raw.length / esize;
           if (raw16) {
-            yield finishBf16(new Uint16Array(raw.buffer, raw.byteOffset, n), r0);
+            yield finishRaw(half!, new Uint16Array(raw.buffer, raw.byteOffset, n), r0);
             k = kNext;
             continue;
           }
           const data = f32s[k].subarray(0, n);
-          if (bf16) {
-            const finite = bf16ToF32Into(new Uint16Array(raw.buffer, raw.byteOffset, n), data);
-            yield finish(data, r0, finite);
+          if (half) {
+            const bits = new Uint16Array(raw.buffer, raw.byteOffset, n);
+            // The decoders' output is garbage where the input is Inf/NaN: find those in the bits.
+            if (!TO_F32[half](bits, data)) finishRaw(half, bits, r0).failNonFinite!();
+            yield finish(data, r0, true);
             k = kNext;
             continue;
           }

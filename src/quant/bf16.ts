@@ -4,7 +4,7 @@
  * (test/gguf-encode.test.ts: F16 over all 65536 bf16 values, Q8_0 over random and edge-case blocks).
  * Each also reports whether every input was finite, checked in the same loop.
  */
-import { bf16Table, bf16ToF16Table, decodeBf16, f32ToF16 } from '../util/half.js';
+import { bf16Table, bf16ToF16Table, decodeBf16, decodeF16, f32ToF16 } from '../util/half.js';
 import type { QuantType } from './types.js';
 import { bf16Kernels } from './bf16wasm.js';
 
@@ -66,6 +66,20 @@ export function bf16ToF32Into(src: Uint16Array, dst: Float32Array): boolean {
   if (k) return k.toF32(src, dst);
   decodeBf16(src, dst as Float32Array<ArrayBuffer>);
   return allFiniteBf16(src);
+}
+
+/** f16 bits → f32 values (exact); whether every input was finite. WebAssembly SIMD where available. */
+export function f16ToF32Into(src: Uint16Array, dst: Float32Array): boolean {
+  const k = bf16SimdKernels();
+  if (k) return k.f16ToF32(src, dst);
+  decodeF16(src, dst as Float32Array<ArrayBuffer>);
+  return allFiniteF16(src);
+}
+
+/** Whether every f16 value is finite (exponent not all ones). */
+export function allFiniteF16(src: Uint16Array): boolean {
+  for (let i = 0; i < src.length; i++) if ((src[i] & 0x7c00) === 0x7c00) return false;
+  return true;
 }
 
 /**

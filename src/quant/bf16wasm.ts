@@ -1,6 +1,6 @@
 /**
- * bf16 → F16, bf16 → Q8_0 and bf16 → f32 as WebAssembly SIMD kernels: the gguf target's hot loops
- * when it reads a bf16 checkpoint (the scalar JS in bf16.ts does 8–16 bytes per step, these do 64).
+ * bf16 → F16, bf16 → Q8_0, bf16 → f32 and f16 → f32 as WebAssembly SIMD kernels: the gguf target's
+ * hot loops when it reads a bf16 (or f16) checkpoint (the scalar JS in bf16.ts does 8–16 bytes per step, these do 64).
  * Same bytes as bf16.ts's JS paths (test/gguf-encode.test.ts runs both against quantize() on decoded
  * values):
  *  - F16: exponent rebias for f16 normals; |x| >= 65536 → Inf; below the f16 normal range the code is
@@ -9,7 +9,8 @@
  *  - Q8_0: amax is an integer max of the bits without sign; d (f16 bits) and id come from bf16.ts's
  *    per-amax tables; roundf(|x| * id) is trunc plus (frac >= 0.5), exact since frac = v - trunc(v)
  *    is; a non-finite |x| * id (tiny subnormal d) gives code 0, as the JS and C paths do.
- * Both kernels report an Inf or NaN input (bf16 exponent all ones) through their return value.
+ * Every kernel reports an Inf or NaN input (exponent all ones) through its return value; what it
+ * wrote is then unspecified.
  * The module is assembled here byte by byte, like kwasm.ts.
  */
 import { I32, section, sleb, str, uleb, V128, vec } from '../util/wasm-asm.js';
@@ -58,6 +59,10 @@ const i8NarrowS = simd(0x65);
 const i32ExtLowU = simd(0xa9);
 const i32ExtHighU = simd(0xaa);
 const i32x4Shl = simd(0xab);
+const i32x4Add = simd(0xae);
+const i32x4GeS = simd(0x3f);
+const i32Splat = simd(0x11);
+const fFromI32 = simd(0xfa);
 const fTrunc = simd(0x69);
 const fNearest = simd(0x6a);
 const fLt = simd(0x43);
@@ -132,6 +137,38 @@ function f32Body(): number[] {
 }
 
 /**
+ * h2f(in, out, nVec) -> bad: decodes nVec vectors of 8 f16 values at `in` to f32 at `out`, exactly:
+ * normals by rebiasing the exponent, subnormals as code * 2^-24 (exact); bad != 0 if any input was
+ * Inf or NaN.
+ */
+function h2fBody(): number[] {
+  const [SRC, DST, NV, P, END, Q] = [0, 1, 2, 3, 4, 5];
+  const [V, MAG, BAD] = [6, 7, 8];
+  /** One half of the lanes as f32 bits: (mag << 13) + (112 << 23) for normals, else mag * 2^-24. */
+  const half = (high: boolean) => [
+    ...get(MAG), ...(high ? i32ExtHighU : i32ExtLowU), ...set(W),
+    ...get(W), ...i32c(13), ...i32x4Shl, ...i32c(112 << 23), ...i32Splat, ...i32x4Add,
+    ...get(W), ...fFromI32, ...f32x4(2 ** -24), ...fMul,
+    ...get(W), ...i32c(0x400), ...i32Splat, ...i32x4GeS, ...vBitselect,
+    ...get(V), ...(high ? i32ExtHighU : i32ExtLowU), ...i32c(0x8000), ...i32Splat, ...vAnd, ...i32c(16), ...i32x4Shl, ...vOr,
+  ];
+  const W = 9;
+  const body = [
+    ...get(NV), ...i32c(16), ...i32Mul, ...set(END),
+    ...loop([
+      ...get(SRC), ...get(P), ...i32Add, ...vload(0), ...tee(V), ...i16x8(0x7fff), ...vAnd, ...set(MAG),
+      ...get(BAD), ...get(MAG), ...i16x8(0x7c00), ...i16GeU, ...vOr, ...set(BAD),
+      ...get(DST), ...get(P), ...get(P), ...i32Add, ...i32Add, ...tee(Q),
+      ...half(false), ...vstore(0),
+      ...get(Q), ...half(true), ...vstore(16),
+      ...get(P), ...i32c(16), ...i32Add, ...tee(P), ...get(END), ...i32LtS, ...brIf(0),
+    ]),
+    ...get(BAD), ...vAnyTrue,
+  ];
+  return [...locals([[3, I32], [4, V128]]), ...body, 0x0b];
+}
+
+/**
  * q8(in, out, nBlocks) -> bad: converts nBlocks blocks of 32 bf16 values at `in` to Q8_0 blocks
  * (34 bytes) at `out`; bad != 0 if any input was Inf or NaN.
  */
@@ -182,9 +219,9 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   // The memory is imported and shared, so its buffer is a SharedArrayBuffer: arena buffers can be
   // handed to a hashing worker without a copy.
   const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x03, ...uleb(PAGES), ...uleb(PAGES)]]));
-  const funcs = section(3, vec([[0], [0], [0]]));
-  const exports = section(7, vec([[...str('f16'), 0x00, 0], [...str('q8'), 0x00, 1], [...str('f32'), 0x00, 2]]));
-  const code = section(10, vec([f16Body(), q8Body(), f32Body()].map((b) => [...uleb(b.length), ...b])));
+  const funcs = section(3, vec([[0], [0], [0], [0]]));
+  const exports = section(7, vec([[...str('f16'), 0x00, 0], [...str('q8'), 0x00, 1], [...str('f32'), 0x00, 2], [...str('h2f'), 0x00, 3]]));
+  const code = section(10, vec([f16Body(), q8Body(), f32Body(), h2fBody()].map((b) => [...uleb(b.length), ...b])));
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
 }
 
@@ -195,6 +232,8 @@ export interface Bf16Kernels {
   toQ8_0(src: Uint16Array, y: Uint8Array): boolean;
   /** bf16 bits → f32 values; whether every input was finite. */
   toF32(src: Uint16Array, dst: Float32Array): boolean;
+  /** f16 bits → f32 values (exact); whether every input was finite. */
+  f16ToF32(src: Uint16Array, dst: Float32Array): boolean;
   /**
    * Arena buffer `slot` (< ARENA_SLOTS; the caller numbers its buffers), `bytes` long, or null if
    * that is more than ARENA_SLOT_BYTES. Inputs and outputs there are used in place, with no copy in
@@ -262,10 +301,12 @@ export function bf16Kernels(tables: () => Q8Tables): Bf16Kernels | null {
     const f16 = ex.f16 as Kernel;
     const q8 = ex.q8 as Kernel;
     const f32 = ex.f32 as Kernel;
+    const h2f = ex.h2f as Kernel;
     KERNELS = {
       toF16: (src, dst) => vectors(f16, src, dst, 2),
       toQ8_0: (src, y) => run(q8, src, y, src.length >>> 5, 64, 34) === 0,
       toF32: (src, dst) => vectors(f32, src, dst, 4),
+      f16ToF32: (src, dst) => vectors(h2f, src, dst, 4),
       buffer(slot, bytes) {
         if (slot < 0 || slot >= ARENA_SLOTS || bytes > ARENA_SLOT_BYTES) return null;
         return new Uint8Array(buf, ARENA + slot * ARENA_SLOT_BYTES, bytes);
