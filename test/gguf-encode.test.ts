@@ -11,6 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ChunkEncoder } from '../backends/gguf/encode.js';
 import { allFiniteBf16, bf16SimdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, f16ToF32Into } from '../src/quant/bf16.js';
 import { quantize, type QuantType } from '../src/quant/index.js';
+import { quantizeQ8_0Js } from '../src/quant/legacy.js';
 import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f16ToF32, f32ToF16 } from '../src/util/half.js';
 import { AtomicFile, knownSha256 } from '../src/util/atomic.js';
 import { sha256Files, WORKER_MIN_BYTES } from '../src/util/sha256.js';
@@ -198,6 +199,50 @@ describe.each(PATHS)('bf16 → Q8_0 ($name)', ({ bf16ToQ8_0Into }) => {
     const src = new Uint16Array(64).fill(0x3f80);
     src[40] = 0xff80;
     expect(bf16ToQ8_0Into(src, new Uint8Array(68))).toBe(false);
+  });
+});
+
+describe('f32 → Q8_0: the WebAssembly SIMD kernel', () => {
+  // The JS transcription is checked against libggml in quant-ggml.test.ts (which, through
+  // quantize(), also checks the kernel); here the two paths meet on wilder inputs.
+  const r = rng(5);
+  const n = 32 * 8192;
+  const cases: [string, () => Float32Array][] = [
+    ['weights-like', () => Float32Array.from({ length: n }, () => (r() - 0.5) * 0.04)],
+    ['any finite bits', () => {
+      const bits = Uint32Array.from({ length: n }, () => { let v; do v = (r() * 2 ** 32) >>> 0; while (((v >>> 23) & 0xff) === 0xff); return v; });
+      return new Float32Array(bits.buffer);
+    }],
+    ['blocks of one exponent band (subnormal and Inf scales, ties, zero blocks)', () => {
+      const bits = new Uint32Array(n);
+      for (let b = 0; b < n / 32; b++) {
+        const top = b % 5 === 0 ? (r() * 30) | 0 : (r() * 254) | 0;
+        for (let j = 0; j < 32; j++) {
+          const e = Math.max(0, top - ((r() * 6) | 0));
+          bits[b * 32 + j] = b % 97 === 0 ? ((j & 1) << 31) >>> 0 : ((r() < 0.5 ? 0x80000000 : 0) | (e << 23) | ((r() * 2 ** 23) | 0)) >>> 0;
+        }
+      }
+      return new Float32Array(bits.buffer);
+    }],
+  ];
+  for (const [name, gen] of cases) {
+    it(`equals the JS path: ${name}`, () => {
+      const x = gen();
+      const a = new Uint8Array((n / 32) * 34);
+      const b = new Uint8Array((n / 32) * 34);
+      expect(bf16SimdKernels()!.f32ToQ8_0(x, a)).toBe(true);
+      quantizeQ8_0Js(x, 0, n / 32, b, 0);
+      expect(Buffer.from(a).equals(Buffer.from(b))).toBe(true);
+    });
+  }
+  it('declines inputs with Inf or NaN (quantize() then takes the JS path)', () => {
+    const x = new Float32Array(64).fill(0.5);
+    x[40] = NaN;
+    expect(bf16SimdKernels()!.f32ToQ8_0(x, new Uint8Array(68))).toBe(false);
+    const viaQuantize = quantize('Q8_0', x, 64);
+    const js = new Uint8Array(68);
+    quantizeQ8_0Js(x, 0, 2, js, 0);
+    expect(Buffer.from(viaQuantize).equals(Buffer.from(js))).toBe(true);
   });
 });
 

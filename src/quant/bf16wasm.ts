@@ -13,7 +13,7 @@
  * wrote is then unspecified.
  * The module is assembled here byte by byte, like kwasm.ts.
  */
-import { I32, section, sleb, str, uleb, V128, vec } from '../util/wasm-asm.js';
+import { F32, I32, section, sleb, str, uleb, V128, vec } from '../util/wasm-asm.js';
 
 // Memory map (byte offsets). Tables: Q8_0's f16 d and f32 id per 15-bit amax.
 const D_TAB = 0; // u16[32768]
@@ -61,6 +61,11 @@ const i32ExtHighU = simd(0xaa);
 const i32x4Shl = simd(0xab);
 const i32x4Add = simd(0xae);
 const i32x4GeS = simd(0x3f);
+const i32x4MaxS = simd(0xb8);
+const i32x4Sub = simd(0xb1);
+const i32x4ShrS = simd(0xac);
+const fAbs = simd(0xe0);
+const vZero = simd(0x0c, ...new Array(16).fill(0));
 const i32Splat = simd(0x11);
 const fFromI32 = simd(0xfa);
 const fTrunc = simd(0x69);
@@ -169,6 +174,64 @@ function h2fBody(): number[] {
 }
 
 /**
+ * q8f(in, out, nBlocks) -> bad: Q8_0 from f32 (quantize_row_q8_0_ref): amax as an integer max of
+ * |x|'s bits, d = amax / 127 and id = d ? 1 / d : 0 in f32, d stored as f16 (round to nearest even:
+ * the integer rebias for f16 normals, nearest(d * 2^24) below, Inf above), codes as in q8. bad != 0
+ * if any input was Inf or NaN (the caller then takes the JS path, which follows C's NaN order).
+ */
+function q8fBody(): number[] {
+  const [SRC, DST, NB, B, P, Q, A, H] = [0, 1, 2, 3, 4, 5, 6, 7];
+  const [M, ID, BAD, T, PROD, S, X] = [8, 9, 10, 11, 12, 13, 14];
+  const [D] = [15]; // f32
+  const Q0 = 16; // 4 v128: the codes of vector pairs, as i16x8
+  const [i32ShrU, i32Sub, i32GeU, i32LtU] = [[0x76], [0x6b], [0x4f], [0x49]];
+  const select = [0x1b];
+  /** roundf(|x| * id) with x's sign, for the 4 floats at P + off, as i32x4 (0 where not finite). */
+  const code = (off: number) => [
+    ...get(P), ...vload(off), ...tee(X), ...fAbs, ...get(ID), ...fMul, ...tee(PROD), ...fTrunc, ...tee(T),
+    ...f32x4(1), ...get(PROD), ...get(T), ...fSub, ...f32x4(0.5), ...fGe, ...vAnd, ...fAdd,
+    ...get(PROD), ...f32x4(128), ...fLt, ...vAnd,
+    ...truncSat,
+    ...get(X), ...i32c(31), ...i32x4ShrS, ...tee(S), ...vXor, ...get(S), ...i32x4Sub,
+  ];
+  const body = [
+    ...loop([
+      ...get(B), ...i32c(128), ...i32Mul, ...get(SRC), ...i32Add, ...set(P),
+      ...get(B), ...i32c(34), ...i32Mul, ...get(DST), ...i32Add, ...set(Q),
+      // amax over |x| as integers (finite non-negative floats order like their bits); the finite check
+      ...vZero, ...set(M),
+      ...[0, 16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
+        ...get(P), ...vload(off), ...i32c(0x7fffffff), ...i32Splat, ...vAnd, ...tee(X),
+        ...get(M), ...i32x4MaxS, ...set(M),
+        ...get(BAD), ...get(X), ...i32c(0x7f800000), ...i32Splat, ...i32x4GeS, ...vOr, ...set(BAD),
+      ]),
+      ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...i32x4MaxS, ...set(M),
+      ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...i32x4MaxS,
+      ...simd(0x1b, 0), // i32x4.extract_lane 0: amax's bits
+      ...[0xbe], // f32.reinterpret_i32
+      ...f32c(127), ...[0x95], ...set(D), // d = amax / 127
+      // id = d ? 1 / d : 0
+      ...f32c(1), ...get(D), ...[0x95], ...f32c(0), ...get(D), ...f32c(0), ...[0x5c], ...select, ...f32Splat, ...set(ID),
+      // d as f16 bits
+      ...get(D), ...[0xbc], ...set(A), // i32.reinterpret_f32
+      ...get(A), ...i32c(0x38000000), ...i32Sub, ...i32c(0xfff), ...i32Add,
+      ...get(A), ...i32c(13), ...i32ShrU, ...i32c(1), ...i32And, ...i32Add, ...i32c(13), ...i32ShrU, // normal
+      ...get(D), ...f32c(2 ** 24), ...[0x94], ...[0x90], ...[0xfc, 0x00], // subnormal: nearest(d * 2^24) (saturating: evaluated for every d)
+      ...get(A), ...i32c(0x38800000), ...i32GeU, ...select,
+      ...i32c(0x7c00), ...get(A), ...i32c(0x477ff000), ...i32LtU, ...select, // too big: Inf
+      ...set(H),
+      ...get(Q), ...get(H), ...[0x3b, 0, 0], // i32.store16 (unaligned)
+      ...[0, 1, 2, 3].flatMap((k) => [...code(32 * k), ...code(32 * k + 16), ...i16NarrowS, ...set(Q0 + k)]),
+      ...get(Q), ...get(Q0), ...get(Q0 + 1), ...i8NarrowS, ...vstore(2),
+      ...get(Q), ...get(Q0 + 2), ...get(Q0 + 3), ...i8NarrowS, ...vstore(18),
+      ...get(B), ...i32c(1), ...i32Add, ...tee(B), ...get(NB), ...i32LtS, ...brIf(0),
+    ]),
+    ...get(BAD), ...vAnyTrue,
+  ];
+  return [...locals([[5, I32], [7, V128], [1, F32], [4, V128]]), ...body, 0x0b];
+}
+
+/**
  * q8(in, out, nBlocks) -> bad: converts nBlocks blocks of 32 bf16 values at `in` to Q8_0 blocks
  * (34 bytes) at `out`; bad != 0 if any input was Inf or NaN.
  */
@@ -219,9 +282,11 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   // The memory is imported and shared, so its buffer is a SharedArrayBuffer: arena buffers can be
   // handed to a hashing worker without a copy.
   const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x03, ...uleb(PAGES), ...uleb(PAGES)]]));
-  const funcs = section(3, vec([[0], [0], [0], [0]]));
-  const exports = section(7, vec([[...str('f16'), 0x00, 0], [...str('q8'), 0x00, 1], [...str('f32'), 0x00, 2], [...str('h2f'), 0x00, 3]]));
-  const code = section(10, vec([f16Body(), q8Body(), f32Body(), h2fBody()].map((b) => [...uleb(b.length), ...b])));
+  const funcs = section(3, vec([[0], [0], [0], [0], [0]]));
+  const exports = section(7, vec([
+    [...str('f16'), 0x00, 0], [...str('q8'), 0x00, 1], [...str('f32'), 0x00, 2], [...str('h2f'), 0x00, 3], [...str('q8f'), 0x00, 4],
+  ]));
+  const code = section(10, vec([f16Body(), q8Body(), f32Body(), h2fBody(), q8fBody()].map((b) => [...uleb(b.length), ...b])));
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
 }
 
@@ -234,6 +299,8 @@ export interface Bf16Kernels {
   toF32(src: Uint16Array, dst: Float32Array): boolean;
   /** f16 bits → f32 values (exact); whether every input was finite. */
   f16ToF32(src: Uint16Array, dst: Float32Array): boolean;
+  /** f32 → Q8_0 blocks (src.length a multiple of 32); false (output unspecified) if any input was Inf or NaN. */
+  f32ToQ8_0(src: Float32Array, y: Uint8Array): boolean;
   /**
    * Arena buffer `slot` (< ARENA_SLOTS; the caller numbers its buffers), `bytes` long, or null if
    * that is more than ARENA_SLOT_BYTES. Inputs and outputs there are used in place, with no copy in
@@ -272,7 +339,7 @@ export function bf16Kernels(tables: () => Q8Tables): Bf16Kernels | null {
      * Runs `kernel` over `n` items (inBytes / outBytes each): in place when both arrays live in the
      * arena, else copied through the scratch area a slice at a time.
      */
-    const run = (kernel: Kernel, src: Uint16Array, dst: ArrayBufferView, n: number, inBytes: number, outBytes: number): number => {
+    const run = (kernel: Kernel, src: ArrayBufferView, dst: ArrayBufferView, n: number, inBytes: number, outBytes: number): number => {
       if (src.buffer === buf && dst.buffer === buf) return kernel(src.byteOffset, dst.byteOffset, n);
       const from = bytesOf(src);
       const to = bytesOf(dst);
@@ -302,11 +369,13 @@ export function bf16Kernels(tables: () => Q8Tables): Bf16Kernels | null {
     const q8 = ex.q8 as Kernel;
     const f32 = ex.f32 as Kernel;
     const h2f = ex.h2f as Kernel;
+    const q8f = ex.q8f as Kernel;
     KERNELS = {
       toF16: (src, dst) => vectors(f16, src, dst, 2),
       toQ8_0: (src, y) => run(q8, src, y, src.length >>> 5, 64, 34) === 0,
       toF32: (src, dst) => vectors(f32, src, dst, 4),
       f16ToF32: (src, dst) => vectors(h2f, src, dst, 4),
+      f32ToQ8_0: (src, y) => run(q8f, src, y, src.length >>> 5, 128, 34) === 0,
       buffer(slot, bytes) {
         if (slot < 0 || slot >= ARENA_SLOTS || bytes > ARENA_SLOT_BYTES) return null;
         return new Uint8Array(buf, ARENA + slot * ARENA_SLOT_BYTES, bytes);

@@ -5,8 +5,16 @@
  */
 import { f16Table } from '../util/half.js';
 import { FLT_MAX, fr, getF16, putF16, truncI8 } from './common.js';
+import { bf16SimdKernels } from './bf16.js';
 
+/** Q8_0: the WebAssembly SIMD kernel where available and every input is finite, else the JS below. */
 export function quantizeQ8_0(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
+  const k = bf16SimdKernels();
+  if (k && k.f32ToQ8_0(x.subarray(xo, xo + nb * 32), y.subarray(yo, yo + nb * 34))) return;
+  quantizeQ8_0Js(x, xo, nb, y, yo);
+}
+
+export function quantizeQ8_0Js(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
   for (let i = 0; i < nb; i++, xo += 32, yo += 34) {
     let amax = 0;
     for (let j = 0; j < 32; j++) {
