@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ChunkEncoder } from '../backends/gguf/encode.js';
 import { allFiniteBf16, bf16SimdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, f16ToF32Into } from '../src/quant/bf16.js';
 import { quantize, type QuantType } from '../src/quant/index.js';
-import { quantizeQ8_0Js } from '../src/quant/legacy.js';
+import { quantizeQ4_0Js, quantizeQ8_0Js } from '../src/quant/legacy.js';
 import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f16ToF32, f32ToF16 } from '../src/util/half.js';
 import { AtomicFile, knownSha256 } from '../src/util/atomic.js';
 import { sha256Files, WORKER_MIN_BYTES } from '../src/util/sha256.js';
@@ -202,13 +202,20 @@ describe.each(PATHS)('bf16 → Q8_0 ($name)', ({ bf16ToQ8_0Into }) => {
   });
 });
 
-describe('f32 → Q8_0: the WebAssembly SIMD kernel', () => {
-  // The JS transcription is checked against libggml in quant-ggml.test.ts (which, through
-  // quantize(), also checks the kernel); here the two paths meet on wilder inputs.
+/** The f32 → legacy-type kernels and their JS transcriptions (bytes per 32-value block). */
+const F32_KERNELS = [
+  { type: 'Q8_0' as const, size: 34, wasm: (x: Float32Array, y: Uint8Array) => bf16SimdKernels()!.f32ToQ8_0(x, y), js: quantizeQ8_0Js },
+  { type: 'Q4_0' as const, size: 18, wasm: (x: Float32Array, y: Uint8Array) => bf16SimdKernels()!.f32ToQ4_0(x, y), js: quantizeQ4_0Js },
+];
+
+describe.each(F32_KERNELS)('f32 → $type: the WebAssembly SIMD kernel', ({ type, size, wasm, js }) => {
+  // The JS transcriptions are checked against libggml in quant-ggml.test.ts (which, through
+  // quantize(), also checks the kernels); here the two paths meet on wilder inputs.
   const r = rng(5);
   const n = 32 * 8192;
   const cases: [string, () => Float32Array][] = [
     ['weights-like', () => Float32Array.from({ length: n }, () => (r() - 0.5) * 0.04)],
+    ['ties: equal magnitudes of both signs, zero blocks led by -0', () => Float32Array.from({ length: n }, (_, i) => (i >> 5) % 7 === 0 ? -0 : (((i * 7) % 5) - 2) * 0.25)],
     ['any finite bits', () => {
       const bits = Uint32Array.from({ length: n }, () => { let v; do v = (r() * 2 ** 32) >>> 0; while (((v >>> 23) & 0xff) === 0xff); return v; });
       return new Float32Array(bits.buffer);
@@ -228,21 +235,22 @@ describe('f32 → Q8_0: the WebAssembly SIMD kernel', () => {
   for (const [name, gen] of cases) {
     it(`equals the JS path: ${name}`, () => {
       const x = gen();
-      const a = new Uint8Array((n / 32) * 34);
-      const b = new Uint8Array((n / 32) * 34);
-      expect(bf16SimdKernels()!.f32ToQ8_0(x, a)).toBe(true);
-      quantizeQ8_0Js(x, 0, n / 32, b, 0);
+      const a = new Uint8Array((n / 32) * size);
+      const b = new Uint8Array((n / 32) * size);
+      expect(wasm(x, a)).toBe(true);
+      js(x, 0, n / 32, b, 0);
       expect(Buffer.from(a).equals(Buffer.from(b))).toBe(true);
     });
   }
   it('declines inputs with Inf or NaN (quantize() then takes the JS path)', () => {
-    const x = new Float32Array(64).fill(0.5);
-    x[40] = NaN;
-    expect(bf16SimdKernels()!.f32ToQ8_0(x, new Uint8Array(68))).toBe(false);
-    const viaQuantize = quantize('Q8_0', x, 64);
-    const js = new Uint8Array(68);
-    quantizeQ8_0Js(x, 0, 2, js, 0);
-    expect(Buffer.from(viaQuantize).equals(Buffer.from(js))).toBe(true);
+    for (const bad of [NaN, Infinity, -Infinity]) {
+      const x = new Float32Array(64).fill(0.5);
+      x[40] = bad;
+      expect(wasm(x, new Uint8Array(2 * size))).toBe(false);
+      const viaJs = new Uint8Array(2 * size);
+      js(x, 0, 2, viaJs, 0);
+      expect(Buffer.from(quantize(type, x, 64)).equals(Buffer.from(viaJs))).toBe(true);
+    }
   });
 });
 

@@ -1,8 +1,9 @@
 /**
  * Tensor chunks → the bytes of a ggml tensor type. f32 chunks go through the shared quantizers in
  * src/quant (the one quantizer implementation in llmc; rows split across worker_threads for large
- * tensors). Raw bfloat16 chunks (straight from a checkpoint) take src/quant/bf16.ts's integer fast
- * paths into reused buffers, so they allocate nothing.
+ * tensors). Raw bfloat16 chunks (straight from a checkpoint) take src/quant/bf16.ts's direct paths
+ * (WebAssembly SIMD kernels) into reused buffers, so they allocate nothing; raw f16 chunks for an F16
+ * tensor are copied as they are.
  */
 import { quantizeParallel, type QuantType } from '../../src/quant/index.js';
 import { allFiniteBf16, allFiniteF16, BF16_DIRECT, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/quant/bf16.js';
@@ -15,7 +16,7 @@ export async function encodeTensor(type: QuantType, data: Float32Array, rowLengt
 }
 
 /**
- * Encodes one tensor's chunks. Raw bf16 chunks land in one of two reused output buffers, alternating,
+ * Encodes chunks. Raw bf16 / f16 chunks land in one of two reused output buffers, alternating,
  * so a returned array stays valid while the next chunk is encoded (one write may be in flight); with
  * the stream's buffers (same ChunkBuffers), input and output sit in the kernels' arena.
  */

@@ -94,8 +94,8 @@ export const ggufBackend: Backend = {
     const writer = await GgufFileWriter.open(finalPath, [...meta.kvs, ...vocab.kvs], infos);
     const sourceBytes = plan.tensors.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * 4, 0);
     ctx.progress.start(`gguf ${plan.choice.label}`, sourceBytes);
-    // Raw bf16 reads, permutations and encodings in the kernels' arena: converted in place, and
-    // hashed by the writer's worker straight from there.
+    // Half-float reads, decodes, permutations and encodings in the kernels' arena: converted in place,
+    // and hashed by the writer's worker straight from there.
     const buffers = new ChunkBuffers(bf16SimdKernels()?.buffer);
     const encoder = new ChunkEncoder(buffers);
     // A two-stage pipeline over all tensors' chunks: chunk k+1 is read and encoding (on the worker

@@ -62,6 +62,10 @@ const i32x4Shl = simd(0xab);
 const i32x4Add = simd(0xae);
 const i32x4GeS = simd(0x3f);
 const i32x4MaxS = simd(0xb8);
+const i32x4MinS = simd(0xb6);
+const i32x4Eq = simd(0x37);
+const i32x4Bitmask = simd(0xa4);
+const i8Shl = simd(0x6b);
 const i32x4Sub = simd(0xb1);
 const i32x4ShrS = simd(0xac);
 const fAbs = simd(0xe0);
@@ -174,6 +178,25 @@ function h2fBody(): number[] {
 }
 
 /**
+ * The f16 bits of the f32 in local `d` (GGML_FP32_TO_FP16: round to nearest even), using i32 local
+ * `a`: the integer rebias for f16 normals, nearest(|d| * 2^24) below them (subnormals, or 1024: the
+ * smallest normal), Inf from 65520 up; d's sign on top. Leaves an i32.
+ */
+function f16Of(d: number, a: number): number[] {
+  const select = [0x1b];
+  const [i32ShrU, i32Sub, i32GeU, i32LtU] = [[0x76], [0x6b], [0x4f], [0x49]];
+  return [
+    ...get(d), ...[0xbc], ...i32c(0x7fffffff), ...i32And, ...set(a), // |d|'s bits
+    ...get(a), ...i32c(0x38000000), ...i32Sub, ...i32c(0xfff), ...i32Add,
+    ...get(a), ...i32c(13), ...i32ShrU, ...i32c(1), ...i32And, ...i32Add, ...i32c(13), ...i32ShrU, // normal
+    ...get(d), ...[0x8b], ...f32c(2 ** 24), ...[0x94], ...[0x90], ...[0xfc, 0x00], // below: nearest(|d| * 2^24), saturating
+    ...get(a), ...i32c(0x38800000), ...i32GeU, ...select,
+    ...i32c(0x7c00), ...get(a), ...i32c(0x477ff000), ...i32LtU, ...select, // from 65520 up: Inf
+    ...get(d), ...[0xbc], ...i32c(16), ...i32ShrU, ...i32c(0x8000), ...i32And, ...i32Or, // sign
+  ];
+}
+
+/**
  * q8f(in, out, nBlocks) -> bad: Q8_0 from f32 (quantize_row_q8_0_ref): amax as an integer max of
  * |x|'s bits, d = amax / 127 and id = d ? 1 / d : 0 in f32, d stored as f16 (round to nearest even:
  * the integer rebias for f16 normals, nearest(d * 2^24) below, Inf above), codes as in q8. bad != 0
@@ -184,7 +207,6 @@ function q8fBody(): number[] {
   const [M, ID, BAD, T, PROD, S, X] = [8, 9, 10, 11, 12, 13, 14];
   const [D] = [15]; // f32
   const Q0 = 16; // 4 v128: the codes of vector pairs, as i16x8
-  const [i32ShrU, i32Sub, i32GeU, i32LtU] = [[0x76], [0x6b], [0x4f], [0x49]];
   const select = [0x1b];
   /** roundf(|x| * id) with x's sign, for the 4 floats at P + off, as i32x4 (0 where not finite). */
   const code = (off: number) => [
@@ -212,14 +234,7 @@ function q8fBody(): number[] {
       ...f32c(127), ...[0x95], ...set(D), // d = amax / 127
       // id = d ? 1 / d : 0
       ...f32c(1), ...get(D), ...[0x95], ...f32c(0), ...get(D), ...f32c(0), ...[0x5c], ...select, ...f32Splat, ...set(ID),
-      // d as f16 bits
-      ...get(D), ...[0xbc], ...set(A), // i32.reinterpret_f32
-      ...get(A), ...i32c(0x38000000), ...i32Sub, ...i32c(0xfff), ...i32Add,
-      ...get(A), ...i32c(13), ...i32ShrU, ...i32c(1), ...i32And, ...i32Add, ...i32c(13), ...i32ShrU, // normal
-      ...get(D), ...f32c(2 ** 24), ...[0x94], ...[0x90], ...[0xfc, 0x00], // subnormal: nearest(d * 2^24) (saturating: evaluated for every d)
-      ...get(A), ...i32c(0x38800000), ...i32GeU, ...select,
-      ...i32c(0x7c00), ...get(A), ...i32c(0x477ff000), ...i32LtU, ...select, // too big: Inf
-      ...set(H),
+      ...f16Of(D, A), ...set(H),
       ...get(Q), ...get(H), ...[0x3b, 0, 0], // i32.store16 (unaligned)
       ...[0, 1, 2, 3].flatMap((k) => [...code(32 * k), ...code(32 * k + 16), ...i16NarrowS, ...set(Q0 + k)]),
       ...get(Q), ...get(Q0), ...get(Q0 + 1), ...i8NarrowS, ...vstore(2),
@@ -229,6 +244,66 @@ function q8fBody(): number[] {
     ...get(BAD), ...vAnyTrue,
   ];
   return [...locals([[5, I32], [7, V128], [1, F32], [4, V128]]), ...body, 0x0b];
+}
+
+/**
+ * q40(in, out, nBlocks) -> bad: Q4_0 from f32 (quantize_row_q4_0_ref): max = the first x with the
+ * largest |x| (+0 for an all-zero block), d = max / -8, id = d ? 1 / d : 0, d stored as f16, codes
+ * MIN(15, (int8_t)(x * id + 8.5f)) (0 where that is not finite, as x86's conversion gives), packed
+ * x[j] | x[j + 16] << 4. bad != 0 if any input was Inf or NaN (the caller then takes the JS path).
+ */
+function q40Body(): number[] {
+  const [SRC, DST, NB, B, P, Q, A, MASK] = [0, 1, 2, 3, 4, 5, 6, 7];
+  const [M, ID, BAD, X] = [8, 9, 10, 11];
+  const [D, MAX] = [12, 13]; // f32
+  const LO = 14; // v128: codes of x[0..15] as i8x16
+  const select = [0x1b];
+  const i32Ctz = [0x68];
+  const i32Shl = [0x74];
+  /** MIN(15, (int8_t)(x * id + 8.5f)) for the 4 floats at P + off, as i32x4. */
+  const code = (off: number) => [
+    ...get(P), ...vload(off), ...get(ID), ...fMul, ...f32x4(8.5), ...fAdd, ...tee(X),
+    ...truncSat, ...get(X), ...fAbs, ...f32x4(128), ...fLt, ...vAnd,
+    ...i32c(15), ...i32Splat, ...i32x4MinS,
+  ];
+  /** 16 codes (x[off/4 ..] in order) as i8x16. */
+  const codes16 = (off: number) => [
+    ...code(off), ...code(off + 16), ...i16NarrowS, ...code(off + 32), ...code(off + 48), ...i16NarrowS, ...i8NarrowS,
+  ];
+  const body = [
+    ...loop([
+      ...get(B), ...i32c(128), ...i32Mul, ...get(SRC), ...i32Add, ...set(P),
+      ...get(B), ...i32c(18), ...i32Mul, ...get(DST), ...i32Add, ...set(Q),
+      // amax over |x| as integers, and the finite check
+      ...vZero, ...set(M),
+      ...[0, 16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
+        ...get(P), ...vload(off), ...i32c(0x7fffffff), ...i32Splat, ...vAnd, ...tee(X),
+        ...get(M), ...i32x4MaxS, ...set(M),
+        ...get(BAD), ...get(X), ...i32c(0x7f800000), ...i32Splat, ...i32x4GeS, ...vOr, ...set(BAD),
+      ]),
+      ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...i32x4MaxS, ...set(M),
+      ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...i32x4MaxS,
+      ...simd(0x1b, 0), ...tee(A), ...i32Splat, ...set(M),
+      // the first element reaching it: a 32-bit mask of |x| == amax, lowest set bit
+      ...i32c(0), ...set(MASK),
+      ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [
+        ...get(MASK),
+        ...get(P), ...vload(16 * k), ...i32c(0x7fffffff), ...i32Splat, ...vAnd, ...get(M), ...i32x4Eq, ...i32x4Bitmask,
+        ...i32c(4 * k), ...i32Shl, ...i32Or, ...set(MASK),
+      ]),
+      // max = x[first], or +0 when the block is all zeros (then no |x| exceeds the initial amax)
+      ...get(P), ...get(MASK), ...i32Ctz, ...i32c(2), ...i32Shl, ...i32Add, ...[0x2a, 0, 0], // f32.load (unaligned)
+      ...f32c(0), ...get(A), ...select, ...set(MAX),
+      ...get(MAX), ...f32c(-8), ...[0x95], ...set(D), // d = max / -8
+      ...f32c(1), ...get(D), ...[0x95], ...f32c(0), ...get(D), ...f32c(0), ...[0x5c], ...select, ...f32Splat, ...set(ID),
+      ...get(Q), ...f16Of(D, A), ...[0x3b, 0, 0], // d (i32.store16, unaligned)
+      ...codes16(0), ...set(LO),
+      ...get(Q), ...get(LO), ...codes16(64), ...i32c(4), ...i8Shl, ...vOr, ...vstore(2),
+      ...get(B), ...i32c(1), ...i32Add, ...tee(B), ...get(NB), ...i32LtS, ...brIf(0),
+    ]),
+    ...get(BAD), ...vAnyTrue,
+  ];
+  return [...locals([[5, I32], [4, V128], [2, F32], [1, V128]]), ...body, 0x0b];
 }
 
 /**
@@ -282,11 +357,11 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   // The memory is imported and shared, so its buffer is a SharedArrayBuffer: arena buffers can be
   // handed to a hashing worker without a copy.
   const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x03, ...uleb(PAGES), ...uleb(PAGES)]]));
-  const funcs = section(3, vec([[0], [0], [0], [0], [0]]));
-  const exports = section(7, vec([
-    [...str('f16'), 0x00, 0], [...str('q8'), 0x00, 1], [...str('f32'), 0x00, 2], [...str('h2f'), 0x00, 3], [...str('q8f'), 0x00, 4],
-  ]));
-  const code = section(10, vec([f16Body(), q8Body(), f32Body(), h2fBody(), q8fBody()].map((b) => [...uleb(b.length), ...b])));
+  const bodies = { f16: f16Body(), q8: q8Body(), f32: f32Body(), h2f: h2fBody(), q8f: q8fBody(), q40: q40Body() };
+  const names = Object.keys(bodies);
+  const funcs = section(3, vec(names.map(() => [0])));
+  const exports = section(7, vec(names.map((name, i) => [...str(name), 0x00, i])));
+  const code = section(10, vec(Object.values(bodies).map((b) => [...uleb(b.length), ...b])));
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
 }
 
@@ -301,6 +376,8 @@ export interface Bf16Kernels {
   f16ToF32(src: Uint16Array, dst: Float32Array): boolean;
   /** f32 → Q8_0 blocks (src.length a multiple of 32); false (output unspecified) if any input was Inf or NaN. */
   f32ToQ8_0(src: Float32Array, y: Uint8Array): boolean;
+  /** f32 → Q4_0 blocks, likewise. */
+  f32ToQ4_0(src: Float32Array, y: Uint8Array): boolean;
   /**
    * Arena buffer `slot` (< ARENA_SLOTS; the caller numbers its buffers), `bytes` long, or null if
    * that is more than ARENA_SLOT_BYTES. Inputs and outputs there are used in place, with no copy in
@@ -370,12 +447,14 @@ export function bf16Kernels(tables: () => Q8Tables): Bf16Kernels | null {
     const f32 = ex.f32 as Kernel;
     const h2f = ex.h2f as Kernel;
     const q8f = ex.q8f as Kernel;
+    const q40 = ex.q40 as Kernel;
     KERNELS = {
       toF16: (src, dst) => vectors(f16, src, dst, 2),
       toQ8_0: (src, y) => run(q8, src, y, src.length >>> 5, 64, 34) === 0,
       toF32: (src, dst) => vectors(f32, src, dst, 4),
       f16ToF32: (src, dst) => vectors(h2f, src, dst, 4),
       f32ToQ8_0: (src, y) => run(q8f, src, y, src.length >>> 5, 128, 34) === 0,
+      f32ToQ4_0: (src, y) => run(q40, src, y, src.length >>> 5, 128, 18) === 0,
       buffer(slot, bytes) {
         if (slot < 0 || slot >= ARENA_SLOTS || bytes > ARENA_SLOT_BYTES) return null;
         return new Uint8Array(buf, ARENA + slot * ARENA_SLOT_BYTES, bytes);

@@ -33,7 +33,14 @@ export function quantizeQ8_0Js(x: Float32Array, xo: number, nb: number, y: Uint8
   }
 }
 
+/** Q4_0: the WebAssembly SIMD kernel where available and every input is finite, else the JS below. */
 export function quantizeQ4_0(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
+  const k = bf16SimdKernels();
+  if (k && k.f32ToQ4_0(x.subarray(xo, xo + nb * 32), y.subarray(yo, yo + nb * 18))) return;
+  quantizeQ4_0Js(x, xo, nb, y, yo);
+}
+
+export function quantizeQ4_0Js(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
   for (let i = 0; i < nb; i++, xo += 32, yo += 18) {
     let amax = 0;
     let max = 0;
