@@ -13,7 +13,13 @@
  * wrote is then unspecified.
  * The module is assembled here byte by byte, like kwasm.ts.
  */
-import { F32, I32, section, sleb, str, uleb, V128, vec } from '../util/wasm-asm.js';
+import { F32, I32, section, str, uleb, V128, vec } from '../util/wasm-asm.js';
+import {
+  bNarrowS, brIf, bShl, f32c, fAbs, fAdd, fFromI32, fGe, fLt, fMul, fNearest, fSplat, fSub, fTrunc, get, hAllTrue,
+  hGeU, hMaxU, hNarrowS, hShl, hShrS, hSplat, hSub, i32Add, i32And, i32c, i32LtS, i32Mul, i32Or, i32Shl, iAdd,
+  iBitmask, iEq, iExtHighU, iExtLowU, ifElse, iGeS, iMaxS, iMinS, iShl, iShrS, iSplat, iSub, iTruncSat, loop, set,
+  simd, tee, vAnd, vAnyTrue, vBitselect, vload, vOr, vstore, vXor, vZero,
+} from '../util/wasm-ops.js';
 
 // Memory map (byte offsets). Tables: Q8_0's f16 d and f32 id per 15-bit amax.
 const D_TAB = 0; // u16[32768]
@@ -28,66 +34,14 @@ export const ARENA_SLOTS = 7;
 export const ARENA_SLOT_BYTES = 16 << 20;
 const PAGES = (ARENA + ARENA_SLOTS * ARENA_SLOT_BYTES) / 0x10000;
 
-const get = (i: number) => [0x20, ...uleb(i)];
-const set = (i: number) => [0x21, ...uleb(i)];
-const tee = (i: number) => [0x22, ...uleb(i)];
-const i32c = (v: number) => [0x41, ...sleb(v)];
-const f32c = (v: number) => [0x43, ...new Uint8Array(new Float32Array([v]).buffer)];
-const simd = (code: number, ...imm: number[]) => [0xfd, ...uleb(code), ...imm];
-const vload = (off: number) => simd(0x00, 0, ...uleb(off));
-const vstore = (off: number) => simd(0x0b, 0, ...uleb(off));
-const loop = (body: number[]) => [0x03, 0x40, ...body, 0x0b];
-const brIf = (d: number) => [0x0d, ...uleb(d)];
-/** if (i32 on the stack) then `a` else `b`, each leaving one v128. */
-const ifElse = (a: number[], b: number[]) => [0x04, V128, ...a, 0x05, ...b, 0x0b];
-const [i32Add, i32Mul, i32LtS, i32Or, i32And, i32Shl] = [[0x6a], [0x6c], [0x48], [0x72], [0x71], [0x74]];
-const i16Splat = simd(0x10);
-const f32Splat = simd(0x13);
-const vAnd = simd(0x4e);
-const vOr = simd(0x50);
-const vXor = simd(0x51);
-const vBitselect = simd(0x52);
-const vAnyTrue = simd(0x53);
-const vAllTrue = simd(0x83); // i16x8.all_true
-const i16GeU = simd(0x36);
-const i16Shl = simd(0x8b);
-const i16ShrS = simd(0x8c);
-const i16Sub = simd(0x91);
-const i16MaxU = simd(0x99);
-const i16NarrowS = simd(0x85);
-const i8NarrowS = simd(0x65);
-const i32ExtLowU = simd(0xa9);
-const i32ExtHighU = simd(0xaa);
-const i32x4Shl = simd(0xab);
-const i32x4Add = simd(0xae);
-const i32x4GeS = simd(0x3f);
-const i32x4MaxS = simd(0xb8);
-const i32x4MinS = simd(0xb6);
-const i32x4Eq = simd(0x37);
-const i32x4Bitmask = simd(0xa4);
-const i8Shl = simd(0x6b);
-const i32x4Sub = simd(0xb1);
-const i32x4ShrS = simd(0xac);
-const fAbs = simd(0xe0);
-const vZero = simd(0x0c, ...new Array(16).fill(0));
-const i32Splat = simd(0x11);
-const fFromI32 = simd(0xfa);
-const fTrunc = simd(0x69);
-const fNearest = simd(0x6a);
-const fLt = simd(0x43);
-const fGe = simd(0x46);
-const fAdd = simd(0xe4);
-const fSub = simd(0xe5);
-const fMul = simd(0xe6);
-const truncSat = simd(0xf8);
-const i16x8 = (v: number) => [...i32c(v), ...i16Splat];
-const f32x4 = (v: number) => [...f32c(v), ...f32Splat];
+const i16x8 = (v: number) => [...i32c(v), ...hSplat];
+const f32x4 = (v: number) => [...f32c(v), ...fSplat];
 /** Byte shuffle of a vector with itself: lane i takes byte perm[i]. */
 const shuffleSelf = (x: number, perm: number[]) => [...get(x), ...get(x), ...simd(0x0d, ...perm)];
 const locals = (decl: [number, number][]) => vec(decl.map(([n, t]) => [...uleb(n), t]));
 
 /** The f32 bits of each u16 lane of `mag` (low or high half): mag << 16 as i32x4. */
-const widen = (mag: number, high: boolean) => [...get(mag), ...(high ? i32ExtHighU : i32ExtLowU), ...i32c(16), ...i32x4Shl];
+const widen = (mag: number, high: boolean) => [...get(mag), ...(high ? iExtHighU : iExtLowU), ...i32c(16), ...iShl];
 
 /**
  * f16(in, out, nVec) -> bad: converts nVec vectors of 8 bf16 values at `in` to f16 bits at `out`;
@@ -96,21 +50,21 @@ const widen = (mag: number, high: boolean) => [...get(mag), ...(high ? i32ExtHig
 function f16Body(): number[] {
   const [SRC, DST, NV, P, END] = [0, 1, 2, 3, 4];
   const [V, MAG, R, BAD, NORM] = [5, 6, 7, 8, 9];
-  const small = (high: boolean) => [...widen(MAG, high), ...f32x4(2 ** 24), ...fMul, ...fNearest, ...truncSat];
+  const small = (high: boolean) => [...widen(MAG, high), ...f32x4(2 ** 24), ...fMul, ...fNearest, ...iTruncSat];
   const body = [
     ...get(NV), ...i32c(16), ...i32Mul, ...set(END),
     ...loop([
       ...get(SRC), ...get(P), ...i32Add, ...vload(0), ...tee(V), ...i16x8(0x7fff), ...vAnd, ...set(MAG),
-      ...get(BAD), ...get(MAG), ...i16x8(0x7f80), ...i16GeU, ...vOr, ...set(BAD),
+      ...get(BAD), ...get(MAG), ...i16x8(0x7f80), ...hGeU, ...vOr, ...set(BAD),
       // f16 normals: rebias the exponent; from 2^16 up: Inf
       ...i16x8(0x7c00),
-      ...get(MAG), ...i16x8(0x3800), ...i16Sub, ...i32c(3), ...i16Shl,
-      ...get(MAG), ...i16x8(0x4780), ...i16GeU, ...vBitselect, ...set(R),
+      ...get(MAG), ...i16x8(0x3800), ...hSub, ...i32c(3), ...hShl,
+      ...get(MAG), ...i16x8(0x4780), ...hGeU, ...vBitselect, ...set(R),
       // below 2^-14 (rare in weights, so only when some lane needs it): the subnormal code (or 0,
       // or 1024 = the smallest normal's encoding)
-      ...get(MAG), ...i16x8(0x3880), ...i16GeU, ...tee(NORM), ...vAllTrue,
-      ...ifElse([...get(R)], [
-        ...get(R), ...small(false), ...small(true), ...i16NarrowS, ...get(NORM), ...vBitselect,
+      ...get(MAG), ...i16x8(0x3880), ...hGeU, ...tee(NORM), ...hAllTrue,
+      ...ifElse(V128, [...get(R)], [
+        ...get(R), ...small(false), ...small(true), ...hNarrowS, ...get(NORM), ...vBitselect,
       ]),
       ...set(R),
       ...get(DST), ...get(P), ...i32Add, ...get(R),
@@ -134,7 +88,7 @@ function f32Body(): number[] {
     ...get(NV), ...i32c(16), ...i32Mul, ...set(END),
     ...loop([
       ...get(SRC), ...get(P), ...i32Add, ...vload(0), ...set(V),
-      ...get(BAD), ...get(V), ...i16x8(0x7fff), ...vAnd, ...i16x8(0x7f80), ...i16GeU, ...vOr, ...set(BAD),
+      ...get(BAD), ...get(V), ...i16x8(0x7fff), ...vAnd, ...i16x8(0x7f80), ...hGeU, ...vOr, ...set(BAD),
       ...get(DST), ...get(P), ...get(P), ...i32Add, ...i32Add, ...tee(Q),
       ...widen(V, false), ...vstore(0),
       ...get(Q), ...widen(V, true), ...vstore(16),
@@ -155,18 +109,18 @@ function h2fBody(): number[] {
   const [V, MAG, BAD] = [6, 7, 8];
   /** One half of the lanes as f32 bits: (mag << 13) + (112 << 23) for normals, else mag * 2^-24. */
   const half = (high: boolean) => [
-    ...get(MAG), ...(high ? i32ExtHighU : i32ExtLowU), ...set(W),
-    ...get(W), ...i32c(13), ...i32x4Shl, ...i32c(112 << 23), ...i32Splat, ...i32x4Add,
+    ...get(MAG), ...(high ? iExtHighU : iExtLowU), ...set(W),
+    ...get(W), ...i32c(13), ...iShl, ...i32c(112 << 23), ...iSplat, ...iAdd,
     ...get(W), ...fFromI32, ...f32x4(2 ** -24), ...fMul,
-    ...get(W), ...i32c(0x400), ...i32Splat, ...i32x4GeS, ...vBitselect,
-    ...get(V), ...(high ? i32ExtHighU : i32ExtLowU), ...i32c(0x8000), ...i32Splat, ...vAnd, ...i32c(16), ...i32x4Shl, ...vOr,
+    ...get(W), ...i32c(0x400), ...iSplat, ...iGeS, ...vBitselect,
+    ...get(V), ...(high ? iExtHighU : iExtLowU), ...i32c(0x8000), ...iSplat, ...vAnd, ...i32c(16), ...iShl, ...vOr,
   ];
   const W = 9;
   const body = [
     ...get(NV), ...i32c(16), ...i32Mul, ...set(END),
     ...loop([
       ...get(SRC), ...get(P), ...i32Add, ...vload(0), ...tee(V), ...i16x8(0x7fff), ...vAnd, ...set(MAG),
-      ...get(BAD), ...get(MAG), ...i16x8(0x7c00), ...i16GeU, ...vOr, ...set(BAD),
+      ...get(BAD), ...get(MAG), ...i16x8(0x7c00), ...hGeU, ...vOr, ...set(BAD),
       ...get(DST), ...get(P), ...get(P), ...i32Add, ...i32Add, ...tee(Q),
       ...half(false), ...vstore(0),
       ...get(Q), ...half(true), ...vstore(16),
@@ -175,6 +129,25 @@ function h2fBody(): number[] {
     ...get(BAD), ...vAnyTrue,
   ];
   return [...locals([[3, I32], [4, V128]]), ...body, 0x0b];
+}
+
+/**
+ * The bits of max |x| over the 32 floats at local `p` (finite non-negative floats order like their
+ * bits, so an integer max is exact), left as an i32; `bad` (v128) collects lanes holding Inf or NaN.
+ * Uses v128 locals `x` and `m`.
+ */
+function absMaxBits(p: number, x: number, m: number, bad: number): number[] {
+  return [
+    ...vZero, ...set(m),
+    ...[0, 16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
+      ...get(p), ...vload(off), ...i32c(0x7fffffff), ...iSplat, ...vAnd, ...tee(x),
+      ...get(m), ...iMaxS, ...set(m),
+      ...get(bad), ...get(x), ...i32c(0x7f800000), ...iSplat, ...iGeS, ...vOr, ...set(bad),
+    ]),
+    ...shuffleSelf(m, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(m), ...iMaxS, ...set(m),
+    ...shuffleSelf(m, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(m), ...iMaxS,
+    ...simd(0x1b, 0), // i32x4.extract_lane 0
+  ];
 }
 
 /**
@@ -213,32 +186,23 @@ function q8fBody(): number[] {
     ...get(P), ...vload(off), ...tee(X), ...fAbs, ...get(ID), ...fMul, ...tee(PROD), ...fTrunc, ...tee(T),
     ...f32x4(1), ...get(PROD), ...get(T), ...fSub, ...f32x4(0.5), ...fGe, ...vAnd, ...fAdd,
     ...get(PROD), ...f32x4(128), ...fLt, ...vAnd,
-    ...truncSat,
-    ...get(X), ...i32c(31), ...i32x4ShrS, ...tee(S), ...vXor, ...get(S), ...i32x4Sub,
+    ...iTruncSat,
+    ...get(X), ...i32c(31), ...iShrS, ...tee(S), ...vXor, ...get(S), ...iSub,
   ];
   const body = [
     ...loop([
       ...get(B), ...i32c(128), ...i32Mul, ...get(SRC), ...i32Add, ...set(P),
       ...get(B), ...i32c(34), ...i32Mul, ...get(DST), ...i32Add, ...set(Q),
-      // amax over |x| as integers (finite non-negative floats order like their bits); the finite check
-      ...vZero, ...set(M),
-      ...[0, 16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
-        ...get(P), ...vload(off), ...i32c(0x7fffffff), ...i32Splat, ...vAnd, ...tee(X),
-        ...get(M), ...i32x4MaxS, ...set(M),
-        ...get(BAD), ...get(X), ...i32c(0x7f800000), ...i32Splat, ...i32x4GeS, ...vOr, ...set(BAD),
-      ]),
-      ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...i32x4MaxS, ...set(M),
-      ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...i32x4MaxS,
-      ...simd(0x1b, 0), // i32x4.extract_lane 0: amax's bits
+      ...absMaxBits(P, X, M, BAD),
       ...[0xbe], // f32.reinterpret_i32
       ...f32c(127), ...[0x95], ...set(D), // d = amax / 127
       // id = d ? 1 / d : 0
-      ...f32c(1), ...get(D), ...[0x95], ...f32c(0), ...get(D), ...f32c(0), ...[0x5c], ...select, ...f32Splat, ...set(ID),
+      ...f32c(1), ...get(D), ...[0x95], ...f32c(0), ...get(D), ...f32c(0), ...[0x5c], ...select, ...fSplat, ...set(ID),
       ...f16Of(D, A), ...set(H),
       ...get(Q), ...get(H), ...[0x3b, 0, 0], // i32.store16 (unaligned)
-      ...[0, 1, 2, 3].flatMap((k) => [...code(32 * k), ...code(32 * k + 16), ...i16NarrowS, ...set(Q0 + k)]),
-      ...get(Q), ...get(Q0), ...get(Q0 + 1), ...i8NarrowS, ...vstore(2),
-      ...get(Q), ...get(Q0 + 2), ...get(Q0 + 3), ...i8NarrowS, ...vstore(18),
+      ...[0, 1, 2, 3].flatMap((k) => [...code(32 * k), ...code(32 * k + 16), ...hNarrowS, ...set(Q0 + k)]),
+      ...get(Q), ...get(Q0), ...get(Q0 + 1), ...bNarrowS, ...vstore(2),
+      ...get(Q), ...get(Q0 + 2), ...get(Q0 + 3), ...bNarrowS, ...vstore(18),
       ...get(B), ...i32c(1), ...i32Add, ...tee(B), ...get(NB), ...i32LtS, ...brIf(0),
     ]),
     ...get(BAD), ...vAnyTrue,
@@ -259,46 +223,36 @@ function q40Body(): number[] {
   const LO = 14; // v128: codes of x[0..15] as i8x16
   const select = [0x1b];
   const i32Ctz = [0x68];
-  const i32Shl = [0x74];
   /** MIN(15, (int8_t)(x * id + 8.5f)) for the 4 floats at P + off, as i32x4. */
   const code = (off: number) => [
     ...get(P), ...vload(off), ...get(ID), ...fMul, ...f32x4(8.5), ...fAdd, ...tee(X),
-    ...truncSat, ...get(X), ...fAbs, ...f32x4(128), ...fLt, ...vAnd,
-    ...i32c(15), ...i32Splat, ...i32x4MinS,
+    ...iTruncSat, ...get(X), ...fAbs, ...f32x4(128), ...fLt, ...vAnd,
+    ...i32c(15), ...iSplat, ...iMinS,
   ];
   /** 16 codes (x[off/4 ..] in order) as i8x16. */
   const codes16 = (off: number) => [
-    ...code(off), ...code(off + 16), ...i16NarrowS, ...code(off + 32), ...code(off + 48), ...i16NarrowS, ...i8NarrowS,
+    ...code(off), ...code(off + 16), ...hNarrowS, ...code(off + 32), ...code(off + 48), ...hNarrowS, ...bNarrowS,
   ];
   const body = [
     ...loop([
       ...get(B), ...i32c(128), ...i32Mul, ...get(SRC), ...i32Add, ...set(P),
       ...get(B), ...i32c(18), ...i32Mul, ...get(DST), ...i32Add, ...set(Q),
-      // amax over |x| as integers, and the finite check
-      ...vZero, ...set(M),
-      ...[0, 16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
-        ...get(P), ...vload(off), ...i32c(0x7fffffff), ...i32Splat, ...vAnd, ...tee(X),
-        ...get(M), ...i32x4MaxS, ...set(M),
-        ...get(BAD), ...get(X), ...i32c(0x7f800000), ...i32Splat, ...i32x4GeS, ...vOr, ...set(BAD),
-      ]),
-      ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...i32x4MaxS, ...set(M),
-      ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...i32x4MaxS,
-      ...simd(0x1b, 0), ...tee(A), ...i32Splat, ...set(M),
+      ...absMaxBits(P, X, M, BAD), ...tee(A), ...iSplat, ...set(M),
       // the first element reaching it: a 32-bit mask of |x| == amax, lowest set bit
       ...i32c(0), ...set(MASK),
       ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [
         ...get(MASK),
-        ...get(P), ...vload(16 * k), ...i32c(0x7fffffff), ...i32Splat, ...vAnd, ...get(M), ...i32x4Eq, ...i32x4Bitmask,
+        ...get(P), ...vload(16 * k), ...i32c(0x7fffffff), ...iSplat, ...vAnd, ...get(M), ...iEq, ...iBitmask,
         ...i32c(4 * k), ...i32Shl, ...i32Or, ...set(MASK),
       ]),
       // max = x[first], or +0 when the block is all zeros (then no |x| exceeds the initial amax)
       ...get(P), ...get(MASK), ...i32Ctz, ...i32c(2), ...i32Shl, ...i32Add, ...[0x2a, 0, 0], // f32.load (unaligned)
       ...f32c(0), ...get(A), ...select, ...set(MAX),
       ...get(MAX), ...f32c(-8), ...[0x95], ...set(D), // d = max / -8
-      ...f32c(1), ...get(D), ...[0x95], ...f32c(0), ...get(D), ...f32c(0), ...[0x5c], ...select, ...f32Splat, ...set(ID),
+      ...f32c(1), ...get(D), ...[0x95], ...f32c(0), ...get(D), ...f32c(0), ...[0x5c], ...select, ...fSplat, ...set(ID),
       ...get(Q), ...f16Of(D, A), ...[0x3b, 0, 0], // d (i32.store16, unaligned)
       ...codes16(0), ...set(LO),
-      ...get(Q), ...get(LO), ...codes16(64), ...i32c(4), ...i8Shl, ...vOr, ...vstore(2),
+      ...get(Q), ...get(LO), ...codes16(64), ...i32c(4), ...bShl, ...vOr, ...vstore(2),
       ...get(B), ...i32c(1), ...i32Add, ...tee(B), ...get(NB), ...i32LtS, ...brIf(0),
     ]),
     ...get(BAD), ...vAnyTrue,
@@ -318,12 +272,12 @@ function q8Body(): number[] {
     ...widen(mag, high), ...get(ID), ...fMul, ...tee(prod), ...fTrunc, ...tee(t),
     ...f32x4(1), ...get(prod), ...get(t), ...fSub, ...f32x4(0.5), ...fGe, ...vAnd, ...fAdd,
     ...get(prod), ...f32x4(128), ...fLt, ...vAnd,
-    ...truncSat,
+    ...iTruncSat,
   ];
   const perVector = (k: number) => [
     // codes of 8 values with the sign of x applied: (q ^ s) - s, s = x >> 15 (0 or -1)
-    ...code(M0 + k, false, T, PROD), ...code(M0 + k, true, T, PROD), ...i16NarrowS,
-    ...get(V0 + k), ...i32c(15), ...i16ShrS, ...tee(S), ...vXor, ...get(S), ...i16Sub, ...set(Q0 + k),
+    ...code(M0 + k, false, T, PROD), ...code(M0 + k, true, T, PROD), ...hNarrowS,
+    ...get(V0 + k), ...i32c(15), ...hShrS, ...tee(S), ...vXor, ...get(S), ...hSub, ...set(Q0 + k),
   ];
   const body = [
     ...loop([
@@ -332,18 +286,18 @@ function q8Body(): number[] {
       ...[0, 1, 2, 3].flatMap((k) => [
         ...get(P), ...vload(16 * k), ...tee(V0 + k), ...i16x8(0x7fff), ...vAnd, ...set(M0 + k),
       ]),
-      ...get(M0), ...get(M0 + 1), ...i16MaxU, ...get(M0 + 2), ...get(M0 + 3), ...i16MaxU, ...i16MaxU, ...set(M),
-      ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...i16MaxU, ...set(M),
-      ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...i16MaxU, ...set(M),
-      ...shuffleSelf(M, [2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1]), ...get(M), ...i16MaxU,
+      ...get(M0), ...get(M0 + 1), ...hMaxU, ...get(M0 + 2), ...get(M0 + 3), ...hMaxU, ...hMaxU, ...set(M),
+      ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...hMaxU, ...set(M),
+      ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...hMaxU, ...set(M),
+      ...shuffleSelf(M, [2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1]), ...get(M), ...hMaxU,
       ...simd(0x19, 0), ...set(AMAX), // i16x8.extract_lane_u 0
       // an Inf or NaN makes amax >= 0x7f80: 0x80 more carries into bit 15
       ...get(BAD), ...get(AMAX), ...i32c(0x80), ...i32Add, ...i32c(0x8000), ...i32And, ...i32Or, ...set(BAD),
       ...get(Q), ...get(AMAX), ...i32c(1), ...i32Shl, ...[0x2f, 1, ...uleb(D_TAB)], ...[0x3b, 1, 0], // d
-      ...get(AMAX), ...i32c(2), ...i32Shl, ...[0x2a, 2, ...uleb(ID_TAB)], ...f32Splat, ...set(ID),
+      ...get(AMAX), ...i32c(2), ...i32Shl, ...[0x2a, 2, ...uleb(ID_TAB)], ...fSplat, ...set(ID),
       ...[0, 1, 2, 3].flatMap(perVector),
-      ...get(Q), ...get(Q0), ...get(Q0 + 1), ...i8NarrowS, ...vstore(2),
-      ...get(Q), ...get(Q0 + 2), ...get(Q0 + 3), ...i8NarrowS, ...vstore(18),
+      ...get(Q), ...get(Q0), ...get(Q0 + 1), ...bNarrowS, ...vstore(2),
+      ...get(Q), ...get(Q0 + 2), ...get(Q0 + 3), ...bNarrowS, ...vstore(18),
       ...get(B), ...i32c(1), ...i32Add, ...tee(B), ...get(NB), ...i32LtS, ...brIf(0),
     ]),
     ...get(BAD),

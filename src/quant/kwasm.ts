@@ -14,7 +14,11 @@
  * 4g+k at float index 4g+k of OS/OM. requant writes final codes (int32, natural order) to RES.
  */
 
-import { F32, I32, section, sleb, str, uleb, V128, vec } from '../util/wasm-asm.js';
+import { F32, I32, section, str, uleb, V128, vec } from '../util/wasm-asm.js';
+import {
+  brIf, f32Add, f32c, f32FromI32, f32Mul, fAbs, fAdd, fDiv, fEq, fFromI32, fGt, fLt, fMul, fNeg, fSplat, fSub, get, i32Add, i32c, i32LeS,
+  i32LtS, i32Mul, ifThen, iMaxS, iMinS, iSplat, iSub, loop, set, simd, vAnd, vAnyTrue, vBitselect, vload, vstore, vZero,
+} from '../util/wasm-ops.js';
 
 // byte offsets of the regions
 export const K_XT = 0;
@@ -34,43 +38,6 @@ export const K_WASM_SAFE_ABS = 1e15;
 /** At most 16 groups of n <= 16, or 8 of n = 32: 256 elements per call. */
 export const K_MAX_ELEMENTS = 256;
 
-const get = (i: number) => [0x20, ...uleb(i)];
-const set = (i: number) => [0x21, ...uleb(i)];
-const i32c = (v: number) => [0x41, ...sleb(v)];
-const f32c = (v: number) => [0x43, ...new Uint8Array(new Float32Array([v]).buffer)];
-const simd = (code: number, ...imm: number[]) => [0xfd, ...uleb(code), ...imm];
-const vload = (off = 0) => simd(0x00, 4, ...uleb(off));
-const vstore = (off = 0) => simd(0x0b, 4, ...uleb(off));
-const i32Add = [0x6a];
-const i32Mul = [0x6c];
-const i32LtS = [0x48];
-const i32LeS = [0x4c];
-const f32Add = [0x92];
-const f32Mul = [0x94];
-const f32FromI32 = [0xb2];
-const f32Splat = simd(0x13);
-const i32Splat = simd(0x11);
-const fLt = simd(0x43);
-const fGt = simd(0x44);
-const fEq = simd(0x41);
-const vAnd = simd(0x4e);
-const vBitselect = simd(0x52);
-const vAnyTrue = simd(0x53);
-const iAnd = vAnd;
-const iSub = simd(0xb1);
-const iMinS = simd(0xb6);
-const iMaxS = simd(0xb8);
-const fAbs = simd(0xe0);
-const fNeg = simd(0xe1);
-const fAdd = simd(0xe4);
-const fSub = simd(0xe5);
-const fMul = simd(0xe6);
-const fDiv = simd(0xe7);
-const fFromI32 = simd(0xfa);
-const vZero = simd(0x0c, ...new Array(16).fill(0));
-const loop = (body: number[]) => [0x03, 0x40, ...body, 0x0b];
-const ifThen = (body: number[]) => [0x04, 0x40, ...body, 0x0b];
-const brIf = (d: number) => [0x0d, ...uleb(d)];
 
 /**
  * qkx2(nGroups4, n, nmax, rmin, rdelta, nstep): make_qkx2_quants for 4*nGroups4 groups of n elements
@@ -97,7 +64,7 @@ function qkx2Body(mad: boolean, n: number): number[] {
   /** float(clamp(nearest_int(iscale * (x - min)), 0, nmax)) from XI. */
   const codeF = [
     ...get(ISC), ...get(XI), ...get(MIN), ...fSub, ...fMul,
-    ...get(C12), ...fAdd, ...get(CLOW), ...iAnd, ...get(CHALF), ...iSub,
+    ...get(C12), ...fAdd, ...get(CLOW), ...vAnd, ...get(CHALF), ...iSub,
     ...get(NMAXV), ...iMinS, ...vZero, ...iMaxS, ...fFromI32,
   ];
   const err = (diff: number[]) => (mad ? [...diff, ...fAbs] : [...diff, ...set(TMP), ...get(TMP), ...get(TMP), ...fMul]);
@@ -113,10 +80,10 @@ function qkx2Body(mad: boolean, n: number): number[] {
   ];
 
   const body = [
-    ...get(NMAX), ...i32Splat, ...set(NMAXV),
-    ...f32c(12582912), ...f32Splat, ...set(C12),
-    ...i32c(0x7fffff), ...i32Splat, ...set(CLOW),
-    ...i32c(0x400000), ...i32Splat, ...set(CHALF),
+    ...get(NMAX), ...iSplat, ...set(NMAXV),
+    ...f32c(12582912), ...fSplat, ...set(C12),
+    ...i32c(0x7fffff), ...iSplat, ...set(CLOW),
+    ...i32c(0x400000), ...iSplat, ...set(CHALF),
     ...i32c(0), ...set(G),
     ...loop([
       ...get(G), ...i32c(16 * n), ...i32Mul, ...set(XB),
@@ -135,8 +102,8 @@ function qkx2Body(mad: boolean, n: number): number[] {
       ...get(MAX), ...get(MIN), ...fEq, ...set(DEGEN),
       ...get(MIN), ...set(MIN0),
       // iscale = nmax/(max - min); scale = 1/iscale; first codes and their error
-      ...get(NMAX), ...f32FromI32, ...f32Splat, ...get(MAX), ...get(MIN), ...fSub, ...fDiv, ...set(ISC),
-      ...f32c(1), ...f32Splat, ...get(ISC), ...fDiv, ...set(SC),
+      ...get(NMAX), ...f32FromI32, ...fSplat, ...get(MAX), ...get(MIN), ...fSub, ...fDiv, ...set(ISC),
+      ...f32c(1), ...fSplat, ...get(ISC), ...fDiv, ...set(SC),
       ...vZero, ...set(BEST),
       ...each((i) => [
         ...ldX(i), ...set(XI),
@@ -150,7 +117,7 @@ function qkx2Body(mad: boolean, n: number): number[] {
         // iscale = (rmin + rdelta*is + nmax)/(max - min)
         ...get(RMIN), ...get(RDELTA), ...get(IS), ...f32FromI32, ...f32Mul, ...f32Add,
         ...get(NMAX), ...f32FromI32, ...f32Add, ...set(A),
-        ...get(A), ...f32Splat, ...get(MAX), ...get(MIN), ...fSub, ...fDiv, ...set(ISC),
+        ...get(A), ...fSplat, ...get(MAX), ...get(MIN), ...fSub, ...fDiv, ...set(ISC),
         ...vZero, ...set(SL), ...vZero, ...set(SL2), ...vZero, ...set(SXL),
         ...each((i) => [
           ...ldX(i), ...set(XI),
@@ -223,11 +190,11 @@ function qxBody(): number[] {
   /** nearest_int(iscale * x) clamped to [-nmax, nmax-1], as i32x4. */
   const code = [
     ...get(ISC), ...get(XI), ...fMul,
-    ...f32c(12582912), ...f32Splat, ...fAdd,
-    ...i32c(0x7fffff), ...i32Splat, ...iAnd,
-    ...i32c(0x400000), ...i32Splat, ...iSub,
-    ...get(NMAXV), ...i32c(1), ...i32Splat, ...iSub, ...iMinS,
-    ...i32c(0), ...get(NMAX), ...[0x6b], ...i32Splat, ...iMaxS,
+    ...f32c(12582912), ...fSplat, ...fAdd,
+    ...i32c(0x7fffff), ...iSplat, ...vAnd,
+    ...i32c(0x400000), ...iSplat, ...iSub,
+    ...get(NMAXV), ...i32c(1), ...iSplat, ...iSub, ...iMinS,
+    ...i32c(0), ...get(NMAX), ...[0x6b], ...iSplat, ...iMaxS,
   ];
   const forElems = (body: number[]) => [
     ...get(XB), ...set(P),
@@ -246,7 +213,7 @@ function qxBody(): number[] {
     ...get(SL2), ...get(W), ...get(LF), ...fMul, ...get(LF), ...fMul, ...fAdd, ...set(SL2),
   ];
   const body = [
-    ...get(NMAX), ...i32Splat, ...set(NMAXV),
+    ...get(NMAX), ...iSplat, ...set(NMAXV),
     ...i32c(0), ...set(G),
     ...loop([
       ...get(G), ...get(N), ...i32Mul, ...i32c(16), ...i32Mul, ...set(XB),
@@ -259,9 +226,9 @@ function qxBody(): number[] {
         ...get(AX), ...get(AMAX), ...get(MASK), ...vBitselect, ...set(AMAX),
         ...get(XI), ...get(MAXV), ...get(MASK), ...vBitselect, ...set(MAXV),
       ]),
-      ...get(AMAX), ...f32c(Math.fround(1e-15)), ...f32Splat, ...fLt, ...set(SMALL),
+      ...get(AMAX), ...f32c(Math.fround(1e-15)), ...fSplat, ...fLt, ...set(SMALL),
       // iscale = -nmax/max; first codes and sums
-      ...i32c(0), ...get(NMAX), ...[0x6b], ...f32FromI32, ...f32Splat, ...get(MAXV), ...fDiv, ...set(ISC),
+      ...i32c(0), ...get(NMAX), ...[0x6b], ...f32FromI32, ...fSplat, ...get(MAXV), ...fDiv, ...set(ISC),
       ...vZero, ...set(SLX), ...vZero, ...set(SL2),
       ...forElems([
         ...code, ...set(L),
@@ -279,7 +246,7 @@ function qxBody(): number[] {
           // iscale = -(nmax + 0.1f*is)/max
           ...get(NMAX), ...f32FromI32, ...f32c(Math.fround(0.1)), ...get(IS), ...f32FromI32, ...f32Mul, ...f32Add,
           ...[0x8c], ...set(A),
-          ...get(A), ...f32Splat, ...get(MAXV), ...fDiv, ...set(ISC),
+          ...get(A), ...fSplat, ...get(MAXV), ...fDiv, ...set(ISC),
           ...vZero, ...set(SLX), ...vZero, ...set(SL2),
           ...forElems([
             ...laAddr, ...code, ...set(L), ...get(L), ...vstore(0),
@@ -332,11 +299,11 @@ function q3Body(): number[] {
     Array.from({ length: 19 }, () => k++);
   /** nearest_int(top of stack) clamped to [-nmax, nmax-1], as i32x4. */
   const nearestClamp = [
-    ...f32c(12582912), ...f32Splat, ...fAdd,
-    ...i32c(0x7fffff), ...i32Splat, ...iAnd,
-    ...i32c(0x400000), ...i32Splat, ...iSub,
-    ...get(NMAXV), ...i32c(1), ...i32Splat, ...iSub, ...iMinS,
-    ...i32c(0), ...get(NMAX), ...[0x6b], ...i32Splat, ...iMaxS,
+    ...f32c(12582912), ...fSplat, ...fAdd,
+    ...i32c(0x7fffff), ...iSplat, ...vAnd,
+    ...i32c(0x400000), ...iSplat, ...iSub,
+    ...get(NMAXV), ...i32c(1), ...iSplat, ...iSub, ...iMinS,
+    ...i32c(0), ...get(NMAX), ...[0x6b], ...iSplat, ...iMaxS,
   ];
   const forElems = (body: number[]) => [
     ...get(XB), ...set(P),
@@ -348,7 +315,7 @@ function q3Body(): number[] {
     ]),
   ];
   const body = [
-    ...get(NMAX), ...i32Splat, ...set(NMAXV),
+    ...get(NMAX), ...iSplat, ...set(NMAXV),
     ...i32c(0), ...set(G),
     ...loop([
       ...get(G), ...get(N), ...i32Mul, ...i32c(16), ...i32Mul, ...set(XB),
@@ -360,8 +327,8 @@ function q3Body(): number[] {
         ...get(AX), ...get(AMAX), ...get(MASK), ...vBitselect, ...set(AMAX),
         ...get(XI), ...get(MAXV), ...get(MASK), ...vBitselect, ...set(MAXV),
       ]),
-      ...get(AMAX), ...f32c(Math.fround(1e-15)), ...f32Splat, ...fLt, ...set(SMALL),
-      ...i32c(0), ...get(NMAX), ...[0x6b], ...f32FromI32, ...f32Splat, ...get(MAXV), ...fDiv, ...set(ISC),
+      ...get(AMAX), ...f32c(Math.fround(1e-15)), ...fSplat, ...fLt, ...set(SMALL),
+      ...i32c(0), ...get(NMAX), ...[0x6b], ...f32FromI32, ...fSplat, ...get(MAXV), ...fDiv, ...set(ISC),
       ...vZero, ...set(SLX), ...vZero, ...set(SL2),
       ...forElems([
         ...get(P),
@@ -456,13 +423,13 @@ function prepBody(): number[] {
       ...get(XB), ...set(P),
       ...vZero, ...set(S2),
       ...loop([
-        ...lane(0), ...f32Splat,
+        ...lane(0), ...fSplat,
         ...lane(1), ...simd(0x20, 1),
         ...lane(2), ...simd(0x20, 2),
         ...lane(3), ...simd(0x20, 3), ...set(XI),
         ...get(P), ...get(XI), ...vstore(K_XT),
         ...get(S2), ...get(XI), ...get(XI), ...fMul, ...fAdd, ...set(S2),
-        ...get(OK), ...get(XI), ...fAbs, ...f32c(K_WASM_SAFE_ABS), ...f32Splat, ...fLt, ...vAnd, ...set(OK),
+        ...get(OK), ...get(XI), ...fAbs, ...f32c(K_WASM_SAFE_ABS), ...fSplat, ...fLt, ...vAnd, ...set(OK),
         ...get(R), ...i32c(4), ...i32Add, ...set(R),
         ...get(P), ...i32c(16), ...i32Add, ...set(P),
         ...get(P), ...get(END), ...i32LtS, ...brIf(0),
@@ -471,7 +438,7 @@ function prepBody(): number[] {
       ...ifThen(forElems([...get(P), ...get(XI), ...fAbs, ...vstore(K_WT)])),
       ...get(MODE), ...i32c(2), ...[0x46],
       ...ifThen([
-        ...get(S2), ...get(N), ...f32FromI32, ...f32Splat, ...fDiv, ...simd(0xe3), ...set(AV),
+        ...get(S2), ...get(N), ...f32FromI32, ...fSplat, ...fDiv, ...simd(0xe3), ...set(AV),
         ...forElems([...get(P), ...get(AV), ...get(XI), ...fAbs, ...fAdd, ...vstore(K_WT)]),
       ]),
       ...get(G), ...i32c(1), ...i32Add, ...set(G),
@@ -494,20 +461,20 @@ function requantBody(): number[] {
   const body = [
     ...i32c(0), ...set(J),
     ...loop([
-      ...get(J), ...i32c(4), ...i32Mul, ...[0x2a, 2, ...uleb(K_OD)], ...f32Splat, ...set(D),
+      ...get(J), ...i32c(4), ...i32Mul, ...[0x2a, 2, ...uleb(K_OD)], ...fSplat, ...set(D),
       ...get(D), ...simd(0x1f, 0), ...f32c(0), ...[0x5c], // f32.ne
       ...ifThen([
-        ...get(J), ...i32c(4), ...i32Mul, ...[0x2a, 2, ...uleb(K_ODM)], ...f32Splat, ...set(DM),
+        ...get(J), ...i32c(4), ...i32Mul, ...[0x2a, 2, ...uleb(K_ODM)], ...fSplat, ...set(DM),
         ...get(J), ...get(N), ...i32Mul, ...i32c(4), ...i32Mul, ...set(P),
         ...get(P), ...get(N), ...i32c(4), ...i32Mul, ...i32Add, ...set(END),
         ...loop([
           ...get(P),
           ...get(P), ...vload(K_RAW), ...get(DM), ...fAdd, ...get(D), ...fDiv,
-          ...f32c(12582912), ...f32Splat, ...fAdd,
-          ...i32c(0x7fffff), ...i32Splat, ...iAnd,
-          ...i32c(0x400000), ...i32Splat, ...iSub,
-          ...get(HI), ...i32Splat, ...iMinS, ...get(LO), ...i32Splat, ...iMaxS,
-          ...get(OFF), ...i32Splat, ...simd(0xae),
+          ...f32c(12582912), ...fSplat, ...fAdd,
+          ...i32c(0x7fffff), ...iSplat, ...vAnd,
+          ...i32c(0x400000), ...iSplat, ...iSub,
+          ...get(HI), ...iSplat, ...iMinS, ...get(LO), ...iSplat, ...iMaxS,
+          ...get(OFF), ...iSplat, ...simd(0xae),
           ...vstore(K_RES),
           ...get(P), ...i32c(16), ...i32Add, ...set(P),
           ...get(P), ...get(END), ...i32LtS, ...brIf(0),
