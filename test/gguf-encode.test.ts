@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ChunkEncoder } from '../backends/gguf/encode.js';
-import { allFiniteBf16, bf16SimdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, f16ToF32Into } from '../src/quant/bf16.js';
+import { allFiniteBf16, bf16SimdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, copyF16Into, f16ToF32Into } from '../src/quant/bf16.js';
 import { quantize, type QuantType } from '../src/quant/index.js';
 import { quantizeQ4_0Js, quantizeQ8_0Js } from '../src/quant/legacy.js';
 import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f16ToF32, f32ToF16 } from '../src/util/half.js';
@@ -122,6 +122,25 @@ describe.each([
       const src = new Uint16Array(13).fill(0x3c00);
       src[9] = bad;
       expect(toF32(src, new Uint8Array(13 * 4))).toBe(false);
+    }
+  });
+});
+
+describe.each([
+  { name: 'dispatch', copy: copyF16Into },
+  { name: 'arena', copy: inArena(copyF16Into) },
+])('f16 copy with the finite check ($name)', ({ copy }) => {
+  it('copies every finite value as it is and flags any Inf/NaN, wherever it sits', () => {
+    const finite16 = ALL.filter((h) => (h & 0x7c00) !== 0x7c00);
+    for (const n of [finite16.length, finite16.length - 3]) {
+      const dst = new Uint16Array(n);
+      expect(copy(finite16.subarray(0, n), dst)).toBe(true);
+      expect(bytes(dst).equals(bytes(finite16.subarray(0, n)))).toBe(true);
+    }
+    for (let pos = 0; pos < 19; pos++) {
+      const src = new Uint16Array(19).fill(0x3c00);
+      src[pos] = pos & 1 ? 0xfc00 : 0x7e01;
+      expect(copy(src, new Uint16Array(19))).toBe(false);
     }
   });
 });

@@ -6,7 +6,7 @@
  * tensor are copied as they are.
  */
 import { quantizeParallel, type QuantType } from '../../src/quant/index.js';
-import { allFiniteBf16, allFiniteF16, BF16_DIRECT, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/quant/bf16.js';
+import { allFiniteBf16, BF16_DIRECT, copyF16Into, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/quant/bf16.js';
 import { ChunkBuffers, SLOT, type Chunk } from './stream.js';
 
 export async function encodeTensor(type: QuantType, data: Float32Array, rowLength: number, threads?: number): Promise<Uint8Array> {
@@ -52,8 +52,7 @@ export class ChunkEncoder {
     if (type !== 'F16') throw new Error(`internal: raw f16 chunk for ${type}`);
     this.k ^= 1;
     const out = this.buffers.get(SLOT.encoded[this.k], src.byteLength, true);
-    out.set(new Uint8Array(src.buffer, src.byteOffset, src.byteLength));
-    if (!allFiniteF16(src)) chunk.failNonFinite!();
+    if (!copyF16Into(src, new Uint16Array(out.buffer, out.byteOffset, src.length))) chunk.failNonFinite!();
     return out;
   }
 }

@@ -73,11 +73,14 @@ export function f16ToF32Into(src: Uint16Array, dst: Float32Array): boolean {
   const k = bf16SimdKernels();
   if (k) return k.f16ToF32(src, dst);
   decodeF16(src, dst as Float32Array<ArrayBuffer>);
-  return allFiniteF16(src);
+  return src.every((h) => (h & 0x7c00) !== 0x7c00);
 }
 
-/** Whether every f16 value is finite (exponent not all ones). */
-export function allFiniteF16(src: Uint16Array): boolean {
+/** f16 bits copied; whether every value was finite. WebAssembly SIMD where available. */
+export function copyF16Into(src: Uint16Array, dst: Uint16Array): boolean {
+  const k = bf16SimdKernels();
+  if (k) return k.copyF16(src, dst);
+  dst.set(src);
   for (let i = 0; i < src.length; i++) if ((src[i] & 0x7c00) === 0x7c00) return false;
   return true;
 }

@@ -1,5 +1,5 @@
 /**
- * bf16 → F16, bf16 → Q8_0, bf16 → f32 and f16 → f32 as WebAssembly SIMD kernels: the gguf target's
+ * bf16 → F16, bf16 → Q8_0, bf16 → f32, f16 → f32 (and an f16 copy) as WebAssembly SIMD kernels: the gguf target's
  * hot loops when it reads a bf16 (or f16) checkpoint (the scalar JS in bf16.ts does 8–16 bytes per step, these do 64).
  * Same bytes as bf16.ts's JS paths (test/gguf-encode.test.ts runs both against quantize() on decoded
  * values):
@@ -97,6 +97,23 @@ function f32Body(): number[] {
     ...get(BAD), ...vAnyTrue,
   ];
   return [...locals([[2, I32], [2, V128], [1, I32]]), ...body, 0x0b];
+}
+
+/** h2h(in, out, nVec) -> bad: copies nVec vectors of 8 f16 values; bad != 0 if any was Inf or NaN. */
+function h2hBody(): number[] {
+  const [SRC, DST, NV, P, END] = [0, 1, 2, 3, 4];
+  const [V, BAD] = [5, 6];
+  const body = [
+    ...get(NV), ...i32c(16), ...i32Mul, ...set(END),
+    ...loop([
+      ...get(SRC), ...get(P), ...i32Add, ...vload(0), ...set(V),
+      ...get(BAD), ...get(V), ...i16x8(0x7fff), ...vAnd, ...i16x8(0x7c00), ...hGeU, ...vOr, ...set(BAD),
+      ...get(DST), ...get(P), ...i32Add, ...get(V), ...vstore(0),
+      ...get(P), ...i32c(16), ...i32Add, ...tee(P), ...get(END), ...i32LtS, ...brIf(0),
+    ]),
+    ...get(BAD), ...vAnyTrue,
+  ];
+  return [...locals([[2, I32], [2, V128]]), ...body, 0x0b];
 }
 
 /**
@@ -311,7 +328,7 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   // The memory is imported and shared, so its buffer is a SharedArrayBuffer: arena buffers can be
   // handed to a hashing worker without a copy.
   const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x03, ...uleb(PAGES), ...uleb(PAGES)]]));
-  const bodies = { f16: f16Body(), q8: q8Body(), f32: f32Body(), h2f: h2fBody(), q8f: q8fBody(), q40: q40Body() };
+  const bodies = { f16: f16Body(), q8: q8Body(), f32: f32Body(), h2f: h2fBody(), h2h: h2hBody(), q8f: q8fBody(), q40: q40Body() };
   const names = Object.keys(bodies);
   const funcs = section(3, vec(names.map(() => [0])));
   const exports = section(7, vec(names.map((name, i) => [...str(name), 0x00, i])));
@@ -328,6 +345,8 @@ export interface Bf16Kernels {
   toF32(src: Uint16Array, dst: Float32Array): boolean;
   /** f16 bits → f32 values (exact); whether every input was finite. */
   f16ToF32(src: Uint16Array, dst: Float32Array): boolean;
+  /** f16 bits copied; whether every value was finite. */
+  copyF16(src: Uint16Array, dst: Uint16Array): boolean;
   /** f32 → Q8_0 blocks (src.length a multiple of 32); false (output unspecified) if any input was Inf or NaN. */
   f32ToQ8_0(src: Float32Array, y: Uint8Array): boolean;
   /** f32 → Q4_0 blocks, likewise. */
@@ -400,6 +419,7 @@ export function bf16Kernels(tables: () => Q8Tables): Bf16Kernels | null {
     const q8 = ex.q8 as Kernel;
     const f32 = ex.f32 as Kernel;
     const h2f = ex.h2f as Kernel;
+    const h2h = ex.h2h as Kernel;
     const q8f = ex.q8f as Kernel;
     const q40 = ex.q40 as Kernel;
     KERNELS = {
@@ -407,6 +427,7 @@ export function bf16Kernels(tables: () => Q8Tables): Bf16Kernels | null {
       toQ8_0: (src, y) => run(q8, src, y, src.length >>> 5, 64, 34) === 0,
       toF32: (src, dst) => vectors(f32, src, dst, 4),
       f16ToF32: (src, dst) => vectors(h2f, src, dst, 4),
+      copyF16: (src, dst) => vectors(h2h, src, dst, 2),
       f32ToQ8_0: (src, y) => run(q8f, src, y, src.length >>> 5, 128, 34) === 0,
       f32ToQ4_0: (src, y) => run(q40, src, y, src.length >>> 5, 128, 18) === 0,
       buffer(slot, bytes) {
