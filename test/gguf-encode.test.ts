@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ChunkEncoder } from '../backends/gguf/encode.js';
-import { allFiniteBf16, bf16SimdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, copyF16Into, f16ToF32Into } from '../src/quant/bf16.js';
+import { allFiniteBf16, simdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, copyF16Into, f16ToF32Into } from '../src/quant/bf16.js';
 import { quantize, type QuantType } from '../src/quant/index.js';
 import { quantizeQ4_0Js, quantizeQ8_0Js } from '../src/quant/legacy.js';
 import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f16ToF32, f32ToF16 } from '../src/util/half.js';
@@ -54,7 +54,7 @@ describe('bf16 → F16 bits', () => {
 });
 
 it('the WebAssembly SIMD kernels are available here (else the fast paths below test JS twice)', () => {
-  expect(bf16SimdKernels()).not.toBeNull();
+  expect(simdKernels()).not.toBeNull();
 });
 
 /**
@@ -63,7 +63,7 @@ it('the WebAssembly SIMD kernels are available here (else the fast paths below t
  */
 function inArena<D extends Uint16Array | Uint8Array>(fn: (src: Uint16Array, dst: D) => boolean) {
   return (src: Uint16Array, dst: D): boolean => {
-    const k = bf16SimdKernels()!;
+    const k = simdKernels()!;
     const a = k.buffer(0, src.byteLength + 2)!;
     const inp = new Uint16Array(a.buffer, a.byteOffset + 2, src.length);
     inp.set(src);
@@ -223,8 +223,8 @@ describe.each(PATHS)('bf16 → Q8_0 ($name)', ({ bf16ToQ8_0Into }) => {
 
 /** The f32 → legacy-type kernels and their JS transcriptions (bytes per 32-value block). */
 const F32_KERNELS = [
-  { type: 'Q8_0' as const, size: 34, wasm: (x: Float32Array, y: Uint8Array) => bf16SimdKernels()!.f32ToQ8_0(x, y), js: quantizeQ8_0Js },
-  { type: 'Q4_0' as const, size: 18, wasm: (x: Float32Array, y: Uint8Array) => bf16SimdKernels()!.f32ToQ4_0(x, y), js: quantizeQ4_0Js },
+  { type: 'Q8_0' as const, size: 34, wasm: (x: Float32Array, y: Uint8Array) => simdKernels()!.f32ToQ8_0(x, y), js: quantizeQ8_0Js },
+  { type: 'Q4_0' as const, size: 18, wasm: (x: Float32Array, y: Uint8Array) => simdKernels()!.f32ToQ4_0(x, y), js: quantizeQ4_0Js },
 ];
 
 describe.each(F32_KERNELS)('f32 → $type: the WebAssembly SIMD kernel', ({ type, size, wasm, js }) => {

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { LlmcError } from '../../src/errors.js';
 import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/quant/index.js';
 import type { Backend, BackendContext, BackendResult } from '../types.js';
-import { bf16SimdKernels, encodesBf16 } from '../../src/quant/bf16.js';
+import { simdKernels, encodesBf16 } from '../../src/quant/bf16.js';
 import { ChunkEncoder } from './encode.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
@@ -96,7 +96,7 @@ export const ggufBackend: Backend = {
     ctx.progress.start(`gguf ${plan.choice.label}`, sourceBytes);
     // Half-float reads, decodes, permutations and encodings in the kernels' arena: converted in place,
     // and hashed by the writer's worker straight from there.
-    const buffers = new ChunkBuffers(bf16SimdKernels()?.buffer);
+    const buffers = new ChunkBuffers(simdKernels()?.buffer);
     const encoder = new ChunkEncoder(buffers);
     // A two-stage pipeline over all tensors' chunks: chunk k+1 is read and encoding (on the worker
     // threads too) while chunk k's encoding finishes and it is written; so no core idles at a chunk's

@@ -99,7 +99,7 @@ export interface ChunkOptions {
 /**
  * The read / decode / permute / encode buffers of a stream, reused from tensor to tensor: allocating
  * them per tensor makes hundreds of megabytes of short-lived external memory, and V8 answers with
- * GCs. Buffers asked for `inArena` come from `arena` when it has room (the bf16 kernels' own
+ * GCs. Buffers asked for `inArena` come from `arena` when it has room (the SIMD kernels' own
  * memory, where they convert in place); the others, and any that don't fit, are ordinary Buffers.
  */
 export class ChunkBuffers {

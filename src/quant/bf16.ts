@@ -6,7 +6,7 @@
  */
 import { bf16Table, bf16ToF16Table, decodeBf16, decodeF16, f32ToF16 } from '../util/half.js';
 import type { QuantType } from './types.js';
-import { bf16Kernels } from './bf16wasm.js';
+import { instantiateSimdKernels } from './simd.js';
 
 /** Output bytes per bf16 value of the types with a direct bf16 path. */
 export const BF16_DIRECT: Partial<Record<QuantType, number>> = { F16: 2, BF16: 2, F32: 4, Q8_0: 34 / 32 };
@@ -43,26 +43,26 @@ export function allFiniteBf16(src: Uint16Array): boolean {
 }
 
 /** The WebAssembly SIMD kernels, or null where WebAssembly SIMD is missing. */
-export const bf16SimdKernels = () => bf16Kernels(q8Scales);
+export const simdKernels = () => instantiateSimdKernels(q8Scales);
 
 /**
  * bf16 bits → F16 bits; whether every input was finite. WebAssembly SIMD where available
- * (bf16wasm.ts), else the JS below: same bytes.
+ * (simd.ts), else the JS below: same bytes.
  */
 export function bf16ToF16Into(src: Uint16Array, dst: Uint16Array): boolean {
-  const k = bf16SimdKernels();
+  const k = simdKernels();
   return k ? k.toF16(src, dst) : bf16ToF16IntoJs(src, dst);
 }
 
 /** bf16 bits → Q8_0 blocks; whether every input was finite. WebAssembly SIMD where available. */
 export function bf16ToQ8_0Into(src: Uint16Array, y: Uint8Array): boolean {
-  const k = bf16SimdKernels();
+  const k = simdKernels();
   return k ? k.toQ8_0(src, y) : bf16ToQ8_0IntoJs(src, y);
 }
 
 /** bf16 bits → f32 values (exact); whether every input was finite. WebAssembly SIMD where available. */
 export function bf16ToF32Into(src: Uint16Array, dst: Float32Array): boolean {
-  const k = bf16SimdKernels();
+  const k = simdKernels();
   if (k) return k.toF32(src, dst);
   decodeBf16(src, dst as Float32Array<ArrayBuffer>);
   return allFiniteBf16(src);
@@ -70,7 +70,7 @@ export function bf16ToF32Into(src: Uint16Array, dst: Float32Array): boolean {
 
 /** f16 bits → f32 values (exact); whether every input was finite. WebAssembly SIMD where available. */
 export function f16ToF32Into(src: Uint16Array, dst: Float32Array): boolean {
-  const k = bf16SimdKernels();
+  const k = simdKernels();
   if (k) return k.f16ToF32(src, dst);
   decodeF16(src, dst as Float32Array<ArrayBuffer>);
   return src.every((h) => (h & 0x7c00) !== 0x7c00);
@@ -78,7 +78,7 @@ export function f16ToF32Into(src: Uint16Array, dst: Float32Array): boolean {
 
 /** f16 bits copied; whether every value was finite. WebAssembly SIMD where available. */
 export function copyF16Into(src: Uint16Array, dst: Uint16Array): boolean {
-  const k = bf16SimdKernels();
+  const k = simdKernels();
   if (k) return k.copyF16(src, dst);
   dst.set(src);
   for (let i = 0; i < src.length; i++) if ((src[i] & 0x7c00) === 0x7c00) return false;

@@ -5,11 +5,11 @@
  */
 import { f16Table } from '../util/half.js';
 import { FLT_MAX, fr, getF16, putF16, truncI8 } from './common.js';
-import { bf16SimdKernels } from './bf16.js';
+import { simdKernels } from './bf16.js';
 
 /** Q8_0: the WebAssembly SIMD kernel where available and every input is finite, else the JS below. */
 export function quantizeQ8_0(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
-  const k = bf16SimdKernels();
+  const k = simdKernels();
   if (k && k.f32ToQ8_0(x.subarray(xo, xo + nb * 32), y.subarray(yo, yo + nb * 34))) return;
   quantizeQ8_0Js(x, xo, nb, y, yo);
 }
@@ -35,7 +35,7 @@ export function quantizeQ8_0Js(x: Float32Array, xo: number, nb: number, y: Uint8
 
 /** Q4_0: the WebAssembly SIMD kernel where available and every input is finite, else the JS below. */
 export function quantizeQ4_0(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
-  const k = bf16SimdKernels();
+  const k = simdKernels();
   if (k && k.f32ToQ4_0(x.subarray(xo, xo + nb * 32), y.subarray(yo, yo + nb * 18))) return;
   quantizeQ4_0Js(x, xo, nb, y, yo);
 }

@@ -1,17 +1,18 @@
 /**
- * bf16 → F16, bf16 → Q8_0, bf16 → f32, f16 → f32 (and an f16 copy) as WebAssembly SIMD kernels: the gguf target's
- * hot loops when it reads a bf16 (or f16) checkpoint (the scalar JS in bf16.ts does 8–16 bytes per step, these do 64).
- * Same bytes as bf16.ts's JS paths (test/gguf-encode.test.ts runs both against quantize() on decoded
- * values):
- *  - F16: exponent rebias for f16 normals; |x| >= 65536 → Inf; below the f16 normal range the code is
+ * The WebAssembly SIMD kernels for whole streams of values, the gguf target's hot loops: bf16 → F16,
+ * bf16 → Q8_0, bf16 → f32, f16 → f32, an f16 copy, and f32 → Q8_0 / Q4_0 (what quantize() runs for
+ * those types). Each gives the bytes of its JS transcription (bf16.ts, legacy.ts), which
+ * test/gguf-encode.test.ts checks it against, on every bf16/f16 value and on wild f32 inputs:
+ *  - F16 from bf16: exponent rebias for f16 normals; |x| >= 65536 → Inf; below the f16 normal range
  *    nearest-even(|x| * 2^24) (exact scaling; f32x4.nearest is IEEE roundTiesToEven, and a code of
  *    1024 is the smallest normal's encoding);
- *  - Q8_0: amax is an integer max of the bits without sign; d (f16 bits) and id come from bf16.ts's
- *    per-amax tables; roundf(|x| * id) is trunc plus (frac >= 0.5), exact since frac = v - trunc(v)
- *    is; a non-finite |x| * id (tiny subnormal d) gives code 0, as the JS and C paths do.
+ *  - Q8_0: amax is an integer max of the bits without sign; roundf(|x| * id) is trunc plus
+ *    (frac >= 0.5), exact since frac = v - trunc(v) is; a non-finite |x| * id (tiny subnormal d)
+ *    gives code 0, as the JS and C paths do. From bf16, d and id come from bf16.ts's per-amax tables.
  * Every kernel reports an Inf or NaN input (exponent all ones) through its return value; what it
- * wrote is then unspecified.
- * The module is assembled here byte by byte, like kwasm.ts.
+ * wrote is then unspecified (the f32 quantizers' callers then take the JS path, which follows C).
+ * Arrays in the module's own (shared) memory, the arena, are used in place; others are copied
+ * through a scratch area. The module is assembled here byte by byte, like kwasm.ts.
  */
 import { F32, I32, section, str, uleb, V128, vec } from '../util/wasm-asm.js';
 import {
@@ -28,7 +29,7 @@ const ID_TAB = 0x10000; // f32[32768]
 const IN = 0x30000;
 const SLICE = 1 << 16;
 const OUT = IN + SLICE * 2;
-/** The arena: buffers handed out to callers (see Bf16Kernels.buffer), used in place. */
+/** The arena: buffers handed out to callers (see SimdKernels.buffer), used in place. */
 const ARENA = OUT + SLICE * 2;
 export const ARENA_SLOTS = 7;
 export const ARENA_SLOT_BYTES = 16 << 20;
@@ -336,7 +337,7 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
 }
 
-export interface Bf16Kernels {
+export interface SimdKernels {
   /** bf16 bits → f16 bits; whether every input was finite. */
   toF16(src: Uint16Array, dst: Uint16Array): boolean;
   /** bf16 bits → Q8_0 blocks (src.length a multiple of 32); whether every input was finite. */
@@ -367,10 +368,10 @@ export interface Q8Tables {
 
 type Kernel = (src: number, dst: number, n: number) => number;
 
-let KERNELS: Bf16Kernels | null | undefined;
+let KERNELS: SimdKernels | null | undefined;
 
 /** The kernels, or null without WebAssembly SIMD. `tables` is read once, on the first call. */
-export function bf16Kernels(tables: () => Q8Tables): Bf16Kernels | null {
+export function instantiateSimdKernels(tables: () => Q8Tables): SimdKernels | null {
   if (KERNELS !== undefined) return KERNELS;
   KERNELS = null;
   try {
