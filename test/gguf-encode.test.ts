@@ -63,7 +63,7 @@ it('the WebAssembly SIMD kernels are available here (else the fast paths below t
  */
 function inArena<D extends Uint16Array | Uint8Array>(fn: (src: Uint16Array, dst: D) => boolean) {
   return (src: Uint16Array, dst: D): boolean => {
-    const k = simdKernels()!;
+    const k = simdKernels()!.acquireArena()!;
     const a = k.buffer(0, src.byteLength + 2)!;
     const inp = new Uint16Array(a.buffer, a.byteOffset + 2, src.length);
     inp.set(src);
@@ -71,6 +71,7 @@ function inArena<D extends Uint16Array | Uint8Array>(fn: (src: Uint16Array, dst:
     const out = new (dst.constructor as new (buf: ArrayBufferLike, off: number, n: number) => D)(b.buffer, b.byteOffset + 4, dst.length);
     const ok = fn(inp, out);
     dst.set(out as never);
+    k.release();
     return ok;
   };
 }
@@ -350,6 +351,10 @@ describe('compile from a BF16 or F16 checkpoint', () => {
       expect(sha(a.file), quant).toBe(sha(b.file));
       expect(a.manifest.files[0].sha256).toBe(sha(a.file));
     }
+    // Two compiles at once in this process: one holds the kernels' arena, the other copies; same bytes.
+    const [c, d] = await Promise.all(['Q8_0', 'Q4_K_M'].map((quant) => compileGguf(bf16Dir, path.join(tmp, `${dtype}-both-${quant}`), { quant })));
+    expect(sha(c.file)).toBe(sha(path.join(tmp, `from-${dtype}-f32-Q8_0`, 'model.gguf')));
+    expect(sha(d.file)).toBe(sha(path.join(tmp, `from-${dtype}-f32-Q4_K_M`, 'model.gguf')));
   }, 120_000);
 
   it.each([['BF16', [0xc0, 0x7f]], ['F16', [0x00, 0x7e]]] as const)('%s: a NaN in a rotary-permuted tensor is reported at its source element, for every fast path', async (dtype, nan) => {

@@ -95,8 +95,10 @@ export const ggufBackend: Backend = {
     const sourceBytes = plan.tensors.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * 4, 0);
     ctx.progress.start(`gguf ${plan.choice.label}`, sourceBytes);
     // Half-float reads, decodes, permutations and encodings in the kernels' arena: converted in place,
-    // and hashed by the writer's worker straight from there.
-    const buffers = new ChunkBuffers(simdKernels()?.buffer);
+    // and hashed by the writer's worker straight from there. (A compile running alongside in this
+    // process gets ordinary buffers: same bytes, with copies.)
+    const arena = simdKernels()?.acquireArena() ?? null;
+    const buffers = new ChunkBuffers(arena ? (slot, bytes) => arena.buffer(slot, bytes) : undefined);
     const encoder = new ChunkEncoder(buffers);
     // A two-stage pipeline over all tensors' chunks: chunk k+1 is read and encoding (on the worker
     // threads too) while chunk k's encoding finishes and it is written; so no core idles at a chunk's
@@ -131,6 +133,7 @@ export const ggufBackend: Backend = {
       await writer.abort();
       throw err instanceof LlmcError ? err : new LlmcError(`failed writing GGUF: ${(err as Error).message}`, finalPath);
     } finally {
+      arena?.release();
       ctx.progress.done();
     }
 

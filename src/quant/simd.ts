@@ -353,11 +353,19 @@ export interface SimdKernels {
   /** f32 → Q4_0 blocks, likewise. */
   f32ToQ4_0(src: Float32Array, y: Uint8Array): boolean;
   /**
-   * Arena buffer `slot` (< ARENA_SLOTS; the caller numbers its buffers), `bytes` long, or null if
-   * that is more than ARENA_SLOT_BYTES. Inputs and outputs there are used in place, with no copy in
-   * or out; the memory is shared (a SharedArrayBuffer).
+   * The arena, for one user at a time (null while another holds it): inputs and outputs in its
+   * buffers are used in place, with no copy in or out; the memory is shared (a SharedArrayBuffer).
+   */
+  acquireArena(): Arena | null;
+}
+
+export interface Arena {
+  /**
+   * Buffer `slot` (< ARENA_SLOTS; the holder numbers its buffers), `bytes` long, or null if that is
+   * more than ARENA_SLOT_BYTES. The same slot is the same memory until release().
    */
   buffer(slot: number, bytes: number): Uint8Array | null;
+  release(): void;
 }
 
 /** Q8_0's scale tables, indexed by the 15-bit amax: d as f16 bits, id as float32. */
@@ -416,6 +424,7 @@ export function instantiateSimdKernels(tables: () => Q8Tables): SimdKernels | nu
       }
       return bad === 0;
     };
+    let arenaHeld = false;
     const f16 = ex.f16 as Kernel;
     const q8 = ex.q8 as Kernel;
     const f32 = ex.f32 as Kernel;
@@ -431,9 +440,20 @@ export function instantiateSimdKernels(tables: () => Q8Tables): SimdKernels | nu
       copyF16: (src, dst) => vectors(h2h, src, dst, 2),
       f32ToQ8_0: (src, y) => run(q8f, src, y, src.length >>> 5, 128, 34) === 0,
       f32ToQ4_0: (src, y) => run(q40, src, y, src.length >>> 5, 128, 18) === 0,
-      buffer(slot, bytes) {
-        if (slot < 0 || slot >= ARENA_SLOTS || bytes > ARENA_SLOT_BYTES) return null;
-        return new Uint8Array(buf, ARENA + slot * ARENA_SLOT_BYTES, bytes);
+      acquireArena() {
+        if (arenaHeld) return null;
+        arenaHeld = true;
+        let held = true;
+        return {
+          buffer(slot, bytes) {
+            if (!held) throw new Error('internal: arena buffer asked for after release');
+            if (slot < 0 || slot >= ARENA_SLOTS || bytes > ARENA_SLOT_BYTES) return null;
+            return new Uint8Array(buf, ARENA + slot * ARENA_SLOT_BYTES, bytes);
+          },
+          release() {
+            if (held) arenaHeld = held = false;
+          },
+        };
       },
     };
   } catch {
