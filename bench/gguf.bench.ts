@@ -2,7 +2,8 @@
  * `llmc compile --target gguf` end to end on a generated ≥1 GiB BF16 checkpoint
  * (FIXTURE_PRESETS['bf16-1GiB']; 'llama-30M' with --quick), each quant run as a child process:
  *  - source MB/s for F16, Q8_0, Q4_0, Q4_K_M next to a plain copy of the same bytes (read + write
- *    with one 8 MB buffer, same run, same disk) → ratio; targets: F16 and Q8_0 ≥ 0.5;
+ *    with one 8 MB buffer, same run, same disk; best of two after a warm-up) → ratio; targets: F16 and
+ *    Q8_0 ≥ 0.5 (compiles under 10 s also take the best of two);
  *  - peak RSS of each compile against 1.5 × the largest tensor + 200 MB;
  *  - Q4_K_M as MB/s of f32 input per core (target ≥ 60);
  *  - F16 and Q8_0 again from the same model stored as F16 (`fromF16Checkpoint`).
@@ -76,10 +77,21 @@ export const suite: BenchSuite = {
         const runs: Record<string, unknown> = {};
         for (const quant of quants) {
           const out = path.join(work, quant);
-          const r = await runNodeWithPeakRss(llmc, ['compile', dir, '--target', 'gguf', '--quant', quant, '-o', out]);
-          if (r.code !== 0) throw new Error(`llmc compile --quant ${quant} failed: ${r.stderr.trim()}`);
-          const outBytes = (await fsp.stat(path.join(out, 'model.gguf'))).size;
-          await fsp.rm(out, { recursive: true, force: true });
+          // Like the copy, the best of two runs where a run is short (the machine is shared and noisy);
+          // peak RSS is the larger.
+          const once = async () => {
+            const r = await runNodeWithPeakRss(llmc, ['compile', dir, '--target', 'gguf', '--quant', quant, '-o', out]);
+            if (r.code !== 0) throw new Error(`llmc compile --quant ${quant} failed: ${r.stderr.trim()}`);
+            const outBytes = (await fsp.stat(path.join(out, 'model.gguf'))).size;
+            await fsp.rm(out, { recursive: true, force: true });
+            return { ...r, outBytes };
+          };
+          let r = await once();
+          if (r.wallMs < 10_000) {
+            const again = await once();
+            r = { ...(again.wallMs < r.wallMs ? again : r), peakRssBytes: Math.max(r.peakRssBytes, again.peakRssBytes) };
+          }
+          const outBytes = r.outBytes;
           const mbps = mbPerSec(sourceBytes, r.wallMs);
           runs[quant] = {
             wallMs: round(r.wallMs, 0),
