@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ChunkEncoder } from '../backends/gguf/encode.js';
 import { allFiniteBf16, simdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, copyF16Into, f16ToF32Into } from '../src/quant/bf16.js';
 import { quantize, type QuantType } from '../src/quant/index.js';
-import { quantizeQ4_0Js, quantizeQ8_0Js } from '../src/quant/legacy.js';
+import { quantizeQ4_0Js, quantizeQ4_1Js, quantizeQ5_0Js, quantizeQ5_1Js, quantizeQ8_0Js } from '../src/quant/legacy.js';
 import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f16ToF32, f32ToF16 } from '../src/util/half.js';
 import { AtomicFile, knownSha256 } from '../src/util/atomic.js';
 import { sha256Files, WORKER_MIN_BYTES } from '../src/util/sha256.js';
@@ -225,7 +225,9 @@ describe.each(PATHS)('bf16 → Q8_0 ($name)', ({ bf16ToQ8_0Into }) => {
 /** The f32 → legacy-type kernels and their JS transcriptions (bytes per 32-value block). */
 const F32_KERNELS = [
   { type: 'Q8_0' as const, size: 34, wasm: (x: Float32Array, y: Uint8Array) => simdKernels()!.f32ToQ8_0(x, y), js: quantizeQ8_0Js },
-  { type: 'Q4_0' as const, size: 18, wasm: (x: Float32Array, y: Uint8Array) => simdKernels()!.f32ToQ4_0(x, y), js: quantizeQ4_0Js },
+  ...([['Q4_0', 18, quantizeQ4_0Js], ['Q5_0', 22, quantizeQ5_0Js], ['Q4_1', 20, quantizeQ4_1Js], ['Q5_1', 24, quantizeQ5_1Js]] as const).map(([type, size, js]) => ({
+    type, size, js, wasm: (x: Float32Array, y: Uint8Array) => simdKernels()!.f32ToLegacy(type, x, y),
+  })),
 ];
 
 describe.each(F32_KERNELS)('f32 → $type: the WebAssembly SIMD kernel', ({ type, size, wasm, js }) => {
@@ -236,6 +238,10 @@ describe.each(F32_KERNELS)('f32 → $type: the WebAssembly SIMD kernel', ({ type
   const cases: [string, () => Float32Array][] = [
     ['weights-like', () => Float32Array.from({ length: n }, () => (r() - 0.5) * 0.04)],
     ['ties: equal magnitudes of both signs, zero blocks led by -0', () => Float32Array.from({ length: n }, (_, i) => (i >> 5) % 7 === 0 ? -0 : (((i * 7) % 5) - 2) * 0.25)],
+    ['zero extremes: blocks all >= 0 or all <= 0 with +0 and -0 in random order', () => Float32Array.from({ length: n }, (_, i) => {
+      const sign = (i >> 5) & 1 ? -1 : 1;
+      return r() < 0.3 ? (r() < 0.5 ? 0 : -0) : sign * r();
+    })],
     ['any finite bits', () => {
       const bits = Uint32Array.from({ length: n }, () => { let v; do v = (r() * 2 ** 32) >>> 0; while (((v >>> 23) & 0xff) === 0xff); return v; });
       return new Float32Array(bits.buffer);

@@ -6,12 +6,24 @@
 import { f16Table } from '../util/half.js';
 import { FLT_MAX, fr, getF16, putF16, truncI8 } from './common.js';
 import { simdKernels } from './bf16.js';
+import type { LegacyType } from './simd.js';
 
 /** Q8_0: the WebAssembly SIMD kernel where available and every input is finite, else the JS below. */
 export function quantizeQ8_0(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
   const k = simdKernels();
   if (k && k.f32ToQ8_0(x.subarray(xo, xo + nb * 32), y.subarray(yo, yo + nb * 34))) return;
   quantizeQ8_0Js(x, xo, nb, y, yo);
+}
+
+type Quantizer = (x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number) => void;
+
+/** The kernel for `type` where available and every input is finite, else the JS transcription. */
+function viaKernel(type: LegacyType, bytes: number, js: Quantizer): Quantizer {
+  return (x, xo, nb, y, yo) => {
+    const k = simdKernels();
+    if (k && k.f32ToLegacy(type, x.subarray(xo, xo + nb * 32), y.subarray(yo, yo + nb * bytes))) return;
+    js(x, xo, nb, y, yo);
+  };
 }
 
 export function quantizeQ8_0Js(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
@@ -33,12 +45,6 @@ export function quantizeQ8_0Js(x: Float32Array, xo: number, nb: number, y: Uint8
   }
 }
 
-/** Q4_0: the WebAssembly SIMD kernel where available and every input is finite, else the JS below. */
-export function quantizeQ4_0(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
-  const k = simdKernels();
-  if (k && k.f32ToQ4_0(x.subarray(xo, xo + nb * 32), y.subarray(yo, yo + nb * 18))) return;
-  quantizeQ4_0Js(x, xo, nb, y, yo);
-}
 
 export function quantizeQ4_0Js(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
   for (let i = 0; i < nb; i++, xo += 32, yo += 18) {
@@ -60,7 +66,7 @@ export function quantizeQ4_0Js(x: Float32Array, xo: number, nb: number, y: Uint8
   }
 }
 
-export function quantizeQ4_1(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
+export function quantizeQ4_1Js(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
   for (let i = 0; i < nb; i++, xo += 32, yo += 20) {
     let min = FLT_MAX;
     let max = -FLT_MAX;
@@ -81,7 +87,7 @@ export function quantizeQ4_1(x: Float32Array, xo: number, nb: number, y: Uint8Ar
   }
 }
 
-export function quantizeQ5_0(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
+export function quantizeQ5_0Js(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
   for (let i = 0; i < nb; i++, xo += 32, yo += 22) {
     let amax = 0;
     let max = 0;
@@ -108,7 +114,7 @@ export function quantizeQ5_0(x: Float32Array, xo: number, nb: number, y: Uint8Ar
   }
 }
 
-export function quantizeQ5_1(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
+export function quantizeQ5_1Js(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
   for (let i = 0; i < nb; i++, xo += 32, yo += 24) {
     let min = FLT_MAX;
     let max = -FLT_MAX;
@@ -202,3 +208,8 @@ export function dequantizeQ5_1(y: Uint8Array, yo: number, nb: number, out: Float
     }
   }
 }
+
+export const quantizeQ4_0 = viaKernel('Q4_0', 18, quantizeQ4_0Js);
+export const quantizeQ5_0 = viaKernel('Q5_0', 22, quantizeQ5_0Js);
+export const quantizeQ4_1 = viaKernel('Q4_1', 20, quantizeQ4_1Js);
+export const quantizeQ5_1 = viaKernel('Q5_1', 24, quantizeQ5_1Js);

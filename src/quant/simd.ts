@@ -16,10 +16,10 @@
  */
 import { F32, I32, section, str, uleb, V128, vec } from '../util/wasm-asm.js';
 import {
-  bNarrowS, brIf, bShl, f32c, fAbs, fAdd, fFromI32, fGe, fLt, fMul, fNearest, fSplat, fSub, fTrunc, get, hAllTrue,
-  hGeU, hMaxU, hNarrowS, hShl, hShrS, hSplat, hSub, i32Add, i32And, i32c, i32LtS, i32Mul, i32Or, i32Shl, iAdd,
-  iBitmask, iEq, iExtHighU, iExtLowU, ifElse, iGeS, iMaxS, iMinS, iShl, iShrS, iSplat, iSub, iTruncSat, loop, set,
-  simd, tee, vAnd, vAnyTrue, vBitselect, vload, vOr, vstore, vXor, vZero,
+  bBitmask, bNarrowS, brIf, bShl, bSplat, f32c, fAbs, fAdd, fEq, fFromI32, fGe, fLt, fMul, fNearest, fSplat, fSub,
+  fTrunc, get, hAllTrue, hGeU, hMaxU, hNarrowS, hShl, hShrS, hSplat, hSub, i32Add, i32And, i32c, i32LtS, i32Mul, i32Or,
+  i32Shl, iAdd, iBitmask, iEq, iExtHighU, iExtLowU, ifElse, ifThen, iGeS, iMaxS, iMinS, iShl, iShrS, iSplat, iSub,
+  iTruncSat, loop, set, simd, tee, vAnd, vAnyTrue, vBitselect, vload, vOr, vstore, vXor, vZero,
 } from '../util/wasm-ops.js';
 
 // Memory map (byte offsets). Tables: Q8_0's f16 d and f32 id per 15-bit amax.
@@ -228,54 +228,105 @@ function q8fBody(): number[] {
   return [...locals([[5, I32], [7, V128], [1, F32], [4, V128]]), ...body, 0x0b];
 }
 
+/** The four other 32-value block types: where their fields sit and how codes are made. */
+const LEGACY = {
+  Q4_0: { bytes: 18, qs: 2, qh: -1, m: -1, nmax: 15, clamp: true },
+  Q5_0: { bytes: 22, qs: 6, qh: 2, m: -1, nmax: 31, clamp: true },
+  Q4_1: { bytes: 20, qs: 4, qh: -1, m: 2, nmax: 15, clamp: true },
+  Q5_1: { bytes: 24, qs: 8, qh: 4, m: 2, nmax: 31, clamp: false },
+} as const;
+export type LegacyType = keyof typeof LEGACY;
+
 /**
- * q40(in, out, nBlocks) -> bad: Q4_0 from f32 (quantize_row_q4_0_ref): max = the first x with the
- * largest |x| (+0 for an all-zero block), d = max / -8, id = d ? 1 / d : 0, d stored as f16, codes
- * MIN(15, (int8_t)(x * id + 8.5f)) (0 where that is not finite, as x86's conversion gives), packed
- * x[j] | x[j + 16] << 4. bad != 0 if any input was Inf or NaN (the caller then takes the JS path).
+ * (in, out, nBlocks) -> bad: Q4_0 / Q5_0 / Q4_1 / Q5_1 from f32, as quantize_row_*_ref:
+ *  - _0: max = the first x with the largest |x| (+0 for an all-zero block), d = max / -(nmax+1) / 2,
+ *    codes (int8_t)(x * id + (nmax+1)/2 + 0.5f);
+ *  - _1: min and max as C's sequential `<` / `>` find them (so the first of +0 and -0 when the extreme
+ *    is zero), d = (max - min) / nmax, m = min, codes (int8_t)((x - min) * id + 0.5f);
+ *  - id = d ? 1 / d : 0; (int8_t) as x86 converts (low byte of the int32; 0 when out of its range);
+ *    MIN(nmax, code) except Q5_1 (ggml does not clamp it); d and m stored as f16;
+ *  - packing: low nibbles x[j] | x[j + 16] << 4, and for Q5 the 5th bits in qh (bit j: x[j]).
+ * bad != 0 if any input was Inf or NaN (the caller then takes the JS path, which follows C).
  */
-function q40Body(): number[] {
+function legacyBody(type: LegacyType): number[] {
+  const t = LEGACY[type];
+  const offsetType = t.m >= 0;
   const [SRC, DST, NB, B, P, Q, A, MASK] = [0, 1, 2, 3, 4, 5, 6, 7];
-  const [M, ID, BAD, X] = [8, 9, 10, 11];
-  const [D, MAX] = [12, 13]; // f32
-  const LO = 14; // v128: codes of x[0..15] as i8x16
+  const [M, ID, BAD, X, LO, HI, BIAS] = [8, 9, 10, 11, 12, 13, 14];
+  const [D, MAX, MIN] = [15, 16, 17]; // f32
   const select = [0x1b];
   const i32Ctz = [0x68];
-  /** MIN(15, (int8_t)(x * id + 8.5f)) for the 4 floats at P + off, as i32x4. */
-  const code = (off: number) => [
-    ...get(P), ...vload(off), ...get(ID), ...fMul, ...f32x4(8.5), ...fAdd, ...tee(X),
-    ...iTruncSat, ...get(X), ...fAbs, ...f32x4(128), ...fLt, ...vAnd,
-    ...i32c(15), ...iSplat, ...iMinS,
+  const [f32Sub, f32Div, f32Ne, f32Eq] = [[0x93], [0x95], [0x5c], [0x5b]];
+  /** (int8_t)(v) for i32x4 from the f32x4 `v` in X, then MIN(nmax, ·). */
+  const truncI8 = [
+    ...get(X), ...iTruncSat, ...get(X), ...fAbs, ...f32x4(2 ** 31), ...fLt, ...vAnd,
+    ...i32c(24), ...iShl, ...i32c(24), ...iShrS,
+    ...(t.clamp ? [...i32c(t.nmax), ...iSplat, ...iMinS] : []),
   ];
-  /** 16 codes (x[off/4 ..] in order) as i8x16. */
+  /** The code of the 4 floats at P + off, as i32x4. */
+  const code = (off: number) => [
+    ...get(P), ...vload(off), ...(offsetType ? [...get(MIN), ...fSplat, ...fSub] : []),
+    ...get(ID), ...fMul, ...get(BIAS), ...fAdd, ...set(X), ...truncI8,
+  ];
+  /** 16 codes (x[off/4 ..] in order) as i8x16 (all within int8: no saturation). */
   const codes16 = (off: number) => [
     ...code(off), ...code(off + 16), ...hNarrowS, ...code(off + 32), ...code(off + 48), ...hNarrowS, ...bNarrowS,
   ];
+  /** The first x equal to the f32 in `local` (as a float: +0 == -0), loaded into it. */
+  const firstEqual = (local: number, eq: (k: number) => number[]) => [
+    ...i32c(0), ...set(MASK),
+    ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [...get(MASK), ...eq(k), ...iBitmask, ...i32c(4 * k), ...i32Shl, ...i32Or, ...set(MASK)]),
+    ...get(P), ...get(MASK), ...i32Ctz, ...i32c(2), ...i32Shl, ...i32Add, ...[0x2a, 0, 0], ...set(local), // f32.load
+  ];
+  /** Horizontal min or max (f32x4.min 0xe8 / max 0xe9) of the 8 vectors at P, into f32 `local`. */
+  const reduce = (op: number, local: number) => [
+    ...get(P), ...vload(0),
+    ...[16, 32, 48, 64, 80, 96, 112].flatMap((off) => [...get(P), ...vload(off), ...simd(op)]), ...set(M),
+    ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...simd(op), ...set(M),
+    ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...simd(op),
+    ...simd(0x1f, 0), ...set(local), // f32x4.extract_lane 0
+    // a zero extreme: C keeps the first zero it meets, +0 or -0
+    ...get(local), ...f32c(0), ...f32Eq,
+    ...ifThen(firstEqual(local, (k) => [...get(P), ...vload(16 * k), ...vZero, ...fEq])),
+  ];
+  const scales = offsetType
+    ? [
+      // the finite check, then min and max
+      ...absMaxBits(P, X, M, BAD), ...[0x1a], // drop amax
+      ...reduce(0xe8, MIN), ...reduce(0xe9, MAX),
+      ...get(MAX), ...get(MIN), ...f32Sub, ...f32c(t.nmax), ...f32Div, ...set(D),
+    ]
+    : [
+      ...absMaxBits(P, X, M, BAD), ...tee(A), ...iSplat, ...set(M),
+      // max = the first x reaching amax, or +0 when the block is all zeros
+      ...firstEqual(MAX, (k) => [...get(P), ...vload(16 * k), ...i32c(0x7fffffff), ...iSplat, ...vAnd, ...get(M), ...iEq]),
+      ...get(MAX), ...f32c(0), ...get(A), ...select, ...set(MAX),
+      ...get(MAX), ...f32c(-(t.nmax + 1) / 2), ...f32Div, ...set(D),
+    ];
   const body = [
+    ...f32x4(offsetType ? 0.5 : (t.nmax + 1) / 2 + 0.5), ...set(BIAS),
     ...loop([
       ...get(B), ...i32c(128), ...i32Mul, ...get(SRC), ...i32Add, ...set(P),
-      ...get(B), ...i32c(18), ...i32Mul, ...get(DST), ...i32Add, ...set(Q),
-      ...absMaxBits(P, X, M, BAD), ...tee(A), ...iSplat, ...set(M),
-      // the first element reaching it: a 32-bit mask of |x| == amax, lowest set bit
-      ...i32c(0), ...set(MASK),
-      ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [
-        ...get(MASK),
-        ...get(P), ...vload(16 * k), ...i32c(0x7fffffff), ...iSplat, ...vAnd, ...get(M), ...iEq, ...iBitmask,
-        ...i32c(4 * k), ...i32Shl, ...i32Or, ...set(MASK),
-      ]),
-      // max = x[first], or +0 when the block is all zeros (then no |x| exceeds the initial amax)
-      ...get(P), ...get(MASK), ...i32Ctz, ...i32c(2), ...i32Shl, ...i32Add, ...[0x2a, 0, 0], // f32.load (unaligned)
-      ...f32c(0), ...get(A), ...select, ...set(MAX),
-      ...get(MAX), ...f32c(-8), ...[0x95], ...set(D), // d = max / -8
-      ...f32c(1), ...get(D), ...[0x95], ...f32c(0), ...get(D), ...f32c(0), ...[0x5c], ...select, ...fSplat, ...set(ID),
+      ...get(B), ...i32c(t.bytes), ...i32Mul, ...get(DST), ...i32Add, ...set(Q),
+      ...scales,
+      ...f32c(1), ...get(D), ...f32Div, ...f32c(0), ...get(D), ...f32c(0), ...f32Ne, ...select, ...fSplat, ...set(ID),
       ...get(Q), ...f16Of(D, A), ...[0x3b, 0, 0], // d (i32.store16, unaligned)
-      ...codes16(0), ...set(LO),
-      ...get(Q), ...get(LO), ...codes16(64), ...i32c(4), ...bShl, ...vOr, ...vstore(2),
+      ...(offsetType ? [...get(Q), ...f16Of(MIN, A), ...[0x3b, 0, t.m]] : []), // m
+      ...codes16(0), ...set(LO), ...codes16(64), ...set(HI),
+      ...get(Q), ...get(LO), ...(t.qh >= 0 ? [...i32c(0x0f), ...bSplat, ...vAnd] : []), ...get(HI), ...i32c(4), ...bShl, ...vOr, ...vstore(t.qs),
+      ...(t.qh >= 0
+        ? [
+          ...get(Q),
+          ...get(LO), ...i32c(3), ...bShl, ...bBitmask,
+          ...get(HI), ...i32c(3), ...bShl, ...bBitmask, ...i32c(16), ...i32Shl, ...i32Or,
+          ...[0x36, 0, t.qh], // i32.store (unaligned)
+        ]
+        : []),
       ...get(B), ...i32c(1), ...i32Add, ...tee(B), ...get(NB), ...i32LtS, ...brIf(0),
     ]),
     ...get(BAD), ...vAnyTrue,
   ];
-  return [...locals([[5, I32], [4, V128], [2, F32], [1, V128]]), ...body, 0x0b];
+  return [...locals([[5, I32], [7, V128], [3, F32]]), ...body, 0x0b];
 }
 
 /**
@@ -329,7 +380,10 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   // The memory is imported and shared, so its buffer is a SharedArrayBuffer: arena buffers can be
   // handed to a hashing worker without a copy.
   const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x03, ...uleb(PAGES), ...uleb(PAGES)]]));
-  const bodies = { f16: f16Body(), q8: q8Body(), f32: f32Body(), h2f: h2fBody(), h2h: h2hBody(), q8f: q8fBody(), q40: q40Body() };
+  const bodies = {
+    f16: f16Body(), q8: q8Body(), f32: f32Body(), h2f: h2fBody(), h2h: h2hBody(), q8f: q8fBody(),
+    Q4_0: legacyBody('Q4_0'), Q5_0: legacyBody('Q5_0'), Q4_1: legacyBody('Q4_1'), Q5_1: legacyBody('Q5_1'),
+  };
   const names = Object.keys(bodies);
   const funcs = section(3, vec(names.map(() => [0])));
   const exports = section(7, vec(names.map((name, i) => [...str(name), 0x00, i])));
@@ -350,8 +404,8 @@ export interface SimdKernels {
   copyF16(src: Uint16Array, dst: Uint16Array): boolean;
   /** f32 → Q8_0 blocks (src.length a multiple of 32); false (output unspecified) if any input was Inf or NaN. */
   f32ToQ8_0(src: Float32Array, y: Uint8Array): boolean;
-  /** f32 → Q4_0 blocks, likewise. */
-  f32ToQ4_0(src: Float32Array, y: Uint8Array): boolean;
+  /** f32 → Q4_0 / Q5_0 / Q4_1 / Q5_1 blocks, likewise. */
+  f32ToLegacy(type: LegacyType, src: Float32Array, y: Uint8Array): boolean;
   /**
    * The arena, for one user at a time (null while another holds it): inputs and outputs in its
    * buffers are used in place, with no copy in or out; the memory is shared (a SharedArrayBuffer).
@@ -431,7 +485,6 @@ export function instantiateSimdKernels(tables: () => Q8Tables): SimdKernels | nu
     const h2f = ex.h2f as Kernel;
     const h2h = ex.h2h as Kernel;
     const q8f = ex.q8f as Kernel;
-    const q40 = ex.q40 as Kernel;
     KERNELS = {
       toF16: (src, dst) => vectors(f16, src, dst, 2),
       toQ8_0: (src, y) => run(q8, src, y, src.length >>> 5, 64, 34) === 0,
@@ -439,7 +492,7 @@ export function instantiateSimdKernels(tables: () => Q8Tables): SimdKernels | nu
       f16ToF32: (src, dst) => vectors(h2f, src, dst, 4),
       copyF16: (src, dst) => vectors(h2h, src, dst, 2),
       f32ToQ8_0: (src, y) => run(q8f, src, y, src.length >>> 5, 128, 34) === 0,
-      f32ToQ4_0: (src, y) => run(q40, src, y, src.length >>> 5, 128, 18) === 0,
+      f32ToLegacy: (type, src, y) => run(ex[type] as Kernel, src, y, src.length >>> 5, 128, LEGACY[type].bytes) === 0,
       acquireArena() {
         if (arenaHeld) return null;
         arenaHeld = true;

@@ -34,6 +34,7 @@ export const simd = (code: number, ...imm: number[]) => [0xfd, ...uleb(code), ..
 export const vload = (off = 0) => simd(0x00, 0, ...uleb(off));
 export const vstore = (off = 0) => simd(0x0b, 0, ...uleb(off));
 export const vZero = simd(0x0c, ...new Array(16).fill(0));
+export const bSplat = simd(0x0f);
 export const hSplat = simd(0x10);
 export const iSplat = simd(0x11);
 export const fSplat = simd(0x13);
@@ -49,6 +50,7 @@ export const vOr = simd(0x50);
 export const vXor = simd(0x51);
 export const vBitselect = simd(0x52);
 export const vAnyTrue = simd(0x53);
+export const bBitmask = simd(0x64);
 export const bNarrowS = simd(0x65);
 export const fTrunc = simd(0x69);
 export const fNearest = simd(0x6a);
