@@ -1,7 +1,7 @@
 /**
  * The WebAssembly SIMD kernels for whole streams of values, the gguf target's hot loops: bf16 → F16,
- * bf16 → Q8_0, bf16 → f32, f16 → f32, an f16 copy, and f32 → Q8_0 / Q4_0 (what quantize() runs for
- * those types). Each gives the bytes of its JS transcription (bf16.ts, legacy.ts), which
+ * bf16 → Q8_0, bf16 → f32, f16 → f32, an f16 copy, and f32 → Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 (what
+ * quantize() runs for those types). Each gives the bytes of its JS transcription (bf16.ts, legacy.ts), which
  * test/gguf-encode.test.ts checks it against, on every bf16/f16 value and on wild f32 inputs:
  *  - F16 from bf16: exponent rebias for f16 normals; |x| >= 65536 → Inf; below the f16 normal range
  *    nearest-even(|x| * 2^24) (exact scaling; f32x4.nearest is IEEE roundTiesToEven, and a code of
@@ -29,7 +29,7 @@ const ID_TAB = 0x10000; // f32[32768]
 const IN = 0x30000;
 const SLICE = 1 << 16;
 const OUT = IN + SLICE * 2;
-/** The arena: buffers handed out to callers (see SimdKernels.buffer), used in place. */
+/** The arena: buffers lent to one caller at a time (see SimdKernels.acquireArena), used in place. */
 const ARENA = OUT + SLICE * 2;
 export const ARENA_SLOTS = 7;
 export const ARENA_SLOT_BYTES = 16 << 20;
