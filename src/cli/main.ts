@@ -5,6 +5,7 @@
 import { Command, CommanderError } from 'commander';
 import { LlmcError } from '../errors.js';
 import { LLMC_VERSION } from '../version.js';
+import { installInterruptHandlers } from '../util/interrupt.js';
 import { registerCompile } from './commands/compile.js';
 import { registerRun } from './commands/run.js';
 import { registerInspect } from './commands/inspect.js';
@@ -28,6 +29,7 @@ export function buildProgram(): Command {
 }
 
 export async function main(argv: string[]): Promise<number> {
+  installInterruptHandlers();
   const program = buildProgram();
   const debug = argv.includes('--debug');
   try {

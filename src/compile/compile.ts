@@ -1,8 +1,8 @@
 /**
  * The compile driver: source → passes (in order) → backend → llmc-manifest.json.
- * Output files appear atomically; on failure the files this run created are removed.
+ * Output files appear atomically; on failure or interruption the files this run created are removed.
  */
-import { promises as fsp } from 'node:fs';
+import { promises as fsp, readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { BACKENDS } from '../../backends/index.js';
 import type { Backend, CompileOptions } from '../../backends/types.js';
@@ -11,6 +11,7 @@ import type { Pass } from '../../passes/types.js';
 import type { ModelSource } from '../checkpoint/source.js';
 import { UsageError } from '../errors.js';
 import { ensureOutputDir } from '../util/atomic.js';
+import { onInterrupt } from '../util/interrupt.js';
 import type { Progress } from '../util/progress.js';
 import { writeManifest, type Manifest, type PassRecord } from './manifest.js';
 
@@ -46,17 +47,26 @@ export async function compile(req: CompileRequest): Promise<Manifest> {
   );
   await ensureOutputDir(req.outDir);
   const before = new Set(await fsp.readdir(req.outDir));
+  // On failure or interruption, leave the file system as it was: a directory this run created goes,
+  // otherwise what it added.
+  const undo = () => {
+    if (!existed) return rmSync(req.outDir, { recursive: true, force: true });
+    let now: string[] = [];
+    try {
+      now = readdirSync(req.outDir);
+    } catch {
+      return;
+    }
+    for (const f of now) if (!before.has(f)) rmSync(path.join(req.outDir, f), { recursive: true, force: true });
+  };
+  const forget = onInterrupt(undo);
   try {
     return await passesAndBackend(req, parsed, backend);
   } catch (err) {
-    // Leave the file system as it was: a directory this run created goes, otherwise what it added.
-    if (!existed) await fsp.rm(req.outDir, { recursive: true, force: true });
-    else {
-      for (const f of await fsp.readdir(req.outDir).catch(() => [] as string[])) {
-        if (!before.has(f)) await fsp.rm(path.join(req.outDir, f), { recursive: true, force: true });
-      }
-    }
+    undo();
     throw err;
+  } finally {
+    forget();
   }
 }
 

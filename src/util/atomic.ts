@@ -1,9 +1,10 @@
 /**
  * Artifacts appear whole or not at all: write to a temp name beside the target, rename at the end.
  */
-import { promises as fsp } from 'node:fs';
+import { promises as fsp, rmSync } from 'node:fs';
 import path from 'node:path';
 import { LlmcError } from '../errors.js';
+import { onInterrupt } from './interrupt.js';
 import { BackgroundSha256, WORKER_MIN_BYTES } from './sha256.js';
 
 let counter = 0;
@@ -74,8 +75,13 @@ export class AtomicFile {
       throw ioError(err, finalPath, 'create file');
     }
     const hasher = (options.expectedSize ?? 0) >= WORKER_MIN_BYTES ? new BackgroundSha256() : null;
-    return new AtomicFile(finalPath, tmp, handle, hasher);
+    const file = new AtomicFile(finalPath, tmp, handle, hasher);
+    file.forget = onInterrupt(() => rmSync(tmp, { force: true }));
+    return file;
   }
+
+  /** Unregisters the interrupt clean-up (once the temp file is renamed or removed). */
+  private forget = () => {};
 
   get bytesWritten(): number {
     return this.position;
@@ -131,6 +137,7 @@ export class AtomicFile {
       await this.handle.sync();
       await this.handle.close();
       await fsp.rename(this.tempPath, this.finalPath);
+      this.forget();
     } catch (err) {
       await this.abort();
       throw ioError(err, this.finalPath, 'finish writing');
@@ -148,6 +155,7 @@ export class AtomicFile {
     await this.flushing;
     await this.handle.close().catch(() => {});
     await fsp.rm(this.tempPath, { force: true }).catch(() => {});
+    this.forget();
   }
 }
 
