@@ -129,6 +129,18 @@ describe('bad input → one line, exit 1', async () => {
     await expectOneLine(llmc('inspect', dir), 1, dir, /missing config\.json/);
   });
 
+  it.concurrent('an output path that is a file, or under one', async () => {
+    const file = path.join(tmp, 'a-file');
+    writeFileSync(file, 'x');
+    await expectOneLine(llmc('compile', base, '--target', 'gguf', '-o', file), 1, file, /exists and is not a directory/);
+    await expectOneLine(llmc('compile', base, '--target', 'gguf', '-o', path.join(file, 'out')), 1, path.join(file, 'out'), /a parent is not a directory/);
+  });
+
+  // Node's mkdir({ recursive: true }) spins forever here; the CLI must fail instead of hanging.
+  it.concurrent.skipIf(process.platform !== 'linux')('an output path the kernel refuses to create (/proc)', async () => {
+    await expectOneLine(llmc('compile', base, '--target', 'gguf', '-o', '/proc/llmc-out/x'), 1, '/proc/llmc-out/x', /cannot write to output directory/);
+  }, 20_000);
+
   it.concurrent('a model directory that does not exist', async () => {
     const dir = path.join(tmp, 'nope');
     await expectOneLine(llmc('inspect', dir), 1, dir, /no such file or directory/);

@@ -26,6 +26,7 @@ export function ioError(err: unknown, file: string, doing: string): LlmcError {
     ENOENT: 'no such file or directory',
     ENOTDIR: 'a parent is not a directory',
     EISDIR: 'is a directory',
+    EEXIST: 'exists and is not a directory',
   };
   if (err instanceof LlmcError) return err;
   return new LlmcError(`cannot ${doing}: ${why[e?.code ?? ''] ?? e?.message ?? String(err)}`, file);
@@ -169,9 +170,26 @@ export async function writeFileAtomic(finalPath: string, data: string | Uint8Arr
 /** Make sure `dir` exists and is writable; a clear error otherwise. */
 export async function ensureOutputDir(dir: string): Promise<void> {
   try {
-    await fsp.mkdir(dir, { recursive: true });
+    await mkdirs(path.resolve(dir));
     await fsp.access(dir, 2 /* W_OK */);
   } catch (err) {
     throw ioError(err, dir, 'write to output directory');
+  }
+}
+
+/**
+ * mkdir -p, one level at a time. Node's own `recursive: true` spins forever under a parent that
+ * refuses new entries with ENOENT (any path in /proc), so a bad -o would hang instead of failing.
+ */
+async function mkdirs(dir: string): Promise<void> {
+  try {
+    await fsp.mkdir(dir);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST' && (await fsp.stat(dir)).isDirectory()) return;
+    const parent = path.dirname(dir);
+    if (code !== 'ENOENT' || parent === dir || (await fsp.stat(parent).then(() => true, () => false))) throw err;
+    await mkdirs(parent);
+    await fsp.mkdir(dir);
   }
 }
