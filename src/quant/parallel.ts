@@ -31,14 +31,21 @@ let slots: Slot[] = [];
 let nextId = 1;
 let workerScript: string | null | undefined;
 
-/** The sources compiled for the worker (this module's folder plus what it imports), relative to the repo root. */
+/**
+ * The sources compiled for the worker: index.ts and worker.ts and everything they import, relatively,
+ * found by following their relative import clauses (a hand-kept list went stale), relative to the repo root.
+ */
 function workerSources(root: string): string[] {
-  const quant = path.join(root, 'src/quant');
-  return [
-    ...fs.readdirSync(quant).filter((f) => f.endsWith('.ts')).map((f) => path.join('src/quant', f)),
-    'src/util/half.ts',
-    'src/errors.ts',
-  ];
+  const seen = new Set<string>();
+  const visit = (rel: string) => {
+    if (seen.has(rel)) return;
+    seen.add(rel);
+    const text = fs.readFileSync(path.join(root, rel), 'utf8');
+    for (const m of text.matchAll(/^(?:import|export)[^;]*?from '(\.{1,2}\/[^']+)\.js'/gm)) visit(path.join(path.dirname(rel), `${m[1]}.ts`));
+  };
+  visit('src/quant/index.ts');
+  visit('src/quant/worker.ts');
+  return [...seen];
 }
 
 /** Hash of the worker's sources; dist/ is current when its stamp matches (mtimes lie when builds race edits). */
