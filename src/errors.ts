@@ -27,7 +27,3 @@ export class UsageError extends LlmcError {
     this.name = 'UsageError';
   }
 }
-
-export function fail(message: string, file?: string): never {
-  throw new LlmcError(message, file);
-}

@@ -2,7 +2,6 @@ import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { BACKENDS } from '../backends/index.js';
-import { TARGET_NAMES } from '../src/cli/commands/compile.js';
 import { ensureBuilt } from './build-once.js';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -12,7 +11,6 @@ describe('llmc --help / --version', () => {
   beforeAll(() => ensureBuilt());
 
   it('the target list shown in --help is the backend registry', () => {
-    expect([...TARGET_NAMES].sort()).toEqual(Object.keys(BACKENDS).sort());
     const help = llmc('compile', '--help').stdout.replace(/\s+/g, ' ');
     expect(help).toContain(`output target: ${Object.keys(BACKENDS).sort().join(', ')}`);
   });

@@ -9,10 +9,10 @@ import { quantizeParallel, type QuantType } from '../../src/quant/index.js';
 import { allFiniteBf16, BF16_DIRECT, copyF16Into, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/quant/bf16.js';
 import { ChunkBuffers, SLOT, type Chunk } from './stream.js';
 
-export async function encodeTensor(type: QuantType, data: Float32Array, rowLength: number, threads?: number): Promise<Uint8Array> {
+async function encodeTensor(type: QuantType, data: Float32Array, rowLength: number): Promise<Uint8Array> {
   // F32 is the data itself: no copy.
   if (type === 'F32') return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-  return quantizeParallel(type, data, rowLength, { threads });
+  return quantizeParallel(type, data, rowLength);
 }
 
 /**

@@ -4,6 +4,7 @@
  */
 import path from 'node:path';
 import { LlmcError } from '../../src/errors.js';
+import { numel } from '../../src/checkpoint/index.js';
 import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/quant/index.js';
 import type { Backend, BackendContext, BackendResult } from '../types.js';
 import { simdKernels, encodesBf16 } from '../../src/quant/bf16.js';
@@ -88,11 +89,11 @@ export const ggufBackend: Backend = {
       name: t.name,
       ne: t.ne,
       ggmlType: QUANT_TYPES[t.type].ggmlType,
-      nbytes: rowBytes(t.type, t.ne[0]) * (t.shape.reduce((a, b) => a * b, 1) / t.ne[0]),
+      nbytes: rowBytes(t.type, t.ne[0]) * (numel(t.shape) / t.ne[0]),
     }));
     const finalPath = path.join(ctx.outDir, GGUF_FILE);
     const writer = await GgufFileWriter.open(finalPath, [...meta.kvs, ...vocab.kvs], infos);
-    const sourceBytes = plan.tensors.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * 4, 0);
+    const sourceBytes = plan.tensors.reduce((a, t) => a + numel(t.shape) * 4, 0);
     ctx.progress.start(`gguf ${plan.choice.label}`, sourceBytes);
     // Half-float reads, decodes, permutations and encodings in the kernels' arena: converted in place,
     // and hashed by the writer's worker straight from there. (A compile running alongside in this

@@ -156,8 +156,6 @@ export interface TensorTypeDecision {
   type: QuantType;
   /** Set when llama.cpp's fallback replaced the wanted type. */
   fallbackFrom?: QuantType;
-  /** Set when a --tensor-type override decided. */
-  override?: string;
 }
 
 /** The type of one GGUF tensor. Non-quantizable tensors (1-D, norms, router) stay F32. */
@@ -171,13 +169,7 @@ export function chooseTensorType(
   let type = choice.base;
   const quantizedBase = QUANT_TYPES[choice.base].blockSize > 1;
   if (choice.ftype && quantizedBase) type = presetType(choice.ftype, choice.base, t, m);
-  let override: string | undefined;
-  for (const o of overrides) {
-    if (o.pattern.test(t.name)) {
-      type = o.type;
-      override = o.pattern.source;
-    }
-  }
+  for (const o of overrides) if (o.pattern.test(t.name)) type = o.type; // the last match wins
   const fb = fallbackType(type, t.ne[0]);
-  return fb === type ? { type, override } : { type: fb, fallbackFrom: type, override };
+  return fb === type ? { type } : { type: fb, fallbackFrom: type };
 }

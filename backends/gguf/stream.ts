@@ -8,8 +8,8 @@
  * finite check inside their own loops, see Chunk.failNonFinite).
  */
 import { promises as fsp } from 'node:fs';
-import { Checkpoint, DTYPE_BYTES, type ModelSource, type TensorInfo } from '../../src/checkpoint/index.js';
-import { bf16ToF32, decodeBf16, decodeF16, f16ToF32 } from '../../src/util/half.js';
+import { Checkpoint, DTYPE_BYTES, numel, type ModelSource } from '../../src/checkpoint/index.js';
+import { bf16ToF32, f16ToF32 } from '../../src/util/half.js';
 import { bf16ToF32Into, f16ToF32Into } from '../../src/quant/bf16.js';
 import { LlmcError } from '../../src/errors.js';
 import { ioError } from '../../src/util/atomic.js';
@@ -71,15 +71,6 @@ function checkFiniteBf16(c: Chunk, where: string): void {
   const i = bad(hit) ? hit : hit + 1;
   throw nonFinite(c, i, bf16ToF32(d[i]), where);
 }
-
-/** Decoders of raw little-endian safetensors bytes into a caller's buffer (no allocation). */
-const RAW_DECODERS = {
-  F32: (raw: Buffer, out: Float32Array) => out.set(new Float32Array(raw.buffer, raw.byteOffset, out.length)),
-  F16: (raw: Buffer, out: Float32Array) => decodeF16(new Uint16Array(raw.buffer, raw.byteOffset, out.length), out as Float32Array<ArrayBuffer>),
-  BF16: (raw: Buffer, out: Float32Array) => decodeBf16(new Uint16Array(raw.buffer, raw.byteOffset, out.length), out as Float32Array<ArrayBuffer>),
-};
-
-const info = (ck: Checkpoint, name: string): TensorInfo => ck.info(name);
 
 /** Rows per chunk: about `maxElems` values, a whole number of `unit` rows, at least one unit. */
 function rowsPerChunk(rows: number, rowLen: number, unit: number, maxElems: number): number {
@@ -159,7 +150,7 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
   for (const name of t.sources) {
     const meta = source.meta(name);
     if (!meta) throw new LlmcError(`missing tensor "${name}"`, source.description);
-    const count = meta.shape.reduce((a, b) => a * b, 1);
+    const count = numel(meta.shape);
     const rows = count / rowLen;
     const headRows = t.permuteHeads ? rows / t.permuteHeads : 1;
     const step = rowsPerChunk(rows, rowLen, headRows, maxElems);
@@ -185,10 +176,10 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
       }
       return c;
     };
-    if (source instanceof Checkpoint && (info(source, name).dtype in RAW_DECODERS)) {
-      const ti = info(source, name);
+    // Read straight from the safetensors file by byte range: F32 as it is, BF16 / F16 via TO_F32.
+    const ti = source instanceof Checkpoint ? source.info(name) : null;
+    if (ti && (ti.dtype === 'F32' || isRawDtype(ti.dtype))) {
       const esize = DTYPE_BYTES[ti.dtype];
-      const decode = RAW_DECODERS[ti.dtype as keyof typeof RAW_DECODERS];
       let fh: fsp.FileHandle;
       try {
         fh = await fsp.open(ti.file, 'r');
@@ -241,7 +232,7 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
             k = kNext;
             continue;
           }
-          decode(raw, data);
+          data.set(new Float32Array(raw.buffer, raw.byteOffset, n));
           yield finish(data, r0);
           k = kNext;
         }

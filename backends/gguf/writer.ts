@@ -201,10 +201,6 @@ export class GgufFileWriter {
     return w;
   }
 
-  get tempPath(): string {
-    return this.file.tempPath;
-  }
-
   /** Write the next tensor's data (exactly its declared size) plus the padding after it. */
   async writeTensor(name: string, data: Uint8Array): Promise<void> {
     await this.beginTensor(name);

@@ -35,8 +35,6 @@ export const K_ODM = 9280;
 export const K_RES = 9344;
 /** Inputs with |x| below this (and finite) take the wasm path; anything wilder stays on the JS transcription. */
 export const K_WASM_SAFE_ABS = 1e15;
-/** At most 16 groups of n <= 16, or 8 of n = 32: 256 elements per call. */
-export const K_MAX_ELEMENTS = 256;
 
 
 /**

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { BACKENDS } from '../../../backends/index.js'; // load-on-use thunks: cheap to import
 import { openCheckpoint } from '../../checkpoint/index.js';
 import { UsageError } from '../../errors.js';
 import { cliProgress, noteTo, printJson } from '../output.js';
@@ -16,15 +17,13 @@ function parseTensorTypes(specs: string[]): { pattern: RegExp; type: string }[] 
   });
 }
 
-/** For --help without loading every backend; test/cli-help.test.ts keeps it equal to the registry. */
-export const TARGET_NAMES = ['gguf', 'gguf-levels', 'hf', 'ts'];
 
 export function registerCompile(program: Command): void {
   program
     .command('compile')
     .description('Compile a Hugging Face checkpoint into a deployable artifact directory')
     .argument('<model>', 'Hugging Face checkpoint directory (config.json + *.safetensors)')
-    .requiredOption('-t, --target <target>', `output target: ${TARGET_NAMES.join(', ')}`)
+    .requiredOption('-t, --target <target>', `output target: ${Object.keys(BACKENDS).sort().join(', ')}`)
     .requiredOption('-o, --out <dir>', 'output directory (created if missing)')
     .option('-q, --quant <type>', 'weight format, e.g. F16, Q8_0, Q4_K_M (default: the target\'s)')
     .option('--tensor-type <regex=type>', 'per-tensor override, repeatable; last match wins', collect, [])
