@@ -136,14 +136,21 @@ export function widthChoices(spec: ArchSpec, block: number): { attn: LayerWidth[
   return { attn, attnAxis, ffn };
 }
 
-/** Widths of every layer at non-anchor keep fraction f. */
-export function widthsAt(spec: ArchSpec, f: number, anchors: ReadonlySet<number>, block: number): LayerWidth[] {
+/**
+ * Widths of every layer at non-anchor keep fraction f. `ch` is widthChoices(spec, block), for callers
+ * that ask at many fractions (each choice list is as long as the FFN width at block 1).
+ */
+export function widthsAt(spec: ArchSpec, f: number, anchors: ReadonlySet<number>, block: number, ch = widthChoices(spec, block)): LayerWidth[] {
   const full = fullWidth(spec);
-  const ch = widthChoices(spec, block);
+  /** The largest choice within f of total (the first when none is), by bisection: choices ascend. */
   const pick = (choices: number[], total: number) => {
-    let best = choices[0];
-    for (const c of choices) if (c <= f * total + 1e-9) best = c;
-    return best;
+    let lo = 0;
+    for (let hi = choices.length - 1; lo < hi; ) {
+      const mid = (lo + hi + 1) >> 1;
+      if (choices[mid] <= f * total + 1e-9) lo = mid;
+      else hi = mid - 1;
+    }
+    return choices[lo];
   };
   const attnFull = ch.attnAxis === 'kvGroups' ? full.kvGroups : full.qHeadsPerGroup;
   const w: LayerWidth = { ...full, ffn: pick(ch.ffn, full.ffn) };
@@ -169,7 +176,7 @@ export function planLevels(spec: ArchSpec, opts: PlanOptions): { levels: Level[]
   // Every keep fraction at which some width changes.
   const fs = [...new Set([...ch.attn.map((a) => a / attnFull), ...ch.ffn.map((x) => x / full.ffn), 0])].sort((a, b) => a - b);
   const at = (f: number) => {
-    const w = widthsAt(spec, f, opts.anchors, opts.block);
+    const w = widthsAt(spec, f, opts.anchors, opts.block, ch);
     return { f, w, level: describeLevel(spec, '', 0, w, opts.anchors) };
   };
   const candidates = fs.map(at);
@@ -195,7 +202,7 @@ export function planLevels(spec: ArchSpec, opts: PlanOptions): { levels: Level[]
       continue;
     }
     prevKey = key;
-    levels.push(describeLevel(spec, `L${levels.length}`, t, chosen.w, opts.anchors));
+    levels.push({ ...chosen.level, id: `L${levels.length}`, nominal: t });
   }
   return { levels, notes };
 }

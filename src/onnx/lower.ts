@@ -122,7 +122,7 @@ class OnnxGraphBuilder {
   }
 }
 
-function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph): void {
+function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTables: ReadonlySet<string>): void {
   const spec = graph.spec;
   switch (op.op) {
     case 'embed':
@@ -136,7 +136,7 @@ function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph): void {
       return;
     }
     case 'linear': {
-      const tiedHead = graph.ops.some((o) => o.op === 'embed' && o.table === op.weight);
+      const tiedHead = embedTables.has(op.weight);
       let y: string;
       if (tiedHead) {
         // Tied lm_head: Gemm(transB) on the embedding table itself, so it is stored once.
@@ -303,7 +303,8 @@ function valueInfo(name: string, elemType: number, dims?: (number | string)[]): 
 export async function lowerToOnnx(source: ModelSource, opts: { taps?: TapSpec[]; graph?: ModelGraph } = {}): Promise<LoweredModel> {
   const graph = opts.graph ?? buildModel(source.spec);
   const b = new OnnxGraphBuilder();
-  for (const op of graph.ops) lowerOp(b, op, graph);
+  const embedTables = new Set(graph.ops.flatMap((o) => (o.op === 'embed' ? [o.table] : [])));
+  for (const op of graph.ops) lowerOp(b, op, graph, embedTables);
   const taps = lowerTaps(b, graph, opts.taps ?? []);
 
   const outputNames = [...graph.outputs];

@@ -7,7 +7,7 @@
  */
 import { LlmcError } from '../errors.js';
 import { Bpe } from './bpe.js';
-import { BYTE_TO_CHAR, CHAR_TO_BYTE, gpt2Split } from './bytelevel.js';
+import { CHAR_TO_BYTE, gpt2Split, toByteChars } from './bytelevel.js';
 
 export interface Tokenizer {
   /** Token ids of `text`. addBos defaults to what tokenizer_config.json / the post-processor do. */
@@ -148,7 +148,7 @@ function preTokenizer(p: unknown, fail: Fail): { split: PreTokenizer; byteLevel:
         split: (words) =>
           words.flatMap((w) => {
             const s = addPrefix && !w.startsWith(' ') ? ' ' + w : w;
-            return (useRegex ? gpt2Split(s) : [s]).map((x) => Array.from(utf8.encode(x), (b) => BYTE_TO_CHAR[b]).join(''));
+            return (useRegex ? gpt2Split(s) : [s]).map(toByteChars);
           }),
       };
     }
@@ -156,13 +156,14 @@ function preTokenizer(p: unknown, fail: Fail): { split: PreTokenizer; byteLevel:
       const rep = String(o.replacement ?? '\u2581');
       const scheme = String(o.prepend_scheme ?? (o.add_prefix_space === false ? 'never' : 'always'));
       const split = o.split !== false;
+      const repRe = new RegExp(escapeRe(rep), 'gu'); // splitKeep iterates with matchAll, which copies it
       return {
         byteLevel: false,
         split: (words, first) =>
           words.flatMap((w, i) => {
             let s = w.replace(/ /g, rep);
             if ((scheme === 'always' || (scheme === 'first' && first && i === 0)) && !s.startsWith(rep)) s = rep + s;
-            return split ? splitKeep(s, new RegExp(escapeRe(rep), 'gu'), 'MergedWithNext', fail) : [s];
+            return split ? splitKeep(s, repRe, 'MergedWithNext', fail) : [s];
           }),
       };
     }
