@@ -14,9 +14,8 @@
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { openCheckpoint } from '../src/checkpoint/index.js';
-import { cachedFixture, mbPerSec, REPO_ROOT, round, runNodeWithPeakRss, timeMs, type BenchSuite } from './harness.js';
+import { cachedFixture, mbPerSec, repeat, REPO_ROOT, round, runIfMain, runNodeWithPeakRss, type BenchSuite } from './harness.js';
 
 const MB = 1e6;
 /** LLMC_BENCH_GGUF_QUANTS=F16,Q8_0 runs a subset (the K-quants are the slow part). */
@@ -65,8 +64,7 @@ export const suite: BenchSuite = {
     try {
       // Warm the page cache, then take the best of a few copies.
       await plainCopy(files, work);
-      let copyMs = Infinity;
-      for (let r = 0; r < 2; r++) copyMs = Math.min(copyMs, (await timeMs(() => plainCopy(files, work))).ms);
+      const copyMs = (await repeat(2, () => plainCopy(files, work))).min;
       for (const f of await fsp.readdir(work)) await fsp.rm(path.join(work, f));
       const copyMBps = mbPerSec(sourceBytes, copyMs);
 
@@ -133,7 +131,4 @@ export const suite: BenchSuite = {
   },
 };
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
-  const res = await suite.run({ quick: process.argv.includes('--quick') });
-  process.stdout.write(JSON.stringify(res, null, 2) + '\n');
-}
+runIfMain(import.meta.url, suite);

@@ -6,11 +6,9 @@
  *
  * Standalone: `npx tsc -p tsconfig.json && node dist/bench/runtime.bench.js [--quick]`.
  */
-import { existsSync, promises as fsp } from 'node:fs';
+import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { openCheckpoint } from '../src/checkpoint/index.js';
 import { compile } from '../src/compile/compile.js';
 import { Engine } from '../src/engine/engine.js';
@@ -19,12 +17,9 @@ import { matmul, Weight } from '../src/runtime/kernels.js';
 import { loadDir } from '../src/runtime/node.js';
 import { WasmArena } from '../src/runtime/wasm.js';
 import { silentProgress } from '../src/util/progress.js';
-import { runIfMain, type BenchSuite } from './harness.js';
+import { cachedFixture, REPO_ROOT, runIfMain, type BenchSuite } from './harness.js';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-/** Repo root from both bench/ (tsx/vitest) and dist/bench/ (compiled). */
-const ROOT = existsSync(path.join(HERE, '../package.json')) ? path.resolve(HERE, '..') : path.resolve(HERE, '../..');
-const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
+const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');
 const WORK = path.join(os.tmpdir(), 'llmc-bench-runtime');
 
 interface Speed {
@@ -167,10 +162,7 @@ export const suite: BenchSuite = {
   async run(opts) {
     const quick = Boolean(opts?.quick);
     await fsp.mkdir(WORK, { recursive: true });
-    const fx = path.join(WORK, 'llama-30M');
-    if (!existsSync(path.join(fx, 'config.json'))) {
-      await generateFixture(fx, { arch: 'llama', seed: 1, dims: FIXTURE_PRESETS['llama-30M'], tokenizer: 'none' });
-    }
+    const { dir: fx } = await cachedFixture('llama-30M', { arch: 'llama', seed: 1, tokenizer: 'none' });
     const kernels = kernelSteps(quick ? 5 : 20);
     const stories = await benchModel('stories260K', STORIES, 32, quick ? 32 : 128, quick ? 2 : 5);
     const m30 = await benchModel('llama-30M', fx, 64, quick ? 8 : 32, quick ? 2 : 3);
