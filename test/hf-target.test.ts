@@ -12,6 +12,7 @@ import { numel } from '../src/checkpoint/safetensors.js';
 import { compile } from '../src/compile/compile.js';
 import { Engine } from '../src/engine/index.js';
 import { silentProgress } from '../src/util/progress.js';
+import { loadDir } from '../src/runtime/node.js';
 import type { ReorderMetadata } from '../passes/reorder/index.js';
 import { permuteSource } from '../passes/reorder/permute.js';
 import { sliceSource } from '../passes/reorder/slice.js';
@@ -103,6 +104,12 @@ describe('hf target', () => {
       const m = await compileTo(path.join(tmp, 'ts'), path.join(tmp, 'cache-a'), 'ts', hf, false);
       expect(m.files.length).toBeGreaterThan(0);
       expect(m.source.sha256).toBe(await hf.identity());
+      // And the artifact works: the TS runtime on it reproduces the reference ids.
+      const ref = JSON.parse(await fsp.readFile(path.join(MODEL, 'reference.json'), 'utf8')).greedy_ids as number[];
+      const model = await loadDir(path.join(tmp, 'ts'));
+      const ids: number[] = [];
+      for await (const id of model.generate([1], { maxTokens: ref.length, stopTokens: [] })) ids.push(id);
+      expect(ids).toEqual(ref);
     } finally {
       await hf.close();
     }

@@ -39,32 +39,29 @@ const reversed = (orders: LayerOrder[]): LayerOrder[] =>
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** Held-out perplexity at 50% and 75% for each provider's order, its reverse, and 5 random orders. */
-async function compare(src: ModelSource, providers: readonly ('taylor' | 'activation' | 'magnitude')[], cacheDir: string, baselines = true) {
+async function compare(src: ModelSource, providers: readonly ('taylor' | 'activation' | 'magnitude')[], cacheDir: string) {
   const calib = await calibrationSet(src, { source: 'self-generated', count: 10, length: 64, seed: 42, heldOut: 10 }, { cacheDir });
-  {
-    const out: Record<string, { level: number; imp: number; rev: number; randomMedian: number }[]> = {};
-    const randomCache = new Map<number, number>();
-    let orders: LayerOrder[] = [];
-    for (const provider of providers) {
-      const opts = parseReorderOptions({ importance: provider, evaluate: 'false', levels: '0.5,0.75' });
-      const r = await analyzeReorder(src, opts, { note: () => {}, cacheDir, target: 'hf' });
-      orders = r.orders;
-      const anchors = new Set(r.metadata.anchors);
-      const { levels } = planLevels(src.spec, { levels: [0.5, 0.75], anchors, block: 1 });
-      const ppl = async (ords: LayerOrder[], w: (typeof levels)[number]) => Math.exp(await maskedLoss(src, levelMasks(src.spec, ords, w.layers), calib.heldOut));
-      out[provider] = [];
-      for (const lv of levels) {
-        if (!baselines) continue;
-        if (!randomCache.has(lv.nominal)) {
-          const rnd: number[] = [];
-          for (let s = 0; s < 5; s++) rnd.push(await ppl(randomOrders(src, 100 + s, orders.map((o) => o.layer)), lv));
-          randomCache.set(lv.nominal, median(rnd));
-        }
-        out[provider].push({ level: lv.nominal, imp: await ppl(orders, lv), rev: await ppl(reversed(orders), lv), randomMedian: randomCache.get(lv.nominal)! });
+  const out: Record<string, { level: number; imp: number; rev: number; randomMedian: number }[]> = {};
+  const randomCache = new Map<number, number>();
+  let orders: LayerOrder[] = [];
+  for (const provider of providers) {
+    const opts = parseReorderOptions({ importance: provider, evaluate: 'false', levels: '0.5,0.75' });
+    const r = await analyzeReorder(src, opts, { note: () => {}, cacheDir, target: 'hf' });
+    orders = r.orders;
+    const anchors = new Set(r.metadata.anchors);
+    const { levels } = planLevels(src.spec, { levels: [0.5, 0.75], anchors, block: 1 });
+    const ppl = async (ords: LayerOrder[], w: (typeof levels)[number]) => Math.exp(await maskedLoss(src, levelMasks(src.spec, ords, w.layers), calib.heldOut));
+    out[provider] = [];
+    for (const lv of levels) {
+      if (!randomCache.has(lv.nominal)) {
+        const rnd: number[] = [];
+        for (let s = 0; s < 5; s++) rnd.push(await ppl(randomOrders(src, 100 + s, orders.map((o) => o.layer)), lv));
+        randomCache.set(lv.nominal, median(rnd));
       }
+      out[provider].push({ level: lv.nominal, imp: await ppl(orders, lv), rev: await ppl(reversed(orders), lv), randomMedian: randomCache.get(lv.nominal)! });
     }
-    return { rows: out, orders };
   }
+  return { rows: out, orders };
 }
 
 describe('stories260K', () => {
@@ -106,7 +103,7 @@ describe('planted-importance fixture', () => {
     });
     const src = await openCheckpoint(dir);
     try {
-      const { orders, rows } = await compare(src, ['taylor'], path.join(tmp, 'cache-planted'), true);
+      const { orders, rows } = await compare(src, ['taylor'], path.join(tmp, 'cache-planted'));
       console.log('planted fixture held-out ppl', JSON.stringify(rows));
       for (const r of rows.taylor) {
         expect(r.imp).toBeLessThan(r.randomMedian);
