@@ -3,9 +3,9 @@
  * directory. It writes its own files (atomically) and returns their paths; the compile driver
  * writes llmc-manifest.json over them.
  */
-import type { ModelSource } from '../src/checkpoint/source.js';
-import type { PassRecord } from '../src/compile/manifest.js';
-import type { Progress } from '../src/util/progress.js';
+import type { ModelSource } from '../src/core/checkpoint/source.js';
+import type { PassRecord } from '../src/app/compile/manifest.js';
+import type { Progress } from '../src/core/util/progress.js';
 
 export interface CompileOptions {
   /** Weight format for the whole model (`--quant`), target-defined default when absent. */

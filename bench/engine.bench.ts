@@ -6,9 +6,9 @@
  * Standalone: `npx tsc -p tsconfig.json && node dist/bench/engine.bench.js [--quick]`.
  */
 import * as ort from 'onnxruntime-node';
-import { openCheckpoint } from '../src/checkpoint/index.js';
-import { Engine } from '../src/engine/engine.js';
-import { onnx, DT_FLOAT } from '../src/onnx/proto.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { Engine } from '../src/exec/engine/engine.js';
+import { onnx, DT_FLOAT } from '../src/exec/onnx/proto.js';
 
 import { cachedFixture, runIfMain, type BenchSuite } from './harness.js';
 

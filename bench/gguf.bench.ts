@@ -14,7 +14,7 @@
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { openCheckpoint } from '../src/checkpoint/index.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { cachedFixture, mbPerSec, repeat, REPO_ROOT, round, runIfMain, runNodeWithPeakRss, type BenchSuite } from './harness.js';
 
 const MB = 1e6;

@@ -9,9 +9,9 @@
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { closeQuantWorkers, quantize, quantizeParallel, QUANT_TYPES, type QuantType } from '../src/quant/index.js';
-import { useWasmKernels } from '../src/quant/kquants.js';
-import { Rng } from '../src/util/rng.js';
+import { closeQuantWorkers, quantize, quantizeParallel, QUANT_TYPES, type QuantType } from '../src/core/quant/index.js';
+import { useWasmKernels } from '../src/core/quant/kquants.js';
+import { Rng } from '../src/core/util/rng.js';
 
 /** bench/harness.ts's BenchSuite shape (structural, so this file stands alone too). */
 interface Suite {

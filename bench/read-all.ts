@@ -7,7 +7,7 @@
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { openCheckpoint } from '../src/checkpoint/index.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
 
 export type ReadMode = 'into' | 'raw' | 'f32';
 

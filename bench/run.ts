@@ -5,8 +5,8 @@
  */
 import os from 'node:os';
 import path from 'node:path';
-import { ensureOutputDir, writeFileAtomic } from '../src/util/atomic.js';
-import { LLMC_VERSION } from '../src/version.js';
+import { ensureOutputDir, writeFileAtomic } from '../src/core/util/atomic.js';
+import { LLMC_VERSION } from '../src/core/version.js';
 import { REPO_ROOT, round, timeMs } from './harness.js';
 import { SUITES } from './suites.js';
 

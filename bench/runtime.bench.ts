@@ -9,14 +9,14 @@
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { openCheckpoint } from '../src/checkpoint/index.js';
-import { compile } from '../src/compile/compile.js';
-import { Engine } from '../src/engine/engine.js';
-import { quantize } from '../src/quant/quantize.js';
-import { matmul, Weight } from '../src/runtime/kernels.js';
-import { loadDir } from '../src/runtime/node.js';
-import { WasmArena } from '../src/runtime/wasm.js';
-import { silentProgress } from '../src/util/progress.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { compile } from '../src/app/compile/compile.js';
+import { Engine } from '../src/exec/engine/engine.js';
+import { quantize } from '../src/core/quant/quantize.js';
+import { matmul, Weight } from '../src/exec/runtime/kernels.js';
+import { loadDir } from '../src/exec/runtime/node.js';
+import { WasmArena } from '../src/exec/runtime/wasm.js';
+import { silentProgress } from '../src/core/util/progress.js';
 import { cachedFixture, REPO_ROOT, runIfMain, type BenchSuite } from './harness.js';
 
 const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');

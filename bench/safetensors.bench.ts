@@ -11,7 +11,7 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { openCheckpoint } from '../src/checkpoint/index.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { cachedFixture, mbPerSec, REPO_ROOT, round, runNodeWithPeakRss, timeMs, runIfMain, type BenchSuite } from './harness.js';
 import { readAll } from './read-all.js';
 

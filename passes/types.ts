@@ -3,15 +3,15 @@
  * It never writes files: the transformed model is a lazy ModelSource (tensors are rewritten as a
  * backend reads them) and the metadata goes into every target's manifest.
  */
-import type { ModelSource } from '../src/checkpoint/source.js';
-import type { Progress } from '../src/util/progress.js';
+import type { ModelSource } from '../src/core/checkpoint/source.js';
+import type { Progress } from '../src/core/util/progress.js';
 
 export interface PassContext {
   progress: Progress;
   note: (message: string) => void;
   /**
    * Directory for cached profiles (content-addressed); undefined disables caching. Passes measure
-   * through src/profile: `calibrationSet(source, spec, {cacheDir})` for the shared calibration /
+   * through src/app/profile: `calibrationSet(source, spec, {cacheDir})` for the shared calibration /
    * held-out ids, and `cachedProfile(cacheDir, kind, keyParts, compute)` for their own statistics
    * (keyParts must include the checkpoint identity, the calibration key and every option that
    * changes the result), so a profile is computed once and reused by later runs and `llmc report`.

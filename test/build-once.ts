@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 
 const ROOT = path.resolve(__dirname, '..');
-const MAIN = path.join(ROOT, 'dist/src/cli/main.js');
+const MAIN = path.join(ROOT, 'dist/src/app/cli/main.js');
 
 function newestSource(dir: string): number {
   let newest = 0;
@@ -43,5 +43,5 @@ export function ensureBuilt(): void {
   } finally {
     rmSync(lock, { recursive: true, force: true });
   }
-  if (!existsSync(MAIN)) throw new Error('tsc did not produce dist/src/cli/main.js');
+  if (!existsSync(MAIN)) throw new Error('tsc did not produce dist/src/app/cli/main.js');
 }

@@ -4,9 +4,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
-import { openCheckpoint, type Checkpoint } from '../src/checkpoint/index.js';
-import { calibrationSet, textFileSpec } from '../src/profile/calibration.js';
-import { loadTokenizer } from '../src/tokenizer/index.js';
+import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
+import { calibrationSet, textFileSpec } from '../src/app/profile/calibration.js';
+import { loadTokenizer } from '../src/core/tokenizer/index.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
 const TEXT = Array.from({ length: 40 }, (_, i) => `Once upon a time, story number ${i} began with a small red fox who liked to run.`).join('\n');

@@ -8,8 +8,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
-import { LlmcError } from '../src/errors.js';
-import { openCheckpoint, SafetensorsFile, writeSafetensors } from '../src/checkpoint/index.js';
+import { LlmcError } from '../src/core/errors.js';
+import { openCheckpoint, SafetensorsFile, writeSafetensors } from '../src/core/checkpoint/index.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
 let tmp: string;
@@ -85,7 +85,7 @@ describe('values', () => {
       { name: 'b', dtype: 'BF16', shape: [bf16.length], bytes: () => u16(bf16) },
     ]);
     const st = await SafetensorsFile.open(file);
-    const { toF32 } = await import('../src/checkpoint/safetensors.js');
+    const { toF32 } = await import('../src/core/checkpoint/safetensors.js');
     const h = toF32(await st.readRaw(st.tensors.get('h')!), 'F16', 'h');
     const b = toF32(await st.readRaw(st.tensors.get('b')!), 'BF16', 'b');
     expect(Array.from(h)).toEqual(f16.map(([, v]) => v));

@@ -1,6 +1,6 @@
 /** Run the llmc CLI in-process (no build, no child process), capturing what it writes. */
 import { vi } from 'vitest';
-import { main } from '../src/cli/main.js';
+import { main } from '../src/app/cli/main.js';
 
 export async function llmcInProcess(...argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   let stdout = '';

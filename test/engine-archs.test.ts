@@ -7,11 +7,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { generateFixture, type FixtureArch } from '../fixtures/generate.js';
-import { normalizeConfig, openCheckpoint, transformSource } from '../src/checkpoint/index.js';
-import { Engine } from '../src/engine/index.js';
+import { normalizeConfig, openCheckpoint, transformSource } from '../src/core/checkpoint/index.js';
+import { Engine } from '../src/exec/engine/index.js';
 import { Llama64, newTrace, type Trace } from './reference/llama64.js';
 import { maxRelError, relErr } from './numeric.js';
-import type { ArchSpec } from '../src/checkpoint/spec.js';
+import type { ArchSpec } from '../src/core/arch/spec.js';
 
 let root: string;
 beforeAll(async () => {

@@ -2,9 +2,9 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { heldOutSequences, selfGeneratedSequences, textSequences } from '../src/calibration/index.js';
-import { openCheckpoint, type Checkpoint } from '../src/checkpoint/index.js';
-import { Engine } from '../src/engine/index.js';
+import { heldOutSequences, selfGeneratedSequences, textSequences } from '../src/app/profile/sequences.js';
+import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
+import { Engine } from '../src/exec/engine/index.js';
 import { Llama64 } from './reference/llama64.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');

@@ -5,12 +5,12 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { openCheckpoint, type Checkpoint } from '../src/checkpoint/index.js';
-import { Engine } from '../src/engine/index.js';
-import { buildModel } from '../src/model/build.js';
-import type { Op } from '../src/model/ir.js';
-import { buildOnnxModel } from '../src/onnx/lower.js';
-import { onnx } from '../src/onnx/proto.js';
+import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
+import { Engine } from '../src/exec/engine/index.js';
+import { buildModel } from '../src/core/ir/build.js';
+import type { Op } from '../src/core/ir/ir.js';
+import { buildOnnxModel } from '../src/exec/onnx/lower.js';
+import { onnx } from '../src/exec/onnx/proto.js';
 import { argmax64, Llama64, newTrace } from './reference/llama64.js';
 import { maxRelError, relErr } from './numeric.js';
 

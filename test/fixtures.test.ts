@@ -12,10 +12,10 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture, FIXTURE_PRESETS, type FixtureArch, type FixtureTruth } from '../fixtures/generate.js';
 import { pyFloatRepr, pyJson, pyFloat } from '../fixtures/pyjson.js';
-import { openCheckpoint, type ArchSpec } from '../src/checkpoint/index.js';
-import { layerNames, moeNames, EMBED, FINAL_NORM, LM_HEAD } from '../src/checkpoint/names.js';
-import { isMoeLayer } from '../src/checkpoint/spec.js';
-import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/util/half.js';
+import { openCheckpoint, type ArchSpec } from '../src/core/checkpoint/index.js';
+import { layerNames, moeNames, EMBED, FINAL_NORM, LM_HEAD } from '../src/core/arch/names.js';
+import { isMoeLayer } from '../src/core/arch/spec.js';
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/core/util/half.js';
 import { ensureBuilt } from './build-once.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');

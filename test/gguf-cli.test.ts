@@ -1,5 +1,5 @@
 /**
- * Bad input through the real CLI entry (src/cli/main.ts, in-process): one `llmc:` line on stderr,
+ * Bad input through the real CLI entry (src/app/cli/main.ts, in-process): one `llmc:` line on stderr,
  * a non-zero exit, and the output directory left without model.gguf or temp files.
  */
 import { execFileSync } from 'node:child_process';
@@ -8,8 +8,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
-import { main } from '../src/cli/main.js';
-import { closeQuantWorkers } from '../src/quant/index.js';
+import { main } from '../src/app/cli/main.js';
+import { closeQuantWorkers } from '../src/core/quant/index.js';
 import { STORIES } from './gguf-helpers.js';
 
 let tmp: string;

@@ -1,7 +1,7 @@
 /**
  * The fast bf16 paths of the gguf backend and the hashing that moved off the main thread.
  * References are independent of the code under test: f32ToF16 (half.ts's scalar RNE conversion) and
- * src/quant's quantize() on decoded values for the encoders, node:crypto over the whole bytes for hashes.
+ * src/core/quant's quantize() on decoded values for the encoders, node:crypto over the whole bytes for hashes.
  */
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, closeSync, appendFileSync, mkdirSync, copyFileSync } from 'node:fs';
@@ -9,14 +9,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ChunkEncoder } from '../backends/gguf/encode.js';
-import { allFiniteBf16, simdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, copyF16Into, f16ToF32Into } from '../src/quant/bf16.js';
-import { quantize, type QuantType } from '../src/quant/index.js';
-import { quantizeQ4_0Js, quantizeQ4_1Js, quantizeQ5_0Js, quantizeQ5_1Js, quantizeQ8_0Js } from '../src/quant/legacy.js';
-import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f16ToF32, f32ToF16 } from '../src/util/half.js';
-import { AtomicFile, knownSha256 } from '../src/util/atomic.js';
-import { sha256Files, WORKER_MIN_BYTES } from '../src/util/sha256.js';
-import { openCheckpoint } from '../src/checkpoint/index.js';
-import { writeSafetensors } from '../src/checkpoint/safetensors.js';
+import { allFiniteBf16, simdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, copyF16Into, f16ToF32Into } from '../src/core/quant/bf16.js';
+import { quantize, type QuantType } from '../src/core/quant/index.js';
+import { quantizeQ4_0Js, quantizeQ4_1Js, quantizeQ5_0Js, quantizeQ5_1Js, quantizeQ8_0Js } from '../src/core/quant/legacy.js';
+import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f16ToF32, f32ToF16 } from '../src/core/util/half.js';
+import { AtomicFile, knownSha256 } from '../src/core/util/atomic.js';
+import { sha256Files, WORKER_MIN_BYTES } from '../src/core/util/sha256.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { writeSafetensors } from '../src/core/checkpoint/safetensors.js';
 import { generateFixture } from '../fixtures/generate.js';
 import { compileGguf } from './gguf-helpers.js';
 

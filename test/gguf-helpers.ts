@@ -1,9 +1,9 @@
 /** Shared by the gguf tests: compile through the real driver, run real llama.cpp (node-llama-cpp). */
 import path from 'node:path';
-import { compile } from '../src/compile/compile.js';
-import { openCheckpoint, type ModelSource } from '../src/checkpoint/index.js';
-import { silentProgress } from '../src/util/progress.js';
-import type { Manifest } from '../src/compile/manifest.js';
+import { compile } from '../src/app/compile/compile.js';
+import { openCheckpoint, type ModelSource } from '../src/core/checkpoint/index.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import type { Manifest } from '../src/app/compile/manifest.js';
 
 export const ROOT = path.resolve(__dirname, '..');
 export const STORIES = path.resolve(ROOT, '../shared/models/stories260K');

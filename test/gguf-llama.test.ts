@@ -15,11 +15,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
-import { openCheckpoint, transformSource } from '../src/checkpoint/index.js';
-import { closeQuantWorkers, dequantize, quantize, type QuantType } from '../src/quant/index.js';
+import { openCheckpoint, transformSource } from '../src/core/checkpoint/index.js';
+import { closeQuantWorkers, dequantize, quantize, type QuantType } from '../src/core/quant/index.js';
 import { planGguf } from '../backends/gguf/index.js';
-import { GPT2_PATTERN, toByteChars } from '../src/tokenizer/bytelevel.js';
-import { loadTokenizer } from '../src/tokenizer/index.js';
+import { GPT2_PATTERN, toByteChars } from '../src/core/tokenizer/bytelevel.js';
+import { loadTokenizer } from '../src/core/tokenizer/index.js';
 import { STORIES, agreement, compileGguf, llamaGreedy, llamaLogits, llamaTokenize, relRms } from './gguf-helpers.js';
 
 const reference = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { prompt_ids: number[]; greedy_ids: number[] };

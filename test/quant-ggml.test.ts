@@ -11,12 +11,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { openCheckpoint } from '../src/checkpoint/index.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import {
   closeQuantWorkers, dequantize, quantize, quantizeParallel, QUANT_TYPES, resolveWorkerScript, type QuantType,
-} from '../src/quant/index.js';
-import { useWasmKernels } from '../src/quant/kquants.js';
-import { Rng } from '../src/util/rng.js';
+} from '../src/core/quant/index.js';
+import { useWasmKernels } from '../src/core/quant/kquants.js';
+import { Rng } from '../src/core/util/rng.js';
 import { hasGcc, LLAMA_BINS } from './native.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

@@ -7,12 +7,12 @@ import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, test } from 'vitest';
-import { LlmcError } from '../src/errors.js';
+import { LlmcError } from '../src/core/errors.js';
 import {
   closeQuantWorkers, dequantize, fallbackType, isQuantType, quantize, quantizeParallel, QUANT_TYPES, quantTypeFromGgml,
   resolveWorkerScript, rowBytes, type QuantType,
-} from '../src/quant/index.js';
-import { Rng } from '../src/util/rng.js';
+} from '../src/core/quant/index.js';
+import { Rng } from '../src/core/util/rng.js';
 
 const TYPES = Object.keys(QUANT_TYPES) as QuantType[];
 const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
@@ -309,7 +309,7 @@ describe('determinism, row independence, parallel', () => {
   test('quantizeParallel == quantize for every type (2 and 3 threads, uneven row split)', async () => {
     const script = resolveWorkerScript();
     expect(script).not.toBeNull();
-    expect(script!.endsWith(path.join('dist', 'src', 'quant', 'worker.js'))).toBe(true);
+    expect(script!.endsWith(path.join('dist', 'src', 'core', 'quant', 'worker.js'))).toBe(true);
     const odd = x.subarray(0, 1024 * 67); // 67 rows: chunks of unequal size
     for (const t of TYPES) {
       const ref = quantize(t, odd, 1024);
@@ -333,7 +333,7 @@ describe('determinism, row independence, parallel', () => {
   });
 
   test('compiled dist: quantizeParallel works and idle workers do not keep the process alive', () => {
-    const script = resolveWorkerScript()!; // also makes sure dist/src/quant is current
+    const script = resolveWorkerScript()!; // also makes sure dist/src/core/quant is current
     const index = pathToFileURL(path.join(path.dirname(script), 'index.js')).href;
     const code = `import { quantizeParallel, quantize } from '${index}';
       const x = new Float32Array(1 << 18).map((_, i) => Math.sin(i));

@@ -1,7 +1,7 @@
 /** The elastic level planner on stories260K's shape: a hand-worked level, alignment, nesting, no duplicates. */
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint, type Checkpoint } from '../src/checkpoint/index.js';
+import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
 import { planLevels } from '../passes/reorder/planner.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');

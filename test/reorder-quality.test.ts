@@ -9,14 +9,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture, type FixtureTruth } from '../fixtures/generate.js';
-import { openCheckpoint } from '../src/checkpoint/index.js';
-import type { ModelSource } from '../src/checkpoint/source.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import type { ModelSource } from '../src/core/checkpoint/source.js';
 import { analyzeReorder } from '../passes/reorder/index.js';
 import { levelMasks, maskedLoss } from '../passes/reorder/masks.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { type LayerOrder, randomOrders } from '../passes/reorder/permute.js';
 import { planLevels } from '../passes/reorder/planner.js';
-import { calibrationSet } from '../src/profile/calibration.js';
+import { calibrationSet } from '../src/app/profile/calibration.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
 

@@ -6,14 +6,14 @@
  */
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TfModel } from '../src/autodiff/lower.js';
-import { openCheckpoint, type Checkpoint } from '../src/checkpoint/index.js';
-import { transformSource } from '../src/checkpoint/source.js';
-import { Engine } from '../src/engine/index.js';
-import { UsageError } from '../src/errors.js';
-import { Rng } from '../src/util/rng.js';
+import { TfModel } from '../src/exec/autodiff/lower.js';
+import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
+import { transformSource } from '../src/core/checkpoint/source.js';
+import { Engine } from '../src/exec/engine/index.js';
+import { UsageError } from '../src/core/errors.js';
+import { Rng } from '../src/core/util/rng.js';
 import { parseReorderOptions, quantBlockFor } from '../passes/reorder/options.js';
-import { argmax } from '../src/runtime/sampling.js';
+import { argmax } from '../src/exec/runtime/sampling.js';
 import { relErr } from './numeric.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');

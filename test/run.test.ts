@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
-import { loadTokenizer } from '../src/tokenizer/index.js';
+import { loadTokenizer } from '../src/core/tokenizer/index.js';
 import { llmcInProcess } from './cli.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');

@@ -5,13 +5,13 @@ import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from '../src/checkpoint/index.js';
-import { compile } from '../src/compile/compile.js';
-import { LlmcError } from '../src/errors.js';
-import { bufferSource } from '../src/runtime/bytes.js';
-import { load } from '../src/runtime/load.js';
-import { loadDir } from '../src/runtime/node.js';
-import { silentProgress } from '../src/util/progress.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { compile } from '../src/app/compile/compile.js';
+import { LlmcError } from '../src/core/errors.js';
+import { bufferSource } from '../src/exec/runtime/bytes.js';
+import { load } from '../src/exec/runtime/load.js';
+import { loadDir } from '../src/exec/runtime/node.js';
+import { silentProgress } from '../src/core/util/progress.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
 

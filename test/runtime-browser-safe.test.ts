@@ -1,5 +1,5 @@
 /**
- * The runtime core must run in a browser bundle: nothing reachable from src/runtime/index.ts may
+ * The runtime core must run in a browser bundle: nothing reachable from src/exec/runtime/index.ts may
  * import a Node built-in or a package (node.ts, the file loader, is the one exception and is not reachable).
  */
 import { readFileSync } from 'node:fs';
@@ -18,7 +18,7 @@ function importsOf(file: string): string[] {
 }
 
 describe('runtime core is browser-safe', () => {
-  it('reaches no Node built-in and no package from src/runtime/index.ts', () => {
+  it('reaches no Node built-in and no package from src/exec/runtime/index.ts', () => {
     const seen = new Set<string>();
     const bad: string[] = [];
     const visit = (file: string) => {
@@ -32,10 +32,10 @@ describe('runtime core is browser-safe', () => {
         visit(path.resolve(path.dirname(file), spec.replace(/\.js$/, '.ts')));
       }
     };
-    visit(path.join(ROOT, 'src/runtime/index.ts'));
+    visit(path.join(ROOT, 'src/exec/runtime/index.ts'));
     expect(bad).toEqual([]);
-    expect([...seen].map((f) => path.relative(ROOT, f))).toContain('src/runtime/wasm.ts');
-    expect([...seen].map((f) => path.relative(ROOT, f))).not.toContain('src/runtime/node.ts');
+    expect([...seen].map((f) => path.relative(ROOT, f))).toContain('src/exec/runtime/wasm.ts');
+    expect([...seen].map((f) => path.relative(ROOT, f))).not.toContain('src/exec/runtime/node.ts');
   });
 });
 
@@ -47,13 +47,13 @@ describe('runtime core as a browser bundle', () => {
     const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-bundle-'));
     try {
       const outfile = path.join(tmp, 'runtime.mjs');
-      await esbuild.build({ entryPoints: [path.join(ROOT, 'src/runtime/index.ts')], bundle: true, platform: 'browser', format: 'esm', outfile, logLevel: 'silent' });
+      await esbuild.build({ entryPoints: [path.join(ROOT, 'src/exec/runtime/index.ts')], bundle: true, platform: 'browser', format: 'esm', outfile, logLevel: 'silent' });
       const bundle = readFileSync(outfile, 'utf8');
       expect(bundle).not.toMatch(/require\(|from ['"]node:/);
       // Compile the artifact with the real CLI pipeline, then load it through the bundle only.
-      const { openCheckpoint } = await import('../src/checkpoint/index.js');
-      const { compile } = await import('../src/compile/compile.js');
-      const { silentProgress } = await import('../src/util/progress.js');
+      const { openCheckpoint } = await import('../src/core/checkpoint/index.js');
+      const { compile } = await import('../src/app/compile/compile.js');
+      const { silentProgress } = await import('../src/core/util/progress.js');
       const stories = path.resolve(ROOT, '../shared/models/stories260K');
       const source = await openCheckpoint(stories);
       const art = path.join(tmp, 'art');

@@ -8,12 +8,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture, type FixtureArch } from '../fixtures/generate.js';
-import { layerNames, moeNames, openCheckpoint, transformSource, type ModelSource } from '../src/checkpoint/index.js';
-import { isMoeLayer } from '../src/checkpoint/spec.js';
-import { compile } from '../src/compile/compile.js';
-import type { LayerWidth } from '../src/runtime/model.js';
-import { loadDir } from '../src/runtime/node.js';
-import { silentProgress } from '../src/util/progress.js';
+import { layerNames, moeNames, openCheckpoint, transformSource, type ModelSource } from '../src/core/checkpoint/index.js';
+import { isMoeLayer } from '../src/core/arch/spec.js';
+import { compile } from '../src/app/compile/compile.js';
+import type { LayerWidth } from '../src/exec/runtime/model.js';
+import { loadDir } from '../src/exec/runtime/node.js';
+import { silentProgress } from '../src/core/util/progress.js';
 import { relErr } from './numeric.js';
 
 let tmp: string;

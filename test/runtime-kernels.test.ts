@@ -1,16 +1,16 @@
 /**
- * The runtime's fused dequant-dot kernels against an independent path: src/quant's dequantize()
+ * The runtime's fused dequant-dot kernels against an independent path: src/core/quant's dequantize()
  * (ggml's dequantize_row_* arithmetic) followed by a plain float64 matmul.
  */
 import { describe, expect, it } from 'vitest';
-import { fromF32 } from '../src/checkpoint/safetensors.js';
-import { dequantize, quantize } from '../src/quant/quantize.js';
-import type { QuantType } from '../src/quant/types.js';
-import { dequantRow, matmul, Weight } from '../src/runtime/kernels.js';
-import type { WeightFormat } from '../src/runtime/format.js';
-import { WasmArena, wasmSimdAvailable } from '../src/runtime/wasm.js';
-import { f16ToF32 } from '../src/util/half.js';
-import { Rng } from '../src/util/rng.js';
+import { fromF32 } from '../src/core/checkpoint/safetensors.js';
+import { dequantize, quantize } from '../src/core/quant/quantize.js';
+import type { QuantType } from '../src/core/quant/types.js';
+import { dequantRow, matmul, Weight } from '../src/exec/runtime/kernels.js';
+import type { WeightFormat } from '../src/exec/runtime/format.js';
+import { WasmArena, wasmSimdAvailable } from '../src/exec/runtime/wasm.js';
+import { f16ToF32 } from '../src/core/util/half.js';
+import { Rng } from '../src/core/util/rng.js';
 
 function randn(n: number, rng: Rng, scale = 1): Float32Array {
   return Float32Array.from({ length: n }, () => rng.normal() * scale);

@@ -6,9 +6,9 @@
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { describe, expect, it } from 'vitest';
 import { buildTokenizer } from '../fixtures/tokenizer.js';
-import { LlmcError } from '../src/errors.js';
-import { BYTE_TO_CHAR } from '../src/tokenizer/bytelevel.js';
-import { loadTokenizer } from '../src/tokenizer/index.js';
+import { LlmcError } from '../src/core/errors.js';
+import { BYTE_TO_CHAR } from '../src/core/tokenizer/bytelevel.js';
+import { loadTokenizer } from '../src/core/tokenizer/index.js';
 
 const SP = '\u2581';
 const byteTok = (b: number) => `<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`;

@@ -1,6 +1,6 @@
 /**
  * The `ts` target's artifact: manifest + tensor table, alignment, determinism, quantized bytes equal
- * src/quant's (the GGUF target's), tokenizer files, and every fixture architecture running in the TS
+ * src/core/quant's (the GGUF target's), tokenizer files, and every fixture architecture running in the TS
  * runtime with logits equal to the onnxruntime engine's.
  */
 import { createHash } from 'node:crypto';
@@ -9,15 +9,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_ARCHS, generateFixture } from '../fixtures/generate.js';
-import { openCheckpoint } from '../src/checkpoint/index.js';
-import { compile } from '../src/compile/compile.js';
-import { Engine } from '../src/engine/engine.js';
-import { dequantize, quantize } from '../src/quant/quantize.js';
-import type { QuantType } from '../src/quant/types.js';
-import { transformSource } from '../src/checkpoint/index.js';
-import { loadDir } from '../src/runtime/node.js';
-import type { TsTargetInfo } from '../src/runtime/format.js';
-import { silentProgress } from '../src/util/progress.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { compile } from '../src/app/compile/compile.js';
+import { Engine } from '../src/exec/engine/engine.js';
+import { dequantize, quantize } from '../src/core/quant/quantize.js';
+import type { QuantType } from '../src/core/quant/types.js';
+import { transformSource } from '../src/core/checkpoint/index.js';
+import { loadDir } from '../src/exec/runtime/node.js';
+import type { TsTargetInfo } from '../src/exec/runtime/format.js';
+import { silentProgress } from '../src/core/util/progress.js';
 import { relErr } from './numeric.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
@@ -76,7 +76,7 @@ describe('ts target artifact', () => {
     }
   });
 
-  it('Q8_0 / Q4_0 tensors are byte-identical to src/quant (the GGUF quantizers); norms stay F32; odd rows fall back with a note', async () => {
+  it('Q8_0 / Q4_0 tensors are byte-identical to src/core/quant (the GGUF quantizers); norms stay F32; odd rows fall back with a note', async () => {
     for (const q of ['Q8_0', 'Q4_0'] as const) {
       const out = path.join(tmp, q);
       const { info, notes } = await compileTs(STORIES, out, q);
@@ -193,7 +193,7 @@ describe('quantized artifacts end to end: runtime = engine on the round-tripped 
       const bin = readFileSync(path.join(out, 'weights.bin'));
       const model = await loadDir(out);
       const ck = await openCheckpoint(src);
-      // The reference: every tensor replaced by src/quant's dequantize() of the artifact's own bytes, run on onnxruntime.
+      // The reference: every tensor replaced by src/core/quant's dequantize() of the artifact's own bytes, run on onnxruntime.
       const rounded = transformSource(ck, {
         label: 'roundtrip',
         paramsHash: quant,

@@ -10,8 +10,8 @@
  * width for every layer (no full-width anchors), and the manifest's levels are exactly the files.
  */
 import path from 'node:path';
-import { LlmcError, UsageError } from '../../src/errors.js';
-import { ensureOutputDir } from '../../src/util/atomic.js';
+import { LlmcError, UsageError } from '../../src/core/errors.js';
+import { ensureOutputDir } from '../../src/core/util/atomic.js';
 import type { ReorderMetadata } from '../../passes/reorder/index.js';
 import { sliceSource, uniformWidth } from '../../passes/reorder/slice.js';
 import { ggufBackend } from '../gguf/index.js';

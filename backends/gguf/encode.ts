@@ -1,12 +1,12 @@
 /**
  * Tensor chunks → the bytes of a ggml tensor type. f32 chunks go through the shared quantizers in
- * src/quant (the one quantizer implementation in llmc; rows split across worker_threads for large
- * tensors). Raw bfloat16 chunks (straight from a checkpoint) take src/quant/bf16.ts's direct paths
+ * src/core/quant (the one quantizer implementation in llmc; rows split across worker_threads for large
+ * tensors). Raw bfloat16 chunks (straight from a checkpoint) take src/core/quant/bf16.ts's direct paths
  * (WebAssembly SIMD kernels) into reused buffers, so they allocate nothing; raw f16 chunks for an F16
  * tensor are copied as they are.
  */
-import { quantizeParallel, type QuantType } from '../../src/quant/index.js';
-import { allFiniteBf16, BF16_DIRECT, copyF16Into, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/quant/bf16.js';
+import { quantizeParallel, type QuantType } from '../../src/core/quant/index.js';
+import { allFiniteBf16, BF16_DIRECT, copyF16Into, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/core/quant/bf16.js';
 import { ChunkBuffers, SLOT, type Chunk } from './stream.js';
 
 async function encodeTensor(type: QuantType, data: Float32Array, rowLength: number): Promise<Uint8Array> {

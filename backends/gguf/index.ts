@@ -3,11 +3,11 @@
  * a time: read (experts one by one into the stacked buffer) → permute → quantize → write.
  */
 import path from 'node:path';
-import { LlmcError } from '../../src/errors.js';
-import { numel } from '../../src/checkpoint/index.js';
-import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/quant/index.js';
+import { LlmcError } from '../../src/core/errors.js';
+import { numel } from '../../src/core/checkpoint/index.js';
+import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/core/quant/index.js';
 import type { Backend, BackendContext, BackendResult } from '../types.js';
-import { simdKernels, encodesBf16 } from '../../src/quant/bf16.js';
+import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
 import { ChunkEncoder } from './encode.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';

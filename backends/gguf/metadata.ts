@@ -2,7 +2,7 @@
  * The general.* and <arch>.* metadata as convert_hf_to_gguf.py writes it (gguf-py Keys), for
  * llama (also mistral, and mixtral in the llama MoE layout), qwen2 and qwen2moe.
  */
-import type { ArchSpec } from '../../src/checkpoint/index.js';
+import type { ArchSpec } from '../../src/core/checkpoint/index.js';
 import { GGUF_DEFAULT_ALIGNMENT, f32, str, u32, type GgufKv } from './writer.js';
 import type { GgufArch } from './tensors.js';
 

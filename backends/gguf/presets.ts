@@ -3,8 +3,8 @@
  * llama-quant.cpp (llama_model_quantize_impl + llama_tensor_get_type), plain types applied to every
  * quantizable tensor, and `--tensor-type REGEX=TYPE` overrides (last match wins).
  */
-import { UsageError } from '../../src/errors.js';
-import { QUANT_TYPES, fallbackType, isQuantType, type QuantType } from '../../src/quant/index.js';
+import { UsageError } from '../../src/core/errors.js';
+import { QUANT_TYPES, fallbackType, isQuantType, type QuantType } from '../../src/core/quant/index.js';
 
 /** llama_ftype values (llama.h) for the presets we implement. */
 export const LLAMA_FTYPES = {

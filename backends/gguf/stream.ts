@@ -8,11 +8,11 @@
  * finite check inside their own loops, see Chunk.failNonFinite).
  */
 import { promises as fsp } from 'node:fs';
-import { Checkpoint, DTYPE_BYTES, numel, type ModelSource } from '../../src/checkpoint/index.js';
-import { bf16ToF32, f16ToF32 } from '../../src/util/half.js';
-import { bf16ToF32Into, f16ToF32Into } from '../../src/quant/bf16.js';
-import { LlmcError } from '../../src/errors.js';
-import { ioError } from '../../src/util/atomic.js';
+import { Checkpoint, DTYPE_BYTES, numel, type ModelSource } from '../../src/core/checkpoint/index.js';
+import { bf16ToF32, f16ToF32 } from '../../src/core/util/half.js';
+import { bf16ToF32Into, f16ToF32Into } from '../../src/core/quant/bf16.js';
+import { LlmcError } from '../../src/core/errors.js';
+import { ioError } from '../../src/core/util/atomic.js';
 import { permuteRotaryRows, type TensorPlan } from './tensors.js';
 
 export interface Chunk {

@@ -3,8 +3,8 @@
  * names from gguf-py's tensor map, ggml dims (ne) = the reverse of the row-major shape, q/k rows
  * re-interleaved for the llama architecture, Mixtral experts stacked per layer into 3-D tensors.
  */
-import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/checkpoint/index.js';
-import { LlmcError } from '../../src/errors.js';
+import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/core/checkpoint/index.js';
+import { LlmcError } from '../../src/core/errors.js';
 
 export type GgufArch = 'llama' | 'qwen2' | 'qwen2moe';
 

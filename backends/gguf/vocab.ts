@@ -7,8 +7,8 @@
  *    recognized from the tokenizer's split regex.
  * A checkpoint without a tokenizer gets a placeholder "llama" vocabulary so llama.cpp can load it.
  */
-import { LlmcError } from '../../src/errors.js';
-import type { ArchSpec } from '../../src/checkpoint/index.js';
+import { LlmcError } from '../../src/core/errors.js';
+import type { ArchSpec } from '../../src/core/checkpoint/index.js';
 import { arr, bool, str, u32, type GgufKv } from './writer.js';
 
 /** llama_token_type (llama-vocab.h). */

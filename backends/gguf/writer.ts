@@ -5,8 +5,8 @@
  * Offsets are computed from the declared shapes/types up front, so the header goes out first and
  * tensors stream after it one at a time; the file appears at its final path only on `finish()`.
  */
-import { LlmcError } from '../../src/errors.js';
-import { AtomicFile } from '../../src/util/atomic.js';
+import { LlmcError } from '../../src/core/errors.js';
+import { AtomicFile } from '../../src/core/util/atomic.js';
 
 export const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
 export const GGUF_VERSION = 3;

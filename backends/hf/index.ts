@@ -5,10 +5,10 @@
  * `--quant` picks the float dtype (F32 | F16 | BF16); default: each tensor's source dtype.
  */
 import path from 'node:path';
-import { fromF32, type FloatDType } from '../../src/checkpoint/safetensors.js';
-import { writeSafetensors } from '../../src/checkpoint/safetensors.js';
-import { UsageError } from '../../src/errors.js';
-import { writeFileAtomic } from '../../src/util/atomic.js';
+import { fromF32, type FloatDType } from '../../src/core/checkpoint/safetensors.js';
+import { writeSafetensors } from '../../src/core/checkpoint/safetensors.js';
+import { UsageError } from '../../src/core/errors.js';
+import { writeFileAtomic } from '../../src/core/util/atomic.js';
 import type { Backend, BackendContext, BackendResult } from '../types.js';
 
 const FLOAT_DTYPES: readonly FloatDType[] = ['F32', 'F16', 'BF16'];

@@ -1,13 +1,13 @@
 /**
  * The `ts` target: weights.bin (every tensor, 64-byte aligned, in F32 / F16 / ggml blocks) plus a tensor
- * table in the manifest's targetInfo, for the TS runtime in src/runtime. Format: docs/ts-artifact.md.
- * Streams one tensor at a time; quantizes with src/quant (so Q8_0 bytes equal the GGUF target's).
+ * table in the manifest's targetInfo, for the TS runtime in src/exec/runtime. Format: docs/ts-artifact.md.
+ * Streams one tensor at a time; quantizes with src/core/quant (so Q8_0 bytes equal the GGUF target's).
  */
 import path from 'node:path';
-import { fromF32 } from '../../src/checkpoint/safetensors.js';
-import { UsageError } from '../../src/errors.js';
-import { quantize } from '../../src/quant/quantize.js';
-import { fallbackType, type QuantType } from '../../src/quant/types.js';
+import { fromF32 } from '../../src/core/checkpoint/safetensors.js';
+import { UsageError } from '../../src/core/errors.js';
+import { quantize } from '../../src/core/quant/quantize.js';
+import { fallbackType, type QuantType } from '../../src/core/quant/types.js';
 import {
   alignUp,
   formatTensorBytes,
@@ -19,8 +19,8 @@ import {
   type TensorEntry,
   type TsTargetInfo,
   type WeightFormat,
-} from '../../src/runtime/format.js';
-import { AtomicFile, writeFileAtomic } from '../../src/util/atomic.js';
+} from '../../src/exec/runtime/format.js';
+import { AtomicFile, writeFileAtomic } from '../../src/core/util/atomic.js';
 import type { Backend, BackendContext, BackendResult } from '../types.js';
 
 const isFormat = (s: string): s is WeightFormat => (WEIGHT_FORMATS as readonly string[]).includes(s);

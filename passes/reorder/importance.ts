@@ -5,12 +5,12 @@
  *   mlp[prefix]  per neuron of every MLP (dense, each expert, the shared expert).
  * A KV group's score is the sum of its query heads' scores plus its kv score.
  */
-import { layerNames } from '../../src/checkpoint/names.js';
-import type { ModelSource } from '../../src/checkpoint/source.js';
-import type { ArchSpec } from '../../src/checkpoint/spec.js';
-import type { TfModel } from '../../src/autodiff/lower.js';
-import type { Engine } from '../../src/engine/index.js';
-import { LlmcError } from '../../src/errors.js';
+import { layerNames } from '../../src/core/arch/names.js';
+import type { ModelSource } from '../../src/core/checkpoint/source.js';
+import type { ArchSpec } from '../../src/core/arch/spec.js';
+import type { TfModel } from '../../src/exec/autodiff/lower.js';
+import type { Engine } from '../../src/exec/engine/index.js';
+import { LlmcError } from '../../src/core/errors.js';
 import { identity, mlpsOf, type LayerOrder } from './permute.js';
 
 export const PROVIDERS = ['taylor', 'activation', 'magnitude'] as const;

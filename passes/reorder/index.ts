@@ -8,13 +8,13 @@
  * 5. elastic levels sized by real parameter counts, aligned to the target's quant block.
  * The model transform is a lazy permutation of q/k/v rows, o columns, gate/up rows, down columns.
  */
-import { silentProgress, type Progress } from '../../src/util/progress.js';
-import type { ModelSource } from '../../src/checkpoint/source.js';
-import { TfModel } from '../../src/autodiff/lower.js';
-import { Engine } from '../../src/engine/index.js';
-import { UsageError } from '../../src/errors.js';
-import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/profile/calibration.js';
-import { cachedProfile } from '../../src/profile/store.js';
+import { silentProgress, type Progress } from '../../src/core/util/progress.js';
+import type { ModelSource } from '../../src/core/checkpoint/source.js';
+import { TfModel } from '../../src/exec/autodiff/lower.js';
+import { Engine } from '../../src/exec/engine/index.js';
+import { UsageError } from '../../src/core/errors.js';
+import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/app/profile/calibration.js';
+import { cachedProfile } from '../../src/app/profile/store.js';
 import type { Pass, PassContext, PassResult } from '../types.js';
 import {
   activationScores,

@@ -3,7 +3,7 @@
  * runtime's `--level`: by id (`L3`), by nominal fraction, or the largest level whose real size is
  * at most the requested fraction.
  */
-import { LlmcError, UsageError } from '../../src/errors.js';
+import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Level } from './planner.js';
 
 interface PassLike {

@@ -4,11 +4,11 @@
  * orders (auto, quality checks) without materializing the permuted model.
  */
 import { createHash } from 'node:crypto';
-import { layerNames } from '../../src/checkpoint/names.js';
-import { transformSource, type ModelSource } from '../../src/checkpoint/source.js';
-import type { ArchSpec } from '../../src/checkpoint/spec.js';
-import { Engine } from '../../src/engine/index.js';
-import type { RunOptions } from '../../src/autodiff/lower.js';
+import { layerNames } from '../../src/core/arch/names.js';
+import { transformSource, type ModelSource } from '../../src/core/checkpoint/source.js';
+import type { ArchSpec } from '../../src/core/arch/spec.js';
+import { Engine } from '../../src/exec/engine/index.js';
+import type { RunOptions } from '../../src/exec/autodiff/lower.js';
 import { identityOrder, mlpsOf, type LayerOrder } from './permute.js';
 import type { LayerWidth } from './planner.js';
 

@@ -1,5 +1,5 @@
 /** Options of the reorder pass (`--opt reorder.key=value`, or the --importance / --levels flags). */
-import { UsageError } from '../../src/errors.js';
+import { UsageError } from '../../src/core/errors.js';
 import { PROVIDERS, type ProviderName } from './importance.js';
 
 export interface ReorderOptions {

@@ -6,12 +6,12 @@
  * head_dim channels move together, offsets inside the head are kept (RoPE acts inside a head).
  */
 import { createHash } from 'node:crypto';
-import { layerNames, moeNames } from '../../src/checkpoint/names.js';
-import type { ModelSource } from '../../src/checkpoint/source.js';
-import { transformSource } from '../../src/checkpoint/source.js';
-import { isMoeLayer, type ArchSpec } from '../../src/checkpoint/spec.js';
-import { LlmcError } from '../../src/errors.js';
-import { Rng } from '../../src/util/rng.js';
+import { layerNames, moeNames } from '../../src/core/arch/names.js';
+import type { ModelSource } from '../../src/core/checkpoint/source.js';
+import { transformSource } from '../../src/core/checkpoint/source.js';
+import { isMoeLayer, type ArchSpec } from '../../src/core/arch/spec.js';
+import { LlmcError } from '../../src/core/errors.js';
+import { Rng } from '../../src/core/util/rng.js';
 
 export interface LayerOrder {
   layer: number;

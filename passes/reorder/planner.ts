@@ -5,7 +5,7 @@
  * dimension (o_proj / down_proj columns), are nested (monotone in the level) and levels that
  * round to the same widths are dropped.
  */
-import { isMoeLayer, type ArchSpec } from '../../src/checkpoint/spec.js';
+import { isMoeLayer, type ArchSpec } from '../../src/core/arch/spec.js';
 
 export interface LayerWidth {
   /** KV heads kept (a prefix of the reordered groups). */

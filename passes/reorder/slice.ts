@@ -5,9 +5,9 @@
  * (Hugging Face config.json) can emit it.
  */
 import { createHash } from 'node:crypto';
-import { layerNames } from '../../src/checkpoint/names.js';
-import type { ModelSource, TensorMeta } from '../../src/checkpoint/source.js';
-import { LlmcError } from '../../src/errors.js';
+import { layerNames } from '../../src/core/arch/names.js';
+import type { ModelSource, TensorMeta } from '../../src/core/checkpoint/source.js';
+import { LlmcError } from '../../src/core/errors.js';
 import { mlpsOf } from './permute.js';
 import type { LayerWidth } from './planner.js';
 

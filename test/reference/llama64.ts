@@ -1,11 +1,11 @@
 /**
  * An independent float64 reference of the supported architectures (llama, mistral, qwen2,
  * mixtral, qwen2_moe) for tests: plain loops over one token at a time, written from the Hugging
- * Face modeling code, sharing nothing with src/model or src/onnx. Test models are tiny, so all
+ * Face modeling code, sharing nothing with src/core/ir or src/exec/onnx. Test models are tiny, so all
  * weights are loaded up front as float64.
  */
-import type { ModelSource } from '../../src/checkpoint/source.js';
-import type { ArchSpec } from '../../src/checkpoint/spec.js';
+import type { ModelSource } from '../../src/core/checkpoint/source.js';
+import type { ArchSpec } from '../../src/core/arch/spec.js';
 
 type Vec = Float64Array;
 

@@ -1,0 +1,150 @@
+/**
+ * `llmc inspect <model>`: architecture, parameter counts per component, dtypes, bytes and shard
+ * files of a Hugging Face checkpoint. Reads config.json and the safetensors headers only, never
+ * tensor data, so it is instant and light on any size of checkpoint.
+ */
+import path from 'node:path';
+import type { Command } from 'commander';
+import { openCheckpoint, type Checkpoint } from '../../../core/checkpoint/index.js';
+import { EMBED, FINAL_NORM, LM_HEAD } from '../../../core/arch/names.js';
+import { numel } from '../../../core/checkpoint/safetensors.js';
+import type { ArchSpec } from '../../../core/arch/spec.js';
+import { printJson } from '../output.js';
+
+export const COMPONENTS = ['embedding', 'attention', 'mlp', 'experts', 'shared_expert', 'router', 'norms', 'lm_head', 'other'] as const;
+export type Component = (typeof COMPONENTS)[number];
+
+/** Which part of the model a Hugging Face tensor name belongs to. */
+export function componentOf(name: string): Component {
+  if (name === EMBED) return 'embedding';
+  if (name === LM_HEAD) return 'lm_head';
+  if (name === FINAL_NORM || /layernorm\.weight$|\.norm\.weight$/.test(name)) return 'norms';
+  if (/\.self_attn\./.test(name)) return 'attention';
+  if (/\.experts\.\d+\./.test(name)) return 'experts';
+  if (/\.shared_expert(_gate)?\./.test(name)) return 'shared_expert';
+  if (/\.(block_sparse_moe|mlp)\.gate\.weight$/.test(name)) return 'router';
+  if (/\.mlp\./.test(name)) return 'mlp';
+  return 'other';
+}
+
+interface Tally {
+  tensors: number;
+  parameters: number;
+  bytes: number;
+}
+const tally = (): Tally => ({ tensors: 0, parameters: 0, bytes: 0 });
+
+export interface InspectReport {
+  model: string;
+  architecture: ArchSpec;
+  parameters: { total: number } & Record<Component, number>;
+  bytes: number;
+  dtypes: Record<string, Tally>;
+  files: { file: string; bytes: number; tensors: number }[];
+  assets: { tokenizer: boolean; tokenizerConfig: boolean; generationConfig: boolean };
+  tensors?: { name: string; shape: number[]; dtype: string; bytes: number; file: string; component: Component }[];
+}
+
+export async function inspectCheckpoint(ck: Checkpoint, withTensors: boolean): Promise<InspectReport> {
+  const byComponent = Object.fromEntries(COMPONENTS.map((c) => [c, 0])) as Record<Component, number>;
+  const dtypes: Record<string, Tally> = {};
+  const files = new Map<string, { file: string; bytes: number; tensors: number }>();
+  for (const f of ck.files) files.set(f.path, { file: path.basename(f.path), bytes: f.size, tensors: 0 });
+  let total = 0;
+  let bytes = 0;
+  const tensors: NonNullable<InspectReport['tensors']> = [];
+  for (const t of ck.tensors) {
+    const info = ck.info(t.name);
+    const n = numel(t.shape);
+    const comp = componentOf(t.name);
+    byComponent[comp] += n;
+    total += n;
+    bytes += info.byteLength;
+    const d = (dtypes[t.dtype] ??= tally());
+    d.tensors++;
+    d.parameters += n;
+    d.bytes += info.byteLength;
+    files.get(info.file)!.tensors++;
+    if (withTensors) tensors.push({ name: t.name, shape: t.shape, dtype: t.dtype, bytes: info.byteLength, file: path.basename(info.file), component: comp });
+  }
+  const report: InspectReport = {
+    model: ck.dir,
+    architecture: ck.spec,
+    parameters: { total, ...byComponent },
+    bytes,
+    dtypes,
+    files: [...files.values()],
+    assets: {
+      tokenizer: ck.assets.tokenizer !== undefined,
+      tokenizerConfig: ck.assets.tokenizerConfig !== undefined,
+      generationConfig: ck.assets.generationConfig !== undefined,
+    },
+  };
+  if (withTensors) report.tensors = tensors.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return report;
+}
+
+const fmtNum = (x: number) => (x !== 0 && Math.abs(x) < 1e-3 ? x.toExponential() : String(x));
+const fmtCount = (n: number) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)}B` : n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)}K` : String(n));
+const fmtBytes = (n: number) => (n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(2)} GiB` : n >= 2 ** 20 ? `${(n / 2 ** 20).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
+
+function formatReport(r: InspectReport): string {
+  const s = r.architecture;
+  const lines: string[] = [];
+  lines.push(`model: ${r.model}`);
+  lines.push(`architecture: ${s.modelType}`);
+  lines.push(
+    `  hidden ${s.hiddenSize}, layers ${s.numLayers}, heads ${s.numHeads} (kv ${s.numKvHeads}${s.numKvHeads < s.numHeads ? ', GQA' : ''}), head_dim ${s.headDim}`,
+  );
+  lines.push(`  intermediate ${s.intermediateSize}, vocab ${s.vocabSize}, max positions ${s.maxPositions}`);
+  lines.push(
+    `  rope_theta ${s.ropeTheta}${s.ropeScaling ? `, rope_scaling ${JSON.stringify(s.ropeScaling)}` : ''}, rms_norm_eps ${fmtNum(s.rmsNormEps)}` +
+      `${s.tieEmbeddings ? ', tied embeddings' : ''}${s.qkvBias ? ', q/k/v bias' : ''}${s.slidingWindow ? `, sliding window ${s.slidingWindow}` : ''}`,
+  );
+  if (s.moe) {
+    const m = s.moe;
+    lines.push(
+      `  MoE: ${m.numExperts} experts, top-${m.topK} (${m.routing}), expert intermediate ${m.expertIntermediateSize}` +
+        `${m.sharedExpertIntermediateSize ? `, shared expert ${m.sharedExpertIntermediateSize}` : ''}${m.denseLayers.length ? `, dense layers [${m.denseLayers}]` : ''}`,
+    );
+  }
+  lines.push(`parameters: ${fmtCount(r.parameters.total)} (${r.parameters.total})`);
+  for (const c of COMPONENTS) {
+    const n = r.parameters[c];
+    if (n) lines.push(`  ${c.padEnd(14)} ${fmtCount(n).padStart(9)}  ${((100 * n) / r.parameters.total).toFixed(1).padStart(5)}%`);
+  }
+  if (s.tieEmbeddings) lines.push('  (lm_head is tied to the embedding)');
+  lines.push(`bytes: ${fmtBytes(r.bytes)} (${r.bytes})`);
+  lines.push('dtypes:');
+  for (const [d, t] of Object.entries(r.dtypes)) lines.push(`  ${d.padEnd(5)} ${String(t.tensors).padStart(5)} tensors  ${fmtCount(t.parameters).padStart(9)} params  ${fmtBytes(t.bytes)}`);
+  lines.push(`files (${r.files.length}):`);
+  for (const f of r.files) lines.push(`  ${f.file}  ${fmtBytes(f.bytes)}  ${f.tensors} tensors`);
+  const a = r.assets;
+  lines.push(`tokenizer: ${a.tokenizer ? 'tokenizer.json' : 'none'}${a.tokenizerConfig ? ' + tokenizer_config.json' : ''}${a.generationConfig ? ', generation_config.json' : ''}`);
+  if (r.tensors) {
+    lines.push(`tensors (${r.tensors.length}):`);
+    for (const t of r.tensors) lines.push(`  ${t.name}  [${t.shape.join(', ')}]  ${t.dtype}  ${fmtBytes(t.bytes)}  ${t.file}`);
+  }
+  return lines.join('\n') + '\n';
+}
+
+export function registerInspect(program: Command): void {
+  program
+    .command('inspect')
+    .description('Show a checkpoint\'s architecture, parameter counts per component, dtypes and bytes (reads headers only)')
+    .argument('<model>', 'Hugging Face checkpoint directory (config.json + *.safetensors)')
+    .option('--json', 'machine-readable output on stdout')
+    .option('--tensors', 'list every tensor (name, shape, dtype, bytes, file)')
+    .addHelpText('after', '\nExamples:\n  llmc inspect ../shared/models/stories260K\n  llmc inspect ./model --json --tensors\n')
+    .action(async (modelDir: string, o: { json?: boolean; tensors?: boolean }) => {
+      const ck = await openCheckpoint(modelDir);
+      try {
+        const report = await inspectCheckpoint(ck, Boolean(o.tensors));
+        if (o.json) printJson(report);
+        else process.stdout.write(formatReport(report));
+      } finally {
+        await ck.close();
+      }
+    });
+}
+

@@ -1,0 +1,84 @@
+/**
+ * Calibration and held-out token sequences as a cached profile, so every pass (and `llmc report`)
+ * measures on the same ids. Without text they are sampled from the model itself (data-free
+ * calibration, src/app/profile), the held-out set from a derived seed.
+ */
+import { heldOutSequences, selfGeneratedSequences, textSequences } from './sequences.js';
+import type { ModelSource } from '../../core/checkpoint/source.js';
+import { Engine } from '../../exec/engine/index.js';
+import { LlmcError } from '../../core/errors.js';
+import { loadTokenizer } from '../../core/tokenizer/index.js';
+import { cachedProfile } from './store.js';
+
+export interface CalibrationSpec {
+  /** 'self-generated' (data-free) or text: the file's path and sha256 (the key needs the content). */
+  source: 'self-generated' | { text: string; sha256: string };
+  count: number;
+  length: number;
+  seed: number;
+  /** Held-out sequences (same length, derived seed). */
+  heldOut: number;
+}
+
+export interface CalibrationSet {
+  spec: CalibrationSpec;
+  calib: number[][];
+  heldOut: number[][];
+  /** The profile key (names this exact set in manifests and reports). */
+  key: string;
+}
+
+const split = (flat: Float64Array, length: number): number[][] => {
+  const out: number[][] = [];
+  for (let i = 0; i < flat.length; i += length) out.push(Array.from(flat.subarray(i, i + length)));
+  return out;
+};
+
+/** The calibration set of `source` for `spec`, computed once per (checkpoint, spec) when cached. */
+export async function calibrationSet(source: ModelSource, spec: CalibrationSpec, opts: { cacheDir?: string; /** Shares the caller's engine (opened only if the set must be computed). */ engine?: () => Promise<Engine> } = {}): Promise<CalibrationSet> {
+  const profile = await cachedProfile(opts.cacheDir, 'calibration', { checkpoint: await source.identity(), ...spec }, async () => {
+    if (spec.source !== 'self-generated') {
+      const { calib, held } = await textCalibration(source, spec, spec.source.text);
+      return { meta: { ...spec }, arrays: { calib: Float64Array.from(calib.flat()), heldOut: Float64Array.from(held.flat()) } };
+    }
+    const engine = opts.engine ? await opts.engine() : await Engine.open(source);
+    try {
+      const gen = { count: spec.count, length: spec.length, seed: spec.seed };
+      const calib = await selfGeneratedSequences(engine, gen);
+      const held = spec.heldOut > 0 ? await heldOutSequences(engine, { ...gen, count: spec.heldOut }) : [];
+      return { meta: { ...spec }, arrays: { calib: Float64Array.from(calib.flat()), heldOut: Float64Array.from(held.flat()) } };
+    } finally {
+      if (!opts.engine) await engine.close();
+    }
+  });
+  return { spec, calib: split(profile.arrays.calib, spec.length), heldOut: split(profile.arrays.heldOut, spec.length), key: profile.key };
+}
+
+/** A calibration text file's spec: its path and sha256 (so an edited file is a new profile). */
+export async function textFileSpec(file: string): Promise<{ text: string; sha256: string }> {
+  const { sha256Files } = await import('../../core/util/sha256.js');
+  const sha256 = await sha256Files([file]).catch(() => {
+    throw new LlmcError('cannot read calibration text', file);
+  });
+  return { text: file, sha256 };
+}
+
+/**
+ * Text calibration: the file tokenized with the model's own tokenizer, cut into windows of
+ * `length`; the first `count` windows calibrate, the next `heldOut` ones are held out (disjoint).
+ */
+async function textCalibration(source: ModelSource, spec: CalibrationSpec, file: string): Promise<{ calib: number[][]; held: number[][] }> {
+  if (!source.assets.tokenizer) {
+    throw new LlmcError('calibration text given, but the model has no tokenizer.json to encode it (omit it for self-generated calibration)', file);
+  }
+  const { readFile } = await import('node:fs/promises');
+  const tokenizer = loadTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig);
+  const windows = textSequences(tokenizer, [await readFile(file, 'utf8')], { length: spec.length, bosTokenId: source.spec.bosTokenId }).filter(
+    (w) => w.length === spec.length,
+  );
+  const need = spec.count + spec.heldOut;
+  if (windows.length < need) {
+    throw new LlmcError(`calibration text gives ${windows.length} windows of ${spec.length} tokens; ${need} needed (${spec.count} calibration + ${spec.heldOut} held-out)`, file);
+  }
+  return { calib: windows.slice(0, spec.count), held: windows.slice(spec.count, need) };
+}

@@ -1,0 +1,93 @@
+/**
+ * Calibration data. Without text or a tokenizer, sequences are sampled from the model itself
+ * (data-free calibration): start at BOS, sample with a fixed seed at temperature 1. A held-out
+ * set comes from a different, derived seed so it never overlaps the calibration draw by design.
+ */
+import { UsageError } from '../../core/errors.js';
+import type { Engine } from '../../exec/engine/engine.js';
+import { Sampler } from '../../exec/runtime/sampling.js';
+import { Rng } from '../../core/util/rng.js';
+
+export interface SelfGeneratedOptions {
+  /** Number of sequences (default 10). */
+  count?: number;
+  /** Tokens per sequence including the first (BOS) token (default 64). */
+  length?: number;
+  /** Default 0. */
+  seed?: number;
+  /** Sampling temperature (default 1: the model's own distribution). */
+  temperature?: number;
+  /** Sequences advanced together in one batch (default: all). Keep it fixed for reproducible draws. */
+  batch?: number;
+}
+
+export const DEFAULT_CALIBRATION = { count: 10, length: 64 } as const;
+
+/** The seed `heldOutSequences` uses for a calibration seed. */
+export function heldOutSeed(seed: number): number {
+  return (seed ^ 0x5bd1e995) >>> 0;
+}
+
+/**
+ * `count` sequences of `length` ids sampled from the model, each from BOS (or, for a model
+ * without bos_token_id, a seeded random first token). Sequence i samples with its own seed. EOS does not stop a sequence: every one has
+ * exactly `length` ids.
+ */
+export async function selfGeneratedSequences(engine: Engine, opts: SelfGeneratedOptions = {}): Promise<number[][]> {
+  const count = opts.count ?? DEFAULT_CALIBRATION.count;
+  const length = opts.length ?? DEFAULT_CALIBRATION.length;
+  const seed = opts.seed ?? 0;
+  if (!Number.isInteger(count) || count < 1) throw new UsageError(`calibration count must be a positive integer, got ${count}`);
+  if (!Number.isInteger(length) || length < 1) throw new UsageError(`calibration length must be a positive integer, got ${length}`);
+  const rng = new Rng(seed);
+  const seqs: number[][] = [];
+  const samplers: Sampler[] = [];
+  for (let i = 0; i < count; i++) {
+    const first = engine.spec.bosTokenId ?? rng.int(engine.spec.vocabSize);
+    seqs.push([first]);
+    samplers.push(new Sampler({ temperature: opts.temperature ?? 1, seed: (seed * 1000003 + i * 7919 + 1) >>> 0 }));
+  }
+  const batch = Math.max(1, Math.min(opts.batch ?? count, count));
+  for (let start = 0; start < count; start += batch) {
+    const group = seqs.slice(start, start + batch);
+    const session = engine.session(group.length);
+    let logits = await session.step(group.map((s) => [s[0]]));
+    for (let t = 1; t < length; t++) {
+      const next = group.map((s, b) => {
+        const id = samplers[start + b].next(logits[b]);
+        s.push(id);
+        return [id];
+      });
+      if (t + 1 < length) logits = await session.step(next);
+    }
+  }
+  return seqs;
+}
+
+/** Held-out sequences: the same recipe with a seed derived from (and different to) `seed`. */
+export async function heldOutSequences(engine: Engine, opts: SelfGeneratedOptions = {}): Promise<number[][]> {
+  return selfGeneratedSequences(engine, { ...opts, seed: heldOutSeed(opts.seed ?? 0) });
+}
+
+/** Anything that maps text to ids (src/core/tokenizer's tokenizer). */
+export interface TextTokenizer {
+  encode(text: string): number[];
+}
+
+/**
+ * Calibration from text: each text encoded, prefixed with `bosTokenId` unless the tokenizer
+ * already put it first, and cut into windows of `length` ids (a tail shorter than 2 is dropped).
+ */
+export function textSequences(tokenizer: TextTokenizer, texts: string[], opts: { length?: number; bosTokenId?: number | null } = {}): number[][] {
+  const length = opts.length ?? DEFAULT_CALIBRATION.length;
+  const out: number[][] = [];
+  for (const text of texts) {
+    const ids = tokenizer.encode(text);
+    const all = opts.bosTokenId != null && ids[0] !== opts.bosTokenId ? [opts.bosTokenId, ...ids] : ids;
+    for (let i = 0; i < all.length; i += length) {
+      const w = all.slice(i, i + length);
+      if (w.length >= 2) out.push(w);
+    }
+  }
+  return out;
+}

@@ -1,0 +1,105 @@
+/**
+ * The profile cache: measurements of a model on calibration data, computed once per
+ * (checkpoint identity, calibration set, options) and reused by every pass and by `llmc report`.
+ *
+ * A profile is JSON (`meta`, any shape) plus named float64 arrays stored in a binary file beside it:
+ *   <cacheDir>/<kind>-<key>.bin    the arrays, little-endian f64, back to back
+ *   <cacheDir>/<kind>-<key>.json   {format, version, kind, key, keyParts, meta, arrays: {name: [offset, length]}}
+ * The key is the sha256 of the canonical JSON of `keyParts` and the llmc version (a new release may
+ * measure differently, so it never reuses an older release's profiles). The JSON is written last, so a
+ * profile exists only once both files are whole. A corrupt or mismatched cache entry is recomputed.
+ */
+import { createHash } from 'node:crypto';
+import { promises as fsp } from 'node:fs';
+import path from 'node:path';
+import { stableJson } from '../compile/manifest.js';
+import { LlmcError } from '../../core/errors.js';
+import { ensureOutputDir, writeFileAtomic } from '../../core/util/atomic.js';
+import { LLMC_VERSION } from '../../core/version.js';
+
+export const PROFILE_FORMAT = 'llmc-profile';
+export const PROFILE_VERSION = 1;
+
+export interface ProfileData {
+  meta: Record<string, unknown>;
+  arrays: Record<string, Float64Array>;
+}
+
+export interface Profile extends ProfileData {
+  kind: string;
+  key: string;
+  keyParts: Record<string, unknown>;
+  /** True when it came from the cache rather than being computed now. */
+  cached: boolean;
+}
+
+export function profileKey(kind: string, keyParts: Record<string, unknown>): string {
+  return createHash('sha256').update(stableJson({ kind, keyParts, version: PROFILE_VERSION, llmc: LLMC_VERSION })).digest('hex');
+}
+
+export function profilePaths(cacheDir: string, kind: string, key: string): { json: string; bin: string } {
+  const base = path.join(cacheDir, `${kind}-${key.slice(0, 32)}`);
+  return { json: `${base}.json`, bin: `${base}.bin` };
+}
+
+/** Read a cached profile; undefined when absent or unusable (never throws on a bad cache entry). */
+export async function loadProfile(cacheDir: string, kind: string, keyParts: Record<string, unknown>): Promise<Profile | undefined> {
+  const key = profileKey(kind, keyParts);
+  const p = profilePaths(cacheDir, kind, key);
+  try {
+    const head = JSON.parse(await fsp.readFile(p.json, 'utf8'));
+    if (head.format !== PROFILE_FORMAT || head.version !== PROFILE_VERSION || head.key !== key) return undefined;
+    const bin = await fsp.readFile(p.bin);
+    const arrays: Record<string, Float64Array> = {};
+    for (const [name, [offset, length]] of Object.entries(head.arrays as Record<string, [number, number]>)) {
+      if (offset + length * 8 > bin.length) return undefined;
+      const a = new Float64Array(length);
+      for (let i = 0; i < length; i++) a[i] = bin.readDoubleLE(offset + i * 8);
+      arrays[name] = a;
+    }
+    return { kind, key, keyParts, meta: head.meta, arrays, cached: true };
+  } catch {
+    return undefined;
+  }
+}
+
+export async function saveProfile(cacheDir: string, kind: string, keyParts: Record<string, unknown>, data: ProfileData): Promise<Profile> {
+  const key = profileKey(kind, keyParts);
+  const p = profilePaths(cacheDir, kind, key);
+  await ensureOutputDir(cacheDir);
+  const names = Object.keys(data.arrays).sort();
+  const index: Record<string, [number, number]> = {};
+  let total = 0;
+  for (const n of names) {
+    index[n] = [total, data.arrays[n].length];
+    total += data.arrays[n].length * 8;
+  }
+  const bin = Buffer.alloc(total);
+  for (const n of names) {
+    const [off] = index[n];
+    data.arrays[n].forEach((v, i) => bin.writeDoubleLE(v, off + i * 8));
+  }
+  await writeFileAtomic(p.bin, bin);
+  await writeFileAtomic(p.json, stableJson({ format: PROFILE_FORMAT, version: PROFILE_VERSION, kind, key, keyParts, meta: data.meta, arrays: index }));
+  return { kind, key, keyParts, ...data, cached: false };
+}
+
+/**
+ * The one entry point passes use: the cached profile if present, else compute and store it.
+ * Without a cacheDir it just computes.
+ */
+export async function cachedProfile(
+  cacheDir: string | undefined,
+  kind: string,
+  keyParts: Record<string, unknown>,
+  compute: () => Promise<ProfileData>,
+): Promise<Profile> {
+  if (!/^[a-z0-9-]+$/.test(kind)) throw new LlmcError(`bad profile kind "${kind}"`);
+  if (cacheDir) {
+    const hit = await loadProfile(cacheDir, kind, keyParts);
+    if (hit) return hit;
+  }
+  const data = await compute();
+  if (!cacheDir) return { kind, key: profileKey(kind, keyParts), keyParts, ...data, cached: false };
+  return saveProfile(cacheDir, kind, keyParts, data);
+}

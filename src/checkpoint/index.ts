@@ -1,5 +1,0 @@
-export * from './checkpoint.js';
-export * from './names.js';
-export * from './safetensors.js';
-export * from './source.js';
-export * from './spec.js';

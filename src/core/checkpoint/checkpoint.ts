@@ -1,0 +1,213 @@
+/**
+ * A Hugging Face checkpoint directory: config.json + safetensors (single or sharded) + optional
+ * tokenizer files. Opening validates everything cheap to validate (headers, shapes against
+ * config.json); tensor data is read only when asked for, one tensor at a time.
+ */
+import { promises as fsp } from 'node:fs';
+import path from 'node:path';
+import { LlmcError } from '../errors.js';
+import { ioError } from '../util/atomic.js';
+import { sha256Files } from '../util/sha256.js';
+import { expectedTensors } from '../arch/names.js';
+import { SafetensorsFile, toF32, type TensorInfo } from './safetensors.js';
+import type { ModelAssets, ModelSource, TensorMeta } from './source.js';
+import { normalizeConfig, type ArchSpec } from '../arch/spec.js';
+
+const INDEX = 'model.safetensors.index.json';
+const SINGLE = 'model.safetensors';
+
+async function readText(file: string): Promise<string | undefined> {
+  try {
+    return await fsp.readFile(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw ioError(err, file, 'read');
+  }
+}
+
+function parseJson(text: string, file: string): Record<string, unknown> {
+  try {
+    const v = JSON.parse(text);
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error();
+    return v;
+  } catch {
+    throw new LlmcError('not a valid JSON object', file);
+  }
+}
+
+export class Checkpoint implements ModelSource {
+  private hash: Promise<string> | undefined;
+
+  private constructor(
+    readonly dir: string,
+    readonly spec: ArchSpec,
+    readonly assets: ModelAssets,
+    readonly files: SafetensorsFile[],
+    readonly infos: Map<string, TensorInfo>,
+    readonly tensors: readonly TensorMeta[],
+  ) {}
+
+  get description(): string {
+    return this.dir;
+  }
+
+  static async open(dir: string): Promise<Checkpoint> {
+    const stat = await fsp.stat(dir).catch((err) => {
+      throw ioError(err, dir, 'open checkpoint');
+    });
+    if (!stat.isDirectory()) throw new LlmcError('not a directory: expected a Hugging Face checkpoint directory (config.json + *.safetensors)', dir);
+    const configFile = path.join(dir, 'config.json');
+    const configText = await readText(configFile);
+    if (configText === undefined) throw new LlmcError('missing config.json: not a Hugging Face checkpoint directory', dir);
+    const config = parseJson(configText, configFile);
+    const spec = normalizeConfig(config, configFile);
+
+    const shardFiles = await Checkpoint.shardList(dir);
+    const files: SafetensorsFile[] = [];
+    try {
+      for (const f of shardFiles.files) files.push(await SafetensorsFile.open(f));
+      const infos = new Map<string, TensorInfo>();
+      for (const f of files) {
+        for (const [name, info] of f.tensors) {
+          if (infos.has(name)) throw new LlmcError(`tensor "${name}" appears in two shards`, f.path);
+          infos.set(name, info);
+        }
+      }
+      if (shardFiles.weightMap) {
+        for (const [name, file] of shardFiles.weightMap) {
+          const info = infos.get(name);
+          if (!info) throw new LlmcError(`shard index lists tensor "${name}" in ${path.basename(file)}, but it is not there`, path.join(dir, INDEX));
+          if (info.file !== file) throw new LlmcError(`shard index puts "${name}" in ${path.basename(file)}, but it is in ${path.basename(info.file)}`, path.join(dir, INDEX));
+        }
+      }
+      for (const exp of expectedTensors(spec)) {
+        const info = infos.get(exp.name);
+        if (!info) throw new LlmcError(`missing tensor "${exp.name}" required by config.json (${spec.modelType})`, dir);
+        if (info.shape.join(',') !== exp.shape.join(',')) {
+          throw new LlmcError(`tensor "${exp.name}" has shape [${info.shape}] but config.json implies [${exp.shape}]`, info.file);
+        }
+        if (!['F32', 'F16', 'BF16', 'F64'].includes(info.dtype)) {
+          throw new LlmcError(`tensor "${exp.name}" has dtype ${info.dtype}; weights must be F32, F16 or BF16`, info.file);
+        }
+      }
+      const assets: ModelAssets = {
+        config,
+        tokenizer: await readText(path.join(dir, 'tokenizer.json')),
+        tokenizerConfig: await readText(path.join(dir, 'tokenizer_config.json')),
+        generationConfig: await readText(path.join(dir, 'generation_config.json')),
+      };
+      const tensors = [...infos.values()].map(({ name, shape, dtype }) => ({ name, shape, dtype }));
+      return new Checkpoint(dir, spec, assets, files, infos, tensors);
+    } catch (err) {
+      await Promise.all(files.map((f) => f.close()));
+      throw err;
+    }
+  }
+
+  private static async shardList(dir: string): Promise<{ files: string[]; weightMap?: Map<string, string> }> {
+    const indexFile = path.join(dir, INDEX);
+    const indexText = await readText(indexFile);
+    if (indexText !== undefined) {
+      const index = parseJson(indexText, indexFile);
+      const wm = index.weight_map;
+      if (typeof wm !== 'object' || wm === null) throw new LlmcError('missing "weight_map"', indexFile);
+      const weightMap = new Map<string, string>();
+      for (const [name, f] of Object.entries(wm as Record<string, unknown>)) {
+        if (typeof f !== 'string' || f.includes('/') || f.includes('\\')) throw new LlmcError(`bad shard file name for "${name}"`, indexFile);
+        weightMap.set(name, path.join(dir, f));
+      }
+      const files = [...new Set(weightMap.values())].sort();
+      for (const f of files) {
+        try {
+          await fsp.access(f);
+        } catch {
+          throw new LlmcError(`shard index names ${path.basename(f)}, which does not exist`, indexFile);
+        }
+      }
+      return { files, weightMap };
+    }
+    const single = path.join(dir, SINGLE);
+    try {
+      await fsp.access(single);
+      return { files: [single] };
+    } catch {
+      const any = (await fsp.readdir(dir)).filter((f) => f.endsWith('.safetensors')).sort();
+      if (any.length === 0) throw new LlmcError('no model.safetensors or model.safetensors.index.json found', dir);
+      return { files: any.map((f) => path.join(dir, f)) };
+    }
+  }
+
+  meta(name: string): TensorMeta | undefined {
+    const i = this.infos.get(name);
+    return i && { name: i.name, shape: i.shape, dtype: i.dtype };
+  }
+
+  info(name: string): TensorInfo {
+    const i = this.infos.get(name);
+    if (!i) throw new LlmcError(`no tensor "${name}"`, this.dir);
+    return i;
+  }
+
+  private fileOf(info: TensorInfo): SafetensorsFile {
+    return this.files.find((f) => f.path === info.file)!;
+  }
+
+  async readRaw(name: string): Promise<Buffer> {
+    const info = this.info(name);
+    return this.fileOf(info).readRaw(info);
+  }
+
+  /** Raw bytes of one tensor read into `target` (reused by streaming callers); returns the filled part. */
+  async readRawInto(name: string, target: Uint8Array): Promise<Buffer> {
+    const info = this.info(name);
+    return this.fileOf(info).readInto(info, target);
+  }
+
+  /**
+   * Half-precision tensors are read into a pooled scratch buffer and decoded into the fresh
+   * result, so a tensor-by-tensor pass allocates only its f32 outputs (peak memory and page
+   * faults follow the largest tensor, not the sum of raw + decoded copies awaiting GC).
+   */
+  private scratch: Uint8Array[] = [];
+
+  async readF32(name: string): Promise<Float32Array> {
+    const info = this.info(name);
+    if (info.dtype === 'F32') {
+      // Straight into the result's own memory: no intermediate copy.
+      const out = new Float32Array(info.byteLength / 4);
+      await this.fileOf(info).readInto(info, new Uint8Array(out.buffer));
+      return out;
+    }
+    if (info.dtype === 'F16' || info.dtype === 'BF16') {
+      // Concurrent reads each take their own scratch buffer from the pool.
+      const i = this.scratch.findIndex((b) => b.byteLength >= info.byteLength);
+      const buf = i >= 0 ? this.scratch.splice(i, 1)[0] : new Uint8Array(info.byteLength);
+      try {
+        const raw = await this.fileOf(info).readInto(info, buf);
+        return toF32(raw, info.dtype, name);
+      } finally {
+        this.scratch.push(buf);
+        if (this.scratch.length > 2) this.scratch.sort((a, b) => b.byteLength - a.byteLength).length = 2;
+      }
+    }
+    return toF32(await this.readRaw(name), info.dtype, name);
+  }
+
+  /** sha256 over config.json and every shard's bytes (big checkpoints on a worker thread, see sha256Files). */
+  identity(): Promise<string> {
+    this.hash ??= sha256Files(this.files.map((f) => f.path), JSON.stringify(this.assets.config)).catch((err) => {
+      this.hash = undefined;
+      throw ioError(err, this.dir, 'read');
+    });
+    return this.hash;
+  }
+
+  async close(): Promise<void> {
+    this.scratch = [];
+    await Promise.all(this.files.map((f) => f.close()));
+  }
+}
+
+export async function openCheckpoint(dir: string): Promise<Checkpoint> {
+  return Checkpoint.open(dir);
+}

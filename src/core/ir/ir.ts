@@ -1,0 +1,111 @@
+/**
+ * The model IR: the transformer written once as a plain list of ops over named values, so every
+ * lowering (ONNX for onnxruntime, tfjs for gradients, the TS runtime) walks the same structure.
+ *
+ * Conventions
+ * - Activations are [B, T, C] float32 (batch, tokens, channels); heads live inside C as
+ *   C = heads × headDim, head-major (as Hugging Face reshapes q/k/v).
+ * - Weights are referenced by their Hugging Face tensor name and read from the ModelSource by
+ *   the lowering; linears follow HF's [out, in] layout: y = x · Wᵀ (+ b).
+ * - Ops appear in topological order; every value is written once.
+ *
+ * Op vocabulary (the whole list a lowering must implement)
+ *   embed            out[b,t,:] = table[ids[b,t], :]
+ *   rmsnorm          out = x · rsqrt(mean(x², last axis) + eps) · w     (float32, as HF)
+ *   linear           out = x · Wᵀ (+ bias)                               W is [out, in]
+ *   rope             rotate_half rope on x [B,T,n·hd] with cos/sin [T, hd/2] (tables from rope.ts)
+ *   attention        causal (optionally sliding-window) GQA attention with a KV cache:
+ *                    q [B,T,H·hd], k/v [B,T,Hkv·hd] (already roped), pastK/pastV [B,Hkv,P,hd]
+ *                    → out [B,T,H·hd], presentK/presentV [B,Hkv,P+T,hd]; query t sits at
+ *                    position P+t and sees keys 0..P+t; scores scaled by 1/sqrt(hd).
+ *   silu | sigmoid   elementwise
+ *   mul | add        elementwise with numpy broadcasting ([B,T,1] scales [B,T,C])
+ *   router           top-k MoE routing from logits [B,T,E] → dense weights [B,T,E] (zero for
+ *                    unselected experts) and a 0/1 selection mask [B,T,E]:
+ *                      'softmax-topk-renorm': softmax over the top-k logits (≡ softmax-all,
+ *                                             top-k, renormalize: Mixtral, qwen2_moe norm_topk_prob)
+ *                      'softmax-topk':        softmax over all experts, keep the top-k as is
+ *   column           out[b,t,0] = x[b,t,index]   (one expert's routing weight, [B,T,1])
+ *   gatherPositions  out[b,n,:] = x[b,positions[n],:]   (pick the positions that need logits)
+ *
+ * Graph inputs (see buildModel): input_ids int64 [B,T], cos/sin f32 [T, hd/2], logit_positions
+ * int64 [N], past_key_<l>/past_value_<l> f32 [B,Hkv,P,hd]. Outputs: logits [B,N,V],
+ * present_key_<l>/present_value_<l>.
+ *
+ * Tap points are not ops: `graph.taps` names values that profiling may observe (inputs of every
+ * linear, per-head attention outputs, router logits, MLP intermediates); a lowering materializes
+ * only the ones asked for, so the op list is identical with or without taps.
+ */
+import type { ArchSpec } from '../arch/spec.js';
+
+/** A value name. */
+export type V = string;
+
+export type Op =
+  | { op: 'embed'; out: V; ids: V; table: string }
+  | { op: 'rmsnorm'; out: V; x: V; weight: string; eps: number; dim: number }
+  | { op: 'linear'; out: V; x: V; weight: string; bias: string | null; inFeatures: number; outFeatures: number }
+  | { op: 'rope'; out: V; x: V; cos: V; sin: V; heads: number; headDim: number }
+  | {
+      op: 'attention';
+      out: V;
+      presentK: V;
+      presentV: V;
+      q: V;
+      k: V;
+      v: V;
+      pastK: V;
+      pastV: V;
+      heads: number;
+      kvHeads: number;
+      headDim: number;
+      /** Keys further back than this many positions are masked (Mistral); null = full causal. */
+      slidingWindow: number | null;
+    }
+  | { op: 'silu'; out: V; x: V }
+  | { op: 'sigmoid'; out: V; x: V }
+  | { op: 'mul'; out: V; a: V; b: V }
+  | { op: 'add'; out: V; a: V; b: V }
+  | { op: 'router'; weights: V; mask: V; logits: V; numExperts: number; topK: number; mode: 'softmax-topk-renorm' | 'softmax-topk' }
+  | { op: 'column'; out: V; x: V; index: number }
+  | { op: 'gatherPositions'; out: V; x: V; positions: V };
+
+export type OpName = Op['op'];
+
+export interface GraphInput {
+  name: V;
+  dtype: 'int64' | 'float32';
+  /** Numbers are fixed sizes; strings are symbolic (B, T, P, N). */
+  dims: (number | string)[];
+}
+
+export type TapKind = 'linear-input' | 'head-output' | 'router-logits' | 'mlp-act';
+
+export interface TapPoint {
+  kind: TapKind;
+  layer: number;
+  /**
+   * What is observed, named the Hugging Face way:
+   *   linear-input:  the linear's weight name (q/k/v share one input value but get one key each)
+   *   head-output:   `model.layers.<l>.self_attn` (value [B,T,H·hd], before o_proj)
+   *   router-logits: the router weight name
+   *   mlp-act:       the MLP prefix (`model.layers.<l>.mlp`, `...experts.<e>`, `...shared_expert`);
+   *                  value = act(gate)·up [B,T,I]
+   */
+  key: string;
+  value: V;
+  /** Channel count of the value's last axis. */
+  channels: number;
+  /** For per-expert points: a [B,T,1] 0/1 value marking the tokens routed to that expert. */
+  mask: V | null;
+  /** head-output: number of heads the channels split into. */
+  heads?: number;
+}
+
+export interface ModelGraph {
+  spec: ArchSpec;
+  inputs: GraphInput[];
+  ops: Op[];
+  outputs: V[];
+  taps: TapPoint[];
+}

@@ -1,0 +1,297 @@
+/**
+ * The tfjs lowering of the model IR (src/core/ir): the same op list the ONNX engine and the TS
+ * runtime run, interpreted with tfjs ops so gradients come from tfjs's autodiff.
+ *
+ * Used where gradients or masked/skipped units are needed (Taylor importance, masked perplexity).
+ * It holds the whole model in memory as f32, so it is meant for models that fit (tiny to small).
+ * Head/neuron counts are taken from the weights' shapes, not from the spec, so physically sliced
+ * models (per-layer widths) run too. No KV cache: every call processes whole sequences.
+ */
+import type { ModelSource } from '../../core/checkpoint/source.js';
+import { LlmcError } from '../../core/errors.js';
+import { buildModel, IO } from '../../core/ir/build.js';
+import type { ModelGraph, Op } from '../../core/ir/ir.js';
+import { ropeTables } from '../../core/ir/rope.js';
+import { initTf, tf } from './tf.js';
+
+type T = tf.Tensor;
+
+export interface RunOptions {
+  /** Per-layer multiplicative mask over attention heads (length = that layer's heads), applied before o_proj. */
+  headMask?: (Float32Array | null | undefined)[];
+  /** Per-MLP mask over intermediate neurons, keyed by MLP prefix (`model.layers.<l>.mlp`, `...experts.<e>`). */
+  neuronMask?: Map<string, Float32Array>;
+}
+
+export class TfModel {
+  private constructor(
+    readonly source: ModelSource,
+    readonly graph: ModelGraph,
+    private weights: Map<string, T>,
+    readonly backend: string,
+  ) {}
+
+  static async load(source: ModelSource, note?: (m: string) => void): Promise<TfModel> {
+    const init = await initTf();
+    if (init.note) note?.(init.note);
+    const graph = buildModel(source.spec);
+    // Linear weights are held transposed ([in, out], under `name#T`): the wasm backend's matMul is
+    // ~10× slower with transposeB. The embedding table is also kept as is for the lookup.
+    const plain = new Set<string>();
+    const transposed = new Set<string>();
+    for (const op of graph.ops) {
+      if (op.op === 'embed') plain.add(op.table);
+      if (op.op === 'rmsnorm') plain.add(op.weight);
+      if (op.op === 'linear') {
+        transposed.add(op.weight);
+        if (op.bias) plain.add(op.bias);
+      }
+    }
+    const weights = new Map<string, T>();
+    for (const name of new Set([...plain, ...transposed])) {
+      const meta = source.meta(name);
+      if (!meta) throw new LlmcError(`missing tensor "${name}"`, source.description);
+      const t = tf.tensor(await source.readF32(name), meta.shape, 'float32');
+      if (transposed.has(name)) weights.set(`${name}#T`, tf.transpose(t));
+      weights.set(name, t);
+    }
+    return new TfModel(source, graph, weights, init.backend);
+  }
+
+  dispose(): void {
+    for (const t of this.weights.values()) t.dispose();
+    this.weights.clear();
+  }
+
+  /** Logits [B·T, V] for every position of equal-length sequences (call inside tf.tidy). */
+  logits(ids: number[][], opts: RunOptions = {}, override?: Map<string, T>): tf.Tensor2D {
+    const B = ids.length;
+    const Tn = ids[0].length;
+    if (ids.some((s) => s.length !== Tn)) throw new LlmcError('sequences in one batch must have equal length');
+    const spec = this.source.spec;
+    const W = (name: string): T => override?.get(name) ?? this.weights.get(name)!;
+    const hd = spec.headDim;
+    const { cos, sin } = ropeTables(spec, 0, Tn);
+    const env = new Map<string, T>();
+    env.set(IO.ids, tf.tensor2d(ids.flat(), [B, Tn], 'int32'));
+    env.set(IO.cos, tf.tensor2d(cos, [Tn, hd / 2]));
+    env.set(IO.sin, tf.tensor2d(sin, [Tn, hd / 2]));
+    env.set(IO.logitPositions, tf.range(0, Tn, 1, 'int32'));
+    const headTaps = new Map<string, number>(this.graph.taps.filter((t) => t.kind === 'head-output').map((t) => [t.value, t.layer]));
+    const mlpTaps = new Map<string, string>(this.graph.taps.filter((t) => t.kind === 'mlp-act').map((t) => [t.value, t.key]));
+    const get = (v: string): T => {
+      const t = env.get(v);
+      if (!t) throw new LlmcError(`tfjs lowering: value "${v}" used before it is defined`);
+      return t;
+    };
+    for (const op of this.graph.ops) {
+      this.run(op, env, get, W, B, Tn);
+      const out = 'out' in op ? op.out : undefined;
+      if (out && headTaps.has(out)) {
+        const l = headTaps.get(out)!;
+        const x = get(out);
+        const H = x.shape[2]! / hd;
+        const m = opts.headMask?.[l];
+        if (m) {
+          const mask = tf.tensor(Float32Array.from({ length: H * hd }, (_, c) => m[Math.floor(c / hd)]), [1, 1, H * hd]);
+          env.set(out, tf.mul(x, mask));
+        }
+      } else if (out && mlpTaps.has(out)) {
+        const key = mlpTaps.get(out)!;
+        const m = opts.neuronMask?.get(key);
+        if (m) env.set(out, tf.mul(get(out), tf.tensor(m, [1, 1, m.length])));
+      }
+    }
+    const logits = get(IO.logits);
+    return tf.reshape(logits, [B * Tn, logits.shape[2]!]) as tf.Tensor2D;
+  }
+
+  /** Mean next-token cross-entropy over all positions of the batch (call inside tf.tidy / grads). */
+  loss(ids: number[][], opts: RunOptions = {}, override?: Map<string, T>): tf.Scalar {
+    const B = ids.length;
+    const Tn = ids[0].length;
+    const logits = tf.reshape(this.logits(ids, opts, override), [B, Tn, -1]);
+    const V = logits.shape[2]!;
+    const pred = tf.reshape(tf.slice(logits, [0, 0, 0], [B, Tn - 1, V]), [B * (Tn - 1), V]);
+    const targets = tf.tensor1d(ids.flatMap((s) => s.slice(1)), 'int32');
+    const logp = tf.logSoftmax(pred);
+    return tf.neg(tf.mean(tf.sum(tf.mul(logp, tf.oneHot(targets, V)), 1))) as tf.Scalar;
+  }
+
+  /** Mean next-token loss over many sequences (evaluated in batches of `batch`). */
+  async meanLoss(seqs: number[][], opts: RunOptions = {}, batch = 16): Promise<number> {
+    let total = 0;
+    let count = 0;
+    for (let i = 0; i < seqs.length; i += batch) {
+      const part = seqs.slice(i, i + batch);
+      const l = tf.tidy(() => this.loss(part, opts));
+      const v = (await l.data())[0];
+      l.dispose();
+      const n = part.length * (part[0].length - 1);
+      total += v * n;
+      count += n;
+    }
+    return total / count;
+  }
+
+  /** Gradients of the mean loss over the whole batch (one backward, as ELMS) for the named weights. */
+  async gradients(seqs: number[][], names: string[]): Promise<{ loss: number; grads: Map<string, Float32Array> }> {
+    // Gradients are taken w.r.t. the transposed linear weights and transposed back to [out, in].
+    const xs = names.map((n) => W(this.weights, `${n}#T`));
+    const res = tf.tidy(() => {
+      const f = (...ws: T[]) => this.loss(seqs, {}, new Map(names.map((n, i) => [`${n}#T`, ws[i]])));
+      const vg = tf.valueAndGrads(f)(xs);
+      return [vg.value, ...vg.grads.map((g) => tf.transpose(g))];
+    });
+    const loss = (await res[0].data())[0];
+    const out = new Map<string, Float32Array>();
+    for (let i = 0; i < names.length; i++) out.set(names[i], (await res[i + 1].data()) as Float32Array);
+    for (const t of res) t.dispose();
+    return { loss, grads: out };
+  }
+
+  /** Logits of the last position of one sequence, as a plain array. */
+  async lastLogits(ids: number[]): Promise<Float32Array> {
+    const t = tf.tidy(() => {
+      const l = this.logits([ids]);
+      return tf.slice(l, [ids.length - 1, 0], [1, l.shape[1]]);
+    });
+    const d = (await t.data()) as Float32Array;
+    t.dispose();
+    return d;
+  }
+
+  /** All logits [T·V] of one sequence. */
+  async allLogits(ids: number[], opts: RunOptions = {}): Promise<Float32Array> {
+    const t = tf.tidy(() => this.logits([ids], opts));
+    const d = (await t.data()) as Float32Array;
+    t.dispose();
+    return d;
+  }
+
+  private run(op: Op, env: Map<string, T>, get: (v: string) => T, W: (n: string) => T, B: number, Tn: number): void {
+    const hd = this.source.spec.headDim;
+    switch (op.op) {
+      case 'embed':
+        env.set(op.out, tf.gather(W(op.table), get(op.ids)));
+        return;
+      case 'rmsnorm': {
+        const x = get(op.x);
+        const ms = tf.mean(tf.square(x), -1, true);
+        env.set(op.out, tf.mul(tf.mul(x, tf.rsqrt(tf.add(ms, op.eps))), W(op.weight)));
+        return;
+      }
+      case 'linear': {
+        const x = get(op.x);
+        const wT = W(`${op.weight}#T`);
+        const w = this.weights.get(op.weight)!;
+        const lead = x.shape.slice(0, -1);
+        const inF = x.shape[x.shape.length - 1]!;
+        // y = x·Wᵀ with every matMul untransposed (wasm's transposed matMuls are ~10× slower):
+        // dx = dy·W (W kept as stored, [out, in]), d(Wᵀ) = transpose(x)·dy.
+        const lin = tf.customGrad((...args: (T | ((s: T[]) => void))[]) => {
+          const [xi, wti, save] = args as [tf.Tensor2D, tf.Tensor2D, (s: T[]) => void];
+          save([xi]);
+          return {
+            value: tf.matMul(xi, wti),
+            gradFunc: (dy: T, saved: T[]) => [tf.matMul(dy as tf.Tensor2D, w as tf.Tensor2D), tf.matMul(tf.transpose(saved[0] as tf.Tensor2D), dy as tf.Tensor2D)],
+          };
+        });
+        let y: T = lin(tf.reshape(x, [-1, inF]), wT);
+        if (op.bias) y = tf.add(y, W(op.bias));
+        env.set(op.out, tf.reshape(y, [...lead, wT.shape[1]!]));
+        return;
+      }
+      case 'rope': {
+        const x = get(op.x);
+        const n = x.shape[2]! / hd;
+        const half = hd / 2;
+        const x4 = tf.reshape(x, [B, Tn, n, hd]);
+        const x1 = tf.slice(x4, [0, 0, 0, 0], [B, Tn, n, half]);
+        const x2 = tf.slice(x4, [0, 0, 0, half], [B, Tn, n, half]);
+        const c = tf.reshape(get(op.cos), [1, Tn, 1, half]);
+        const s = tf.reshape(get(op.sin), [1, Tn, 1, half]);
+        const o1 = tf.sub(tf.mul(x1, c), tf.mul(x2, s));
+        const o2 = tf.add(tf.mul(x2, c), tf.mul(x1, s));
+        env.set(op.out, tf.reshape(tf.concat([o1, o2], 3), [B, Tn, n * hd]));
+        return;
+      }
+      case 'attention': {
+        const q = get(op.q);
+        const H = q.shape[2]! / hd;
+        const G = get(op.k).shape[2]! / hd;
+        const R = H / G;
+        const heads = (x: T, n: number) => tf.transpose(tf.reshape(x, [B, Tn, n, hd]), [0, 2, 1, 3]);
+        // Query head h reads KV group floor(h / R): repeat each group R times (tile, not gather:
+        // gather's gradient needs a kernel the wasm backend lacks).
+        const repeat = (x: T) => R === 1 ? x : tf.reshape(tf.tile(tf.reshape(x, [B * G, 1, Tn * hd]), [1, R, 1]), [B, H, Tn, hd]);
+        const qh = heads(q, H);
+        const kh = repeat(heads(get(op.k), G));
+        const vh = repeat(heads(get(op.v), G));
+        const bias = new Float32Array(Tn * Tn);
+        for (let i = 0; i < Tn; i++) {
+          for (let j = 0; j < Tn; j++) {
+            const visible = j <= i && (op.slidingWindow === null || i - j < op.slidingWindow);
+            bias[i * Tn + j] = visible ? 0 : -1e30;
+          }
+        }
+        const scores = tf.add(tf.mul(tf.matMul(qh, kh, false, true), 1 / Math.sqrt(hd)), tf.tensor(bias, [1, 1, Tn, Tn]));
+        const out = tf.matMul(tf.softmax(scores), vh);
+        env.set(op.out, tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [B, Tn, H * hd]));
+        return;
+      }
+      case 'silu': {
+        const x = get(op.x);
+        env.set(op.out, tf.mul(x, tf.sigmoid(x)));
+        return;
+      }
+      case 'sigmoid':
+        env.set(op.out, tf.sigmoid(get(op.x)));
+        return;
+      case 'mul':
+        env.set(op.out, tf.mul(get(op.a), get(op.b)));
+        return;
+      case 'add':
+        env.set(op.out, tf.add(get(op.a), get(op.b)));
+        return;
+      case 'router': {
+        const logits = get(op.logits);
+        // Top-k selection is a discrete choice: computed outside the tape (no gradient flows through it).
+        const data = logits.dataSync();
+        const E = op.numExperts;
+        const sel = new Float32Array(data.length);
+        for (let r = 0; r < data.length / E; r++) {
+          const row = Array.from(data.subarray(r * E, (r + 1) * E));
+          const order = row.map((v, i) => [v, i] as const).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
+          for (let k = 0; k < op.topK; k++) sel[r * E + order[k][1]] = 1;
+        }
+        const mask = tf.tensor(sel, logits.shape);
+        let w: T;
+        if (op.mode === 'softmax-topk-renorm') {
+          const e = tf.mul(tf.exp(tf.sub(logits, tf.max(logits, -1, true))), mask);
+          w = tf.div(e, tf.sum(e, -1, true));
+        } else {
+          w = tf.mul(tf.softmax(logits), mask);
+        }
+        env.set(op.weights, w);
+        env.set(op.mask, mask);
+        return;
+      }
+      case 'column': {
+        const x = get(op.x);
+        env.set(op.out, tf.slice(x, [0, 0, op.index], [B, Tn, 1]));
+        return;
+      }
+      case 'gatherPositions':
+        // This lowering always asks for every position (see logits()): the gather is the identity.
+        env.set(op.out, get(op.x));
+        return;
+    }
+  }
+}
+
+function W(weights: Map<string, T>, name: string): T {
+  const t = weights.get(name);
+  if (!t) throw new LlmcError(`tfjs lowering: no weight "${name}"`);
+  return t;
+}

@@ -1,0 +1,65 @@
+/**
+ * The ts artifact's weight formats and the tensor table in the manifest's `targetInfo`
+ * (docs/ts-artifact.md). Shared by the writer (backends/ts) and the reader (the runtime); browser-safe.
+ */
+
+import { QUANT_TYPES } from '../../core/quant/types.js';
+
+/** The common manifest's identity: defined once here, browser-safe; src/app/compile/manifest.ts writes it. */
+export const MANIFEST_FILE = 'llmc-manifest.json';
+export const MANIFEST_FORMAT = 'llmc-artifact';
+export const MANIFEST_VERSION = 1;
+
+/** The ts target's own weight-file format, recorded in targetInfo. */
+export const TS_FORMAT = 'llmc-ts-weights';
+export const TS_FORMAT_VERSION = 1;
+export const WEIGHTS_FILE = 'weights.bin';
+/** Every tensor starts at a multiple of this (so f32/f16 views need no copy, and cache lines line up). */
+export const TENSOR_ALIGNMENT = 64;
+
+/** Q5_0 is only there because ggml's row-length fallback turns Q4_K into it (rows of 32k, not 256k). */
+export type WeightFormat = 'F32' | 'F16' | 'Q8_0' | 'Q4_0' | 'Q4_K' | 'Q5_0';
+export const WEIGHT_FORMATS: readonly WeightFormat[] = ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K', 'Q5_0'];
+
+/** Elements per block and bytes per block: ggml's layouts, from the quantizers' own type table. */
+export const FORMAT_BLOCK: Record<WeightFormat, { blockSize: number; blockBytes: number }> = Object.fromEntries(
+  WEIGHT_FORMATS.map((f) => [f, { blockSize: QUANT_TYPES[f].blockSize, blockBytes: QUANT_TYPES[f].typeSize }]),
+) as Record<WeightFormat, { blockSize: number; blockBytes: number }>;
+
+export interface TensorEntry {
+  name: string;
+  format: WeightFormat;
+  /** Row-major, Hugging Face order ([out, in] for linears); quant blocks run along the last axis. */
+  shape: number[];
+  /** Byte offset in weights.bin (a multiple of TENSOR_ALIGNMENT). */
+  offset: number;
+  /** Byte length of the tensor's data (without padding). */
+  bytes: number;
+}
+
+export interface TsTargetInfo {
+  format: typeof TS_FORMAT;
+  version: number;
+  weights: string;
+  alignment: number;
+  /** The requested --quant (individual tensors may differ: see each entry's format). */
+  quant: WeightFormat;
+  tensors: TensorEntry[];
+}
+
+/** Bytes one row of `rowLength` elements takes, or null when the row is not whole blocks. */
+export function formatRowBytes(format: WeightFormat, rowLength: number): number | null {
+  const { blockSize, blockBytes } = FORMAT_BLOCK[format];
+  if (rowLength % blockSize !== 0) return null;
+  return (rowLength / blockSize) * blockBytes;
+}
+
+/** Bytes a tensor of `shape` takes in `format`, or null when its rows are not whole blocks. */
+export function formatTensorBytes(format: WeightFormat, shape: readonly number[]): number | null {
+  const rowLength = shape.length ? shape[shape.length - 1] : 1;
+  const rows = shape.slice(0, -1).reduce((a, b) => a * b, 1);
+  const rb = formatRowBytes(format, rowLength);
+  return rb === null ? null : rb * rows;
+}
+
+export const alignUp = (n: number, a = TENSOR_ALIGNMENT) => Math.ceil(n / a) * a;

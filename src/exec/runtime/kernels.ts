@@ -1,0 +1,378 @@
+/**
+ * Matmul kernels over a weight stored as F32, F16 or ggml blocks (Q8_0, Q4_0, Q4_K), read in place:
+ * quantized blocks are decoded inside the dot product, never into a dequantized copy of the matrix.
+ *
+ * A weight is [rows, cols] row-major (Hugging Face [out, in]). Every kernel takes a row range and a
+ * column prefix, so elastic widths run on prefixes of the full weights with zero copies: rows
+ * [rowStart, rowStart+nRows) and columns [0, nCols), the row stride staying the full width.
+ * Accumulation is in JS doubles (at least as exact as an f32 reference).
+ */
+import { f16Table } from '../../core/util/half.js';
+import { FORMAT_BLOCK, formatRowBytes, type WeightFormat } from './format.js';
+import { WASM_FORMATS, type WasmArena, type WasmFormat } from './wasm.js';
+
+const F16 = f16Table();
+
+export class Weight {
+  readonly rowBytes: number;
+  readonly f32: Float32Array;
+  readonly u16: Uint16Array;
+  readonly u8: Uint8Array;
+  readonly i8: Int8Array;
+
+  /** Set when the bytes live in a WebAssembly arena whose SIMD kernels handle this format. */
+  readonly arena: WasmArena | null;
+  /** Byte address of the bytes inside the arena's memory. */
+  readonly ptr: number;
+
+  /** `bytes` must start at an offset that is a multiple of 4 in its buffer (the loader guarantees it). */
+  constructor(
+    readonly name: string,
+    readonly format: WeightFormat,
+    readonly rows: number,
+    readonly cols: number,
+    bytes: Uint8Array,
+    arena: WasmArena | null = null,
+  ) {
+    const inArena = arena !== null && bytes.buffer === arena.memory.buffer && WASM_FORMATS.includes(format);
+    this.arena = inArena ? arena : null;
+    this.ptr = inArena ? bytes.byteOffset : -1;
+    this.rowBytes = formatRowBytes(format, cols)!;
+    const b = bytes.buffer;
+    const o = bytes.byteOffset;
+    this.u8 = bytes;
+    this.i8 = new Int8Array(b, o, bytes.byteLength);
+    this.u16 = new Uint16Array(b, o, bytes.byteLength >> 1);
+    this.f32 = format === 'F32' ? new Float32Array(b, o, bytes.byteLength >> 2) : new Float32Array(0);
+  }
+}
+
+/** Decode one block (block index `blk` of row `row`) into out[0..blockSize). */
+function decodeBlock(w: Weight, row: number, blk: number, out: Float32Array): void {
+  const { u8, u16, i8 } = w;
+  switch (w.format) {
+    case 'F32':
+      out[0] = w.f32[row * w.cols + blk];
+      return;
+    case 'F16':
+      out[0] = F16[u16[row * w.cols + blk]];
+      return;
+    case 'Q8_0': {
+      const bo = row * w.rowBytes + blk * 34;
+      const d = F16[u16[bo >> 1]];
+      for (let j = 0; j < 32; j++) out[j] = d * i8[bo + 2 + j];
+      return;
+    }
+    case 'Q4_0': {
+      const bo = row * w.rowBytes + blk * 18;
+      const d = F16[u16[bo >> 1]];
+      for (let j = 0; j < 16; j++) {
+        const v = u8[bo + 2 + j];
+        out[j] = d * ((v & 15) - 8);
+        out[j + 16] = d * ((v >> 4) - 8);
+      }
+      return;
+    }
+    case 'Q5_0': {
+      const bo = row * w.rowBytes + blk * 22;
+      const d = F16[u16[bo >> 1]];
+      const qh = u8[bo + 2] | (u8[bo + 3] << 8) | (u8[bo + 4] << 16) | (u8[bo + 5] << 24);
+      for (let j = 0; j < 16; j++) {
+        const v = u8[bo + 6 + j];
+        out[j] = d * (((v & 15) | (((qh >>> j) & 1) << 4)) - 16);
+        out[j + 16] = d * (((v >> 4) | (((qh >>> (j + 16)) & 1) << 4)) - 16);
+      }
+      return;
+    }
+    case 'Q4_K': {
+      const bo = row * w.rowBytes + blk * 144;
+      const d = F16[u16[bo >> 1]];
+      const dmin = F16[u16[(bo >> 1) + 1]];
+      for (let j = 0; j < 4; j++) {
+        const q = bo + 16 + 32 * j;
+        const d1 = d * scaleK4(u8, bo + 4, 2 * j);
+        const m1 = dmin * minK4(u8, bo + 4, 2 * j);
+        const d2 = d * scaleK4(u8, bo + 4, 2 * j + 1);
+        const m2 = dmin * minK4(u8, bo + 4, 2 * j + 1);
+        for (let l = 0; l < 32; l++) {
+          const v = u8[q + l];
+          out[64 * j + l] = d1 * (v & 15) - m1;
+          out[64 * j + 32 + l] = d2 * (v >> 4) - m2;
+        }
+      }
+      return;
+    }
+  }
+}
+
+/** The 6-bit scale of sub-block j (0..7) from Q4_K's 12 packed bytes at `s` (ggml's get_scale_min_k4). */
+function scaleK4(u8: Uint8Array, s: number, j: number): number {
+  return j < 4 ? u8[s + j] & 63 : (u8[s + j + 4] & 15) | ((u8[s + j - 4] >> 6) << 4);
+}
+function minK4(u8: Uint8Array, s: number, j: number): number {
+  return j < 4 ? u8[s + j + 4] & 63 : (u8[s + j + 4] >> 4) | ((u8[s + j] >> 6) << 4);
+}
+
+/** Row `row`'s first `n` values into out[outOff..), e.g. an embedding lookup. */
+export function dequantRow(w: Weight, row: number, out: Float32Array, outOff = 0, n = w.cols): void {
+  if (w.format === 'F32') {
+    out.set(w.f32.subarray(row * w.cols, row * w.cols + n), outOff);
+    return;
+  }
+  if (w.format === 'F16') {
+    const base = row * w.cols;
+    for (let i = 0; i < n; i++) out[outOff + i] = F16[w.u16[base + i]];
+    return;
+  }
+  const bs = FORMAT_BLOCK[w.format].blockSize;
+  const tmp = scratch(bs);
+  for (let b = 0; b * bs < n; b++) {
+    decodeBlock(w, row, b, tmp);
+    const m = Math.min(bs, n - b * bs);
+    for (let j = 0; j < m; j++) out[outOff + b * bs + j] = tmp[j];
+  }
+}
+
+// Reused scratch buffers (no allocation per call on hot paths).
+let SCRATCH = new Float32Array(256);
+function scratch(n: number): Float32Array {
+  if (SCRATCH.length < n) SCRATCH = new Float32Array(n);
+  return SCRATCH;
+}
+let SUMS = new Float64Array(64);
+function sums(n: number): Float64Array {
+  if (SUMS.length < n) SUMS = new Float64Array(n);
+  return SUMS;
+}
+let ROW = new Float32Array(1024);
+function rowScratch(n: number): Float32Array {
+  if (ROW.length < n) ROW = new Float32Array(n);
+  return ROW;
+}
+
+export interface MatmulArgs {
+  /** First output row of the weight, and how many (default: all). */
+  rowStart?: number;
+  nRows?: number;
+  /** Column prefix (default: all columns). */
+  nCols?: number;
+  /** Added to the outputs: bias[rowStart + r]. */
+  bias?: Float32Array | null;
+}
+
+/**
+ * y[t*yStride + r] = sum_{c<nCols} W[rowStart+r, c] * x[t*xStride + c] (+ bias), for t < T.
+ * T = 1 takes the fused dequant-dot path; T > 1 decodes each weight row once and dots it with all T rows of x.
+ */
+export function matmul(
+  w: Weight,
+  x: Float32Array,
+  T: number,
+  xStride: number,
+  y: Float32Array,
+  yStride: number,
+  args: MatmulArgs = {},
+): void {
+  const rowStart = args.rowStart ?? 0;
+  const nRows = args.nRows ?? w.rows - rowStart;
+  const nCols = args.nCols ?? w.cols;
+  if (w.arena) {
+    const whole = w.format === 'F32' || w.format === 'F16' ? nCols : w.format === 'Q4_K' ? nCols & ~255 : nCols & ~31;
+    w.arena.matmul(w.format as WasmFormat, w.ptr, w.rowBytes, rowStart, nRows, whole, x, T, xStride, y, yStride);
+    if (whole !== nCols) {
+      for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += tailDot(w, rowStart + r, x, t * xStride, nCols);
+    }
+  } else if (T === 1) matvec(w, x, 0, y, 0, rowStart, nRows, nCols);
+  else if (w.format === 'F32') matmulF32(w, x, T, xStride, y, yStride, rowStart, nRows, nCols);
+  else {
+    const row = rowScratch(nCols);
+    for (let r = 0; r < nRows; r++) {
+      dequantRow(w, rowStart + r, row, 0, nCols);
+      for (let t = 0; t < T; t++) y[t * yStride + r] = dot(row, 0, x, t * xStride, nCols);
+    }
+  }
+  const bias = args.bias;
+  if (bias) for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += bias[rowStart + r];
+}
+
+function dot(a: Float32Array, ao: number, b: Float32Array, bo: number, n: number): number {
+  let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  let i = 0;
+  for (; i + 3 < n; i += 4) {
+    s0 += a[ao + i] * b[bo + i];
+    s1 += a[ao + i + 1] * b[bo + i + 1];
+    s2 += a[ao + i + 2] * b[bo + i + 2];
+    s3 += a[ao + i + 3] * b[bo + i + 3];
+  }
+  for (; i < n; i++) s0 += a[ao + i] * b[bo + i];
+  return s0 + s1 + s2 + s3;
+}
+
+function matmulF32(w: Weight, x: Float32Array, T: number, xs: number, y: Float32Array, ys: number, r0: number, nr: number, nc: number): void {
+  const f = w.f32;
+  const C = w.cols;
+  for (let r = 0; r < nr; r++) {
+    const o = (r0 + r) * C;
+    for (let t = 0; t < T; t++) y[t * ys + r] = dot(f, o, x, t * xs, nc);
+  }
+}
+
+/** One token: y[yOff + r] = W[rowStart + r, :nCols] · x[xOff ..]. */
+export function matvec(w: Weight, x: Float32Array, xOff: number, y: Float32Array, yOff: number, rowStart: number, nRows: number, nCols: number): void {
+  switch (w.format) {
+    case 'F32': {
+      const f = w.f32;
+      const C = w.cols;
+      for (let r = 0; r < nRows; r++) y[yOff + r] = dot(f, (rowStart + r) * C, x, xOff, nCols);
+      return;
+    }
+    case 'F16': {
+      const u = w.u16;
+      const C = w.cols;
+      for (let r = 0; r < nRows; r++) {
+        const o = (rowStart + r) * C;
+        let s0 = 0, s1 = 0;
+        let i = 0;
+        for (; i + 1 < nCols; i += 2) {
+          s0 += F16[u[o + i]] * x[xOff + i];
+          s1 += F16[u[o + i + 1]] * x[xOff + i + 1];
+        }
+        if (i < nCols) s0 += F16[u[o + i]] * x[xOff + i];
+        y[yOff + r] = s0 + s1;
+      }
+      return;
+    }
+    case 'Q8_0':
+      return matvecQ8_0(w, x, xOff, y, yOff, rowStart, nRows, nCols);
+    case 'Q4_0':
+      return matvecQ4_0(w, x, xOff, y, yOff, rowStart, nRows, nCols);
+    case 'Q4_K':
+      return matvecQ4_K(w, x, xOff, y, yOff, rowStart, nRows, nCols);
+    case 'Q5_0':
+      return matvecBlocks(w, x, xOff, y, yOff, rowStart, nRows, nCols);
+  }
+}
+
+/** The part of a row past the last whole block (a column prefix that cuts a block). */
+function tailDot(w: Weight, row: number, x: Float32Array, xOff: number, nCols: number): number {
+  const bs = FORMAT_BLOCK[w.format].blockSize;
+  const full = Math.floor(nCols / bs);
+  if (full * bs === nCols) return 0;
+  const tmp = scratch(bs);
+  decodeBlock(w, row, full, tmp);
+  let s = 0;
+  for (let j = full * bs; j < nCols; j++) s += tmp[j - full * bs] * x[xOff + j];
+  return s;
+}
+
+function matvecQ8_0(w: Weight, x: Float32Array, xOff: number, y: Float32Array, yOff: number, rowStart: number, nRows: number, nCols: number): void {
+  const { i8, u16, rowBytes } = w;
+  const nb = nCols >> 5;
+  const tail = nb * 32 !== nCols;
+  for (let r = 0; r < nRows; r++) {
+    let bo = (rowStart + r) * rowBytes;
+    let acc = 0;
+    for (let b = 0; b < nb; b++, bo += 34) {
+      const q = bo + 2;
+      const xb = xOff + (b << 5);
+      let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (let j = 0; j < 32; j += 4) {
+        s0 += i8[q + j] * x[xb + j];
+        s1 += i8[q + j + 1] * x[xb + j + 1];
+        s2 += i8[q + j + 2] * x[xb + j + 2];
+        s3 += i8[q + j + 3] * x[xb + j + 3];
+      }
+      acc += F16[u16[bo >> 1]] * (s0 + s1 + s2 + s3);
+    }
+    if (tail) acc += tailDot(w, rowStart + r, x, xOff, nCols);
+    y[yOff + r] = acc;
+  }
+}
+
+/** Sums of x over consecutive 32-element groups: the offset terms of Q4_0/Q4_K factor out of the dot. */
+function groupSums(x: Float32Array, xOff: number, groups: number): Float64Array {
+  const s = sums(groups);
+  for (let g = 0; g < groups; g++) {
+    let a = 0;
+    const o = xOff + g * 32;
+    for (let j = 0; j < 32; j++) a += x[o + j];
+    s[g] = a;
+  }
+  return s;
+}
+
+function matvecQ4_0(w: Weight, x: Float32Array, xOff: number, y: Float32Array, yOff: number, rowStart: number, nRows: number, nCols: number): void {
+  const { u8, u16, rowBytes } = w;
+  const nb = nCols >> 5;
+  const tail = nb * 32 !== nCols;
+  const xs = groupSums(x, xOff, nb);
+  for (let r = 0; r < nRows; r++) {
+    let bo = (rowStart + r) * rowBytes;
+    let acc = 0;
+    for (let b = 0; b < nb; b++, bo += 18) {
+      const q = bo + 2;
+      const xb = xOff + (b << 5);
+      let s0 = 0, s1 = 0;
+      for (let j = 0; j < 16; j += 2) {
+        const v0 = u8[q + j];
+        const v1 = u8[q + j + 1];
+        s0 += (v0 & 15) * x[xb + j] + (v0 >> 4) * x[xb + 16 + j];
+        s1 += (v1 & 15) * x[xb + j + 1] + (v1 >> 4) * x[xb + 17 + j];
+      }
+      acc += F16[u16[bo >> 1]] * (s0 + s1 - 8 * xs[b]);
+    }
+    if (tail) acc += tailDot(w, rowStart + r, x, xOff, nCols);
+    y[yOff + r] = acc;
+  }
+}
+
+function matvecQ4_K(w: Weight, x: Float32Array, xOff: number, y: Float32Array, yOff: number, rowStart: number, nRows: number, nCols: number): void {
+  const { u8, u16, rowBytes } = w;
+  const nb = nCols >> 8;
+  const tail = nb * 256 !== nCols;
+  const xs = groupSums(x, xOff, nb * 8);
+  for (let r = 0; r < nRows; r++) {
+    let bo = (rowStart + r) * rowBytes;
+    let acc = 0;
+    for (let b = 0; b < nb; b++, bo += 144) {
+      const d = F16[u16[bo >> 1]];
+      const dmin = F16[u16[(bo >> 1) + 1]];
+      const sc = bo + 4;
+      let qsum = 0;
+      let msum = 0;
+      for (let j = 0; j < 4; j++) {
+        const q = bo + 16 + 32 * j;
+        const xb = xOff + (b << 8) + 64 * j;
+        let s1 = 0, s2 = 0;
+        for (let l = 0; l < 32; l += 2) {
+          const v0 = u8[q + l];
+          const v1 = u8[q + l + 1];
+          s1 += (v0 & 15) * x[xb + l] + (v1 & 15) * x[xb + l + 1];
+          s2 += (v0 >> 4) * x[xb + 32 + l] + (v1 >> 4) * x[xb + 33 + l];
+        }
+        const g = b * 8 + 2 * j;
+        qsum += scaleK4(u8, sc, 2 * j) * s1 + scaleK4(u8, sc, 2 * j + 1) * s2;
+        msum += minK4(u8, sc, 2 * j) * xs[g] + minK4(u8, sc, 2 * j + 1) * xs[g + 1];
+      }
+      acc += d * qsum - dmin * msum;
+    }
+    if (tail) acc += tailDot(w, rowStart + r, x, xOff, nCols);
+    y[yOff + r] = acc;
+  }
+}
+
+/** Generic path (decode a block, then dot): for the rare fallback format Q5_0. */
+function matvecBlocks(w: Weight, x: Float32Array, xOff: number, y: Float32Array, yOff: number, rowStart: number, nRows: number, nCols: number): void {
+  const bs = FORMAT_BLOCK[w.format].blockSize;
+  const tmp = new Float32Array(bs);
+  for (let r = 0; r < nRows; r++) {
+    let acc = 0;
+    for (let b = 0; b * bs < nCols; b++) {
+      decodeBlock(w, rowStart + r, b, tmp);
+      const m = Math.min(bs, nCols - b * bs);
+      const xb = xOff + b * bs;
+      for (let j = 0; j < m; j++) acc += tmp[j] * x[xb + j];
+    }
+    y[yOff + r] = acc;
+  }
+}

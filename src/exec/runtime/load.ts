@@ -1,0 +1,203 @@
+/**
+ * Loading a ts artifact: parse and validate llmc-manifest.json and the tensor table against the
+ * weights' actual size (and sha256 on request) before anything runs, then read the weights and
+ * build the Model. Browser-safe: the bytes come from an injected ByteSource, hashing from WebCrypto.
+ */
+import { expectedTensors } from '../../core/arch/names.js';
+import type { ArchSpec } from '../../core/arch/spec.js';
+import { LlmcError } from '../../core/errors.js';
+import type { ByteSource } from './bytes.js';
+import {
+  FORMAT_BLOCK,
+  MANIFEST_FORMAT,
+  MANIFEST_VERSION,
+  TENSOR_ALIGNMENT,
+  TS_FORMAT,
+  TS_FORMAT_VERSION,
+  WEIGHTS_FILE,
+  WEIGHT_FORMATS,
+  formatTensorBytes,
+  type TensorEntry,
+  type TsTargetInfo,
+  type WeightFormat,
+} from './format.js';
+import { dequantRow, Weight } from './kernels.js';
+import { Model, type WeightTable } from './model.js';
+import { WasmArena } from './wasm.js';
+
+/** What `load` reads: the manifest's text and the bytes of weights.bin. */
+export interface ArtifactSource {
+  manifest: string;
+  weights: ByteSource;
+  /** For messages: the artifact's directory or URL. */
+  name?: string;
+}
+
+export interface LoadOptions {
+  /** Check weights.bin's sha256 against the manifest (reads the whole file once more). Default false. */
+  verifyChecksums?: boolean;
+  /** Files up to this size are read in one call; larger ones tensor by tensor. Default 1 GiB. */
+  singleReadLimit?: number;
+  /** Run F32 / Q8_0 matmuls on WebAssembly SIMD kernels when available (default true; JS kernels otherwise). */
+  wasm?: boolean;
+}
+
+export interface ArtifactManifest {
+  format: string;
+  version: number;
+  llmcVersion?: string;
+  target: string;
+  arch: ArchSpec;
+  targetInfo: TsTargetInfo;
+  passes: { name: string; options: Record<string, unknown>; metadata: Record<string, unknown> }[];
+  files: { path: string; size: number; sha256: string }[];
+}
+
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
+
+/** Parse and check the manifest text (no weights needed). */
+export function parseManifest(text: string, file = 'llmc-manifest.json'): ArtifactManifest {
+  const bad = (msg: string): never => {
+    throw new LlmcError(msg, file);
+  };
+  let m: unknown;
+  try {
+    m = JSON.parse(text);
+  } catch (e) {
+    return bad(`not valid JSON (${(e as Error).message})`);
+  }
+  if (!isObj(m)) return bad('manifest is not a JSON object');
+  if (m.format !== MANIFEST_FORMAT || m.version !== MANIFEST_VERSION) {
+    bad(`unsupported manifest ${JSON.stringify(m.format)} version ${JSON.stringify(m.version)}; this runtime reads ${MANIFEST_FORMAT} version ${MANIFEST_VERSION}`);
+  }
+  if (m.target !== 'ts') bad(`artifact target is ${JSON.stringify(m.target)}; the TS runtime runs "ts" artifacts`);
+  const ti = m.targetInfo;
+  if (!isObj(ti) || ti.format !== TS_FORMAT || ti.version !== TS_FORMAT_VERSION) {
+    bad(
+      `unsupported weights format ${JSON.stringify(isObj(ti) ? ti.format : null)} version ${JSON.stringify(isObj(ti) ? ti.version : null)}; this runtime reads ${TS_FORMAT} version ${TS_FORMAT_VERSION}`,
+    );
+  }
+  if (!isObj(m.arch)) bad('missing "arch"');
+  if (!Array.isArray(m.files)) bad('missing "files"');
+  const t = ti as Record<string, unknown>;
+  if (typeof t.weights !== 'string') bad('targetInfo.weights is missing');
+  if (!Array.isArray(t.tensors)) bad('targetInfo.tensors is missing');
+  for (const [i, e] of (t.tensors as unknown[]).entries()) {
+    if (!isObj(e) || typeof e.name !== 'string') bad(`tensor table entry ${i} has no name`);
+    const te = e as Record<string, unknown>;
+    const what = `tensor "${te.name}"`;
+    if (!WEIGHT_FORMATS.includes(te.format as WeightFormat)) bad(`${what}: unknown format ${JSON.stringify(te.format)}`);
+    if (!Array.isArray(te.shape) || te.shape.length === 0 || !te.shape.every((d) => isCount(d) && d > 0)) bad(`${what}: bad shape ${JSON.stringify(te.shape)}`);
+    if (!isCount(te.offset) || !isCount(te.bytes)) bad(`${what}: offset and bytes must be non-negative integers`);
+  }
+  return m as unknown as ArtifactManifest;
+}
+
+/** Check every tensor entry against the file size, the formats' block sizes and the architecture. */
+export function checkTensorTable(m: ArtifactManifest, fileSize: number, file: string): Map<string, TensorEntry> {
+  const bad = (msg: string): never => {
+    throw new LlmcError(msg, file);
+  };
+  const align = m.targetInfo.alignment ?? TENSOR_ALIGNMENT;
+  const table = new Map<string, TensorEntry>();
+  for (const e of m.targetInfo.tensors) {
+    const what = `tensor "${e.name}"`;
+    if (table.has(e.name)) bad(`${what} appears twice in the tensor table`);
+    const want = formatTensorBytes(e.format, e.shape);
+    if (want === null) bad(`${what}: rows of ${e.shape[e.shape.length - 1]} are not whole ${e.format} blocks of ${FORMAT_BLOCK[e.format].blockSize}`);
+    if (e.bytes !== want) bad(`${what}: byte length ${e.bytes} disagrees with shape [${e.shape}] in ${e.format} (${want} bytes)`);
+    if (e.offset % align !== 0) bad(`${what}: offset ${e.offset} is not ${align}-byte aligned`);
+    if (e.offset + e.bytes > fileSize) bad(`${what}: bytes ${e.offset}..${e.offset + e.bytes} lie outside the file (${fileSize} bytes)`);
+    table.set(e.name, e);
+  }
+  const sorted = [...table.values()].sort((a, b) => a.offset - b.offset);
+  for (let i = 1; i < sorted.length; i++) {
+    if (sorted[i].offset < sorted[i - 1].offset + sorted[i - 1].bytes) bad(`tensors "${sorted[i - 1].name}" and "${sorted[i].name}" overlap`);
+  }
+  let expected: { name: string; shape: number[] }[];
+  try {
+    expected = expectedTensors(m.arch);
+  } catch {
+    return bad('"arch" is not a valid architecture spec');
+  }
+  for (const x of expected) {
+    const e = table.get(x.name);
+    if (!e) bad(`tensor "${x.name}" is missing from the tensor table`);
+    if (e!.shape.join(',') !== x.shape.join(',')) bad(`tensor "${x.name}" has shape [${e!.shape}], the architecture needs [${x.shape}]`);
+  }
+  return table;
+}
+
+async function sha256Hex(bytes: Uint8Array): Promise<string> {
+  const subtle = globalThis.crypto?.subtle;
+  if (!subtle) throw new LlmcError('checksum verification needs WebCrypto (globalThis.crypto.subtle), which is not available here');
+  const digest = await subtle.digest('SHA-256', bytes as Uint8Array<ArrayBuffer>);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** Typed-array views need 4-byte alignment; copy the rare unaligned slice. */
+function aligned(b: Uint8Array): Uint8Array {
+  return b.byteOffset % 4 === 0 ? b : b.slice();
+}
+
+/** Load an artifact and return a runnable Model; every check runs before any weights are used. */
+export async function load(source: ArtifactSource, opts: LoadOptions = {}): Promise<Model> {
+  const where = (f: string) => (source.name ? `${source.name.replace(/\/$/, '')}/${f}` : f);
+  const manifest = parseManifest(source.manifest, where('llmc-manifest.json'));
+  const wname = manifest.targetInfo.weights || WEIGHTS_FILE;
+  const wfile = where(wname);
+  const entry = manifest.files.find((f) => f.path === wname);
+  if (!entry) throw new LlmcError(`"${wname}" is not listed in the manifest's files`, where('llmc-manifest.json'));
+  const size = await source.weights.size();
+  if (size < entry.size) throw new LlmcError(`truncated: ${size} bytes, the manifest says ${entry.size}`, wfile);
+  if (size !== entry.size) throw new LlmcError(`size ${size} bytes disagrees with the manifest's ${entry.size}`, wfile);
+  const table = checkTensorTable(manifest, size, wfile);
+
+  let whole: Uint8Array | null = null;
+  if (size <= (opts.singleReadLimit ?? 1 << 30)) whole = aligned(await source.weights.read(0, size));
+  if (opts.verifyChecksums) {
+    const bytes = whole ?? (await source.weights.read(0, size));
+    const got = await sha256Hex(bytes);
+    if (got !== entry.sha256) throw new LlmcError(`sha256 mismatch: file has ${got}, the manifest says ${entry.sha256}`, wfile);
+  }
+
+  // With WebAssembly, the weights live in the kernels' memory (copied in once); else in plain buffers.
+  const maxDim = Math.max(...[...table.values()].flatMap((e) => e.shape));
+  const arena = opts.wasm === false ? null : WasmArena.create(size, maxDim);
+  const data = new Map<string, Uint8Array>();
+  if (arena) {
+    const mem = arena.weights(size);
+    if (whole) mem.set(whole);
+    else for (const e of table.values()) mem.set(await source.weights.read(e.offset, e.bytes), e.offset);
+    whole = mem;
+  }
+  for (const e of table.values()) {
+    data.set(e.name, whole ? whole.subarray(e.offset, e.offset + e.bytes) : aligned(await source.weights.read(e.offset, e.bytes)));
+  }
+  const weights = new Map<string, Weight>();
+  const weight = (name: string): Weight => {
+    const e = table.get(name);
+    if (!e) throw new LlmcError(`tensor "${name}" is missing from the tensor table`, wfile);
+    let w = weights.get(name);
+    if (!w) {
+      const cols = e.shape[e.shape.length - 1];
+      w = new Weight(name, e.format, e.bytes === 0 ? 0 : formatRows(e.shape), cols, data.get(name)!, arena);
+      weights.set(name, w);
+    }
+    return w;
+  };
+  const weightTable: WeightTable = {
+    has: (name) => table.has(name),
+    weight,
+    vector: (name) => {
+      const w = weight(name);
+      const out = new Float32Array(w.rows * w.cols);
+      for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
+      return out;
+    },
+  };
+  return new Model(manifest.arch, weightTable, manifest);
+}
+
+const formatRows = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);

@@ -1,0 +1,599 @@
+/**
+ * WebAssembly SIMD matmul kernels (F32, F16, Q8_0, Q4_0, Q4_K; Q5_0 stays on JS), assembled here byte by byte so the runtime stays
+ * dependency-free and browser-safe. Scalar JS reaches ~1/4 of onnxruntime's single-thread matvec
+ * speed on a 30M model; f32x4 lanes close most of that gap.
+ *
+ * Memory layout of one instance (one per loaded model): [0, 256 KiB) f16 → f32 table (Q8_0 scales),
+ * then the x and y scratch buffers, then weights.bin copied in at a 64-byte aligned base. The
+ * memory never grows after setup, so typed-array views over it stay valid.
+ */
+import { f16Table } from '../../core/util/half.js';
+import { F32, I32, section, sleb, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+
+const op = {
+  block: [0x02, 0x40],
+  loop: [0x03, 0x40],
+  end: [0x0b],
+  br: (d: number) => [0x0c, ...uleb(d)],
+  brIf: (d: number) => [0x0d, ...uleb(d)],
+  get: (i: number) => [0x20, ...uleb(i)],
+  set: (i: number) => [0x21, ...uleb(i)],
+  i32: (v: number) => [0x41, ...sleb(v)],
+  f32: (v: number) => [0x43, ...new Uint8Array(new Float32Array([v]).buffer)],
+  i32Add: [0x6a],
+  i32Mul: [0x6c],
+  i32And: [0x71],
+  i32Shl: [0x74],
+  i32GeU: [0x4f],
+  f32Add: [0x92],
+  f32Mul: [0x94],
+  f32Load: (off = 0) => [0x2a, 2, ...uleb(off)],
+  f32Store: (off = 0) => [0x38, 2, ...uleb(off)],
+  i32Load16U: (off = 0) => [0x2f, 1, ...uleb(off)],
+  simd: (code: number, ...imm: number[]) => [0xfd, ...uleb(code), ...imm],
+};
+const v = {
+  load: (off = 0) => op.simd(0x00, 0, ...uleb(off)), // align 2^0: addresses need not be 16-aligned
+  load8x8s: (off = 0) => op.simd(0x01, 0, ...uleb(off)),
+  zero: () => op.simd(0x0c, ...new Array(16).fill(0)),
+  f32x4Splat: () => op.simd(0x13),
+  f32x4Lane: (l: number) => op.simd(0x1f, l),
+  f32x4Add: () => op.simd(0xe4),
+  f32x4Mul: () => op.simd(0xe6),
+  i8x16Splat: () => op.simd(0x0f),
+  and: () => op.simd(0x4e),
+  i8x16ShrU: () => op.simd(0x6d),
+  i8x16Sub: () => op.simd(0x71),
+  i16x8LowI8: () => op.simd(0x87),
+  i16x8HighI8: () => op.simd(0x88),
+  i16x8LowU8: () => op.simd(0x89),
+  i16x8HighU8: () => op.simd(0x8a),
+  f32x4Sub: () => op.simd(0xe5),
+  i32x4Splat: () => op.simd(0x11),
+  or: () => op.simd(0x50),
+  i32x4Shl: () => op.simd(0xab),
+  i32x4LowU16: () => op.simd(0xa9),
+  i32x4HighU16: () => op.simd(0xaa),
+  i32x4LowI16: () => op.simd(0xa7),
+  i32x4HighI16: () => op.simd(0xa8),
+  f32x4FromI32: () => op.simd(0xfa),
+};
+
+/** `for (; a < limit; ) { body }` where the caller's body advances `a`. */
+const whileLt = (a: number[], limit: number[], body: number[]): number[] => [
+  ...op.block,
+  ...op.loop,
+  ...a,
+  ...limit,
+  ...op.i32GeU,
+  ...op.brIf(1),
+  ...body,
+  ...op.br(0),
+  ...op.end,
+  ...op.end,
+];
+
+/** Horizontal sum of a v128 local into the f32 stack. */
+const hsum = (l: number): number[] => [
+  ...op.get(l), ...v.f32x4Lane(0),
+  ...op.get(l), ...v.f32x4Lane(1), ...op.f32Add,
+  ...op.get(l), ...v.f32x4Lane(2), ...op.f32Add,
+  ...op.get(l), ...v.f32x4Lane(3), ...op.f32Add,
+];
+
+/**
+ * matmul_f32(w, wStride, x, xStride, y, yStride, nRows, nCols, T):
+ * y[t*yStride + 4r] = Σ_c w[r*wStride + 4c] · x[t*xStride + 4c]  (strides in bytes).
+ */
+function matmulF32Body(): number[] {
+  // params 0..8; locals: 9 r, 10 t, 11 wrow, 12 xp, 13 c, 14 n16, 15 p, 16 s(f32), 17..20 acc(v128)
+  const [W, WS, X, XS, Y, YS, NR, NC, T] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+  const [R, TT, WROW, XP, C, N16, P, S] = [9, 10, 11, 12, 13, 14, 15, 16];
+  const A = [17, 18, 19, 20];
+  const fma = (acc: number, off: number) => [
+    ...op.get(acc),
+    ...op.get(WROW), ...op.get(P), ...op.i32Add, ...v.load(off),
+    ...op.get(XP), ...op.get(P), ...op.i32Add, ...v.load(off),
+    ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(acc),
+  ];
+  const inner = [
+    ...A.flatMap((a) => [...v.zero(), ...op.set(a)]),
+    ...op.i32(0), ...op.set(C),
+    ...whileLt(op.get(C), op.get(N16), [
+      ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.set(P),
+      ...fma(A[0], 0), ...fma(A[1], 16), ...fma(A[2], 32), ...fma(A[3], 48),
+      ...op.get(C), ...op.i32(16), ...op.i32Add, ...op.set(C),
+    ]),
+    ...op.get(A[0]), ...op.get(A[1]), ...v.f32x4Add(), ...op.get(A[2]), ...v.f32x4Add(), ...op.get(A[3]), ...v.f32x4Add(), ...op.set(A[0]),
+    ...hsum(A[0]), ...op.set(S),
+    ...whileLt(op.get(C), op.get(NC), [
+      ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.set(P),
+      ...op.get(S),
+      ...op.get(WROW), ...op.get(P), ...op.i32Add, ...op.f32Load(),
+      ...op.get(XP), ...op.get(P), ...op.i32Add, ...op.f32Load(),
+      ...op.f32Mul, ...op.f32Add, ...op.set(S),
+      ...op.get(C), ...op.i32(1), ...op.i32Add, ...op.set(C),
+    ]),
+    // y + t*yStride + r*4
+    ...op.get(Y), ...op.get(TT), ...op.get(YS), ...op.i32Mul, ...op.i32Add, ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
+    ...op.get(S), ...op.f32Store(),
+  ];
+  const body = [
+    ...op.get(NC), ...op.i32(-16), ...op.i32And, ...op.set(N16),
+    ...op.i32(0), ...op.set(R),
+    ...whileLt(op.get(R), op.get(NR), [
+      ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(WROW),
+      ...op.i32(0), ...op.set(TT),
+      ...whileLt(op.get(TT), op.get(T), [
+        ...op.get(X), ...op.get(TT), ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XP),
+        ...inner,
+        ...op.get(TT), ...op.i32(1), ...op.i32Add, ...op.set(TT),
+      ]),
+      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+    ]),
+  ];
+  return [...vec([[7, I32], [1, F32], [4, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+}
+
+/**
+ * matmul4_f32(w, wStride, x, xStride, y, yStride, nRows, nCols, G): like matmul_f32 for T = 4G tokens,
+ * four tokens per pass over a weight row, so each weight vector loaded feeds four dot products (prefill).
+ */
+function matmul4F32Body(): number[] {
+  const [W, WS, X, XS, Y, YS, NR, NC, G] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+  const [R, GG, WROW, C, N8, P, CC] = [9, 10, 11, 12, 13, 14, 15];
+  const XK = [16, 17, 18, 19];
+  const S = 20; // f32
+  const [W0, W1] = [21, 22];
+  const ACC = [23, 24, 25, 26, 27, 28, 29, 30]; // token k: ACC[2k], ACC[2k+1]
+  const fma = (acc: number, wv: number, xk: number, off: number) => [
+    ...op.get(acc), ...op.get(wv),
+    ...op.get(xk), ...op.get(P), ...op.i32Add, ...v.load(off),
+    ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(acc),
+  ];
+  const finish = (k: number) => [
+    ...op.get(ACC[2 * k]), ...op.get(ACC[2 * k + 1]), ...v.f32x4Add(), ...op.set(ACC[2 * k]),
+    ...hsum(ACC[2 * k]), ...op.set(S),
+    ...op.get(N8), ...op.set(CC),
+    ...whileLt(op.get(CC), op.get(NC), [
+      ...op.get(CC), ...op.i32(2), ...op.i32Shl, ...op.set(P),
+      ...op.get(S),
+      ...op.get(WROW), ...op.get(P), ...op.i32Add, ...op.f32Load(),
+      ...op.get(XK[k]), ...op.get(P), ...op.i32Add, ...op.f32Load(),
+      ...op.f32Mul, ...op.f32Add, ...op.set(S),
+      ...op.get(CC), ...op.i32(1), ...op.i32Add, ...op.set(CC),
+    ]),
+    // y + (4g + k) * yStride + r * 4
+    ...op.get(Y), ...op.get(GG), ...op.i32(2), ...op.i32Shl, ...op.i32(k), ...op.i32Add, ...op.get(YS), ...op.i32Mul, ...op.i32Add,
+    ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
+    ...op.get(S), ...op.f32Store(),
+  ];
+  const group = [
+    ...op.get(X), ...op.get(GG), ...op.i32(2), ...op.i32Shl, ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XK[0]),
+    ...op.get(XK[0]), ...op.get(XS), ...op.i32Add, ...op.set(XK[1]),
+    ...op.get(XK[1]), ...op.get(XS), ...op.i32Add, ...op.set(XK[2]),
+    ...op.get(XK[2]), ...op.get(XS), ...op.i32Add, ...op.set(XK[3]),
+    ...ACC.flatMap((a) => [...v.zero(), ...op.set(a)]),
+    ...op.i32(0), ...op.set(C),
+    ...whileLt(op.get(C), op.get(N8), [
+      ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.set(P),
+      ...op.get(WROW), ...op.get(P), ...op.i32Add, ...v.load(0), ...op.set(W0),
+      ...op.get(WROW), ...op.get(P), ...op.i32Add, ...v.load(16), ...op.set(W1),
+      ...[0, 1, 2, 3].flatMap((k) => [...fma(ACC[2 * k], W0, XK[k], 0), ...fma(ACC[2 * k + 1], W1, XK[k], 16)]),
+      ...op.get(C), ...op.i32(8), ...op.i32Add, ...op.set(C),
+    ]),
+    ...[0, 1, 2, 3].flatMap(finish),
+  ];
+  const body = [
+    ...op.get(NC), ...op.i32(-8), ...op.i32And, ...op.set(N8),
+    ...op.i32(0), ...op.set(R),
+    ...whileLt(op.get(R), op.get(NR), [
+      ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(WROW),
+      ...op.i32(0), ...op.set(GG),
+      ...whileLt(op.get(GG), op.get(G), [
+        ...group,
+        ...op.get(GG), ...op.i32(1), ...op.i32Add, ...op.set(GG),
+      ]),
+      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+    ]),
+  ];
+  return [...vec([[11, I32], [1, F32], [10, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+}
+
+/**
+ * matmul_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table):
+ * whole 32-element blocks only (34 bytes: f16 scale via `table`, 32 × int8).
+ */
+/**
+ * A one-token-per-pass kernel over ggml blocks of 32 elements with an f16 scale `d` first:
+ * (w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table). `blockSum` leaves Σ q·x of the
+ * block (before × d) in the v128 local S, reading the block at BP and x at XB.
+ */
+function blockKernelBody(blockBytes: number, blockSum: (l: { S: number; Q: number; Q2: number; BP: number; XB: number }) => number[]): number[] {
+  const [W, WS, X, XS, Y, YS, NR, NB, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+  const [R, TT, BP, XB, B] = [10, 11, 12, 13, 14];
+  const [ACC, S, Q, Q2] = [15, 16, 17, 18]; // v128
+  const block = [
+    ...v.zero(), ...op.set(S),
+    ...blockSum({ S, Q, Q2, BP, XB }),
+    // acc += s * splat(table[f16 bits])
+    ...op.get(ACC), ...op.get(S),
+    ...op.get(TAB), ...op.get(BP), ...op.i32Load16U(), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load(), ...v.f32x4Splat(),
+    ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(ACC),
+    ...op.get(BP), ...op.i32(blockBytes), ...op.i32Add, ...op.set(BP),
+    ...op.get(XB), ...op.i32(128), ...op.i32Add, ...op.set(XB),
+    ...op.get(B), ...op.i32(1), ...op.i32Add, ...op.set(B),
+  ];
+  const body = [
+    ...op.i32(0), ...op.set(R),
+    ...whileLt(op.get(R), op.get(NR), [
+      ...op.i32(0), ...op.set(TT),
+      ...whileLt(op.get(TT), op.get(T), [
+        ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(BP),
+        ...op.get(X), ...op.get(TT), ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XB),
+        ...v.zero(), ...op.set(ACC),
+        ...op.i32(0), ...op.set(B),
+        ...whileLt(op.get(B), op.get(NB), block),
+        ...op.get(Y), ...op.get(TT), ...op.get(YS), ...op.i32Mul, ...op.i32Add, ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
+        ...hsum(ACC), ...op.f32Store(),
+        ...op.get(TT), ...op.i32(1), ...op.i32Add, ...op.set(TT),
+      ]),
+      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+    ]),
+  ];
+  return [...vec([[5, I32], [4, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+}
+
+/** S += f32(i16 lanes of local `q16`, low or high half) · x[XB + off ..]. */
+const fmaI16 = (S: number, q16: number, hi: boolean, XB: number, off: number) => [
+  ...op.get(S),
+  ...op.get(q16), ...(hi ? v.i32x4HighI16() : v.i32x4LowI16()), ...v.f32x4FromI32(),
+  ...op.get(XB), ...v.load(off),
+  ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(S),
+];
+
+/** Q8_0 (34-byte blocks: f16 d, 32 × int8). */
+function matmulQ8Body(): number[] {
+  return blockKernelBody(34, ({ S, Q, BP, XB }) =>
+    [0, 1, 2, 3].flatMap((k) => [...op.get(BP), ...v.load8x8s(2 + 8 * k), ...op.set(Q), ...fmaI16(S, Q, false, XB, 32 * k), ...fmaI16(S, Q, true, XB, 32 * k + 16)]),
+  );
+}
+
+/** Q4_0 (18-byte blocks: f16 d, 16 bytes of nibbles; low nibbles are elements 0..15, high 16..31; q − 8). */
+function matmulQ4Body(): number[] {
+  return blockKernelBody(18, ({ S, Q, Q2, BP, XB }) => {
+    const half = (nib: number[], xoff: number) => [
+      // Q2 = signed nibbles (q − 8) as int8 lanes; then widen to i16 and on to f32 in four groups of 4
+      ...nib, ...op.i32(8), ...v.i8x16Splat(), ...v.i8x16Sub(), ...op.set(Q2),
+      ...op.get(Q2), ...v.i16x8LowI8(), ...op.set(Q),
+      ...fmaI16(S, Q, false, XB, xoff), ...fmaI16(S, Q, true, XB, xoff + 16),
+      ...op.get(Q2), ...v.i16x8HighI8(), ...op.set(Q),
+      ...fmaI16(S, Q, false, XB, xoff + 32), ...fmaI16(S, Q, true, XB, xoff + 48),
+    ];
+    const raw = [...op.get(BP), ...v.load(2)];
+    return [
+      ...half([...raw, ...op.i32(15), ...v.i8x16Splat(), ...v.and()], 0),
+      ...half([...raw, ...op.i32(4), ...v.i8x16ShrU()], 64),
+    ];
+  });
+}
+
+/** matmul4_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, G, table): four tokens per pass (prefill). */
+function matmul4Q8Body(): number[] {
+  const [W, WS, X, XS, Y, YS, NR, NB, G, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+  const [R, GG, BP, B, XOFF] = [10, 11, 12, 13, 14];
+  const XK = [15, 16, 17, 18];
+  const [Q, WLO, WHI, D] = [19, 20, 21, 22]; // v128
+  const SK = [23, 24, 25, 26];
+  const ACC = [27, 28, 29, 30];
+  const addr = (k: number) => [...op.get(XK[k]), ...op.get(XOFF), ...op.i32Add];
+  const block = [
+    ...SK.flatMap((sk) => [...v.zero(), ...op.set(sk)]),
+    ...[0, 1, 2, 3].flatMap((k) => [
+      ...op.get(BP), ...v.load8x8s(2 + 8 * k), ...op.set(Q),
+      ...op.get(Q), ...v.i32x4LowI16(), ...v.f32x4FromI32(), ...op.set(WLO),
+      ...op.get(Q), ...v.i32x4HighI16(), ...v.f32x4FromI32(), ...op.set(WHI),
+      ...[0, 1, 2, 3].flatMap((j) => [
+        ...op.get(SK[j]),
+        ...op.get(WLO), ...addr(j), ...v.load(32 * k), ...v.f32x4Mul(), ...v.f32x4Add(),
+        ...op.get(WHI), ...addr(j), ...v.load(32 * k + 16), ...v.f32x4Mul(), ...v.f32x4Add(),
+        ...op.set(SK[j]),
+      ]),
+    ]),
+    ...op.get(TAB), ...op.get(BP), ...op.i32Load16U(), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load(), ...v.f32x4Splat(), ...op.set(D),
+    ...[0, 1, 2, 3].flatMap((j) => [...op.get(ACC[j]), ...op.get(SK[j]), ...op.get(D), ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(ACC[j])]),
+    ...op.get(BP), ...op.i32(34), ...op.i32Add, ...op.set(BP),
+    ...op.get(XOFF), ...op.i32(128), ...op.i32Add, ...op.set(XOFF),
+    ...op.get(B), ...op.i32(1), ...op.i32Add, ...op.set(B),
+  ];
+  const store = (j: number) => [
+    ...op.get(Y), ...op.get(GG), ...op.i32(2), ...op.i32Shl, ...op.i32(j), ...op.i32Add, ...op.get(YS), ...op.i32Mul, ...op.i32Add,
+    ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
+    ...hsum(ACC[j]), ...op.f32Store(),
+  ];
+  const body = [
+    ...op.i32(0), ...op.set(R),
+    ...whileLt(op.get(R), op.get(NR), [
+      ...op.i32(0), ...op.set(GG),
+      ...whileLt(op.get(GG), op.get(G), [
+        ...op.get(X), ...op.get(GG), ...op.i32(2), ...op.i32Shl, ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XK[0]),
+        ...op.get(XK[0]), ...op.get(XS), ...op.i32Add, ...op.set(XK[1]),
+        ...op.get(XK[1]), ...op.get(XS), ...op.i32Add, ...op.set(XK[2]),
+        ...op.get(XK[2]), ...op.get(XS), ...op.i32Add, ...op.set(XK[3]),
+        ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(BP),
+        ...ACC.flatMap((a) => [...v.zero(), ...op.set(a)]),
+        ...op.i32(0), ...op.set(B),
+        ...op.i32(0), ...op.set(XOFF),
+        ...whileLt(op.get(B), op.get(NB), block),
+        ...[0, 1, 2, 3].flatMap(store),
+        ...op.get(GG), ...op.i32(1), ...op.i32Add, ...op.set(GG),
+      ]),
+      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+    ]),
+  ];
+  return [...vec([[9, I32], [12, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+}
+
+/**
+ * Q4_K (144-byte super-blocks of 256: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of
+ * nibbles), one token per pass: Σ over sub-blocks s of d·sc_s·(q·x)_s − dmin·m_s·(Σx)_s.
+ */
+function matmulQ4KBody(): number[] {
+  const [W, WS, X, XS_, Y, YS, NR, NB, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+  const [R, TT, BP, XB, B] = [10, 11, 12, 13, 14];
+  const [D, DM] = [15, 16]; // f32
+  const [ACC, S, SX, Q, Q2, RAW0, RAW1] = [17, 18, 19, 20, 21, 22, 23]; // v128
+  const u8 = (off: number) => [...op.get(BP), 0x2d, 0, ...uleb(off)]; // i32.load8_u
+  const shrU = [0x76];
+  const or = [0x72];
+  const f32FromU32 = [0xb3];
+  const f16 = (off: number) => [...op.get(TAB), ...op.get(BP), ...op.i32Load16U(off), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load()];
+  // 6-bit scale and min of sub-block i (ggml get_scale_min_k4), scales at BP+4
+  const sc = (i: number) =>
+    i < 4
+      ? [...u8(4 + i), ...op.i32(63), ...op.i32And]
+      : [...u8(4 + i + 4), ...op.i32(15), ...op.i32And, ...u8(4 + i - 4), ...op.i32(6), ...shrU, ...op.i32(4), ...op.i32Shl, ...or];
+  const mn = (i: number) =>
+    i < 4
+      ? [...u8(4 + i + 4), ...op.i32(63), ...op.i32And]
+      : [...u8(4 + i + 4), ...op.i32(4), ...shrU, ...u8(4 + i), ...op.i32(6), ...shrU, ...op.i32(4), ...op.i32Shl, ...or];
+  const addX = (off: number) => [...op.get(SX), ...op.get(XB), ...v.load(off), ...v.f32x4Add(), ...op.set(SX)];
+  /** Sub-block i: its 32 nibbles are the low (i even) or high (i odd) halves of the 32 bytes of chunk i >> 1. */
+  const sub = (i: number) => {
+    const xoff = 128 * i; // 32 floats per sub-block
+    const nib = (raw: number) => (i & 1 ? [...op.get(raw), ...op.i32(4), ...v.i8x16ShrU()] : [...op.get(raw), ...op.i32(15), ...v.i8x16Splat(), ...v.and()]);
+    const half = (raw: number, o: number) => [
+      ...nib(raw), ...op.set(Q2),
+      ...op.get(Q2), ...v.i16x8LowU8(), ...op.set(Q),
+      ...fmaI16(S, Q, false, XB, o), ...fmaI16(S, Q, true, XB, o + 16),
+      ...op.get(Q2), ...v.i16x8HighU8(), ...op.set(Q),
+      ...fmaI16(S, Q, false, XB, o + 32), ...fmaI16(S, Q, true, XB, o + 48),
+      ...addX(o), ...addX(o + 16), ...addX(o + 32), ...addX(o + 48),
+    ];
+    return [
+      ...v.zero(), ...op.set(S), ...v.zero(), ...op.set(SX),
+      ...(i % 2 === 0 ? [...op.get(BP), ...v.load(16 + 16 * i), ...op.set(RAW0), ...op.get(BP), ...v.load(16 + 16 * i + 16), ...op.set(RAW1)] : []),
+      ...half(RAW0, xoff), ...half(RAW1, xoff + 64),
+      // acc += S·(d·sc) − SX·(dmin·m)
+      ...op.get(ACC),
+      ...op.get(S), ...op.get(D), ...sc(i), ...f32FromU32, ...op.f32Mul, ...v.f32x4Splat(), ...v.f32x4Mul(), ...v.f32x4Add(),
+      ...op.get(SX), ...op.get(DM), ...mn(i), ...f32FromU32, ...op.f32Mul, ...v.f32x4Splat(), ...v.f32x4Mul(), ...v.f32x4Sub(),
+      ...op.set(ACC),
+    ];
+  };
+  const block = [
+    ...f16(0), ...op.set(D), ...f16(2), ...op.set(DM),
+    ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap(sub),
+    ...op.get(BP), ...op.i32(144), ...op.i32Add, ...op.set(BP),
+    ...op.get(XB), ...op.i32(1024), ...op.i32Add, ...op.set(XB),
+    ...op.get(B), ...op.i32(1), ...op.i32Add, ...op.set(B),
+  ];
+  const body = [
+    ...op.i32(0), ...op.set(R),
+    ...whileLt(op.get(R), op.get(NR), [
+      ...op.i32(0), ...op.set(TT),
+      ...whileLt(op.get(TT), op.get(T), [
+        ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(BP),
+        ...op.get(X), ...op.get(TT), ...op.get(XS_), ...op.i32Mul, ...op.i32Add, ...op.set(XB),
+        ...v.zero(), ...op.set(ACC),
+        ...op.i32(0), ...op.set(B),
+        ...whileLt(op.get(B), op.get(NB), block),
+        ...op.get(Y), ...op.get(TT), ...op.get(YS), ...op.i32Mul, ...op.i32Add, ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
+        ...hsum(ACC), ...op.f32Store(),
+        ...op.get(TT), ...op.i32(1), ...op.i32Add, ...op.set(TT),
+      ]),
+      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+    ]),
+  ];
+  return [...vec([[5, I32], [2, F32], [7, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+}
+
+/**
+ * F16 (w, wStride, x, xStride, y, yStride, nRows, nCols, T, table), one token per pass. Halves widen
+ * in SIMD: f32 bits of |h| are (h & 0x7fff) << 13 scaled by 2^112 (exact for normals and subnormals;
+ * weights hold no inf/nan), then the sign bit is or-ed back.
+ */
+function matmulF16Body(): number[] {
+  const [W, WS, X, XS, Y, YS, NR, NC, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+  const [R, TT, WROW, XP, C, N8] = [10, 11, 12, 13, 14, 15];
+  const S = 16; // f32
+  const [ACC, H, V] = [17, 18, 19]; // v128
+  const widen = (hi: boolean) => [
+    ...op.get(H), ...(hi ? v.i32x4HighU16() : v.i32x4LowU16()), ...op.set(V),
+    ...op.get(V), ...op.i32(0x7fff), ...v.i32x4Splat(), ...v.and(), ...op.i32(13), ...v.i32x4Shl(),
+    ...op.f32(2 ** 112), ...v.f32x4Splat(), ...v.f32x4Mul(),
+    ...op.get(V), ...op.i32(0x8000), ...v.i32x4Splat(), ...v.and(), ...op.i32(16), ...v.i32x4Shl(),
+    ...v.or(),
+  ];
+  const fma = (hi: boolean) => [
+    ...op.get(ACC), ...widen(hi),
+    ...op.get(XP), ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...v.load(hi ? 16 : 0),
+    ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(ACC),
+  ];
+  const body = [
+    ...op.get(NC), ...op.i32(-8), ...op.i32And, ...op.set(N8),
+    ...op.i32(0), ...op.set(R),
+    ...whileLt(op.get(R), op.get(NR), [
+      ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(WROW),
+      ...op.i32(0), ...op.set(TT),
+      ...whileLt(op.get(TT), op.get(T), [
+        ...op.get(X), ...op.get(TT), ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XP),
+        ...v.zero(), ...op.set(ACC),
+        ...op.i32(0), ...op.set(C),
+        ...whileLt(op.get(C), op.get(N8), [
+          ...op.get(WROW), ...op.get(C), ...op.i32(1), ...op.i32Shl, ...op.i32Add, ...v.load(0), ...op.set(H),
+          ...fma(false), ...fma(true),
+          ...op.get(C), ...op.i32(8), ...op.i32Add, ...op.set(C),
+        ]),
+        ...hsum(ACC), ...op.set(S),
+        ...whileLt(op.get(C), op.get(NC), [
+          ...op.get(S),
+          ...op.get(TAB), ...op.get(WROW), ...op.get(C), ...op.i32(1), ...op.i32Shl, ...op.i32Add, ...op.i32Load16U(), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load(),
+          ...op.get(XP), ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load(),
+          ...op.f32Mul, ...op.f32Add, ...op.set(S),
+          ...op.get(C), ...op.i32(1), ...op.i32Add, ...op.set(C),
+        ]),
+        ...op.get(Y), ...op.get(TT), ...op.get(YS), ...op.i32Mul, ...op.i32Add, ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
+        ...op.get(S), ...op.f32Store(),
+        ...op.get(TT), ...op.i32(1), ...op.i32Add, ...op.set(TT),
+      ]),
+      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+    ]),
+  ];
+  return [...vec([[6, I32], [1, F32], [3, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+}
+
+function moduleBytes(): Uint8Array<ArrayBuffer> {
+  const fnType = (params: number[]) => [0x60, ...vec(params.map((p) => [p])), ...vec([])];
+  const types = section(1, vec([fnType(new Array(9).fill(I32)), fnType(new Array(10).fill(I32))]));
+  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x00, ...uleb(1)]]));
+  const funcs = section(3, vec([[0], [1], [0], [1], [1], [1], [1]]));
+  const names = ['matmul_f32', 'matmul_q8_0', 'matmul4_f32', 'matmul4_q8_0', 'matmul_q4_0', 'matmul_q4_k', 'matmul_f16'];
+  const exports = section(7, vec(names.map((n, i) => [...str(n), 0x00, i])));
+  const bodies = [matmulF32Body(), matmulQ8Body(), matmul4F32Body(), matmul4Q8Body(), matmulQ4Body(), matmulQ4KBody(), matmulF16Body()];
+  const code = section(10, vec(bodies.map((b) => [...uleb(b.length), ...b])));
+  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
+}
+
+let MODULE: WebAssembly.Module | null | undefined;
+function wasmModule(): WebAssembly.Module | null {
+  if (MODULE === undefined) {
+    try {
+      const bytes = moduleBytes();
+      MODULE = typeof WebAssembly === 'object' && WebAssembly.validate(bytes) ? new WebAssembly.Module(bytes) : null;
+    } catch {
+      MODULE = null;
+    }
+  }
+  return MODULE;
+}
+
+export function wasmSimdAvailable(): boolean {
+  return wasmModule() !== null;
+}
+
+type MatmulFn = (...args: number[]) => void;
+
+/** The formats with wasm kernels (the others run on the JS kernels). */
+export type WasmFormat = 'F32' | 'F16' | 'Q8_0' | 'Q4_0' | 'Q4_K';
+export const WASM_FORMATS: readonly string[] = ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K'];
+
+const TABLE_BYTES = 65536 * 4;
+const PAGE = 65536;
+/** Bytes for each of the x and y scratch buffers: prefill runs in chunks of tokens that fit. */
+const SCRATCH_BYTES = 8 << 20;
+/** Tokens per kernel call: more tokens per pass over a weight row means less weight traffic. */
+const chunkFor = (maxDim: number) => Math.max(4, Math.min(64, Math.floor(SCRATCH_BYTES / 4 / maxDim)));
+
+/** One model's wasm memory: f16 table, x/y scratch, and the weights. */
+export class WasmArena {
+  readonly memory: WebAssembly.Memory;
+  readonly weightsBase: number;
+  private readonly f32: MatmulFn;
+  private readonly q8: MatmulFn;
+  private readonly f32x4tok: MatmulFn;
+  private readonly q8x4tok: MatmulFn;
+  private readonly q4: MatmulFn;
+  private readonly q4k: MatmulFn;
+  private readonly f16: MatmulFn;
+  private readonly xBase: number;
+  private readonly yBase: number;
+  private heap: Float32Array;
+  private readonly chunk: number;
+
+  private constructor(
+    mod: WebAssembly.Module,
+    weightsBytes: number,
+    /** Largest vector length a matmul reads or writes (max of every tensor dimension). */
+    readonly maxDim: number,
+  ) {
+    this.chunk = chunkFor(maxDim);
+    const scratch = this.chunk * maxDim * 4;
+    this.xBase = TABLE_BYTES;
+    this.yBase = this.xBase + scratch;
+    this.weightsBase = Math.ceil((this.yBase + scratch) / 64) * 64;
+    const pages = Math.ceil((this.weightsBase + weightsBytes) / PAGE);
+    this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages });
+    const inst = new WebAssembly.Instance(mod, { env: { memory: this.memory } });
+    this.f32 = inst.exports.matmul_f32 as MatmulFn;
+    this.q8 = inst.exports.matmul_q8_0 as MatmulFn;
+    this.f32x4tok = inst.exports.matmul4_f32 as MatmulFn;
+    this.q8x4tok = inst.exports.matmul4_q8_0 as MatmulFn;
+    this.q4 = inst.exports.matmul_q4_0 as MatmulFn;
+    this.q4k = inst.exports.matmul_q4_k as MatmulFn;
+    this.f16 = inst.exports.matmul_f16 as MatmulFn;
+    this.heap = new Float32Array(this.memory.buffer);
+    this.heap.set(f16Table(), 0);
+  }
+
+  /** null when WebAssembly SIMD is unavailable or the weights do not fit a 32-bit memory. */
+  static create(weightsBytes: number, maxDim: number): WasmArena | null {
+    const mod = wasmModule();
+    if (!mod) return null;
+    const total = TABLE_BYTES + 2 * chunkFor(maxDim) * maxDim * 4 + weightsBytes + 64;
+    if (total > 4 * 1024 ** 3 - PAGE) return null;
+    try {
+      return new WasmArena(mod, weightsBytes, maxDim);
+    } catch {
+      return null; // e.g. the memory cannot be allocated
+    }
+  }
+
+  /** The weights region as bytes (copy weights.bin here). */
+  weights(size: number): Uint8Array {
+    return new Uint8Array(this.memory.buffer, this.weightsBase, size);
+  }
+
+  /**
+   * y[t*yStride + r] = W[rowStart + r, :nCols] · x[t*xStride ..] for t < T, W at byte `ptr` with rows of
+   * `rowBytes`. F32 / F16: any nCols; Q8_0 / Q4_0: nCols a multiple of 32, Q4_K of 256 (the caller adds a cut block's tail).
+   */
+  matmul(format: WasmFormat, ptr: number, rowBytes: number, rowStart: number, nRows: number, nCols: number, x: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number): void {
+    const heap = this.heap;
+    const xo = this.xBase >> 2;
+    const yo = this.yBase >> 2;
+    const wp = ptr + rowStart * rowBytes;
+    for (let t0 = 0; t0 < T; t0 += this.chunk) {
+      const n = Math.min(this.chunk, T - t0);
+      for (let t = 0; t < n; t++) heap.set(x.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), xo + t * nCols);
+      // Groups of four tokens share each weight load (prefill); the rest go one by one.
+      const g = n >> 2;
+      const xs = this.xBase + 4 * g * nCols * 4;
+      const ys = this.yBase + 4 * g * nRows * 4;
+      if (format === 'F32') {
+        if (g) this.f32x4tok(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, g);
+        if (n & 3) this.f32(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols, n & 3);
+      } else if (format === 'F16') {
+        this.f16(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, n, 0);
+      } else if (format === 'Q4_K') {
+        this.q4k(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols >> 8, n, 0);
+      } else if (format === 'Q4_0') {
+        this.q4(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols >> 5, n, 0);
+      } else {
+        if (g) this.q8x4tok(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols >> 5, g, 0);
+        if (n & 3) this.q8(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols >> 5, n & 3, 0);
+      }
+      for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
+    }
+  }
+}
