@@ -1,13 +1,12 @@
 /**
- * The compile targets. The CLI only looks targets up here; add a backend by adding a line.
- * Each loads on use: a target's dependencies (onnx-proto, tokenizer code, ...) would otherwise cost
- * every command their start-up time.
+ * The target registry: the CLI, the pass manager and --help know targets only through this list.
+ * Add a target by adding its folder and one line here (docs/architecture.md). Descriptors are cheap
+ * to import; each target's code (onnx-proto, tokenizer conversion, ...) loads when it emits.
  */
-import type { Backend } from './types.js';
+import type { TargetDescriptor } from '../src/core/pipeline/target.js';
+import { gguf } from './gguf/index.js';
+import { ggufLevels } from './gguf-levels/index.js';
+import { hf } from './hf/index.js';
+import { ts } from './ts/index.js';
 
-export const BACKENDS: Record<string, () => Promise<Backend>> = {
-  gguf: async () => (await import('./gguf/index.js')).ggufBackend,
-  ts: async () => (await import('./ts/index.js')).tsBackend,
-  hf: async () => (await import('./hf/index.js')).hfBackend,
-  'gguf-levels': async () => (await import('./gguf-levels/index.js')).ggufLevelsBackend,
-};
+export const TARGETS: TargetDescriptor<any>[] = [gguf, ggufLevels, hf, ts]; // eslint-disable-line @typescript-eslint/no-explicit-any

@@ -14,12 +14,15 @@ import { calibrationSet } from '../src/app/profile/calibration.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { Rng } from '../src/core/util/rng.js';
-import { analyzeReorder } from '../passes/reorder/index.js';
-import { levelWidths, selectLevel } from '../passes/reorder/levels.js';
+import { analyzeReorder } from '../passes/reorder/analyze.js';
+import { ELASTIC_LEVELS, findRecord, levelWidths, selectLevel as selectLevelOf, type PassRecord } from '../src/core/records/index.js';
+
+const selectLevel = (passes: PassRecord[] | undefined, request: string) => selectLevelOf(findRecord(passes, ELASTIC_LEVELS)?.levels ?? null, request);
 import { levelMasks, maskedLoss } from '../passes/reorder/masks.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { randomOrders } from '../passes/reorder/permute.js';
 import { cachedFixture, REPO_ROOT, repeat, round, runIfMain, type BenchSuite } from './harness.js';
+import { findTarget } from '../src/app/compile/plan.js';
 
 const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');
 
@@ -32,7 +35,7 @@ async function providerTable(src: ModelSource, cacheDir: string, quick: boolean)
   let elastic: number[] = [];
   let plan: Awaited<ReturnType<typeof analyzeReorder>>['metadata']['levels'] = [];
   for (const p of providers) {
-    const r = await analyzeReorder(src, parseReorderOptions({ importance: p, levels }), { note: () => {}, cacheDir, target: 'ts' });
+    const r = await analyzeReorder(src, parseReorderOptions({ importance: p, levels }), { note: () => {}, cacheDir, target: findTarget('ts') });
     timeMs[p] = r.timeMs[p];
     plan = r.metadata.levels;
     elastic = r.orders.map((o) => o.layer);
@@ -49,7 +52,7 @@ async function providerTable(src: ModelSource, cacheDir: string, quick: boolean)
     for (let s = 0; s < 3; s++) rnd.push(Math.exp(await maskedLoss(src, levelMasks(src.spec, randomOrders(src, 50 + s, elastic), lv.layers), calib.heldOut)));
     table[key].randomMedian = round(rnd.sort((a, b) => a - b)[1], 2);
   }
-  const auto = await analyzeReorder(src, parseReorderOptions({ importance: 'auto', levels: '0.5', evaluate: 'false' }), { note: () => {}, cacheDir, target: 'ts' });
+  const auto = await analyzeReorder(src, parseReorderOptions({ importance: 'auto', levels: '0.5', evaluate: 'false' }), { note: () => {}, cacheDir, target: findTarget('ts') });
   return { table, providerTimeMs: timeMs, auto: { picked: auto.metadata.importance.provider, pplAt50: auto.metadata.importance.auto } };
 }
 
@@ -60,7 +63,7 @@ async function switchCost(src: ModelSource, outDir: string, cacheDir: string, qu
     target: 'ts',
     outDir,
     passes: [{ name: 'reorder', options: { importance: 'magnitude', levels: '0.5,0.75,1', evaluate: 'false' } }],
-    options: { quant: 'F32', extra: {} },
+    quant: 'F32',
     progress: silentProgress,
     note: () => {},
     cacheDir,

@@ -66,7 +66,7 @@ async function race(reps: number, prompt: number[], decode: number, runners: Rec
 async function compileTs(modelDir: string, out: string, quant: string): Promise<void> {
   const source = await openCheckpoint(modelDir);
   try {
-    await compile({ source, target: 'ts', outDir: out, passes: [], options: { quant, extra: {} }, progress: silentProgress, note: () => {} });
+    await compile({ source, target: 'ts', outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
   } finally {
     await source.close();
   }

@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { BACKENDS } from '../backends/index.js';
+import { TARGETS } from '../backends/index.js';
 import { ensureBuilt } from './build-once.js';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -12,7 +12,7 @@ describe('llmc --help / --version', () => {
 
   it('the target list shown in --help is the backend registry', () => {
     const help = llmc('compile', '--help').stdout.replace(/\s+/g, ' ');
-    expect(help).toContain(`output target: ${Object.keys(BACKENDS).sort().join(', ')}`);
+    expect(help).toContain(`output target: ${TARGETS.map((t) => t.name).sort().join(', ')}`);
   });
 
   it('--version prints package.json version', async () => {

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { compile } from '../src/app/compile/compile.js';
 import { openCheckpoint, type ModelSource } from '../src/core/checkpoint/index.js';
 import { silentProgress } from '../src/core/util/progress.js';
-import type { Manifest } from '../src/app/compile/manifest.js';
+import type { Manifest } from '../src/core/records/manifest.js';
 
 export const ROOT = path.resolve(__dirname, '..');
 export const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
@@ -21,7 +21,7 @@ export async function compileGguf(
       target: 'gguf',
       outDir,
       passes: [],
-      options: { quant: opts.quant, tensorTypes: (opts.tensorTypes ?? []).map(([p, t]) => ({ pattern: new RegExp(p), type: t })), extra: {} },
+      quant: opts.quant, tensorTypes: (opts.tensorTypes ?? []).map(([p, t]) => ({ pattern: new RegExp(p), type: t })),
       progress: silentProgress,
       note: (m) => notes.push(m),
     });

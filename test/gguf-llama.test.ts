@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
 import { openCheckpoint, transformSource } from '../src/core/checkpoint/index.js';
 import { closeQuantWorkers, dequantize, quantize, type QuantType } from '../src/core/quant/index.js';
-import { planGguf } from '../backends/gguf/index.js';
+import { planGguf } from '../backends/gguf/emit.js';
 import { GPT2_PATTERN, toByteChars } from '../src/core/tokenizer/bytelevel.js';
 import { loadTokenizer } from '../src/core/tokenizer/index.js';
 import { STORIES, agreement, compileGguf, llamaGreedy, llamaLogits, llamaTokenize, relRms } from './gguf-helpers.js';
@@ -82,7 +82,7 @@ async function quantizedVsControl(srcDir: string, quant: string, dir: string, to
   const { file, manifest } = await compileGguf(srcDir, dir, { quant });
   const ck = await openCheckpoint(srcDir);
   try {
-    const plan = planGguf({ source: ck, options: { quant, extra: {} } });
+    const plan = planGguf(ck, { quant, tensorTypes: [] });
     const typeOf = new Map<string, QuantType>();
     for (const t of plan.tensors) for (const s of t.sources) typeOf.set(s, t.type);
     const control = transformSource(ck, {

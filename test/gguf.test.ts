@@ -152,6 +152,7 @@ describe('llama q/k permutation', () => {
     const src = {
       meta: (n: string) => ({ name: n, dtype: 'F32', shape: n === 'w' ? [16, 3] : [16] }),
       readF32: async (n: string) => Float32Array.from(n === 'w' ? w : b),
+      layout: () => null,
       description: 'fake',
     } as unknown as ModelSource;
     const collect = async (plan: TensorPlan, max: number) => {

@@ -13,9 +13,9 @@ import { compile } from '../src/app/compile/compile.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { loadDir } from '../src/exec/runtime/node.js';
-import type { ReorderMetadata } from '../passes/reorder/index.js';
+import type { ReorderMetadata } from '../passes/reorder/analyze.js';
 import { permuteSource } from '../passes/reorder/permute.js';
-import { sliceSource } from '../passes/reorder/slice.js';
+import { sliceSource } from '../src/core/pipeline/elastic.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
 let tmp: string;
@@ -27,7 +27,7 @@ async function compileTo(out: string, cacheDir: string, target = 'hf', from: Che
     target,
     outDir: out,
     passes: passes ? [{ name: 'reorder', options: { importance: 'magnitude', levels: '0.5,0.75,1', evaluate: 'false' } }] : [],
-    options: { extra: {}, ...(target === 'ts' ? { quant: 'F32' } : {}) },
+    ...(target === 'ts' ? { quant: 'F32' } : {}),
     progress: silentProgress,
     note: () => {},
     cacheDir,

@@ -11,7 +11,7 @@ import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js
 import { compile } from '../src/app/compile/compile.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { silentProgress } from '../src/core/util/progress.js';
-import type { ReorderMetadata } from '../passes/reorder/index.js';
+import type { ReorderMetadata } from '../passes/reorder/analyze.js';
 import { levelMasks, maskSource } from '../passes/reorder/masks.js';
 import { llamaGreedy, llamaLogits, relRms, STORIES } from './gguf-helpers.js';
 
@@ -36,7 +36,7 @@ describe('gguf-levels target', () => {
       target: 'gguf-levels',
       outDir: out,
       passes: [{ name: 'reorder', options: { importance: 'activation', levels: '0.5,0.75,1', evaluate: 'false' } }],
-      options: { quant: 'F32', extra: {} },
+      quant: 'F32',
       progress: silentProgress,
       note: () => {},
       cacheDir: path.join(tmp, 'cache'),

@@ -11,12 +11,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture, type FixtureTruth } from '../fixtures/generate.js';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import type { ModelSource } from '../src/core/checkpoint/source.js';
-import { analyzeReorder } from '../passes/reorder/index.js';
+import { analyzeReorder } from '../passes/reorder/analyze.js';
 import { levelMasks, maskedLoss } from '../passes/reorder/masks.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { type LayerOrder, randomOrders } from '../passes/reorder/permute.js';
 import { planLevels } from '../passes/reorder/planner.js';
 import { calibrationSet } from '../src/app/profile/calibration.js';
+import { findTarget } from '../src/app/compile/plan.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
 
@@ -46,7 +47,7 @@ async function compare(src: ModelSource, providers: readonly ('taylor' | 'activa
   let orders: LayerOrder[] = [];
   for (const provider of providers) {
     const opts = parseReorderOptions({ importance: provider, evaluate: 'false', levels: '0.5,0.75' });
-    const r = await analyzeReorder(src, opts, { note: () => {}, cacheDir, target: 'hf' });
+    const r = await analyzeReorder(src, opts, { note: () => {}, cacheDir, target: findTarget('hf') });
     orders = r.orders;
     const anchors = new Set(r.metadata.anchors);
     const { levels } = planLevels(src.spec, { levels: [0.5, 0.75], anchors, block: 1 });
@@ -78,7 +79,7 @@ describe('stories260K', () => {
       const auto = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'auto', evaluate: 'false', levels: '0.5' }), {
         note: () => {},
         cacheDir: path.join(tmp, 'cache-stories'),
-        target: 'hf',
+        target: findTarget('hf'),
       });
       const best = Object.entries(rows).sort((a, b) => a[1][0].imp - b[1][0].imp)[0][0];
       expect(auto.metadata.importance.provider).toBe(best);

@@ -12,8 +12,10 @@ import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js
 import { compile } from '../src/app/compile/compile.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { silentProgress } from '../src/core/util/progress.js';
-import type { ReorderMetadata } from '../passes/reorder/index.js';
-import { levelWidths, selectLevel } from '../passes/reorder/levels.js';
+import type { ReorderMetadata } from '../passes/reorder/analyze.js';
+import { ELASTIC_LEVELS, findRecord, levelWidths, selectLevel as selectLevelOf, type PassRecord } from '../src/core/records/index.js';
+
+const selectLevel = (passes: PassRecord[] | undefined, request: string) => selectLevelOf(findRecord(passes, ELASTIC_LEVELS)?.levels ?? null, request);
 import { levelMasks, maskSource } from '../passes/reorder/masks.js';
 import type { ModelSource } from '../src/core/checkpoint/source.js';
 import { relErr } from './numeric.js';
@@ -25,7 +27,7 @@ let tmp: string;
 let src: Checkpoint;
 
 const emit = (source: ModelSource, out: string, passes: { name: string; options: Record<string, string> }[]) =>
-  compile({ source, target: 'ts', outDir: out, passes, options: { quant: 'F32', extra: {} }, progress: silentProgress, note: () => {}, cacheDir: path.join(tmp, 'cache') });
+  compile({ source, target: 'ts', outDir: out, passes, quant: 'F32', progress: silentProgress, note: () => {}, cacheDir: path.join(tmp, 'cache') });
 
 beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-reorder-rt-'));

@@ -12,7 +12,8 @@ import { transformSource } from '../src/core/checkpoint/source.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { UsageError } from '../src/core/errors.js';
 import { Rng } from '../src/core/util/rng.js';
-import { parseReorderOptions, quantBlockFor } from '../passes/reorder/options.js';
+import { parseReorderOptions } from '../passes/reorder/options.js';
+import { findTarget } from '../src/app/compile/plan.js';
 import { argmax } from '../src/exec/runtime/sampling.js';
 import { relErr } from './numeric.js';
 
@@ -102,6 +103,7 @@ describe('options', () => {
     expect(parseReorderOptions({}).importance).toBe('taylor');
   });
   it('aligns to the quantization block of the target format', () => {
+    const quantBlockFor = (target: string, quant: string | undefined) => findTarget(target).quantBlock({ quant, tensorTypes: [] });
     expect(quantBlockFor('gguf', 'Q8_0')).toBe(32);
     expect(quantBlockFor('gguf', 'Q4_K_M')).toBe(256);
     expect(quantBlockFor('ts', 'F32')).toBe(1);

@@ -14,7 +14,7 @@ import { transformSource, type ModelSource } from '../src/core/checkpoint/source
 import { Engine } from '../src/exec/engine/index.js';
 import { TfModel } from '../src/exec/autodiff/lower.js';
 import { generateFixture } from '../fixtures/generate.js';
-import { analyzeReorder } from '../passes/reorder/index.js';
+import { analyzeReorder } from '../passes/reorder/analyze.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { levelMasks } from '../passes/reorder/masks.js';
 import {
@@ -26,9 +26,10 @@ import {
   rewritePlan,
   type LayerOrder,
 } from '../passes/reorder/permute.js';
-import { sliceSource } from '../passes/reorder/slice.js';
+import { sliceSource } from '../src/core/pipeline/elastic.js';
 import { planLevels } from '../passes/reorder/planner.js';
 import { relErr } from './numeric.js';
+import { findTarget } from '../src/app/compile/plan.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
 const reference = async () => JSON.parse(await fsp.readFile(path.join(MODEL, 'reference.json'), 'utf8')) as { greedy_ids: number[] };
@@ -62,7 +63,7 @@ const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435, 299, 3
 beforeAll(async () => {
   ckpt = await openCheckpoint(MODEL);
   cacheDir = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-reorder-'));
-  const r = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'taylor', evaluate: 'false' }), { note: () => {}, cacheDir, target: 'hf' });
+  const r = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'taylor', evaluate: 'false' }), { note: () => {}, cacheDir, target: findTarget('hf') });
   orders = r.orders;
 });
 
@@ -225,7 +226,7 @@ describe('other architectures (fixtures): biases, MoE experts', () => {
         const r = await analyzeReorder(src, parseReorderOptions({ importance: 'activation', evaluate: 'false', levels: '0.5,1' }), {
           note: () => {},
           cacheDir: path.join(cacheDir, `c-${arch}`),
-          target: 'hf',
+          target: findTarget('hf'),
         });
         if (src.spec.moe) {
           const expertOrders = r.orders.flatMap((o) => Object.entries(o.mlp).filter(([k]) => k.includes('.experts.')));

@@ -24,7 +24,7 @@ beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-runtime-bad-'));
   dir = path.join(tmp, 'art');
   const source = await openCheckpoint(STORIES);
-  await compile({ source, target: 'ts', outDir: dir, passes: [], options: { quant: 'Q8_0', extra: {} }, progress: silentProgress, note: () => {} });
+  await compile({ source, target: 'ts', outDir: dir, passes: [], quant: 'Q8_0', progress: silentProgress, note: () => {} });
   await source.close();
   manifestText = readFileSync(path.join(dir, 'llmc-manifest.json'), 'utf8');
   weights = new Uint8Array(readFileSync(path.join(dir, 'weights.bin')));

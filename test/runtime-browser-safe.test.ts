@@ -57,7 +57,7 @@ describe('runtime core as a browser bundle', () => {
       const stories = path.resolve(ROOT, '../shared/models/stories260K');
       const source = await openCheckpoint(stories);
       const art = path.join(tmp, 'art');
-      await compile({ source, target: 'ts', outDir: art, passes: [], options: { quant: 'F32', extra: {} }, progress: silentProgress, note: () => {} });
+      await compile({ source, target: 'ts', outDir: art, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
       await source.close();
       const rt = await import(outfile);
       const model = await rt.load(

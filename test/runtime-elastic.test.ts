@@ -25,7 +25,7 @@ afterAll(async () => {
 });
 
 async function emit(source: ModelSource, outDir: string, quant = 'F32') {
-  await compile({ source, target: 'ts', outDir, passes: [], options: { quant, extra: {} }, progress: silentProgress, note: () => {} });
+  await compile({ source, target: 'ts', outDir, passes: [], quant, progress: silentProgress, note: () => {} });
 }
 
 /** Zero columns `keep(c) === false` of a [rows, cols] matrix. */

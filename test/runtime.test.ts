@@ -27,7 +27,7 @@ const ref = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8'
 async function compileTs(modelDir: string, outDir: string, quant = 'F32') {
   const source = await openCheckpoint(modelDir);
   try {
-    return await compile({ source, target: 'ts', outDir, passes: [], options: { quant, extra: {} }, progress: silentProgress, note: () => {} });
+    return await compile({ source, target: 'ts', outDir, passes: [], quant, progress: silentProgress, note: () => {} });
   } finally {
     await source.close();
   }

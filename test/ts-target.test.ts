@@ -31,7 +31,7 @@ async function compileTs(modelDir: string, outDir: string, quant = 'F32', tensor
       target: 'ts',
       outDir,
       passes: [],
-      options: { quant, tensorTypes, extra: {} },
+      quant, tensorTypes,
       progress: silentProgress,
       note: (n) => notes.push(n),
     });
@@ -109,7 +109,7 @@ describe('ts target artifact', () => {
 
   it('rejects a --quant the runtime cannot run, before writing anything', async () => {
     const out = path.join(tmp, 'bad-quant');
-    await expect(compileTs(STORIES, out, 'Q6_K')).rejects.toThrow(/ts target supports/);
+    await expect(compileTs(STORIES, out, 'Q6_K')).rejects.toThrow(/unknown quant type "Q6_K" for target ts/);
     expect(await fsp.readdir(out).catch(() => [])).toEqual([]);
   });
 });

@@ -71,7 +71,7 @@ export function parseQuant(s: string | undefined, fallback: string): QuantChoice
 export function parseTensorType(t: string): QuantType {
   const u = t.trim().toUpperCase();
   if (isQuantType(u)) return u;
-  throw new UsageError(`--tensor-type: unknown tensor type "${t}"; valid: ${Object.keys(QUANT_TYPES).join(', ')}`);
+  throw new UsageError(`--tensor-type: unknown tensor type "${t}" for target gguf; valid: ${Object.keys(QUANT_TYPES).join(', ')}`);
 }
 
 /** What the per-tensor rules need to know about the model (llama_hparams / llama_model_quantize_impl). */
@@ -164,11 +164,14 @@ export function chooseTensorType(
   overrides: readonly { pattern: RegExp; type: QuantType }[],
   t: TensorFacts,
   m: ModelFacts,
+  /** A type a pass chose for this tensor: after the preset's rules, before --tensor-type overrides. */
+  passType?: QuantType,
 ): TensorTypeDecision {
   if (!isQuantizable(t.name, t.ne)) return { type: 'F32' };
   let type = choice.base;
   const quantizedBase = QUANT_TYPES[choice.base].blockSize > 1;
   if (choice.ftype && quantizedBase) type = presetType(choice.ftype, choice.base, t, m);
+  if (passType) type = passType;
   for (const o of overrides) if (o.pattern.test(t.name)) type = o.type; // the last match wins
   const fb = fallbackType(type, t.ne[0]);
   return fb === type ? { type } : { type: fb, fallbackFrom: type };

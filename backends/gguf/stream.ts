@@ -1,14 +1,15 @@
 /**
  * A planned tensor as a sequence of f32 row chunks, so memory follows the chunk, not the tensor.
- * Straight from a checkpoint's safetensors files, rows are read by byte range; any other source
- * (a pass's rewritten model) is read whole, one source tensor at a time, and sliced.
+ * Where the source knows where a tensor's values are stored (a checkpoint, or a pass's permuted or
+ * sliced view of one: ModelSource.layout), rows are read by byte range; a tensor whose values a pass
+ * computed is read whole, one source tensor at a time, and sliced.
  * Every chunk holds whole rows (whole heads for q/k, which are re-interleaved per head) and is
  * checked for non-finite values, which llama.cpp would refuse or propagate. On request, BF16 and F16
  * checkpoint tensors come as raw bits instead (the encoders convert them directly and run the
  * finite check inside their own loops, see Chunk.failNonFinite).
  */
 import { promises as fsp } from 'node:fs';
-import { Checkpoint, DTYPE_BYTES, numel, type ModelSource } from '../../src/core/checkpoint/index.js';
+import { DTYPE_BYTES, numel, readStoredRange, type ModelSource } from '../../src/core/checkpoint/index.js';
 import { bf16ToF32, f16ToF32 } from '../../src/core/util/half.js';
 import { bf16ToF32Into, f16ToF32Into } from '../../src/core/quant/bf16.js';
 import { LlmcError } from '../../src/core/errors.js';
@@ -177,7 +178,7 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
       return c;
     };
     // Read straight from the safetensors file by byte range: F32 as it is, BF16 / F16 via TO_F32.
-    const ti = source instanceof Checkpoint ? source.info(name) : null;
+    const ti = source.layout(name);
     if (ti && (ti.dtype === 'F32' || isRawDtype(ti.dtype))) {
       const esize = DTYPE_BYTES[ti.dtype];
       let fh: fsp.FileHandle;
@@ -199,15 +200,11 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
           return new Float32Array(b.buffer, b.byteOffset, step * rowLen);
         };
         const f32s = raw16 ? [] : SLOT.f32.map(f32);
+        const pread = async (b: Uint8Array, off: number, len: number, pos: number) => (await fh.read(b, off, len, pos)).bytesRead;
         const read = async (r0: number, k: number): Promise<Buffer> => {
-          const n = (Math.min(rows, r0 + step) - r0) * rowLen * esize;
-          const buf = raws[k].subarray(0, n);
-          let got = 0;
-          while (got < n) {
-            const { bytesRead } = await fh.read(buf, got, n - got, ti.offset + r0 * rowLen * esize + got);
-            if (bytesRead === 0) throw new LlmcError(`truncated while reading tensor "${name}"`, ti.file);
-            got += bytesRead;
-          }
+          const r1 = Math.min(rows, r0 + step);
+          const buf = raws[k].subarray(0, (r1 - r0) * rowLen * esize);
+          await readStoredRange(pread, ti, r0 * rowLen, r1 * rowLen, buf, `tensor "${name}"`);
           return buf;
         };
         let k = bufs.take();

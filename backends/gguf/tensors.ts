@@ -5,20 +5,12 @@
  */
 import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/core/checkpoint/index.js';
 import { LlmcError } from '../../src/core/errors.js';
+import { archOf, type ArchEntry } from '../../src/core/arch/registry.js';
 
-export type GgufArch = 'llama' | 'qwen2' | 'qwen2moe';
+export type GgufArch = ArchEntry['gguf'];
 
 export function ggufArch(spec: ArchSpec): GgufArch {
-  switch (spec.modelType) {
-    case 'llama':
-    case 'mistral':
-    case 'mixtral':
-      return 'llama';
-    case 'qwen2':
-      return 'qwen2';
-    case 'qwen2_moe':
-      return 'qwen2moe';
-  }
+  return archOf(spec).gguf;
 }
 
 export interface TensorPlan {

@@ -1,63 +1,14 @@
-/**
- * The `hf` target: a loadable Hugging Face checkpoint directory — model.safetensors (the
- * transformed weights, streamed one tensor at a time), config.json and the tokenizer / generation
- * files carried from the source. `llmc run` and every other target accept it as input.
- * `--quant` picks the float dtype (F32 | F16 | BF16); default: each tensor's source dtype.
- */
-import path from 'node:path';
-import { fromF32, type FloatDType } from '../../src/core/checkpoint/safetensors.js';
-import { writeSafetensors } from '../../src/core/checkpoint/safetensors.js';
-import { UsageError } from '../../src/core/errors.js';
-import { writeFileAtomic } from '../../src/core/util/atomic.js';
-import type { Backend, BackendContext, BackendResult } from '../types.js';
+/** Target `hf`: a Hugging Face checkpoint directory every llmc command accepts again. ./emit.ts writes it. */
+import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
+import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 
-const FLOAT_DTYPES: readonly FloatDType[] = ['F32', 'F16', 'BF16'];
-const TORCH_DTYPE: Record<FloatDType, string> = { F32: 'float32', F16: 'float16', BF16: 'bfloat16' };
-
-export const WEIGHTS_FILE = 'model.safetensors';
-
-export const hfBackend: Backend = {
+export const hf: TargetDescriptor = {
   name: 'hf',
   description: 'Hugging Face checkpoint dir (safetensors + config.json + tokenizer files)',
-  async emit(ctx: BackendContext): Promise<BackendResult> {
-    const { source, outDir } = ctx;
-    let forced: FloatDType | undefined;
-    if (ctx.options.quant !== undefined) {
-      const q = ctx.options.quant.toUpperCase();
-      if (!(FLOAT_DTYPES as readonly string[]).includes(q)) throw new UsageError(`the hf target writes F32, F16 or BF16, got --quant ${ctx.options.quant}`);
-      forced = q as FloatDType;
-    }
-    if (ctx.options.tensorTypes?.length) throw new UsageError('the hf target does not take --tensor-type');
-    const dtypeOf = (d: string): FloatDType => forced ?? ((FLOAT_DTYPES as readonly string[]).includes(d) ? (d as FloatDType) : 'F32');
-    ctx.progress.start('hf: writing safetensors', source.tensors.length);
-    await writeSafetensors(
-      path.join(outDir, WEIGHTS_FILE),
-      source.tensors.map((t) => ({
-        name: t.name,
-        dtype: dtypeOf(t.dtype),
-        shape: t.shape,
-        bytes: async () => {
-          const b = fromF32(await source.readF32(t.name), dtypeOf(t.dtype));
-          ctx.progress.tick();
-          return b;
-        },
-      })),
-    );
-    ctx.progress.done();
-    const config = { ...source.assets.config };
-    if (forced) config.torch_dtype = TORCH_DTYPE[forced];
-    const files = [WEIGHTS_FILE, 'config.json'];
-    await writeFileAtomic(path.join(outDir, 'config.json'), JSON.stringify(config, null, 2) + '\n');
-    const carried: [string, string | undefined][] = [
-      ['tokenizer.json', source.assets.tokenizer],
-      ['tokenizer_config.json', source.assets.tokenizerConfig],
-      ['generation_config.json', source.assets.generationConfig],
-    ];
-    for (const [name, text] of carried) {
-      if (text === undefined) continue;
-      await writeFileAtomic(path.join(outDir, name), text);
-      files.push(name);
-    }
-    return { files, targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source' } };
-  },
+  formats: { quant: ['F32', 'F16', 'BF16'], default: null, tensorTypes: null },
+  options: NO_OPTIONS,
+  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: false, chunkGraphs: false },
+  quantBlock: () => 1,
+  requires: [],
+  load: async () => (await import('./emit.js')).hfTarget,
 };

@@ -11,10 +11,12 @@ import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { TfModel } from '../../src/exec/autodiff/lower.js';
 import type { Engine } from '../../src/exec/engine/index.js';
 import { LlmcError } from '../../src/core/errors.js';
-import { identity, mlpsOf, type LayerOrder } from './permute.js';
+import { mlpsOf } from '../../src/core/arch/units.js';
+import { identity, type LayerOrder } from './permute.js';
 
-export const PROVIDERS = ['taylor', 'activation', 'magnitude'] as const;
-export type ProviderName = (typeof PROVIDERS)[number];
+import { PROVIDERS, type ProviderName } from './options.js';
+
+export { PROVIDERS, type ProviderName };
 
 export interface UnitScores {
   head: Float64Array[];

@@ -1,227 +1,25 @@
 /**
  * Pass `reorder`: permutation-consistent unit reordering and elastic prefix sub-models (ELMS).
- *
- * 1. calibration set (cached profile; self-generated for models without text),
- * 2. anchor layers: top-K by loss increase when the layer is replaced by identity,
- * 3. unit importance (taylor | activation | magnitude | auto), cached per provider,
- * 4. per-layer orders (KV groups, query heads inside groups, neurons; anchors untouched),
- * 5. elastic levels sized by real parameter counts, aligned to the target's quant block.
- * The model transform is a lazy permutation of q/k/v rows, o columns, gate/up rows, down columns.
+ * This is its descriptor (cheap to import: the CLI reads it for --help and flags); the work is in
+ * ./analyze.ts, loaded when the pass runs. docs/reorder.md describes the method.
  */
-import { silentProgress, type Progress } from '../../src/core/util/progress.js';
-import type { ModelSource } from '../../src/core/checkpoint/source.js';
-import { TfModel } from '../../src/exec/autodiff/lower.js';
-import { Engine } from '../../src/exec/engine/index.js';
-import { UsageError } from '../../src/core/errors.js';
-import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/app/profile/calibration.js';
-import { cachedProfile } from '../../src/app/profile/store.js';
-import type { Pass, PassContext, PassResult } from '../types.js';
-import {
-  activationScores,
-  magnitudeScores,
-  ordersFromScores,
-  PROVIDERS,
-  taylorScores,
-  type ProviderName,
-  type UnitScores,
-} from './importance.js';
-import { levelMasks, maskedLoss, skipLayerMasks } from './masks.js';
-import { parseReorderOptions, quantBlockFor, type ReorderOptions } from './options.js';
-import { mlpsOf, permuteSource, type LayerOrder } from './permute.js';
-import { describeLevel, fullWidth, planLevels, type Level } from './planner.js';
+import type { PassDescriptor } from '../../src/core/pipeline/pass.js';
+import { ELASTIC_LEVELS } from '../../src/core/records/elastic.js';
+import { checkUniformAnchors, REORDER_OPTIONS, type ReorderOptions } from './options.js';
 
-export const ELASTIC_FORMAT = 'elastic-prefix/1';
-
-/** What the pass records in every manifest (passes[].metadata). */
-export interface ReorderMetadata {
-  format: typeof ELASTIC_FORMAT;
-  /** `auto`: held-out perplexity of each provider's order at the 50% level. */
-  importance: { provider: ProviderName; requested: ProviderName | 'auto'; auto?: Record<string, number> };
-  calibration: CalibrationSet['spec'] & { profile: string };
-  attnUnit: 'kv-group' | 'q-head';
-  anchors: number[];
-  /** Loss of the calibration batch with each layer replaced by identity, and without. */
-  layerLoss: number[] | null;
-  baseLoss: number | null;
-  /** In-sliced widths (o_proj / down_proj columns) are multiples of this. */
-  quantBlock: number;
-  layout: { inSliced: 'row-major-strided' };
-  /** Per non-anchor layer, gathers new → old. */
-  orders: LayerOrder[];
-  full: Level;
-  levels: (Level & { heldOutPpl?: number })[];
-  /** Held-out perplexity of the unmodified model (when evaluated). */
-  heldOutPpl?: number;
-  notes: string[];
-}
-
-const scoreArrays = (s: UnitScores): Record<string, Float64Array> => {
-  const a: Record<string, Float64Array> = {};
-  s.head.forEach((h, l) => (a[`head.${l}`] = h));
-  s.kv.forEach((k, l) => (a[`kv.${l}`] = k));
-  for (const [k, v] of Object.entries(s.mlp)) a[`mlp.${k}`] = v;
-  return a;
-};
-
-const scoresFrom = (arrays: Record<string, Float64Array>, source: ModelSource): UnitScores => {
-  const L = source.spec.numLayers;
-  const mlp: Record<string, Float64Array> = {};
-  for (let l = 0; l < L; l++) for (const m of mlpsOf(source.spec, l)) mlp[m.prefix] = arrays[`mlp.${m.prefix}`];
-  return {
-    head: Array.from({ length: L }, (_, l) => arrays[`head.${l}`]),
-    kv: Array.from({ length: L }, (_, l) => arrays[`kv.${l}`]),
-    mlp,
-  };
-};
-
-/** Everything the pass decides, without building the transformed model (tests and bench use it). */
-export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx: Pick<PassContext, 'note' | 'cacheDir' | 'target' | 'quant'> & { progress?: Progress }): Promise<{ metadata: ReorderMetadata; orders: LayerOrder[]; scores: UnitScores; /** Provider wall times (ms, as first computed); kept out of the manifest so it stays deterministic. */ timeMs: Record<string, number> }> {
-  const spec = source.spec;
-  const L = spec.numLayers;
-  const notes: string[] = [];
-  const checkpoint = await source.identity();
-  // Opened on first use: a run whose profiles are all cached never builds the ONNX model.
-  let opened: Engine | undefined;
-  const engine = async () => (opened ??= await Engine.open(source));
-  let tfm: TfModel | undefined;
-  const progress = ctx.progress ?? silentProgress;
-  const tf = async () => (tfm ??= await TfModel.load(source, (m) => notes.push(m)));
-  try {
-    const calib = await calibrationSet(
-      source,
-      { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
-      { cacheDir: ctx.cacheDir, engine },
-    );
-
-    // Anchors.
-    let anchors: number[];
-    let layerLoss: number[] | null = null;
-    let baseLoss: number | null = null;
-    // GGUF levels (llama arch) need one width for every layer: no full-width anchors there.
-    const uniform = ctx.target === 'gguf-levels';
-    if (uniform) {
-      if (Array.isArray(o.anchors) ? o.anchors.length > 0 : o.anchors !== 'default' && o.anchors > 0) {
-        throw new UsageError('--target gguf-levels needs one width for all layers: reorder.anchors must be 0');
-      }
-      notes.push('target gguf-levels: uniform widths, no anchor layers (llama GGUF has one head/FFN count for all layers)');
-      anchors = [];
-    } else if (Array.isArray(o.anchors)) {
-      for (const a of o.anchors) if (a >= L) throw new UsageError(`reorder.anchors: layer ${a} does not exist (the model has ${L})`);
-      anchors = o.anchors;
-    } else {
-      const K = o.anchors === 'default' ? Math.round((L * 6) / 32) : o.anchors;
-      if (K >= L) throw new UsageError(`reorder.anchors: ${K} anchors leave no elastic layer (the model has ${L})`);
-      anchors = [];
-      if (K > 0) {
-        const prof = await cachedProfile(ctx.cacheDir, 'layer-loss', { checkpoint, calibration: calib.key }, async () => {
-          const base = Math.log(await (await engine()).perplexity(calib.calib));
-          const losses = new Float64Array(L);
-          progress.start('reorder: anchor layers', L);
-          for (let l = 0; l < L; l++) {
-            losses[l] = await maskedLoss(source, skipLayerMasks(spec, l), calib.calib);
-            progress.tick();
-          }
-          progress.done();
-          return { meta: { baseLoss: base, note: 'layer replaced by identity = all its heads and neurons masked (exact without o/down biases)' }, arrays: { layerLoss: losses } };
-        });
-        layerLoss = Array.from(prof.arrays.layerLoss);
-        baseLoss = prof.meta.baseLoss as number;
-        anchors = Array.from({ length: L }, (_, l) => l)
-          .sort((a, b) => layerLoss![b] - layerLoss![a] || a - b)
-          .slice(0, K)
-          .sort((a, b) => a - b);
-      }
-    }
-    const anchorSet = new Set(anchors);
-
-    // Importance.
-    const timeMs: Record<string, number> = {};
-    const scoresFor = async (p: ProviderName): Promise<UnitScores> => {
-      const prof = await cachedProfile(ctx.cacheDir, 'unit-importance', { checkpoint, calibration: calib.key, provider: p }, async () => {
-        const t0 = performance.now();
-        progress.start(`reorder: ${p} importance`, 1);
-        let s: UnitScores;
-        if (p === 'magnitude') s = await magnitudeScores(source);
-        else if (p === 'activation') s = await activationScores(await engine(), calib.calib);
-        else s = (await taylorScores(await tf(), calib.calib)).scores;
-        progress.done();
-        return { meta: { provider: p, timeMs: performance.now() - t0 }, arrays: scoreArrays(s) };
-      });
-      timeMs[p] = Math.round(prof.meta.timeMs as number);
-      return scoresFrom(prof.arrays, source);
-    };
-
-    const block = o.quantBlock ?? quantBlockFor(ctx.target, ctx.quant);
-    let provider: ProviderName;
-    let scores: UnitScores;
-    let auto: Record<string, number> | undefined;
-    if (o.importance === 'auto') {
-      // Pick by held-out perplexity at the 50% level (masks on the original model = the prefix sub-model).
-      const half = planLevels(spec, { levels: [0.5], anchors: anchorSet, block, sizeBy: o.sizeBy }).levels[0];
-      auto = {};
-      let best: { p: ProviderName; ppl: number; s: UnitScores } | undefined;
-      for (const p of PROVIDERS) {
-        const s = await scoresFor(p);
-        const orders = ordersFromScores(spec, s, anchorSet);
-        const ppl = Math.exp(await maskedLoss(source, levelMasks(spec, orders, half.layers), calib.heldOut));
-        auto[p] = ppl;
-        if (!best || ppl < best.ppl) best = { p, ppl, s };
-      }
-      provider = best!.p;
-      scores = best!.s;
-    } else {
-      provider = o.importance;
-      scores = await scoresFor(provider);
-    }
-    const orders = ordersFromScores(spec, scores, anchorSet);
-
-    // Levels.
-    const plan = planLevels(spec, { levels: o.levels, anchors: anchorSet, block, sizeBy: o.sizeBy });
-    notes.push(...plan.notes);
-    const full = describeLevel(spec, 'full', 1, Array.from({ length: L }, () => fullWidth(spec)), anchorSet);
-    const levels: ReorderMetadata['levels'] = plan.levels;
-    const evaluate = o.evaluate === 'auto' ? full.params <= 50e6 : o.evaluate;
-    let heldOutPpl: number | undefined;
-    if (evaluate) {
-      heldOutPpl = await (await engine()).perplexity(calib.heldOut);
-      progress.start('reorder: held-out perplexity per level', levels.length);
-      for (const lv of levels) {
-        lv.heldOutPpl = Math.exp(await maskedLoss(source, levelMasks(spec, orders, lv.layers), calib.heldOut));
-        progress.tick();
-      }
-      progress.done();
-    }
-
-    const metadata: ReorderMetadata = {
-      format: ELASTIC_FORMAT,
-      importance: { provider, requested: o.importance, ...(auto ? { auto } : {}) },
-      calibration: { ...calib.spec, profile: calib.key },
-      attnUnit: spec.numKvHeads > 1 ? 'kv-group' : 'q-head',
-      anchors,
-      layerLoss,
-      baseLoss,
-      quantBlock: block,
-      layout: { inSliced: 'row-major-strided' },
-      orders,
-      full,
-      levels,
-      ...(heldOutPpl !== undefined ? { heldOutPpl } : {}),
-      notes,
-    };
-    return { metadata, orders, scores, timeMs };
-  } finally {
-    tfm?.dispose();
-    await opened?.close();
-  }
-}
-
-export const reorderPass: Pass<ReorderOptions> = {
+export const reorder: PassDescriptor<ReorderOptions> = {
   name: 'reorder',
   description: 'permutation-consistent unit reordering + elastic prefix sub-models (ELMS)',
-  parseOptions: parseReorderOptions,
-  async run(model: ModelSource, options: ReorderOptions, ctx: PassContext): Promise<PassResult> {
-    const { metadata, orders } = await analyzeReorder(model, options, ctx);
-    for (const n of metadata.notes) ctx.note(`reorder: ${n}`);
-    return { model: permuteSource(model, orders), metadata: metadata as unknown as Record<string, unknown> };
+  options: REORDER_OPTIONS,
+  flags: [
+    { flag: '--importance <provider>', key: 'importance', help: 'reorder: unit importance (taylor | activation | magnitude | auto)' },
+    { flag: '--levels <list>', key: 'levels', help: 'reorder: elastic levels, a count or fractions (e.g. 0.5,0.75,1)' },
+  ],
+  after: [],
+  requires: [],
+  produces: ELASTIC_LEVELS,
+  check(options, target) {
+    if (target.capabilities.elasticWidths.kind === 'uniform') checkUniformAnchors(options, target.name);
   },
+  load: async () => (await import('./analyze.js')).reorderPass,
 };

@@ -9,7 +9,8 @@ import { transformSource, type ModelSource } from '../../src/core/checkpoint/sou
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import { Engine } from '../../src/exec/engine/index.js';
 import type { RunOptions } from '../../src/exec/autodiff/lower.js';
-import { identityOrder, mlpsOf, type LayerOrder } from './permute.js';
+import { mlpsOf } from '../../src/core/arch/units.js';
+import { identityOrder, type LayerOrder } from './permute.js';
 import type { LayerWidth } from './planner.js';
 
 /** Orders for every layer (identity where `orders` has none, e.g. anchors). */

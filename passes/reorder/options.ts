@@ -1,6 +1,10 @@
 /** Options of the reorder pass (`--opt reorder.key=value`, or the --importance / --levels flags). */
 import { UsageError } from '../../src/core/errors.js';
-import { PROVIDERS, type ProviderName } from './importance.js';
+import type { OptionSchema, OptionSpec } from '../../src/core/pipeline/options.js';
+
+/** Unit importance sources. */
+export const PROVIDERS = ['taylor', 'activation', 'magnitude'] as const;
+export type ProviderName = (typeof PROVIDERS)[number];
 
 export interface ReorderOptions {
   importance: ProviderName | 'auto';
@@ -24,7 +28,21 @@ export interface ReorderOptions {
   sizeBy: 'total' | 'blocks';
 }
 
-export const OPTION_KEYS = ['importance', 'calib', 'calibLength', 'calibText', 'seed', 'heldOut', 'anchors', 'levels', 'quantBlock', 'evaluate', 'sizeBy'] as const;
+export const OPTION_SPECS: readonly OptionSpec[] = [
+  { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'taylor' },
+  { key: 'calib', help: 'calibration sequences', default: '10' },
+  { key: 'calibLength', help: 'tokens per calibration sequence', default: '64' },
+  { key: 'calibText', help: 'a text file to calibrate on (needs the model\'s tokenizer); default: sequences sampled from the model' },
+  { key: 'seed', help: 'calibration seed', default: '42' },
+  { key: 'heldOut', help: 'held-out sequences (level perplexity, auto)', default: '10' },
+  { key: 'anchors', help: 'layers kept at full width: a count, or a list like 0,5', default: 'round(layers·6/32)' },
+  { key: 'levels', help: 'elastic levels: a count, or fractions like 0.5,0.75,1', default: '10' },
+  { key: 'quantBlock', help: "in-sliced widths are multiples of this", default: "the target's quantization block" },
+  { key: 'evaluate', help: 'measure held-out perplexity per level: true | false | auto', default: 'auto (models up to 50M parameters)' },
+  { key: 'sizeBy', help: 'a level\'s fraction counts all parameters (total) or decoder-layer ones (blocks)', default: 'total' },
+];
+
+export const OPTION_KEYS = OPTION_SPECS.map((s) => s.key);
 
 const int = (key: string, v: string, min: number) => {
   if (!/^\d+$/.test(v.trim()) || Number(v) < min) throw new UsageError(`reorder.${key} must be an integer ≥ ${min}, got "${v}"`);
@@ -81,11 +99,11 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
   };
 }
 
-/** Quantization block along K for a target's weight format: in-sliced widths must be multiples of it. */
-export function quantBlockFor(target: string, quant: string | undefined): number {
-  const q = (quant ?? '').toUpperCase();
-  if (/_K|^IQ|^TQ/.test(q)) return 256;
-  if (/^Q\d/.test(q)) return 32;
-  if (q === '' && target.startsWith('gguf')) return 32; // the GGUF default may be a block format: stay safe
-  return 1;
+export const REORDER_OPTIONS: OptionSchema<ReorderOptions> = { specs: OPTION_SPECS, parse: parseReorderOptions };
+
+/** Uniform widths (a target with one width for all layers) leave no room for full-width anchor layers. */
+export function checkUniformAnchors(o: ReorderOptions, target: string): void {
+  if (Array.isArray(o.anchors) ? o.anchors.length > 0 : o.anchors !== 'default' && o.anchors > 0) {
+    throw new UsageError(`--target ${target} needs one width for all layers: reorder.anchors must be 0`);
+  }
 }

@@ -6,55 +6,17 @@
  * head_dim channels move together, offsets inside the head are kept (RoPE acts inside a head).
  */
 import { createHash } from 'node:crypto';
-import { layerNames, moeNames } from '../../src/core/arch/names.js';
-import type { ModelSource } from '../../src/core/checkpoint/source.js';
-import { transformSource } from '../../src/core/checkpoint/source.js';
-import { isMoeLayer, type ArchSpec } from '../../src/core/arch/spec.js';
+import { layerNames } from '../../src/core/arch/names.js';
+import { gatherSource, type Gather, type ModelSource } from '../../src/core/checkpoint/source.js';
+import { mlpsOf } from '../../src/core/arch/units.js';
+import type { ArchSpec } from '../../src/core/arch/spec.js';
+import type { LayerOrder } from '../../src/core/records/elastic.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { Rng } from '../../src/core/util/rng.js';
 
-export interface LayerOrder {
-  layer: number;
-  /** Over KV groups (G); under MHA a group is one head. */
-  groups: number[];
-  /** Per NEW group position, the order of its R query heads (indices inside the group). */
-  qInGroup: number[][];
-  /** Per MLP prefix (`model.layers.<l>.mlp`, `...experts.<e>`, `...shared_expert`): order over its neurons. */
-  mlp: Record<string, number[]>;
-}
+export type { LayerOrder };
 
 export const identity = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
-
-/** One MLP of a layer; `elastic`: it narrows with the level (dense MLPs, routed experts) or stays full. */
-export interface LayerMlp {
-  prefix: string;
-  gate: string;
-  up: string;
-  down: string;
-  width: number;
-  elastic: boolean;
-}
-
-/**
- * The MLPs of layer l. Dense MLPs and routed experts follow the level; in MoE models the shared
- * expert and the dense layers (qwen2_moe mlp_only_layers) stay full, since a level's `ffn` is an
- * expert width there.
- */
-export function mlpsOf(spec: ArchSpec, l: number): LayerMlp[] {
-  if (!isMoeLayer(spec, l)) {
-    const n = layerNames(l).mlp;
-    return [{ prefix: `model.layers.${l}.mlp`, ...n, width: spec.intermediateSize, elastic: !spec.moe }];
-  }
-  const m = moeNames(spec, l);
-  const out: LayerMlp[] = m.experts.map((e) => ({
-    prefix: e.gate.replace(/\.(gate_proj|w1)\.weight$/, ''),
-    ...e,
-    width: spec.moe!.expertIntermediateSize,
-    elastic: true,
-  }));
-  if (m.shared) out.push({ prefix: `model.layers.${l}.mlp.shared_expert`, ...m.shared, width: spec.moe!.sharedExpertIntermediateSize!, elastic: false });
-  return out;
-}
 
 export function identityOrder(spec: ArchSpec, l: number): LayerOrder {
   const G = spec.numKvHeads;
@@ -99,24 +61,6 @@ export function expandAttention(o: LayerOrder, headDim: number): { kv: Int32Arra
     }
   }
   return { kv, q };
-}
-
-/** new[i, :] = old[perm[i], :] for a row-major [rows, cols] matrix (or a vector when cols = 1). */
-export function gatherRows(data: Float32Array, cols: number, perm: ArrayLike<number>): Float32Array {
-  const out = new Float32Array(data.length);
-  for (let i = 0; i < perm.length; i++) out.set(data.subarray(perm[i] * cols, (perm[i] + 1) * cols), i * cols);
-  return out;
-}
-
-/** new[:, j] = old[:, perm[j]] for a row-major [rows, cols] matrix. */
-export function gatherCols(data: Float32Array, cols: number, perm: ArrayLike<number>): Float32Array {
-  const out = new Float32Array(data.length);
-  const rows = data.length / cols;
-  for (let r = 0; r < rows; r++) {
-    const base = r * cols;
-    for (let j = 0; j < cols; j++) out[base + j] = data[base + perm[j]];
-  }
-  return out;
 }
 
 export type TensorRewrite = { axis: 'rows' | 'cols'; perm: Int32Array };
@@ -165,27 +109,15 @@ export function rewritePlan(spec: ArchSpec, orders: LayerOrder[]): Map<string, T
   return plan;
 }
 
-/** Apply one rewrite to a tensor's data (shape from the source's metadata). */
-export function applyRewrite(data: Float32Array, shape: number[], rw: TensorRewrite): Float32Array {
-  const cols = shape.length === 1 ? 1 : shape[shape.length - 1];
-  return rw.axis === 'rows' ? gatherRows(data, cols, rw.perm) : gatherCols(data, cols, rw.perm);
-}
-
-/** The reordered model as a lazy ModelSource: tensors are permuted as they are read. */
+/** The reordered model as a lazy view: rows and columns move as tensors are read (byte ranges survive). */
 export function permuteSource(base: ModelSource, orders: LayerOrder[], label = 'reorder'): ModelSource {
   const plan = rewritePlan(base.spec, orders);
   const h = createHash('sha256');
   for (const [name, rw] of [...plan].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
     h.update(name).update(rw.axis).update(Buffer.from(rw.perm.buffer, rw.perm.byteOffset, rw.perm.byteLength));
   }
-  return transformSource(base, {
-    label,
-    paramsHash: h.digest('hex'),
-    rewrite: (name, data) => {
-      const rw = plan.get(name);
-      return rw ? applyRewrite(data, base.meta(name)!.shape, rw) : data;
-    },
-  });
+  const gathers = new Map<string, Gather>([...plan].map(([name, rw]) => [name, rw.axis === 'rows' ? { rows: rw.perm } : { cols: rw.perm }]));
+  return gatherSource(base, { label, paramsHash: h.digest('hex'), gathers });
 }
 
 /** Seeded random unit orders: the baseline the importance orders must beat (tests, bench). */

@@ -6,39 +6,9 @@
  * round to the same widths are dropped.
  */
 import { isMoeLayer, type ArchSpec } from '../../src/core/arch/spec.js';
+import type { LayerWidth, Level, LevelLayer } from '../../src/core/records/elastic.js';
 
-export interface LayerWidth {
-  /** KV heads kept (a prefix of the reordered groups). */
-  kvGroups: number;
-  /** Query heads kept in each kept group (a prefix inside each group). */
-  qHeadsPerGroup: number;
-  /** Neurons kept in the MLP (for MoE layers: in each routed expert; the shared expert stays full). */
-  ffn: number;
-}
-
-export interface LevelLayer extends LayerWidth {
-  layer: number;
-  anchor: boolean;
-  heads: number;
-  params: number;
-}
-
-export interface Level {
-  id: string;
-  /** The requested size as a fraction of the full model's parameters. */
-  nominal: number;
-  /** Real parameters of the sub-model, embeddings and lm_head included. */
-  params: number;
-  paramFrac: number;
-  /** Parameters inside the decoder layers only. */
-  blockParams: number;
-  blockFrac: number;
-  /** Multiply-add FLOPs (×2) per generated token at context lengths 128 / 512 / 2048. */
-  flopsPerToken: Record<string, number>;
-  /** KV-cache bytes per token, f16 cache. */
-  kvBytesPerToken: number;
-  layers: LevelLayer[];
-}
+export type { LayerWidth, LevelLayer, Level };
 
 export const FLOP_CONTEXTS = [128, 512, 2048] as const;
 

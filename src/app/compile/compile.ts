@@ -1,46 +1,29 @@
 /**
- * The compile driver: source → passes (in order) → backend → llmc-manifest.json.
+ * The compile driver: plan (every option checked, before any work) → the compile unit of the source
+ * → passes in the manager's order → the target's lowering → llmc-manifest.json.
  * Output files appear atomically; on failure or interruption the files this run created are removed.
  */
 import { promises as fsp, readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { BACKENDS } from '../../../backends/index.js';
-import type { Backend, CompileOptions } from '../../../backends/types.js';
-import { PASSES } from '../../../passes/index.js';
-import type { Pass } from '../../../passes/types.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
-import { UsageError } from '../../core/errors.js';
+import { LlmcError } from '../../core/errors.js';
+import { evolve, unitOf } from '../../core/pipeline/unit.js';
+import type { Manifest } from '../../core/records/manifest.js';
 import { ensureOutputDir } from '../../core/util/atomic.js';
 import { onInterrupt } from '../../core/util/interrupt.js';
 import type { Progress } from '../../core/util/progress.js';
-import { writeManifest, type Manifest, type PassRecord } from './manifest.js';
+import { writeManifest } from './manifest.js';
+import { planCompile, type CompilePlan, type PlanRequest } from './plan.js';
 
-export interface CompileRequest {
+export interface CompileRequest extends PlanRequest {
   source: ModelSource;
-  target: string;
   outDir: string;
-  passes: { name: string; options: Record<string, string> }[];
-  options: CompileOptions;
   progress: Progress;
   note: (message: string) => void;
   cacheDir?: string;
 }
 
-export function knownTargets(): string[] {
-  return Object.keys(BACKENDS).sort();
-}
-
-export async function compile(req: CompileRequest): Promise<Manifest> {
-  const loadBackend = BACKENDS[req.target];
-  if (!loadBackend) throw new UsageError(`unknown target "${req.target}"; available: ${knownTargets().join(', ')}`);
-  const parsed: { pass: Pass<unknown>; options: unknown }[] = [];
-  for (const p of req.passes) {
-    const loadPass = PASSES[p.name];
-    if (!loadPass) throw new UsageError(`unknown pass "${p.name}"; available: ${Object.keys(PASSES).sort().join(', ') || 'none'}`);
-    const pass = await loadPass();
-    parsed.push({ pass, options: pass.parseOptions(p.options) });
-  }
-  const backend = await loadBackend();
+export async function compile(req: CompileRequest, plan: CompilePlan = planCompile(req)): Promise<Manifest> {
   const existed = await fsp.stat(req.outDir).then(
     () => true,
     () => false,
@@ -61,7 +44,7 @@ export async function compile(req: CompileRequest): Promise<Manifest> {
   };
   const forget = onInterrupt(undo);
   try {
-    return await passesAndBackend(req, parsed, backend);
+    return await run(req, plan);
   } catch (err) {
     undo();
     throw err;
@@ -70,44 +53,43 @@ export async function compile(req: CompileRequest): Promise<Manifest> {
   }
 }
 
-async function passesAndBackend(
-  req: CompileRequest,
-  parsed: { pass: Pass<unknown>; options: unknown }[],
-  backend: Backend,
-): Promise<Manifest> {
-  let model = req.source;
-  const records: PassRecord[] = [];
-  for (const { pass, options } of parsed) {
-    const res = await pass.run(model, options, {
+async function run(req: CompileRequest, plan: CompilePlan): Promise<Manifest> {
+  let unit = unitOf(req.source);
+  for (const { descriptor, options } of plan.passes) {
+    const pass = await descriptor.load();
+    const out = await pass.run(unit, options, {
       progress: req.progress,
       note: req.note,
       cacheDir: req.cacheDir,
-      target: req.target,
-      quant: req.options.quant,
+      target: plan.target,
+      formats: plan.formats,
     });
-    model = res.model;
-    records.push({ name: pass.name, options: options as Record<string, unknown>, metadata: res.metadata });
+    const metadata = out.record as Record<string, unknown>;
+    if (metadata.format !== descriptor.produces.id) {
+      throw new LlmcError(`internal: pass ${descriptor.name} wrote a ${String(metadata.format)} record, its descriptor says ${descriptor.produces.id}`);
+    }
+    unit = evolve(out.unit, { record: { name: descriptor.name, options: options as Record<string, unknown>, metadata } });
   }
 
-  // Hashing the source (a second full read of it) overlaps the backend's work.
+  // Hashing the source (a second full read of it) overlaps the target's work.
   const identity = req.source.identity();
   identity.catch(() => {}); // surfaced where awaited
-  const result = await backend.emit({
-    source: model,
+  const target = await plan.target.load();
+  const result = await target.emit(unit, {
     outDir: req.outDir,
-    passes: records,
-    options: req.options,
+    formats: plan.formats,
+    options: plan.targetOptions,
     progress: req.progress,
     note: req.note,
   });
   return writeManifest(
     req.outDir,
     {
-      target: backend.name,
+      target: plan.target.name,
       source: { path: req.source.description, sha256: await identity },
-      arch: model.spec,
+      arch: unit.source.spec,
       targetInfo: result.targetInfo,
-      passes: records,
+      passes: [...unit.records],
     },
     result.files,
   );

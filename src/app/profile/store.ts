@@ -12,7 +12,7 @@
 import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { stableJson } from '../compile/manifest.js';
+import { stableJson } from '../../core/util/stable-json.js';
 import { LlmcError } from '../../core/errors.js';
 import { ensureOutputDir, writeFileAtomic } from '../../core/util/atomic.js';
 import { LLMC_VERSION } from '../../core/version.js';

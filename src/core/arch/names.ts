@@ -2,44 +2,26 @@
  * Hugging Face tensor names and the shapes config.json implies for them. Everything inside llmc
  * names tensors the Hugging Face way; backends map to their own names at the edge.
  */
+import { archOf, mlpNames, type MlpNames, type MoeNames } from './registry.js';
 import { isMoeLayer, type ArchSpec } from './spec.js';
 
 export interface ExpectedTensor {
   name: string;
   shape: number[];
+  role: TensorRole;
 }
 
 const attn = (l: number, p: string) => `model.layers.${l}.self_attn.${p}`;
 
-/** Names of one dense SwiGLU MLP's projections under `prefix`. */
-export function mlpNames(prefix: string): { gate: string; up: string; down: string } {
-  return { gate: `${prefix}.gate_proj.weight`, up: `${prefix}.up_proj.weight`, down: `${prefix}.down_proj.weight` };
+export { mlpNames, type MlpNames, type MoeNames };
+
+/** The router and expert projections of an MoE layer, in the checkpoint's own naming (from the registry). */
+export function moeNames(spec: ArchSpec, l: number): MoeNames {
+  return archOf(spec).moe!.names(l, spec.moe!);
 }
 
-/** The router and expert projections of an MoE layer, in the checkpoint's own naming. */
-export function moeNames(spec: ArchSpec, l: number) {
-  const m = spec.moe!;
-  if (spec.modelType === 'mixtral') {
-    const p = `model.layers.${l}.block_sparse_moe`;
-    return {
-      router: `${p}.gate.weight`,
-      experts: Array.from({ length: m.numExperts }, (_, e) => ({
-        gate: `${p}.experts.${e}.w1.weight`,
-        down: `${p}.experts.${e}.w2.weight`,
-        up: `${p}.experts.${e}.w3.weight`,
-      })),
-      shared: null,
-      sharedGate: null,
-    };
-  }
-  const p = `model.layers.${l}.mlp`;
-  return {
-    router: `${p}.gate.weight`,
-    experts: Array.from({ length: m.numExperts }, (_, e) => mlpNames(`${p}.experts.${e}`)),
-    shared: m.sharedExpertIntermediateSize ? mlpNames(`${p}.shared_expert`) : null,
-    sharedGate: m.sharedExpertIntermediateSize ? `${p}.shared_expert_gate.weight` : null,
-  };
-}
+/** A bias's name from its weight's. */
+export const biasOf = (weight: string): string => weight.replace(/\.weight$/, '.bias');
 
 export const layerNames = (l: number) => ({
   inputNorm: `model.layers.${l}.input_layernorm.weight`,
@@ -59,46 +41,54 @@ export const EMBED = 'model.embed_tokens.weight';
 export const FINAL_NORM = 'model.norm.weight';
 export const LM_HEAD = 'lm_head.weight';
 
-/** Every tensor the spec requires, with its shape ([out, in] for linears, as HF stores them). */
+/** What a tensor is for: components for inspect, and targets' per-role format rules (norms and routers stay F32). */
+export type TensorRole = 'embedding' | 'lm_head' | 'norm' | 'attention' | 'mlp' | 'router' | 'expert' | 'shared_expert' | 'shared_expert_gate';
+
+/** Every tensor the spec requires, with its shape ([out, in] for linears, as HF stores them) and role. */
 export function expectedTensors(spec: ArchSpec): ExpectedTensor[] {
   const D = spec.hiddenSize;
   const qDim = spec.numHeads * spec.headDim;
   const kvDim = spec.numKvHeads * spec.headDim;
-  const out: ExpectedTensor[] = [{ name: EMBED, shape: [spec.vocabSize, D] }];
-  const mlp = (names: { gate: string; up: string; down: string }, I: number) => {
-    out.push({ name: names.gate, shape: [I, D] }, { name: names.up, shape: [I, D] }, { name: names.down, shape: [D, I] });
+  const out: ExpectedTensor[] = [{ name: EMBED, shape: [spec.vocabSize, D], role: 'embedding' }];
+  const mlp = (names: MlpNames, I: number, role: TensorRole) => {
+    out.push({ name: names.gate, shape: [I, D], role }, { name: names.up, shape: [I, D], role }, { name: names.down, shape: [D, I], role });
     if (spec.mlpBias) {
-      for (const [n, len] of [[names.gate, I], [names.up, I], [names.down, D]] as const) {
-        out.push({ name: n.replace(/\.weight$/, '.bias'), shape: [len] });
-      }
+      for (const [n, len] of [[names.gate, I], [names.up, I], [names.down, D]] as const) out.push({ name: biasOf(n), shape: [len], role });
     }
   };
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
     out.push(
-      { name: n.inputNorm, shape: [D] },
-      { name: n.postNorm, shape: [D] },
-      { name: n.q, shape: [qDim, D] },
-      { name: n.k, shape: [kvDim, D] },
-      { name: n.v, shape: [kvDim, D] },
-      { name: n.o, shape: [D, qDim] },
+      { name: n.inputNorm, shape: [D], role: 'norm' },
+      { name: n.postNorm, shape: [D], role: 'norm' },
+      { name: n.q, shape: [qDim, D], role: 'attention' },
+      { name: n.k, shape: [kvDim, D], role: 'attention' },
+      { name: n.v, shape: [kvDim, D], role: 'attention' },
+      { name: n.o, shape: [D, qDim], role: 'attention' },
     );
-    if (spec.qkvBias) out.push({ name: n.qBias, shape: [qDim] }, { name: n.kBias, shape: [kvDim] }, { name: n.vBias, shape: [kvDim] });
-    if (spec.oBias) out.push({ name: n.oBias, shape: [D] });
+    if (spec.qkvBias) {
+      out.push({ name: n.qBias, shape: [qDim], role: 'attention' }, { name: n.kBias, shape: [kvDim], role: 'attention' }, { name: n.vBias, shape: [kvDim], role: 'attention' });
+    }
+    if (spec.oBias) out.push({ name: n.oBias, shape: [D], role: 'attention' });
     if (isMoeLayer(spec, l)) {
       const m = moeNames(spec, l);
       const moe = spec.moe!;
-      out.push({ name: m.router, shape: [moe.numExperts, D] });
-      for (const e of m.experts) mlp(e, moe.expertIntermediateSize);
+      out.push({ name: m.router, shape: [moe.numExperts, D], role: 'router' });
+      for (const e of m.experts) mlp(e, moe.expertIntermediateSize, 'expert');
       if (m.shared) {
-        mlp(m.shared, moe.sharedExpertIntermediateSize!);
-        out.push({ name: m.sharedGate!, shape: [1, D] });
+        mlp(m.shared, moe.sharedExpertIntermediateSize!, 'shared_expert');
+        out.push({ name: m.sharedGate!, shape: [1, D], role: 'shared_expert_gate' });
       }
     } else {
-      mlp(n.mlp, spec.intermediateSize);
+      mlp(n.mlp, spec.intermediateSize, 'mlp');
     }
   }
-  out.push({ name: FINAL_NORM, shape: [D] });
-  if (!spec.tieEmbeddings) out.push({ name: LM_HEAD, shape: [spec.vocabSize, D] });
+  out.push({ name: FINAL_NORM, shape: [D], role: 'norm' });
+  if (!spec.tieEmbeddings) out.push({ name: LM_HEAD, shape: [spec.vocabSize, D], role: 'lm_head' });
   return out;
+}
+
+/** name → role for every tensor the spec requires (tensors it does not know are absent). */
+export function tensorRoles(spec: ArchSpec): Map<string, TensorRole> {
+  return new Map(expectedTensors(spec).map((t) => [t.name, t.role]));
 }

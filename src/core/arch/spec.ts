@@ -3,9 +3,9 @@
  * so passes, engines and backends never read config.json themselves.
  */
 import { LlmcError } from '../errors.js';
+import { ARCHITECTURES, isModelType, SUPPORTED_MODEL_TYPES, type ConfigReader, type ModelType } from './registry.js';
 
-export const SUPPORTED_MODEL_TYPES = ['llama', 'mistral', 'qwen2', 'mixtral', 'qwen2_moe'] as const;
-export type ModelType = (typeof SUPPORTED_MODEL_TYPES)[number];
+export { SUPPORTED_MODEL_TYPES, type ModelType };
 
 /** rope_scaling as Hugging Face writes it; `type` is normalized from `rope_type` | `type`. */
 export type RopeScaling =
@@ -121,16 +121,17 @@ function tokenIds(v: unknown): number[] {
   return [];
 }
 
-/** Normalize a parsed config.json. `file` names the file in every error. */
+/** Normalize a parsed config.json (the architecture registry supplies what differs per model_type). `file` names the file in every error. */
 export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   const modelType = cfg.model_type;
-  if (typeof modelType !== 'string' || !(SUPPORTED_MODEL_TYPES as readonly string[]).includes(modelType)) {
+  if (!isModelType(modelType)) {
     throw new LlmcError(
       `unknown model_type ${JSON.stringify(modelType ?? null)}; supported: ${SUPPORTED_MODEL_TYPES.join(', ')}`,
       file,
     );
   }
-  const mt = modelType as ModelType;
+  const entry = ARCHITECTURES[modelType];
+  const reader: ConfigReader = { num: (k, f) => num(cfg, k, file, f), posInt: (k, f) => posInt(cfg, k, file, f), raw: cfg, file };
   const hiddenSize = posInt(cfg, 'hidden_size', file);
   const numHeads = posInt(cfg, 'num_attention_heads', file);
   const numKvHeads = posInt(cfg, 'num_key_value_heads', file, numHeads);
@@ -142,45 +143,14 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   if (act !== 'silu') throw new LlmcError(`unsupported hidden_act "${act}" (supported: silu)`, file);
   const numLayers = posInt(cfg, 'num_hidden_layers', file);
 
-  let moe: MoeSpec | null = null;
-  if (mt === 'mixtral') {
-    moe = {
-      routing: 'softmax-topk-renorm',
-      numExperts: posInt(cfg, 'num_local_experts', file),
-      topK: posInt(cfg, 'num_experts_per_tok', file),
-      expertIntermediateSize: posInt(cfg, 'intermediate_size', file),
-      sharedExpertIntermediateSize: null,
-      denseLayers: [],
-    };
-  } else if (mt === 'qwen2_moe') {
-    const step = posInt(cfg, 'decoder_sparse_step', file, 1);
-    const mlpOnly = Array.isArray(cfg.mlp_only_layers) ? (cfg.mlp_only_layers as number[]) : [];
-    const numExperts = posInt(cfg, 'num_experts', file);
-    const dense: number[] = [];
-    for (let l = 0; l < numLayers; l++) {
-      const sparse = !mlpOnly.includes(l) && numExperts > 0 && (l + 1) % step === 0;
-      if (!sparse) dense.push(l);
-    }
-    const shared = num(cfg, 'shared_expert_intermediate_size', file, 0);
-    moe = {
-      routing: cfg.norm_topk_prob === true ? 'softmax-topk-renorm' : 'softmax-topk',
-      numExperts,
-      topK: posInt(cfg, 'num_experts_per_tok', file),
-      expertIntermediateSize: posInt(cfg, 'moe_intermediate_size', file),
-      sharedExpertIntermediateSize: shared > 0 ? shared : null,
-      denseLayers: dense,
-    };
-    if (moe.topK > moe.numExperts) throw new LlmcError(`num_experts_per_tok (${moe.topK}) exceeds num_experts (${numExperts})`, file);
-  }
+  const moe: MoeSpec | null = entry.moe ? entry.moe.parse(reader, numLayers) : null;
   if (moe && moe.topK > moe.numExperts) {
     throw new LlmcError(`num_experts_per_tok (${moe.topK}) exceeds the number of experts (${moe.numExperts})`, file);
   }
 
-  const isQwen = mt === 'qwen2' || mt === 'qwen2_moe';
-  const attentionBias = cfg.attention_bias === true;
   const sliding = cfg.use_sliding_window === false ? null : cfg.sliding_window;
   return {
-    modelType: mt,
+    modelType,
     hiddenSize,
     intermediateSize: posInt(cfg, 'intermediate_size', file),
     numLayers,
@@ -193,8 +163,8 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     ropeTheta: num(cfg, 'rope_theta', file, 10000),
     ropeScaling: ropeScalingOf(cfg.rope_scaling, file),
     tieEmbeddings: cfg.tie_word_embeddings === true,
-    qkvBias: isQwen || attentionBias,
-    oBias: !isQwen && attentionBias,
+    qkvBias: entry.qkvBias(cfg),
+    oBias: entry.oBias(cfg),
     mlpBias: cfg.mlp_bias === true,
     hiddenAct: 'silu',
     slidingWindow: typeof sliding === 'number' && sliding > 0 ? sliding : null,

@@ -10,7 +10,7 @@ import { ioError } from '../util/atomic.js';
 import { sha256Files } from '../util/sha256.js';
 import { expectedTensors } from '../arch/names.js';
 import { SafetensorsFile, toF32, type TensorInfo } from './safetensors.js';
-import type { ModelAssets, ModelSource, TensorMeta } from './source.js';
+import { matrixOf, type ModelAssets, type ModelSource, type StoredLayout, type TensorMeta } from './source.js';
 import { normalizeConfig, type ArchSpec } from '../arch/spec.js';
 
 const INDEX = 'model.safetensors.index.json';
@@ -140,6 +140,11 @@ export class Checkpoint implements ModelSource {
   meta(name: string): TensorMeta | undefined {
     const i = this.infos.get(name);
     return i && { name: i.name, shape: i.shape, dtype: i.dtype };
+  }
+
+  layout(name: string): StoredLayout | null {
+    const i = this.infos.get(name);
+    return i ? { file: i.file, offset: i.offset, dtype: i.dtype, ...matrixOf(i.shape) } : null;
   }
 
   info(name: string): TensorInfo {

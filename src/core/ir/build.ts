@@ -2,9 +2,12 @@
  * The transformer, written once: Llama-family decoder (llama, mistral, qwen2) and its MoE
  * variants (mixtral, qwen2_moe) as an IR graph (see ir.ts) built from the normalized ArchSpec.
  */
-import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames } from '../arch/names.js';
+import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames } from '../arch/names.js';
+import { mlpsOf } from '../arch/units.js';
 import { isMoeLayer, type ArchSpec } from '../arch/spec.js';
-import type { GraphInput, ModelGraph, Op, TapPoint, V } from './ir.js';
+import { mlpOps, moeOutput } from './expand.js';
+import type { ElasticAxis, GraphInput, MlpSlot, ModelGraph, MoeMlp, Op, TapPoint, V } from './ir.js';
+
 
 /** Graph input/output names every lowering and the engine agree on. */
 export const IO = {
@@ -19,8 +22,6 @@ export const IO = {
   presentValue: (l: number) => `present_value_${l}`,
 } as const;
 
-const bias = (weight: string) => weight.replace(/\.weight$/, '.bias');
-
 export function buildModel(spec: ArchSpec): ModelGraph {
   const ops: Op[] = [];
   const taps: TapPoint[] = [];
@@ -34,25 +35,18 @@ export function buildModel(spec: ArchSpec): ModelGraph {
   ];
   const outputs: V[] = [IO.logits];
 
-  const linear = (out: V, x: V, weight: string, inF: number, outF: number, hasBias: boolean) => {
-    ops.push({ op: 'linear', out, x, weight, bias: hasBias ? bias(weight) : null, inFeatures: inF, outFeatures: outF });
+  const linear = (out: V, x: V, weight: string, inF: number, outF: number, hasBias: boolean, elastic?: { rows?: ElasticAxis; cols?: ElasticAxis }) => {
+    ops.push({ op: 'linear', out, x, weight, bias: hasBias ? biasOf(weight) : null, inFeatures: inF, outFeatures: outF, ...(elastic ? { elastic } : {}) });
     return out;
   };
   const tapLinear = (layer: number, weight: string, x: V, channels: number, mask: V | null) =>
     taps.push({ kind: 'linear-input', layer, key: weight, value: x, channels, mask });
-
-  /** SwiGLU MLP: down(silu(gate(x)) · up(x)); `mask` marks the tokens routed to it (experts). */
-  const mlp = (p: string, names: { gate: string; up: string; down: string }, x: V, I: number, layer: number, mask: V | null): V => {
-    const mb = spec.mlpBias;
-    tapLinear(layer, names.gate, x, D, mask);
-    tapLinear(layer, names.up, x, D, mask);
-    linear(`${p}.gate`, x, names.gate, D, I, mb);
-    linear(`${p}.up`, x, names.up, D, I, mb);
-    ops.push({ op: 'silu', out: `${p}.act`, x: `${p}.gate` });
-    ops.push({ op: 'mul', out: `${p}.h`, a: `${p}.act`, b: `${p}.up` });
-    taps.push({ kind: 'mlp-act', layer, key: p, value: `${p}.h`, channels: I, mask });
-    tapLinear(layer, names.down, `${p}.h`, I, mask);
-    return linear(`${p}.down`, `${p}.h`, names.down, I, D, mb);
+  /** The observation points of one MLP (the values mlpOps writes); `mask` marks the tokens routed to it. */
+  const tapMlp = (m: MoeMlp, x: V, layer: number, mask: V | null) => {
+    tapLinear(layer, m.gate, x, D, mask);
+    tapLinear(layer, m.up, x, D, mask);
+    taps.push({ kind: 'mlp-act', layer, key: m.prefix, value: `${m.prefix}.h`, channels: m.width, mask });
+    tapLinear(layer, m.down, `${m.prefix}.h`, m.width, mask);
   };
 
   ops.push({ op: 'embed', out: 'h0', ids: IO.ids, table: EMBED });
@@ -65,14 +59,16 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       { name: IO.pastValue(l), dtype: 'float32', dims: ['B', spec.numKvHeads, 'P', hd] },
     );
     outputs.push(IO.presentKey(l), IO.presentValue(l));
+    const qHeads: ElasticAxis = { unit: 'q-heads', layer: l };
+    const kvHeads: ElasticAxis = { unit: 'kv-heads', layer: l };
 
     // Attention block.
     ops.push({ op: 'rmsnorm', out: `${p}.attn_in`, x: h, weight: n.inputNorm, eps: spec.rmsNormEps, dim: D });
     const xa = `${p}.attn_in`;
     for (const w of [n.q, n.k, n.v]) tapLinear(l, w, xa, D, null);
-    linear(`${p}.q`, xa, n.q, D, spec.numHeads * hd, spec.qkvBias);
-    linear(`${p}.k`, xa, n.k, D, spec.numKvHeads * hd, spec.qkvBias);
-    linear(`${p}.v`, xa, n.v, D, spec.numKvHeads * hd, spec.qkvBias);
+    linear(`${p}.q`, xa, n.q, D, spec.numHeads * hd, spec.qkvBias, { rows: qHeads });
+    linear(`${p}.k`, xa, n.k, D, spec.numKvHeads * hd, spec.qkvBias, { rows: kvHeads });
+    linear(`${p}.v`, xa, n.v, D, spec.numKvHeads * hd, spec.qkvBias, { rows: kvHeads });
     ops.push({ op: 'rope', out: `${p}.q_rot`, x: `${p}.q`, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
     ops.push({ op: 'rope', out: `${p}.k_rot`, x: `${p}.k`, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
     ops.push({
@@ -85,6 +81,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       v: `${p}.v`,
       pastK: IO.pastKey(l),
       pastV: IO.pastValue(l),
+      layer: l,
       heads: spec.numHeads,
       kvHeads: spec.numKvHeads,
       headDim: hd,
@@ -92,48 +89,56 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     });
     taps.push({ kind: 'head-output', layer: l, key: `model.layers.${l}.self_attn`, value: `${p}.attn`, channels: spec.numHeads * hd, mask: null, heads: spec.numHeads });
     tapLinear(l, n.o, `${p}.attn`, spec.numHeads * hd, null);
-    linear(`${p}.o`, `${p}.attn`, n.o, spec.numHeads * hd, D, spec.oBias);
+    linear(`${p}.o`, `${p}.attn`, n.o, spec.numHeads * hd, D, spec.oBias, { cols: qHeads });
     ops.push({ op: 'add', out: `${p}.resid1`, a: h, b: `${p}.o` });
 
     // MLP block.
     ops.push({ op: 'rmsnorm', out: `${p}.mlp_in`, x: `${p}.resid1`, weight: n.postNorm, eps: spec.rmsNormEps, dim: D });
     const xm = `${p}.mlp_in`;
+    const mlpOf = (m: ReturnType<typeof mlpsOf>[number], slot: MlpSlot): MoeMlp => ({
+      prefix: m.prefix,
+      gate: m.gate,
+      up: m.up,
+      down: m.down,
+      bias: spec.mlpBias,
+      width: m.width,
+      slot,
+    });
     let mlpOut: V;
     if (!isMoeLayer(spec, l)) {
-      mlpOut = mlp(`model.layers.${l}.mlp`, n.mlp, xm, spec.intermediateSize, l, null);
+      const m = mlpOf(mlpsOf(spec, l)[0], spec.moe ? 'dense' : 'mlp');
+      tapMlp(m, xm, l, null);
+      ops.push(...mlpOps(m, xm, D));
+      mlpOut = `${m.prefix}.down`;
     } else {
       const moe = spec.moe!;
       const names = moeNames(spec, l);
+      const all = mlpsOf(spec, l);
       tapLinear(l, names.router, xm, D, null);
-      linear(`${p}.router_logits`, xm, names.router, D, moe.numExperts, false);
       taps.push({ kind: 'router-logits', layer: l, key: names.router, value: `${p}.router_logits`, channels: moe.numExperts, mask: null });
-      ops.push({ op: 'router', weights: `${p}.route_w`, mask: `${p}.route_mask`, logits: `${p}.router_logits`, numExperts: moe.numExperts, topK: moe.topK, mode: moe.routing });
-      // Every expert runs on every token and is scaled by its routing weight (0 when not
-      // selected): static shapes for every lowering; the sum runs in expert order as HF's does.
-      let acc: V | null = null;
-      names.experts.forEach((e, i) => {
-        const ep = e.gate.replace(/\.(gate_proj|w1)\.weight$/, '');
-        ops.push({ op: 'column', out: `${ep}.sel`, x: `${p}.route_mask`, index: i });
-        const y = mlp(ep, e, xm, moe.expertIntermediateSize, l, `${ep}.sel`);
-        ops.push({ op: 'column', out: `${ep}.w`, x: `${p}.route_w`, index: i });
-        ops.push({ op: 'mul', out: `${ep}.out`, a: y, b: `${ep}.w` });
-        if (acc === null) acc = `${ep}.out`;
-        else {
-          ops.push({ op: 'add', out: `${ep}.acc`, a: acc, b: `${ep}.out` });
-          acc = `${ep}.acc`;
-        }
-      });
-      mlpOut = acc!;
-      if (names.shared) {
-        const sp = `model.layers.${l}.mlp.shared_expert`;
-        const ys = mlp(sp, names.shared, xm, moe.sharedExpertIntermediateSize!, l, null);
-        tapLinear(l, names.sharedGate!, xm, D, null);
-        linear(`${p}.shared_gate`, xm, names.sharedGate!, D, 1, false);
-        ops.push({ op: 'sigmoid', out: `${p}.shared_scale`, x: `${p}.shared_gate` });
-        ops.push({ op: 'mul', out: `${p}.shared_out`, a: ys, b: `${p}.shared_scale` });
-        ops.push({ op: 'add', out: `${p}.moe_out`, a: mlpOut, b: `${p}.shared_out` });
-        mlpOut = `${p}.moe_out`;
+      const experts = all.slice(0, moe.numExperts).map((m, e) => mlpOf(m, { expert: e }));
+      const shared = names.shared ? { mlp: mlpOf(all[moe.numExperts], 'shared'), gate: names.sharedGate! } : null;
+      for (const m of experts) tapMlp(m, xm, l, `${m.prefix}.sel`);
+      if (shared) {
+        tapMlp(shared.mlp, xm, l, null);
+        tapLinear(l, shared.gate, xm, D, null);
       }
+      const op: Extract<Op, { op: 'moe' }> = {
+        op: 'moe',
+        out: '',
+        x: xm,
+        router: names.router,
+        logits: `${p}.router_logits`,
+        layer: l,
+        hidden: D,
+        topK: moe.topK,
+        mode: moe.routing,
+        experts,
+        shared,
+      };
+      op.out = moeOutput(op);
+      ops.push(op);
+      mlpOut = op.out;
     }
     ops.push({ op: 'add', out: `${p}.out`, a: `${p}.resid1`, b: mlpOut });
     h = `${p}.out`;

@@ -20,6 +20,13 @@
  *                    position P+t and sees keys 0..P+t; scores scaled by 1/sqrt(hd).
  *   silu | sigmoid   elementwise
  *   mul | add        elementwise with numpy broadcasting ([B,T,1] scales [B,T,C])
+ *   moe              a mixture-of-experts SwiGLU block: router logits x · Rᵀ [B,T,E], top-k routing
+ *                    over the experts, each expert's output scaled by its routing weight and summed in
+ *                    expert order, plus an optional shared expert scaled by sigmoid(gate(x)).
+ *                    A coarse op: executors may dispatch tokens to their experts (the TS runtime
+ *                    does); expandMoe (expand.ts) defines it in the primitive ops below, which the
+ *                    ONNX and tfjs lowerings run (every expert on every token, static shapes).
+ * Primitive ops that only appear in expandMoe's output:
  *   router           top-k MoE routing from logits [B,T,E] → dense weights [B,T,E] (zero for
  *                    unselected experts) and a 0/1 selection mask [B,T,E]:
  *                      'softmax-topk-renorm': softmax over the top-k logits (≡ softmax-all,
@@ -27,6 +34,10 @@
  *                      'softmax-topk':        softmax over all experts, keep the top-k as is
  *   column           out[b,t,0] = x[b,t,index]   (one expert's routing weight, [B,T,1])
  *   gatherPositions  out[b,n,:] = x[b,positions[n],:]   (pick the positions that need logits)
+ *
+ * Elastic widths: linear ops (and moe experts) say which axis of theirs is made of elastic units
+ * (`elastic`): query heads, KV groups or the neurons of one MLP of a layer. An executor running a
+ * sub-model of prefixes of those units (an elastic level) computes only the kept rows and columns.
  *
  * Graph inputs (see buildModel): input_ids int64 [B,T], cos/sin f32 [T, hd/2], logit_positions
  * int64 [N], past_key_<l>/past_value_<l> f32 [B,Hkv,P,hd]. Outputs: logits [B,N,V],
@@ -41,10 +52,49 @@ import type { ArchSpec } from '../arch/spec.js';
 /** A value name. */
 export type V = string;
 
+/** Which MLP of a layer a neuron axis belongs to (which width of an elastic level applies). */
+export type MlpSlot =
+  /** The MLP of a dense model (the level's `ffn`). */
+  | 'mlp'
+  /** A dense layer of an MoE model (qwen2_moe mlp_only_layers). */
+  | 'dense'
+  /** An MoE layer's shared expert. */
+  | 'shared'
+  /** Routed expert e. */
+  | { expert: number };
+
+/** An axis made of elastic units (whole heads keep their head_dim channels together). */
+export type ElasticAxis =
+  | { unit: 'q-heads'; layer: number }
+  | { unit: 'kv-heads'; layer: number }
+  | { unit: 'neurons'; layer: number; mlp: MlpSlot };
+
+/** One SwiGLU MLP of an moe op (Hugging Face tensor names; biases when the model has mlp_bias). */
+export interface MoeMlp {
+  /** `model.layers.<l>.mlp.experts.<e>` etc.: the MLP's name prefix (taps and values use it). */
+  prefix: string;
+  gate: string;
+  up: string;
+  down: string;
+  bias: boolean;
+  width: number;
+  slot: MlpSlot;
+}
+
 export type Op =
   | { op: 'embed'; out: V; ids: V; table: string }
   | { op: 'rmsnorm'; out: V; x: V; weight: string; eps: number; dim: number }
-  | { op: 'linear'; out: V; x: V; weight: string; bias: string | null; inFeatures: number; outFeatures: number }
+  | {
+      op: 'linear';
+      out: V;
+      x: V;
+      weight: string;
+      bias: string | null;
+      inFeatures: number;
+      outFeatures: number;
+      /** Elastic axes: of the outputs (weight rows) and of the inputs (weight columns). */
+      elastic?: { rows?: ElasticAxis; cols?: ElasticAxis };
+    }
   | { op: 'rope'; out: V; x: V; cos: V; sin: V; heads: number; headDim: number }
   | {
       op: 'attention';
@@ -56,6 +106,8 @@ export type Op =
       v: V;
       pastK: V;
       pastV: V;
+      /** The decoder layer (its KV cache). */
+      layer: number;
       heads: number;
       kvHeads: number;
       headDim: number;
@@ -66,6 +118,22 @@ export type Op =
   | { op: 'sigmoid'; out: V; x: V }
   | { op: 'mul'; out: V; a: V; b: V }
   | { op: 'add'; out: V; a: V; b: V }
+  | {
+      op: 'moe';
+      out: V;
+      /** The normalized hidden state the router and experts read, [B,T,D]. */
+      x: V;
+      /** The router's weight [E, D]. */
+      router: string;
+      /** The name of the router logits [B,T,E] inside the op (profiling taps observe it). */
+      logits: V;
+      layer: number;
+      hidden: number;
+      topK: number;
+      mode: 'softmax-topk-renorm' | 'softmax-topk';
+      experts: MoeMlp[];
+      shared: { mlp: MoeMlp; gate: string } | null;
+    }
   | { op: 'router'; weights: V; mask: V; logits: V; numExperts: number; topK: number; mode: 'softmax-topk-renorm' | 'softmax-topk' }
   | { op: 'column'; out: V; x: V; index: number }
   | { op: 'gatherPositions'; out: V; x: V; positions: V };

@@ -81,3 +81,14 @@ export function fallbackType(type: QuantType, rowLength: number): QuantType {
   }
   return rowLength % QUANT_TYPES[next].blockSize === 0 ? next : 'F16';
 }
+
+/**
+ * Elements per block along a row for a format name: a ggml type, or a llama.cpp preset named after
+ * its base type (Q4_K_M → Q4_K's 256). Unknown names count as unblocked (1).
+ */
+export function blockAlongRow(format: string): number {
+  const f = format.toUpperCase();
+  if (isQuantType(f)) return QUANT_TYPES[f].blockSize;
+  const base = /^(Q\d_K)_[SML]$/.exec(f)?.[1];
+  return base && isQuantType(base) ? QUANT_TYPES[base].blockSize : 1;
+}

@@ -10,6 +10,7 @@
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
+import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op } from '../../core/ir/ir.js';
 import { ropeTables } from '../../core/ir/rope.js';
 import { initTf, tf } from './tf.js';
@@ -24,12 +25,17 @@ export interface RunOptions {
 }
 
 export class TfModel {
+  /** The graph's ops with the moe op expanded (tfjs runs every expert on every token). */
+  private readonly ops: Op[];
+
   private constructor(
     readonly source: ModelSource,
     readonly graph: ModelGraph,
     private weights: Map<string, T>,
     readonly backend: string,
-  ) {}
+  ) {
+    this.ops = primitiveOps(graph);
+  }
 
   static async load(source: ModelSource, note?: (m: string) => void): Promise<TfModel> {
     const init = await initTf();
@@ -39,7 +45,7 @@ export class TfModel {
     // ~10× slower with transposeB. The embedding table is also kept as is for the lookup.
     const plain = new Set<string>();
     const transposed = new Set<string>();
-    for (const op of graph.ops) {
+    for (const op of primitiveOps(graph)) {
       if (op.op === 'embed') plain.add(op.table);
       if (op.op === 'rmsnorm') plain.add(op.weight);
       if (op.op === 'linear') {
@@ -84,7 +90,7 @@ export class TfModel {
       if (!t) throw new LlmcError(`tfjs lowering: value "${v}" used before it is defined`);
       return t;
     };
-    for (const op of this.graph.ops) {
+    for (const op of this.ops) {
       this.run(op, env, get, W, B, Tn);
       const out = 'out' in op ? op.out : undefined;
       if (out && headTaps.has(out)) {
@@ -282,6 +288,8 @@ export class TfModel {
         env.set(op.out, tf.slice(x, [0, 0, op.index], [B, Tn, 1]));
         return;
       }
+      case 'moe':
+        throw new LlmcError('internal: tfjs runs the expanded moe op (primitiveOps)');
       case 'gatherPositions':
         // This lowering always asks for every position (see logits()): the gather is the identity.
         env.set(op.out, get(op.x));

@@ -6,6 +6,7 @@
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError } from '../../core/errors.js';
 import { buildModel } from '../../core/ir/build.js';
+import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op, TapKind, TapPoint } from '../../core/ir/ir.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { attr, DT_FLOAT, DT_INT64, lenKey, onnx, varint, type AttributeProto, type NodeProto, type TensorProto, type ValueInfoProto } from './proto.js';
@@ -229,6 +230,8 @@ function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTables: Re
     case 'gatherPositions':
       b.node('Gather', [op.x, op.positions], [attr('axis', 1)], op.out);
       return;
+    case 'moe':
+      throw new LlmcError('internal: the ONNX lowering runs the expanded moe op (primitiveOps)');
   }
 }
 
@@ -304,7 +307,7 @@ export async function lowerToOnnx(source: ModelSource, opts: { taps?: TapSpec[];
   const graph = opts.graph ?? buildModel(source.spec);
   const b = new OnnxGraphBuilder();
   const embedTables = new Set(graph.ops.flatMap((o) => (o.op === 'embed' ? [o.table] : [])));
-  for (const op of graph.ops) lowerOp(b, op, graph, embedTables);
+  for (const op of primitiveOps(graph)) lowerOp(b, op, graph, embedTables);
   const taps = lowerTaps(b, graph, opts.taps ?? []);
 
   const outputNames = [...graph.outputs];

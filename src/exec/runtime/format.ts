@@ -5,10 +5,8 @@
 
 import { QUANT_TYPES } from '../../core/quant/types.js';
 
-/** The common manifest's identity: defined once here, browser-safe; src/app/compile/manifest.ts writes it. */
-export const MANIFEST_FILE = 'llmc-manifest.json';
-export const MANIFEST_FORMAT = 'llmc-artifact';
-export const MANIFEST_VERSION = 1;
+/** The common manifest (shape and identity): src/core/records/manifest.ts. */
+export { MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION } from '../../core/records/manifest.js';
 
 /** The ts target's own weight-file format, recorded in targetInfo. */
 export const TS_FORMAT = 'llmc-ts-weights';

@@ -1,7 +1,9 @@
 import type { Command } from 'commander';
-import { BACKENDS } from '../../../../backends/index.js'; // load-on-use thunks: cheap to import
+import { PASSES } from '../../../../passes/index.js';
+import { TARGETS } from '../../../../backends/index.js';
 import { openCheckpoint } from '../../../core/checkpoint/index.js';
 import { UsageError } from '../../../core/errors.js';
+import { planCompile } from '../../compile/plan.js';
 import { cliProgress, noteTo, printJson } from '../output.js';
 import { collect, collectKeyValue } from '../options.js';
 
@@ -17,21 +19,25 @@ function parseTensorTypes(specs: string[]): { pattern: RegExp; type: string }[] 
   });
 }
 
+/** commander's attribute name of a flag (`--calib-text <f>` → calibText). */
+const attributeOf = (flag: string) => flag.replace(/^--/, '').split(/[ =<[]/)[0].replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
 
 export function registerCompile(program: Command): void {
-  program
+  const cmd = program
     .command('compile')
     .description('Compile a Hugging Face checkpoint into a deployable artifact directory')
     .argument('<model>', 'Hugging Face checkpoint directory (config.json + *.safetensors)')
-    .requiredOption('-t, --target <target>', `output target: ${Object.keys(BACKENDS).sort().join(', ')}`)
+    .requiredOption('-t, --target <target>', `output target: ${TARGETS.map((t) => t.name).sort().join(', ')}`)
     .requiredOption('-o, --out <dir>', 'output directory (created if missing)')
     .option('-q, --quant <type>', 'weight format, e.g. F16, Q8_0, Q4_K_M (default: the target\'s)')
     .option('--tensor-type <regex=type>', 'per-tensor override, repeatable; last match wins', collect, [])
     .option('--passes <list>', 'comma-separated passes to run before the backend, in order', '')
     .option('--opt <key=value>', 'pass or target option, repeatable (e.g. reorder.levels=0.5,1)', collectKeyValue('--opt'), {})
-    .option('--cache-dir <dir>', 'where profiles are cached', '.llmc-cache')
-    .option('--importance <provider>', 'reorder: unit importance (taylor | activation | magnitude | auto)')
-    .option('--levels <list>', 'reorder: elastic levels, a count or fractions (e.g. 0.5,0.75,1)')
+    .option('--cache-dir <dir>', 'where profiles are cached', '.llmc-cache');
+  // Each pass's shorthand flags (`--levels X` ≡ `--opt reorder.levels=X`).
+  const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
+  for (const p of PASSES) for (const f of p.flags) cmd.option(f.flag, f.help);
+  cmd
     .option('--json', 'print the manifest as JSON on stdout')
     .addHelpText(
       'after',
@@ -45,36 +51,24 @@ export function registerCompile(program: Command): void {
         .split(',')
         .map((s) => s.trim())
         .filter(Boolean);
-      // --opt pass.key=value goes to that pass; anything else goes to the target.
-      const passOpts: Record<string, Record<string, string>> = Object.fromEntries(passNames.map((p) => [p, {}]));
-      const extra: Record<string, string> = {};
-      for (const [k, v] of Object.entries(o.opt as Record<string, string>)) {
-        const dot = k.indexOf('.');
-        const owner = dot > 0 ? k.slice(0, dot) : '';
-        if (owner in passOpts) passOpts[owner][k.slice(dot + 1)] = v;
-        else extra[k] = v;
+      const opts: Record<string, string> = { ...(o.opt as Record<string, string>) };
+      for (const f of flags) {
+        if (o[f.attr] === undefined) continue;
+        if (!passNames.includes(f.pass)) throw new UsageError(`${f.flag} needs --passes ${f.pass}`);
+        opts[`${f.pass}.${f.key}`] = String(o[f.attr]);
       }
-      // Convenience flags of the reorder pass.
-      for (const [flag, key] of [['importance', 'importance'], ['levels', 'levels']] as const) {
-        if (o[flag] === undefined) continue;
-        if (!('reorder' in passOpts)) throw new UsageError(`--${flag} needs --passes reorder`);
-        passOpts.reorder[key] = String(o[flag]);
-      }
+      const request = { target: o.target as string, passes: passNames, opts, quant: o.quant as string | undefined, tensorTypes: parseTensorTypes(o.tensorType) };
+      // Everything is checked before the checkpoint is opened or anything is written.
+      const plan = planCompile(request);
       const notes: string[] = [];
       const source = await openCheckpoint(modelDir);
       try {
-        // Passes and backends pull in onnxruntime and tfjs: load them only when compiling.
+        // Passes and targets pull in onnxruntime and tfjs: load them only when compiling.
         const { compile } = await import('../../compile/compile.js');
-        const manifest = await compile({
-          source,
-          target: o.target,
-          outDir: o.out,
-          passes: passNames.map((name) => ({ name, options: passOpts[name] })),
-          options: { quant: o.quant, tensorTypes: parseTensorTypes(o.tensorType), extra },
-          progress: cliProgress(json),
-          note: noteTo(notes, json),
-          cacheDir: o.cacheDir,
-        });
+        const manifest = await compile(
+          { ...request, source, outDir: o.out, progress: cliProgress(json), note: noteTo(notes, json), cacheDir: o.cacheDir },
+          plan,
+        );
         if (json) printJson({ ...manifest, notes });
         else {
           const bytes = manifest.files.reduce((a, f) => a + f.size, 0);

@@ -6,7 +6,7 @@
 import path from 'node:path';
 import type { Command } from 'commander';
 import { openCheckpoint, type Checkpoint } from '../../../core/checkpoint/index.js';
-import { EMBED, FINAL_NORM, LM_HEAD } from '../../../core/arch/names.js';
+import { tensorRoles, type TensorRole } from '../../../core/arch/names.js';
 import { numel } from '../../../core/checkpoint/safetensors.js';
 import type { ArchSpec } from '../../../core/arch/spec.js';
 import { printJson } from '../output.js';
@@ -14,18 +14,18 @@ import { printJson } from '../output.js';
 export const COMPONENTS = ['embedding', 'attention', 'mlp', 'experts', 'shared_expert', 'router', 'norms', 'lm_head', 'other'] as const;
 export type Component = (typeof COMPONENTS)[number];
 
-/** Which part of the model a Hugging Face tensor name belongs to. */
-export function componentOf(name: string): Component {
-  if (name === EMBED) return 'embedding';
-  if (name === LM_HEAD) return 'lm_head';
-  if (name === FINAL_NORM || /layernorm\.weight$|\.norm\.weight$/.test(name)) return 'norms';
-  if (/\.self_attn\./.test(name)) return 'attention';
-  if (/\.experts\.\d+\./.test(name)) return 'experts';
-  if (/\.shared_expert(_gate)?\./.test(name)) return 'shared_expert';
-  if (/\.(block_sparse_moe|mlp)\.gate\.weight$/.test(name)) return 'router';
-  if (/\.mlp\./.test(name)) return 'mlp';
-  return 'other';
-}
+/** The component each tensor role counts under (tensors the architecture does not name are "other"). */
+const COMPONENT_OF_ROLE: Record<TensorRole, Component> = {
+  embedding: 'embedding',
+  lm_head: 'lm_head',
+  norm: 'norms',
+  attention: 'attention',
+  mlp: 'mlp',
+  router: 'router',
+  expert: 'experts',
+  shared_expert: 'shared_expert',
+  shared_expert_gate: 'shared_expert',
+};
 
 interface Tally {
   tensors: number;
@@ -53,10 +53,12 @@ export async function inspectCheckpoint(ck: Checkpoint, withTensors: boolean): P
   let total = 0;
   let bytes = 0;
   const tensors: NonNullable<InspectReport['tensors']> = [];
+  const roles = tensorRoles(ck.spec);
   for (const t of ck.tensors) {
     const info = ck.info(t.name);
     const n = numel(t.shape);
-    const comp = componentOf(t.name);
+    const role = roles.get(t.name);
+    const comp = role ? COMPONENT_OF_ROLE[role] : 'other';
     byComponent[comp] += n;
     total += n;
     bytes += info.byteLength;

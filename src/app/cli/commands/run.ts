@@ -4,7 +4,7 @@ import { openGenerator } from '../../../exec/engine/generator.js';
 import { LlmcError, UsageError } from '../../../core/errors.js';
 import { loadTokenizer } from '../../../core/tokenizer/index.js';
 import { printJson } from '../output.js';
-import { levelWidths, selectLevel } from '../../../../passes/reorder/levels.js';
+import { ELASTIC_LEVELS, findRecord, levelWidths, MANIFEST_FILE, selectLevel, type PassRecord } from '../../../core/records/index.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 
 export function registerRun(program: Command): void {
@@ -40,9 +40,10 @@ export function registerRun(program: Command): void {
         // --level: run the prefix sub-model (the runtime slices weight prefixes, no copies).
         let level = {};
         if (o.level !== undefined) {
-          const model = (generator as { model?: { manifest?: { passes?: { name: string; metadata: Record<string, unknown> }[] } } }).model;
+          const model = (generator as { model?: { manifest?: { passes?: PassRecord[] } } }).model;
           if (!model) throw new UsageError('--level needs a ts artifact compiled with --passes reorder');
-          level = { widths: levelWidths(selectLevel(model.manifest?.passes, String(o.level), modelPath)) };
+          const levels = findRecord(model.manifest?.passes, ELASTIC_LEVELS, path.join(modelPath, MANIFEST_FILE))?.levels ?? null;
+          level = { widths: levelWidths(selectLevel(levels, String(o.level), modelPath)) };
         }
         const start = performance.now();
         const generated = await generator.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed, ...level });

@@ -1,0 +1,171 @@
+/**
+ * The `gguf` target: one GGUF v3 file llama.cpp loads as is (DIR/model.gguf). Tensors stream one at
+ * a time: read (experts one by one into the stacked buffer) → permute → quantize → write.
+ */
+import path from 'node:path';
+import { LlmcError } from '../../src/core/errors.js';
+import { numel } from '../../src/core/checkpoint/index.js';
+import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/core/quant/index.js';
+import type { EmitContext, EmitResult, FormatRequest, Target } from '../../src/core/pipeline/target.js';
+import type { CompileUnit, TensorAnnotation } from '../../src/core/pipeline/unit.js';
+import type { ModelSource } from '../../src/core/checkpoint/source.js';
+import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
+import { ChunkEncoder } from './encode.js';
+import { DEFAULT_QUANT } from './index.js';
+import { modelMetadata } from './metadata.js';
+import { chooseTensorType, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
+import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
+import { ChunkBuffers, tensorChunks, type RawDtype } from './stream.js';
+import { convertTokenizer, placeholderVocab } from './vocab.js';
+import { GgufFileWriter, type GgufTensorInfo } from './writer.js';
+
+export const GGUF_FILE = 'model.gguf';
+/** Values per streamed chunk (16 MB of f32): memory follows this, not the largest tensor. */
+const CHUNK_ELEMENTS = 1 << 22;
+
+interface PlannedTensor extends TensorPlan {
+  ne: number[];
+  type: QuantType;
+}
+
+export interface GgufPlan {
+  arch: GgufArch;
+  choice: QuantChoice;
+  tensors: PlannedTensor[];
+  notes: string[];
+}
+
+/**
+ * Decide every tensor's name, dims and type (no tensor data is read): the preset's rules, then a
+ * format a pass chose for the tensor, then --tensor-type overrides, then llama.cpp's row-length fallback.
+ */
+export function planGguf(source: ModelSource, formats: FormatRequest, annotations: ReadonlyMap<string, TensorAnnotation> = new Map()): GgufPlan {
+  const choice = parseQuant(formats.quant, DEFAULT_QUANT);
+  const overrides = formats.tensorTypes.map((o) => ({ pattern: o.pattern, type: parseTensorType(o.type) }));
+  const { arch, tensors, ignored } = planTensors(source);
+  const spec = source.spec;
+  const notes: string[] = [];
+  if (ignored.length) notes.push(`ignored ${ignored.length} tensor(s) llama.cpp does not use: ${ignored.slice(0, 5).join(', ')}${ignored.length > 5 ? ', ...' : ''}`);
+  const facts: ModelFacts = {
+    arch,
+    numLayers: spec.numLayers,
+    gqa: spec.numHeads / spec.numKvHeads,
+    numExperts: spec.moe?.numExperts ?? 0,
+    hasOutput: tensors.some((t) => t.name === 'output.weight'),
+    is70B: arch === 'llama' && spec.numLayers === 80 && spec.numHeads !== spec.numKvHeads,
+  };
+  const fallbacks = new Map<string, string[]>();
+  const planned = tensors.map((t) => {
+    const ne = neOf(t.shape);
+    const d = chooseTensorType(choice, overrides, { name: t.name, ne }, facts, passFormat(t.name, t.sources, annotations));
+    if (d.fallbackFrom) {
+      const k = `${d.fallbackFrom} -> ${d.type}`;
+      fallbacks.set(k, [...(fallbacks.get(k) ?? []), t.name]);
+    }
+    return { ...t, ne, type: d.type };
+  });
+  for (const [k, names] of fallbacks) {
+    notes.push(`${names.length} tensor(s) have rows not divisible by the block size, fell back ${k} (as llama.cpp does): ${names.slice(0, 4).join(', ')}${names.length > 4 ? ', ...' : ''}`);
+  }
+  return { arch, choice, tensors: planned, notes };
+}
+
+/** The format passes chose for a GGUF tensor's sources: one stacked tensor has one type, so its experts must agree. */
+function passFormat(name: string, sources: string[], annotations: ReadonlyMap<string, TensorAnnotation>): QuantType | undefined {
+  const chosen = new Set(sources.map((s) => annotations.get(s)?.format));
+  if (chosen.size === 1) {
+    const f = [...chosen][0];
+    return f === undefined ? undefined : parseTensorType(f);
+  }
+  throw new LlmcError(`${name} stacks ${sources.length} experts in one tensor of one type, but the passes chose ${[...chosen].map((f) => f ?? 'none').join(' / ')} for them`);
+}
+
+function modelName(dir: string): string {
+  return path.basename(path.resolve(dir)) || 'model';
+}
+
+export const ggufTarget: Target = {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+    const { source } = unit;
+    const plan = planGguf(source, ctx.formats, unit.annotations);
+    const meta = modelMetadata(source.spec, plan.arch, { name: modelName(source.dir), fileType: plan.choice.fileType });
+    const tokFile = path.join(source.dir, 'tokenizer.json');
+    const vocab = source.assets.tokenizer
+      ? convertTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig, source.spec, tokFile)
+      : placeholderVocab(source.spec);
+    const notes = [...plan.notes, ...meta.notes, ...vocab.notes];
+    for (const n of notes) ctx.note(n);
+
+    const infos: GgufTensorInfo[] = plan.tensors.map((t) => ({
+      name: t.name,
+      ne: t.ne,
+      ggmlType: QUANT_TYPES[t.type].ggmlType,
+      nbytes: rowBytes(t.type, t.ne[0]) * (numel(t.shape) / t.ne[0]),
+    }));
+    const finalPath = path.join(ctx.outDir, GGUF_FILE);
+    const writer = await GgufFileWriter.open(finalPath, [...meta.kvs, ...vocab.kvs], infos);
+    const sourceBytes = plan.tensors.reduce((a, t) => a + numel(t.shape) * 4, 0);
+    ctx.progress.start(`gguf ${plan.choice.label}`, sourceBytes);
+    // Half-float reads, decodes, permutations and encodings in the kernels' arena: converted in place,
+    // and hashed by the writer's worker straight from there. (A compile running alongside in this
+    // process gets ordinary buffers: same bytes, with copies.)
+    const arena = simdKernels()?.acquireArena() ?? null;
+    const buffers = new ChunkBuffers(arena ? (slot, bytes) => arena.buffer(slot, bytes) : undefined);
+    const encoder = new ChunkEncoder(buffers);
+    // A two-stage pipeline over all tensors' chunks: chunk k+1 is read and encoding (on the worker
+    // threads too) while chunk k's encoding finishes and it is written; so no core idles at a chunk's
+    // end, nor at a tensor's (ChunkBuffers keeps the two chunks' buffers apart).
+    type Encoded = { t: PlannedTensor; bytes: Promise<Uint8Array>; values: number };
+    let current: PlannedTensor | null = null;
+    const write = async ({ t, bytes, values }: Encoded) => {
+      if (t !== current) {
+        if (current) await writer.endTensor();
+        await writer.beginTensor(t.name);
+        current = t;
+      }
+      await writer.writeData(await bytes);
+      ctx.progress.tick(values * 4);
+    };
+    try {
+      let previous: Encoded | null = null;
+      for (const t of plan.tensors) {
+        // Raw source bits where an encoder takes them directly: bf16 (several types), f16 (to F16).
+        const raw: RawDtype[] = [...(encodesBf16(t.type, t.ne[0]) ? ['BF16' as const] : []), ...(t.type === 'F16' ? ['F16' as const] : [])];
+        for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, raw, buffers })) {
+          const bytes = encoder.encode(t.type, chunk, t.ne[0]);
+          bytes.catch(() => {}); // surfaced when written
+          if (previous) await write(previous);
+          previous = { t, bytes, values: chunk.length };
+        }
+      }
+      if (previous) await write(previous);
+      if (current) await writer.endTensor();
+      await writer.finish();
+    } catch (err) {
+      await writer.abort();
+      throw err instanceof LlmcError ? err : new LlmcError(`failed writing GGUF: ${(err as Error).message}`, finalPath);
+    } finally {
+      arena?.release();
+      ctx.progress.done();
+    }
+
+    const counts: Record<string, number> = {};
+    for (const t of plan.tensors) counts[t.type] = (counts[t.type] ?? 0) + 1;
+    return {
+      files: [GGUF_FILE],
+      targetInfo: {
+        format: 'gguf',
+        ggufVersion: 3,
+        file: GGUF_FILE,
+        architecture: plan.arch,
+        quant: plan.choice.label,
+        preset: plan.choice.ftype,
+        fileType: plan.choice.fileType,
+        tokenizer: { model: vocab.model, pre: vocab.pre ?? null, size: vocab.size, placeholder: !source.assets.tokenizer },
+        typeCounts: counts,
+        tensors: plan.tensors.map((t) => ({ name: t.name, ne: t.ne, type: t.type, source: t.sources[0] ?? null, ...(t.sources.length > 1 ? { experts: t.sources.length } : {}) })),
+        notes,
+      },
+    };
+  },
+};

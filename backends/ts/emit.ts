@@ -1,0 +1,125 @@
+/**
+ * The `ts` target: weights.bin (every tensor, 64-byte aligned, in F32 / F16 / ggml blocks) plus a tensor
+ * table in the manifest's targetInfo, for the TS runtime in src/exec/runtime. Format: docs/ts-artifact.md.
+ * Streams one tensor at a time; quantizes with src/core/quant (so Q8_0 bytes equal the GGUF target's).
+ */
+import path from 'node:path';
+import { fromF32 } from '../../src/core/checkpoint/safetensors.js';
+import { UsageError } from '../../src/core/errors.js';
+import { quantize } from '../../src/core/quant/quantize.js';
+import { fallbackType, type QuantType } from '../../src/core/quant/types.js';
+import {
+  alignUp,
+  formatTensorBytes,
+  TENSOR_ALIGNMENT,
+  TS_FORMAT,
+  TS_FORMAT_VERSION,
+  WEIGHT_FORMATS,
+  WEIGHTS_FILE,
+  type TensorEntry,
+  type TsTargetInfo,
+  type WeightFormat,
+} from '../../src/exec/runtime/format.js';
+import { AtomicFile, writeFileAtomic } from '../../src/core/util/atomic.js';
+import { tensorRoles, type TensorRole } from '../../src/core/arch/names.js';
+import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
+import type { CompileUnit } from '../../src/core/pipeline/unit.js';
+
+/** The ts target's default --quant. */
+export const TS_DEFAULT_FORMAT: WeightFormat = 'F32';
+
+/** Tensors kept in F32 whatever --quant says: vectors (norms, biases) and the tiny routing gates. */
+function keepF32(shape: readonly number[], role: TensorRole | undefined): boolean {
+  return shape.length < 2 || role === 'router' || role === 'shared_expert_gate';
+}
+
+/**
+ * The format a tensor is written in: --quant, then a format a pass chose for it, then --tensor-type
+ * overrides (the last match wins), then the row-length fallback. Formats arrive validated (the pass
+ * manager checks --quant and --tensor-type against the descriptor's table).
+ */
+export function chooseFormat(
+  name: string,
+  shape: readonly number[],
+  role: TensorRole | undefined,
+  quant: WeightFormat,
+  passFormat: string | undefined,
+  overrides: readonly { pattern: RegExp; type: string }[],
+): { format: WeightFormat; note?: string } {
+  if (keepF32(shape, role)) return { format: 'F32' };
+  let want = (passFormat ?? quant) as WeightFormat;
+  for (const o of overrides) if (o.pattern.test(name)) want = o.type as WeightFormat;
+  if (!WEIGHT_FORMATS.includes(want)) throw new UsageError(`${name}: the ts target cannot write ${want} (it writes ${WEIGHT_FORMATS.join(', ')})`);
+  const rowLength = shape[shape.length - 1];
+  const fb = fallbackType(want as QuantType, rowLength);
+  if (fb === want) return { format: want };
+  if (!WEIGHT_FORMATS.includes(fb as WeightFormat)) throw new UsageError(`${name}: ${want} falls back to ${fb} for rows of ${rowLength}, which the TS runtime cannot run`);
+  return { format: fb as WeightFormat, note: `${name}: rows of ${rowLength} are not whole ${want} blocks; wrote ${fb}` };
+}
+
+function encode(format: WeightFormat, data: Float32Array, rowLength: number): Uint8Array {
+  if (format === 'F32' || format === 'F16') return fromF32(data, format);
+  return quantize(format as QuantType, data, rowLength);
+}
+
+export const tsTarget: Target = {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+    const quant = (ctx.formats.quant ?? TS_DEFAULT_FORMAT) as WeightFormat;
+    const { source } = unit;
+    const roles = tensorRoles(source.spec);
+    // Decide every format first: a tensor that cannot be written fails before anything is.
+    const plan = source.tensors.map((t) => ({
+      meta: t,
+      ...chooseFormat(t.name, t.shape, roles.get(t.name), quant, unit.annotations.get(t.name)?.format, ctx.formats.tensorTypes),
+    }));
+    const fallbacks = plan.filter((p) => p.note);
+    if (fallbacks.length) {
+      const kinds = [...new Set(fallbacks.map((p) => p.format))].join('/');
+      ctx.note(`${fallbacks.length} tensor(s) have rows that are not whole ${quant} blocks and were written as ${kinds} (e.g. ${fallbacks[0].note})`);
+    }
+
+    const out = await AtomicFile.open(path.join(ctx.outDir, WEIGHTS_FILE));
+    const tensors: TensorEntry[] = [];
+    ctx.progress.start(`ts ${quant}`, plan.length);
+    try {
+      for (const p of plan) {
+        const { name, shape } = p.meta;
+        const data = await source.readF32(name);
+        const bytes = encode(p.format, data, shape[shape.length - 1]);
+        if (bytes.length !== formatTensorBytes(p.format, shape)) throw new Error(`internal: ${name} encoded to ${bytes.length} bytes`);
+        const offset = out.bytesWritten;
+        await out.write(bytes);
+        const pad = alignUp(out.bytesWritten) - out.bytesWritten;
+        if (pad) await out.write(new Uint8Array(pad));
+        tensors.push({ name, format: p.format, shape: [...shape], offset, bytes: bytes.length });
+        ctx.progress.tick();
+      }
+      await out.commit();
+    } catch (err) {
+      await out.abort();
+      throw err;
+    } finally {
+      ctx.progress.done();
+    }
+
+    const files = [WEIGHTS_FILE];
+    const assets = source.assets;
+    if (assets.tokenizer !== undefined) {
+      await writeFileAtomic(path.join(ctx.outDir, 'tokenizer.json'), assets.tokenizer);
+      files.push('tokenizer.json');
+    }
+    if (assets.tokenizerConfig !== undefined) {
+      await writeFileAtomic(path.join(ctx.outDir, 'tokenizer_config.json'), assets.tokenizerConfig);
+      files.push('tokenizer_config.json');
+    }
+    const targetInfo: TsTargetInfo = {
+      format: TS_FORMAT,
+      version: TS_FORMAT_VERSION,
+      weights: WEIGHTS_FILE,
+      alignment: TENSOR_ALIGNMENT,
+      quant,
+      tensors,
+    };
+    return { files, targetInfo: targetInfo as unknown as Record<string, unknown> };
+  },
+};

@@ -1,0 +1,57 @@
+/**
+ * The compile unit: what passes transform and targets lower.
+ *   source       lazy weights + architecture + carried files (tensors are read one at a time)
+ *   graph        the IR every executor runs (src/core/ir)
+ *   annotations  per-tensor decisions of passes: weight format, quantization scales, outlier
+ *                channels, subgraph / partition tags
+ *   records      the typed records passes wrote so far (src/core/records), in pass order
+ * Units are immutable values: a pass returns a new one (`evolve`).
+ */
+import type { ModelSource } from '../checkpoint/source.js';
+import { buildModel } from '../ir/build.js';
+import type { ModelGraph } from '../ir/ir.js';
+import type { PassRecord } from '../records/manifest.js';
+
+/** What passes decided about one tensor (Hugging Face name); absent fields were not decided. */
+export interface TensorAnnotation {
+  /** Weight format (a name from the target's format table): a per-tensor choice, e.g. per MoE expert. */
+  format?: string;
+  /** Static quantization scales of the linear's input, weight and output (per tensor). */
+  scales?: { input?: number; weight?: number; output?: number };
+  /** Input channels kept out of the low-precision path (current channel order). */
+  outlierChannels?: number[];
+  /** The subgraph / partition the tensor belongs to. */
+  partition?: string;
+}
+
+export interface CompileUnit {
+  readonly source: ModelSource;
+  readonly graph: ModelGraph;
+  readonly annotations: ReadonlyMap<string, TensorAnnotation>;
+  readonly records: readonly PassRecord[];
+}
+
+/** The unit of a checkpoint: its IR built from its architecture, nothing decided yet. */
+export function unitOf(source: ModelSource): CompileUnit {
+  return { source, graph: buildModel(source.spec), annotations: new Map(), records: [] };
+}
+
+/**
+ * A unit with some parts replaced. New weights with another architecture (a sliced level) get
+ * their IR rebuilt unless a graph is given; annotations merge field by field.
+ */
+export function evolve(
+  unit: CompileUnit,
+  change: { source?: ModelSource; graph?: ModelGraph; annotate?: ReadonlyMap<string, TensorAnnotation>; record?: PassRecord },
+): CompileUnit {
+  const source = change.source ?? unit.source;
+  const graph = change.graph ?? (source.spec === unit.source.spec ? unit.graph : buildModel(source.spec));
+  let annotations = unit.annotations;
+  if (change.annotate?.size) {
+    const merged = new Map(unit.annotations);
+    for (const [name, a] of change.annotate) merged.set(name, { ...merged.get(name), ...a });
+    annotations = merged;
+  }
+  const records = change.record ? [...unit.records, change.record] : unit.records;
+  return { source, graph, annotations, records };
+}

@@ -1,0 +1,133 @@
+/**
+ * Record `elastic-prefix/1`: the elastic levels of a reordered model (written by the `reorder` pass,
+ * read by targets, the TS runtime and `llmc run --level`). Units are reordered so that every level
+ * is a prefix: per layer, the first `kvGroups` KV groups, the first `qHeadsPerGroup` query heads of
+ * each kept group, and the first `ffn` neurons of every elastic MLP.
+ */
+import { LlmcError, UsageError } from '../errors.js';
+import { Checker } from './check.js';
+import { defineRecord } from './types.js';
+
+export interface LayerWidth {
+  /** KV heads kept (a prefix of the reordered groups). */
+  kvGroups: number;
+  /** Query heads kept in each kept group (a prefix inside each group). */
+  qHeadsPerGroup: number;
+  /** Neurons kept in the MLP (for MoE layers: in each routed expert; the shared expert stays full). */
+  ffn: number;
+}
+
+export interface LevelLayer extends LayerWidth {
+  layer: number;
+  anchor: boolean;
+  heads: number;
+  params: number;
+}
+
+export interface Level {
+  id: string;
+  /** The requested size as a fraction of the full model's parameters. */
+  nominal: number;
+  /** Real parameters of the sub-model, embeddings and lm_head included. */
+  params: number;
+  paramFrac: number;
+  /** Parameters inside the decoder layers only. */
+  blockParams: number;
+  blockFrac: number;
+  /** Multiply-add FLOPs (×2) per generated token at context lengths 128 / 512 / 2048. */
+  flopsPerToken: Record<string, number>;
+  /** KV-cache bytes per token, f16 cache. */
+  kvBytesPerToken: number;
+  layers: LevelLayer[];
+  /** Held-out perplexity of the level (when evaluated). */
+  heldOutPpl?: number;
+}
+
+/** Per non-anchor layer, gathers new → old: new unit i is old unit order[i]. */
+export interface LayerOrder {
+  layer: number;
+  /** Over KV groups (G); under MHA a group is one head. */
+  groups: number[];
+  /** Per NEW group position, the order of its R query heads (indices inside the group). */
+  qInGroup: number[][];
+  /** Per MLP prefix (`model.layers.<l>.mlp`, `...experts.<e>`, `...shared_expert`): order over its neurons. */
+  mlp: Record<string, number[]>;
+}
+
+export interface ElasticLevels {
+  format: 'elastic-prefix/1';
+  /** The importance source used; `auto`: held-out perplexity of each source's order at the 50% level. */
+  importance: { provider: string; requested: string; auto?: Record<string, number> };
+  /** The calibration set (self-generated or text) and its profile key. */
+  calibration: { source: 'self-generated' | { text: string; sha256: string }; count: number; length: number; seed: number; heldOut: number; profile: string };
+  attnUnit: 'kv-group' | 'q-head';
+  anchors: number[];
+  /** Loss of the calibration batch with each layer replaced by identity, and without. */
+  layerLoss: number[] | null;
+  baseLoss: number | null;
+  /** In-sliced widths (o_proj / down_proj columns) are multiples of this. */
+  quantBlock: number;
+  layout: { inSliced: 'row-major-strided' };
+  orders: LayerOrder[];
+  full: Level;
+  levels: Level[];
+  /** Held-out perplexity of the unmodified model (when evaluated). */
+  heldOutPpl?: number;
+  notes: string[];
+}
+
+function readLevel(c: Checker, v: unknown, path: string): Level {
+  const o = c.obj(v, path);
+  c.str(o.id, `${path}.id`);
+  for (const k of ['nominal', 'paramFrac', 'blockFrac'] as const) c.num(o[k], `${path}.${k}`);
+  for (const k of ['params', 'blockParams', 'kvBytesPerToken'] as const) c.int(o[k], `${path}.${k}`);
+  if (o.heldOutPpl !== undefined) c.num(o.heldOutPpl, `${path}.heldOutPpl`);
+  c.arr(o.layers, `${path}.layers`).forEach((x, i) => {
+    const p = `${path}.layers[${i}]`;
+    const L = c.obj(x, p);
+    c.int(L.layer, `${p}.layer`);
+    for (const k of ['kvGroups', 'qHeadsPerGroup', 'ffn'] as const) c.int(L[k], `${p}.${k}`, 1);
+  });
+  return o as unknown as Level;
+}
+
+export const ELASTIC_LEVELS = defineRecord<ElasticLevels>('elastic-prefix/1', 'elastic levels (reorder)', (v, c) => {
+  const o = c.obj(v, 'elastic-prefix');
+  c.arr(o.levels, 'levels').forEach((l, i) => readLevel(c, l, `levels[${i}]`));
+  readLevel(c, o.full, 'full');
+  c.ints(o.anchors, 'anchors');
+  c.int(o.quantBlock, 'quantBlock', 1);
+  c.arr(o.orders, 'orders').forEach((x, i) => {
+    const p = `orders[${i}]`;
+    const L = c.obj(x, p);
+    c.int(L.layer, `${p}.layer`);
+    c.ints(L.groups, `${p}.groups`);
+    c.arr(L.qInGroup, `${p}.qInGroup`).forEach((q, g) => c.ints(q, `${p}.qInGroup[${g}]`));
+    for (const [k, perm] of Object.entries(c.obj(L.mlp, `${p}.mlp`))) c.ints(perm, `${p}.mlp.${k}`);
+  });
+  return o as unknown as ElasticLevels;
+});
+
+/**
+ * Pick a level: by id (`L3`), by nominal fraction, or the largest level whose real size is at most
+ * the requested fraction.
+ */
+export function selectLevel(levels: readonly Level[] | null, request: string, where = ''): Level {
+  if (!levels?.length) throw new LlmcError('--level needs an artifact compiled with --passes reorder (no elastic levels in its manifest)', where || undefined);
+  const byId = levels.find((l) => l.id === request);
+  if (byId) return byId;
+  const r = Number(request);
+  if (!Number.isFinite(r) || r <= 0 || r > 1) throw new UsageError(`--level takes a level id (${levels.map((l) => l.id).join(', ')}) or a fraction in (0, 1], got "${request}"`);
+  const exact = levels.find((l) => Math.abs(l.nominal - r) < 1e-9);
+  if (exact) return exact;
+  const fit = levels.filter((l) => l.paramFrac <= r + 1e-9);
+  if (!fit.length) {
+    throw new UsageError(`no level is as small as ${r}; the smallest is ${levels[0].id} (${levels[0].paramFrac} of the parameters)`);
+  }
+  return fit[fit.length - 1];
+}
+
+/** The runtime's per-layer widths for a level. */
+export function levelWidths(level: Level): LayerWidth[] {
+  return level.layers.map((l) => ({ kvGroups: l.kvGroups, qHeadsPerGroup: l.qHeadsPerGroup, ffn: l.ffn }));
+}

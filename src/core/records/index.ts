@@ -1,0 +1,4 @@
+/** Pass records and the manifest they live in: browser-safe, read by targets, the runtime and the CLI. */
+export * from './manifest.js';
+export * from './types.js';
+export * from './elastic.js';

@@ -1,0 +1,574 @@
+/**
+ * The TS runtime's executor of the model IR (src/core/ir): the graph is compiled once into a list of
+ * steps, closures over their weights and value buffers (reused from call to call), then run per
+ * forward pass. Coarse ops keep it fast: linear runs the dequantizing matmul kernels, attention
+ * reads the KV cache in place, moe dispatches each token to its top-k experts, and a silu feeding
+ * one mul runs fused.
+ *
+ * Elastic widths are a feature of the interpreter: ops whose axes the IR marks elastic compute only
+ * the units a level keeps (prefixes of KV groups, of query heads inside each group, of an MLP's
+ * neurons); the weights are the full ones, read in place.
+ * Browser-safe: no Node imports.
+ */
+import { biasOf } from '../../core/arch/names.js';
+import type { ArchSpec } from '../../core/arch/spec.js';
+import { LlmcError } from '../../core/errors.js';
+import { IO } from '../../core/ir/build.js';
+import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
+import { ropeTables } from '../../core/ir/rope.js';
+import { dequantRow, matmul, type Weight } from './kernels.js';
+
+/** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
+export interface LayerWidth {
+  /** KV groups kept (prefix of the KV heads; under MHA a group is one head). */
+  kvGroups: number;
+  /** Query heads kept in each kept group (prefix within the group); default all. */
+  qHeadsPerGroup?: number;
+  /**
+   * Neurons kept (prefix); default all. Dense models: the MLP. MoE models: each routed expert (as the
+   * reorder pass's levels say), while their dense layers (qwen2_moe mlp_only_layers) take `denseFfn`.
+   */
+  ffn?: number;
+  /** MoE layers: neurons kept per routed expert, overriding `ffn`. */
+  expertFfn?: number[];
+  /** Dense layers of an MoE model: neurons kept; default all. */
+  denseFfn?: number;
+  /** qwen2_moe: neurons kept in the shared expert; default all. */
+  sharedFfn?: number;
+}
+
+/** Tensor lookup the interpreter binds weights from (the loader provides it). */
+export interface WeightTable {
+  weight(name: string): Weight;
+  vector(name: string): Float32Array;
+  has(name: string): boolean;
+}
+
+/** Per-layer keys and values of the positions seen so far. Make one with `model.newCache()`. */
+export class KvCache {
+  length = 0;
+  capacity = 0;
+  k: Float32Array[];
+  v: Float32Array[];
+  constructor(
+    readonly numLayers: number,
+    readonly kvDim: number,
+  ) {
+    this.k = Array.from({ length: numLayers }, () => new Float32Array(0));
+    this.v = Array.from({ length: numLayers }, () => new Float32Array(0));
+  }
+
+  reserve(n: number): void {
+    if (n <= this.capacity) return;
+    const cap = Math.max(n, this.capacity * 2, 16);
+    for (let l = 0; l < this.numLayers; l++) {
+      const k = new Float32Array(cap * this.kvDim);
+      const v = new Float32Array(cap * this.kvDim);
+      k.set(this.k[l].subarray(0, this.length * this.kvDim));
+      v.set(this.v[l].subarray(0, this.length * this.kvDim));
+      this.k[l] = k;
+      this.v[l] = v;
+    }
+    this.capacity = cap;
+  }
+}
+
+/** What one forward call runs over. */
+interface Frame {
+  /** New tokens. */
+  T: number;
+  /** Positions already in the cache. */
+  pos0: number;
+  /** Rows whose logits are wanted (indices into the T new tokens). */
+  positions: number[];
+  ids: ArrayLike<number>;
+  cache: KvCache;
+  cos: Float32Array;
+  sin: Float32Array;
+  widths: LayerWidth[] | undefined;
+}
+
+type Step = (f: Frame) => void;
+
+/** A value's buffer: rows × channels, grown on demand and reused across calls. */
+class Buffer2D {
+  data = new Float32Array(0);
+  constructor(readonly channels: number) {}
+  /** The first `rows` rows, (re)allocated when too small. */
+  rows(rows: number): Float32Array {
+    const n = rows * this.channels;
+    if (this.data.length < n) this.data = new Float32Array(n);
+    return this.data;
+  }
+}
+
+export class Interpreter {
+  private readonly steps: Step[] = [];
+  private readonly buffers = new Map<V, Buffer2D>();
+  /** Rows each value has in the current call (T, or the gathered positions' count). */
+  private readonly rowsOf = new Map<V, 'T' | 'N'>();
+  private readonly nrep: number;
+  /** The op that writes each value (rope reads which heads its input's producer kept). */
+  private readonly producer = new Map<V, Op>();
+
+  constructor(
+    readonly spec: ArchSpec,
+    readonly graph: ModelGraph,
+    private readonly table: WeightTable,
+  ) {
+    this.nrep = spec.numHeads / spec.numKvHeads;
+    const uses = new Map<V, number>();
+    for (const op of graph.ops) for (const v of inputsOf(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
+    const ops = graph.ops;
+    for (const op of ops) if ('out' in op) this.producer.set(op.out, op);
+    for (let i = 0; i < ops.length; i++) {
+      const op = ops[i];
+      const next = ops[i + 1];
+      // silu(g) read only by the next op, a mul with u: one fused loop (and its rounding).
+      if (op.op === 'silu' && next?.op === 'mul' && next.a === op.out && uses.get(op.out) === 1) {
+        this.steps.push(this.siluMul(op.x, next.b, next.out));
+        i++;
+        continue;
+      }
+      this.steps.push(this.compile(op));
+    }
+  }
+
+  newCache(): KvCache {
+    return new KvCache(this.spec.numLayers, this.spec.numKvHeads * this.spec.headDim);
+  }
+
+  /**
+   * Logits at `positions` (indices into `ids`) for `ids` appended after what `cache` holds:
+   * [positions.length, V] row-major. The cache is extended by ids.length positions.
+   */
+  run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Float32Array {
+    const s = this.spec;
+    const T = ids.length;
+    if (T === 0) throw new LlmcError('forward: no input ids');
+    if (widths) this.checkWidths(widths);
+    for (let t = 0; t < T; t++) {
+      const id = ids[t];
+      if (!Number.isInteger(id) || id < 0 || id >= s.vocabSize) throw new LlmcError(`token id ${id} is outside the vocabulary (0..${s.vocabSize - 1})`);
+    }
+    const pos0 = cache.length;
+    cache.reserve(pos0 + T);
+    // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
+    const { cos, sin } = ropeTables(s, pos0, T);
+    const frame: Frame = { T, pos0, positions, ids, cache, cos, sin, widths };
+    for (const step of this.steps) step(frame);
+    cache.length = pos0 + T;
+    const logits = this.buffer(IO.logits);
+    return logits.data.slice(0, positions.length * logits.channels);
+  }
+
+  // ---- values ------------------------------------------------------------------------------------
+
+  private buffer(v: V): Buffer2D {
+    const b = this.buffers.get(v);
+    if (!b) throw new LlmcError(`internal: interpreter reads "${v}" before it is written`);
+    return b;
+  }
+
+  private define(v: V, channels: number, rows: 'T' | 'N' = 'T'): Buffer2D {
+    const b = new Buffer2D(channels);
+    this.buffers.set(v, b);
+    this.rowsOf.set(v, rows);
+    return b;
+  }
+
+  private rowCount(v: V, f: Frame): number {
+    return this.rowsOf.get(v) === 'N' ? f.positions.length : f.T;
+  }
+
+  // ---- elastic widths ----------------------------------------------------------------------------
+
+  /**
+   * The kept extent of an elastic axis at this call's widths: `count` ranges of `len` channels,
+   * one every `stride` channels (a prefix is one range with stride = len).
+   */
+  private extent(axis: ElasticAxis | undefined, full: number, f: Frame): { count: number; stride: number; len: number } {
+    const w = axis ? f.widths?.[axis.layer] : undefined;
+    const prefix = (len: number) => ({ count: 1, stride: len, len });
+    if (!axis || !w) return prefix(full);
+    const hd = this.spec.headDim;
+    switch (axis.unit) {
+      case 'kv-heads':
+        return prefix(w.kvGroups * hd);
+      case 'q-heads': {
+        const qpg = w.qHeadsPerGroup ?? this.nrep;
+        return qpg === this.nrep ? prefix(w.kvGroups * this.nrep * hd) : { count: w.kvGroups, stride: this.nrep * hd, len: qpg * hd };
+      }
+      case 'neurons':
+        return prefix(this.neurons(axis.mlp, w) ?? full);
+    }
+  }
+
+  private neurons(slot: MoeMlp['slot'], w: LayerWidth): number | undefined {
+    if (slot === 'mlp') return w.ffn;
+    if (slot === 'dense') return w.denseFfn;
+    if (slot === 'shared') return w.sharedFfn;
+    return w.expertFfn?.[slot.expert] ?? w.ffn;
+  }
+
+  // ---- ops ---------------------------------------------------------------------------------------
+
+  private compile(op: Op): Step {
+    const s = this.spec;
+    switch (op.op) {
+      case 'embed': {
+        const table = this.table.weight(op.table);
+        const out = this.define(op.out, s.hiddenSize);
+        return (f) => {
+          const x = out.rows(f.T);
+          for (let t = 0; t < f.T; t++) dequantRow(table, f.ids[t], x, t * out.channels);
+        };
+      }
+      case 'rmsnorm': {
+        const w = this.table.vector(op.weight);
+        const x = this.buffer(op.x);
+        const out = this.define(op.out, op.dim, this.rowsOf.get(op.x));
+        return (f) => {
+          const n = this.rowCount(op.x, f);
+          rmsNorm(x.data, w, out.rows(n), n, op.dim, op.eps);
+        };
+      }
+      case 'linear':
+        return this.linear(op);
+      case 'rope': {
+        // In place: the roped value shares the unroped one's buffer (nothing else reads it). The
+        // heads kept are the rows the producing linear kept.
+        const x = this.buffer(op.x);
+        this.buffers.set(op.out, x);
+        this.rowsOf.set(op.out, 'T');
+        const hd = op.headDim;
+        const C = op.heads * hd;
+        const from = this.producer.get(op.x);
+        const axis = from?.op === 'linear' ? from.elastic?.rows : undefined;
+        return (f) => {
+          const e = this.extent(axis, C, f);
+          for (let t = 0; t < f.T; t++) {
+            for (let g = 0; g < e.count; g++) {
+              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, t * C + c, hd, f.cos, f.sin, t);
+            }
+          }
+        };
+      }
+      case 'attention':
+        return this.attention(op);
+      case 'silu': {
+        const x = this.buffer(op.x);
+        const out = this.define(op.out, x.channels, this.rowsOf.get(op.x));
+        return (f) => {
+          const n = this.rowCount(op.x, f) * x.channels;
+          const o = out.rows(this.rowCount(op.x, f));
+          for (let i = 0; i < n; i++) o[i] = x.data[i] / (1 + Math.exp(-x.data[i]));
+        };
+      }
+      case 'sigmoid': {
+        const x = this.buffer(op.x);
+        const out = this.define(op.out, x.channels, this.rowsOf.get(op.x));
+        return (f) => {
+          const n = this.rowCount(op.x, f) * x.channels;
+          const o = out.rows(this.rowCount(op.x, f));
+          for (let i = 0; i < n; i++) o[i] = 1 / (1 + Math.exp(-x.data[i]));
+        };
+      }
+      case 'mul':
+      case 'add':
+        return this.elementwise(op.op, op.a, op.b, op.out);
+      case 'moe':
+        return this.moe(op);
+      case 'gatherPositions': {
+        const x = this.buffer(op.x);
+        const out = this.define(op.out, x.channels, 'N');
+        return (f) => {
+          const C = x.channels;
+          const o = out.rows(f.positions.length);
+          f.positions.forEach((p, i) => o.set(x.data.subarray(p * C, (p + 1) * C), i * C));
+        };
+      }
+      case 'router':
+      case 'column':
+        throw new LlmcError(`internal: the TS runtime runs moe ops whole, not "${op.op}"`);
+    }
+  }
+
+  /** y = x · Wᵀ (+ bias) over the kept rows (outputs) and columns (inputs) of the weight. */
+  private linear(op: Extract<Op, { op: 'linear' }>): Step {
+    const W = this.table.weight(op.weight);
+    const bias = op.bias && this.table.has(op.bias) ? this.table.vector(op.bias) : null;
+    const x = this.buffer(op.x);
+    const out = this.define(op.out, op.outFeatures, this.rowsOf.get(op.x));
+    return (f) => {
+      const n = this.rowCount(op.x, f);
+      const y = out.rows(n);
+      const rows = this.extent(op.elastic?.rows, op.outFeatures, f);
+      const cols = this.extent(op.elastic?.cols, op.inFeatures, f);
+      // Columns with gaps (some query heads of each group) are read over their whole span: the
+      // dropped heads' inputs are zero (attention leaves them so).
+      const nCols = cols.count * cols.stride;
+      if (rows.count === 1) matmul(W, x.data, n, op.inFeatures, y, op.outFeatures, { nRows: rows.len, nCols, bias });
+      else {
+        for (let g = 0; g < rows.count; g++) {
+          const r0 = g * rows.stride;
+          matmul(W, x.data, n, op.inFeatures, y.subarray(r0), op.outFeatures, { rowStart: r0, nRows: rows.len, nCols, bias });
+        }
+      }
+    };
+  }
+
+  /** a ⊙ b with broadcasting of a one-channel operand over the other's channels. */
+  private elementwise(kind: 'mul' | 'add', a: V, b: V, outName: V): Step {
+    const A = this.buffer(a);
+    const B = this.buffer(b);
+    const C = Math.max(A.channels, B.channels);
+    const out = this.define(outName, C, this.rowsOf.get(a));
+    return (f) => {
+      const rows = this.rowCount(a, f);
+      const o = out.rows(rows);
+      const x = A.data;
+      const y = B.data;
+      if (A.channels === B.channels) {
+        const n = rows * C;
+        if (kind === 'add') for (let i = 0; i < n; i++) o[i] = x[i] + y[i];
+        else for (let i = 0; i < n; i++) o[i] = x[i] * y[i];
+        return;
+      }
+      for (let r = 0; r < rows; r++) {
+        for (let c = 0; c < C; c++) {
+          const xa = x[A.channels === 1 ? r : r * C + c];
+          const yb = y[B.channels === 1 ? r : r * C + c];
+          o[r * C + c] = kind === 'add' ? xa + yb : xa * yb;
+        }
+      }
+    };
+  }
+
+  /** silu(g) · u in one loop, over the kept neurons. */
+  private siluMul(g: V, u: V, outName: V): Step {
+    const G = this.buffer(g);
+    const U = this.buffer(u);
+    const out = this.define(outName, G.channels, this.rowsOf.get(g));
+    return (f) => {
+      const n = this.rowCount(g, f) * G.channels;
+      const o = out.rows(this.rowCount(g, f));
+      const gd = G.data;
+      const ud = U.data;
+      for (let i = 0; i < n; i++) {
+        const a = gd[i];
+        o[i] = (a / (1 + Math.exp(-a))) * ud[i];
+      }
+    };
+  }
+
+  /** Causal GQA attention over the KV cache (sliding window when the model has one). */
+  private attention(op: Extract<Op, { op: 'attention' }>): Step {
+    const hd = op.headDim;
+    const nrep = op.heads / op.kvHeads;
+    const qDim = op.heads * hd;
+    const kvDim = op.kvHeads * hd;
+    const Q = this.buffer(op.q);
+    const K = this.buffer(op.k);
+    const Vb = this.buffer(op.v);
+    const out = this.define(op.out, qDim);
+    const scale = 1 / Math.sqrt(hd);
+    const window = op.slidingWindow;
+    let scores = new Float32Array(0);
+    return (f) => {
+      const T = f.T;
+      const w = f.widths?.[op.layer];
+      const G = w ? w.kvGroups : op.kvHeads;
+      const qpg = w?.qHeadsPerGroup ?? nrep;
+      const kc = f.cache.k[op.layer];
+      const vc = f.cache.v[op.layer];
+      const q = Q.data;
+      for (let t = 0; t < T; t++) {
+        kc.set(K.data.subarray(t * kvDim, t * kvDim + G * hd), (f.pos0 + t) * kvDim);
+        vc.set(Vb.data.subarray(t * kvDim, t * kvDim + G * hd), (f.pos0 + t) * kvDim);
+      }
+      const att = out.rows(T);
+      // Dropped heads stay zero, so o_proj's column span ignores them.
+      if (qpg !== nrep) att.fill(0, 0, T * qDim);
+      if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
+      for (let t = 0; t < T; t++) {
+        const p = f.pos0 + t;
+        const pStart = window ? Math.max(0, p - window + 1) : 0;
+        for (let g = 0; g < G; g++) {
+          for (let hh = 0; hh < qpg; hh++) {
+            const h = g * nrep + hh;
+            const qo = t * qDim + h * hd;
+            let max = -Infinity;
+            for (let j = pStart; j <= p; j++) {
+              const ko = j * kvDim + g * hd;
+              let d = 0;
+              for (let i = 0; i < hd; i++) d += q[qo + i] * kc[ko + i];
+              d *= scale;
+              scores[j] = d;
+              if (d > max) max = d;
+            }
+            let sum = 0;
+            for (let j = pStart; j <= p; j++) sum += scores[j] = Math.exp(scores[j] - max);
+            const ao = t * qDim + h * hd;
+            for (let i = 0; i < hd; i++) att[ao + i] = 0;
+            for (let j = pStart; j <= p; j++) {
+              const pj = scores[j] / sum;
+              const vo = j * kvDim + g * hd;
+              for (let i = 0; i < hd; i++) att[ao + i] += pj * vc[vo + i];
+            }
+          }
+        }
+      }
+    };
+  }
+
+  /** Top-k routing and dispatch: each token runs only its selected experts (and the shared one). */
+  private moe(op: Extract<Op, { op: 'moe' }>): Step {
+    const D = op.hidden;
+    const E = op.experts.length;
+    const X = this.buffer(op.x);
+    const router = this.table.weight(op.router);
+    const logits = new Float32Array(E);
+    const out = this.define(op.out, D);
+    const bind = (m: MoeMlp) => ({
+      m,
+      gate: this.table.weight(m.gate),
+      up: this.table.weight(m.up),
+      down: this.table.weight(m.down),
+      gateBias: m.bias ? this.table.vector(biasOf(m.gate)) : null,
+      upBias: m.bias ? this.table.vector(biasOf(m.up)) : null,
+      downBias: m.bias ? this.table.vector(biasOf(m.down)) : null,
+    });
+    const experts = op.experts.map(bind);
+    const shared = op.shared ? { mlp: bind(op.shared.mlp), gate: this.table.weight(op.shared.gate) } : null;
+    const eo = new Float32Array(D);
+    const one = new Float32Array(1);
+    const order = Array.from({ length: E }, (_, i) => i);
+    return (f) => {
+      const T = f.T;
+      const w = f.widths?.[op.layer];
+      const o = out.rows(T);
+      o.fill(0, 0, T * D);
+      for (let t = 0; t < T; t++) {
+        const xt = X.data.subarray(t * D, (t + 1) * D);
+        const ot = o.subarray(t * D, (t + 1) * D);
+        matmul(router, xt, 1, D, logits, E);
+        let max = -Infinity;
+        for (let e = 0; e < E; e++) max = Math.max(max, logits[e]);
+        let sum = 0;
+        const p = new Float64Array(E);
+        for (let e = 0; e < E; e++) sum += p[e] = Math.exp(logits[e] - max);
+        for (let e = 0; e < E; e++) p[e] /= sum;
+        // top-k by probability, lower index first on ties (as torch.topk on CPU)
+        order.sort((a, b) => p[b] - p[a] || a - b);
+        let norm = 1;
+        if (op.mode === 'softmax-topk-renorm') {
+          norm = 0;
+          for (let k = 0; k < op.topK; k++) norm += p[order[k]];
+        }
+        for (let k = 0; k < op.topK; k++) {
+          const e = order[k];
+          const ex = experts[e];
+          swiglu(ex, xt, D, eo, (w && this.neurons(ex.m.slot, w)) ?? ex.gate.rows);
+          const g = p[e] / norm;
+          for (let i = 0; i < D; i++) ot[i] += g * eo[i];
+        }
+        if (shared) {
+          matmul(shared.gate, xt, 1, D, one, 1);
+          const g = 1 / (1 + Math.exp(-one[0]));
+          swiglu(shared.mlp, xt, D, eo, (w && this.neurons('shared', w)) ?? shared.mlp.gate.rows);
+          for (let i = 0; i < D; i++) ot[i] += g * eo[i];
+        }
+      }
+    };
+  }
+
+  private checkWidths(widths: LayerWidth[]): void {
+    const s = this.spec;
+    const nrep = this.nrep;
+    if (widths.length !== s.numLayers) throw new LlmcError(`widths: ${widths.length} entries for ${s.numLayers} layers`);
+    const within = (v: number | undefined, max: number, what: string, l: number) => {
+      if (v !== undefined && (!Number.isInteger(v) || v < 1 || v > max)) throw new LlmcError(`widths[${l}].${what} = ${v} is outside 1..${max}`);
+    };
+    const moe = s.moe;
+    widths.forEach((w, l) => {
+      within(w.kvGroups, s.numKvHeads, 'kvGroups', l);
+      if (w.kvGroups === undefined) throw new LlmcError(`widths[${l}].kvGroups is missing`);
+      within(w.qHeadsPerGroup, nrep, 'qHeadsPerGroup', l);
+      const dense = !moe || moe.denseLayers.includes(l);
+      if (dense) within(moe ? w.denseFfn : w.ffn, s.intermediateSize, moe ? 'denseFfn' : 'ffn', l);
+      else {
+        within(w.ffn, moe.expertIntermediateSize, 'ffn', l);
+        w.expertFfn?.forEach((f, e) => within(f, e < moe.numExperts ? moe.expertIntermediateSize : 0, `expertFfn[${e}]`, l));
+        if (moe.sharedExpertIntermediateSize) within(w.sharedFfn, moe.sharedExpertIntermediateSize, 'sharedFfn', l);
+      }
+    });
+  }
+}
+
+/** The values an op reads. */
+function inputsOf(op: Op): V[] {
+  switch (op.op) {
+    case 'embed':
+      return [op.ids];
+    case 'attention':
+      return [op.q, op.k, op.v, op.pastK, op.pastV];
+    case 'mul':
+    case 'add':
+      return [op.a, op.b];
+    case 'moe':
+      return [op.x];
+    case 'router':
+      return [op.logits];
+    case 'gatherPositions':
+      return [op.x, op.positions];
+    default:
+      return [op.x];
+  }
+}
+
+/** Rotate-half RoPE on v[o..o+hd) for new position t (pairs i and i + hd/2). */
+function rope(v: Float32Array, o: number, hd: number, cos: Float32Array, sin: Float32Array, t: number): void {
+  const half = hd >> 1;
+  const c0 = t * half;
+  for (let i = 0; i < half; i++) {
+    const a = v[o + i];
+    const b = v[o + i + half];
+    const c = cos[c0 + i];
+    const sn = sin[c0 + i];
+    v[o + i] = a * c - b * sn;
+    v[o + i + half] = b * c + a * sn;
+  }
+}
+
+function rmsNorm(x: Float32Array, w: Float32Array, out: Float32Array, T: number, D: number, eps: number): void {
+  for (let t = 0; t < T; t++) {
+    const o = t * D;
+    let ss = 0;
+    for (let i = 0; i < D; i++) ss += x[o + i] * x[o + i];
+    const r = 1 / Math.sqrt(Math.fround(ss / D) + eps);
+    for (let i = 0; i < D; i++) out[o + i] = w[i] * Math.fround(x[o + i] * r);
+  }
+}
+
+interface BoundMlp {
+  gate: Weight;
+  up: Weight;
+  down: Weight;
+  gateBias: Float32Array | null;
+  upBias: Float32Array | null;
+  downBias: Float32Array | null;
+}
+
+/** down(silu(gate(x)) * up(x)) for one token over the first `ffn` neurons; out is [D]. */
+function swiglu(m: BoundMlp, x: Float32Array, D: number, out: Float32Array, ffn: number): void {
+  const g = new Float32Array(ffn);
+  const u = new Float32Array(ffn);
+  matmul(m.gate, x, 1, D, g, ffn, { nRows: ffn, bias: m.gateBias });
+  matmul(m.up, x, 1, D, u, ffn, { nRows: ffn, bias: m.upBias });
+  for (let i = 0; i < ffn; i++) {
+    const a = g[i];
+    g[i] = (a / (1 + Math.exp(-a))) * u[i];
+  }
+  matmul(m.down, g, 1, ffn, out, D, { nCols: ffn, bias: m.downBias });
+}
