@@ -300,11 +300,14 @@ export class Interpreter {
     const bias = op.bias && this.table.has(op.bias) ? this.table.vector(op.bias) : null;
     const x = this.buffer(op.x);
     const out = this.define(op.out, op.outFeatures, this.rowsOf.get(op.x));
+    const rowsKind = this.rowsOf.get(op.x);
+    const allRows = { count: 1, stride: op.outFeatures, len: op.outFeatures };
+    const allCols = { count: 1, stride: op.inFeatures, len: op.inFeatures };
     return (f) => {
-      const n = this.rowCount(op.x, f);
+      const n = rowsKind === 'N' ? f.positions.length : f.T;
       const y = out.rows(n);
-      const rows = this.extent(op.elastic?.rows, op.outFeatures, f);
-      const cols = this.extent(op.elastic?.cols, op.inFeatures, f);
+      const rows = f.widths && op.elastic?.rows ? this.extent(op.elastic.rows, op.outFeatures, f) : allRows;
+      const cols = f.widths && op.elastic?.cols ? this.extent(op.elastic.cols, op.inFeatures, f) : allCols;
       // Columns with gaps (some query heads of each group) are read over their whole span: the
       // dropped heads' inputs are zero (attention leaves them so).
       const nCols = cols.count * cols.stride;
@@ -391,34 +394,7 @@ export class Interpreter {
       // Dropped heads stay zero, so o_proj's column span ignores them.
       if (qpg !== nrep) att.fill(0, 0, T * qDim);
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
-      for (let t = 0; t < T; t++) {
-        const p = f.pos0 + t;
-        const pStart = window ? Math.max(0, p - window + 1) : 0;
-        for (let g = 0; g < G; g++) {
-          for (let hh = 0; hh < qpg; hh++) {
-            const h = g * nrep + hh;
-            const qo = t * qDim + h * hd;
-            let max = -Infinity;
-            for (let j = pStart; j <= p; j++) {
-              const ko = j * kvDim + g * hd;
-              let d = 0;
-              for (let i = 0; i < hd; i++) d += q[qo + i] * kc[ko + i];
-              d *= scale;
-              scores[j] = d;
-              if (d > max) max = d;
-            }
-            let sum = 0;
-            for (let j = pStart; j <= p; j++) sum += scores[j] = Math.exp(scores[j] - max);
-            const ao = t * qDim + h * hd;
-            for (let i = 0; i < hd; i++) att[ao + i] = 0;
-            for (let j = pStart; j <= p; j++) {
-              const pj = scores[j] / sum;
-              const vo = j * kvDim + g * hd;
-              for (let i = 0; i < hd; i++) att[ao + i] += pj * vc[vo + i];
-            }
-          }
-        }
-      }
+      attend(q, kc, vc, att, scores, T, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
     };
   }
 
@@ -524,6 +500,46 @@ function inputsOf(op: Op): V[] {
       return [op.x, op.positions];
     default:
       return [op.x];
+  }
+}
+
+/**
+ * Causal attention of T new queries (positions pos0..pos0+T-1) over the cached keys and values,
+ * for the first qpg query heads of the first G KV groups; `att` rows are [qDim].
+ * A plain function of plain arguments: the hot loops see locals, not closure slots.
+ */
+function attend(
+  q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array,
+  T: number, pos0: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
+  scale: number, window: number | null,
+): void {
+  for (let t = 0; t < T; t++) {
+    const p = pos0 + t;
+    const pStart = window ? Math.max(0, p - window + 1) : 0;
+    for (let g = 0; g < G; g++) {
+      for (let hh = 0; hh < qpg; hh++) {
+        const h = g * nrep + hh;
+        const qo = t * qDim + h * hd;
+        let max = -Infinity;
+        for (let j = pStart; j <= p; j++) {
+          const ko = j * kvDim + g * hd;
+          let d = 0;
+          for (let i = 0; i < hd; i++) d += q[qo + i] * kc[ko + i];
+          d *= scale;
+          scores[j] = d;
+          if (d > max) max = d;
+        }
+        let sum = 0;
+        for (let j = pStart; j <= p; j++) sum += scores[j] = Math.exp(scores[j] - max);
+        const ao = t * qDim + h * hd;
+        for (let i = 0; i < hd; i++) att[ao + i] = 0;
+        for (let j = pStart; j <= p; j++) {
+          const pj = scores[j] / sum;
+          const vo = j * kvDim + g * hd;
+          for (let i = 0; i < hd; i++) att[ao + i] += pj * vc[vo + i];
+        }
+      }
+    }
   }
 }
 
