@@ -152,8 +152,8 @@ describe('the IR and its ONNX lowering', () => {
     expect(Buffer.compare(Buffer.from(a), Buffer.from(b))).toBe(0);
     const m = onnx.ModelProto.decode(a);
     expect(m.opsetImport.map((o) => [o.domain, Number(o.version)])).toEqual([['', 17]]);
-    for (const n of m.graph!.node) expect(n.domain ?? '').toBe('');
-    const weights = m.graph!.initializer.filter((t) => /^(model\.|lm_head)/.test(t.name!));
+    for (const n of m.graph!.node!) expect(n.domain ?? '').toBe('');
+    const weights = m.graph!.initializer!.filter((t) => /^(model\.|lm_head)/.test(t.name!));
     // stories260K: embed (tied) + final norm + 5 layers × (2 norms + 7 linears).
     expect(weights.length).toBe(2 + 5 * 9);
     // A transposed linear holds W[out, in] as [in, out]: check one value against the checkpoint.
@@ -161,7 +161,7 @@ describe('the IR and its ONNX lowering', () => {
     const w = await ck2.readF32('model.layers.0.self_attn.q_proj.weight');
     await ck2.close();
     const t = weights.find((x) => x.name === 'model.layers.0.self_attn.q_proj.weight^T')!;
-    expect(t.dims.map(Number)).toEqual([64, 64]);
+    expect(t.dims!.map(Number)).toEqual([64, 64]);
     const raw = new Float32Array(Uint8Array.from(t.rawData!).buffer);
     expect(raw[3 * 64 + 5]).toBe(w[5 * 64 + 3]);
   });

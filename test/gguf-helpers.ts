@@ -27,10 +27,11 @@ export async function compileGguf(
     });
     return { manifest, notes, file: path.join(outDir, 'model.gguf') };
   } finally {
-    if (typeof source === 'string') await (src as { close(): Promise<void> }).close();
+    if (typeof source === 'string') await (src as unknown as { close(): Promise<void> }).close();
   }
 }
 
+type Token = import('node-llama-cpp').Token;
 type Llama = Awaited<ReturnType<typeof import('node-llama-cpp')['getLlama']>>;
 let llamaP: Promise<Llama> | undefined;
 
@@ -51,7 +52,7 @@ export async function llamaGreedy(modelPath: string, prompt: number[], n: number
     try {
       const out: number[] = [];
       if (n > 0) {
-        for await (const t of ctx.getSequence().evaluate(prompt, { temperature: 0 })) {
+        for await (const t of ctx.getSequence().evaluate(prompt as Token[], { temperature: 0 })) {
           out.push(t);
           if (out.length >= n) break;
         }
@@ -93,7 +94,7 @@ export async function llamaLogits(modelPath: string, tokens: number[], nVocab: n
   try {
     const ctx = await model.createContext({ contextSize: 256, threads: 1 });
     try {
-      const res = await ctx.getSequence().controlledEvaluate(tokens.map((t) => [t, { generateNext: { logits: true } }] as const));
+      const res = await ctx.getSequence().controlledEvaluate(tokens.map((t) => [t as Token, { generateNext: { logits: true } }] as const));
       return res.map((r) => {
         const row = new Float32Array(nVocab);
         for (const [tok, v] of r?.next?.logits ?? new Map<number, number>()) row[tok] = v;

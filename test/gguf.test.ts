@@ -157,7 +157,7 @@ describe('llama q/k permutation', () => {
     } as unknown as ModelSource;
     const collect = async (plan: TensorPlan, max: number) => {
       const parts: number[] = [];
-      for await (const c of tensorChunks(src, plan, max)) parts.push(...c.data);
+      for await (const c of tensorChunks(src, plan, max)) parts.push(...c.data!);
       return parts;
     };
     const whole = [...permuteRotaryRows(w, 16, 4)];

@@ -84,7 +84,7 @@ async function checkArch(arch: FixtureArch, widths: LayerWidth[], quant = 'F32')
   // Decode through the cache with widths gives the same last-position logits.
   const cache = full.newCache();
   full.forward(ids.slice(0, 5), cache, { widths });
-  let last = new Float32Array(0);
+  let last: Float32Array = new Float32Array(0);
   for (const id of ids.slice(5)) last = full.forward([id], cache, { widths });
   const V = full.spec.vocabSize;
   expect(relErr(last, want.subarray((ids.length - 1) * V))).toBeLessThan(1e-5);
