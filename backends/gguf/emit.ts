@@ -11,9 +11,8 @@ import type { CompileUnit, TensorAnnotation } from '../../src/core/pipeline/unit
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
 import { ChunkEncoder } from './encode.js';
-import { DEFAULT_QUANT } from './index.js';
 import { modelMetadata } from './metadata.js';
-import { chooseTensorType, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
+import { chooseTensorType, DEFAULT_QUANT, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
 import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
 import { ChunkBuffers, tensorChunks, type RawDtype } from './stream.js';
 import { convertTokenizer, placeholderVocab } from './vocab.js';

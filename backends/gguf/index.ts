@@ -5,10 +5,7 @@
 import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
 import type { FormatRequest, TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { blockAlongRow, QUANT_TYPES } from '../../src/core/quant/types.js';
-import { validChoices } from './presets.js';
-
-/** convert_hf_to_gguf.py's default --outtype. */
-export const DEFAULT_QUANT = 'F16';
+import { DEFAULT_QUANT, validChoices } from './presets.js';
 
 /** GGUF's formats: llama.cpp's presets and plain ggml types for --quant, ggml types per tensor. */
 export const GGUF_FORMATS = { quant: validChoices(), default: DEFAULT_QUANT, tensorTypes: Object.keys(QUANT_TYPES) };

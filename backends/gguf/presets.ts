@@ -6,6 +6,9 @@
 import { UsageError } from '../../src/core/errors.js';
 import { QUANT_TYPES, fallbackType, isQuantType, type QuantType } from '../../src/core/quant/index.js';
 
+/** convert_hf_to_gguf.py's default --outtype. */
+export const DEFAULT_QUANT = 'F16';
+
 /** llama_ftype values (llama.h) for the presets we implement. */
 export const LLAMA_FTYPES = {
   F32: 0,

@@ -5,7 +5,7 @@
  * every executor and target) reads the normalized ArchSpec and the names this entry gives.
  */
 import { LlmcError } from '../errors.js';
-import type { ArchSpec, MoeSpec } from './spec.js';
+import type { ArchSpec, ModelType, MoeSpec } from './types.js';
 
 type Json = Record<string, unknown>;
 
@@ -127,9 +127,9 @@ export const ARCHITECTURES = {
   qwen2: { ...QWEN_BIAS, gguf: 'qwen2', moe: null },
   mixtral: { ...LLAMA_BIAS, gguf: 'llama', moe: MIXTRAL_MOE },
   qwen2_moe: { ...QWEN_BIAS, gguf: 'qwen2moe', moe: QWEN2_MOE },
-} as const satisfies Record<string, ArchEntry>;
+} as const satisfies Record<ModelType, ArchEntry>;
 
-export type ModelType = keyof typeof ARCHITECTURES;
+export type { ModelType };
 export const SUPPORTED_MODEL_TYPES = Object.keys(ARCHITECTURES) as ModelType[];
 
 export function isModelType(t: unknown): t is ModelType {

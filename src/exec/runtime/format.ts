@@ -3,6 +3,8 @@
  * (docs/ts-artifact.md). Shared by the writer (backends/ts) and the reader (the runtime); browser-safe.
  */
 
+import type { ArchSpec } from '../../core/arch/spec.js';
+import type { PassRecord } from '../../core/records/manifest.js';
 import { QUANT_TYPES } from '../../core/quant/types.js';
 
 /** The common manifest (shape and identity): src/core/records/manifest.ts. */
@@ -61,3 +63,15 @@ export function formatTensorBytes(format: WeightFormat, shape: readonly number[]
 }
 
 export const alignUp = (n: number, a = TENSOR_ALIGNMENT) => Math.ceil(n / a) * a;
+
+/** The manifest of a ts artifact, as the runtime reads it. */
+export interface ArtifactManifest {
+  format: string;
+  version: number;
+  llmcVersion?: string;
+  target: string;
+  arch: ArchSpec;
+  targetInfo: TsTargetInfo;
+  passes: PassRecord[];
+  files: { path: string; size: number; sha256: string }[];
+}

@@ -4,7 +4,6 @@
  * build the Model. Browser-safe: the bytes come from an injected ByteSource, hashing from WebCrypto.
  */
 import { expectedTensors } from '../../core/arch/names.js';
-import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import type { ByteSource } from './bytes.js';
 import {
@@ -17,12 +16,15 @@ import {
   WEIGHTS_FILE,
   WEIGHT_FORMATS,
   formatTensorBytes,
+  type ArtifactManifest,
   type TensorEntry,
   type TsTargetInfo,
   type WeightFormat,
 } from './format.js';
 import { dequantRow, Weight } from './kernels.js';
 import { Model, type WeightTable } from './model.js';
+
+export type { ArtifactManifest };
 import { WasmArena } from './wasm.js';
 
 /** What `load` reads: the manifest's text and the bytes of weights.bin. */
@@ -42,16 +44,6 @@ export interface LoadOptions {
   wasm?: boolean;
 }
 
-export interface ArtifactManifest {
-  format: string;
-  version: number;
-  llmcVersion?: string;
-  target: string;
-  arch: ArchSpec;
-  targetInfo: TsTargetInfo;
-  passes: { name: string; options: Record<string, unknown>; metadata: Record<string, unknown> }[];
-  files: { path: string; size: number; sha256: string }[];
-}
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;

@@ -8,7 +8,7 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import { buildModel } from '../../core/ir/build.js';
 import type { ModelGraph } from '../../core/ir/ir.js';
 import { Interpreter, KvCache, type LayerWidth, type WeightTable } from './interpreter.js';
-import type { ArtifactManifest } from './load.js';
+import type { ArtifactManifest } from './format.js';
 import { Sampler, type SamplingOptions } from './sampling.js';
 
 export { KvCache, type LayerWidth, type WeightTable };
