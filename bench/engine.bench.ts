@@ -5,6 +5,7 @@
  *
  * Standalone: `npx tsc -p tsconfig.json && node dist/bench/engine.bench.js [--quick]`.
  */
+import '../src/exec/engine/ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { Engine } from '../src/exec/engine/engine.js';

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
 import { numel } from '../../src/core/checkpoint/index.js';
 import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/core/quant/index.js';
-import type { EmitContext, EmitResult, FormatRequest, Target } from '../../src/core/pipeline/target.js';
+import { unmatchedPatterns, type EmitContext, type EmitResult, type FormatRequest, type Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit, TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
@@ -42,6 +42,7 @@ export function planGguf(source: ModelSource, formats: FormatRequest, annotation
   const choice = parseQuant(formats.quant, DEFAULT_QUANT);
   const overrides = formats.tensorTypes.map((o) => ({ pattern: o.pattern, type: parseTensorType(o.type) }));
   const { arch, tensors, ignored } = planTensors(source);
+  unmatchedPatterns(formats.tensorTypes, tensors.map((t) => t.name));
   const spec = source.spec;
   const notes: string[] = [];
   if (ignored.length) notes.push(`ignored ${ignored.length} tensor(s) llama.cpp does not use: ${ignored.slice(0, 5).join(', ')}${ignored.length > 5 ? ', ...' : ''}`);
@@ -129,7 +130,8 @@ export const ggufTarget: Target = {
       let previous: Encoded | null = null;
       for (const t of plan.tensors) {
         // Raw source bits where an encoder takes them directly: bf16 (several types), f16 (to F16).
-        const raw: RawDtype[] = [...(encodesBf16(t.type, t.ne[0]) ? ['BF16' as const] : []), ...(t.type === 'F16' ? ['F16' as const] : [])];
+        // (Not with --allow-nonfinite: the direct encoders refuse Inf/NaN as they go.)
+        const raw: RawDtype[] = source.allowNonFinite ? [] : [...(encodesBf16(t.type, t.ne[0]) ? ['BF16' as const] : []), ...(t.type === 'F16' ? ['F16' as const] : [])];
         for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, raw, buffers })) {
           const bytes = encoder.encode(t.type, chunk, t.ne[0]);
           bytes.catch(() => {}); // surfaced when written
@@ -151,6 +153,7 @@ export const ggufTarget: Target = {
     const counts: Record<string, number> = {};
     for (const t of plan.tensors) counts[t.type] = (counts[t.type] ?? 0) + 1;
     return {
+      tensors: plan.tensors.map((t, k) => ({ sources: t.sources, format: t.type, bytes: infos[k].nbytes })),
       files: [GGUF_FILE],
       targetInfo: {
         format: 'gguf',

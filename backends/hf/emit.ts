@@ -5,7 +5,7 @@
  * `--quant` picks the float dtype (F32 | F16 | BF16); default: each tensor's source dtype.
  */
 import path from 'node:path';
-import { fromF32, type FloatDType } from '../../src/core/checkpoint/safetensors.js';
+import { DTYPE_BYTES, fromF32, numel, type FloatDType } from '../../src/core/checkpoint/safetensors.js';
 import { writeSafetensors } from '../../src/core/checkpoint/safetensors.js';
 import { writeFileAtomic } from '../../src/core/util/atomic.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
@@ -52,6 +52,10 @@ export const hfTarget: Target = {
       await writeFileAtomic(path.join(outDir, name), text);
       files.push(name);
     }
-    return { files, targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source' } };
+    return {
+      files,
+      targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source' },
+      tensors: source.tensors.map((t) => ({ sources: [t.name], format: dtypeOf(t.dtype), bytes: numel(t.shape) * DTYPE_BYTES[dtypeOf(t.dtype)] })),
+    };
   },
 };

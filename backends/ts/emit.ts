@@ -22,7 +22,7 @@ import {
 } from '../../src/exec/runtime/format.js';
 import { AtomicFile, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { tensorRoles, type TensorRole } from '../../src/core/arch/names.js';
-import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
+import { unmatchedPatterns, type EmitContext, type EmitResult, type Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 
 /** The ts target's default --quant. */
@@ -67,6 +67,7 @@ export const tsTarget: Target = {
     const quant = (ctx.formats.quant ?? TS_DEFAULT_FORMAT) as WeightFormat;
     const { source } = unit;
     const roles = tensorRoles(source.spec);
+    unmatchedPatterns(ctx.formats.tensorTypes, source.tensors.map((t) => t.name));
     // Decide every format first: a tensor that cannot be written fails before anything is.
     const plan = source.tensors.map((t) => ({
       meta: t,
@@ -120,6 +121,10 @@ export const tsTarget: Target = {
       quant,
       tensors,
     };
-    return { files, targetInfo: targetInfo as unknown as Record<string, unknown> };
+    return {
+      files,
+      targetInfo: targetInfo as unknown as Record<string, unknown>,
+      tensors: tensors.map((e) => ({ sources: [e.name], format: e.format, bytes: e.bytes })),
+    };
   },
 };

@@ -16,4 +16,5 @@ export const ts: TargetDescriptor = {
   quantBlock: (r) => Math.max(blockAlongRow(r.quant ?? 'F32'), ...r.tensorTypes.map((t) => blockAlongRow(t.type))),
   requires: [],
   load: async () => (await import('./emit.js')).tsTarget,
+  open: async (a, o) => (await import('./run.js')).openTs(a, o),
 };

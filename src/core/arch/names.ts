@@ -88,6 +88,25 @@ export function expectedTensors(spec: ArchSpec): ExpectedTensor[] {
   return out;
 }
 
+/** The parts of a model tensors are counted under (inspect, compile summaries, reports). */
+export const COMPONENTS = ['embedding', 'attention', 'mlp', 'experts', 'shared_expert', 'router', 'norms', 'lm_head', 'other'] as const;
+export type Component = (typeof COMPONENTS)[number];
+
+const COMPONENT_OF_ROLE: Record<TensorRole, Component> = {
+  embedding: 'embedding',
+  lm_head: 'lm_head',
+  norm: 'norms',
+  attention: 'attention',
+  mlp: 'mlp',
+  router: 'router',
+  expert: 'experts',
+  shared_expert: 'shared_expert',
+  shared_expert_gate: 'shared_expert',
+};
+
+/** The component a tensor of this role counts under; tensors the architecture does not name are "other". */
+export const componentOf = (role: TensorRole | undefined): Component => (role ? COMPONENT_OF_ROLE[role] : 'other');
+
 /** name → role for every tensor the spec requires (tensors it does not know are absent). */
 export function tensorRoles(spec: ArchSpec): Map<string, TensorRole> {
   return new Map(expectedTensors(spec).map((t) => [t.name, t.role]));

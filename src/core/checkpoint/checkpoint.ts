@@ -12,6 +12,12 @@ import { expectedTensors } from '../arch/names.js';
 import { SafetensorsFile, toF32, type TensorInfo } from './safetensors.js';
 import { matrixOf, type ModelAssets, type ModelSource, type StoredLayout, type TensorMeta } from './source.js';
 import { normalizeConfig, type ArchSpec } from '../arch/spec.js';
+import { firstNonFinite, nonFiniteError } from './finite.js';
+
+export interface OpenOptions {
+  /** Read Inf/NaN weights as they are instead of refusing them (--allow-nonfinite). */
+  allowNonFinite?: boolean;
+}
 
 const INDEX = 'model.safetensors.index.json';
 const SINGLE = 'model.safetensors';
@@ -45,13 +51,14 @@ export class Checkpoint implements ModelSource {
     readonly files: SafetensorsFile[],
     readonly infos: Map<string, TensorInfo>,
     readonly tensors: readonly TensorMeta[],
+    readonly allowNonFinite: boolean,
   ) {}
 
   get description(): string {
     return this.dir;
   }
 
-  static async open(dir: string): Promise<Checkpoint> {
+  static async open(dir: string, opts: OpenOptions = {}): Promise<Checkpoint> {
     const stat = await fsp.stat(dir).catch((err) => {
       throw ioError(err, dir, 'open checkpoint');
     });
@@ -97,7 +104,7 @@ export class Checkpoint implements ModelSource {
         generationConfig: await readText(path.join(dir, 'generation_config.json')),
       };
       const tensors = [...infos.values()].map(({ name, shape, dtype }) => ({ name, shape, dtype }));
-      return new Checkpoint(dir, spec, assets, files, infos, tensors);
+      return new Checkpoint(dir, spec, assets, files, infos, tensors, opts.allowNonFinite ?? false);
     } catch (err) {
       await Promise.all(files.map((f) => f.close()));
       throw err;
@@ -176,6 +183,15 @@ export class Checkpoint implements ModelSource {
   private scratch: Uint8Array[] = [];
 
   async readF32(name: string): Promise<Float32Array> {
+    const data = await this.decodeF32(name);
+    if (!this.allowNonFinite) {
+      const i = firstNonFinite(data);
+      if (i >= 0) throw nonFiniteError(name, data[i], i, this.info(name).file);
+    }
+    return data;
+  }
+
+  private async decodeF32(name: string): Promise<Float32Array> {
     const info = this.info(name);
     if (info.dtype === 'F32') {
       // Straight into the result's own memory: no intermediate copy.
@@ -213,6 +229,6 @@ export class Checkpoint implements ModelSource {
   }
 }
 
-export async function openCheckpoint(dir: string): Promise<Checkpoint> {
-  return Checkpoint.open(dir);
+export async function openCheckpoint(dir: string, opts: OpenOptions = {}): Promise<Checkpoint> {
+  return Checkpoint.open(dir, opts);
 }

@@ -55,6 +55,8 @@ export interface ModelSource {
   readonly description: string;
   /** The checkpoint directory the tensors come from (names files in messages and the model). */
   readonly dir: string;
+  /** Inf/NaN weights are read as they are (--allow-nonfinite) instead of refused. */
+  readonly allowNonFinite: boolean;
   meta(name: string): TensorMeta | undefined;
   /** One tensor as f32, freshly allocated (callers may modify it). */
   readF32(name: string): Promise<Float32Array>;
@@ -95,6 +97,7 @@ export function transformSource(
     tensors: base.tensors,
     description: `${base.description} | ${opts.label}`,
     dir: base.dir,
+    allowNonFinite: base.allowNonFinite,
     meta: (name) => base.meta(name),
     readF32: async (name) => opts.rewrite(name, await base.readF32(name)),
     layout: (name) => (opts.untouched?.(name) ? base.layout(name) : null),
@@ -158,6 +161,7 @@ export function gatherSource(
     tensors,
     description: `${base.description} | ${opts.label}`,
     dir: base.dir,
+    allowNonFinite: base.allowNonFinite,
     meta: (name) => byName.get(name),
     readF32: async (name) => {
       const data = await base.readF32(name);

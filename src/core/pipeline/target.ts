@@ -3,6 +3,9 @@
  * capabilities) that the CLI, the pass manager and passes read without loading it; `load()` brings
  * the code that lowers a compile unit to an artifact directory.
  */
+import type { ArchSpec } from '../arch/types.js';
+import { UsageError } from '../errors.js';
+import type { Manifest } from '../records/manifest.js';
 import type { Progress } from '../util/progress.js';
 import type { RecordType } from '../records/types.js';
 import type { OptionSchema } from './options.js';
@@ -50,16 +53,57 @@ export interface EmitContext<O = unknown> {
   note: (message: string) => void;
 }
 
+/** One tensor as written: its format and bytes, and the source tensors it holds (stacked experts: several). */
+export interface WrittenTensor {
+  sources: string[];
+  format: string;
+  bytes: number;
+}
+
 export interface EmitResult {
   /** Paths relative to outDir, every file the artifact consists of (not the manifest). */
   files: string[];
   /** Goes into the manifest's `targetInfo`. */
   targetInfo: Record<string, unknown>;
+  /** Every tensor written, for the compile summary (formats and bytes per tensor group). */
+  tensors?: WrittenTensor[];
 }
 
 export interface Target<O = unknown> {
   /** Write the artifact's files (atomically) into ctx.outDir; the driver writes the manifest over them. */
   emit(unit: CompileUnit, ctx: EmitContext<O>): Promise<EmitResult>;
+}
+
+/** An artifact on disk: its manifest, and where it is (a directory, or a single file beside its manifest). */
+export interface Artifact {
+  /** What the user named: the directory, or the single file. */
+  path: string;
+  /** The directory the manifest's file paths are relative to. */
+  dir: string;
+  manifest: Manifest;
+}
+
+/** How `llmc run` drives an artifact: prompt ids in, generated ids out. */
+export interface ArtifactRunner {
+  /** Vocabulary size, context length and stop ids come from here. */
+  readonly spec: ArchSpec;
+  /** tokenizer.json / tokenizer_config.json text when the artifact carries them. */
+  readonly tokenizerJson?: string;
+  readonly tokenizerConfigJson?: string;
+  /** What the runner chose or ignored, for the user (e.g. the elastic level it runs). */
+  readonly notes: string[];
+  /** Generated ids without the prompt; stops after maxTokens or at EOS (the EOS id is included). */
+  generate(promptIds: number[], opts: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]>;
+  close(): Promise<void>;
+}
+
+export interface RunOptions {
+  /** CPU threads, where the engine takes a count. */
+  threads?: number;
+  /** An elastic level (id or fraction), where the artifact has levels. */
+  level?: string;
+  /** Check every file's sha256 against the manifest before running. */
+  verify?: boolean;
 }
 
 export interface TargetDescriptor<O = unknown> {
@@ -72,5 +116,18 @@ export interface TargetDescriptor<O = unknown> {
   quantBlock(request: FormatRequest): number;
   /** Records some pass must write before this target can lower the unit. */
   requires: readonly RecordType<unknown>[];
+  /** A target whose artifact is one file: `-o NAME<extension>` writes `file` there (manifest beside it). */
+  singleFile?: { extension: string; file: string };
   load(): Promise<Target<O>>;
+  /** How `llmc run` runs this target's artifacts, when llmc can (loaded on use). */
+  open?(artifact: Artifact, opts: RunOptions): Promise<ArtifactRunner>;
+}
+
+/** A --tensor-type pattern that matches none of the tensors a target writes is a mistake, not a no-op. */
+export function unmatchedPatterns(overrides: FormatRequest['tensorTypes'], names: readonly string[]): void {
+  for (const o of overrides) {
+    if (!names.some((n) => o.pattern.test(n))) {
+      throw new UsageError(`--tensor-type ${o.pattern.source}=${o.type} matches no tensor this target writes; its names look like ${names.slice(0, 3).join(', ')}`);
+    }
+  }
 }

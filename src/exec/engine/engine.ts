@@ -10,6 +10,7 @@
  * Taps (profiling observations) need extra graph outputs, so they run on a second session built
  * on first use (or at open() when `taps` is given), keyed by the requested tap set.
  */
+import './ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import type { ArchSpec } from '../../core/arch/spec.js';

@@ -65,21 +65,8 @@ export async function loadDir(dir: string, opts: LoadOptions = {}): Promise<Mode
   }
 }
 
-/** `llmc run` on an artifact directory: the TS runtime behind the same shape as the engine's TokenGenerator. */
-export async function openArtifactGenerator(dir: string, opts: LoadOptions = {}) {
-  const model = await loadDir(dir, opts);
-  const tokenizerJson = await fsp.readFile(path.join(dir, 'tokenizer.json'), 'utf8').catch(() => undefined);
-  const tokenizerConfigJson = await fsp.readFile(path.join(dir, 'tokenizer_config.json'), 'utf8').catch(() => undefined);
-  return {
-    spec: model.spec,
-    tokenizerJson,
-    tokenizerConfigJson,
-    model,
-    async generate(promptIds: number[], o: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]> {
-      const out: number[] = [];
-      for await (const id of model.generate(promptIds, o)) out.push(id);
-      return out;
-    },
-    close: async () => {},
-  };
+/** The tokenizer files an artifact directory carries (absent ones are undefined). */
+export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: string; tokenizerConfigJson?: string }> {
+  const read = (f: string) => fsp.readFile(path.join(dir, f), 'utf8').catch(() => undefined);
+  return { tokenizerJson: await read('tokenizer.json'), tokenizerConfigJson: await read('tokenizer_config.json') };
 }

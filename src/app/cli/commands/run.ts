@@ -1,35 +1,54 @@
 import type { Command } from 'commander';
 import path from 'node:path';
-import { openGenerator } from '../../../exec/engine/generator.js';
 import { LlmcError, UsageError } from '../../../core/errors.js';
+import type { ArtifactRunner } from '../../../core/pipeline/target.js';
 import { loadTokenizer } from '../../../core/tokenizer/index.js';
-import { printJson } from '../output.js';
-import { ELASTIC_LEVELS, findRecord, levelWidths, MANIFEST_FILE, selectLevel, type PassRecord } from '../../../core/records/index.js';
+import { openCheckpointRunner } from '../../../exec/engine/generator.js';
+import { locate, verifyFiles } from '../../artifact.js';
+import { noteLine, printJson } from '../output.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
+
+/** The runner for a checkpoint, or for an artifact through its target's descriptor (after checking its files). */
+async function openRunner(modelPath: string, o: { threads?: number; level?: string; verify?: boolean; allowNonFinite?: boolean }): Promise<ArtifactRunner> {
+  const where = await locate(modelPath);
+  if (where.kind === 'checkpoint') {
+    if (o.level !== undefined) throw new UsageError('--level needs an artifact compiled with --passes reorder (ts or gguf-levels); this is a checkpoint');
+    return openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite });
+  }
+  await verifyFiles(where, { hash: Boolean(o.verify) });
+  if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
+  return where.target.open(where, o);
+}
 
 export function registerRun(program: Command): void {
   program
     .command('run')
-    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or a compiled artifact directory')
-    .argument('<model>', 'checkpoint directory (config.json + *.safetensors) or artifact directory (llmc-manifest.json)')
+    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf: onnxruntime; gguf: llama.cpp)')
+    .argument('<model>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
     .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
     .requiredOption('-n, --max-tokens <n>', 'tokens to generate at most (stops earlier at EOS)', parseIntOption('--max-tokens', 1))
     .option('--temperature <t>', 'sampling temperature; 0 = greedy', parseFloatOption('--temperature', 0), 0)
     .option('--top-p <p>', 'nucleus sampling mass in (0, 1]', parseFloatOption('--top-p', 0, 1), 1)
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
-    .option('--threads <n>', 'onnxruntime threads (default: all cores)', parseIntOption('--threads', 1))
-    .option('--level <level>', 'elastic level of a ts artifact compiled with --passes reorder: an id (L3) or a size fraction (0.5)')
-    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second"} as JSON')
-    .addHelpText('after', '\nExamples:\n  llmc run ../shared/models/stories260K --prompt-ids 1 --max-tokens 32\n  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n')
+    .option('--threads <n>', 'CPU threads of onnxruntime / llama.cpp (default: all cores; the TS runtime uses one)', parseIntOption('--threads', 1))
+    .option('--level <level>', 'elastic level of an artifact compiled with --passes reorder: an id (L3) or a size fraction (0.5)')
+    .option('--verify', "check every file's sha256 against the manifest before running (sizes are always checked)")
+    .option('--allow-overflow', "generate past the model's context length")
+    .option('--allow-nonfinite', 'run a checkpoint whose weights hold Inf or NaN (refused by default)')
+    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes"} as JSON')
+    .addHelpText(
+      'after',
+      '\nExamples (from a clone):\n  llmc run fixtures/models/stories260K --prompt-ids 1 --max-tokens 32\n' +
+        '  llmc compile fixtures/models/stories260K --target ts --passes reorder -o out/elastic && llmc run out/elastic --prompt-ids 1 -n 32 --level 0.5\n' +
+        '  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n',
+    )
     .action(async (modelPath: string, o) => {
       if ((o.promptIds === undefined) === (o.prompt === undefined)) throw new UsageError('give exactly one of --prompt-ids or --prompt');
       if (o.topP <= 0) throw new UsageError(`--top-p must be in (0, 1], got ${o.topP}`);
-      const generator = await openGenerator(modelPath, { threads: o.threads });
+      const runner = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite });
       try {
-        const codec = generator.tokenizerJson
-          ? loadTokenizer(generator.tokenizerJson, generator.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json'))
-          : null;
+        const codec = runner.tokenizerJson ? loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
         let promptIds: number[];
         if (o.prompt !== undefined) {
           if (!codec) throw new LlmcError('--prompt needs a tokenizer.json; this model has none (use --prompt-ids)', modelPath);
@@ -37,28 +56,30 @@ export function registerRun(program: Command): void {
           promptIds = codec.encode(o.prompt);
         } else promptIds = o.promptIds;
         if (promptIds.length === 0) throw new UsageError('the prompt is empty');
-        // --level: run the prefix sub-model (the runtime slices weight prefixes, no copies).
-        let level = {};
-        if (o.level !== undefined) {
-          const model = (generator as { model?: { manifest?: { passes?: PassRecord[] } } }).model;
-          if (!model) throw new UsageError('--level needs a ts artifact compiled with --passes reorder');
-          const levels = findRecord(model.manifest?.passes, ELASTIC_LEVELS, path.join(modelPath, MANIFEST_FILE))?.levels ?? null;
-          level = { widths: levelWidths(selectLevel(levels, String(o.level), modelPath)) };
+        const V = runner.spec.vocabSize;
+        const bad = promptIds.find((id) => id >= V);
+        if (bad !== undefined) throw new UsageError(`--prompt-ids: token id ${bad} is outside the vocabulary (0..${V - 1})`);
+        const ctx = runner.spec.maxPositions;
+        if (promptIds.length + o.maxTokens > ctx && !o.allowOverflow) {
+          throw new UsageError(
+            `${promptIds.length} prompt tokens + ${o.maxTokens} to generate exceed the model's context of ${ctx}; lower --max-tokens to ${Math.max(0, ctx - promptIds.length)} (or --allow-overflow)`,
+          );
         }
+        if (!o.json) for (const n of runner.notes) process.stderr.write(`${noteLine(n)}\n`);
         const start = performance.now();
-        const generated = await generator.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed, ...level });
+        const generated = await runner.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed });
         const seconds = (performance.now() - start) / 1000;
         const text = codec ? codec.decode(generated, { skipSpecial: true }) : undefined;
         const tokensPerSecond = generated.length / seconds;
         if (o.json) {
-          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond });
+          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, notes: runner.notes });
         } else {
           process.stdout.write(`${generated.join(' ')}\n`);
           if (text !== undefined) process.stdout.write(`${text}\n`);
           process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s\n`);
         }
       } finally {
-        await generator.close();
+        await runner.close();
       }
     });
 }
