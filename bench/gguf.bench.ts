@@ -8,7 +8,7 @@
  *  - Q4_K_M as MB/s of f32 input per core (target ≥ 60);
  *  - F16 and Q8_0 again from the same model stored as F16 (`fromF16Checkpoint`).
  *
- * Standalone: `npx tsc -p tsconfig.json && node dist/bench/gguf.bench.js [--quick]`
+ * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/gguf.bench.js [--quick]`
  * (LLMC_BENCH_GGUF_QUANTS=F16,Q8_0 for a subset).
  */
 import { promises as fsp } from 'node:fs';

@@ -278,6 +278,20 @@ describe('9. no noise, no litter', () => {
     expect(Object.keys(pkg.dependencies)).toContain('typescript');
     const tsconfig = JSON.parse(readFileSync(path.join(ROOT, 'tsconfig.json'), 'utf8'));
     for (const t of tsconfig.compilerOptions.types ?? []) expect(Object.keys(pkg.dependencies)).toContain(`@types/${t}`);
+    // What the build compiles imports no dev dependency (they are absent with --omit=dev).
+    const installed = new Set([...Object.keys(pkg.dependencies), ...Object.keys(pkg.optionalDependencies ?? {})]);
+    const walk = (d: string): string[] =>
+      readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(d, e.name)) : e.name.endsWith('.ts') ? [path.join(d, e.name)] : []));
+    const missing: string[] = [];
+    for (const dir of tsconfig.include as string[]) {
+      for (const f of walk(path.join(ROOT, dir))) {
+        for (const m of readFileSync(f, 'utf8').matchAll(/(?:from|import)\s*\(?\s*'([@a-z][^']*)'(?! as string)/g)) {
+          const name = m[1].startsWith('@') ? m[1].split('/').slice(0, 2).join('/') : m[1].split('/')[0];
+          if (!name.startsWith('node:') && !installed.has(name)) missing.push(`${path.relative(ROOT, f)}: ${m[1]}`);
+        }
+      }
+    }
+    expect(missing).toEqual([]);
   });
 
   it("a fresh clone stays clean after the README's main job", async () => {

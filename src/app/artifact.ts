@@ -10,7 +10,8 @@ import { TARGETS } from '../../backends/index.js';
 import { LlmcError } from '../core/errors.js';
 import type { Artifact, TargetDescriptor } from '../core/pipeline/target.js';
 import { MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION, type Manifest } from '../core/records/manifest.js';
-import { Checker } from '../core/records/check.js';
+import { checkArchSpec } from '../core/arch/check.js';
+import { Checker } from '../core/util/check.js';
 
 export type Located = { kind: 'checkpoint'; dir: string } | ({ kind: 'artifact'; manifestPath: string; target: TargetDescriptor } & Artifact);
 
@@ -30,7 +31,7 @@ export function parseManifestText(text: string, file: string): Manifest {
     throw new LlmcError(`unsupported manifest ${JSON.stringify(m.format)} version ${JSON.stringify(m.version)}; this llmc reads ${MANIFEST_FORMAT} version ${MANIFEST_VERSION}`, file);
   }
   c.str(m.target, 'target');
-  c.obj(m.arch, 'arch');
+  checkArchSpec(m.arch, c);
   c.arr(m.passes, 'passes').forEach((p, i) => {
     const r = c.obj(p, `passes[${i}]`);
     c.str(r.name, `passes[${i}].name`);

@@ -13,6 +13,7 @@ import { registerCompile } from './commands/compile.js';
 import { registerInspect } from './commands/inspect.js';
 import { registerList } from './commands/list.js';
 import { registerRun } from './commands/run.js';
+import { registerVerify } from './commands/verify.js';
 
 export function buildProgram(): Command {
   const program = new Command('llmc')
@@ -29,6 +30,7 @@ export function buildProgram(): Command {
   registerRun(program);
   registerInspect(program);
   registerList(program);
+  registerVerify(program);
   return program;
 }
 

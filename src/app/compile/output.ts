@@ -7,7 +7,9 @@
  *   run leaves the old one intact;
  * - a non-empty directory that is no llmc artifact is refused unless --force (then replaced the same way);
  * - a single-file target given `-o NAME.<ext>` writes that file, its manifest beside it as
- *   `NAME.<ext>.llmc-manifest.json`.
+ *   `NAME.<ext>.llmc-manifest.json`;
+ * - one compile at a time per output (a lock file beside it: a second one is told the output is
+ *   busy), and what compiles that died left there (working directories, temp files) is removed.
  */
 import { existsSync, promises as fsp, readdirSync, realpathSync, rmSync } from 'node:fs';
 import path from 'node:path';
@@ -54,6 +56,19 @@ function resolvedTarget(p: string): string {
 
 export async function prepareOutput(out: string, opts: { inputs: readonly string[]; force: boolean; singleFile: { extension: string; file: string } | null }): Promise<Output> {
   const target = resolvedTarget(out);
+  checkInputs(out, target, opts);
+  const unlock = await lock(out);
+  try {
+    removeLeftovers(out);
+    const o = await prepare(out, opts);
+    return { ...o, release: () => (o.release(), unlock()), discard: o.discard };
+  } catch (err) {
+    unlock();
+    throw err;
+  }
+}
+
+function checkInputs(out: string, target: string, opts: { inputs: readonly string[]; singleFile: { extension: string } | null }): void {
   for (const input of opts.inputs) {
     const inp = real(input);
     // The input itself, or a directory holding it (a replace would remove it); a new subdirectory is fine.
@@ -61,6 +76,9 @@ export async function prepareOutput(out: string, opts: { inputs: readonly string
       throw new UsageError(`-o ${out}: the output would write into or over the input ${input}; choose another output path`);
     }
   }
+}
+
+async function prepare(out: string, opts: { force: boolean; singleFile: { extension: string; file: string } | null }): Promise<Output> {
   const stat = await fsp.stat(out).catch(() => null);
 
   if (opts.singleFile && out.toLowerCase().endsWith(opts.singleFile.extension)) {
@@ -126,6 +144,62 @@ export async function prepareOutput(out: string, opts: { inputs: readonly string
     discard: () => rmSync(work, { recursive: true, force: true }),
   });
 }
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+};
+
+/** `.<name>.llmc-lock` beside the output, created exclusively; a lock whose process is gone is taken over. */
+async function lock(out: string): Promise<() => void> {
+  const parent = path.dirname(path.resolve(out));
+  // Errors name the output the user gave, not its parent.
+  if ((await fsp.stat(parent).catch(() => null))?.isDirectory() === false) throw new LlmcError('cannot write to output directory: a parent is not a directory', out);
+  await ensureOutputDir(parent).catch((err: LlmcError) => {
+    throw new LlmcError(err.message, out, err.exitCode);
+  });
+  const file = path.join(parent, `.${path.basename(out)}.llmc-lock`);
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const h = await fsp.open(file, 'wx');
+      await h.writeFile(String(process.pid));
+      await h.close();
+      const forget = onInterrupt(() => rmSync(file, { force: true }));
+      return () => {
+        forget();
+        rmSync(file, { force: true });
+      };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw ioError(err, file, 'create the output lock');
+      const owner = Number(await fsp.readFile(file, 'utf8').catch(() => ''));
+      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && alive(owner)) {
+        throw new LlmcError(`busy: another llmc (pid ${owner}) is compiling into it; wait for it to finish or choose another output`, out);
+      }
+      rmSync(file, { force: true }); // its compile died
+    }
+  }
+  throw new LlmcError('cannot take the output lock', out);
+}
+
+/** Working directories and temp files that compiles into this output left when they died (we hold its lock). */
+function removeLeftovers(out: string): void {
+  const parent = path.dirname(path.resolve(out));
+  const work = new RegExp(`^\\.${escapeRegExp(path.basename(out))}\\.llmc-(\\d+)(\\.old)?$`);
+  for (const f of readdirSafe(parent)) {
+    const m = work.exec(f);
+    if (m && !alive(Number(m[1]))) rmSync(path.join(parent, f), { recursive: true, force: true });
+  }
+  for (const f of readdirSafe(out)) {
+    const m = /^\..*\.(\d+)\.\d+\.tmp$/.exec(f);
+    if (m && !alive(Number(m[1]))) rmSync(path.join(out, f), { force: true });
+  }
+}
+
+const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 function readdirSafe(dir: string): string[] {
   try {

@@ -44,6 +44,19 @@ export const LM_HEAD = 'lm_head.weight';
 /** What a tensor is for: components for inspect, and targets' per-role format rules (norms and routers stay F32). */
 export type TensorRole = 'embedding' | 'lm_head' | 'norm' | 'attention' | 'mlp' | 'router' | 'expert' | 'shared_expert' | 'shared_expert_gate';
 
+/**
+ * How many tensors expectedTensors lists, in closed form: checked against a file's own tensor count
+ * before anything is enumerated, so a config claiming 1e308 layers or 10^7 experts is refused at once.
+ */
+export function expectedTensorCount(spec: ArchSpec): number {
+  const mlp = 3 + (spec.mlpBias ? 3 : 0);
+  const attn = 4 + (spec.qkvBias ? 3 : 0) + (spec.oBias ? 1 : 0);
+  const moe = spec.moe;
+  const moeLayers = moe ? spec.numLayers - moe.denseLayers.filter((l) => l < spec.numLayers).length : 0;
+  const perMoe = moe ? 1 + moe.numExperts * mlp + (moe.sharedExpertIntermediateSize ? mlp + 1 : 0) : 0;
+  return 1 + spec.numLayers * (2 + attn) + (spec.numLayers - moeLayers) * mlp + moeLayers * perMoe + 1 + (spec.tieEmbeddings ? 0 : 1);
+}
+
 /** Every tensor the spec requires, with its shape ([out, in] for linears, as HF stores them) and role. */
 export function expectedTensors(spec: ArchSpec): ExpectedTensor[] {
   const D = spec.hiddenSize;

@@ -41,6 +41,8 @@ export class SafetensorsFile {
   static async open(file: string): Promise<SafetensorsFile> {
     let handle: fsp.FileHandle;
     try {
+      // Only regular files (checked before opening: opening a FIFO blocks).
+      if (!(await fsp.stat(file)).isFile()) throw new LlmcError('not a regular file', file);
       handle = await fsp.open(file, 'r');
     } catch (err) {
       throw ioError(err, file, 'open safetensors file');

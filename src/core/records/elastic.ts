@@ -5,7 +5,7 @@
  * each kept group, and the first `ffn` neurons of every elastic MLP.
  */
 import { LlmcError, UsageError } from '../errors.js';
-import { Checker } from './check.js';
+import { Checker } from '../util/check.js';
 import { defineRecord } from './types.js';
 
 export interface LayerWidth {

@@ -3,8 +3,10 @@
  * weights' actual size (and sha256 on request) before anything runs, then read the weights and
  * build the Model. Browser-safe: the bytes come from an injected ByteSource, hashing from WebCrypto.
  */
-import { expectedTensors } from '../../core/arch/names.js';
+import { expectedTensorCount, expectedTensors } from '../../core/arch/names.js';
+import { checkArchSpec } from '../../core/arch/check.js';
 import { LlmcError } from '../../core/errors.js';
+import { Checker } from '../../core/util/check.js';
 import type { ByteSource } from './bytes.js';
 import {
   FORMAT_BLOCK,
@@ -70,10 +72,24 @@ export function parseManifest(text: string, file = 'llmc-manifest.json'): Artifa
       `unsupported weights format ${JSON.stringify(isObj(ti) ? ti.format : null)} version ${JSON.stringify(isObj(ti) ? ti.version : null)}; this runtime reads ${TS_FORMAT} version ${TS_FORMAT_VERSION}`,
     );
   }
-  if (!isObj(m.arch)) bad('missing "arch"');
-  if (!Array.isArray(m.files)) bad('missing "files"');
+  const c = new Checker(file);
+  checkArchSpec(m.arch, c);
+  c.arr(m.files, 'files').forEach((f, i) => {
+    const e = c.obj(f, `files[${i}]`);
+    c.str(e.path, `files[${i}].path`);
+    c.int(e.size, `files[${i}].size`);
+    c.str(e.sha256, `files[${i}].sha256`);
+  });
+  c.arr(m.passes, 'passes').forEach((p, i) => {
+    const r = c.obj(p, `passes[${i}]`);
+    c.str(r.name, `passes[${i}].name`);
+    c.obj(r.metadata, `passes[${i}].metadata`);
+  });
   const t = ti as Record<string, unknown>;
   if (typeof t.weights !== 'string') bad('targetInfo.weights is missing');
+  // A file of the artifact: never a path out of it.
+  const w = t.weights as string;
+  if (!w || w.startsWith('/') || /^[a-zA-Z]:/.test(w) || w.split(/[\\/]/).includes('..') || w.includes('\0')) bad(`targetInfo.weights ${JSON.stringify(w)} is not a file of the artifact`);
   if (!Array.isArray(t.tensors)) bad('targetInfo.tensors is missing');
   for (const [i, e] of (t.tensors as unknown[]).entries()) {
     if (!isObj(e) || typeof e.name !== 'string') bad(`tensor table entry ${i} has no name`);
@@ -109,6 +125,8 @@ export function checkTensorTable(m: ArtifactManifest, fileSize: number, file: st
   }
   let expected: { name: string; shape: number[] }[];
   try {
+    const want = expectedTensorCount(m.arch);
+    if (!Number.isSafeInteger(want) || want > 2 * table.size + 64) return bad(`"arch" describes ${want} tensors, the tensor table holds ${table.size}`);
     expected = expectedTensors(m.arch);
   } catch {
     return bad('"arch" is not a valid architecture spec');

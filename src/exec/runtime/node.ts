@@ -14,8 +14,17 @@ import type { Model } from './model.js';
 export function fileSource(file: string): ByteSource & { close(): Promise<void> } {
   let handle: fsp.FileHandle | null = null;
   const open = async () => {
+    if (handle) return handle;
+    let st;
     try {
-      return (handle ??= await fsp.open(file, 'r'));
+      st = await fsp.stat(file);
+    } catch (e) {
+      throw new LlmcError(`cannot open: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, file);
+    }
+    // Only regular files (checked before opening: opening a FIFO blocks).
+    if (!st.isFile()) throw new LlmcError('not a regular file', file);
+    try {
+      return (handle = await fsp.open(file, 'r'));
     } catch (e) {
       throw new LlmcError(`cannot open: ${(e as Error).message}`, file);
     }
