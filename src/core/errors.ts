@@ -27,3 +27,11 @@ export class UsageError extends LlmcError {
     this.name = 'UsageError';
   }
 }
+
+/** Ends a command with an exit code after it printed its own lines (e.g. the failed budgets): the CLI adds nothing. */
+export class ExitCode extends LlmcError {
+  constructor(code: 1 | 2) {
+    super('', undefined, code);
+    this.name = 'ExitCode';
+  }
+}

@@ -3,12 +3,13 @@
  * and turns errors into one line and an exit code (a stack trace only with --debug).
  */
 import { Command, CommanderError } from 'commander';
-import { LlmcError } from '../../core/errors.js';
+import { ExitCode, LlmcError } from '../../core/errors.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { installInterruptHandlers } from '../../core/util/interrupt.js';
 import { registerCompile } from './commands/compile.js';
 import { registerRun } from './commands/run.js';
 import { registerInspect } from './commands/inspect.js';
+import { registerCheck } from './commands/check.js';
 
 export function buildProgram(): Command {
   const program = new Command('llmc')
@@ -25,6 +26,7 @@ export function buildProgram(): Command {
   registerCompile(program);
   registerRun(program);
   registerInspect(program);
+  registerCheck(program);
   return program;
 }
 
@@ -40,6 +42,7 @@ export async function main(argv: string[]): Promise<number> {
       // help / version exit 0; commander already printed usage errors.
       return err.exitCode === 0 ? 0 : 2;
     }
+    if (err instanceof ExitCode) return err.exitCode;
     if (err instanceof LlmcError) {
       process.stderr.write(`llmc: ${err.line}\n`);
       if (debug) process.stderr.write(`${err.stack}\n`);

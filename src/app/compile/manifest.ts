@@ -6,7 +6,9 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION, type Manifest, type ManifestFile } from '../../core/records/manifest.js';
 import { stableJson } from '../../core/util/stable-json.js';
-import { knownSha256, writeFileAtomic } from '../../core/util/atomic.js';
+import { ioError, knownSha256, writeFileAtomic } from '../../core/util/atomic.js';
+import { LlmcError } from '../../core/errors.js';
+import { Checker } from '../../core/records/check.js';
 import { sha256Files } from '../../core/util/sha256.js';
 import { LLMC_VERSION } from '../../core/version.js';
 
@@ -34,4 +36,42 @@ export async function writeManifest(
   };
   await writeFileAtomic(path.join(dir, MANIFEST_FILE), stableJson(manifest));
   return manifest;
+}
+
+/**
+ * An artifact directory's manifest, checked for the fields every reader relies on; null when the
+ * directory has no llmc-manifest.json (it is not an artifact). Errors name the file and the field.
+ */
+export async function readManifest(dir: string): Promise<Manifest | null> {
+  const file = path.join(dir, MANIFEST_FILE);
+  let text: string;
+  try {
+    text = await fsp.readFile(file, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT' || (e as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
+    throw ioError(e, file, 'read');
+  }
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file);
+  }
+  const c = new Checker(file);
+  const m = c.obj(v, 'manifest');
+  if (m.format !== MANIFEST_FORMAT) c.fail('format', `must be "${MANIFEST_FORMAT}", got ${JSON.stringify(m.format)}`);
+  c.int(m.version, 'version', 1);
+  c.str(m.target, 'target');
+  const src = c.obj(m.source, 'source');
+  c.str(src.path, 'source.path');
+  c.str(src.sha256, 'source.sha256');
+  c.obj(m.arch, 'arch');
+  c.obj(m.targetInfo, 'targetInfo');
+  c.arr(m.passes, 'passes').forEach((p, i) => c.obj(c.obj(p, `passes[${i}]`).metadata, `passes[${i}].metadata`));
+  c.arr(m.files, 'files').forEach((f, i) => {
+    const o = c.obj(f, `files[${i}]`);
+    c.str(o.path, `files[${i}].path`);
+    c.int(o.size, `files[${i}].size`);
+  });
+  return m as unknown as Manifest;
 }

@@ -6,6 +6,8 @@ import { UsageError } from '../../../core/errors.js';
 import { planCompile } from '../../compile/plan.js';
 import { cliProgress, noteTo, printJson } from '../output.js';
 import { collect, collectKeyValue } from '../options.js';
+import { checkMeasurable, readBudgets } from '../../check/budgets.js';
+import { reportCheck } from './check.js';
 
 function parseTensorTypes(specs: string[]): { pattern: RegExp; type: string }[] {
   return specs.map((s) => {
@@ -38,6 +40,7 @@ export function registerCompile(program: Command): void {
   const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
   for (const p of PASSES) for (const f of p.flags) cmd.option(f.flag, f.help);
   cmd
+    .option('--check <budgets>', 'after compiling, check the artifact against a budget file (as llmc check; exit 1 when a budget fails)')
     .option('--json', 'print the manifest as JSON on stdout')
     .addHelpText(
       'after',
@@ -60,6 +63,8 @@ export function registerCompile(program: Command): void {
       const request = { target: o.target as string, passes: passNames, opts, quant: o.quant as string | undefined, tensorTypes: parseTensorTypes(o.tensorType) };
       // Everything is checked before the checkpoint is opened or anything is written.
       const plan = planCompile(request);
+      const budgets = o.check === undefined ? undefined : await readBudgets(o.check);
+      if (budgets) checkMeasurable(budgets, plan.target.name, o.check);
       const notes: string[] = [];
       const source = await openCheckpoint(modelDir);
       try {
@@ -69,11 +74,15 @@ export function registerCompile(program: Command): void {
           { ...request, source, outDir: o.out, progress: cliProgress(json), note: noteTo(notes, json), cacheDir: o.cacheDir },
           plan,
         );
-        if (json) printJson({ ...manifest, notes });
-        else {
+        if (!json) {
           const bytes = manifest.files.reduce((a, f) => a + f.size, 0);
           process.stdout.write(`wrote ${o.out}: ${manifest.files.map((f) => f.path).join(', ')} (${(bytes / 1e6).toFixed(2)} MB)\n`);
         }
+        if (budgets) {
+          const { checkArtifact } = await import('../../check/check.js');
+          const summary = await checkArtifact({ dir: o.out, manifest, budgets, budgetFile: o.check, source, cacheDir: o.cacheDir });
+          reportCheck(summary, json ? { ...manifest, notes, check: summary } : undefined);
+        } else if (json) printJson({ ...manifest, notes });
       } finally {
         await source.close();
       }
