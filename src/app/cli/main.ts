@@ -10,6 +10,7 @@ import { registerCompile } from './commands/compile.js';
 import { registerRun } from './commands/run.js';
 import { registerInspect } from './commands/inspect.js';
 import { registerCheck } from './commands/check.js';
+import { registerReport } from './commands/report.js';
 
 export function buildProgram(): Command {
   const program = new Command('llmc')
@@ -27,6 +28,7 @@ export function buildProgram(): Command {
   registerRun(program);
   registerInspect(program);
   registerCheck(program);
+  registerReport(program);
   return program;
 }
 

@@ -103,3 +103,26 @@ export async function cachedProfile(
   if (!cacheDir) return { kind, key: profileKey(kind, keyParts), keyParts, ...data, cached: false };
   return saveProfile(cacheDir, kind, keyParts, data);
 }
+
+/**
+ * Every stored profile of `kind` in `cacheDir` whose keyParts include `match` (equal as JSON, key by
+ * key), in file-name order. For readers that know what a profile is about but not its full key
+ * (`llmc report` finding a pass's importance profile); unreadable entries are skipped.
+ */
+export async function findProfiles(cacheDir: string, kind: string, match: Record<string, unknown> = {}): Promise<Profile[]> {
+  const names = await fsp.readdir(cacheDir).catch(() => [] as string[]);
+  const out: Profile[] = [];
+  for (const name of names.sort()) {
+    if (!name.startsWith(`${kind}-`) || !name.endsWith('.json') || !/^[0-9a-f]{32}$/.test(name.slice(kind.length + 1, -5))) continue;
+    let keyParts: Record<string, unknown>;
+    try {
+      keyParts = JSON.parse(await fsp.readFile(path.join(cacheDir, name), 'utf8')).keyParts;
+    } catch {
+      continue;
+    }
+    if (!keyParts || Object.entries(match).some(([k, v]) => stableJson(keyParts[k]) !== stableJson(v))) continue;
+    const p = await loadProfile(cacheDir, kind, keyParts);
+    if (p) out.push(p);
+  }
+  return out;
+}
