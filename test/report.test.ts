@@ -67,7 +67,7 @@ describe('llmc report (HTML)', () => {
       const sections = await page.$$eval('section[data-section]', (els) =>
         els.map((s) => ({
           id: s.getAttribute('data-section'),
-          svgs: [...s.querySelectorAll('figure > svg')].map((g) => {
+          svgs: Array.from(s.querySelectorAll("figure > svg")).map((g) => {
             const r = g.getBoundingClientRect();
             return { w: r.width, h: r.height, marks: g.querySelectorAll('path, rect, text').length };
           }),
