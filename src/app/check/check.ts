@@ -8,6 +8,7 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { openCheckpoint } from '../../core/checkpoint/index.js';
 import { LlmcError } from '../../core/errors.js';
 import type { Manifest } from '../../core/records/manifest.js';
+import type { ProfileCache } from '../profile/store.js';
 import { evaluateArtifact, heldOutSet, type Executor } from '../evaluate/artifact.js';
 import { checkMeasurable, judge, type BudgetResult, type Budgets, type Metric } from './budgets.js';
 
@@ -47,7 +48,7 @@ export interface CheckOptions {
   level?: string;
   /** Held-out text instead of sequences sampled from the source. */
   evalText?: string;
-  cacheDir?: string;
+  cacheDir?: ProfileCache;
 }
 
 export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {

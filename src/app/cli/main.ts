@@ -11,6 +11,7 @@ import { registerRun } from './commands/run.js';
 import { registerInspect } from './commands/inspect.js';
 import { registerCheck } from './commands/check.js';
 import { registerReport } from './commands/report.js';
+import { registerProfile } from './commands/profile.js';
 
 export function buildProgram(): Command {
   const program = new Command('llmc')
@@ -28,6 +29,7 @@ export function buildProgram(): Command {
   registerRun(program);
   registerInspect(program);
   registerCheck(program);
+  registerProfile(program);
   registerReport(program);
   return program;
 }

@@ -10,6 +10,7 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { evolve, unitOf, type CompileUnit } from '../../core/pipeline/unit.js';
 import type { EmitPlan } from '../../core/pipeline/target.js';
+import type { ProfileCacheRef } from '../../core/pipeline/pass.js';
 import type { Manifest, PassRecord } from '../../core/records/manifest.js';
 import { ensureOutputDir } from '../../core/util/atomic.js';
 import { onInterrupt } from '../../core/util/interrupt.js';
@@ -22,7 +23,7 @@ export interface CompileRequest extends PlanRequest {
   outDir: string;
   progress: Progress;
   note: (message: string) => void;
-  cacheDir?: string;
+  cacheDir?: ProfileCacheRef;
 }
 
 export async function compile(req: CompileRequest, plan: CompilePlan = planCompile(req)): Promise<Manifest> {

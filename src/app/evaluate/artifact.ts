@@ -12,6 +12,7 @@ import { ELASTIC_LEVELS, findRecord, type LayerWidth, levelWidths, MANIFEST_FILE
 import { Engine } from '../../exec/engine/index.js';
 import { loadDir } from '../../exec/runtime/node.js';
 import { calibrationSet, textFileSpec, type CalibrationSpec } from '../profile/calibration.js';
+import type { ProfileCache } from '../profile/store.js';
 import { compareModels, type LogitsFn, type QualityFigures } from './quality.js';
 
 import { executorOf, type Executor } from './executors.js';
@@ -32,7 +33,7 @@ export interface HeldOut {
 }
 
 /** Held-out sequences of `source`: sampled from it (seeded), or windows of a text file (`text`). */
-export async function heldOutSet(source: ModelSource, opts: { text?: string; sequences?: number; length?: number; seed?: number; cacheDir?: string } = {}): Promise<HeldOut> {
+export async function heldOutSet(source: ModelSource, opts: { text?: string; sequences?: number; length?: number; seed?: number; cacheDir?: ProfileCache } = {}): Promise<HeldOut> {
   const spec: CalibrationSpec = {
     source: opts.text ? await textFileSpec(opts.text) : 'self-generated',
     count: DEFAULT_EVAL_SPEC.count,

@@ -8,7 +8,7 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { Engine } from '../../exec/engine/index.js';
 import { LlmcError } from '../../core/errors.js';
 import { loadTokenizer } from '../../core/tokenizer/index.js';
-import { cachedProfile } from './store.js';
+import { cachedProfile, type ProfileCache } from './store.js';
 
 export interface CalibrationSpec {
   /** 'self-generated' (data-free) or text: the file's path and sha256 (the key needs the content). */
@@ -35,7 +35,7 @@ const split = (flat: Float64Array, length: number): number[][] => {
 };
 
 /** The calibration set of `source` for `spec`, computed once per (checkpoint, spec) when cached. */
-export async function calibrationSet(source: ModelSource, spec: CalibrationSpec, opts: { cacheDir?: string; /** Shares the caller's engine (opened only if the set must be computed). */ engine?: () => Promise<Engine> } = {}): Promise<CalibrationSet> {
+export async function calibrationSet(source: ModelSource, spec: CalibrationSpec, opts: { cacheDir?: ProfileCache; /** Shares the caller's engine (opened only if the set must be computed). */ engine?: () => Promise<Engine> } = {}): Promise<CalibrationSet> {
   const profile = await cachedProfile(opts.cacheDir, 'calibration', { checkpoint: await source.identity(), ...spec }, async () => {
     if (spec.source !== 'self-generated') {
       const { calib, held } = await textCalibration(source, spec, spec.source.text);

@@ -2,7 +2,10 @@ import type { Command } from 'commander';
 import { PASSES } from '../../../../passes/index.js';
 import { TARGETS } from '../../../../backends/index.js';
 import { openCheckpoint } from '../../../core/checkpoint/index.js';
-import { UsageError } from '../../../core/errors.js';
+import { LlmcError, UsageError } from '../../../core/errors.js';
+import type { CachePolicy } from '../../../core/pipeline/pass.js';
+import { checkProfileOf, PROFILE_INDEX, readProfileIndex } from '../../profile/dir.js';
+import { CACHE_HELP, parseCachePolicy } from './profile.js';
 import { planCompile } from '../../compile/plan.js';
 import { findConfig, resolveConfig, CONFIG_FILE, DEFAULT_CACHE_DIR, type ResolvedConfig } from '../../compile/config.js';
 import { cliProgress, noteTo, printJson } from '../output.js';
@@ -38,6 +41,8 @@ export function registerCompile(program: Command): void {
     .option('--passes <list>', 'comma-separated passes to run before the backend, in order')
     .option('--opt <key=value>', 'pass or target option, repeatable (e.g. reorder.levels=0.5,1)', collectKeyValue('--opt'), {})
     .option('--cache-dir <dir>', `where profiles are cached (default: ${DEFAULT_CACHE_DIR})`)
+    .option('--cache <policy>', CACHE_HELP, parseCachePolicy, 'on')
+    .option('--profile <dir>', 'measurements from llmc profile (refused when it profiled another checkpoint); used instead of --cache-dir')
     .option('--config <file>', `a config file: passes with options, target with options, paths (default: ./${CONFIG_FILE} if present); flags override it`);
   // Each pass's shorthand flags (`--levels X` ≡ `--opt reorder.levels=X`).
   const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
@@ -80,11 +85,17 @@ export function registerCompile(program: Command): void {
       const out = resolved.out;
       if (out === null && !o.dryRun) throw new UsageError(`no output directory: give -o DIR${found ? ` or set "out" in ${found.file}` : ''}`);
       const notes: string[] = [];
+      const profileIndex = o.profile === undefined ? undefined : await readProfileIndex(o.profile);
+      if (profileIndex === null) throw new LlmcError(`not a profile directory (no ${PROFILE_INDEX}; make one with llmc profile)`, o.profile);
       const source = await openCheckpoint(resolved.model);
       try {
+        if (profileIndex) await checkProfileOf(o.profile, profileIndex, source);
+        // A dry run writes nothing, not even to the cache.
+        const policy: CachePolicy = o.dryRun && o.cache === 'on' ? 'readonly' : o.cache;
+        const cacheDir = { dir: o.profile ?? resolved.cacheDir, policy };
         // Passes and targets pull in onnxruntime and tfjs: load them only when compiling.
         const { compile, dryRun } = await import('../../compile/compile.js');
-        const common = { ...request, source, progress: cliProgress(json), note: noteTo(notes, json), cacheDir: resolved.cacheDir };
+        const common = { ...request, source, progress: cliProgress(json), note: noteTo(notes, json), cacheDir };
         if (o.dryRun) {
           const { printDryRun } = await import('./dry-run.js');
           return printDryRun(await dryRun({ ...common, outDir: out ?? '' }, plan), resolved, json, notes);
@@ -96,7 +107,7 @@ export function registerCompile(program: Command): void {
         }
         if (budgets) {
           const { checkArtifact } = await import('../../check/check.js');
-          const summary = await checkArtifact({ dir: out!, manifest, budgets, budgetFile: resolved.check!, source, cacheDir: resolved.cacheDir });
+          const summary = await checkArtifact({ dir: out!, manifest, budgets, budgetFile: resolved.check!, source, cacheDir });
           reportCheck(summary, json ? { ...manifest, notes, check: summary } : undefined);
         } else if (json) printJson({ ...manifest, notes });
       } finally {
