@@ -7,6 +7,7 @@ import { existsSync, promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findProfiles } from '../src/app/profile/store.js';
 import { llmcInProcess } from './cli.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
@@ -110,6 +111,24 @@ describe('llmc profile', () => {
     const notProfile = await llmcInProcess('compile', STORIES, '-t', 'ts', '--profile', STORIES, '-o', out);
     expect(notProfile.code).toBe(1);
     expect(notProfile.stderr).toBe(`llmc: ${STORIES}: not a profile directory (no llmc-profile.json; make one with llmc profile)\n`);
+  });
+
+  it('--calib FILE of token ids (a model without a tokenizer): the calibration windows are the file\'s; ids outside the vocabulary are refused', async () => {
+    const ids = Array.from({ length: 3 }, (_, i) => [1, ...Array.from({ length: 40 }, (_, t) => 3 + ((37 * i + 101 * t) % 509))]);
+    const file = path.join(tmp, 'ids.json');
+    await fsp.writeFile(file, JSON.stringify(ids));
+    const dir = path.join(tmp, 'ids-profile');
+    const r = await llmcInProcess('profile', STORIES, '-o', dir, '--calib', file, '--opt', 'reorder.calib=2', '--opt', 'reorder.heldOut=1', '--opt', 'reorder.calibLength=16', '--opt', 'reorder.anchors=0', '--opt', 'reorder.importance=magnitude');
+    expect(r.code, r.stderr).toBe(0);
+    const [calib] = await findProfiles(dir, 'calibration');
+    // Windows of 16 over each sequence in turn: the first two calibrate, the third is held out.
+    expect(Array.from(calib.arrays.calib)).toEqual([...ids[0].slice(0, 16), ...ids[0].slice(16, 32)]);
+    expect(Array.from(calib.arrays.heldOut)).toEqual(ids[1].slice(0, 16));
+    expect(calib.keyParts.source).toMatchObject({ text: file });
+    await fsp.writeFile(file, JSON.stringify([[1, 2, 512]]));
+    const bad = await llmcInProcess('profile', STORIES, '-o', path.join(tmp, 'bad-ids'), '--calib', file);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toBe(`llmc: ${file}: [0][2]: token id 512 is outside the vocabulary [0, 512)\n`);
   });
 
   it('llmc report of a profile: the checkpoint\'s sizes and the reorder measurements, no quality table', async () => {

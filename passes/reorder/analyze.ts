@@ -85,7 +85,7 @@ class Measurements {
     return calibrationSet(
       this.source,
       { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
-      { cacheDir: this.cacheDir, engine: this.engine },
+      { cacheDir: this.cacheDir, engine: this.engine, progress: this.progress },
     );
   }
 

@@ -21,7 +21,7 @@ export function registerProfile(program: Command): void {
     .argument('<model>', 'Hugging Face checkpoint directory')
     .requiredOption('-o, --out <dir>', 'profile directory (created if missing; an interrupted run resumes there)')
     .option('--passes <list>', `passes to profile for, comma-separated (default: all: ${PASSES.map((p) => p.name).join(', ')})`)
-    .option('--calib <source>', 'calibration data: self (sampled from the model, seeded; the default) or a text FILE (needs the model\'s tokenizer)', 'self')
+    .option('--calib <source>', 'calibration data: self (sampled from the model, seeded; the default), a text FILE (needs the model\'s tokenizer), or a FILE of token ids as JSON [[1, 5, ...], ...]', 'self')
     .option('--opt <key=value>', 'pass option, repeatable (as for compile: the profile is keyed by them)', collectKeyValue('--opt'), {})
     .option('--cache <policy>', CACHE_HELP, parseCachePolicy, 'on')
     .option('--json', 'print the profile index as JSON')
