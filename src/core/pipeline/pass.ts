@@ -14,7 +14,8 @@ export interface PassContext {
   progress: Progress;
   note: (message: string) => void;
   /**
-   * Directory for cached profiles (content-addressed); undefined disables caching. Passes measure
+   * The profile store (content-addressed): a directory, or a directory with the run's cache policy
+   * (pass it on as it is); undefined disables caching. Passes measure
    * through src/app/profile: `calibrationSet(source, spec, {cacheDir})` for the shared calibration /
    * held-out ids, and `cachedProfile(cacheDir, kind, keyParts, compute)` for their own statistics
    * (keyParts must include the checkpoint identity, the calibration key and every option that
