@@ -6,9 +6,9 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION, type Manifest, type ManifestFile } from '../../core/records/manifest.js';
 import { stableJson } from '../../core/util/stable-json.js';
-import { ioError, knownSha256, writeFileAtomic } from '../../core/util/atomic.js';
-import { LlmcError } from '../../core/errors.js';
+import { knownSha256, writeFileAtomic } from '../../core/util/atomic.js';
 import { Checker } from '../../core/records/check.js';
+import { readJsonIfPresent } from '../../core/util/json-file.js';
 import { sha256Files } from '../../core/util/sha256.js';
 import { LLMC_VERSION } from '../../core/version.js';
 
@@ -44,19 +44,8 @@ export async function writeManifest(
  */
 export async function readManifest(dir: string): Promise<Manifest | null> {
   const file = path.join(dir, MANIFEST_FILE);
-  let text: string;
-  try {
-    text = await fsp.readFile(file, 'utf8');
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT' || (e as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
-    throw ioError(e, file, 'read');
-  }
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (e) {
-    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file);
-  }
+  const v = await readJsonIfPresent(file);
+  if (v === null) return null;
   const c = new Checker(file);
   const m = c.obj(v, 'manifest');
   if (m.format !== MANIFEST_FORMAT) c.fail('format', `must be "${MANIFEST_FORMAT}", got ${JSON.stringify(m.format)}`);

@@ -4,12 +4,12 @@
  * llmc-profile.json, naming the checkpoint, its architecture and tensors, the passes profiled with
  * their options, and the stages. `llmc compile --profile DIR` and `llmc report DIR` read it.
  */
-import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { Checker } from '../../core/records/check.js';
-import { ensureOutputDir, ioError, writeFileAtomic } from '../../core/util/atomic.js';
+import { readJsonIfPresent } from '../../core/util/json-file.js';
+import { ensureOutputDir, writeFileAtomic } from '../../core/util/atomic.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import type { CachePolicy, StageEvent } from '../../core/pipeline/pass.js';
 import type { Progress } from '../../core/util/progress.js';
@@ -45,20 +45,8 @@ export interface ProfileIndex {
 /** The directory's index, or null when it has none (it is not a profile directory). */
 export async function readProfileIndex(dir: string): Promise<ProfileIndex | null> {
   const file = path.join(dir, PROFILE_INDEX);
-  let text: string;
-  try {
-    text = await fsp.readFile(file, 'utf8');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENOTDIR') return null;
-    throw ioError(e, file, 'read');
-  }
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (e) {
-    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file);
-  }
+  const v = await readJsonIfPresent(file);
+  if (v === null) return null;
   const c = new Checker(file);
   const o = c.obj(v, 'profile');
   if (o.format !== PROFILE_INDEX_FORMAT) c.fail('format', `must be "${PROFILE_INDEX_FORMAT}", got ${JSON.stringify(o.format)}`);
