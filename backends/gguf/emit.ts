@@ -16,7 +16,7 @@ import { chooseTensorType, DEFAULT_QUANT, parseQuant, parseTensorType, type Mode
 import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
 import { ChunkBuffers, tensorChunks, type RawDtype } from './stream.js';
 import { convertTokenizer, placeholderVocab } from './vocab.js';
-import { GgufFileWriter, type GgufTensorInfo } from './writer.js';
+import { GgufFileWriter, layoutGguf, type GgufTensorInfo } from './writer.js';
 
 export const GGUF_FILE = 'model.gguf';
 /** Values per streamed chunk (16 MB of f32): memory follows this, not the largest tensor. */
@@ -84,24 +84,40 @@ function modelName(dir: string): string {
   return path.basename(path.resolve(dir)) || 'model';
 }
 
+/** Everything about the file but the tensor data: types, metadata, vocabulary, tensor infos. */
+function prepare(unit: CompileUnit, formats: FormatRequest) {
+  const { source } = unit;
+  const plan = planGguf(source, formats, unit.annotations);
+  const meta = modelMetadata(source.spec, plan.arch, { name: modelName(source.dir), fileType: plan.choice.fileType });
+  const tokFile = path.join(source.dir, 'tokenizer.json');
+  const vocab = source.assets.tokenizer
+    ? convertTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig, source.spec, tokFile)
+    : placeholderVocab(source.spec);
+  const notes = [...plan.notes, ...meta.notes, ...vocab.notes];
+  const infos: GgufTensorInfo[] = plan.tensors.map((t) => ({
+    name: t.name,
+    ne: t.ne,
+    ggmlType: QUANT_TYPES[t.type].ggmlType,
+    nbytes: rowBytes(t.type, t.ne[0]) * (numel(t.shape) / t.ne[0]),
+  }));
+  return { plan, meta, vocab, notes, infos };
+}
+
 export const ggufTarget: Target = {
+  async plan(unit, ctx) {
+    const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);
+    const fileSize = layoutGguf([...meta.kvs, ...vocab.kvs], infos).fileSize;
+    return {
+      files: [{ path: GGUF_FILE, bytes: fileSize }],
+      tensors: plan.tensors.map((t, i) => ({ name: t.name, source: t.sources[0] ?? null, format: t.type, bytes: infos[i].nbytes, file: GGUF_FILE })),
+      notes,
+    };
+  },
+
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
     const { source } = unit;
-    const plan = planGguf(source, ctx.formats, unit.annotations);
-    const meta = modelMetadata(source.spec, plan.arch, { name: modelName(source.dir), fileType: plan.choice.fileType });
-    const tokFile = path.join(source.dir, 'tokenizer.json');
-    const vocab = source.assets.tokenizer
-      ? convertTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig, source.spec, tokFile)
-      : placeholderVocab(source.spec);
-    const notes = [...plan.notes, ...meta.notes, ...vocab.notes];
+    const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);
     for (const n of notes) ctx.note(n);
-
-    const infos: GgufTensorInfo[] = plan.tensors.map((t) => ({
-      name: t.name,
-      ne: t.ne,
-      ggmlType: QUANT_TYPES[t.type].ggmlType,
-      nbytes: rowBytes(t.type, t.ne[0]) * (numel(t.shape) / t.ne[0]),
-    }));
     const finalPath = path.join(ctx.outDir, GGUF_FILE);
     const writer = await GgufFileWriter.open(finalPath, [...meta.kvs, ...vocab.kvs], infos);
     const sourceBytes = plan.tensors.reduce((a, t) => a + numel(t.shape) * 4, 0);

@@ -62,22 +62,50 @@ function encode(format: WeightFormat, data: Float32Array, rowLength: number): Ui
   return quantize(format as QuantType, data, rowLength);
 }
 
+/** Every tensor's format (decided before anything is written: a tensor that cannot be written fails first), and a note on fallbacks. */
+function planFormats(unit: CompileUnit, formats: EmitContext['formats']) {
+  const quant = (formats.quant ?? TS_DEFAULT_FORMAT) as WeightFormat;
+  const roles = tensorRoles(unit.source.spec);
+  unmatchedPatterns(formats.tensorTypes, unit.source.tensors.map((t) => t.name));
+  const plan = unit.source.tensors.map((t) => ({
+    meta: t,
+    ...chooseFormat(t.name, t.shape, roles.get(t.name), quant, unit.annotations.get(t.name)?.format, formats.tensorTypes),
+  }));
+  const fallbacks = plan.filter((p) => p.note);
+  const notes: string[] = [];
+  if (fallbacks.length) {
+    const kinds = [...new Set(fallbacks.map((p) => p.format))].join('/');
+    notes.push(`${fallbacks.length} tensor(s) have rows that are not whole ${quant} blocks and were written as ${kinds} (e.g. ${fallbacks[0].note})`);
+  }
+  return { quant, plan, notes };
+}
+
+/** The files besides weights.bin: the tokenizer's, carried as they are. */
+const carriedFiles = (unit: CompileUnit): [string, string][] =>
+  (
+    [
+      ['tokenizer.json', unit.source.assets.tokenizer],
+      ['tokenizer_config.json', unit.source.assets.tokenizerConfig],
+    ] as [string, string | undefined][]
+  ).filter((f): f is [string, string] => f[1] !== undefined);
+
 export const tsTarget: Target = {
+  async plan(unit, ctx) {
+    const { plan, notes } = planFormats(unit, ctx.formats);
+    let size = 0;
+    const tensors = plan.map((p) => {
+      const bytes = formatTensorBytes(p.format, p.meta.shape)!;
+      size += alignUp(bytes);
+      return { name: p.meta.name, source: p.meta.name, format: p.format, bytes, file: WEIGHTS_FILE };
+    });
+    const files = [{ path: WEIGHTS_FILE, bytes: size }, ...carriedFiles(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) }))];
+    return { files, tensors, notes };
+  },
+
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
-    const quant = (ctx.formats.quant ?? TS_DEFAULT_FORMAT) as WeightFormat;
     const { source } = unit;
-    const roles = tensorRoles(source.spec);
-    unmatchedPatterns(ctx.formats.tensorTypes, source.tensors.map((t) => t.name));
-    // Decide every format first: a tensor that cannot be written fails before anything is.
-    const plan = source.tensors.map((t) => ({
-      meta: t,
-      ...chooseFormat(t.name, t.shape, roles.get(t.name), quant, unit.annotations.get(t.name)?.format, ctx.formats.tensorTypes),
-    }));
-    const fallbacks = plan.filter((p) => p.note);
-    if (fallbacks.length) {
-      const kinds = [...new Set(fallbacks.map((p) => p.format))].join('/');
-      ctx.note(`${fallbacks.length} tensor(s) have rows that are not whole ${quant} blocks and were written as ${kinds} (e.g. ${fallbacks[0].note})`);
-    }
+    const { quant, plan, notes } = planFormats(unit, ctx.formats);
+    for (const n of notes) ctx.note(n);
 
     const out = await AtomicFile.open(path.join(ctx.outDir, WEIGHTS_FILE));
     const tensors: TensorEntry[] = [];
@@ -104,14 +132,9 @@ export const tsTarget: Target = {
     }
 
     const files = [WEIGHTS_FILE];
-    const assets = source.assets;
-    if (assets.tokenizer !== undefined) {
-      await writeFileAtomic(path.join(ctx.outDir, 'tokenizer.json'), assets.tokenizer);
-      files.push('tokenizer.json');
-    }
-    if (assets.tokenizerConfig !== undefined) {
-      await writeFileAtomic(path.join(ctx.outDir, 'tokenizer_config.json'), assets.tokenizerConfig);
-      files.push('tokenizer_config.json');
+    for (const [name, text] of carriedFiles(unit)) {
+      await writeFileAtomic(path.join(ctx.outDir, name), text);
+      files.push(name);
     }
     const targetInfo: TsTargetInfo = {
       format: TS_FORMAT,

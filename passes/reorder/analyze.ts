@@ -55,24 +55,97 @@ const scoresFrom = (arrays: Record<string, Float64Array>, source: ModelSource): 
   };
 };
 
+/**
+ * The pass's measurements, each a cached profile (kind, key): the calibration set, the loss with each
+ * layer skipped, and unit importance per provider. `run` and the `profile` hook both go through
+ * here, so a profile directory holds exactly what a compile looks up. The engine and the tfjs model
+ * open on first use: a run whose profiles are all cached builds neither.
+ */
+class Measurements {
+  private opened?: Engine;
+  private tfm?: TfModel;
+  private checkpoint?: Promise<string>;
+  /** Provider wall times (ms, as first computed). */
+  readonly timeMs: Record<string, number> = {};
+
+  constructor(
+    private readonly source: ModelSource,
+    private readonly o: ReorderOptions,
+    private readonly cacheDir: PassContext['cacheDir'],
+    private readonly progress: Progress,
+    private readonly notes: string[],
+  ) {}
+
+  private engine = async () => (this.opened ??= await Engine.open(this.source));
+  private tf = async () => (this.tfm ??= await TfModel.load(this.source, (m) => this.notes.push(m)));
+  private identity = () => (this.checkpoint ??= this.source.identity());
+
+  async calibration(): Promise<CalibrationSet> {
+    const o = this.o;
+    return calibrationSet(
+      this.source,
+      { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
+      { cacheDir: this.cacheDir, engine: this.engine, progress: this.progress },
+    );
+  }
+
+  /** Loss of the calibration batch with each layer replaced by identity, and of the full model. */
+  async layerLoss(calib: CalibrationSet): Promise<{ layerLoss: number[]; baseLoss: number }> {
+    const { source, progress } = this;
+    const L = source.spec.numLayers;
+    const prof = await cachedProfile(this.cacheDir, 'layer-loss', { checkpoint: await this.identity(), calibration: calib.key }, async () => {
+      const base = Math.log(await (await this.engine()).perplexity(calib.calib));
+      const losses = new Float64Array(L);
+      progress.start('reorder: anchor layers', L);
+      for (let l = 0; l < L; l++) {
+        losses[l] = await maskedLoss(source, skipLayerMasks(source.spec, l), calib.calib);
+        progress.tick();
+      }
+      progress.done();
+      return { meta: { baseLoss: base, note: 'layer replaced by identity = all its heads and neurons masked (exact without o/down biases)' }, arrays: { layerLoss: losses } };
+    });
+    return { layerLoss: Array.from(prof.arrays.layerLoss), baseLoss: prof.meta.baseLoss as number };
+  }
+
+  async scores(calib: CalibrationSet, p: ProviderName): Promise<UnitScores> {
+    const { source, progress } = this;
+    const prof = await cachedProfile(this.cacheDir, 'unit-importance', { checkpoint: await this.identity(), calibration: calib.key, provider: p }, async () => {
+      const t0 = performance.now();
+      progress.start(`reorder: ${p} importance`, 1);
+      let s: UnitScores;
+      if (p === 'magnitude') s = await magnitudeScores(source);
+      else if (p === 'activation') s = await activationScores(await this.engine(), calib.calib);
+      else s = (await taylorScores(await this.tf(), calib.calib)).scores;
+      progress.done();
+      return { meta: { provider: p, timeMs: performance.now() - t0 }, arrays: scoreArrays(s) };
+    });
+    this.timeMs[p] = Math.round(prof.meta.timeMs as number);
+    return scoresFrom(prof.arrays, source);
+  }
+
+  /** Held-out perplexity of the unmodified model (not cached: one forward pass). */
+  async heldOutPpl(calib: CalibrationSet): Promise<number> {
+    return (await this.engine()).perplexity(calib.heldOut);
+  }
+
+  async close(): Promise<void> {
+    this.tfm?.dispose();
+    await this.opened?.close();
+  }
+}
+
+/** Anchor count the options ask for (`default`: round(L·6/32)); explicit lists are not measured. */
+const anchorCount = (o: ReorderOptions, L: number) => (Array.isArray(o.anchors) ? 0 : o.anchors === 'default' ? Math.round((L * 6) / 32) : o.anchors);
+
 /** Everything the pass decides, without building the transformed model (tests and bench use it). */
 export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx: Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { formats?: PassContext['formats']; progress?: Progress }): Promise<{ metadata: ReorderMetadata; orders: LayerOrder[]; scores: UnitScores; /** Provider wall times (ms, as first computed); kept out of the manifest so it stays deterministic. */ timeMs: Record<string, number> }> {
   const spec = source.spec;
   const L = spec.numLayers;
   const notes: string[] = [];
-  const checkpoint = await source.identity();
-  // Opened on first use: a run whose profiles are all cached never builds the ONNX model.
-  let opened: Engine | undefined;
-  const engine = async () => (opened ??= await Engine.open(source));
-  let tfm: TfModel | undefined;
   const progress = ctx.progress ?? silentProgress;
-  const tf = async () => (tfm ??= await TfModel.load(source, (m) => notes.push(m)));
+  const m = new Measurements(source, o, ctx.cacheDir, progress, notes);
   try {
-    const calib = await calibrationSet(
-      source,
-      { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
-      { cacheDir: ctx.cacheDir, engine },
-    );
+    const calib = await m.calibration();
 
     // Anchors.
     let anchors: number[];
@@ -88,25 +161,14 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
       for (const a of o.anchors) if (a >= L) throw new UsageError(`reorder.anchors: layer ${a} does not exist (the model has ${L})`);
       anchors = o.anchors;
     } else {
-      const K = o.anchors === 'default' ? Math.round((L * 6) / 32) : o.anchors;
+      const K = anchorCount(o, L);
       if (K >= L) throw new UsageError(`reorder.anchors: ${K} anchors leave no elastic layer (the model has ${L})`);
       anchors = [];
       if (K > 0) {
-        const prof = await cachedProfile(ctx.cacheDir, 'layer-loss', { checkpoint, calibration: calib.key }, async () => {
-          const base = Math.log(await (await engine()).perplexity(calib.calib));
-          const losses = new Float64Array(L);
-          progress.start('reorder: anchor layers', L);
-          for (let l = 0; l < L; l++) {
-            losses[l] = await maskedLoss(source, skipLayerMasks(spec, l), calib.calib);
-            progress.tick();
-          }
-          progress.done();
-          return { meta: { baseLoss: base, note: 'layer replaced by identity = all its heads and neurons masked (exact without o/down biases)' }, arrays: { layerLoss: losses } };
-        });
-        layerLoss = Array.from(prof.arrays.layerLoss);
-        baseLoss = prof.meta.baseLoss as number;
+        ({ layerLoss, baseLoss } = await m.layerLoss(calib));
+        const loss = layerLoss;
         anchors = Array.from({ length: L }, (_, l) => l)
-          .sort((a, b) => layerLoss![b] - layerLoss![a] || a - b)
+          .sort((a, b) => loss[b] - loss[a] || a - b)
           .slice(0, K)
           .sort((a, b) => a - b);
       }
@@ -114,22 +176,7 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
     const anchorSet = new Set(anchors);
 
     // Importance.
-    const timeMs: Record<string, number> = {};
-    const scoresFor = async (p: ProviderName): Promise<UnitScores> => {
-      const prof = await cachedProfile(ctx.cacheDir, 'unit-importance', { checkpoint, calibration: calib.key, provider: p }, async () => {
-        const t0 = performance.now();
-        progress.start(`reorder: ${p} importance`, 1);
-        let s: UnitScores;
-        if (p === 'magnitude') s = await magnitudeScores(source);
-        else if (p === 'activation') s = await activationScores(await engine(), calib.calib);
-        else s = (await taylorScores(await tf(), calib.calib)).scores;
-        progress.done();
-        return { meta: { provider: p, timeMs: performance.now() - t0 }, arrays: scoreArrays(s) };
-      });
-      timeMs[p] = Math.round(prof.meta.timeMs as number);
-      return scoresFrom(prof.arrays, source);
-    };
-
+    const scoresFor = (p: ProviderName) => m.scores(calib, p);
     const block = o.quantBlock ?? ctx.target.quantBlock(ctx.formats ?? { tensorTypes: [] });
     let provider: ProviderName;
     let scores: UnitScores;
@@ -162,7 +209,7 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
     const evaluate = o.evaluate === 'auto' ? full.params <= 50e6 : o.evaluate;
     let heldOutPpl: number | undefined;
     if (evaluate) {
-      heldOutPpl = await (await engine()).perplexity(calib.heldOut);
+      heldOutPpl = await m.heldOutPpl(calib);
       progress.start('reorder: held-out perplexity per level', levels.length);
       for (const lv of levels) {
         lv.heldOutPpl = Math.exp(await maskedLoss(source, levelMasks(spec, orders, lv.layers), calib.heldOut));
@@ -187,14 +234,28 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
       ...(heldOutPpl !== undefined ? { heldOutPpl } : {}),
       notes,
     };
-    return { metadata, orders, scores, timeMs };
+    return { metadata, orders, scores, timeMs: m.timeMs };
   } finally {
-    tfm?.dispose();
-    await opened?.close();
+    await m.close();
   }
 }
 
 export const reorderPass: Pass<ReorderOptions> = {
+  /** What any target's compile will look up: calibration, layer losses (unless anchors are listed), importance (every provider for auto). */
+  async profile(source, o, ctx) {
+    const notes: string[] = [];
+    const m = new Measurements(source, o, ctx.cacheDir, ctx.progress, notes);
+    try {
+      const calib = await m.calibration();
+      const K = anchorCount(o, source.spec.numLayers);
+      if (K > 0 && K < source.spec.numLayers) await m.layerLoss(calib);
+      for (const p of o.importance === 'auto' ? PROVIDERS : [o.importance]) await m.scores(calib, p);
+    } finally {
+      await m.close();
+    }
+    for (const n of notes) ctx.note(`reorder: ${n}`);
+  },
+
   async run(unit, options, ctx) {
     const { metadata, orders } = await analyzeReorder(unit.source, options, ctx);
     for (const n of metadata.notes) ctx.note(`reorder: ${n}`);

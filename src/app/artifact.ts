@@ -9,43 +9,14 @@ import path from 'node:path';
 import { TARGETS } from '../../backends/index.js';
 import { LlmcError } from '../core/errors.js';
 import type { Artifact, TargetDescriptor } from '../core/pipeline/target.js';
-import { MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION, type Manifest } from '../core/records/manifest.js';
-import { checkArchSpec } from '../core/arch/check.js';
-import { Checker } from '../core/util/check.js';
+import { MANIFEST_FILE } from '../core/records/manifest.js';
+import { parseManifestText } from './compile/manifest.js';
+
+export { parseManifestText };
 
 export type Located = { kind: 'checkpoint'; dir: string } | ({ kind: 'artifact'; manifestPath: string; target: TargetDescriptor } & Artifact);
 
 const isFile = (p: string) => fsp.stat(p).then((s) => s.isFile(), () => false);
-
-/** Read and check a manifest: its format, and every field the CLI relies on (paths stay inside the artifact). */
-export function parseManifestText(text: string, file: string): Manifest {
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (e) {
-    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file);
-  }
-  const c = new Checker(file);
-  const m = c.obj(v, 'manifest');
-  if (m.format !== MANIFEST_FORMAT || m.version !== MANIFEST_VERSION) {
-    throw new LlmcError(`unsupported manifest ${JSON.stringify(m.format)} version ${JSON.stringify(m.version)}; this llmc reads ${MANIFEST_FORMAT} version ${MANIFEST_VERSION}`, file);
-  }
-  c.str(m.target, 'target');
-  checkArchSpec(m.arch, c);
-  c.arr(m.passes, 'passes').forEach((p, i) => {
-    const r = c.obj(p, `passes[${i}]`);
-    c.str(r.name, `passes[${i}].name`);
-    c.obj(r.metadata, `passes[${i}].metadata`);
-  });
-  c.arr(m.files, 'files').forEach((f, i) => {
-    const e = c.obj(f, `files[${i}]`);
-    const p = c.str(e.path, `files[${i}].path`);
-    if (path.isAbsolute(p) || p.split(/[\\/]/).includes('..') || p.includes('\0')) c.fail(`files[${i}].path`, `${JSON.stringify(p)} leaves the artifact`);
-    c.int(e.size, `files[${i}].size`);
-    c.str(e.sha256, `files[${i}].sha256`);
-  });
-  return m as unknown as Manifest;
-}
 
 export async function locate(p: string): Promise<Located> {
   const stat = await fsp.stat(p).catch((err: NodeJS.ErrnoException) => {

@@ -32,3 +32,11 @@ export class UsageError extends LlmcError {
 export function escapeControls(s: string): string {
   return s.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
+
+/** Ends a command with an exit code after it printed its own lines (e.g. the failed budgets): the CLI adds nothing. */
+export class ExitCode extends LlmcError {
+  constructor(code: 1 | 2) {
+    super('', undefined, code);
+    this.name = 'ExitCode';
+  }
+}

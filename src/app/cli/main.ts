@@ -6,12 +6,15 @@
  */
 import { Command, CommanderError } from 'commander';
 import { TARGETS } from '../../../backends/index.js';
-import { LlmcError } from '../../core/errors.js';
+import { ExitCode, LlmcError } from '../../core/errors.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { installInterruptHandlers } from '../../core/util/interrupt.js';
 import { registerCompile } from './commands/compile.js';
 import { registerInspect } from './commands/inspect.js';
+import { registerCheck } from './commands/check.js';
 import { registerList } from './commands/list.js';
+import { registerProfile } from './commands/profile.js';
+import { registerReport } from './commands/report.js';
 import { registerRun } from './commands/run.js';
 import { registerVerify } from './commands/verify.js';
 
@@ -31,6 +34,9 @@ export function buildProgram(): Command {
   registerInspect(program);
   registerList(program);
   registerVerify(program);
+  registerCheck(program);
+  registerProfile(program);
+  registerReport(program);
   return program;
 }
 
@@ -56,6 +62,7 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`llmc: ${cmd ? `${cmd}: ` : ''}${problem}; see llmc ${cmd ? `${cmd} ` : ''}--help\n`);
       return 2;
     }
+    if (err instanceof ExitCode) return err.exitCode;
     if (err instanceof LlmcError) {
       process.stderr.write(`llmc: ${err.line}\n`);
       if (debug) process.stderr.write(`${err.stack}\n`);

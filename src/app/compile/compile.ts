@@ -8,10 +8,12 @@ import path from 'node:path';
 import { componentOf, tensorRoles } from '../../core/arch/names.js';
 import { DTYPE_BYTES, numel } from '../../core/checkpoint/safetensors.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
-import { LlmcError } from '../../core/errors.js';
-import type { WrittenTensor } from '../../core/pipeline/target.js';
-import { evolve, unitOf } from '../../core/pipeline/unit.js';
-import { MANIFEST_FORMAT, MANIFEST_VERSION, type Manifest, type ManifestSummary } from '../../core/records/manifest.js';
+import type { ArchSpec } from '../../core/arch/spec.js';
+import { LlmcError, UsageError } from '../../core/errors.js';
+import type { ProfileCacheRef } from '../../core/pipeline/pass.js';
+import type { EmitPlan, WrittenTensor } from '../../core/pipeline/target.js';
+import { evolve, unitOf, type CompileUnit } from '../../core/pipeline/unit.js';
+import { MANIFEST_FORMAT, MANIFEST_VERSION, type Manifest, type ManifestSummary, type PassRecord } from '../../core/records/manifest.js';
 import type { Progress } from '../../core/util/progress.js';
 import { stableJson } from '../../core/util/stable-json.js';
 import { LLMC_VERSION } from '../../core/version.js';
@@ -25,7 +27,7 @@ export interface CompileRequest extends PlanRequest {
   outDir: string;
   progress: Progress;
   note: (message: string) => void;
-  cacheDir?: string;
+  cacheDir?: ProfileCacheRef;
   /** Replace a non-empty output directory (or file) that is not an llmc artifact. */
   force?: boolean;
 }
@@ -45,7 +47,8 @@ export async function compile(req: CompileRequest, plan: CompilePlan = planCompi
   }
 }
 
-async function run(req: CompileRequest, plan: CompilePlan, workDir: string): Promise<Manifest> {
+/** The unit after every pass of the plan, in the manager's order. */
+async function runPasses(req: CompileRequest, plan: CompilePlan): Promise<CompileUnit> {
   let unit = unitOf(req.source);
   for (const { descriptor, options } of plan.passes) {
     const pass = await descriptor.load();
@@ -62,6 +65,36 @@ async function run(req: CompileRequest, plan: CompilePlan, workDir: string): Pro
     }
     unit = evolve(out.unit, { record: { name: descriptor.name, options: options as Record<string, unknown>, metadata } });
   }
+  return unit;
+}
+
+export interface DryRun {
+  target: string;
+  /** The architecture the target lowers (after the passes). */
+  arch: ArchSpec;
+  /** The records the passes wrote, as the manifest would carry them. */
+  passes: PassRecord[];
+  plan: EmitPlan;
+}
+
+/**
+ * What `compile` would write, without writing it: the passes run (their measurements come from and
+ * go to the profile cache as usual), then the target plans its files instead of emitting them.
+ */
+export async function dryRun(req: CompileRequest, plan: CompilePlan = planCompile(req)): Promise<DryRun> {
+  const target = await plan.target.load();
+  if (!target.plan) throw new UsageError(`the ${plan.target.name} target cannot --dry-run (it has no plan of its files)`);
+  const unit = await runPasses(req, plan);
+  return {
+    target: plan.target.name,
+    arch: unit.source.spec,
+    passes: [...unit.records],
+    plan: await target.plan(unit, { outDir: req.outDir, formats: plan.formats, options: plan.targetOptions }),
+  };
+}
+
+async function run(req: CompileRequest, plan: CompilePlan, workDir: string): Promise<Manifest> {
+  const unit = await runPasses(req, plan);
 
   // Hashing the source (a second full read of it) overlaps the target's work.
   const identity = req.source.identity();

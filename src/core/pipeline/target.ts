@@ -69,9 +69,20 @@ export interface EmitResult {
   tensors?: WrittenTensor[];
 }
 
+/** What `emit` would write, computed without writing (`llmc compile --dry-run`). */
+export interface EmitPlan {
+  /** Every file of the artifact (not the manifest), with its exact size. */
+  files: { path: string; bytes: number }[];
+  /** Every weight tensor as it would be written: `source` is its Hugging Face name (the group follows from it). */
+  tensors: { name: string; source: string | null; format: string; bytes: number; file: string }[];
+  notes: string[];
+}
+
 export interface Target<O = unknown> {
   /** Write the artifact's files (atomically) into ctx.outDir; the driver writes the manifest over them. */
   emit(unit: CompileUnit, ctx: EmitContext<O>): Promise<EmitResult>;
+  /** The files and tensors `emit` would write, without writing (reads no tensor data). Optional: a target without it cannot --dry-run. */
+  plan?(unit: CompileUnit, ctx: Omit<EmitContext<O>, 'progress' | 'note'>): Promise<EmitPlan>;
 }
 
 /** An artifact on disk: its manifest, and where it is (a directory, or a single file beside its manifest). */
