@@ -1,0 +1,328 @@
+/**
+ * The multiple-choice knapsack behind `strategy=mckp` (SPEC §4.2/§4.3): every item (an expert, an
+ * expert's projection, a layer's projection) takes exactly one candidate (bytes, loss).
+ *   budget form  min Σ loss   s.t. Σ weight ≤ capacity
+ *   loss form    min Σ weight s.t. Σ loss   ≤ maxLoss
+ * Exact by dynamic programming over integer weights (divided by their gcd, each item's lightest
+ * candidate taken out first) when the table fits `maxCells`; otherwise the Lagrangian relaxation
+ * (each item's lower convex hull, segments taken greedily by loss per byte, which is the LP optimum
+ * up to one fractional segment) and a greedy fill, with the LP value as a certified lower bound and a
+ * DP on a coarse grid (weights rounded up: feasible; rounded down: a bound) checking the gap.
+ * Ties go to the lower candidate index, then the earlier item: same table, same plan.
+ */
+
+export interface Candidate {
+  /** A non-negative integer (bytes). */
+  weight: number;
+  loss: number;
+}
+
+export interface McItem {
+  choices: readonly Candidate[];
+}
+
+export interface McSolution {
+  /** Per item, the index of its chosen candidate. */
+  choice: number[];
+  weight: number;
+  loss: number;
+  /** Budget form: a lower bound on the optimal loss; loss form: on the optimal weight. Equal to the value when exact. */
+  lowerBound: number;
+  method: 'dp' | 'lagrangian';
+}
+
+export interface SolveOptions {
+  /** 'auto': exact DP when it fits maxCells, else Lagrangian (+ coarse DP check). */
+  method?: 'auto' | 'dp' | 'lagrangian';
+  /** DP table cells (items × capacity units) allowed; default 2e7. */
+  maxCells?: number;
+}
+
+const DEFAULT_CELLS = 2e7;
+
+function gcd(a: number, b: number): number {
+  while (b) [a, b] = [b, a % b];
+  return a;
+}
+
+const total = (items: readonly McItem[], choice: readonly number[], k: 'weight' | 'loss') => choice.reduce((s, c, i) => s + items[i].choices[c][k], 0);
+
+function solution(items: readonly McItem[], choice: number[], lowerBound: number | null, method: McSolution['method'], form: 'budget' | 'loss'): McSolution {
+  const weight = total(items, choice, 'weight');
+  const loss = total(items, choice, 'loss');
+  return { choice, weight, loss, lowerBound: lowerBound ?? (form === 'budget' ? loss : weight), method };
+}
+
+/**
+ * The DP core over integer unit weights `u[i][j]` (lightest per item already 0): for every capacity
+ * c ≤ C, the least loss with Σ u ≤ c, and back-pointers to recover the choices.
+ */
+function dpTable(items: readonly McItem[], u: Int32Array[], C: number): { best: Float64Array; back: Uint8Array } {
+  const N = items.length;
+  let prev = new Float64Array(C + 1);
+  let cur = new Float64Array(C + 1);
+  const back = new Uint8Array(N * (C + 1));
+  for (let i = 0; i < N; i++) {
+    const ch = items[i].choices;
+    const ui = u[i];
+    const row = i * (C + 1);
+    cur.fill(Infinity);
+    for (let j = 0; j < ch.length; j++) {
+      const w = ui[j];
+      const l = ch[j].loss;
+      for (let c = w; c <= C; c++) {
+        const v = prev[c - w] + l;
+        if (v < cur[c]) {
+          cur[c] = v;
+          back[row + c] = j;
+        }
+      }
+    }
+    [prev, cur] = [cur, prev];
+  }
+  return { best: prev, back };
+}
+
+function trace(items: readonly McItem[], u: Int32Array[], back: Uint8Array, C: number, c: number): number[] {
+  const choice = new Array<number>(items.length);
+  for (let i = items.length - 1; i >= 0; i--) {
+    const j = back[i * (C + 1) + c];
+    choice[i] = j;
+    c -= u[i][j];
+  }
+  return choice;
+}
+
+/** Unit weights: (w − lightest) / unit, rounded by `round` (exact when unit divides them). */
+function units(items: readonly McItem[], unit: number, round: (x: number) => number): { u: Int32Array[]; base: number } {
+  let base = 0;
+  const u = items.map((it) => {
+    const min = Math.min(...it.choices.map((c) => c.weight));
+    base += min;
+    return Int32Array.from(it.choices, (c) => round((c.weight - min) / unit));
+  });
+  return { u, base };
+}
+
+function exactUnit(items: readonly McItem[]): number {
+  let g = 0;
+  for (const it of items) {
+    const min = Math.min(...it.choices.map((c) => c.weight));
+    for (const c of it.choices) g = gcd(g, c.weight - min);
+  }
+  return g || 1;
+}
+
+function checkItems(items: readonly McItem[]): void {
+  for (const it of items) {
+    if (!it.choices.length) throw new Error('internal: an item without candidates');
+    if (it.choices.length > 255) throw new Error('internal: more than 255 candidates for one item');
+    for (const c of it.choices) {
+      if (!Number.isSafeInteger(c.weight) || c.weight < 0) throw new Error(`internal: weight ${c.weight} is not a non-negative integer`);
+      if (!Number.isFinite(c.loss)) throw new Error(`internal: loss ${c.loss} is not finite`);
+    }
+  }
+}
+
+const lightest = (it: McItem) => it.choices.reduce((b, c, j) => (c.weight < it.choices[b].weight || (c.weight === it.choices[b].weight && c.loss < it.choices[b].loss) ? j : b), 0);
+const leastLoss = (it: McItem) => it.choices.reduce((b, c, j) => (c.loss < it.choices[b].loss || (c.loss === it.choices[b].loss && c.weight < it.choices[b].weight) ? j : b), 0);
+
+/** The smallest total weight any plan has (every item at its lightest candidate). */
+export function minWeight(items: readonly McItem[]): number {
+  return items.reduce((s, it) => s + it.choices[lightest(it)].weight, 0);
+}
+
+/** The smallest total loss any plan has. */
+export function minLoss(items: readonly McItem[]): number {
+  return items.reduce((s, it) => s + it.choices[leastLoss(it)].loss, 0);
+}
+
+// ---- Lagrangian relaxation ---------------------------------------------------------------------
+
+interface Segment {
+  item: number;
+  /** Hull position this segment leaves from (its predecessor must be taken first). */
+  step: number;
+  from: number;
+  to: number;
+  dw: number;
+  dl: number;
+  /** Loss removed per unit of weight added. */
+  eff: number;
+}
+
+/** Lower convex hull of an item's candidates, lightest first, each next point strictly less loss. */
+function hull(it: McItem): number[] {
+  const idx = it.choices.map((_, j) => j).sort((a, b) => it.choices[a].weight - it.choices[b].weight || it.choices[a].loss - it.choices[b].loss || a - b);
+  const pts: number[] = [];
+  for (const j of idx) {
+    const c = it.choices[j];
+    if (pts.length && c.loss >= it.choices[pts[pts.length - 1]].loss) continue; // dominated
+    if (pts.length && c.weight === it.choices[pts[pts.length - 1]].weight) pts.pop();
+    while (pts.length >= 2) {
+      const a = it.choices[pts[pts.length - 2]];
+      const b = it.choices[pts[pts.length - 1]];
+      // b is above the chord a→c: not on the lower hull.
+      if ((b.loss - a.loss) * (c.weight - a.weight) >= (c.loss - a.loss) * (b.weight - a.weight)) pts.pop();
+      else break;
+    }
+    pts.push(j);
+  }
+  return pts;
+}
+
+function segments(items: readonly McItem[]): { start: number[]; segs: Segment[] } {
+  const start: number[] = [];
+  const segs: Segment[] = [];
+  items.forEach((it, i) => {
+    const h = hull(it);
+    start.push(h[0]);
+    for (let s = 0; s + 1 < h.length; s++) {
+      const a = it.choices[h[s]];
+      const b = it.choices[h[s + 1]];
+      segs.push({ item: i, step: s, from: h[s], to: h[s + 1], dw: b.weight - a.weight, dl: a.loss - b.loss, eff: (a.loss - b.loss) / (b.weight - a.weight) });
+    }
+  });
+  // Most loss removed per byte first; convexity keeps each item's segments in hull order.
+  segs.sort((x, y) => y.eff - x.eff || x.item - y.item || x.step - y.step);
+  return { start, segs };
+}
+
+function lagrangianBudget(items: readonly McItem[], capacity: number): { choice: number[]; lowerBound: number } {
+  const { start, segs } = segments(items);
+  const choice = [...start];
+  const next = new Int32Array(items.length); // hull step each item is at
+  let w = total(items, choice, 'weight');
+  let l = total(items, choice, 'loss');
+  let bound: number | null = null;
+  const blocked = new Uint8Array(items.length);
+  for (const s of segs) {
+    if (blocked[s.item] || next[s.item] !== s.step) continue;
+    if (w + s.dw <= capacity) {
+      choice[s.item] = s.to;
+      next[s.item]++;
+      w += s.dw;
+      l -= s.dl;
+    } else {
+      // The LP optimum takes this segment fractionally: its value bounds every integer plan.
+      bound ??= l - (capacity - w) * s.eff;
+      blocked[s.item] = 1;
+    }
+  }
+  // Greedy fill with every candidate (hull or not) that lowers the loss within the room left.
+  for (let i = 0; i < items.length; i++) {
+    const cur = items[i].choices[choice[i]];
+    let best = choice[i];
+    items[i].choices.forEach((c, j) => {
+      if (w - cur.weight + c.weight <= capacity && c.loss < items[i].choices[best].loss) best = j;
+    });
+    w += items[i].choices[best].weight - cur.weight;
+    choice[i] = best;
+  }
+  return { choice, lowerBound: bound ?? total(items, choice, 'loss') };
+}
+
+function lagrangianLoss(items: readonly McItem[], maxLoss: number): { choice: number[]; lowerBound: number } {
+  const { start, segs } = segments(items);
+  const choice = [...start];
+  const next = new Int32Array(items.length);
+  let w = total(items, choice, 'weight');
+  let l = total(items, choice, 'loss');
+  let bound = w;
+  for (const s of segs) {
+    if (l <= maxLoss) break;
+    if (next[s.item] !== s.step) continue;
+    if (l - s.dl <= maxLoss) bound = w + (l - maxLoss) / s.eff;
+    choice[s.item] = s.to;
+    next[s.item]++;
+    w += s.dw;
+    l -= s.dl;
+  }
+  // Greedy trim: any candidate that saves weight while the loss stays within maxLoss.
+  for (let i = 0; i < items.length; i++) {
+    const cur = items[i].choices[choice[i]];
+    let best = choice[i];
+    items[i].choices.forEach((c, j) => {
+      if (l - cur.loss + c.loss <= maxLoss && c.weight < items[i].choices[best].weight) best = j;
+    });
+    l += items[i].choices[best].loss - cur.loss;
+    choice[i] = best;
+  }
+  return { choice, lowerBound: Math.min(bound, total(items, choice, 'weight')) };
+}
+
+// ---- the two forms -----------------------------------------------------------------------------
+
+/** min Σ loss s.t. Σ weight ≤ capacity; null when even the lightest plan exceeds it. */
+export function solveBudget(items: readonly McItem[], capacity: number, opts: SolveOptions = {}): McSolution | null {
+  checkItems(items);
+  if (minWeight(items) > capacity) return null;
+  const method = opts.method ?? 'auto';
+  const maxCells = opts.maxCells ?? DEFAULT_CELLS;
+  const unit = exactUnit(items);
+  const exact = units(items, unit, (x) => x);
+  const C = Math.floor((capacity - exact.base) / unit);
+  if (method === 'dp' || (method === 'auto' && items.length * (C + 1) <= maxCells)) {
+    const { back } = dpTable(items, exact.u, C);
+    return solution(items, trace(items, exact.u, back, C, C), null, 'dp', 'budget');
+  }
+  const lag = lagrangianBudget(items, capacity);
+  let best = solution(items, lag.choice, lag.lowerBound, 'lagrangian', 'budget');
+  if (method === 'auto' && best.loss > best.lowerBound) {
+    // The DP checks the gap on a coarse grid: weights rounded up give feasible plans, rounded down a bound.
+    const Cc = Math.max(1, Math.floor(maxCells / items.length) - 1);
+    const room = capacity - exact.base;
+    const coarse = room / Cc;
+    const up = units(items, coarse, Math.ceil);
+    const { back } = dpTable(items, up.u, Cc);
+    const feasible = solution(items, trace(items, up.u, back, Cc, Cc), null, 'lagrangian', 'budget');
+    if (feasible.weight <= capacity && feasible.loss < best.loss) best = { ...feasible, lowerBound: best.lowerBound };
+    const down = units(items, coarse, Math.floor);
+    const bound = dpTable(items, down.u, Cc).best[Cc];
+    best.lowerBound = Math.max(best.lowerBound, Math.min(bound, best.loss));
+  }
+  return best;
+}
+
+/** min Σ weight s.t. Σ loss ≤ maxLoss; null when even the least-loss plan exceeds it. */
+export function solveLoss(items: readonly McItem[], maxLoss: number, opts: SolveOptions = {}): McSolution | null {
+  checkItems(items);
+  if (minLoss(items) > maxLoss) return null;
+  const method = opts.method ?? 'auto';
+  const maxCells = opts.maxCells ?? DEFAULT_CELLS;
+  const unit = exactUnit(items);
+  const exact = units(items, unit, (x) => x);
+  const C = exact.u.reduce((s, u) => s + Math.max(...u), 0);
+  if (method === 'dp' || (method === 'auto' && items.length * (C + 1) <= maxCells)) {
+    const { best, back } = dpTable(items, exact.u, C);
+    // best[c] (least loss within c units) never grows with c: the first c that meets maxLoss.
+    let lo = 0;
+    let hi = C;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (best[mid] <= maxLoss) hi = mid;
+      else lo = mid + 1;
+    }
+    return solution(items, trace(items, exact.u, back, C, lo), null, 'dp', 'loss');
+  }
+  const lag = lagrangianLoss(items, maxLoss);
+  return solution(items, lag.choice, lag.lowerBound, 'lagrangian', 'loss');
+}
+
+/** Every plan by enumeration (tests: small instances only). */
+export function bruteForce(items: readonly McItem[], accept: (weight: number, loss: number) => boolean, better: (a: { weight: number; loss: number }, b: { weight: number; loss: number }) => boolean): { choice: number[]; weight: number; loss: number } | null {
+  let best: { choice: number[]; weight: number; loss: number } | null = null;
+  const choice = new Array<number>(items.length).fill(0);
+  const visit = (i: number, w: number, l: number) => {
+    if (i === items.length) {
+      if (accept(w, l) && (!best || better({ weight: w, loss: l }, best))) best = { choice: [...choice], weight: w, loss: l };
+      return;
+    }
+    items[i].choices.forEach((c, j) => {
+      choice[i] = j;
+      visit(i + 1, w + c.weight, l + c.loss);
+    });
+  };
+  visit(0, 0, 0);
+  return best;
+}
