@@ -270,7 +270,7 @@ export function solveBudget(items: readonly McItem[], capacity: number, opts: So
   let best = solution(items, lag.choice, lag.lowerBound, 'lagrangian', 'budget');
   if (method === 'auto' && best.loss > best.lowerBound) {
     // The DP checks the gap on a coarse grid: weights rounded up give feasible plans, rounded down a bound.
-    const Cc = Math.max(1, Math.floor(maxCells / items.length) - 1);
+    const Cc = Math.max(1, Math.floor(maxCells / 4 / items.length) - 1);
     const room = capacity - exact.base;
     const coarse = room / Cc;
     const up = units(items, coarse, Math.ceil);

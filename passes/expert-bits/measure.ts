@@ -9,10 +9,11 @@
  *  - activation-aware reconstruction error (SPEC §4.4 e): ‖g·(E(x) − Ê(x))‖² on the inputs routed
  *    to the expert, in float64, as the expected error added to the residual per token;
  *  - perplexity of any plan on a split (acceptance, EdgeMoE's oracle).
- * Experts that fewer than minTokens calibration tokens reach are force-routed: the KL runs with a
- * router bias that selects them on every token (against a reference biased the same way), the
- * reconstruction on the tokens that rank them highest, and both are scaled by the smoothed routing
- * frequency (n + ½)/N, so every expert has a finite, non-zero sensitivity.
+ * Experts that fewer than minTokens calibration tokens reach are force-routed: a router bias lifts
+ * their logit to the top one's on average (routed on about half the tokens, with ordinary routing
+ * weights); the KL runs biased against a reference biased the same way, the reconstruction on the
+ * tokens the biased router sends them, and both are rescaled from the forced frequency to the
+ * smoothed natural one, (n + ½)/N: every expert gets a finite, non-zero sensitivity.
  */
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { moeNames } from '../../src/core/arch/names.js';
@@ -23,9 +24,6 @@ import type { Progress } from '../../src/core/util/progress.js';
 import { Engine, type Swap } from '../../src/exec/engine/index.js';
 import type { ExpertRef, Item, Proj } from './items.js';
 import { PROJS } from './items.js';
-
-/** Router bias that force-selects an expert (logits are O(10); this wins every top-k). */
-const FORCE = 1e4;
 
 export interface Routing {
   /** Tokens observed (sequence-major). */
@@ -50,6 +48,8 @@ export interface ExpertProfile {
   forced: boolean;
   /** Smoothed routing frequency per token: n/N, or (n + ½)/N when forced; 1 for a shared expert. */
   pi: number;
+  /** Forced: the router bias of its layer (only its entry non-zero) and the frequency it routes at with it. */
+  force: { bias: number; pi: number } | null;
 }
 
 /** The Engine with every planned tensor swappable, and the quantized values it feeds. */
@@ -244,41 +244,51 @@ export async function expertTokens(
       gates[t] = sigmoid(z);
     }
     const mean = gates.reduce((a, b) => a + b, 0) / N;
-    return { profile: { ref, tokens: N, meanGate: mean, forced: false, pi: 1 }, tokens: Int32Array.from({ length: N }, (_, t) => t), gates };
+    return { profile: { ref, tokens: N, meanGate: mean, forced: false, pi: 1, force: null }, tokens: Int32Array.from({ length: N }, (_, t) => t), gates };
   }
+  const routed = select(routing, n, ref.expert, 0, source.spec.moe!.routing);
+  const count = routed.tokens.length;
+  const meanGate = count ? routed.gates.reduce((a, b) => a + b, 0) / count : 0;
+  if (count >= minTokens) return { profile: { ref, tokens: count, meanGate, forced: false, pi: count / N, force: null }, ...routed };
+  // Force-routed: lift its logit by the mean gap to each token's top logit (log p_max − log p_e).
+  const p = routing.probs[n];
+  let gap = 0;
+  for (let t = 0; t < N; t++) {
+    let max = 0;
+    for (let e = 0; e < E; e++) max = Math.max(max, p[t * E + e]);
+    gap += Math.log(max) - Math.log(Math.max(p[t * E + ref.expert], 1e-300));
+  }
+  const bias = gap / N;
+  const forced = select(routing, n, ref.expert, bias, source.spec.moe!.routing);
+  if (forced.tokens.length === 0) throw new LlmcError(`internal: expert ${ref.key} is not routed even with a router bias of ${bias}`);
+  return { profile: { ref, tokens: count, meanGate, forced: true, pi: (count + 0.5) / N, force: { bias, pi: forced.tokens.length / N } }, ...forced };
+}
+
+/** The tokens routed to expert `x` (its logit shifted by `bias`) and their routing weights, as the executors route. */
+function select(routing: Routing, n: number, x: number, bias: number, mode: 'softmax-topk-renorm' | 'softmax-topk'): { tokens: Int32Array; gates: Float64Array } {
+  const { N, E, topK: K } = routing;
+  const p = routing.probs[n];
+  const q = new Float64Array(E);
+  const idx = Array.from({ length: E }, (_, i) => i);
   const toks: number[] = [];
   const gates: number[] = [];
+  const lift = Math.exp(bias);
   for (let t = 0; t < N; t++) {
-    for (let k = 0; k < K; k++) {
-      if (routing.sel[n][t * K + k] === ref.expert) {
-        toks.push(t);
-        gates.push(routing.weight[n][t * K + k]);
-      }
+    let sum = 0;
+    for (let e = 0; e < E; e++) sum += q[e] = e === x ? Math.max(p[t * E + e], 1e-300) * lift : p[t * E + e];
+    for (let e = 0; e < E; e++) q[e] /= sum;
+    idx.sort((a, b) => q[b] - q[a] || a - b);
+    const k = idx.indexOf(x);
+    if (k >= K) continue;
+    let norm = 1;
+    if (mode === 'softmax-topk-renorm') {
+      norm = 0;
+      for (let j = 0; j < K; j++) norm += q[idx[j]];
     }
+    toks.push(t);
+    gates.push(q[x] / norm);
   }
-  const count = toks.length;
-  const meanGate = count ? gates.reduce((a, b) => a + b, 0) / count : 0;
-  if (count >= minTokens) {
-    return { profile: { ref, tokens: count, meanGate, forced: false, pi: count / N }, tokens: Int32Array.from(toks), gates: Float64Array.from(gates) };
-  }
-  // Force-routed: the tokens that rank this expert highest, with the weight it would get among the top-k.
-  const p = routing.probs[n];
-  const byP = Array.from({ length: N }, (_, t) => t).sort((a, b) => p[b * E + ref.expert] - p[a * E + ref.expert] || a - b).slice(0, Math.max(minTokens, 1));
-  const fg = byP.map((t) => {
-    const mine = p[t * E + ref.expert];
-    if (source.spec.moe!.routing !== 'softmax-topk-renorm') return mine;
-    const others = Array.from({ length: E }, (_, e) => e)
-      .filter((e) => e !== ref.expert)
-      .map((e) => p[t * E + e])
-      .sort((a, b) => b - a)
-      .slice(0, K - 1);
-    return mine / (mine + others.reduce((a, b) => a + b, 0));
-  });
-  return {
-    profile: { ref, tokens: count, meanGate, forced: true, pi: (count + 0.5) / N },
-    tokens: Int32Array.from(byP),
-    gates: Float64Array.from(fg),
-  };
+  return { tokens: Int32Array.from(toks), gates: Float64Array.from(gates) };
 }
 
 /** Evenly spaced subset of at most `max` entries (deterministic). */
@@ -388,16 +398,17 @@ export async function sensitivities(
   progress.start('expert-bits: sensitivities', items.reduce((s, it) => s + it.choices.length, 0));
   for (const it of items) {
     // A single forced expert is measured force-routed (against a reference biased the same way).
-    const forced = it.experts.length === 1 && profiles.get(it.experts[0].key)!.forced ? it.experts[0] : null;
+    const forced = it.experts.length === 1 ? profiles.get(it.experts[0].key)! : null;
     let base = ref;
     let bias: Swap['routerBias'];
-    if (forced) {
+    let scale = 1;
+    if (forced?.force) {
       const b = new Float32Array(E);
-      b[forced.expert] = FORCE;
-      bias = new Map([[forced.layer, b]]);
+      b[forced.ref.expert] = forced.force.bias;
+      bias = new Map([[forced.ref.layer, b]]);
       base = await lab.logProbs(calib, { routerBias: bias });
+      scale = forced.pi / forced.force.pi;
     }
-    const scale = forced ? profiles.get(forced.key)!.pi : 1;
     const klRow: number[] = [];
     const rcRow: number[] = [];
     for (const ch of it.choices) {

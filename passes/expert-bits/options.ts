@@ -143,11 +143,11 @@ export function checkExpertBits(o: ParsedExpertBitsOptions, target: TargetDescri
   const table = target.formats.tensorTypes.map((t) => t.toUpperCase());
   const missing = o.formats.filter((f) => !table.includes(f));
   if (missing.length) throw new UsageError(`expert-bits.formats: target ${target.name} does not write ${missing.join(', ')} (it writes ${target.formats.tensorTypes.join(', ')})`);
-  if (o.strategy === 'edgemoe' && o.maxLoss === null) {
-    throw new UsageError('expert-bits.strategy=edgemoe minimizes size under a loss bound: give expert-bits.maxLoss (a budget needs strategy=mckp)');
-  }
   if (o.strategy === 'edgemoe' && (o.budgetBytes !== null || o.budgetBpw !== null)) {
     throw new UsageError('expert-bits.strategy=edgemoe takes maxLoss only; budgetBytes / budgetBpw need strategy=mckp');
+  }
+  if (o.strategy === 'edgemoe' && o.maxLoss === null) {
+    throw new UsageError('expert-bits.strategy=edgemoe minimizes size under a loss bound: give expert-bits.maxLoss (a budget needs strategy=mckp)');
   }
   if (!target.capabilities.perExpertFormats && o.granularitySet && o.granularity !== 'layer-proj') {
     throw new UsageError(`--target ${target.name} stacks each layer's experts in one tensor of one type: expert-bits.granularity must be layer-proj there`);

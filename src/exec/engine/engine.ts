@@ -40,7 +40,7 @@ export interface EngineOptions {
    * measurements: one expert quantized per run) without rebuilding.
    */
   swappable?: readonly string[];
-  /** Routers take a selection bias per run (forward's swap.routerBias): force-routing an expert. */
+  /** Routers take a bias per run added to their logits (forward's swap.routerBias): force-routing an expert. */
   routerBias?: boolean;
 }
 
@@ -48,7 +48,7 @@ export interface EngineOptions {
 export interface Swap {
   /** HF name → values in the HF layout ([out, in] for linears). */
   weights?: ReadonlyMap<string, Float32Array>;
-  /** Layer → a bias [E] added to its router logits for the top-k selection only. */
+  /** Layer → a bias [E] added to its router logits. */
   routerBias?: ReadonlyMap<number, Float32Array>;
 }
 

@@ -69,10 +69,7 @@ export interface LowerOptions {
    * any values for them (sensitivity measurements swap one expert's weights per run).
    */
   weightInputs?: ReadonlySet<string>;
-  /**
-   * Add a float input `<logits>.bias` [E] per router, added to its logits for the top-k *selection*
-   * only (the routing weights stay those of the unbiased logits): a large bias force-routes an expert.
-   */
+  /** Add a float input `<logits>.bias` [E] per router, added to its logits (force-routing an expert). */
   routerBias?: boolean;
 }
 
@@ -237,21 +234,15 @@ function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTables: Re
       const topk = (x: string) => b.nodeN('TopK', [x, k], 2, [attr('axis', -1), attr('largest', 1), attr('sorted', 1)]);
       let vals: string;
       let idx: string;
-      if (routerBias) {
-        // Selection on biased logits, weights from the unbiased ones at the selected experts.
-        const [, i] = topk(b.node('Add', [op.logits, `${op.logits}.bias`]));
-        idx = i;
-        vals =
-          op.mode === 'softmax-topk-renorm'
-            ? b.node('Softmax', [b.node('GatherElements', [op.logits, i], [attr('axis', -1)])], [attr('axis', -1)])
-            : b.node('GatherElements', [b.node('Softmax', [op.logits], [attr('axis', -1)]), i], [attr('axis', -1)]);
-      } else if (op.mode === 'softmax-topk-renorm') {
+      // A router bias (measurements force-route rarely chosen experts) shifts the logits for everything below.
+      const logits = routerBias ? b.node('Add', [op.logits, `${op.logits}.bias`]) : op.logits;
+      if (op.mode === 'softmax-topk-renorm') {
         // softmax over the top-k logits ≡ softmax over all, top-k, renormalize.
-        const [v, i] = topk(op.logits);
+        const [v, i] = topk(logits);
         vals = b.node('Softmax', [v], [attr('axis', -1)]);
         idx = i;
       } else {
-        [vals, idx] = topk(b.node('Softmax', [op.logits], [attr('axis', -1)]));
+        [vals, idx] = topk(b.node('Softmax', [logits], [attr('axis', -1)]));
       }
       const zeros = b.node('ConstantOfShape', [b.node('Shape', [op.logits])], [zeroAttr(0)]);
       b.node('ScatterElements', [zeros, idx, vals], [attr('axis', -1)], op.weights);
