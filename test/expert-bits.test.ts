@@ -44,7 +44,7 @@ beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-expert-bits-'));
   mixtral = (await generateFixture(path.join(tmp, 'mixtral'), { arch: 'mixtral', tokenizer: 'none' })).dir;
   qwen = (await generateFixture(path.join(tmp, 'qwen'), { arch: 'qwen2_moe', tokenizer: 'none' })).dir;
-  const up = await upcycleToMixtral(STORIES, path.join(tmp, 'stories-moe'), { sensitive: 2 });
+  const up = await upcycleToMixtral(STORIES, path.join(tmp, 'stories-moe'), { experts: 4, sensitive: 1 });
   stories = up.dir;
   storiesTruth = up.truth;
 });
@@ -131,7 +131,7 @@ describe('profiling', () => {
 describe('real weights (stories260K up-cycled)', () => {
   it('planted sensitive experts get more bits; the plan beats the uniform format of the same bytes on held-out data', async () => {
     const src = await open(stories);
-    const { record } = await analyze(src, { budgetBytes: '1400000' });
+    const { record } = await analyze(src, { budgetBpw: '5', formats: 'Q2_K,Q4_0,Q4_K,Q8_0' });
     const sensitive = (key: string) => {
       const [l, e] = key.split('.').map(Number);
       return storiesTruth.layers[l].sensitive.includes(e);

@@ -326,7 +326,7 @@ export async function reconErrors(
   perProj: Record<Proj, QuantType[]>,
   tuples: QuantType[][],
   maxTokens: number,
-): Promise<{ proj: Record<Proj, Map<QuantType, number>>; tuple: number[] }> {
+): Promise<ExpertRecon> {
   const ref = tok.profile.ref;
   const D = lab.source.spec.hiddenSize;
   const pick = sample(tok.tokens.length, maxTokens);
@@ -360,78 +360,65 @@ export async function reconErrors(
   const Gq = new Map<QuantType, Float64Array>();
   const Uq = new Map<QuantType, Float64Array>();
   const Wd = new Map<QuantType, Float32Array>();
-  const proj = { gate: new Map(), up: new Map(), down: new Map() } as Record<Proj, Map<QuantType, number>>;
+  const proj: Record<Proj, Record<string, number>> = { gate: {}, up: {}, down: {} };
   const need = (p: Proj) => new Set([...perProj[p], ...tuples.map((t) => t[PROJS.indexOf(p)])]);
   for (const f of need('gate')) Gq.set(f, matmulT(X, n, D, await lab.quantized(ref.tensors.gate, f), I));
   for (const f of need('up')) Uq.set(f, matmulT(X, n, D, await lab.quantized(ref.tensors.up, f), I));
   for (const f of need('down')) Wd.set(f, await lab.quantized(ref.tensors.down, f));
-  for (const f of perProj.gate) proj.gate.set(f, err(matmulT(siluMul(Gq.get(f)!, U), n, I, W.down, D)));
-  for (const f of perProj.up) proj.up.set(f, err(matmulT(siluMul(G, Uq.get(f)!), n, I, W.down, D)));
-  for (const f of perProj.down) proj.down.set(f, err(matmulT(H, n, I, Wd.get(f)!, D)));
-  const tuple = tuples.map(([fg, fu, fd]) => err(matmulT(siluMul(Gq.get(fg)!, Uq.get(fu)!), n, I, Wd.get(fd)!, D)));
+  for (const f of perProj.gate) proj.gate[f] = err(matmulT(siluMul(Gq.get(f)!, U), n, I, W.down, D));
+  for (const f of perProj.up) proj.up[f] = err(matmulT(siluMul(G, Uq.get(f)!), n, I, W.down, D));
+  for (const f of perProj.down) proj.down[f] = err(matmulT(H, n, I, Wd.get(f)!, D));
+  const tuple: Record<string, number> = {};
+  for (const t of tuples) tuple[t.join(',')] = err(matmulT(siluMul(Gq.get(t[0])!, Uq.get(t[1])!), n, I, Wd.get(t[2])!, D));
   return { proj, tuple };
 }
 
-export interface Sensitivities {
-  /** Per item, per choice. */
-  kl: number[][];
-  recon: number[][];
+/** Reconstruction errors of one expert, as the profile stores them: per projection and written format, and per whole-expert format tuple ("gate,up,down"). */
+export interface ExpertRecon {
+  proj: Record<Proj, Record<string, number>>;
+  tuple: Record<string, number>;
 }
 
+/** What the KL measurement needs to know of an expert: is it force-routed, with which bias, at what frequencies. */
+export type ForceInfo = Pick<ExpertProfile, 'forced' | 'pi' | 'force'> & { layer: number; expert: number };
+
 /**
- * Both sensitivity sources for every item and choice. KL: one forward per (item, choice) on the
- * calibration sequences; experts in `forced` get their own biased reference.
+ * Teacher-forced KL of every item and choice: one forward per (item, choice) on the calibration
+ * sequences; force-routed experts against their own biased reference, rescaled to their natural
+ * frequency.
  */
-export async function sensitivities(
-  lab: Lab,
-  items: readonly Item[],
-  calib: number[][],
-  routing: Routing,
-  profiles: ReadonlyMap<string, ExpertProfile>,
-  recon: ReadonlyMap<string, { proj: Record<Proj, Map<QuantType, number>>; tuple: Map<string, number> }>,
-  progress: Progress,
-): Promise<Sensitivities> {
+export async function klSensitivities(lab: Lab, items: readonly Item[], calib: number[][], experts: ReadonlyMap<string, ForceInfo>, E: number, progress: Progress): Promise<number[][]> {
   const ref = await lab.logProbs(calib);
-  const E = routing.E;
   const kl: number[][] = [];
-  const rc: number[][] = [];
   progress.start('expert-bits: sensitivities', items.reduce((s, it) => s + it.choices.length, 0));
   for (const it of items) {
-    // A single forced expert is measured force-routed (against a reference biased the same way).
-    const forced = it.experts.length === 1 ? profiles.get(it.experts[0].key)! : null;
+    const one = it.experts.length === 1 ? experts.get(it.experts[0].key)! : null;
     let base = ref;
     let bias: Swap['routerBias'];
     let scale = 1;
-    if (forced?.force) {
+    if (one?.force) {
       const b = new Float32Array(E);
-      b[forced.ref.expert] = forced.force.bias;
-      bias = new Map([[forced.ref.layer, b]]);
+      b[one.expert] = one.force.bias;
+      bias = new Map([[one.layer, b]]);
       base = await lab.logProbs(calib, { routerBias: bias });
-      scale = forced.pi / forced.force.pi;
+      scale = one.pi / one.force.pi;
     }
-    const klRow: number[] = [];
-    const rcRow: number[] = [];
-    for (const ch of it.choices) {
-      const swap = await lab.swap(it.tensors.map((t, i) => [t, ch.written[i]] as [string, QuantType]), bias);
-      klRow.push(scale * (await lab.kl(base, calib, swap)));
-      rcRow.push(itemRecon(it, ch.written, recon));
+    const row: number[] = [];
+    for (const [j, ch] of it.choices.entries()) {
+      const v = scale * (await lab.kl(base, calib, await lab.swap(it.tensors.map((t, i) => [t, ch.written[i]] as [string, QuantType]), bias)));
+      if (!Number.isFinite(v)) throw new LlmcError(`internal: KL of ${it.key} choice ${j} is ${v}`);
+      row.push(v);
       progress.tick();
     }
-    kl.push(klRow);
-    rc.push(rcRow);
+    kl.push(row);
   }
   progress.done();
-  for (const [i, it] of items.entries()) {
-    for (const [j, v] of [...kl[i], ...rc[i]].entries()) {
-      if (!Number.isFinite(v)) throw new LlmcError(`internal: sensitivity of ${it.key} choice ${j % it.choices.length} is ${v}`);
-    }
-  }
-  return { kl, recon: rc };
+  return kl;
 }
 
 /** An item's reconstruction error: a whole expert's measured tuple, or the sum over its experts of the projection's error. */
-function itemRecon(it: Item, written: QuantType[], recon: ReadonlyMap<string, { proj: Record<Proj, Map<QuantType, number>>; tuple: Map<string, number> }>): number {
-  if (it.projs.length === 3) return recon.get(it.experts[0].key)!.tuple.get(written.join(','))!;
-  const p = it.projs[0];
-  return it.experts.reduce((s, e, i) => s + recon.get(e.key)!.proj[p].get(written[i])!, 0);
+export function itemRecon(it: Item, written: readonly QuantType[], recon: Readonly<Record<string, ExpertRecon>>): number {
+  const v = it.projs.length === 3 ? recon[it.experts[0].key].tuple[written.join(',')] : it.experts.reduce((s, e, i) => s + recon[e.key].proj[it.projs[0]][written[i]], 0);
+  if (!Number.isFinite(v)) throw new LlmcError(`internal: reconstruction error of ${it.key} at ${written.join(',')} is ${v}`);
+  return v;
 }

@@ -25,18 +25,25 @@ import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { buildPredictor, Predictor, simulate, type PolicyName } from '../../src/exec/runtime/experts.js';
 import { edgemoeSearch } from './edgemoe.js';
 import { choiceFor, expertsOf, itemsOf, moeLayers, PROJS, tensorBytes, type Item, type Proj } from './items.js';
+import { fallbackType } from '../../src/core/quant/types.js';
 import { minWeight, solveBudget, solveLoss, type McItem, type McSolution } from './mckp.js';
-import { expertTokens, Lab, reconErrors, routeTokens, sensitivities, type ExpertProfile, type Sensitivities } from './measure.js';
+import { expertTokens, itemRecon, klSensitivities, Lab, reconErrors, routeTokens, type ExpertRecon, type ForceInfo } from './measure.js';
 import type { ParsedExpertBitsOptions } from './options.js';
 
 /** How many times the proxy bound is recalibrated against held-out data (SPEC §4.2). */
 const ACCEPT_ROUNDS = 4;
 
-interface Profiled {
-  experts: { key: string; tokens: number; meanGate: number; forced: boolean; pi: number }[];
+/** The routing profile (cached per checkpoint, calibration set and candidates; every granularity reuses it). */
+interface RoutingProfile {
+  experts: (ForceInfo & { key: string; tokens: number; meanGate: number })[];
   traces: { calib: number[][][][]; heldOut: number[][][][] };
-  sets: Partial<Record<Granularity, Sensitivities>>;
+  recon: Record<string, ExpertRecon>;
   refPpl: number;
+}
+
+interface Sensitivities {
+  kl: number[][];
+  recon: number[][];
 }
 
 type Ctx = Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { progress?: Progress };
@@ -78,18 +85,27 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
       { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
       { cacheDir: ctx.cacheDir, engine: async () => (await openLab()).engine },
     );
-    const granularities: Granularity[] = compare ? [granularity, 'expert'] : [granularity];
-    const prof = await cachedProfile(
+    const routingProf = await cachedProfile(
       ctx.cacheDir,
-      'expert-profile',
-      { checkpoint, calibration: calib.key, granularities, formats: o.formats, minTokens: o.minTokens, reconTokens: o.reconTokens },
-      async () => ({ meta: (await profile(source, await openLab(), calib, { items, compare, granularity }, o, progress)) as unknown as Record<string, unknown>, arrays: {} }),
+      'expert-routing',
+      { checkpoint, calibration: calib.key, formats: o.formats, minTokens: o.minTokens, reconTokens: o.reconTokens },
+      async () => ({ meta: (await routingProfile(source, await openLab(), calib, o, progress)) as unknown as Record<string, unknown>, arrays: {} }),
     );
-    const measured = prof.meta as unknown as Profiled;
+    const measured = routingProf.meta as unknown as RoutingProfile;
+    const force = new Map(measured.experts.map((e) => [e.key, e]));
+    const sensitivitiesOf = async (its: Item[], g: Granularity): Promise<Sensitivities> => {
+      const kl = await cachedProfile(
+        ctx.cacheDir,
+        'expert-kl',
+        { checkpoint, calibration: calib.key, formats: o.formats, minTokens: o.minTokens, granularity: g },
+        async () => ({ meta: { kl: await klSensitivities(await openLab(), its, calib.calib, force, spec.moe!.numExperts, progress) }, arrays: {} }),
+      );
+      return { kl: kl.meta.kl as number[][], recon: its.map((it) => it.choices.map((c) => itemRecon(it, c.written, measured.recon))) };
+    };
+    const main = await sensitivitiesOf(items, granularity);
     const L = await openLab();
 
     // Losses the search minimizes (recon in KL units: least squares through the origin over every measured pair).
-    const main = measured.sets[granularity]!;
     const reconToKl = fitScale(main.recon, main.kl);
     const lossOf = (s: Sensitivities) => (o.sensitivity === 'kl' ? s.kl : s.recon.map((r) => r.map((v) => v * reconToKl)));
     const losses = lossOf(main);
@@ -160,7 +176,7 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
     }
     let perExpert: ExpertTable['perExpert'] = null;
     if (compare) {
-      const ctable = mc(compare, lossOf(measured.sets.expert!));
+      const ctable = mc(compare, lossOf(await sensitivitiesOf(compare, 'expert')));
       const sol = solveBudget(ctable, plan.bytes, solveOpts)!;
       const s = await summary(compare, ctable, sol.choice, sol.lowerBound, sol.method);
       // Each proxy is measured on its own items (both in KL units); held-out data compares them directly.
@@ -273,55 +289,28 @@ async function acceptLoss(
   );
 }
 
-/** The routing profile and both sensitivities of every item set (what the profile cache stores). */
-async function profile(
-  source: ModelSource,
-  lab: Lab,
-  calib: CalibrationSet,
-  sets: { items: Item[]; compare: Item[] | null; granularity: Granularity },
-  o: ParsedExpertBitsOptions,
-  progress: Progress,
-): Promise<Profiled> {
+/** Routing on calibration and held-out data, per-expert statistics and reconstruction errors for every candidate. */
+async function routingProfile(source: ModelSource, lab: Lab, calib: CalibrationSet, o: ParsedExpertBitsOptions, progress: Progress): Promise<RoutingProfile> {
   const layers = moeLayers(source.spec);
   progress.start('expert-bits: routing', 1);
   const routing = await routeTokens(lab, calib.calib, layers);
   const held = await routeTokens(lab, calib.heldOut, layers);
   progress.done();
   const experts = expertsOf(source);
-  const profiles = new Map<string, ExpertProfile>();
-  const all = [...sets.items, ...(sets.compare ?? [])];
-  // Which written formats each expert's projections need, alone and as whole-expert tuples.
-  const recon = new Map<string, { proj: Record<Proj, Map<QuantType, number>>; tuple: Map<string, number> }>();
+  const out: RoutingProfile = { experts: [], traces: { calib: routing.traces, heldOut: held.traces }, recon: {}, refPpl: await lab.ppl(calib.heldOut) };
   progress.start('expert-bits: reconstruction errors', experts.length);
   for (const e of experts) {
     const tok = await expertTokens(source, routing, e, o.minTokens);
-    profiles.set(e.key, tok.profile);
-    const perProj = { gate: new Set<QuantType>(), up: new Set<QuantType>(), down: new Set<QuantType>() } as Record<Proj, Set<QuantType>>;
-    const tuples = new Map<string, QuantType[]>();
-    for (const it of all) {
-      const at = it.experts.findIndex((x) => x.key === e.key);
-      if (at < 0) continue;
-      for (const c of it.choices) {
-        if (it.projs.length === 3) tuples.set(c.written.join(','), c.written);
-        else perProj[it.projs[0]].add(c.written[at]);
-      }
-    }
-    const r = await reconErrors(lab, routing, tok, { gate: [...perProj.gate], up: [...perProj.up], down: [...perProj.down] }, [...tuples.values()], o.reconTokens);
-    recon.set(e.key, { proj: r.proj, tuple: new Map([...tuples.keys()].map((k, i) => [k, r.tuple[i]])) });
+    const p = tok.profile;
+    out.experts.push({ key: e.key, layer: e.layer, expert: e.expert, tokens: p.tokens, meanGate: p.meanGate, forced: p.forced, pi: p.pi, force: p.force });
+    // Every candidate as written for each projection (row-length fallbacks), alone and as a whole expert.
+    const written = (f: QuantType) => PROJS.map((p) => fallbackType(f, source.meta(e.tensors[p])!.shape.at(-1)!));
+    const tuples = [...new Map(o.formats.map((f) => [written(f).join(','), written(f)])).values()];
+    const perProj = Object.fromEntries(PROJS.map((p, k) => [p, [...new Set(tuples.map((t) => t[k]))]])) as Record<Proj, QuantType[]>;
+    out.recon[e.key] = await reconErrors(lab, routing, tok, perProj, tuples, o.reconTokens);
     progress.tick();
   }
   progress.done();
-  const out: Profiled = {
-    experts: experts.map((e) => {
-      const p = profiles.get(e.key)!;
-      return { key: e.key, tokens: p.tokens, meanGate: p.meanGate, forced: p.forced, pi: p.pi };
-    }),
-    traces: { calib: routing.traces, heldOut: held.traces },
-    sets: {},
-    refPpl: await lab.ppl(calib.heldOut),
-  };
-  out.sets[sets.granularity] = await sensitivities(lab, sets.items, calib.calib, routing, profiles, recon, progress);
-  if (sets.compare) out.sets.expert = await sensitivities(lab, sets.compare, calib.calib, routing, profiles, recon, progress);
   return out;
 }
 
