@@ -10,6 +10,8 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import type { SamplingOptions } from '../runtime/sampling.js';
 import { openArtifactGenerator } from '../runtime/node.js';
 import { MANIFEST_FILE } from '../runtime/format.js';
+import type { OffloadOptions, OffloadStats } from '../runtime/offload.js';
+import { UsageError } from '../../core/errors.js';
 
 export interface TokenGenerator {
   /** Vocabulary size and stop ids come from here. */
@@ -21,6 +23,8 @@ export interface TokenGenerator {
   /** Generated ids without the prompt; stops after maxTokens or at EOS (the EOS id is included). */
   generate(promptIds: number[], opts: { maxTokens: number } & SamplingOptions): Promise<number[]>;
   close(): Promise<void>;
+  /** With an expert cache (ts artifacts, `experts`): its statistics so far. */
+  expertStats?(): (OffloadStats & { capacity: number; policy: string; preload: number }) | null;
 }
 
 const exists = (p: string) =>
@@ -29,7 +33,7 @@ const exists = (p: string) =>
     () => false,
   );
 
-export async function openGenerator(modelPath: string, opts: { threads?: number } = {}): Promise<TokenGenerator> {
+export async function openGenerator(modelPath: string, opts: { threads?: number; experts?: OffloadOptions } = {}): Promise<TokenGenerator> {
   const manifestFile = path.join(modelPath, MANIFEST_FILE);
   if (await exists(manifestFile)) {
     // An `hf` artifact is a Hugging Face checkpoint: it runs on the engine like any other.
@@ -37,8 +41,9 @@ export async function openGenerator(modelPath: string, opts: { threads?: number 
       .readFile(manifestFile, 'utf8')
       .then((t) => (JSON.parse(t) as { target?: string }).target)
       .catch(() => undefined);
-    if (target !== 'hf') return openArtifactGenerator(modelPath);
+    if (target !== 'hf') return openArtifactGenerator(modelPath, { experts: opts.experts });
   }
+  if (opts.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
   const checkpoint = await openCheckpoint(modelPath);
   try {
     // Loaded on demand: onnxruntime costs ~0.3 s to import, which no other command should pay.

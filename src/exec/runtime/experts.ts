@@ -236,6 +236,11 @@ export class CacheCore {
     s.uses++;
   }
 
+  /** Slots pinned now. */
+  get pinned(): number {
+    return this.pins.size;
+  }
+
   pin(slot: number): void {
     this.pins.set(slot, (this.pins.get(slot) ?? 0) + 1);
   }
@@ -321,9 +326,12 @@ export function simulate(traces: readonly (readonly (readonly number[])[])[][], 
   let preloads = 0;
   let useful = 0;
   const preloaded = new Set<ExpertId>();
+  const K = Math.max(...traces.flatMap((seq) => seq.flatMap((tok) => tok.map((x) => x.length))), 1);
   for (const seq of traces) {
     let prev2: readonly number[] | null = null;
     let prev1: readonly number[] | null = null;
+    // Preloaded experts stay reserved (pinned) until the layer they were read for has run.
+    let reserved: number[] = [];
     for (const tok of seq) {
       for (let n = 0; n < S; n++) {
         const experts = tok[n];
@@ -346,16 +354,21 @@ export function simulate(traces: readonly (readonly (readonly number[])[])[][], 
           core.pin(slot);
           pinned.push(slot);
         }
+        for (const s of reserved) core.unpin(s);
+        reserved = [];
         [prev2, prev1] = [prev1, experts];
-        // Preloads run while this layer's experts compute: those stay pinned meanwhile.
+        // Preloads run while this layer's experts compute (pinned meanwhile); room stays for the next layer's own experts.
         if (o.predictor) {
           const next = (n + 1) % S;
           for (const e of o.predictor.predict(next, prev2, prev1).experts.slice(0, o.fanout ?? 2)) {
             const id = next * E + e;
             if (core.slotOf(id) !== undefined) continue;
+            if (reserved.length + 1 + K > o.capacity) break;
             const a = core.admit(id);
             if (!a) break;
             if (a.evicted !== null) preloaded.delete(a.evicted);
+            core.pin(a.slot);
+            reserved.push(a.slot);
             preloaded.add(id);
             preloads++;
             loads++;

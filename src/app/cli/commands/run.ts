@@ -20,12 +20,18 @@ export function registerRun(program: Command): void {
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
     .option('--threads <n>', 'onnxruntime threads (default: all cores)', parseIntOption('--threads', 1))
     .option('--level <level>', 'elastic level of a ts artifact compiled with --passes reorder: an id (L3) or a size fraction (0.5)')
+    .option('--expert-cache <n>', 'MoE ts artifact: keep routed experts in the file, at most N in memory (read on demand)', parseIntOption('--expert-cache', 1))
+    .option('--expert-policy <policy>', 'expert cache eviction: edgemoe | lru | lfu (default: edgemoe with --passes expert-bits, else lru)')
+    .option('--expert-preload <m>', 'experts preloaded per MoE layer (default: the expert-bits record\'s; 0 = none)', parseIntOption('--expert-preload', 0))
     .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second"} as JSON')
     .addHelpText('after', '\nExamples:\n  llmc run ../shared/models/stories260K --prompt-ids 1 --max-tokens 32\n  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n')
     .action(async (modelPath: string, o) => {
       if ((o.promptIds === undefined) === (o.prompt === undefined)) throw new UsageError('give exactly one of --prompt-ids or --prompt');
       if (o.topP <= 0) throw new UsageError(`--top-p must be in (0, 1], got ${o.topP}`);
-      const generator = await openGenerator(modelPath, { threads: o.threads });
+      if (o.expertCache === undefined && (o.expertPolicy !== undefined || o.expertPreload !== undefined)) throw new UsageError('--expert-policy and --expert-preload need --expert-cache N');
+      if (o.expertPolicy !== undefined && !['edgemoe', 'lru', 'lfu'].includes(o.expertPolicy)) throw new UsageError(`--expert-policy must be edgemoe, lru or lfu, got "${o.expertPolicy}"`);
+      const experts = o.expertCache === undefined ? undefined : { capacity: o.expertCache as number, policy: o.expertPolicy as 'edgemoe' | 'lru' | 'lfu' | undefined, preload: o.expertPreload as number | undefined };
+      const generator = await openGenerator(modelPath, { threads: o.threads, experts });
       try {
         const codec = generator.tokenizerJson
           ? loadTokenizer(generator.tokenizerJson, generator.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json'))
@@ -50,12 +56,17 @@ export function registerRun(program: Command): void {
         const seconds = (performance.now() - start) / 1000;
         const text = codec ? codec.decode(generated, { skipSpecial: true }) : undefined;
         const tokensPerSecond = generated.length / seconds;
+        const cache = generator.expertStats?.() ?? null;
         if (o.json) {
-          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond });
+          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}) });
         } else {
           process.stdout.write(`${generated.join(' ')}\n`);
           if (text !== undefined) process.stdout.write(`${text}\n`);
           process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s\n`);
+          if (cache) {
+            const rate = cache.accesses ? (100 * cache.hits) / cache.accesses : 0;
+            process.stderr.write(`expert cache: ${cache.capacity} experts, ${cache.policy}, preload ${cache.preload}: hit rate ${rate.toFixed(1)}% (${cache.hits}/${cache.accesses}), ${cache.loads} reads (${cache.preloads} preloads, ${cache.usefulPreloads} used), ${(cache.bytesRead / 1e6).toFixed(2)} MB\n`);
+          }
         }
       } finally {
         await generator.close();
