@@ -147,6 +147,7 @@ export class Interpreter {
    * [positions.length, V] row-major. The cache is extended by ids.length positions.
    */
   run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Float32Array {
+    if (this.table.experts) throw new LlmcError('this model reads experts on demand (--expert-cache): run it with forwardAsync / generate');
     const s = this.spec;
     const T = ids.length;
     if (T === 0) throw new LlmcError('forward: no input ids');
@@ -160,7 +161,7 @@ export class Interpreter {
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
     const { cos, sin } = ropeTables(s, pos0, T);
     const frame: Frame = { T, pos0, positions, ids, cache, cos, sin, widths };
-    for (const step of this.steps) if (step(frame)) throw new LlmcError('this model reads experts on demand (--expert-cache): run it with forwardAsync / generate');
+    for (const step of this.steps) step(frame);
     cache.length = pos0 + T;
     const logits = this.buffer(IO.logits);
     return logits.data.slice(0, positions.length * logits.channels);
@@ -545,8 +546,10 @@ export class Interpreter {
           gates[t * K + k] = p[order[k]] / norm;
         }
       }
-      // Each needed expert once, resident ones first; a decode step holds all of its experts at once.
-      const needed = [...new Set(sel.subarray(0, T * K))].sort((a, b) => Number(store.resident(n, b)) - Number(store.resident(n, a)) || a - b);
+      // Each needed expert once: a one-token step in expert order (as the trace simulator), holding all
+      // of them at once; a prompt resident ones first, one expert at a time.
+      const distinct = [...new Set(sel.subarray(0, T * K))];
+      const needed = T === 1 ? distinct.sort((a, b) => a - b) : distinct.sort((a, b) => Number(store.resident(n, b)) - Number(store.resident(n, a)) || a - b);
       const run = (e: number, ex: { gate: Weight; up: Weight; down: Weight }) => {
         const m = { ...ex, ...biases[e] };
         const ffn = (w && this.neurons(op.experts[e].slot, w)) ?? ex.gate.rows;
