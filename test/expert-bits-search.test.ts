@@ -106,7 +106,23 @@ describe('mckp: budgets and monotonicity (property)', () => {
     expect(b.loss).toBeCloseTo(a.loss, 12);
   });
 
-  it('on a large table the Lagrangian plan is feasible with a certified gap below 1% (the DP checks it)', () => {
+  it('where the LP bound leaves a gap, a coarse DP checks it: bounds bracket the exact optimum, tighter than the LP alone', () => {
+    for (const seed of [1, 2, 3, 4]) {
+      const items = table(seed, 30, 4).map((it) => ({ choices: it.choices.map((c) => ({ weight: c.weight * 997, loss: c.loss })) }));
+      const cap = Math.floor(minWeight(items) * 1.7);
+      const exact = solveBudget(items, cap, { method: 'dp' })!;
+      const lag = solveBudget(items, cap, { method: 'lagrangian' })!;
+      const auto = solveBudget(items, cap, { maxCells: 3000 })!;
+      expect(auto.method).toBe('lagrangian');
+      expect(auto.weight).toBeLessThanOrEqual(cap);
+      expect(auto.loss).toBeGreaterThanOrEqual(exact.loss - EPS);
+      expect(auto.loss).toBeLessThanOrEqual(lag.loss + EPS);
+      expect(auto.lowerBound).toBeLessThanOrEqual(exact.loss + EPS);
+      expect(auto.lowerBound).toBeGreaterThanOrEqual(lag.lowerBound - EPS);
+    }
+  });
+
+  it('on a large table the Lagrangian plan is feasible with a certified gap below 1%', () => {
     const items = table(5, 3000, 6);
     const cap = Math.floor(minWeight(items) * 2.2);
     const s = solveBudget(items, cap)!;
