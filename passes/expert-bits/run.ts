@@ -252,7 +252,12 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
   }
 }
 
-/** The maxLoss form with acceptance on held-out data (SPEC §4.2). */
+/**
+ * The maxLoss form with acceptance on held-out data (SPEC §4.2): up to 4 calibrated rounds
+ * (P′ ← P′·P/L, and always below the rejected plan's proxy so the next solve differs), then a
+ * bisection of P′ between the least-loss plan and the last rejected one (at most 6 more held-out
+ * evaluations); the verified plan with the fewest bytes wins.
+ */
 async function acceptLoss(
   items: Item[],
   table: McItem[],
@@ -262,31 +267,45 @@ async function acceptLoss(
   log: ExpertTable['acceptance'],
   dir: string,
 ): Promise<{ plan: PlanSummary; choice: number[] }> {
-  // Self-generated text makes mean KL ≈ log(ppl ratio): the proxy bound starts at log(1 + P).
-  let bound = Math.log1p(maxLoss);
-  let verified: { plan: PlanSummary; choice: number[] } | null = null;
-  for (let round = 0; round < ACCEPT_ROUNDS; round++) {
-    const sol: McSolution | null = solveLoss(table, bound, opts);
-    if (!sol) break;
+  let best: { plan: PlanSummary; choice: number[] } | null = null;
+  const tryBound = async (bound: number): Promise<{ sol: McSolution; accepted: boolean; loss: number } | null> => {
+    const sol = solveLoss(table, bound, opts);
+    if (!sol) return null;
     const plan = await summary(items, table, sol.choice, sol.lowerBound, sol.method);
     const accepted = plan.heldOutLoss <= maxLoss;
     log.push({ budget: bound, proxyLoss: sol.loss, bytes: sol.weight, heldOutLoss: plan.heldOutLoss, accepted });
-    if (accepted) {
-      verified = { plan, choice: sol.choice };
-      break;
-    }
-    bound *= maxLoss / Math.max(plan.heldOutLoss, 1e-12);
+    if (accepted && (!best || plan.bytes < best.plan.bytes)) best = { plan, choice: sol.choice };
+    return { sol, accepted, loss: plan.heldOutLoss };
+  };
+  // Self-generated text makes mean KL ≈ log(ppl ratio): the proxy bound starts at log(1 + P).
+  let bound = Math.log1p(maxLoss);
+  let rejected: number | null = null;
+  for (let round = 0; round < ACCEPT_ROUNDS; round++) {
+    const r = await tryBound(bound);
+    if (!r) break;
+    if (r.accepted) return best!;
+    rejected = r.sol.loss;
+    bound = Math.min((bound * maxLoss) / Math.max(r.loss, 1e-12), r.sol.loss * (1 - 1e-9));
   }
-  if (verified) return verified;
-  // The least-loss plan is the closest achievable: accept it if it meets maxLoss, else say how close it gets.
-  const best = table.map((it) => it.choices.reduce((b, c, j) => (c.loss < it.choices[b].loss ? j : b), 0));
-  const plan = await summary(items, table, best, null, 'dp');
-  log.push({ budget: plan.proxyLoss, proxyLoss: plan.proxyLoss, bytes: plan.bytes, heldOutLoss: plan.heldOutLoss, accepted: plan.heldOutLoss <= maxLoss });
-  if (plan.heldOutLoss <= maxLoss) return { plan, choice: best };
-  throw new LlmcError(
-    `expert-bits: no plan meets maxLoss=${maxLoss}: the closest achievable loses ${plan.heldOutLoss.toPrecision(4)} on held-out data (every expert at its least-loss format, ${plan.bytes} bytes); raise maxLoss`,
-    dir,
-  );
+  // Bisection between the least-loss plan (the closest achievable) and the last rejected proxy.
+  const least = table.map((it) => it.choices.reduce((b, c, j) => (c.loss < it.choices[b].loss ? j : b), 0));
+  const floor = least.reduce((s, c, i) => s + table[i].choices[c].loss, 0);
+  const closest = await tryBound(floor);
+  if (!closest?.accepted) {
+    throw new LlmcError(
+      `expert-bits: no plan meets maxLoss=${maxLoss}: the closest achievable loses ${closest!.loss.toPrecision(4)} on held-out data (every expert at its least-loss format, ${closest!.sol.weight} bytes); raise maxLoss`,
+      dir,
+    );
+  }
+  let lo = floor;
+  let hi = rejected ?? bound;
+  for (let k = 0; k < 6 && hi > lo * (1 + 1e-6); k++) {
+    const mid = Math.sqrt(Math.max(lo, 1e-12) * hi);
+    const r = await tryBound(mid);
+    if (r?.accepted) lo = mid;
+    else hi = r ? Math.min(mid, r.sol.loss) : mid;
+  }
+  return best!;
 }
 
 /** Routing on calibration and held-out data, per-expert statistics and reconstruction errors for every candidate. */
