@@ -377,6 +377,8 @@ export function simulate(traces: readonly (readonly (readonly number[])[])[][], 
         for (const s of pinned) core.unpin(s);
       }
     }
+    // A sequence's last preloads (for a token that never comes) release their slots.
+    for (const s of reserved) core.unpin(s);
   }
   return { accesses: stream.length, hits, hitRate: stream.length ? hits / stream.length : 0, loads, preloads, usefulPreloads: useful };
 }
