@@ -104,13 +104,8 @@ export class Lab {
     const z = await this.logits(seqs, swap);
     const V = this.source.spec.vocabSize;
     const out = new Float64Array(z.length);
-    for (let r = 0; r < z.length / V; r++) {
-      const o = r * V;
-      let max = -Infinity;
-      for (let i = 0; i < V; i++) max = Math.max(max, z[o + i]);
-      let s = 0;
-      for (let i = 0; i < V; i++) s += Math.exp(z[o + i] - max);
-      const lse = max + Math.log(s);
+    for (let o = 0; o < z.length; o += V) {
+      const lse = logSumExp(z, o, V);
       for (let i = 0; i < V; i++) out[o + i] = z[o + i] - lse;
     }
     return out;
@@ -124,11 +119,7 @@ export class Lab {
     let sum = 0;
     for (let r = 0; r < rows; r++) {
       const o = r * V;
-      let max = -Infinity;
-      for (let i = 0; i < V; i++) max = Math.max(max, z[o + i]);
-      let s = 0;
-      for (let i = 0; i < V; i++) s += Math.exp(z[o + i] - max);
-      const lse = max + Math.log(s);
+      const lse = logSumExp(z, o, V);
       let kl = 0;
       for (let i = 0; i < V; i++) {
         const lp = ref[o + i];
@@ -149,16 +140,21 @@ export class Lab {
     seqs.forEach((seq, b) => {
       for (let t = 0; t + 1 < T; t++) {
         const o = (b * T + t) * V;
-        let max = -Infinity;
-        for (let i = 0; i < V; i++) max = Math.max(max, z[o + i]);
-        let s = 0;
-        for (let i = 0; i < V; i++) s += Math.exp(z[o + i] - max);
-        nll += max + Math.log(s) - z[o + seq[t + 1]];
+        nll += logSumExp(z, o, V) - z[o + seq[t + 1]];
         count++;
       }
     });
     return Math.exp(nll / count);
   }
+}
+
+/** log Σ exp(z[o..o+n)), stable. */
+function logSumExp(z: Float32Array, o: number, n: number): number {
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) max = Math.max(max, z[o + i]);
+  let s = 0;
+  for (let i = 0; i < n; i++) s += Math.exp(z[o + i] - max);
+  return max + Math.log(s);
 }
 
 /** Route every token of `seqs` (equal lengths) as the executors do; the MoE inputs with them. */

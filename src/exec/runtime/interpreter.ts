@@ -148,6 +148,25 @@ export class Interpreter {
    */
   run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Float32Array {
     if (this.table.experts) throw new LlmcError('this model reads experts on demand (--expert-cache): run it with forwardAsync / generate');
+    const frame = this.frame(ids, cache, positions, widths);
+    for (const step of this.steps) step(frame);
+    return this.finish(frame);
+  }
+
+  /** `run`, waiting where a step reads offloaded experts. */
+  async runAsync(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Promise<Float32Array> {
+    if (!this.table.experts) return this.run(ids, cache, positions, widths);
+    const frame = this.frame(ids, cache, positions, widths);
+    if (frame.pos0 === 0) this.table.experts.reset();
+    for (const step of this.steps) {
+      const pending = step(frame);
+      if (pending) await pending;
+    }
+    return this.finish(frame);
+  }
+
+  /** Check the call and set up its frame (the cache grows to hold the new positions). */
+  private frame(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Frame {
     const s = this.spec;
     const T = ids.length;
     if (T === 0) throw new LlmcError('forward: no input ids');
@@ -160,36 +179,14 @@ export class Interpreter {
     cache.reserve(pos0 + T);
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
     const { cos, sin } = ropeTables(s, pos0, T);
-    const frame: Frame = { T, pos0, positions, ids, cache, cos, sin, widths };
-    for (const step of this.steps) step(frame);
-    cache.length = pos0 + T;
-    const logits = this.buffer(IO.logits);
-    return logits.data.slice(0, positions.length * logits.channels);
+    return { T, pos0, positions, ids, cache, cos, sin, widths };
   }
 
-  /** `run`, waiting where a step reads offloaded experts. */
-  async runAsync(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Promise<Float32Array> {
-    if (!this.table.experts) return this.run(ids, cache, positions, widths);
-    const s = this.spec;
-    const T = ids.length;
-    if (T === 0) throw new LlmcError('forward: no input ids');
-    if (widths) this.checkWidths(widths);
-    for (let t = 0; t < T; t++) {
-      const id = ids[t];
-      if (!Number.isInteger(id) || id < 0 || id >= s.vocabSize) throw new LlmcError(`token id ${id} is outside the vocabulary (0..${s.vocabSize - 1})`);
-    }
-    const pos0 = cache.length;
-    if (pos0 === 0) this.table.experts.reset();
-    cache.reserve(pos0 + T);
-    const { cos, sin } = ropeTables(s, pos0, T);
-    const frame: Frame = { T, pos0, positions, ids, cache, cos, sin, widths };
-    for (const step of this.steps) {
-      const pending = step(frame);
-      if (pending) await pending;
-    }
-    cache.length = pos0 + T;
+  /** The cache now holds the call's positions; the logits asked for. */
+  private finish(f: Frame): Float32Array {
+    f.cache.length = f.pos0 + f.T;
     const logits = this.buffer(IO.logits);
-    return logits.data.slice(0, positions.length * logits.channels);
+    return logits.data.slice(0, f.positions.length * logits.channels);
   }
 
   // ---- values ------------------------------------------------------------------------------------
@@ -450,6 +447,8 @@ export class Interpreter {
     const eo = new Float32Array(D);
     const one = new Float32Array(1);
     const order = Array.from({ length: E }, (_, i) => i);
+    const sel = new Int32Array(op.topK);
+    const gates = new Float64Array(op.topK);
     return (f) => {
       const T = f.T;
       const w = f.widths?.[op.layer];
@@ -459,24 +458,11 @@ export class Interpreter {
         const xt = X.data.subarray(t * D, (t + 1) * D);
         const ot = o.subarray(t * D, (t + 1) * D);
         matmul(router, xt, 1, D, logits, E);
-        let max = -Infinity;
-        for (let e = 0; e < E; e++) max = Math.max(max, logits[e]);
-        let sum = 0;
-        const p = new Float64Array(E);
-        for (let e = 0; e < E; e++) sum += p[e] = Math.exp(logits[e] - max);
-        for (let e = 0; e < E; e++) p[e] /= sum;
-        // top-k by probability, lower index first on ties (as torch.topk on CPU)
-        order.sort((a, b) => p[b] - p[a] || a - b);
-        let norm = 1;
-        if (op.mode === 'softmax-topk-renorm') {
-          norm = 0;
-          for (let k = 0; k < op.topK; k++) norm += p[order[k]];
-        }
+        route(logits, op.topK, op.mode, order, sel, gates, 0);
         for (let k = 0; k < op.topK; k++) {
-          const e = order[k];
-          const ex = experts[e];
+          const ex = experts[sel[k]];
           swiglu(ex, xt, D, eo, (w && this.neurons(ex.m.slot, w)) ?? ex.gate.rows);
-          const g = p[e] / norm;
+          const g = gates[k];
           for (let i = 0; i < D; i++) ot[i] += g * eo[i];
         }
         if (shared) {
@@ -529,22 +515,7 @@ export class Interpreter {
       }
       for (let t = 0; t < T; t++) {
         matmul(router, X.data.subarray(t * D, (t + 1) * D), 1, D, logits, E);
-        let max = -Infinity;
-        for (let e = 0; e < E; e++) max = Math.max(max, logits[e]);
-        let sum = 0;
-        const p = new Float64Array(E);
-        for (let e = 0; e < E; e++) sum += p[e] = Math.exp(logits[e] - max);
-        for (let e = 0; e < E; e++) p[e] /= sum;
-        order.sort((a, b) => p[b] - p[a] || a - b);
-        let norm = 1;
-        if (op.mode === 'softmax-topk-renorm') {
-          norm = 0;
-          for (let k = 0; k < K; k++) norm += p[order[k]];
-        }
-        for (let k = 0; k < K; k++) {
-          sel[t * K + k] = order[k];
-          gates[t * K + k] = p[order[k]] / norm;
-        }
+        route(logits, K, op.mode, order, sel, gates, t * K);
       }
       // Each needed expert once: a one-token step in expert order (as the trace simulator), holding all
       // of them at once; a prompt resident ones first, one expert at a time.
@@ -609,6 +580,31 @@ export class Interpreter {
         if (moe.sharedExpertIntermediateSize) within(w.sharedFfn, moe.sharedExpertIntermediateSize, 'sharedFfn', l);
       }
     });
+  }
+}
+
+/**
+ * Top-k routing of one token from its router logits: softmax in float64, the k most probable experts
+ * (lower index first on ties, as torch.topk on CPU) into sel[at..at+k) and their routing weights
+ * (renormalized over the k in 'softmax-topk-renorm') into gates[at..at+k).
+ */
+function route(logits: Float32Array, K: number, mode: 'softmax-topk-renorm' | 'softmax-topk', order: number[], sel: Int32Array, gates: Float64Array, at: number): void {
+  const E = logits.length;
+  let max = -Infinity;
+  for (let e = 0; e < E; e++) max = Math.max(max, logits[e]);
+  let sum = 0;
+  const p = new Float64Array(E);
+  for (let e = 0; e < E; e++) sum += p[e] = Math.exp(logits[e] - max);
+  for (let e = 0; e < E; e++) p[e] /= sum;
+  order.sort((a, b) => p[b] - p[a] || a - b);
+  let norm = 1;
+  if (mode === 'softmax-topk-renorm') {
+    norm = 0;
+    for (let k = 0; k < K; k++) norm += p[order[k]];
+  }
+  for (let k = 0; k < K; k++) {
+    sel[at + k] = order[k];
+    gates[at + k] = p[order[k]] / norm;
   }
 }
 

@@ -197,6 +197,13 @@ export function dequantRow(w: Weight, row: number, out: Float32Array, outOff = 0
   }
 }
 
+/** The whole weight as f32 values (small tensors: norms, biases). */
+export function dequantAll(w: Weight): Float32Array {
+  const out = new Float32Array(w.rows * w.cols);
+  for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
+  return out;
+}
+
 // Reused scratch buffers (no allocation per call on hot paths).
 let SCRATCH = new Float32Array(256);
 function scratch(n: number): Float32Array {

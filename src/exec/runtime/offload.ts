@@ -17,7 +17,7 @@ import { findRecord } from '../../core/records/types.js';
 import type { ByteSource } from './bytes.js';
 import { CacheCore, policyOf, Predictor, type PolicyName } from './experts.js';
 import { alignUp, type ArtifactManifest, type TensorEntry } from './format.js';
-import { dequantRow, Weight } from './kernels.js';
+import { dequantAll, Weight } from './kernels.js';
 import { WasmArena } from './wasm.js';
 
 export interface OffloadOptions {
@@ -298,12 +298,7 @@ export async function loadOffloaded(
   return {
     has: (name) => table.has(name),
     weight,
-    vector: (name) => {
-      const w = weight(name);
-      const out = new Float32Array(w.rows * w.cols);
-      for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
-      return out;
-    },
+    vector: (name) => dequantAll(weight(name)),
     experts,
   };
 }
