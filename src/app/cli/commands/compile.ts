@@ -37,13 +37,19 @@ export function registerCompile(program: Command): void {
   // Each pass's shorthand flags (`--levels X` ≡ `--opt reorder.levels=X`).
   const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
   for (const p of PASSES) for (const f of p.flags) cmd.option(f.flag, f.help);
+  // Every pass's options, from its schema (what --opt <pass>.<key> takes).
+  const passHelp = PASSES.map(
+    (p) => `  ${p.name}: ${p.description}\n` + p.options.specs.map((o) => `    --opt ${p.name}.${o.key}=…  ${o.help}${o.default !== undefined ? ` (default: ${o.default})` : ''}\n`).join(''),
+  ).join('');
   cmd
     .option('--json', 'print the manifest as JSON on stdout')
+    .addHelpText('after', `\nPasses (--passes a,b; options as --opt <pass>.<key>=<value>):\n${passHelp.trimEnd()}`)
     .addHelpText(
       'after',
       '\nExamples:\n' +
         '  llmc compile ./stories260K --target gguf --quant Q8_0 -o out/\n' +
-        '  llmc compile ./model --target ts --passes reorder --opt reorder.levels=0.5,0.75,1 -o out/\n',
+        '  llmc compile ./model --target ts --passes reorder --opt reorder.levels=0.5,0.75,1 -o out/\n' +
+        '  llmc compile ./moe --target ts --passes expert-bits --opt expert-bits.budgetBpw=4.5 -o out/\n',
     )
     .action(async (modelDir: string, o) => {
       const json = Boolean(o.json);
