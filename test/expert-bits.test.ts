@@ -128,6 +128,27 @@ describe('profiling', () => {
   });
 });
 
+describe('granularities and strategies', () => {
+  it('expert-proj: one item per projection, each choice measured; edgemoe: a verified plan within its oracle budget', async () => {
+    const src = await open(mixtral);
+    const { record } = await analyze(src, { budgetBpw: '6', granularity: 'expert-proj' });
+    expect(record.granularity).toBe('expert-proj');
+    expect(record.items).toHaveLength(3 * src.spec.numLayers * src.spec.moe!.numExperts);
+    finiteTable(record);
+    const items = record.items.map((it) => ({ choices: it.choices.map((c) => ({ weight: c.bytes, loss: c.loss })) }));
+    expect(record.plan.proxyLoss).toBeCloseTo(solveBudget(items, record.budget.bytes!, { method: 'dp' })!.loss, 12);
+
+    const e = (await analyze(src, { strategy: 'edgemoe', maxLoss: '0.05' })).record;
+    const N = e.items.length;
+    expect(e.edgemoe).not.toBeNull();
+    expect(e.plan.heldOutLoss).toBeLessThanOrEqual(0.05);
+    expect(e.edgemoe!.oracleCalls).toBeLessThanOrEqual(1 + e.candidates.length + N + Math.ceil(Math.log2(N + 1)));
+    // K items at b_lo, the rest at b_hi.
+    const at = (f: string) => e.items.filter((it) => it.choices[it.chosen].format === f || it.choices[it.chosen].written.join() === it.choices.find((c) => c.format === f)?.written.join()).length;
+    if (e.edgemoe!.bLo !== e.edgemoe!.bHi) expect(at(e.edgemoe!.bLo)).toBeGreaterThanOrEqual(e.edgemoe!.K);
+  });
+});
+
 describe('real weights (stories260K up-cycled)', () => {
   it('planted sensitive experts get more bits; the plan beats the uniform format of the same bytes on held-out data', async () => {
     const src = await open(stories);

@@ -82,7 +82,7 @@ export function parseBytes(key: string, v: string): number {
 const bitsOf = (f: QuantType) => (QUANT_TYPES[f].typeSize * 8) / QUANT_TYPES[f].blockSize;
 
 function parseGranularity(v: string): Granularity {
-  const g = v.trim().toLowerCase().replace(/[×x_]/g, '-');
+  const g = v.trim().toLowerCase().replace(/[×_]/g, '-');
   if (!(GRANULARITIES as readonly string[]).includes(g)) throw new UsageError(`expert-bits.granularity must be one of ${GRANULARITIES.join(', ')}, got "${v}"`);
   return g as Granularity;
 }
