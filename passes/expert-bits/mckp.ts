@@ -255,13 +255,14 @@ function lagrangianLoss(items: readonly McItem[], maxLoss: number): { choice: nu
 /** min Σ loss s.t. Σ weight ≤ capacity; null when even the lightest plan exceeds it. */
 export function solveBudget(items: readonly McItem[], capacity: number, opts: SolveOptions = {}): McSolution | null {
   checkItems(items);
-  if (minWeight(items) > capacity) return null;
+  const base = minWeight(items);
+  if (base > capacity) return null;
   const method = opts.method ?? 'auto';
   const maxCells = opts.maxCells ?? DEFAULT_CELLS;
   const unit = exactUnit(items);
-  const exact = units(items, unit, (x) => x);
-  const C = Math.floor((capacity - exact.base) / unit);
+  const C = Math.floor((capacity - base) / unit);
   if (method === 'dp' || (method === 'auto' && items.length * (C + 1) <= maxCells)) {
+    const exact = units(items, unit, (x) => x);
     const { back } = dpTable(items, exact.u, C);
     return solution(items, trace(items, exact.u, back, C, C), null, 'dp', 'budget');
   }
@@ -270,7 +271,7 @@ export function solveBudget(items: readonly McItem[], capacity: number, opts: So
   if (method === 'auto' && best.loss - best.lowerBound > GAP_CHECK * best.loss) {
     // The DP checks a gap the LP bound leaves open on a coarse grid: weights rounded up give feasible plans, rounded down a bound.
     const Cc = Math.max(1, Math.floor(maxCells / 4 / items.length) - 1);
-    const room = capacity - exact.base;
+    const room = capacity - base;
     const coarse = room / Cc;
     const up = units(items, coarse, Math.ceil);
     const { back } = dpTable(items, up.u, Cc);
@@ -290,9 +291,9 @@ export function solveLoss(items: readonly McItem[], maxLoss: number, opts: Solve
   const method = opts.method ?? 'auto';
   const maxCells = opts.maxCells ?? DEFAULT_CELLS;
   const unit = exactUnit(items);
-  const exact = units(items, unit, (x) => x);
-  const C = exact.u.reduce((s, u) => s + Math.max(...u), 0);
+  const C = items.reduce((s, it) => s + (Math.max(...it.choices.map((c) => c.weight)) - Math.min(...it.choices.map((c) => c.weight))) / unit, 0);
   if (method === 'dp' || (method === 'auto' && items.length * (C + 1) <= maxCells)) {
+    const exact = units(items, unit, (x) => x);
     const { best, back } = dpTable(items, exact.u, C);
     // best[c] (least loss within c units) never grows with c: the first c that meets maxLoss.
     let lo = 0;
