@@ -7,6 +7,7 @@ import { suite as runtime } from './runtime.bench.js';
 import { suite as reorder } from './reorder.bench.js';
 import { suite as gguf } from './gguf.bench.js';
 import { suite as fuzz } from './fuzz.bench.js';
+import { suite as experts } from './experts.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -22,4 +23,5 @@ export const SUITES: SuiteEntry[] = [
   reorder,
   gguf,
   fuzz,
+  experts,
 ];

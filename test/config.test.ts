@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { llmcInProcess } from './cli.js';
+import { PASSES } from '../passes/index.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 let tmp: string;
@@ -88,7 +89,7 @@ describe('llmc.config.json', () => {
       [{ target: { name: 'tss' } }, 'target.name: unknown target "tss"; available: gguf, gguf-levels, hf, ts'],
       [{ target: { name: 'ts', opts: {} } }, 'target.opts: unknown key; valid keys there: name, quant, tensorTypes, options'],
       [{ target: { name: 'ts', options: { x: 1 } } }, 'target.options.x: not an option of target ts (it takes none)'],
-      [{ passes: ['nope'] }, 'passes[0].name: unknown pass "nope"; available: reorder'],
+      [{ passes: ['nope'] }, `passes[0].name: unknown pass "nope"; available: ${PASSES.map((p) => p.name).sort().join(', ')}`],
       [{ passes: [{ name: 'reorder', options: { levelz: 1 } }] }, 'passes[0].options.levelz: not an option of pass reorder (it takes importance, calib, calibLength'],
       [{ passes: [{ name: 'reorder', options: { levels: { a: 1 } } }] }, 'passes[0].options.levels: must be a string, number, boolean or list'],
       [{ outt: 'x' }, 'outt: unknown key; valid keys there: model, target, passes, out, cacheDir, check'],

@@ -1,4 +1,4 @@
-/** `llmc run` on a ts artifact: the TS runtime, at full width or at an elastic level. */
+/** `llmc run` on a ts artifact: the TS runtime, at full width or at an elastic level, experts resident or cached. */
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { ELASTIC_LEVELS, findRecord, levelWidths, selectLevel } from '../../src/core/records/index.js';
 import { loadDir, tokenizerFiles } from '../../src/exec/runtime/node.js';
@@ -13,7 +13,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
     widths = levelWidths(level);
     notes.push(`level ${level.id}: ${(100 * level.paramFrac).toFixed(1)}% of the parameters${level.heldOutPpl !== undefined ? `, held-out perplexity ${level.heldOutPpl.toFixed(2)}` : ''}`);
   }
-  const model = await loadDir(a.dir, { verifyChecksums: opts.verify });
+  const model = await loadDir(a.dir, { verifyChecksums: opts.verify, experts: opts.experts });
   return {
     spec: model.spec,
     ...(await tokenizerFiles(a.dir)),
@@ -23,6 +23,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
       for await (const id of model.generate(promptIds, { ...o, widths })) out.push(id);
       return out;
     },
-    close: async () => {},
+    close: () => model.close(),
+    expertStats: () => (model.experts ? { ...model.experts.stats, capacity: model.experts.capacity, policy: model.experts.policy, preload: model.experts.fanout } : null),
   };
 }

@@ -106,6 +106,20 @@ export interface ArtifactRunner {
   /** Generated ids without the prompt; stops after maxTokens or at EOS (the EOS id is included). */
   generate(promptIds: number[], opts: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]>;
   close(): Promise<void>;
+  /** With an expert cache (`RunOptions.experts`): its statistics so far. */
+  expertStats?(): ExpertCacheStats | null;
+}
+
+export interface ExpertCacheStats {
+  capacity: number;
+  policy: string;
+  preload: number;
+  accesses: number;
+  hits: number;
+  loads: number;
+  preloads: number;
+  usefulPreloads: number;
+  bytesRead: number;
 }
 
 export interface RunOptions {
@@ -115,6 +129,8 @@ export interface RunOptions {
   level?: string;
   /** Check every file's sha256 against the manifest before running. */
   verify?: boolean;
+  /** MoE: keep routed experts in the file, at most `capacity` in memory (read on demand). */
+  experts?: { capacity: number; policy?: 'edgemoe' | 'lru' | 'lfu'; preload?: number };
 }
 
 export interface TargetDescriptor<O = unknown> {

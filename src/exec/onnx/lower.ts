@@ -47,6 +47,30 @@ export interface LoweredModel {
   graph: ModelGraph;
   taps: TapOutputs[];
   outputNames: string[];
+  /** Weights that are graph inputs (LowerOptions.weightInputs): each run feeds them, laid out as `dims`. */
+  weightInputs: WeightInput[];
+  /** Router bias inputs (LowerOptions.routerBias): graph input name → the router's logits value. */
+  routerBiases: { input: string; logits: string; numExperts: number }[];
+}
+
+/** A weight fed at run time instead of stored: the HF tensor `source`, transposed from [out, in] when `transpose` is set. */
+export interface WeightInput {
+  name: string;
+  source: string;
+  dims: number[];
+  transpose: [number, number] | null;
+}
+
+export interface LowerOptions {
+  taps?: TapSpec[];
+  graph?: ModelGraph;
+  /**
+   * HF tensors to lower as graph inputs rather than initializers, so one session runs the model with
+   * any values for them (sensitivity measurements swap one expert's weights per run).
+   */
+  weightInputs?: ReadonlySet<string>;
+  /** Add a float input `<logits>.bias` [E] per router, added to its logits (force-routing an expert). */
+  routerBias?: boolean;
 }
 
 interface PendingWeight {
@@ -123,7 +147,7 @@ class OnnxGraphBuilder {
   }
 }
 
-function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTables: ReadonlySet<string>): void {
+function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTables: ReadonlySet<string>, routerBias: boolean): void {
   const spec = graph.spec;
   switch (op.op) {
     case 'embed':
@@ -210,13 +234,15 @@ function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTables: Re
       const topk = (x: string) => b.nodeN('TopK', [x, k], 2, [attr('axis', -1), attr('largest', 1), attr('sorted', 1)]);
       let vals: string;
       let idx: string;
+      // A router bias (measurements force-route rarely chosen experts) shifts the logits for everything below.
+      const logits = routerBias ? b.node('Add', [op.logits, `${op.logits}.bias`]) : op.logits;
       if (op.mode === 'softmax-topk-renorm') {
         // softmax over the top-k logits ≡ softmax over all, top-k, renormalize.
-        const [v, i] = topk(op.logits);
+        const [v, i] = topk(logits);
         vals = b.node('Softmax', [v], [attr('axis', -1)]);
         idx = i;
       } else {
-        [vals, idx] = topk(b.node('Softmax', [op.logits], [attr('axis', -1)]));
+        [vals, idx] = topk(b.node('Softmax', [logits], [attr('axis', -1)]));
       }
       const zeros = b.node('ConstantOfShape', [b.node('Shape', [op.logits])], [zeroAttr(0)]);
       b.node('ScatterElements', [zeros, idx, vals], [attr('axis', -1)], op.weights);
@@ -303,11 +329,12 @@ function valueInfo(name: string, elemType: number, dims?: (number | string)[]): 
 }
 
 /** Lower the model of `source` to ONNX bytes (and what its outputs mean). */
-export async function lowerToOnnx(source: ModelSource, opts: { taps?: TapSpec[]; graph?: ModelGraph } = {}): Promise<LoweredModel> {
+export async function lowerToOnnx(source: ModelSource, opts: LowerOptions = {}): Promise<LoweredModel> {
   const graph = opts.graph ?? buildModel(source.spec);
   const b = new OnnxGraphBuilder();
   const embedTables = new Set(graph.ops.flatMap((o) => (o.op === 'embed' ? [o.table] : [])));
-  for (const op of primitiveOps(graph)) lowerOp(b, op, graph, embedTables);
+  const ops = primitiveOps(graph);
+  for (const op of ops) lowerOp(b, op, graph, embedTables, Boolean(opts.routerBias));
   const taps = lowerTaps(b, graph, opts.taps ?? []);
 
   const outputNames = [...graph.outputs];
@@ -321,10 +348,16 @@ export async function lowerToOnnx(source: ModelSource, opts: { taps?: TapSpec[];
     }
   }
   const inputs = graph.inputs.map((i) => valueInfo(i.name, i.dtype === 'int64' ? DT_INT64 : DT_FLOAT, i.dims));
+  const weightInputs = [...b.weights.values()].filter((w) => opts.weightInputs?.has(w.source));
+  for (const w of weightInputs) inputs.push(valueInfo(w.name, DT_FLOAT, w.dims));
+  const routerBiases = opts.routerBias
+    ? ops.flatMap((o) => (o.op === 'router' ? [{ input: `${o.logits}.bias`, logits: o.logits, numExperts: o.numExperts }] : []))
+    : [];
+  for (const r of routerBiases) inputs.push(valueInfo(r.input, DT_FLOAT, [r.numExperts]));
 
   // Everything but the big initializers goes through protobufjs; those are spliced in raw.
   const graphHead = onnx.GraphProto.encode({ name: 'llmc', node: b.nodes, initializer: b.consts, input: inputs, output: outputs }).finish();
-  const pending = [...b.weights.values()];
+  const pending = [...b.weights.values()].filter((w) => !opts.weightInputs?.has(w.source));
   const tensorHeads = pending.map((w) => onnx.TensorProto.encode({ name: w.name, dims: w.dims, dataType: DT_FLOAT }).finish());
   const rawLen = pending.map((w) => 4 * w.dims.reduce((a, d) => a * d, 1));
   const tensorLen = tensorHeads.map((h, i) => h.length + lenKey(9).length + varint(rawLen[i]).length + rawLen[i]);
@@ -365,7 +398,7 @@ export async function lowerToOnnx(source: ModelSource, opts: { taps?: TapSpec[];
     // raw_data is little-endian float32, as Float32Array is on every platform Node runs on.
     put(new Uint8Array(out.buffer, out.byteOffset, out.byteLength));
   }
-  return { bytes, graph, taps, outputNames };
+  return { bytes, graph, taps, outputNames, weightInputs, routerBiases };
 }
 
 /** A standalone model.onnx (for backends that ship ONNX files). */

@@ -28,6 +28,7 @@ import { Model, type WeightTable } from './model.js';
 
 export type { ArtifactManifest };
 import { WasmArena } from './wasm.js';
+import { loadOffloaded, type OffloadOptions } from './offload.js';
 
 /** What `load` reads: the manifest's text and the bytes of weights.bin. */
 export interface ArtifactSource {
@@ -44,6 +45,11 @@ export interface LoadOptions {
   singleReadLimit?: number;
   /** Run F32 / Q8_0 matmuls on WebAssembly SIMD kernels when available (default true; JS kernels otherwise). */
   wasm?: boolean;
+  /**
+   * Keep an MoE model's routed experts in the weights file and read them on demand into a bounded
+   * cache (./offload.ts); the ByteSource must stay readable while the model runs.
+   */
+  experts?: OffloadOptions;
 }
 
 
@@ -164,6 +170,13 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
   if (size !== entry.size) throw new LlmcError(`size ${size} bytes disagrees with the manifest's ${entry.size}`, wfile);
   const table = checkTensorTable(manifest, size, wfile);
 
+  if (opts.experts) {
+    if (opts.verifyChecksums) {
+      const got = await sha256Hex(await source.weights.read(0, size));
+      if (got !== entry.sha256) throw new LlmcError(`sha256 mismatch: file has ${got}, the manifest says ${entry.sha256}`, wfile);
+    }
+    return new Model(manifest.arch, await loadOffloaded(source.weights, manifest, table, opts.experts, opts.wasm !== false, wfile), manifest);
+  }
   let whole: Uint8Array | null = null;
   if (size <= (opts.singleReadLimit ?? 1 << 30)) whole = aligned(await source.weights.read(0, size));
   if (opts.verifyChecksums) {

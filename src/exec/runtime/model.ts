@@ -9,6 +9,7 @@ import { buildModel } from '../../core/ir/build.js';
 import type { ModelGraph } from '../../core/ir/ir.js';
 import { Interpreter, KvCache, type LayerWidth, type WeightTable } from './interpreter.js';
 import type { ArtifactManifest } from './format.js';
+import type { ExpertStore } from './offload.js';
 import { Sampler, type SamplingOptions } from './sampling.js';
 
 export { KvCache, type LayerWidth, type WeightTable };
@@ -35,6 +36,9 @@ export interface GenerateOptions extends SamplingOptions {
 export class Model {
   readonly graph: ModelGraph;
   private readonly interpreter: Interpreter;
+  /** Routed experts read on demand (LoadOptions.experts), or null when every weight is resident. */
+  readonly experts: ExpertStore | null;
+  private closers: (() => Promise<void>)[] = [];
 
   constructor(
     readonly spec: ArchSpec,
@@ -44,6 +48,16 @@ export class Model {
   ) {
     this.graph = buildModel(spec);
     this.interpreter = new Interpreter(spec, this.graph, table);
+    this.experts = table.experts ?? null;
+  }
+
+  /** Run `fn` when the model is closed (e.g. the weights file an expert cache reads from). */
+  onClose(fn: () => Promise<void>): void {
+    this.closers.push(fn);
+  }
+
+  async close(): Promise<void> {
+    for (const fn of this.closers.splice(0)) await fn();
   }
 
   newCache(): KvCache {
@@ -60,6 +74,13 @@ export class Model {
     return this.interpreter.run(ids, cache, positions, opts.widths);
   }
 
+  /** `forward` for any model, offloaded experts included (they are read as the layers need them). */
+  async forwardAsync(ids: ArrayLike<number>, cache: KvCache = this.newCache(), opts: ForwardOptions = {}): Promise<Float32Array> {
+    const T = ids.length;
+    const positions = opts.lastOnly ? [T - 1] : Array.from({ length: T }, (_, t) => t);
+    return this.interpreter.runAsync(ids, cache, positions, opts.widths);
+  }
+
   /** Generate up to `maxTokens` tokens after `ids`, yielding each as it is chosen. */
   async *generate(ids: ArrayLike<number>, options: GenerateOptions = {}): AsyncGenerator<number, void, undefined> {
     const max = options.maxTokens ?? 32;
@@ -67,12 +88,13 @@ export class Model {
     const sampler = new Sampler(options);
     const cache = this.newCache();
     const fopts = { widths: options.widths, lastOnly: true };
-    let logits = this.forward(ids, cache, fopts);
+    const step = (x: ArrayLike<number>) => (this.experts ? this.forwardAsync(x, cache, fopts) : this.forward(x, cache, fopts));
+    let logits = await step(ids);
     for (let n = 0; n < max; n++) {
       const next = sampler.next(logits);
       yield next;
       if (stop.has(next) || n + 1 === max) return;
-      logits = this.forward([next], cache, fopts);
+      logits = await step([next]);
     }
   }
 }

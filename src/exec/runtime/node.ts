@@ -67,6 +67,17 @@ export async function artifactDirSource(dir: string): Promise<ArtifactSource & {
 /** Load an artifact directory into a Model (weights are read into memory; the file is closed after). */
 export async function loadDir(dir: string, opts: LoadOptions = {}): Promise<Model> {
   const src = await artifactDirSource(dir);
+  if (opts.experts) {
+    // Experts are read from the file as the model runs: it stays open until model.close().
+    try {
+      const model = await load(src, opts);
+      model.onClose(() => src.close());
+      return model;
+    } catch (err) {
+      await src.close();
+      throw err;
+    }
+  }
   try {
     return await load(src, opts);
   } finally {

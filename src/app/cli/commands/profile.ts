@@ -20,7 +20,7 @@ export function registerProfile(program: Command): void {
     .description('Measure a checkpoint once for the passes (calibration, importance, ...) into a profile directory that compile --profile and report reuse')
     .argument('<model>', 'Hugging Face checkpoint directory')
     .requiredOption('-o, --out <dir>', 'profile directory (created if missing; an interrupted run resumes there)')
-    .option('--passes <list>', `passes to profile for, comma-separated (default: all: ${PASSES.map((p) => p.name).join(', ')})`)
+    .option('--passes <list>', `passes to profile for, comma-separated (default: every pass that measures something: of ${PASSES.map((p) => p.name).join(', ')}, those with a profile step)`)
     .option('--calib <source>', 'calibration data: self (sampled from the model, seeded; the default), a text FILE (needs the model\'s tokenizer), or a FILE of token ids as JSON [[1, 5, ...], ...]', 'self')
     .option('--opt <key=value>', 'pass option, repeatable (as for compile: the profile is keyed by them)', collectKeyValue('--opt'), {})
     .option('--cache <policy>', CACHE_HELP, parseCachePolicy, 'on')
@@ -28,7 +28,10 @@ export function registerProfile(program: Command): void {
     .addHelpText('after', '\nExamples:\n  llmc profile fixtures/models/stories260K -o out/profile\n  llmc compile fixtures/models/stories260K --target ts --passes reorder --profile out/profile -o out/model\n  llmc report out/profile -o profile.html\n')
     .action(async (model: string, o) => {
       const json = Boolean(o.json);
-      const names = o.passes === undefined ? PASSES.map((p) => p.name) : String(o.passes).split(',').map((s) => s.trim()).filter(Boolean);
+      const names =
+        o.passes === undefined
+          ? (await Promise.all(PASSES.map(async (p) => ((await p.load()).profile ? p.name : null)))).filter((n): n is string => n !== null)
+          : String(o.passes).split(',').map((s) => s.trim()).filter(Boolean);
       const opts: Record<string, string> = { ...(o.opt as Record<string, string>) };
       if (o.calib !== 'self') {
         // A calibration text goes to every pass that calibrates on one (its `calibText` option).

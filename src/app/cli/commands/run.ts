@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
-import type { ArtifactRunner } from '../../../core/pipeline/target.js';
+import type { ArtifactRunner, RunOptions } from '../../../core/pipeline/target.js';
 import { loadTokenizer } from '../../../core/tokenizer/index.js';
 import { openCheckpointRunner } from '../../../exec/engine/generator.js';
 import { locate, verifyFiles } from '../../artifact.js';
@@ -9,9 +9,10 @@ import { noteLine, printJson } from '../output.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 
 /** The runner for a checkpoint, or for an artifact through its target's descriptor (after checking its files). */
-async function openRunner(modelPath: string, o: { threads?: number; level?: string; verify?: boolean; allowNonFinite?: boolean }): Promise<ArtifactRunner> {
+async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<ArtifactRunner> {
   const where = await locate(modelPath);
   if (where.kind === 'checkpoint') {
+    if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
     if (o.level !== undefined) throw new UsageError('--level needs an artifact compiled with --passes reorder (ts or gguf-levels); this is a checkpoint');
     return openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite });
   }
@@ -36,7 +37,10 @@ export function registerRun(program: Command): void {
     .option('--verify', "check every file's sha256 against the manifest before running (sizes are always checked)")
     .option('--allow-overflow', "generate past the model's context length")
     .option('--allow-nonfinite', 'run a checkpoint whose weights hold Inf or NaN (refused by default)')
-    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes"} as JSON')
+    .option('--expert-cache <n>', 'MoE ts artifact: keep routed experts in the file, at most N in memory (read on demand)', parseIntOption('--expert-cache', 1))
+    .option('--expert-policy <policy>', 'expert cache eviction: edgemoe | lru | lfu (default: edgemoe with --passes expert-bits, else lru)')
+    .option('--expert-preload <m>', "experts preloaded per MoE layer (default: the expert-bits record's; 0 = none)", parseIntOption('--expert-preload', 0))
+    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "expert_cache"?} as JSON')
     .addHelpText(
       'after',
       '\nExamples (from a clone):\n  llmc run fixtures/models/stories260K --prompt-ids 1 --max-tokens 32\n' +
@@ -46,7 +50,10 @@ export function registerRun(program: Command): void {
     .action(async (modelPath: string, o) => {
       if ((o.promptIds === undefined) === (o.prompt === undefined)) throw new UsageError('give exactly one of --prompt-ids or --prompt');
       if (o.topP <= 0) throw new UsageError(`--top-p must be in (0, 1], got ${o.topP}`);
-      const runner = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite });
+      if (o.expertCache === undefined && (o.expertPolicy !== undefined || o.expertPreload !== undefined)) throw new UsageError('--expert-policy and --expert-preload need --expert-cache N');
+      if (o.expertPolicy !== undefined && !['edgemoe', 'lru', 'lfu'].includes(o.expertPolicy)) throw new UsageError(`--expert-policy must be edgemoe, lru or lfu, got "${o.expertPolicy}"`);
+      const experts = o.expertCache === undefined ? undefined : { capacity: o.expertCache as number, policy: o.expertPolicy as 'edgemoe' | 'lru' | 'lfu' | undefined, preload: o.expertPreload as number | undefined };
+      const runner = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts });
       try {
         const codec = runner.tokenizerJson ? loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
         let promptIds: number[];
@@ -71,12 +78,17 @@ export function registerRun(program: Command): void {
         const seconds = (performance.now() - start) / 1000;
         const text = codec ? codec.decode(generated, { skipSpecial: true }) : undefined;
         const tokensPerSecond = generated.length / seconds;
+        const cache = runner.expertStats?.() ?? null;
         if (o.json) {
-          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, notes: runner.notes });
+          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, notes: runner.notes, ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}) });
         } else {
           process.stdout.write(`${generated.join(' ')}\n`);
           if (text !== undefined) process.stdout.write(`${text}\n`);
           process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s\n`);
+          if (cache) {
+            const rate = cache.accesses ? (100 * cache.hits) / cache.accesses : 0;
+            process.stderr.write(`expert cache: ${cache.capacity} experts, ${cache.policy}, preload ${cache.preload}: hit rate ${rate.toFixed(1)}% (${cache.hits}/${cache.accesses}), ${cache.loads} reads (${cache.preloads} preloads, ${cache.usefulPreloads} used), ${(cache.bytesRead / 1e6).toFixed(2)} MB\n`);
+          }
         }
       } finally {
         await runner.close();
