@@ -2,3 +2,4 @@
 export * from './manifest.js';
 export * from './types.js';
 export * from './elastic.js';
+export * from './spec-tree.js';
