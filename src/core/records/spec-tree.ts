@@ -7,6 +7,7 @@
  * record is read, so a consumer can trust them. Browser-safe.
  */
 import { LlmcError } from '../errors.js';
+import { stableJson } from '../util/stable-json.js';
 import { Checker } from './check.js';
 import {
   checkTreeShape,
@@ -150,7 +151,8 @@ export function planArtifacts(t: TreeShape): Omit<TreePlan, 'predicted'> {
   };
 }
 
-const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+/** Equal as JSON values (key order aside: manifests are written with sorted keys). */
+const same = (a: unknown, b: unknown) => stableJson(a) === stableJson(b);
 
 function readPlan(c: Checker, v: unknown, path: string): TreePlan {
   const o = c.obj(v, path);
