@@ -4,5 +4,6 @@
  */
 import type { PassDescriptor } from '../src/core/pipeline/pass.js';
 import { reorder } from './reorder/index.js';
+import { treeSearch } from './tree-search/index.js';
 
-export const PASSES: PassDescriptor<any>[] = [reorder]; // eslint-disable-line @typescript-eslint/no-explicit-any
+export const PASSES: PassDescriptor<any>[] = [reorder, treeSearch]; // eslint-disable-line @typescript-eslint/no-explicit-any

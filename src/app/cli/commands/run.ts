@@ -4,7 +4,10 @@ import { openGenerator } from '../../../exec/engine/generator.js';
 import { LlmcError, UsageError } from '../../../core/errors.js';
 import { loadTokenizer } from '../../../core/tokenizer/index.js';
 import { printJson } from '../output.js';
-import { ELASTIC_LEVELS, findRecord, levelWidths, MANIFEST_FILE, selectLevel, type PassRecord } from '../../../core/records/index.js';
+import { ELASTIC_LEVELS, findRecord, levelWidths, MANIFEST_FILE, requireSpecTree, selectLevel, SPEC_TREE, type PassRecord } from '../../../core/records/index.js';
+import { loadDir } from '../../../exec/runtime/node.js';
+import type { Model } from '../../../exec/runtime/model.js';
+import { drafterFor, SpeculativeDecoder, treeFor } from '../../../exec/runtime/speculative.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 
 export function registerRun(program: Command): void {
@@ -20,11 +23,16 @@ export function registerRun(program: Command): void {
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
     .option('--threads <n>', 'onnxruntime threads (default: all cores)', parseIntOption('--threads', 1))
     .option('--level <level>', 'elastic level of a ts artifact compiled with --passes reorder: an id (L3) or a size fraction (0.5)')
-    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second"} as JSON')
-    .addHelpText('after', '\nExamples:\n  llmc run ../shared/models/stories260K --prompt-ids 1 --max-tokens 32\n  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n')
+    .option('--speculative', 'ts artifact compiled with --passes tree-search: greedy speculative decoding with its verification tree (same tokens as plain greedy decoding)')
+    .option('--draft <dir>', '--speculative with a draft checkpoint: that checkpoint\'s ts artifact')
+    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "speculative"?} as JSON')
+    .addHelpText('after', '\nExamples:\n  llmc run ../shared/models/stories260K --prompt-ids 1 --max-tokens 32\n  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n  llmc run ./artifact --prompt-ids 1 -n 64 --speculative --json\n')
     .action(async (modelPath: string, o) => {
       if ((o.promptIds === undefined) === (o.prompt === undefined)) throw new UsageError('give exactly one of --prompt-ids or --prompt');
       if (o.topP <= 0) throw new UsageError(`--top-p must be in (0, 1], got ${o.topP}`);
+      if (o.speculative && o.level !== undefined) throw new UsageError('--speculative and --level do not combine (the record names the draft)');
+      if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
+      if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       const generator = await openGenerator(modelPath, { threads: o.threads });
       try {
         const codec = generator.tokenizerJson
@@ -45,17 +53,38 @@ export function registerRun(program: Command): void {
           const levels = findRecord(model.manifest?.passes, ELASTIC_LEVELS, path.join(modelPath, MANIFEST_FILE))?.levels ?? null;
           level = { widths: levelWidths(selectLevel(levels, String(o.level), modelPath)) };
         }
+        let speculative: Record<string, unknown> | undefined;
         const start = performance.now();
-        const generated = await generator.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed, ...level });
+        let generated: number[];
+        if (o.speculative) {
+          const model = (generator as { model?: Model }).model;
+          if (!model) throw new UsageError('--speculative needs a ts artifact compiled with --passes tree-search');
+          const rec = requireSpecTree(findRecord(model.manifest?.passes, SPEC_TREE, path.join(modelPath, MANIFEST_FILE)), path.join(modelPath, MANIFEST_FILE));
+          const draft = o.draft !== undefined ? await loadDir(o.draft) : undefined;
+          const r = new SpeculativeDecoder(model, drafterFor(model, rec, draft)).generate(promptIds, { maxTokens: o.maxTokens, tree: treeFor(rec) });
+          generated = r.tokens;
+          const steps = r.acceptedPerStep.length;
+          speculative = {
+            draft: rec.draft,
+            mode: rec.mode,
+            target_steps: steps + 1,
+            accepted_per_step: r.acceptedPerStep,
+            mean_accepted_per_step: steps ? r.acceptedPerStep.reduce((a, b) => a + b, 0) / steps : null,
+            tree_nodes: r.treeNodes,
+            draft_calls: r.draftCalls,
+            predicted: rec.plans.map((p) => ({ nodes: p.n, ...p.predicted })),
+          };
+        } else generated = await generator.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed, ...level });
         const seconds = (performance.now() - start) / 1000;
         const text = codec ? codec.decode(generated, { skipSpecial: true }) : undefined;
         const tokensPerSecond = generated.length / seconds;
         if (o.json) {
-          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond });
+          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, ...(speculative ? { speculative } : {}) });
         } else {
           process.stdout.write(`${generated.join(' ')}\n`);
           if (text !== undefined) process.stdout.write(`${text}\n`);
-          process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s\n`);
+          const perStep = speculative?.mean_accepted_per_step as number | null | undefined;
+          process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s${perStep ? `, ${perStep.toFixed(2)} tokens per target step` : ''}\n`);
         }
       } finally {
         await generator.close();
