@@ -123,6 +123,30 @@ describe('speculative decoding = plain greedy decoding', () => {
     }
   });
 
+  it('the record is deterministic and rides in every target\'s manifest; the default latency is measured here with the TS runtime', async () => {
+    const again = path.join(tmp, 'elastic-again');
+    const hf = path.join(tmp, 'elastic-hf');
+    const args = ['--passes', 'reorder,tree-search', '--levels', '0.5,1', '--importance', 'activation', '--opt', 'reorder.evaluate=false', '--opt', 'tree-search.draftLevel=0.5', '--opt', `tree-search.latency=${PHONE}`, '--opt', 'tree-search.calib=8', '--cache-dir', cache];
+    expect((await llmc('compile', STORIES, '--target', 'ts', '-q', 'F32', ...args, '-o', again)).code).toBe(0);
+    expect(await fsp.readFile(path.join(again, 'llmc-manifest.json'), 'utf8')).toBe(await fsp.readFile(path.join(elastic, 'llmc-manifest.json'), 'utf8'));
+    expect((await llmc('compile', STORIES, '--target', 'hf', ...args, '-o', hf)).code).toBe(0);
+    const hfRec = findRecord(JSON.parse(await fsp.readFile(path.join(hf, 'llmc-manifest.json'), 'utf8')).passes, SPEC_TREE)!;
+    expect(hfRec.plans).toEqual(rec.plans);
+
+    const measured = path.join(tmp, 'measured');
+    const m = await llmc('compile', STORIES, '--target', 'ts', '--passes', 'tree-search', '--opt', 'tree-search.draftSkip=4', '--opt', 'tree-search.calib=4', '--opt', 'tree-search.budget=16', '--cache-dir', cache, '-o', measured, '--json');
+    expect(m.code).toBe(0);
+    const mr = findRecord(JSON.parse(m.stdout).passes, SPEC_TREE)!;
+    expect(mr.latency.source).toBe('measured-ts');
+    expect(mr.latency.ctx).toEqual([64, 256]);
+    expect(mr.latency.verifyN[0]).toBe(1);
+    for (const row of [...mr.latency.verifyMs, ...mr.latency.draftMs]) for (let i = 1; i < row.length; i++) expect(row[i]).toBeGreaterThanOrEqual(row[i - 1]);
+    expect(mr.pareto.length).toBeGreaterThan(0);
+    const chosen = mr.plans[mr.buckets[0].plan];
+    // the plan of most tokens/s is on the Pareto front of (E[L] up, step time down)
+    expect(mr.pareto.some((p) => p.ctx === 64 && p.nodes === chosen.n && p.acceptedPerStep === chosen.predicted.acceptedPerStep && p.stepMs === chosen.predicted.stepMs)).toBe(true);
+  });
+
   it('the simulation the pass predicts with accepts exactly what the target accepts', async () => {
     const model = await loadDir(elastic);
     const drafter = drafterFor(model, rec);
