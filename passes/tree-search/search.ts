@@ -48,7 +48,8 @@ export const MEDUSA_63: number[][] = [[0], [0, 0], [1], [0, 1], [2], [0, 0, 0], 
 export function searchSizes(policy: WidthPolicy, mode: SearchMode, m: LatencyModel, nMax: number, b: number): number[] {
   if (mode === 'ghidorah' || policy === 'pow2') return GHIDORAH_WIDTHS.filter((w) => w <= nMax);
   if (policy === 'any') return Array.from({ length: nMax }, (_, i) => i + 1);
-  return stepEdges(m, nMax, b);
+  // The root alone (plain decoding) drafts nothing: a candidate even where it is not a step edge.
+  return [...new Set([1, ...stepEdges(m, nMax, b)])];
 }
 
 const better = <C extends Pick<Candidate, 'n' | 'D'>>(a: C, b: C, score: (c: C) => number) => {

@@ -14,9 +14,9 @@ import { depthsOf, childrenOf, type TreeShape } from '../../core/records/tree.js
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { ELASTIC_LEVELS, findRecord, levelWidths } from '../../core/records/index.js';
 import { describeDraft, planForContext, type SpecTree } from '../../core/records/spec-tree.js';
-import type { LayerWidth, Model, TreeAttention } from './model.js';
+import type { KvCache, LayerWidth, Model, TreeAttention } from './model.js';
 import { argmax } from './sampling.js';
-import { buildDynamicTree, nextAlpha, topCandidates, topTokens, type FallbackPolicyLike } from './tree-policy.js';
+import { buildDynamicTree, nextAlpha, topCandidates, topTokens, type DynamicTree, type FallbackPolicyLike } from './tree-policy.js';
 
 /** The draft: a model (the target itself for an elastic level), at some widths. */
 export interface Drafter {
@@ -59,11 +59,11 @@ function lineage(parent: readonly number[], i: number): number[] {
 }
 
 export class SpeculativeDecoder {
-  private readonly dcache;
+  private dcache: KvCache;
   /** Committed tokens the draft has run (its cache length). */
   private dlen = 0;
-  draftCalls = 0;
-  draftTokens = 0;
+  private draftCalls = 0;
+  private draftTokens = 0;
   private alpha = 0;
 
   private readonly verifier: Verifier;
@@ -117,6 +117,8 @@ export class SpeculativeDecoder {
     const children = childrenOf(plan.parent);
     const t: Drafted = { tokens: new Array(plan.parent.length).fill(-1), parent: [...plan.parent], depth, slot: new Array(plan.parent.length).fill(-1) };
     t.tokens[0] = committed[committed.length - 1];
+    // The root alone is plain decoding: nothing to draft (the draft catches up when a tree comes).
+    if (plan.parent.length === 1) return t;
     const assign = (v: number, logits: ArrayLike<number>) => {
       const kids = children[v];
       const top = topTokens(logits, Math.max(...kids.map((c) => plan.rank[c])) + 1);
@@ -136,28 +138,25 @@ export class SpeculativeDecoder {
     return t;
   }
 
-  private dynamicTree(policy: FallbackPolicyLike, committed: number[]): { t: Drafted; tree: ReturnType<typeof buildDynamicTree> } {
+  private dynamicTree(policy: FallbackPolicyLike, committed: number[]): { t: Drafted; tree: DynamicTree } {
     const V = this.draft.model.spec.vocabSize;
     const K = Math.min(V, Math.max(2, Math.floor(1 / policy.branchThresh) + 1));
     const rootCands = topCandidates(this.catchUp(committed), K);
     const t: Drafted = { tokens: [], parent: [], depth: [], slot: [] };
-    const tree = buildDynamicTree(committed[committed.length - 1], rootCands, (node, dyn) => {
-      // Mirror the growing tree, then run the draft on this one node.
+    const mirror = (dyn: DynamicTree) => {
       for (let i = t.tokens.length; i < dyn.tokens.length; i++) {
         t.tokens.push(dyn.tokens[i]);
         t.parent.push(dyn.parent[i]);
         t.depth.push(dyn.depth[i]);
         t.slot.push(-1);
       }
-      const layout = this.draftLayout(t, [node]);
-      return topCandidates(this.draftForward([t.tokens[node]], { tree: layout }), K);
+    };
+    const tree = buildDynamicTree(committed[committed.length - 1], rootCands, (node, dyn) => {
+      // The growing tree so far, then the draft on this one node.
+      mirror(dyn);
+      return topCandidates(this.draftForward([t.tokens[node]], { tree: this.draftLayout(t, [node]) }), K);
     }, policy, this.alpha);
-    for (let i = t.tokens.length; i < tree.tokens.length; i++) {
-      t.tokens.push(tree.tokens[i]);
-      t.parent.push(tree.parent[i]);
-      t.depth.push(tree.depth[i]);
-      t.slot.push(-1);
-    }
+    mirror(tree);
     return { t, tree };
   }
 
@@ -182,17 +181,18 @@ export class SpeculativeDecoder {
     const dynamic = typeof opts.tree === 'object' && 'policy' in opts.tree ? opts.tree.policy : null;
     const staticPlan = typeof opts.tree === 'function' ? opts.tree : () => opts.tree as TreeShape;
     this.alpha = dynamic?.alpha0 ?? 0;
+    this.dcache = this.draft.model.newCache();
+    this.dlen = this.draftCalls = this.draftTokens = 0;
     const committed = [...prompt];
-    let next = this.verifier.first(prompt);
     const emit = (id: number): boolean => {
       res.tokens.push(id);
       committed.push(id);
       return stop.has(id) || res.tokens.length >= opts.maxTokens;
     };
-    let done = emit(next);
+    let done = emit(this.verifier.first(prompt));
     while (!done) {
       let drafted: Drafted;
-      let dyn: ReturnType<typeof buildDynamicTree> | null = null;
+      let dyn: DynamicTree | null = null;
       if (dynamic) {
         const r = this.dynamicTree(dynamic, committed);
         drafted = r.t;
@@ -207,7 +207,6 @@ export class SpeculativeDecoder {
         if ((done = emit(v))) break;
       }
       res.acceptedPerStep.push(step);
-      next = bonus;
     }
     res.draftCalls = this.draftCalls;
     res.draftTokens = this.draftTokens;
@@ -230,7 +229,7 @@ export interface Verifier {
 
 /** Verification by the target: one forward over the tree, then its cache keeps the accepted path. */
 export class TargetVerifier implements Verifier {
-  private readonly cache;
+  private cache;
   constructor(readonly target: Model) {
     this.cache = target.newCache();
   }
@@ -241,12 +240,15 @@ export class TargetVerifier implements Verifier {
     return this.target.spec.eosTokenIds;
   }
 
-  /** The prompt as plain decoding runs it (the same call), and its greedy token. */
+  /** The prompt as plain decoding runs it (the same call, a fresh cache), and its greedy token. */
   first(prompt: number[]): number {
+    this.cache = this.target.newCache();
     return argmax(this.target.forward(prompt, this.cache, { lastOnly: true }));
   }
 
   verify(tokens: number[], parent: number[], depth: number[]): { path: number[]; next: number } {
+    // The root alone: a plain one-token step (the same keys, order and kernels as a tree of one).
+    if (tokens.length === 1) return { path: [0], next: argmax(this.target.forward(tokens, this.cache, { lastOnly: true })) };
     const base = this.cache.length;
     const tree: TreeAttention = {
       shared: base,
