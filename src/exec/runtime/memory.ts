@@ -7,8 +7,8 @@ import { expectedTensors } from '../../core/arch/names.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { alignUp } from './format.js';
-import { dequantRow, Weight } from './kernels.js';
-import { Model, type WeightTable } from './model.js';
+import { Weight } from './kernels.js';
+import { Model, weightTable } from './model.js';
 import { WasmArena } from './wasm.js';
 
 export interface TensorReader {
@@ -44,15 +44,5 @@ export async function modelFromTensors(source: TensorReader, opts: { wasm?: bool
     if (!w) throw new LlmcError(`tensor "${name}" is not part of the model`);
     return w;
   };
-  const table: WeightTable = {
-    has: (name) => weights.has(name),
-    weight,
-    vector: (name) => {
-      const w = weight(name);
-      const out = new Float32Array(w.rows * w.cols);
-      for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
-      return out;
-    },
-  };
-  return new Model(spec, table);
+  return new Model(spec, weightTable((name) => weights.has(name), weight));
 }

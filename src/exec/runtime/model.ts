@@ -10,6 +10,7 @@ import type { ModelGraph } from '../../core/ir/ir.js';
 import { skipLayers } from '../../core/ir/skip.js';
 import { Interpreter, KvCache, type LayerWidth, type TreeAttention, type WeightTable } from './interpreter.js';
 import type { ArtifactManifest } from './format.js';
+import { dequantRow, type Weight } from './kernels.js';
 import { Sampler, type SamplingOptions } from './sampling.js';
 
 export { KvCache, type LayerWidth, type TreeAttention, type WeightTable };
@@ -37,6 +38,20 @@ export interface GenerateOptions extends SamplingOptions {
   /** Stop after emitting one of these (default: the model's EOS ids; [] = never stop early). */
   stopTokens?: number[];
   widths?: LayerWidth[];
+}
+
+/** A WeightTable over a lookup of weights; a vector is the weight's rows dequantized. */
+export function weightTable(has: (name: string) => boolean, weight: (name: string) => Weight): WeightTable {
+  return {
+    has,
+    weight,
+    vector: (name) => {
+      const w = weight(name);
+      const out = new Float32Array(w.rows * w.cols);
+      for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
+      return out;
+    },
+  };
 }
 
 export class Model {
