@@ -37,13 +37,20 @@ export function registerCompile(program: Command): void {
   // Each pass's shorthand flags (`--levels X` ≡ `--opt reorder.levels=X`).
   const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
   for (const p of PASSES) for (const f of p.flags) cmd.option(f.flag, f.help);
+  // Every --opt key, from the pass and target descriptors.
+  const optHelp = [...PASSES, ...TARGETS]
+    .filter((o) => o.options.specs.length)
+    .map((o) => `  ${o.name}:\n` + o.options.specs.map((x) => `    ${o.name}.${x.key}  ${x.help}${x.default ? ` (default ${x.default})` : ''}`).join('\n'))
+    .join('\n');
   cmd
     .option('--json', 'print the manifest as JSON on stdout')
     .addHelpText(
       'after',
       '\nExamples:\n' +
         '  llmc compile ./stories260K --target gguf --quant Q8_0 -o out/\n' +
-        '  llmc compile ./model --target ts --passes reorder --opt reorder.levels=0.5,0.75,1 -o out/\n',
+        '  llmc compile ./model --target ts --passes reorder --opt reorder.levels=0.5,0.75,1 -o out/\n' +
+        '  llmc compile ./model --target ts --passes reorder,tree-search --opt tree-search.draftLevel=0.5 -o out/\n' +
+        (optHelp ? `\nOptions of passes and targets (--opt <name>.<key>=<value>):\n${optHelp}\n` : ''),
     )
     .action(async (modelDir: string, o) => {
       const json = Boolean(o.json);
