@@ -8,6 +8,7 @@ import { suite as reorder } from './reorder.bench.js';
 import { suite as gguf } from './gguf.bench.js';
 import { suite as fuzz } from './fuzz.bench.js';
 import { suite as experts } from './experts.bench.js';
+import { suite as treeSearch } from './tree-search.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -24,4 +25,5 @@ export const SUITES: SuiteEntry[] = [
   gguf,
   fuzz,
   experts,
+  treeSearch,
 ];

@@ -150,6 +150,6 @@ export function planCompile(req: PlanRequest): CompilePlan {
 
   const passes = ordered(descriptors).map((d) => ({ descriptor: d, options: parseOptions(d.name, d.options, raw.get(d.name)!), raw: raw.get(d.name)! }));
   const targetOptions = parseOptions(target.name, target.options, targetRaw);
-  for (const p of passes) p.descriptor.check?.(p.options, target, formats);
+  for (const p of passes) p.descriptor.check?.(p.options, target, formats, { passes: passes.map((q) => q.descriptor.name) });
   return { target, targetOptions, passes, formats };
 }

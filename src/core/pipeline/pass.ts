@@ -102,7 +102,7 @@ export interface PassDescriptor<O = unknown> {
   requires: readonly string[];
   /** The record type it writes. */
   produces: RecordType<unknown>;
-  /** Checks of the combination with the target, before any work; throws UsageError. */
-  check?(options: O, target: TargetDescriptor, formats: FormatRequest): void;
+  /** Checks of the combination with the target and the other passes, before any work; throws UsageError. */
+  check?(options: O, target: TargetDescriptor, formats: FormatRequest, run: { passes: readonly string[] }): void;
   load(): Promise<Pass<O>>;
 }

@@ -108,6 +108,8 @@ export interface ArtifactRunner {
   close(): Promise<void>;
   /** With an expert cache (`RunOptions.experts`): its statistics so far. */
   expertStats?(): ExpertCacheStats | null;
+  /** With speculative decoding (`RunOptions.speculative`): the last generation's steps and acceptance. */
+  speculativeStats?(): Record<string, unknown> | null;
 }
 
 export interface ExpertCacheStats {
@@ -131,6 +133,8 @@ export interface RunOptions {
   verify?: boolean;
   /** MoE: keep routed experts in the file, at most `capacity` in memory (read on demand). */
   experts?: { capacity: number; policy?: 'edgemoe' | 'lru' | 'lfu'; preload?: number };
+  /** Greedy speculative decoding with the artifact's verification tree (record spec-tree/1); `draft`: a draft ts artifact. */
+  speculative?: { draft?: string };
 }
 
 export interface TargetDescriptor<O = unknown> {

@@ -3,3 +3,4 @@ export * from './manifest.js';
 export * from './types.js';
 export * from './elastic.js';
 export * from './expert-table.js';
+export * from './spec-tree.js';

@@ -73,6 +73,8 @@ export interface ArtifactManifest {
   version: number;
   llmcVersion?: string;
   target: string;
+  /** The checkpoint it was compiled from (its content hash). */
+  source?: { path: string; sha256: string };
   arch: ArchSpec;
   targetInfo: TsTargetInfo;
   passes: PassRecord[];

@@ -15,7 +15,7 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
 import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
-import { ropeTables } from '../../core/ir/rope.js';
+import { ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { dequantRow, matmul, type Weight } from './kernels.js';
 import type { ExpertStore } from './offload.js';
 
@@ -74,6 +74,47 @@ export class KvCache {
     }
     this.capacity = cap;
   }
+
+  /**
+   * KV compaction after a speculative step: slots `slots` (ascending, ≥ from) move to from, from+1, …
+   * and everything after them is dropped.
+   */
+  keep(from: number, slots: readonly number[]): void {
+    for (let l = 0; l < this.numLayers; l++) {
+      slots.forEach((s, i) => {
+        if (s === from + i) return;
+        this.k[l].copyWithin((from + i) * this.kvDim, s * this.kvDim, (s + 1) * this.kvDim);
+        this.v[l].copyWithin((from + i) * this.kvDim, s * this.kvDim, (s + 1) * this.kvDim);
+      });
+    }
+    this.length = from + slots.length;
+  }
+}
+
+/**
+ * Which cached keys each new token attends to when the new tokens are a tree (speculative
+ * verification, or a draft decoding branches) instead of a causal run.
+ */
+export interface TreeAttention {
+  /** Cache slots [0, shared) every new token sees (the committed context). */
+  shared: number;
+  /** Per new token t: the slots ≥ shared it sees, ascending; its own slot (pos0 + t) included. */
+  visible: Int32Array[];
+  /** Per new token: its position (RoPE, sliding window). */
+  positions: Int32Array;
+  /** Position of every slot in [shared, pos0 + T) (sliding window). */
+  keyPositions: Int32Array;
+}
+
+/** Options of one forward call beyond the causal default. */
+export interface RunOptions {
+  tree?: TreeAttention;
+  /**
+   * Compute each token's row with the one-token kernels, so its values do not depend on how many
+   * tokens share the call (the four-token kernels sum in another order). Speculative verification
+   * uses it to reproduce plain decoding bit for bit.
+   */
+  rowwise?: boolean;
 }
 
 /** What one forward call runs over. */
@@ -89,6 +130,8 @@ interface Frame {
   cos: Float32Array;
   sin: Float32Array;
   widths: LayerWidth[] | undefined;
+  tree?: TreeAttention;
+  rowwise?: boolean;
 }
 
 /** A step returns a promise only where it waits for I/O (offloaded experts). */
@@ -146,17 +189,17 @@ export class Interpreter {
    * Logits at `positions` (indices into `ids`) for `ids` appended after what `cache` holds:
    * [positions.length, V] row-major. The cache is extended by ids.length positions.
    */
-  run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Float32Array {
+  run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[], opts: RunOptions = {}): Float32Array {
     if (this.table.experts) throw new LlmcError('this model reads experts on demand (--expert-cache): run it with forwardAsync / generate');
-    const frame = this.frame(ids, cache, positions, widths);
+    const frame = this.frame(ids, cache, positions, widths, opts);
     for (const step of this.steps) step(frame);
     return this.finish(frame);
   }
 
   /** `run`, waiting where a step reads offloaded experts. */
-  async runAsync(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Promise<Float32Array> {
-    if (!this.table.experts) return this.run(ids, cache, positions, widths);
-    const frame = this.frame(ids, cache, positions, widths);
+  async runAsync(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[], opts: RunOptions = {}): Promise<Float32Array> {
+    if (!this.table.experts) return this.run(ids, cache, positions, widths, opts);
+    const frame = this.frame(ids, cache, positions, widths, opts);
     if (frame.pos0 === 0) this.table.experts.reset();
     for (const step of this.steps) {
       const pending = step(frame);
@@ -166,7 +209,7 @@ export class Interpreter {
   }
 
   /** Check the call and set up its frame (the cache grows to hold the new positions). */
-  private frame(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Frame {
+  private frame(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths: LayerWidth[] | undefined, opts: RunOptions): Frame {
     const s = this.spec;
     const T = ids.length;
     if (T === 0) throw new LlmcError('forward: no input ids');
@@ -177,9 +220,10 @@ export class Interpreter {
     }
     const pos0 = cache.length;
     cache.reserve(pos0 + T);
+    if (opts.tree) checkTree(opts.tree, T, pos0);
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
-    const { cos, sin } = ropeTables(s, pos0, T);
-    return { T, pos0, positions, ids, cache, cos, sin, widths };
+    const { cos, sin } = opts.tree ? ropeRows(s, opts.tree.positions) : ropeTables(s, pos0, T);
+    return { T, pos0, positions, ids, cache, cos, sin, widths, tree: opts.tree, rowwise: opts.rowwise };
   }
 
   /** The cache now holds the call's positions; the logits asked for. */
@@ -338,11 +382,12 @@ export class Interpreter {
       // Columns with gaps (some query heads of each group) are read over their whole span: the
       // dropped heads' inputs are zero (attention leaves them so).
       const nCols = cols.count * cols.stride;
-      if (rows.count === 1) matmul(W, x.data, n, op.inFeatures, y, op.outFeatures, { nRows: rows.len, nCols, bias });
+      const rowwise = f.rowwise;
+      if (rows.count === 1) matmul(W, x.data, n, op.inFeatures, y, op.outFeatures, { nRows: rows.len, nCols, bias, rowwise });
       else {
         for (let g = 0; g < rows.count; g++) {
           const r0 = g * rows.stride;
-          matmul(W, x.data, n, op.inFeatures, y.subarray(r0), op.outFeatures, { rowStart: r0, nRows: rows.len, nCols, bias });
+          matmul(W, x.data, n, op.inFeatures, y.subarray(r0), op.outFeatures, { rowStart: r0, nRows: rows.len, nCols, bias, rowwise });
         }
       }
     };
@@ -421,7 +466,8 @@ export class Interpreter {
       // Dropped heads stay zero, so o_proj's column span ignores them.
       if (qpg !== nrep) att.fill(0, 0, T * qDim);
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
-      attend(q, kc, vc, att, scores, T, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
+      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, T, G, qpg, nrep, hd, qDim, kvDim, scale, window);
+      else attend(q, kc, vc, att, scores, T, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
     };
   }
 
@@ -667,6 +713,62 @@ function attend(
       }
     }
   }
+}
+
+/**
+ * Tree attention: new token t at position positions[t] attends to the shared slots and to its
+ * visible slots (its ancestors and itself), in slot order, which is position order: the same keys
+ * in the same order as a causal run reaching that token, so the same arithmetic (as `attend`).
+ */
+function attendTree(
+  q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array, tree: TreeAttention,
+  T: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
+  scale: number, window: number | null,
+): void {
+  const keys = new Int32Array(scores.length);
+  for (let t = 0; t < T; t++) {
+    const p = tree.positions[t];
+    const first = window ? p - window + 1 : 0;
+    let nk = 0;
+    for (let j = Math.max(0, first); j < tree.shared; j++) keys[nk++] = j;
+    for (const j of tree.visible[t]) if (tree.keyPositions[j - tree.shared] >= first) keys[nk++] = j;
+    for (let g = 0; g < G; g++) {
+      for (let hh = 0; hh < qpg; hh++) {
+        const h = g * nrep + hh;
+        const qo = t * qDim + h * hd;
+        let max = -Infinity;
+        for (let k = 0; k < nk; k++) {
+          const ko = keys[k] * kvDim + g * hd;
+          let d = 0;
+          for (let i = 0; i < hd; i++) d += q[qo + i] * kc[ko + i];
+          d *= scale;
+          scores[k] = d;
+          if (d > max) max = d;
+        }
+        let sum = 0;
+        for (let k = 0; k < nk; k++) sum += scores[k] = Math.exp(scores[k] - max);
+        const ao = t * qDim + h * hd;
+        for (let i = 0; i < hd; i++) att[ao + i] = 0;
+        for (let k = 0; k < nk; k++) {
+          const pj = scores[k] / sum;
+          const vo = keys[k] * kvDim + g * hd;
+          for (let i = 0; i < hd; i++) att[ao + i] += pj * vc[vo + i];
+        }
+      }
+    }
+  }
+}
+
+function checkTree(tree: TreeAttention, T: number, pos0: number): void {
+  const end = pos0 + T;
+  if (tree.visible.length !== T || tree.positions.length !== T) throw new LlmcError(`tree attention: ${tree.visible.length} rows for ${T} new tokens`);
+  if (tree.shared > pos0 || tree.keyPositions.length !== end - tree.shared) throw new LlmcError('tree attention: shared slots or key positions do not fit the cache');
+  tree.visible.forEach((v, t) => {
+    for (let i = 0; i < v.length; i++) {
+      if (v[i] < tree.shared || v[i] >= end || (i > 0 && v[i] <= v[i - 1])) throw new LlmcError(`tree attention: row ${t} sees slot ${v[i]}, outside ${tree.shared}..${end - 1} or out of order`);
+    }
+    if (v[v.length - 1] !== pos0 + t) throw new LlmcError(`tree attention: row ${t} must see itself (slot ${pos0 + t}) last`);
+  });
 }
 
 /** Rotate-half RoPE on v[o..o+hd) for new position t (pairs i and i + hd/2). */

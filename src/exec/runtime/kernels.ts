@@ -229,6 +229,8 @@ export interface MatmulArgs {
   nCols?: number;
   /** Added to the outputs: bias[rowStart + r]. */
   bias?: Float32Array | null;
+  /** Every token through the one-token kernels: a row's result does not depend on T (see RunOptions.rowwise). */
+  rowwise?: boolean;
 }
 
 /**
@@ -249,11 +251,12 @@ export function matmul(
   const nCols = args.nCols ?? w.cols;
   if (w.arena) {
     const whole = w.format === 'F32' || w.format === 'F16' ? nCols : w.format === 'Q4_K' ? nCols & ~255 : nCols & ~31;
-    w.arena.matmul(w.format as WasmFormat, w.ptr, w.rowBytes, rowStart, nRows, whole, x, T, xStride, y, yStride);
+    w.arena.matmul(w.format as WasmFormat, w.ptr, w.rowBytes, rowStart, nRows, whole, x, T, xStride, y, yStride, args.rowwise);
     if (whole !== nCols) {
       for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += tailDot(w, rowStart + r, x, t * xStride, nCols);
     }
   } else if (T === 1) matvec(w, x, 0, y, 0, rowStart, nRows, nCols);
+  else if (args.rowwise) for (let t = 0; t < T; t++) matvec(w, x, t * xStride, y, t * yStride, rowStart, nRows, nCols);
   else if (w.format === 'F32') matmulF32(w, x, T, xStride, y, yStride, rowStart, nRows, nCols);
   else {
     const row = rowScratch(nCols);

@@ -23,8 +23,8 @@ import {
   type TsTargetInfo,
   type WeightFormat,
 } from './format.js';
-import { dequantRow, Weight } from './kernels.js';
-import { Model, type WeightTable } from './model.js';
+import { Weight } from './kernels.js';
+import { Model, weightTable } from './model.js';
 
 export type { ArtifactManifest };
 import { WasmArena } from './wasm.js';
@@ -210,17 +210,7 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     }
     return w;
   };
-  const weightTable: WeightTable = {
-    has: (name) => table.has(name),
-    weight,
-    vector: (name) => {
-      const w = weight(name);
-      const out = new Float32Array(w.rows * w.cols);
-      for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
-      return out;
-    },
-  };
-  return new Model(manifest.arch, weightTable, manifest);
+  return new Model(manifest.arch, weightTable((name) => table.has(name), weight), manifest);
 }
 
 const formatRows = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);

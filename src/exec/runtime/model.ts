@@ -7,12 +7,14 @@
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { buildModel } from '../../core/ir/build.js';
 import type { ModelGraph } from '../../core/ir/ir.js';
-import { Interpreter, KvCache, type LayerWidth, type WeightTable } from './interpreter.js';
+import { skipLayers } from '../../core/ir/skip.js';
+import { Interpreter, KvCache, type LayerWidth, type TreeAttention, type WeightTable } from './interpreter.js';
 import type { ArtifactManifest } from './format.js';
 import type { ExpertStore } from './offload.js';
+import { dequantRow, type Weight } from './kernels.js';
 import { Sampler, type SamplingOptions } from './sampling.js';
 
-export { KvCache, type LayerWidth, type WeightTable };
+export { KvCache, type LayerWidth, type TreeAttention, type WeightTable };
 
 export interface ForwardOptions {
   /**
@@ -23,6 +25,12 @@ export interface ForwardOptions {
   widths?: LayerWidth[];
   /** Return only the last position's logits ([V] instead of [T, V]). */
   lastOnly?: boolean;
+  /** Logits at these rows (indices into ids), overriding lastOnly. */
+  logitRows?: number[];
+  /** The new tokens are a tree: which cached keys each sees and its position (speculative decoding). */
+  tree?: TreeAttention;
+  /** Each row with the one-token kernels (values independent of the batch: see RunOptions). */
+  rowwise?: boolean;
 }
 
 export interface GenerateOptions extends SamplingOptions {
@@ -31,6 +39,20 @@ export interface GenerateOptions extends SamplingOptions {
   /** Stop after emitting one of these (default: the model's EOS ids; [] = never stop early). */
   stopTokens?: number[];
   widths?: LayerWidth[];
+}
+
+/** A WeightTable over a lookup of weights; a vector is the weight's rows dequantized. */
+export function weightTable(has: (name: string) => boolean, weight: (name: string) => Weight): WeightTable {
+  return {
+    has,
+    weight,
+    vector: (name) => {
+      const w = weight(name);
+      const out = new Float32Array(w.rows * w.cols);
+      for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
+      return out;
+    },
+  };
 }
 
 export class Model {
@@ -42,11 +64,13 @@ export class Model {
 
   constructor(
     readonly spec: ArchSpec,
-    table: WeightTable,
+    private readonly table: WeightTable,
     /** The artifact's manifest when loaded from one (pass records such as elastic levels live in it). */
     readonly manifest?: ArtifactManifest,
+    /** Another graph over the same weights (default: the architecture's). */
+    graph?: ModelGraph,
   ) {
-    this.graph = buildModel(spec);
+    this.graph = graph ?? buildModel(spec);
     this.interpreter = new Interpreter(spec, this.graph, table);
     this.experts = table.experts ?? null;
   }
@@ -60,6 +84,11 @@ export class Model {
     for (const fn of this.closers.splice(0)) await fn();
   }
 
+  /** The same weights without some decoder layers (a self-speculative draft); shares the weights. */
+  withoutLayers(layers: readonly number[]): Model {
+    return new Model(this.spec, this.table, this.manifest, skipLayers(buildModel(this.spec), layers));
+  }
+
   newCache(): KvCache {
     return this.interpreter.newCache();
   }
@@ -70,8 +99,8 @@ export class Model {
    */
   forward(ids: ArrayLike<number>, cache: KvCache = this.newCache(), opts: ForwardOptions = {}): Float32Array {
     const T = ids.length;
-    const positions = opts.lastOnly ? [T - 1] : Array.from({ length: T }, (_, t) => t);
-    return this.interpreter.run(ids, cache, positions, opts.widths);
+    const positions = opts.logitRows ?? (opts.lastOnly ? [T - 1] : Array.from({ length: T }, (_, t) => t));
+    return this.interpreter.run(ids, cache, positions, opts.widths, { tree: opts.tree, rowwise: opts.rowwise });
   }
 
   /** `forward` for any model, offloaded experts included (they are read as the layers need them). */

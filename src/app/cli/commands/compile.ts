@@ -51,16 +51,11 @@ export function registerCompile(program: Command): void {
   // Each pass's shorthand flags (`--levels X` ≡ `--opt reorder.levels=X`).
   const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
   for (const p of PASSES) for (const f of p.flags) cmd.option(f.flag, f.help);
-  // Every pass's options, from its schema (what --opt <pass>.<key> takes).
-  const passHelp = PASSES.map(
-    (p) => `  ${p.name}: ${p.description}\n` + p.options.specs.map((o) => `    --opt ${p.name}.${o.key}=…  ${o.help}${o.default !== undefined ? ` (default: ${o.default})` : ''}\n`).join(''),
-  ).join('');
   cmd
     .option('--check <budgets>', 'after compiling, check the artifact against a budget file (as llmc check; exit 1 when a budget fails)')
     .option('--print-config', 'print the resolved configuration (config file + flags) as JSON and stop')
     .option('--dry-run', 'run the passes and show what would be written (files, sizes, formats per tensor group) without writing it')
     .option('--json', 'print the manifest as JSON on stdout')
-    .addHelpText('after', `\nPasses (--passes a,b; options as --opt <pass>.<key>=<value>):\n${passHelp.trimEnd()}`)
     .addHelpText(
       'after',
       () =>

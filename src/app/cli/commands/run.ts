@@ -40,12 +40,15 @@ export function registerRun(program: Command): void {
     .option('--expert-cache <n>', 'MoE ts artifact: keep routed experts in the file, at most N in memory (read on demand)', parseIntOption('--expert-cache', 1))
     .option('--expert-policy <policy>', 'expert cache eviction: edgemoe | lru | lfu (default: edgemoe with --passes expert-bits, else lru)')
     .option('--expert-preload <m>', "experts preloaded per MoE layer (default: the expert-bits record's; 0 = none)", parseIntOption('--expert-preload', 0))
-    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "expert_cache"?} as JSON')
+    .option('--speculative', 'ts artifact compiled with --passes tree-search: greedy speculative decoding with its verification tree (same tokens as plain greedy decoding)')
+    .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
+    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "expert_cache"?, "speculative"?} as JSON')
     .addHelpText(
       'after',
       '\nExamples (from a clone):\n  llmc run fixtures/models/stories260K --prompt-ids 1 --max-tokens 32\n' +
         '  llmc compile fixtures/models/stories260K --target ts --passes reorder -o out/elastic && llmc run out/elastic --prompt-ids 1 -n 32 --level 0.5\n' +
-        '  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n',
+        '  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n' +
+        '  llmc run ./artifact --prompt-ids 1 -n 64 --speculative --json\n',
     )
     .action(async (modelPath: string, o) => {
       if ((o.promptIds === undefined) === (o.prompt === undefined)) throw new UsageError('give exactly one of --prompt-ids or --prompt');
@@ -53,7 +56,11 @@ export function registerRun(program: Command): void {
       if (o.expertCache === undefined && (o.expertPolicy !== undefined || o.expertPreload !== undefined)) throw new UsageError('--expert-policy and --expert-preload need --expert-cache N');
       if (o.expertPolicy !== undefined && !['edgemoe', 'lru', 'lfu'].includes(o.expertPolicy)) throw new UsageError(`--expert-policy must be edgemoe, lru or lfu, got "${o.expertPolicy}"`);
       const experts = o.expertCache === undefined ? undefined : { capacity: o.expertCache as number, policy: o.expertPolicy as 'edgemoe' | 'lru' | 'lfu' | undefined, preload: o.expertPreload as number | undefined };
-      const runner = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts });
+      if (o.speculative && o.level !== undefined) throw new UsageError('--speculative and --level do not combine (the record names the draft)');
+      if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
+      if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
+      const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
+      const runner = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative });
       try {
         const codec = runner.tokenizerJson ? loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
         let promptIds: number[];
@@ -80,11 +87,13 @@ export function registerRun(program: Command): void {
         const tokensPerSecond = generated.length / seconds;
         const cache = runner.expertStats?.() ?? null;
         if (o.json) {
-          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, notes: runner.notes, ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}) });
+          const speculative = runner.speculativeStats?.() ?? undefined;
+          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, notes: runner.notes, ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}), ...(speculative ? { speculative } : {}) });
         } else {
           process.stdout.write(`${generated.join(' ')}\n`);
           if (text !== undefined) process.stdout.write(`${text}\n`);
-          process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s\n`);
+          const perStep = runner.speculativeStats?.()?.mean_accepted_per_step as number | null | undefined;
+          process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s${perStep ? `, ${perStep.toFixed(2)} tokens per target step` : ''}\n`);
           if (cache) {
             const rate = cache.accesses ? (100 * cache.hits) / cache.accesses : 0;
             process.stderr.write(`expert cache: ${cache.capacity} experts, ${cache.policy}, preload ${cache.preload}: hit rate ${rate.toFixed(1)}% (${cache.hits}/${cache.accesses}), ${cache.loads} reads (${cache.preloads} preloads, ${cache.usefulPreloads} used), ${(cache.bytesRead / 1e6).toFixed(2)} MB\n`);
