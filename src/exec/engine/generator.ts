@@ -21,6 +21,8 @@ export interface TokenGenerator {
   /** Generated ids without the prompt; stops after maxTokens or at EOS (the EOS id is included). */
   generate(promptIds: number[], opts: { maxTokens: number } & SamplingOptions): Promise<number[]>;
   close(): Promise<void>;
+  /** The generator itself runs the `level` it was opened with (a cuda artifact's level graph). */
+  readonly levelApplied?: boolean;
 }
 
 const exists = (p: string) =>
@@ -29,7 +31,7 @@ const exists = (p: string) =>
     () => false,
   );
 
-export async function openGenerator(modelPath: string, opts: { threads?: number } = {}): Promise<TokenGenerator> {
+export async function openGenerator(modelPath: string, opts: { threads?: number; level?: string } = {}): Promise<TokenGenerator> {
   const manifestFile = path.join(modelPath, MANIFEST_FILE);
   if (await exists(manifestFile)) {
     // An `hf` artifact is a Hugging Face checkpoint: it runs on the engine like any other.
@@ -37,6 +39,8 @@ export async function openGenerator(modelPath: string, opts: { threads?: number 
       .readFile(manifestFile, 'utf8')
       .then((t) => (JSON.parse(t) as { target?: string }).target)
       .catch(() => undefined);
+    // A `cuda` artifact is an ONNX decoder directory: onnxruntime runs its graph (a level's, with --level).
+    if (target === 'cuda') return (await import('./decoder-dir.js')).openCudaArtifact(modelPath, opts);
     if (target !== 'hf') return openArtifactGenerator(modelPath);
   }
   const checkpoint = await openCheckpoint(modelPath);

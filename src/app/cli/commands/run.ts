@@ -11,7 +11,7 @@ export function registerRun(program: Command): void {
   program
     .command('run')
     .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or a compiled artifact directory')
-    .argument('<model>', 'checkpoint directory (config.json + *.safetensors) or artifact directory (llmc-manifest.json)')
+    .argument('<model>', 'checkpoint directory (config.json + *.safetensors) or artifact directory (llmc-manifest.json; a cuda artifact runs its ONNX graph on onnxruntime)')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
     .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
     .requiredOption('-n, --max-tokens <n>', 'tokens to generate at most (stops earlier at EOS)', parseIntOption('--max-tokens', 1))
@@ -19,13 +19,13 @@ export function registerRun(program: Command): void {
     .option('--top-p <p>', 'nucleus sampling mass in (0, 1]', parseFloatOption('--top-p', 0, 1), 1)
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
     .option('--threads <n>', 'onnxruntime threads (default: all cores)', parseIntOption('--threads', 1))
-    .option('--level <level>', 'elastic level of a ts artifact compiled with --passes reorder: an id (L3) or a size fraction (0.5)')
+    .option('--level <level>', 'elastic level of a ts or cuda artifact compiled with --passes reorder: an id (L3) or a size fraction (0.5)')
     .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second"} as JSON')
     .addHelpText('after', '\nExamples:\n  llmc run ../shared/models/stories260K --prompt-ids 1 --max-tokens 32\n  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n')
     .action(async (modelPath: string, o) => {
       if ((o.promptIds === undefined) === (o.prompt === undefined)) throw new UsageError('give exactly one of --prompt-ids or --prompt');
       if (o.topP <= 0) throw new UsageError(`--top-p must be in (0, 1], got ${o.topP}`);
-      const generator = await openGenerator(modelPath, { threads: o.threads });
+      const generator = await openGenerator(modelPath, { threads: o.threads, level: o.level === undefined ? undefined : String(o.level) });
       try {
         const codec = generator.tokenizerJson
           ? loadTokenizer(generator.tokenizerJson, generator.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json'))
@@ -39,7 +39,7 @@ export function registerRun(program: Command): void {
         if (promptIds.length === 0) throw new UsageError('the prompt is empty');
         // --level: run the prefix sub-model (the runtime slices weight prefixes, no copies).
         let level = {};
-        if (o.level !== undefined) {
+        if (o.level !== undefined && !generator.levelApplied) {
           const model = (generator as { model?: { manifest?: { passes?: PassRecord[] } } }).model;
           if (!model) throw new UsageError('--level needs a ts artifact compiled with --passes reorder');
           const levels = findRecord(model.manifest?.passes, ELASTIC_LEVELS, path.join(modelPath, MANIFEST_FILE))?.levels ?? null;
