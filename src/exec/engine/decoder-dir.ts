@@ -33,7 +33,9 @@ export class OnnxDecoder {
   static async open(file: string, opts: { threads?: number } = {}): Promise<OnnxDecoder> {
     const options: ort.InferenceSession.SessionOptions = { graphOptimizationLevel: 'all', executionMode: 'sequential', interOpNumThreads: 1 };
     if (opts.threads) options.intraOpNumThreads = opts.threads;
-    options.extra = { session: { intra_op: { allow_spinning: '0' } } };
+    // accuracy level 0: onnxruntime's fusion of int4 DequantizeLinear + MatMul into MatMulNBits keeps
+    // float math (its default, 4, quantizes activations to int8), as the MatMulNBits encoding does.
+    options.extra = { session: { intra_op: { allow_spinning: '0' }, qdq_matmulnbits_accuracy_level: '0' } };
     let session: ort.InferenceSession;
     try {
       session = await ort.InferenceSession.create(file, options);
