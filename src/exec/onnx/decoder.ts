@@ -23,6 +23,7 @@ import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op } from '../../core/ir/ir.js';
 import { ropeTables } from '../../core/ir/rope.js';
 import { encodeF16 } from '../../core/util/half.js';
+import { transpose } from '../../core/util/transpose.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { causalMask, floatLinear, lowerOps, OnnxGraphBuilder, valueInfo, type LinearOp, type LoweringMode, type PendingTensor, type WeightLowering } from './lower.js';
 import { attr, DT_BOOL, DT_FLOAT, DT_FLOAT16, DT_INT4, DT_INT64, DT_INT8, DT_UINT4, DT_UINT8, type GraphProto, type ModelProto, type ValueInfoProto } from './proto.js';
@@ -33,8 +34,6 @@ import {
   quantizeInt4Rows,
   quantizeInt8Rows,
   scaleBytes,
-  transposeBytes,
-  transposeFloats,
   type Int4Weights,
   type ScaleDtype,
 } from './quant.js';
@@ -214,7 +213,7 @@ export class FormattedWeights implements WeightLowering {
       const [qBytes, sBytes] = sharedParts(2, async () => {
         const w = await readMatrix(b.source, name, N, K);
         const { q, scales } = quantizeInt8Rows(w, N, K, dtype);
-        return [layout === 'in-out' ? transposeBytes(u8(q), N, K) : u8(q), scaleBytes(scales, dtype)];
+        return [layout === 'in-out' ? transpose(u8(q), N, K) : u8(q), scaleBytes(scales, dtype)];
       });
       b.tensor({ name: qName, dims: layout === 'in-out' ? [K, N] : [N, K], dataType: DT_INT8, byteLength: N * K, bytes: qBytes });
       b.tensor({ name: sName, dims: [N], dataType: b.mode.compute, byteLength: N * (dtype === 'fp16' ? 2 : 4), bytes: sBytes });
@@ -268,9 +267,9 @@ export class FormattedWeights implements WeightLowering {
         const q = await quantize();
         const codes = dqCodes(q);
         return [
-          packNibbles(flip ? transposeBytes(codes, N, K) : codes),
-          scaleBytes(flip ? transposeFloats(q.scales, N, nb) : q.scales, dtype),
-          ...(q.zeroPoints ? [packNibbles(flip ? transposeBytes(q.zeroPoints, N, nb) : q.zeroPoints)] : []),
+          packNibbles(flip ? transpose(codes, N, K) : codes),
+          scaleBytes(flip ? transpose(q.scales, N, nb) : q.scales, dtype),
+          ...(q.zeroPoints ? [packNibbles(flip ? transpose(q.zeroPoints, N, nb) : q.zeroPoints)] : []),
         ];
       });
       const codeType = f.zeroPoints ? DT_UINT4 : DT_INT4;

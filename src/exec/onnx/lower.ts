@@ -15,6 +15,7 @@ import { buildModel } from '../../core/ir/build.js';
 import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op, TapKind, TapPoint } from '../../core/ir/ir.js';
 import { encodeF16 } from '../../core/util/half.js';
+import { transpose } from '../../core/util/transpose.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { attr, DT_FLOAT, DT_FLOAT16, DT_INT64, lenKey, onnx, varint, type AttributeProto, type GraphProto, type ModelProto, type NodeProto, type TensorProto, type ValueInfoProto } from './proto.js';
 
@@ -97,13 +98,6 @@ export interface LoweringMode {
 }
 
 const bytesOf = (a: Float32Array | Uint16Array) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-
-/** [rows, cols] row-major → [cols, rows]. */
-export function transpose2d(data: Float32Array, rows: number, cols: number): Float32Array {
-  const out = new Float32Array(data.length);
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = data[r * cols + c];
-  return out;
-}
 
 export class OnnxGraphBuilder {
   nodes: NodeProto[] = [];
@@ -194,11 +188,11 @@ export class OnnxGraphBuilder {
   }
 
   /**
-   * A float weight read from the source: `transpose` = the [out, in] shape to store as [in, out].
+   * A float weight read from the source: `from` = the [out, in] shape to store transposed as [in, out].
    * Stored as float32 or float16 (`dataType`).
    */
-  weight(source: string, dims: number[], transpose: [number, number] | null = null, dataType = DT_FLOAT): string {
-    let name = transpose ? `${source}^T` : source;
+  weight(source: string, dims: number[], from: [number, number] | null = null, dataType = DT_FLOAT): string {
+    let name = from ? `${source}^T` : source;
     const seen = this.weights.get(name);
     if (seen && seen.dataType !== dataType) name = `${name}.${dataType === DT_FLOAT16 ? 'f16' : 'f32'}`;
     if (this.weights.has(name)) return name;
@@ -212,9 +206,9 @@ export class OnnxGraphBuilder {
       bytes: async () => {
         const data = await src.readF32(source);
         if (data.length !== n) {
-          throw new LlmcError(`tensor "${source}" has ${data.length} values, the model needs [${transpose ?? dims}]`, src.description);
+          throw new LlmcError(`tensor "${source}" has ${data.length} values, the model needs [${from ?? dims}]`, src.description);
         }
-        const out = transpose ? transpose2d(data, transpose[0], transpose[1]) : data;
+        const out = from ? transpose(data, from[0], from[1]) : data;
         // raw_data is little-endian, as typed arrays are on every platform Node runs on.
         return dataType === DT_FLOAT16 ? bytesOf(encodeF16(out)) : bytesOf(out);
       },

@@ -118,20 +118,6 @@ export function packNibbles(values: Uint8Array): Uint8Array {
   return out;
 }
 
-/** [rows, cols] → [cols, rows] of bytes. */
-export function transposeBytes(a: Uint8Array, rows: number, cols: number): Uint8Array {
-  const out = new Uint8Array(a.length);
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = a[r * cols + c];
-  return out;
-}
-
-/** [rows, cols] → [cols, rows] of floats. */
-export function transposeFloats(a: Float32Array, rows: number, cols: number): Float32Array {
-  const out = new Float32Array(a.length);
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = a[r * cols + c];
-  return out;
-}
-
 /** MatMulNBits' zero points: per row, ceil(nb/2) bytes of two blocks each (low nibble first). */
 export function packMatMulNBitsZeroPoints(zps: Uint8Array, rows: number, nb: number): Uint8Array {
   const per = Math.ceil(nb / 2);
