@@ -332,6 +332,28 @@ describe('cuda target: every architecture', () => {
   });
 });
 
+describe('cuda target: f16 / bf16 checkpoints', () => {
+  it('fp16 weights from stored f16 / bf16 bits equal the float32 route byte for byte', async () => {
+    for (const dtype of ['F16', 'BF16'] as const) {
+      const fx = await generateFixture(path.join(tmp, `st-${dtype}`), { arch: 'qwen2', seed: 4, tokenizer: 'none', dtype });
+      const s = await openCheckpoint(fx.dir);
+      try {
+        // A value rewrite hides the stored layout: every tensor then goes through readF32.
+        const viaF32 = transformSource(s, { label: 'identity', paramsHash: 'id', rewrite: (_, d) => d });
+        const a = await compileCuda(`st-${dtype}-bits`, 'fp16', {}, [], s);
+        const b = await compileCuda(`st-${dtype}-f32`, 'fp16', {}, [], viaF32);
+        // The same initializers (the graphs' doc strings name their different sources).
+        const inits = async (dir: string) => onnx.ModelProto.decode(await fsp.readFile(path.join(dir, 'onnx/model.onnx'))).graph!.initializer!.map((t) => [t.name, t.dims!.join('x'), Buffer.from(t.rawData ?? []).toString('base64')].join(':'));
+        const [x, y] = [await inits(a.dir), await inits(b.dir)];
+        expect(x.length).toBeGreaterThan(10);
+        expect(x).toEqual(y);
+      } finally {
+        await s.close();
+      }
+    }
+  });
+});
+
 describe('cuda target: bad input', () => {
   it('a --quant the target does not take, a block that does not divide a row: one line, nothing written', async () => {
     const out = path.join(tmp, 'bad');

@@ -50,9 +50,11 @@ export type WeightFormat =
   | { kind: 'int4'; block: number; zeroPoints: boolean; encoding: Int4Encoding };
 
 /**
- * How a linear's weight is laid out: `in-out` = [in, out] (MatMul's own, what exporters write);
- * `out-in` = W's [out, in] with a Transpose in the graph, so a prefix of output rows is a prefix of
- * the bytes (elastic levels share them). MatMulNBits is always [out, in/block, ...].
+ * How a linear's weight is laid out: `in-out` = [in, out] (MatMul's own); `out-in` = W's [out, in]
+ * with a Transpose in the graph (no transposing while exporting; a prefix of output rows is a prefix
+ * of the bytes, which elastic levels share). Default: out-in for float formats, in-out for int8 and
+ * int4 DequantizeLinear (onnxruntime fuses DequantizeLinear → MatMul). MatMulNBits is always
+ * [out, in/block, ...].
  */
 export type Layout = 'in-out' | 'out-in';
 
@@ -173,8 +175,11 @@ export class FormattedWeights implements WeightLowering {
     const f = this.note(op.weight, this.formats.format(op.weight, 'linear', op));
     const N = op.outFeatures;
     const K = op.inFeatures;
-    // A tied lm_head reads the embedding table as it is stored, [vocab, hidden] = [out, in].
-    const layout: Layout = tied ? 'out-in' : (this.formats.layout?.(op.weight) ?? 'in-out');
+    // A tied lm_head reads the embedding table as it is stored, [vocab, hidden] = [out, in]. Float
+    // weights default to their own [out, in] too: nothing to transpose while exporting (a Transpose of
+    // an initializer, which runtimes fold when they load the graph).
+    const float = f.kind === 'fp32' || f.kind === 'fp16';
+    const layout: Layout = tied ? 'out-in' : (this.formats.layout?.(op.weight) ?? (float ? 'out-in' : 'in-out'));
     const apply = (w: string) => {
       if (tied) {
         const x2 = b.node('Reshape', [op.x, b.i64([-1, K])]);

@@ -9,12 +9,13 @@
  * The engine mode adds no node, constant or attribute the other modes need: its bytes are the ones
  * this lowering always wrote.
  */
-import type { ModelSource } from '../../core/checkpoint/source.js';
+import { promises as fsp } from 'node:fs';
+import { readStoredRange, type ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError } from '../../core/errors.js';
 import { buildModel } from '../../core/ir/build.js';
 import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op, TapKind, TapPoint } from '../../core/ir/ir.js';
-import { encodeF16 } from '../../core/util/half.js';
+import { bf16ToF16Table, encodeF16 } from '../../core/util/half.js';
 import { transpose } from '../../core/util/transpose.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { attr, DT_FLOAT, DT_FLOAT16, DT_INT64, lenKey, onnx, varint, type AttributeProto, type GraphProto, type ModelProto, type NodeProto, type TensorProto, type ValueInfoProto } from './proto.js';
@@ -98,6 +99,28 @@ export interface LoweringMode {
 }
 
 const bytesOf = (a: Float32Array | Uint16Array) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+
+/**
+ * A tensor's values as float16 bits straight from its stored f16 / bf16 bytes (through any gather
+ * view), or null when it is stored otherwise or computed.
+ */
+async function stored16(source: ModelSource, name: string, n: number): Promise<Uint16Array | null> {
+  const lay = source.layout(name);
+  if (!lay || (lay.dtype !== 'F16' && lay.dtype !== 'BF16')) return null;
+  const buf = new Uint8Array(2 * n);
+  const h = await fsp.open(lay.file, 'r');
+  try {
+    await readStoredRange((b, o, l, p) => h.read(b, o, l, p).then((r) => r.bytesRead), lay, 0, n, buf, `tensor "${name}"`);
+  } finally {
+    await h.close();
+  }
+  const bits = new Uint16Array(buf.buffer);
+  if (lay.dtype === 'BF16') {
+    const table = bf16ToF16Table();
+    for (let i = 0; i < n; i++) bits[i] = table[bits[i]];
+  }
+  return bits;
+}
 
 export class OnnxGraphBuilder {
   nodes: NodeProto[] = [];
@@ -204,6 +227,11 @@ export class OnnxGraphBuilder {
       dataType,
       byteLength: n * (dataType === DT_FLOAT16 ? 2 : 4),
       bytes: async () => {
+        if (dataType === DT_FLOAT16) {
+          // f16 / bf16 checkpoints: their stored bits, converted by table (no float32 round trip).
+          const bits = await stored16(src, source, n);
+          if (bits) return bytesOf(from ? transpose(bits, from[0], from[1]) : bits);
+        }
         const data = await src.readF32(source);
         if (data.length !== n) {
           throw new LlmcError(`tensor "${source}" has ${data.length} values, the model needs [${from ?? dims}]`, src.description);
