@@ -16,33 +16,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
-import { cachedFixture, mbPerSec, repeat, REPO_ROOT, round, runIfMain, runNodeWithPeakRss, timeMs, type BenchSuite } from './harness.js';
+import { cachedFixture, mbPerSec, plainCopy, repeat, REPO_ROOT, round, runIfMain, runNodeWithPeakRss, timeMs, type BenchSuite } from './harness.js';
 
 const MB = 1e6;
 const THREADS = Math.min(2, os.availableParallelism());
-
-/** Copy `files` into `dir` with a plain read/write loop (8 MB buffer); returns bytes copied. */
-async function plainCopy(files: string[], dir: string): Promise<number> {
-  const buf = Buffer.allocUnsafe(8 << 20);
-  let total = 0;
-  for (const f of files) {
-    const src = await fsp.open(f, 'r');
-    const dst = await fsp.open(path.join(dir, `copy-${path.basename(f)}`), 'w');
-    try {
-      for (let pos = 0; ; ) {
-        const { bytesRead } = await src.read(buf, 0, buf.length, pos);
-        if (bytesRead === 0) break;
-        await dst.write(buf, 0, bytesRead, pos);
-        pos += bytesRead;
-        total += bytesRead;
-      }
-    } finally {
-      await src.close();
-      await dst.close();
-    }
-  }
-  return total;
-}
 
 const llmc = path.join(REPO_ROOT, 'bin/llmc.js');
 
