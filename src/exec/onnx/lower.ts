@@ -15,7 +15,8 @@ import { LlmcError } from '../../core/errors.js';
 import { buildModel } from '../../core/ir/build.js';
 import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op, TapKind, TapPoint } from '../../core/ir/ir.js';
-import { bf16ToF16Table, encodeF16 } from '../../core/util/half.js';
+import { bf16ToF16Into } from '../../core/quant/bf16.js';
+import { encodeF16 } from '../../core/util/half.js';
 import { transpose } from '../../core/util/transpose.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { attr, DT_FLOAT, DT_FLOAT16, DT_INT64, lenKey, onnx, varint, type AttributeProto, type GraphProto, type ModelProto, type NodeProto, type TensorProto, type ValueInfoProto } from './proto.js';
@@ -115,11 +116,10 @@ async function stored16(source: ModelSource, name: string, n: number): Promise<U
     await h.close();
   }
   const bits = new Uint16Array(buf.buffer);
-  if (lay.dtype === 'BF16') {
-    const table = bf16ToF16Table();
-    for (let i = 0; i < n; i++) bits[i] = table[bits[i]];
-  }
-  return bits;
+  if (lay.dtype === 'F16') return bits;
+  const f16 = new Uint16Array(n);
+  bf16ToF16Into(bits, f16); // WebAssembly SIMD, the gguf target's conversion: same bits as via float32
+  return f16;
 }
 
 export class OnnxGraphBuilder {
