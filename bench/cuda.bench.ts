@@ -19,7 +19,12 @@ import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
 import { cachedFixture, mbPerSec, plainCopy, repeat, REPO_ROOT, round, runIfMain, runNodeWithPeakRss, timeMs, type BenchSuite } from './harness.js';
 
 const MB = 1e6;
-const THREADS = Math.min(2, os.availableParallelism());
+/**
+ * One thread for both runtimes: on a shared 2-core machine llama.cpp's spinning thread barriers
+ * collapse under load (30M Q4_0: 161 tokens/s on 1 thread, 6 on 2 at load average 8), which would
+ * measure the machine, not the formats.
+ */
+const THREADS = 1;
 
 const llmc = path.join(REPO_ROOT, 'bin/llmc.js');
 
