@@ -120,7 +120,7 @@ export const cudaTarget: Target<CudaOptions> = {
 
     await ensureOutputDir(path.join(ctx.outDir, 'onnx'));
     const files = [GRAPH];
-    const data = external ? await ExternalData.create(path.join(ctx.outDir, DATA), path.basename(DATA)) : null;
+    const data = external ? await ExternalData.create(path.join(ctx.outDir, DATA), path.basename(DATA), full.tensors.reduce((a, t) => a + t.byteLength, 0)) : null;
     const written: WrittenLevel[] = [];
     let fullBytes: { graph: number; data: number };
     const facts: GraphFacts[] = [graphFacts(GRAPH, full, formats.compute)];

@@ -35,8 +35,9 @@ export class ExternalData {
     readonly location: string,
   ) {}
 
-  static async create(finalPath: string, location: string): Promise<ExternalData> {
-    return new ExternalData(await AtomicFile.open(finalPath), location);
+  /** `expectedSize`: about how big it will be (a big file is then hashed while it is written). */
+  static async create(finalPath: string, location: string, expectedSize?: number): Promise<ExternalData> {
+    return new ExternalData(await AtomicFile.open(finalPath, { expectedSize }), location);
   }
 
   get size(): number {
@@ -44,11 +45,15 @@ export class ExternalData {
   }
 
   async append(bytes: Uint8Array): Promise<ExternalRef> {
-    const offset = Math.ceil(this.end / alignOf(bytes.length)) * alignOf(bytes.length);
+    return this.appendPieces(bytes.length, [bytes]);
+  }
+
+  /** A tensor of `length` bytes given in pieces. */
+  async appendPieces(length: number, pieces: Iterable<Uint8Array> | AsyncIterable<Uint8Array>): Promise<ExternalRef> {
+    const offset = Math.ceil(this.end / alignOf(length)) * alignOf(length);
     if (offset > this.end) await this.file.write(new Uint8Array(offset - this.end));
-    await this.file.write(bytes);
-    this.end = offset + bytes.length;
-    return { offset, length: bytes.length };
+    this.end = offset + (await writePieces(this.file, pieces, length, this.file.finalPath));
+    return { offset, length };
   }
 
   commit(): Promise<void> {
@@ -71,6 +76,17 @@ export class ExternalData {
       await h.close();
     }
   }
+}
+
+/** Write a tensor's pieces; their total must be the announced length. */
+async function writePieces(f: AtomicFile, pieces: Iterable<Uint8Array> | AsyncIterable<Uint8Array>, length: number, where: string): Promise<number> {
+  let n = 0;
+  for await (const p of pieces) {
+    await f.write(p);
+    n += p.length;
+  }
+  if (n !== length) throw new LlmcError(`internal: a tensor of ${length} bytes came out as ${n}`, where);
+  return n;
 }
 
 /** A TensorProto whose data lies in `location` at `ref`. */
@@ -134,10 +150,9 @@ export async function writeOnnx(
     try {
       await f.write(spliced.head);
       for (let i = 0; i < g.tensors.length; i++) {
+        const t = g.tensors[i];
         await f.write(spliced.tensorHead(i));
-        const bytes = await g.tensors[i].bytes();
-        if (bytes.length !== g.tensors[i].byteLength) throw new LlmcError(`internal: tensor ${g.tensors[i].name} has ${bytes.length} bytes, ${g.tensors[i].byteLength} announced`);
-        await f.write(bytes);
+        await writePieces(f, t.chunks?.() ?? [await t.bytes()], t.byteLength, `${graphPath}: ${t.name}`);
         opts.onTensor?.();
       }
       await f.commit();
@@ -150,12 +165,17 @@ export async function writeOnnx(
   const before = data.size;
   const initializers: TensorProto[] = [...(g.graph.initializer ?? [])];
   for (const t of g.tensors) {
-    const bytes = await t.bytes();
-    if (bytes.length !== t.byteLength) throw new LlmcError(`internal: tensor ${t.name} has ${bytes.length} bytes, ${t.byteLength} announced`);
+    let ref: ExternalRef | null = null;
     if (t.byteLength < (opts.minExternalBytes ?? EXTERNAL_MIN_BYTES)) {
-      initializers.push({ name: t.name, dims: t.dims, dataType: t.dataType, rawData: bytes });
+      initializers.push({ name: t.name, dims: t.dims, dataType: t.dataType, rawData: await t.bytes() });
+    } else if (t.chunks && !opts.reuse) {
+      ref = await data.appendPieces(t.byteLength, t.chunks());
     } else {
-      const ref = (await opts.reuse?.(t, bytes)) ?? (await data.append(bytes));
+      const bytes = await t.bytes();
+      if (bytes.length !== t.byteLength) throw new LlmcError(`internal: tensor ${t.name} has ${bytes.length} bytes, ${t.byteLength} announced`);
+      ref = (await opts.reuse?.(t, bytes)) ?? (await data.append(bytes));
+    }
+    if (ref) {
       refs.set(t.name, ref);
       initializers.push(externalTensor(t, data.location, ref));
     }

@@ -70,6 +70,11 @@ export interface PendingTensor {
   /** Bytes of its raw_data. */
   byteLength: number;
   bytes(): Promise<Uint8Array>;
+  /**
+   * The same bytes in pieces, when they can be produced a piece at a time (a piece is only valid until
+   * the next one is asked for): writers stream them through one small buffer.
+   */
+  chunks?(): AsyncIterable<Uint8Array>;
 }
 
 /** How weights become graph values: float32 initializers (the engine) or a format per tensor (exports). */
@@ -106,20 +111,40 @@ const bytesOf = (a: Float32Array | Uint16Array) => new Uint8Array(a.buffer, a.by
  * view), or null when it is stored otherwise or computed.
  */
 async function stored16(source: ModelSource, name: string, n: number): Promise<Uint16Array | null> {
+  let all: Uint16Array | null = null;
+  for await (const piece of stored16Chunks(source, name, n, n) ?? []) all = Uint16Array.from(new Uint16Array(piece.buffer, piece.byteOffset, piece.byteLength / 2));
+  return all;
+}
+
+/** Values per piece when streaming a stored tensor (8 MB of f16). */
+const CHUNK = 4 << 20;
+
+/**
+ * stored16 in pieces of `chunk` values through two reused buffers (f16 bits as they are, bf16
+ * converted by the gguf target's WebAssembly SIMD kernel: the same bits as via float32), or null.
+ */
+function stored16Chunks(source: ModelSource, name: string, n: number, chunk = CHUNK): AsyncIterable<Uint8Array> | null {
   const lay = source.layout(name);
   if (!lay || (lay.dtype !== 'F16' && lay.dtype !== 'BF16')) return null;
-  const buf = new Uint8Array(2 * n);
-  const h = await fsp.open(lay.file, 'r');
-  try {
-    await readStoredRange((b, o, l, p) => h.read(b, o, l, p).then((r) => r.bytesRead), lay, 0, n, buf, `tensor "${name}"`);
-  } finally {
-    await h.close();
-  }
-  const bits = new Uint16Array(buf.buffer);
-  if (lay.dtype === 'F16') return bits;
-  const f16 = new Uint16Array(n);
-  bf16ToF16Into(bits, f16); // WebAssembly SIMD, the gguf target's conversion: same bits as via float32
-  return f16;
+  return (async function* () {
+    const size = Math.min(chunk, n);
+    const raw = new Uint8Array(2 * size);
+    const out = lay.dtype === 'BF16' ? new Uint16Array(size) : null;
+    const h = await fsp.open(lay.file, 'r');
+    try {
+      for (let e = 0; e < n; e += size) {
+        const m = Math.min(size, n - e);
+        await readStoredRange((b, o, l, p) => h.read(b, o, l, p).then((r) => r.bytesRead), lay, e, e + m, raw, `tensor "${name}"`);
+        if (!out) yield raw.subarray(0, 2 * m);
+        else {
+          bf16ToF16Into(new Uint16Array(raw.buffer, 0, m), out.subarray(0, m));
+          yield new Uint8Array(out.buffer, 0, 2 * m);
+        }
+      }
+    } finally {
+      await h.close();
+    }
+  })();
 }
 
 export class OnnxGraphBuilder {
@@ -221,11 +246,14 @@ export class OnnxGraphBuilder {
     if (this.weights.has(name)) return name;
     const src = this.source;
     const n = dims.reduce((a, d) => a * d, 1);
+    // Untransposed float16 from f16 / bf16 storage streams in pieces.
+    const pieces = dataType === DT_FLOAT16 && !from ? stored16Chunks(src, source, n) : null;
     return this.tensor({
       name,
       dims,
       dataType,
       byteLength: n * (dataType === DT_FLOAT16 ? 2 : 4),
+      ...(pieces ? { chunks: () => stored16Chunks(src, source, n)! } : {}),
       bytes: async () => {
         if (dataType === DT_FLOAT16) {
           // f16 / bf16 checkpoints: their stored bits, converted by table (no float32 round trip).
