@@ -2,11 +2,13 @@
  * `--passes reorder --target cuda`: one graph per elastic level, every one sharing
  * onnx/model.onnx_data where a level's tensor is a prefix of the full model's. Each level graph on
  * onnxruntime gives the TS runtime's logits for that level's widths (an independent executor running
- * the full reordered weights with prefix widths); `llmc run --level` runs the level's graph.
+ * the full reordered weights with prefix widths); `llmc run --level` runs the level's graph, and so
+ * does transformers.js given its file name.
  */
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { AutoModelForCausalLM, env, Tensor } from '@huggingface/transformers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compile } from '../src/app/compile/compile.js';
 import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
@@ -72,6 +74,16 @@ describe('cuda levels', () => {
     const run = await llmcInProcess('run', path.join(tmp, 'cuda'), '--prompt-ids', '1', '-n', '12', '--level', lv.id, '--json');
     expect(run.code).toBe(0);
     expect(JSON.parse(run.stdout).generated_ids.slice(0, direct.length)).toEqual(direct);
+    // transformers.js loads a level's graph by file name; its data comes from the shared file.
+    env.allowRemoteModels = false;
+    env.localModelPath = tmp;
+    const tjs = await AutoModelForCausalLM.from_pretrained('cuda', { local_files_only: true, device: 'cpu', model_file_name: path.basename(lv.file, '.onnx') });
+    try {
+      const out = (await tjs.generate({ input_ids: new Tensor('int64', BigInt64Array.from([1n]), [1, 1]), attention_mask: new Tensor('int64', BigInt64Array.from([1n]), [1, 1]), max_new_tokens: 12, min_new_tokens: 12, do_sample: false })) as Tensor;
+      expect(Array.from(out.data as BigInt64Array, Number).slice(1)).toEqual(direct);
+    } finally {
+      await tjs.dispose();
+    }
   });
 
   it('int8 levels: row-sliced weights and per-row scales are shared, the others appended; all run', async () => {

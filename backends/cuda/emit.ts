@@ -160,7 +160,9 @@ export const cudaTarget: Target<CudaOptions> = {
       throw err;
     }
 
-    files.push(...(await writeHfFiles(ctx.outDir, source, external ? facts.map((f) => path.basename(f.file)) : [])));
+    // transformers.js fetches `<graph>_data` for the graphs listed here: only model.onnx has its own name on the
+    // data file (level graphs refer to it by location, which onnxruntime resolves when given the graph's path).
+    files.push(...(await writeHfFiles(ctx.outDir, source, external ? [path.basename(GRAPH)] : [])));
     const script = path.join(ctx.outDir, BUILD_SCRIPT);
     await writeFileAtomic(script, buildScript(facts, o.maxContext));
     await fsp.chmod(script, 0o755);
