@@ -104,3 +104,26 @@ export function runIfMain(moduleUrl: string, suite: Pick<BenchSuite, 'run'>): vo
       process.exitCode = 1;
     });
 }
+
+/** Copy `files` into `dir` with a plain read/write loop (8 MB buffer): the baseline export speeds are compared with; returns bytes copied. */
+export async function plainCopy(files: string[], dir: string): Promise<number> {
+  const buf = Buffer.allocUnsafe(8 << 20);
+  let total = 0;
+  for (const f of files) {
+    const src = await fsp.open(f, 'r');
+    const dst = await fsp.open(path.join(dir, `copy-${path.basename(f)}`), 'w');
+    try {
+      for (let pos = 0; ; ) {
+        const { bytesRead } = await src.read(buf, 0, buf.length, pos);
+        if (bytesRead === 0) break;
+        await dst.write(buf, 0, bytesRead, pos);
+        pos += bytesRead;
+        total += bytesRead;
+      }
+    } finally {
+      await src.close();
+      await dst.close();
+    }
+  }
+  return total;
+}

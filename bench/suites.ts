@@ -9,6 +9,7 @@ import { suite as gguf } from './gguf.bench.js';
 import { suite as fuzz } from './fuzz.bench.js';
 import { suite as experts } from './experts.bench.js';
 import { suite as treeSearch } from './tree-search.bench.js';
+import { suite as cuda } from './cuda.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -26,4 +27,5 @@ export const SUITES: SuiteEntry[] = [
   fuzz,
   experts,
   treeSearch,
+  cuda,
 ];

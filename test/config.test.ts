@@ -8,6 +8,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { llmcInProcess } from './cli.js';
 import { PASSES } from '../passes/index.js';
+import { TARGETS } from '../backends/index.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 let tmp: string;
@@ -86,7 +87,7 @@ describe('llmc.config.json', () => {
     const cases: [unknown, string][] = [
       ['{"target": ', 'not valid JSON'],
       [{ target: 5 }, 'target: must be a target name or {"name", "quant", "tensorTypes", "options"}'],
-      [{ target: { name: 'tss' } }, 'target.name: unknown target "tss"; available: gguf, gguf-levels, hf, ts'],
+      [{ target: { name: 'tss' } }, `target.name: unknown target "tss"; available: ${TARGETS.map((t) => t.name).sort().join(', ')}`],
       [{ target: { name: 'ts', opts: {} } }, 'target.opts: unknown key; valid keys there: name, quant, tensorTypes, options'],
       [{ target: { name: 'ts', options: { x: 1 } } }, 'target.options.x: not an option of target ts (it takes none)'],
       [{ passes: ['nope'] }, `passes[0].name: unknown pass "nope"; available: ${PASSES.map((p) => p.name).sort().join(', ')}`],

@@ -15,6 +15,18 @@ import { collect, collectKeyValue } from '../options.js';
 import { checkMeasurable, readBudgets } from '../../check/budgets.js';
 import { reportCheck } from './check.js';
 
+/** --help's reference of the formats and `--opt` keys of every target and pass, from the registries. */
+function registryHelp(): string {
+  const opt = (owner: string, o: { key: string; help: string; default?: string }) => `    --opt ${owner}.${o.key}=…  ${o.help}${o.default ? ` (default: ${o.default})` : ''}`;
+  const lines = ['', 'Targets (--quant / --tensor-type formats, --opt <target>.<key>):'];
+  for (const t of [...TARGETS].sort((a, b) => a.name.localeCompare(b.name))) {
+    lines.push(`  ${t.name}: ${t.formats.quant.join(', ')}${t.formats.default ? ` (default ${t.formats.default})` : ''}`, ...t.options.specs.map((o) => opt(t.name, o)));
+  }
+  lines.push('', 'Passes (--opt <pass>.<key>):');
+  for (const p of PASSES) lines.push(`  ${p.name}: ${p.description}`, ...p.options.specs.map((o) => opt(p.name, o)));
+  return lines.join('\n') + '\n';
+}
+
 /** commander's attribute name of a flag (`--calib-text <f>` → calibText). */
 const attributeOf = (flag: string) => flag.replace(/^--/, '').split(/[ =<[]/)[0].replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
 
@@ -56,6 +68,7 @@ export function registerCompile(program: Command): void {
     .option('--print-config', 'print the resolved configuration (config file + flags) as JSON and stop')
     .option('--dry-run', 'run the passes and show what would be written (files, sizes, formats per tensor group) without writing it')
     .option('--json', 'print the manifest as JSON on stdout')
+    .addHelpText('after', registryHelp())
     .addHelpText(
       'after',
       () =>

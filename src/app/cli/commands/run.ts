@@ -24,7 +24,7 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
 export function registerRun(program: Command): void {
   program
     .command('run')
-    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf: onnxruntime; gguf: llama.cpp)')
+    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; gguf: llama.cpp)')
     .argument('<model>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
     .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
@@ -33,7 +33,7 @@ export function registerRun(program: Command): void {
     .option('--top-p <p>', 'nucleus sampling mass in (0, 1]', parseFloatOption('--top-p', 0, 1), 1)
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
     .option('--threads <n>', 'CPU threads of onnxruntime / llama.cpp (default: all cores; the TS runtime uses one)', parseIntOption('--threads', 1))
-    .option('--level <level>', 'elastic level of an artifact compiled with --passes reorder: an id (L3) or a size fraction (0.5)')
+    .option('--level <level>', 'elastic level of an artifact compiled with --passes reorder (ts, cuda, gguf-levels): an id (L3) or a size fraction (0.5)')
     .option('--verify', "check every file's sha256 against the manifest before running (sizes are always checked)")
     .option('--allow-overflow', "generate past the model's context length")
     .option('--allow-nonfinite', 'run a checkpoint whose weights hold Inf or NaN (refused by default)')
