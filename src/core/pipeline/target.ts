@@ -99,6 +99,12 @@ export interface ArtifactRunner {
   readonly tokenizerConfigJson?: string;
   /** What the runner chose or ignored, for the user (e.g. the elastic level it runs). */
   readonly notes: string[];
+  /** What executes the model, for summaries and reports: 'ts-runtime', 'onnxruntime', 'llama.cpp'. */
+  readonly engine: string;
+  /** The id of the elastic level it runs, when it runs one. */
+  readonly level?: string;
+  /** Logits [T, V] at every position of `ids` from an empty context: what quality evaluation compares. */
+  logits?(ids: number[]): Promise<Float32Array>;
   /** Generated ids without the prompt; stops after maxTokens or at EOS (the EOS id is included). */
   generate(promptIds: number[], opts: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]>;
   close(): Promise<void>;
