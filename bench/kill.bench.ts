@@ -25,14 +25,16 @@ const COMPILES: Record<string, string[]> = {
   'tensorrt-llm': ['--target', 'tensorrt-llm'],
 };
 
-function llmc(args: string[], killAfterMs?: number): Promise<{ code: number | null; ms: number }> {
+function llmc(args: string[], killAfterMs?: number): Promise<{ code: number | null; ms: number; stderr: string }> {
   const t0 = performance.now();
-  const child = spawn(process.execPath, [CLI, ...args], { stdio: 'ignore' });
+  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
   const timer = killAfterMs === undefined ? undefined : setTimeout(() => child.kill('SIGKILL'), killAfterMs);
   return new Promise((resolve) =>
     child.on('close', (code) => {
       clearTimeout(timer);
-      resolve({ code, ms: performance.now() - t0 });
+      resolve({ code, ms: performance.now() - t0, stderr });
     }),
   );
 }
@@ -71,7 +73,7 @@ export const suite: BenchSuite = {
         const whole = await llmc([...common, '-o', ref]);
         if (whole.code !== 0) throw new Error(`${target}: the reference compile failed`);
         const refFiles = digest(ref);
-        const r = { runMs: round(whole.ms, 0), points, killedMidway: 0, finishedFirst: 0, incompleteAccepted: 0, wholeAfterKill: 0, rerunFailed: 0, bytesDiffer: 0, leftovers: 0 };
+        const r = { runMs: round(whole.ms, 0), points, killedMidway: 0, finishedFirst: 0, incompleteAccepted: 0, wholeAfterKill: 0, rerunFailed: 0, bytesDiffer: 0, leftovers: 0, firstRerunError: null as string | null };
         for (let i = 0; i < points; i++) {
           const out = path.join(tmp, `${target}-${i}`);
           const at = (whole.ms * (i + 0.5)) / points;
@@ -86,8 +88,11 @@ export const suite: BenchSuite = {
               }
             }
           }
-          if ((await llmc([...common, '-o', out])).code !== 0) r.rerunFailed++;
-          else if (!same(digest(out), refFiles)) r.bytesDiffer++;
+          const rerun = await llmc([...common, '-o', out]);
+          if (rerun.code !== 0) {
+            r.rerunFailed++;
+            r.firstRerunError ??= rerun.stderr.trim().split('\n').pop() ?? '';
+          } else if (!same(digest(out), refFiles)) r.bytesDiffer++;
           r.leftovers += readdirSync(tmp).filter((f) => f.startsWith(`.${target}-${i}.`)).length;
           rmSync(out, { recursive: true, force: true });
         }
