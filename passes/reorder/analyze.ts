@@ -13,11 +13,13 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { TfModel } from '../../src/exec/autodiff/lower.js';
 import { Engine } from '../../src/exec/engine/index.js';
 import { UsageError } from '../../src/core/errors.js';
-import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/app/profile/calibration.js';
+import { calibrationSet, textFileSpec, trainingSet } from '../../src/app/profile/calibration.js';
 import { cachedProfile } from '../../src/app/profile/store.js';
 import type { Pass, PassContext } from '../../src/core/pipeline/pass.js';
 import { evolve } from '../../src/core/pipeline/unit.js';
-import { ELASTIC_LEVELS, type ElasticLevels } from '../../src/core/records/elastic.js';
+import { ELASTIC_LEVELS, type ElasticLevels, type Recovery } from '../../src/core/records/elastic.js';
+import type { LowRankAdapter, TensorAnnotation } from '../../src/core/pipeline/unit.js';
+import { adapterTargets, recoverLevels, type RecoverRequest } from './recover.js';
 import {
   activationScores,
   magnitudeScores,
@@ -33,8 +35,11 @@ import { mlpsOf } from '../../src/core/arch/units.js';
 import { permuteSource, type LayerOrder } from './permute.js';
 import { describeLevel, fullWidth, planLevels } from './planner.js';
 
-/** What the pass records in every manifest (passes[].metadata): record `elastic-prefix/1`. */
+/** What the pass records in every manifest (passes[].metadata): record `elastic-prefix/2`. */
 export type ReorderMetadata = ElasticLevels;
+
+/** Larger models are not recovered in-process: the tfjs trainer holds the model (and a level) as f32. */
+export const RECOVER_MAX_PARAMS = 200e6;
 
 const scoreArrays = (s: UnitScores): Record<string, Float64Array> => {
   const a: Record<string, Float64Array> = {};
@@ -55,8 +60,22 @@ const scoresFrom = (arrays: Record<string, Float64Array>, source: ModelSource): 
   };
 };
 
-/** Everything the pass decides, without building the transformed model (tests and bench use it). */
-export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx: Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { formats?: PassContext['formats']; progress?: Progress }): Promise<{ metadata: ReorderMetadata; orders: LayerOrder[]; scores: UnitScores; /** Provider wall times (ms, as first computed); kept out of the manifest so it stays deterministic. */ timeMs: Record<string, number> }> {
+/** Everything the pass decides (tests and bench use it): the record, the reordered weights and the levels' adapters. */
+export async function analyzeReorder(
+  source: ModelSource,
+  o: ReorderOptions,
+  ctx: Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { formats?: PassContext['formats']; progress?: Progress },
+): Promise<{
+  metadata: ReorderMetadata;
+  orders: LayerOrder[];
+  scores: UnitScores;
+  /** Provider wall times (ms, as first computed); kept out of the manifest so it stays deterministic. */
+  timeMs: Record<string, number>;
+  /** The reordered model (a gather view of `source`). */
+  source: ModelSource;
+  /** Per adapted tensor, its adapters by level id (the unit's annotations). */
+  adapters: Map<string, TensorAnnotation>;
+}> {
   const spec = source.spec;
   const L = spec.numLayers;
   const notes: string[] = [];
@@ -160,15 +179,50 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
     const full = describeLevel(spec, 'full', 1, Array.from({ length: L }, () => fullWidth(spec)), anchorSet);
     const levels: ReorderMetadata['levels'] = plan.levels;
     const evaluate = o.evaluate === 'auto' ? full.params <= 50e6 : o.evaluate;
+    tfm?.dispose(); // importance is done: free the original model before the levels' models load
+    tfm = undefined;
+    const permuted = permuteSource(source, orders);
+    const adapters = new Map<string, TensorAnnotation>();
+    let recovery: Recovery | null = null;
     let heldOutPpl: number | undefined;
-    if (evaluate) {
-      heldOutPpl = await (await engine()).perplexity(calib.heldOut);
-      progress.start('reorder: held-out perplexity per level', levels.length);
-      for (const lv of levels) {
-        lv.heldOutPpl = Math.exp(await maskedLoss(source, levelMasks(spec, orders, lv.layers), calib.heldOut));
-        progress.tick();
+    let training: RecoverRequest['training'] = null;
+    if (o.recover) {
+      if (!ctx.target.capabilities.adapters) notes.push(`recovery skipped: target ${ctx.target.name} writes no per-level adapters (reorder.recover=none silences this)`);
+      else if (full.params > RECOVER_MAX_PARAMS) {
+        notes.push(`recovery skipped: ${(full.params / 1e6).toFixed(0)}M parameters is more than the in-process trainer takes (${RECOVER_MAX_PARAMS / 1e6}M; reorder.recover=none silences this)`);
+      } else {
+        const data = await trainingSet(source, calib, o.recover.data, o.recover.seed, { cacheDir: ctx.cacheDir, engine });
+        if (data.droppedHeldOut) notes.push(`recovery: ${data.droppedHeldOut} training sequence(s) equal to held-out ones dropped`);
+        const { data: _n, ...settings } = o.recover;
+        training = { seqs: data.seqs, key: data.key, settings };
+        recovery = {
+          method: 'lora',
+          ...settings,
+          targets: [...new Set(adapterTargets(permuted).map((t) => t.weight.split('.').slice(-2, -1)[0]))],
+          data: { source: calib.spec.source, count: data.seqs.length, length: calib.spec.length, profile: data.key },
+        };
       }
-      progress.done();
+    }
+    if (evaluate || training) {
+      const r = await recoverLevels({ model: permuted, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, cacheDir: ctx.cacheDir, progress });
+      heldOutPpl = r.full.heldOutPpl;
+      full.heldOutPpl = r.full.heldOutPpl;
+      full.agreement = 1;
+      for (const lv of levels) {
+        const q = r.levels.get(lv.id)!;
+        const shipped = q.after ?? q.before;
+        lv.heldOutPpl = shipped.heldOutPpl;
+        lv.agreement = shipped.agreement;
+        if (!q.after || !q.adapters) continue;
+        lv.unrecovered = q.before;
+        const s = training!.settings;
+        lv.adapters = { rank: s.rank, alpha: s.alpha, tensors: 2 * q.adapters.length, params: q.adapters.reduce((n, a) => n + a.a.length + a.b.length, 0) };
+        for (const a of q.adapters) {
+          const prev = adapters.get(a.weight)?.adapters ?? {};
+          const ad: LowRankAdapter = { rank: s.rank, scale: s.alpha / s.rank, inFeatures: a.inFeatures, outFeatures: a.outFeatures, a: a.a, b: a.b };
+          adapters.set(a.weight, { adapters: { ...prev, [lv.id]: ad } });
+        }
+      }
     }
 
     const metadata: ReorderMetadata = {
@@ -185,9 +239,10 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
       full,
       levels,
       ...(heldOutPpl !== undefined ? { heldOutPpl } : {}),
+      recovery,
       notes,
     };
-    return { metadata, orders, scores, timeMs };
+    return { metadata, orders, scores, timeMs, source: permuted, adapters };
   } finally {
     tfm?.dispose();
     await opened?.close();
@@ -196,8 +251,8 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
 
 export const reorderPass: Pass<ReorderOptions> = {
   async run(unit, options, ctx) {
-    const { metadata, orders } = await analyzeReorder(unit.source, options, ctx);
+    const { metadata, source, adapters } = await analyzeReorder(unit.source, options, ctx);
     for (const n of metadata.notes) ctx.note(`reorder: ${n}`);
-    return { unit: evolve(unit, { source: permuteSource(unit.source, orders) }), record: metadata };
+    return { unit: evolve(unit, { source, annotate: adapters }), record: metadata };
   },
 };

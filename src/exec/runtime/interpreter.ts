@@ -17,6 +17,7 @@ import { IO } from '../../core/ir/build.js';
 import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
 import { ropeTables } from '../../core/ir/rope.js';
 import { dequantRow, matmul, type Weight } from './kernels.js';
+import { addLowRank, type LevelAdapters } from './lowrank.js';
 
 /** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
 export interface LayerWidth {
@@ -86,6 +87,8 @@ interface Frame {
   cos: Float32Array;
   sin: Float32Array;
   widths: LayerWidth[] | undefined;
+  /** A level's low-rank adapters (by weight name), added to its linears' outputs. */
+  adapters: LevelAdapters | undefined;
 }
 
 type Step = (f: Frame) => void;
@@ -142,7 +145,7 @@ export class Interpreter {
    * Logits at `positions` (indices into `ids`) for `ids` appended after what `cache` holds:
    * [positions.length, V] row-major. The cache is extended by ids.length positions.
    */
-  run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[]): Float32Array {
+  run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[], adapters?: LevelAdapters): Float32Array {
     const s = this.spec;
     const T = ids.length;
     if (T === 0) throw new LlmcError('forward: no input ids');
@@ -155,7 +158,7 @@ export class Interpreter {
     cache.reserve(pos0 + T);
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
     const { cos, sin } = ropeTables(s, pos0, T);
-    const frame: Frame = { T, pos0, positions, ids, cache, cos, sin, widths };
+    const frame: Frame = { T, pos0, positions, ids, cache, cos, sin, widths, adapters };
     for (const step of this.steps) step(frame);
     cache.length = pos0 + T;
     const logits = this.buffer(IO.logits);
@@ -318,6 +321,8 @@ export class Interpreter {
           matmul(W, x.data, n, op.inFeatures, y.subarray(r0), op.outFeatures, { rowStart: r0, nRows: rows.len, nCols, bias });
         }
       }
+      const lr = f.adapters?.get(op.weight);
+      if (lr) addLowRank(lr, x.data, n, op.inFeatures, cols, y, op.outFeatures, rows, op.weight);
     };
   }
 

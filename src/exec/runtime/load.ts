@@ -7,6 +7,7 @@ import { expectedTensors } from '../../core/arch/names.js';
 import { LlmcError } from '../../core/errors.js';
 import type { ByteSource } from './bytes.js';
 import {
+  alignUp,
   FORMAT_BLOCK,
   MANIFEST_FORMAT,
   MANIFEST_VERSION,
@@ -22,7 +23,10 @@ import {
   type WeightFormat,
 } from './format.js';
 import { dequantRow, Weight } from './kernels.js';
-import { Model, type WeightTable } from './model.js';
+import { Model, type LevelAdapters, type WeightTable } from './model.js';
+import { mergeLowRank } from '../../core/util/lowrank.js';
+import { ELASTIC_LEVELS, levelWidths, selectLevel } from '../../core/records/elastic.js';
+import { findRecord } from '../../core/records/types.js';
 
 export type { ArtifactManifest };
 import { WasmArena } from './wasm.js';
@@ -42,6 +46,12 @@ export interface LoadOptions {
   singleReadLimit?: number;
   /** Run F32 / Q8_0 matmuls on WebAssembly SIMD kernels when available (default true; JS kernels otherwise). */
   wasm?: boolean;
+  /**
+   * Merge one elastic level's adapters into F32 copies of its slices at load (a level id or fraction):
+   * the model then runs that level only, without the low-rank terms per token. Default: none, every
+   * level runs on the shared weights with its adapters as low-rank terms (switching moves nothing).
+   */
+  mergeLevel?: string;
 }
 
 
@@ -83,7 +93,35 @@ export function parseManifest(text: string, file = 'llmc-manifest.json'): Artifa
     if (!Array.isArray(te.shape) || te.shape.length === 0 || !te.shape.every((d) => isCount(d) && d > 0)) bad(`${what}: bad shape ${JSON.stringify(te.shape)}`);
     if (!isCount(te.offset) || !isCount(te.bytes)) bad(`${what}: offset and bytes must be non-negative integers`);
   }
+  if (t.adapters !== undefined) {
+    if (!isObj(t.adapters)) bad('targetInfo.adapters must be an object of levels');
+    for (const [id, a] of Object.entries(t.adapters as Record<string, unknown>)) {
+      const what = `targetInfo.adapters.${id}`;
+      if (!isObj(a) || !isCount(a.rank) || a.rank < 1 || typeof a.scale !== 'number' || !Number.isFinite(a.scale) || !Array.isArray(a.tensors)) bad(`${what} needs rank, scale and tensors`);
+      for (const [i, e] of (a as { tensors: unknown[] }).tensors.entries()) {
+        if (!isObj(e) || typeof e.weight !== 'string' || typeof e.a !== 'string' || typeof e.b !== 'string') bad(`${what}.tensors[${i}] needs weight, a and b names`);
+      }
+    }
+  }
   return m as unknown as ArtifactManifest;
+}
+
+/** Check every level's adapter tensors against the tensor table: F32, [rank, in] and [out, rank], and their weight present. */
+function checkAdapters(m: ArtifactManifest, table: Map<string, TensorEntry>, file: string): void {
+  for (const [id, lv] of Object.entries(m.targetInfo.adapters ?? {})) {
+    for (const t of lv.tensors) {
+      const a = table.get(t.a);
+      const b = table.get(t.b);
+      const w = table.get(t.weight);
+      const what = `level ${id}'s adapter of "${t.weight}"`;
+      if (!w || w.shape.length !== 2) throw new LlmcError(`${what}: no such linear weight in the tensor table`, file);
+      if (!a || !b) throw new LlmcError(`${what}: tensor "${!a ? t.a : t.b}" is missing from the tensor table`, file);
+      if (a.format !== 'F32' || b.format !== 'F32') throw new LlmcError(`${what}: adapters are F32, got ${a.format}/${b.format}`, file);
+      if (a.shape.length !== 2 || b.shape.length !== 2 || a.shape[0] !== lv.rank || b.shape[1] !== lv.rank || a.shape[1] > w.shape[1] || b.shape[0] > w.shape[0]) {
+        throw new LlmcError(`${what}: A [${a.shape}] and B [${b.shape}] are not [${lv.rank}, ≤${w.shape[1]}] and [≤${w.shape[0]}, ${lv.rank}]`, file);
+      }
+    }
+  }
 }
 
 /** Check every tensor entry against the file size, the formats' block sizes and the architecture. */
@@ -145,6 +183,7 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
   if (size < entry.size) throw new LlmcError(`truncated: ${size} bytes, the manifest says ${entry.size}`, wfile);
   if (size !== entry.size) throw new LlmcError(`size ${size} bytes disagrees with the manifest's ${entry.size}`, wfile);
   const table = checkTensorTable(manifest, size, wfile);
+  checkAdapters(manifest, table, wfile);
 
   let whole: Uint8Array | null = null;
   if (size <= (opts.singleReadLimit ?? 1 << 30)) whole = aligned(await source.weights.read(0, size));
@@ -154,15 +193,24 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     if (got !== entry.sha256) throw new LlmcError(`sha256 mismatch: file has ${got}, the manifest says ${entry.sha256}`, wfile);
   }
 
+  // A level merged at load: its adapted linears become F32 copies of their slices, W + scale·B·A.
+  const mergeLevel = opts.mergeLevel === undefined ? undefined : selectLevel(findRecord(manifest.passes, ELASTIC_LEVELS, where('llmc-manifest.json'))?.levels ?? null, opts.mergeLevel, where('llmc-manifest.json'));
+  const mergeId = mergeLevel?.id;
+  const mergeSet = mergeId === undefined ? undefined : manifest.targetInfo.adapters?.[mergeId];
+  const mergedBytes = (mergeSet?.tensors ?? []).reduce((n, t) => n + alignUp(table.get(t.b)!.shape[0] * table.get(t.a)!.shape[1] * 4), 0);
+
   // With WebAssembly, the weights live in the kernels' memory (copied in once); else in plain buffers.
   const maxDim = Math.max(...[...table.values()].flatMap((e) => e.shape));
-  const arena = opts.wasm === false ? null : WasmArena.create(size, maxDim);
+  const arena = opts.wasm === false ? null : WasmArena.create(alignUp(size) + mergedBytes, maxDim);
   const data = new Map<string, Uint8Array>();
+  let spare: Uint8Array | null = null;
   if (arena) {
-    const mem = arena.weights(size);
+    const all = arena.weights(alignUp(size) + mergedBytes);
+    const mem = all.subarray(0, size);
     if (whole) mem.set(whole);
     else for (const e of table.values()) mem.set(await source.weights.read(e.offset, e.bytes), e.offset);
     whole = mem;
+    spare = all.subarray(alignUp(size));
   }
   for (const e of table.values()) {
     data.set(e.name, whole ? whole.subarray(e.offset, e.offset + e.bytes) : aligned(await source.weights.read(e.offset, e.bytes)));
@@ -179,17 +227,47 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     }
     return w;
   };
-  const weightTable: WeightTable = {
-    has: (name) => table.has(name),
-    weight,
-    vector: (name) => {
-      const w = weight(name);
-      const out = new Float32Array(w.rows * w.cols);
-      for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
-      return out;
-    },
+  const vector = (name: string): Float32Array => {
+    const w = weight(name);
+    const out = new Float32Array(w.rows * w.cols);
+    for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
+    return out;
   };
-  return new Model(manifest.arch, weightTable, manifest);
+  const levelAdapters = new Map<string, LevelAdapters>();
+  const adaptersOf = (id: string): LevelAdapters | undefined => {
+    const set = manifest.targetInfo.adapters?.[id];
+    if (!set) return undefined;
+    let got = levelAdapters.get(id);
+    if (!got) {
+      got = new Map(set.tensors.map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: vector(t.a), b: vector(t.b) }]));
+      levelAdapters.set(id, got);
+    }
+    return got;
+  };
+  if (mergeLevel && mergeSet) {
+    if (mergeLevel.layers.some((l) => l.kvGroups > 1 && l.qHeadsPerGroup < manifest.arch.numHeads / manifest.arch.numKvHeads)) {
+      throw new LlmcError(`level ${mergeId} keeps some query heads of each group: not a prefix slice to merge into`, wfile);
+    }
+    let at = 0;
+    for (const [name, lr] of adaptersOf(mergeLevel.id)!) {
+      const w = weight(name);
+      const rows = lr.b.length / lr.rank;
+      const cols = lr.a.length / lr.rank;
+      const slice = new Float32Array(rows * cols);
+      const row = new Float32Array(w.cols);
+      for (let r = 0; r < rows; r++) {
+        dequantRow(w, r, row);
+        slice.set(row.subarray(0, cols), r * cols);
+      }
+      mergeLowRank(slice, rows, cols, lr, `level ${mergeId}'s adapter of ${name}`);
+      const bytes = spare ? spare.subarray(at, at + slice.byteLength) : new Uint8Array(slice.byteLength);
+      bytes.set(new Uint8Array(slice.buffer));
+      at += alignUp(slice.byteLength);
+      weights.set(name, new Weight(name, 'F32', rows, cols, bytes, arena));
+    }
+  }
+  const weightTable: WeightTable = { has: (name) => table.has(name), weight, vector };
+  return new Model(manifest.arch, weightTable, manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
 }
 
 const formatRows = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);

@@ -6,6 +6,7 @@ import { UsageError } from '../../../core/errors.js';
 import { planCompile } from '../../compile/plan.js';
 import { cliProgress, noteTo, printJson } from '../output.js';
 import { collect, collectKeyValue } from '../options.js';
+import { formatLevelTable, levelRows } from '../levels.js';
 
 function parseTensorTypes(specs: string[]): { pattern: RegExp; type: string }[] {
   return specs.map((s) => {
@@ -69,10 +70,13 @@ export function registerCompile(program: Command): void {
           { ...request, source, outDir: o.out, progress: cliProgress(json), note: noteTo(notes, json), cacheDir: o.cacheDir },
           plan,
         );
-        if (json) printJson({ ...manifest, notes });
+        const levels = levelRows(manifest);
+        if (json) printJson({ ...manifest, notes, ...(levels ? { levels: levels.rows } : {}) });
         else {
           const bytes = manifest.files.reduce((a, f) => a + f.size, 0);
           process.stdout.write(`wrote ${o.out}: ${manifest.files.map((f) => f.path).join(', ')} (${(bytes / 1e6).toFixed(2)} MB)\n`);
+          // Quality where the user picks a level: the table of levels, on stderr.
+          if (levels) process.stderr.write(`\n${formatLevelTable(levels.record, levels.rows, manifest.arch.vocabSize)}\n`);
         }
       } finally {
         await source.close();
