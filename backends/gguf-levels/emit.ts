@@ -1,7 +1,8 @@
 /**
  * The `gguf-levels` target: one GGUF per elastic level (record `elastic-prefix/1`), each a
  * physically sliced model (prefixes of the reordered weights) written by the gguf target itself, in
- * `<level id>/model.gguf`.
+ * `<level id>/model.gguf`. A recovered level's adapters are merged into its weights (llama.cpp runs
+ * each file as an ordinary model).
  *
  * Why uniform widths: the gguf target writes the `llama` architecture, whose GGUF keys
  * (head_count_kv, feed_forward_length) are one value for all layers. llama.cpp reads those keys as
@@ -11,7 +12,7 @@
  */
 import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
-import { sliceSource, uniformWidth } from '../../src/core/pipeline/elastic.js';
+import { mergeAdapters, sliceSource, uniformWidth } from '../../src/core/pipeline/elastic.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import { evolve, type CompileUnit } from '../../src/core/pipeline/unit.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
@@ -28,7 +29,8 @@ export const ggufLevelsTarget: Target = {
       if (!uniformWidth(lv.layers)) throw new LlmcError(`level ${lv.id} has per-layer widths; a llama GGUF needs one width for all layers`);
       const dir = path.join(ctx.outDir, lv.id);
       await ensureOutputDir(dir);
-      const level = evolve(unit, { source: sliceSource(unit.source, lv.layers, `level ${lv.id}`) });
+      // The level's recovery adapters (if any) merged into its slice: W + scale·B·A.
+      const level = evolve(unit, { source: mergeAdapters(sliceSource(unit.source, lv.layers, `level ${lv.id}`), unit.annotations, lv.id) });
       const r = await ggufTarget.emit(level, { ...ctx, outDir: dir });
       files.push(...r.files.map((f) => `${lv.id}/${f}`));
       levels.push({
@@ -40,6 +42,7 @@ export const ggufLevelsTarget: Target = {
         heads: lv.layers[0].heads,
         ffn: lv.layers[0].ffn,
         quant: r.targetInfo.quant,
+        adaptersMerged: lv.adapters !== undefined,
       });
     }
     return { files, targetInfo: { format: 'gguf-levels', widths: 'uniform', levels } };

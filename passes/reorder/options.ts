@@ -45,7 +45,7 @@ export interface RecoverOptions {
   ce: number;
 }
 
-export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 60, lr: 1e-2, data: 256, batch: 8, ce: 0 } as const;
+export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 100, lr: 1e-2, data: 256, batch: 4, ce: 0 } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'taylor' },
