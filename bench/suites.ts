@@ -6,6 +6,7 @@ import { suite as quant } from './quant.bench.js';
 import { suite as runtime } from './runtime.bench.js';
 import { suite as reorder } from './reorder.bench.js';
 import { suite as gguf } from './gguf.bench.js';
+import { suite as recovery } from './recovery.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -20,4 +21,5 @@ export const SUITES: SuiteEntry[] = [
   runtime,
   reorder,
   gguf,
+  recovery,
 ];

@@ -45,10 +45,10 @@ export interface RecoverOptions {
   ce: number;
 }
 
-export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 100, lr: 1e-2, data: 256, batch: 4, ce: 0 } as const;
+export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1e-2, data: 256, batch: 4, ce: 0 } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
-  { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'taylor' },
+  { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
   { key: 'calib', help: 'calibration sequences', default: '10' },
   { key: 'calibLength', help: 'tokens per calibration sequence', default: '64' },
   { key: 'calibText', help: 'a text file to calibrate on (needs the model\'s tokenizer); default: sequences sampled from the model' },
@@ -81,7 +81,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
   for (const k of Object.keys(raw)) {
     if (!(OPTION_KEYS as readonly string[]).includes(k)) throw new UsageError(`unknown reorder option "${k}"; known: ${OPTION_KEYS.join(', ')}`);
   }
-  const importance = (raw.importance ?? 'taylor').trim();
+  const importance = (raw.importance ?? 'activation').trim();
   if (importance !== 'auto' && !(PROVIDERS as readonly string[]).includes(importance)) {
     throw new UsageError(`reorder.importance must be one of ${[...PROVIDERS, 'auto'].join(', ')}, got "${importance}"`);
   }

@@ -9,6 +9,7 @@
  * adapters come out at the level's shapes, and a small level trains faster.
  * Runs on the tfjs lowering of the IR (src/exec/autodiff): the same model definition every executor runs.
  */
+import { createHash } from 'node:crypto';
 import { mlpsOf } from '../../src/core/arch/units.js';
 import { layerNames } from '../../src/core/arch/names.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
@@ -124,7 +125,7 @@ export class Teacher {
   private readonly kept = new Map<number, tf.Tensor2D>();
   constructor(
     private readonly model: TfModel,
-    private readonly batches: number[][][],
+    readonly batches: number[][][],
     private readonly keep: boolean,
   ) {}
 
@@ -149,12 +150,20 @@ export class Teacher {
   }
 }
 
-/** Batches of `batch` sequences in a seeded order (the last partial batch is dropped when others exist). */
-export function trainingBatches(seqs: number[][], batch: number, seed: number): number[][][] {
-  const order = new Rng(seed).permutation(seqs.length);
-  const out: number[][][] = [];
-  for (let i = 0; i + batch <= seqs.length || (i === 0 && seqs.length); i += batch) out.push(Array.from(order.subarray(i, i + batch), (j) => seqs[j]));
-  return out;
+/**
+ * The training sequences in a seeded order, cut into batches of `batch`, with a validation part
+ * (1/8 of them, at most 16, none below 8 sequences) that only decides which step's adapters to keep.
+ * A last partial batch is dropped when full ones exist.
+ */
+export function trainingBatches(seqs: number[][], batch: number, seed: number): { train: number[][][]; validation: number[][][] } {
+  const order = Array.from(new Rng(seed).permutation(seqs.length), (j) => seqs[j]);
+  const nVal = seqs.length >= 8 ? Math.min(16, Math.floor(seqs.length / 8)) : 0;
+  const cut = (xs: number[][]) => {
+    const out: number[][][] = [];
+    for (let i = 0; i + batch <= xs.length || (i === 0 && xs.length); i += batch) out.push(xs.slice(i, i + batch));
+    return out;
+  };
+  return { validation: cut(order.slice(0, nVal)), train: cut(order.slice(nVal)) };
 }
 
 /** Cosine decay from lr to lr/10 after a short linear warm-up. */
@@ -203,17 +212,19 @@ class Adam {
 
 /**
  * Train one level's adapters on `student`, the level's sub-model (a slice of the reordered weights),
- * against `teacher`. Deterministic for a seed (the init and the batch order; tfjs's kernels are).
- * Adapters are kept transposed while training (at = Aᵀ [in, r], bt = Bᵀ [r, out]).
+ * against `teacher` (whose batches are `train`, then `validation`). The validation loss is taken at
+ * the start, every quarter of the steps and at the end; the best point's adapters are kept, none
+ * when no point beats the start (the level ships as it is). Deterministic for a seed (the init and
+ * the batch order; tfjs's kernels are). Adapters train transposed (at = Aᵀ [in, r], bt = Bᵀ [r, out]).
  */
 export async function trainLevel(
   student: TfModel,
   teacher: Teacher,
-  batches: number[][][],
+  split: { train: number; validation: number },
   s: RecoverSettings,
   levelSeed: number,
   progress: Progress = silentProgress,
-): Promise<{ adapters: Adapter[]; finalLoss: number }> {
+): Promise<{ adapters: Adapter[] | null; validation: { step: number; loss: number }[]; bestStep: number }> {
   const rng = new Rng(levelSeed);
   const scale = s.alpha / s.rank;
   const targets = adapterTargets(student.source);
@@ -224,27 +235,46 @@ export async function trainLevel(
     params.push(Float32Array.from({ length: t.inFeatures * s.rank }, () => (rng.next() * 2 - 1) * bound), new Float32Array(s.rank * t.outFeatures));
   }
   const shapes = targets.flatMap((t) => [[t.inFeatures, s.rank] as [number, number], [s.rank, t.outFeatures] as [number, number]]);
+  const lowRankOf = (ps: tf.Tensor[]) => new Map<string, LowRankTerm>(targets.map((t, i) => [t.weight, { at: ps[2 * i] as tf.Tensor2D, bt: ps[2 * i + 1] as tf.Tensor2D, scale }]));
+  const validationLoss = async (): Promise<number> => {
+    let sum = 0;
+    for (let v = 0; v < split.validation; v++) {
+      const { probs, owned } = teacher.probs(split.train + v);
+      const tensors = params.map((p, i) => tf.tensor2d(p, shapes[i]));
+      const l = tf.tidy(() => distillLoss(student, teacher.batches[split.train + v], { lowRank: lowRankOf(tensors) }, probs, s.ce));
+      sum += (await l.data())[0];
+      tf.dispose([l, ...tensors]);
+      if (!owned) probs.dispose();
+    }
+    return sum / split.validation;
+  };
+  const validation: { step: number; loss: number }[] = [];
+  let best: { step: number; loss: number; params: Float32Array[] | null } = { step: 0, loss: Infinity, params: null };
+  const checkpoint = async (step: number) => {
+    if (!split.validation) return;
+    const loss = await validationLoss();
+    validation.push({ step, loss });
+    if (loss < best.loss) best = { step, loss, params: step === 0 ? null : params.map((p) => p.slice()) };
+  };
+  await checkpoint(0);
+  const every = Math.max(1, Math.round(s.steps / 4));
   const adam = new Adam(params);
-  let finalLoss = NaN;
   for (let step = 0; step < s.steps; step++) {
-    const bi = step % batches.length;
+    const bi = step % split.train;
     const { probs, owned } = teacher.probs(bi);
     const tensors = params.map((p, i) => tf.tensor2d(p, shapes[i]));
-    const { value, grads } = tf.tidy(() =>
-      tf.valueAndGrads((...ps: tf.Tensor[]) => {
-        const lowRank = new Map<string, LowRankTerm>(targets.map((t, i) => [t.weight, { at: ps[2 * i] as tf.Tensor2D, bt: ps[2 * i + 1] as tf.Tensor2D, scale }]));
-        return distillLoss(student, batches[bi], { lowRank }, probs, s.ce);
-      })(tensors),
-    );
+    const { value, grads } = tf.tidy(() => tf.valueAndGrads((...ps: tf.Tensor[]) => distillLoss(student, teacher.batches[bi], { lowRank: lowRankOf(ps) }, probs, s.ce))(tensors));
     const g = await Promise.all(grads.map(async (t) => (await t.data()) as Float32Array));
-    finalLoss = (await value.data())[0];
     tf.dispose([value, ...grads, ...tensors]);
     if (!owned) probs.dispose();
     adam.step(g, lrAt(step, s.steps, s.lr));
     progress.tick();
+    if ((step + 1) % every === 0 || step + 1 === s.steps) await checkpoint(step + 1);
   }
-  const adapters = targets.map((t, i) => ({ ...t, a: transpose(params[2 * i], t.inFeatures, s.rank), b: transpose(params[2 * i + 1], s.rank, t.outFeatures) }));
-  return { adapters, finalLoss };
+  // Without validation data: the last step's adapters.
+  const kept = split.validation ? best.params : params;
+  const adapters = kept && targets.map((t, i) => ({ ...t, a: transpose(kept[2 * i], t.inFeatures, s.rank), b: transpose(kept[2 * i + 1], s.rank, t.outFeatures) }));
+  return { adapters, validation, bestStep: split.validation ? best.step : s.steps };
 }
 
 /** [rows, cols] row-major → [cols, rows]. */
@@ -288,7 +318,8 @@ export interface LevelRecovery {
   before: Quality;
   after?: Quality;
   adapters?: Adapter[];
-  finalLoss?: number;
+  /** The training step whose adapters were kept (0: none helped on validation data). */
+  bestStep?: number;
 }
 
 export interface RecoverRequest {
@@ -318,7 +349,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
   const tfModel = async () => (teacherModel ??= await TfModel.load(req.model));
   const ref = async () => (reference ??= await fullArgmax(await tfModel(), req.heldOut));
   const s = req.training?.settings;
-  const batches = req.training ? trainingBatches(req.training.seqs, s!.batch, s!.seed) : [];
+  const split = req.training ? trainingBatches(req.training.seqs, s!.batch, s!.seed) : { train: [], validation: [] };
   try {
     const fullProfile = await cachedProfile(req.cacheDir, 'level-quality', { model: base, heldOut: req.heldOutKey }, async () => ({
       meta: { ...(await measure(await tfModel(), req.heldOut, await ref(), {})) },
@@ -341,9 +372,11 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
         try {
           const before = await measure(student, req.heldOut, await ref(), {});
           if (!s) return { meta: { before }, arrays: {} };
-          teacher ??= Teacher.create(await tfModel(), batches);
-          const levelSeed = (s.seed * 1000003 + req.levels.indexOf(lv) * 7919 + 17) >>> 0;
-          const { adapters, finalLoss } = await trainLevel(student, teacher, batches, s, levelSeed, progress);
+          teacher ??= Teacher.create(await tfModel(), [...split.train, ...split.validation]);
+          // The level's own seed follows its widths (as its cache key does), not its place in the list.
+          const levelSeed = createHash('sha256').update(`${s.seed}:${JSON.stringify(lv.layers.map((w) => [w.kvGroups, w.qHeadsPerGroup, w.ffn]))}`).digest().readUInt32LE(0);
+          const { adapters, validation, bestStep } = await trainLevel(student, teacher, { train: split.train.length, validation: split.validation.length }, s, levelSeed, progress);
+          if (!adapters) return { meta: { before, validation, bestStep }, arrays: {} };
           const terms = lowRankTerms(adapters, s.rank, s.alpha / s.rank);
           const after = await measure(student, req.heldOut, await ref(), { lowRank: terms });
           for (const t of terms.values()) tf.dispose([t.at, t.bt]);
@@ -352,7 +385,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
             arrays[`a:${a.weight}`] = Float64Array.from(a.a);
             arrays[`b:${a.weight}`] = Float64Array.from(a.b);
           }
-          return { meta: { before, after, finalLoss }, arrays };
+          return { meta: { before, after, validation, bestStep }, arrays };
         } finally {
           student.dispose();
         }
@@ -363,8 +396,13 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
         continue;
       }
       if (prof.cached) progress.tick(s.steps);
+      const meta = prof.meta as { before: Quality; after?: Quality; bestStep: number };
+      if (!meta.after) {
+        out.set(lv.id, { before: meta.before, bestStep: 0 });
+        continue;
+      }
       const adapters = adapterTargets(sliced).map((t) => ({ ...t, a: Float32Array.from(prof.arrays[`a:${t.weight}`]), b: Float32Array.from(prof.arrays[`b:${t.weight}`]) }));
-      out.set(lv.id, { before: prof.meta.before as Quality, after: prof.meta.after as Quality, adapters, finalLoss: prof.meta.finalLoss as number });
+      out.set(lv.id, { before: meta.before, after: meta.after, adapters, bestStep: meta.bestStep });
     }
     progress.done();
     return { full, levels: out };

@@ -3,6 +3,7 @@
  * o columns, gate/up rows, down columns), a gather view of the weights (byte ranges survive).
  * Per-layer widths may differ; when every layer has the same width the spec/config are rewritten
  * too, so targets whose format needs uniform widths (config.json, GGUF's llama keys) can emit it.
+ * `mergeAdapters` folds a level's recovery adapters (TensorAnnotation.adapters) into its slice.
  */
 import { createHash } from 'node:crypto';
 import { biasOf, layerNames } from '../arch/names.js';

@@ -2,7 +2,8 @@
  * The tfjs lowering of the model IR (src/core/ir): the same op list the ONNX engine and the TS
  * runtime run, interpreted with tfjs ops so gradients come from tfjs's autodiff.
  *
- * Used where gradients or masked/skipped units are needed (Taylor importance, masked perplexity).
+ * Used where gradients or masked/skipped units are needed (Taylor importance, masked perplexity,
+ * recovery training of elastic levels: linears take low-rank terms, `RunOptions.lowRank`).
  * It holds the whole model in memory as f32, so it is meant for models that fit (tiny to small).
  * Head/neuron counts are taken from the weights' shapes, not from the spec, so physically sliced
  * models (per-layer widths) run too. No KV cache: every call processes whole sequences.

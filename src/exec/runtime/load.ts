@@ -25,6 +25,7 @@ import {
 import { dequantRow, Weight } from './kernels.js';
 import { Model, type LevelAdapters, type WeightTable } from './model.js';
 import { mergeLowRank } from '../../core/util/lowrank.js';
+import { lowRankTerm } from './lowrank.js';
 import { ELASTIC_LEVELS, levelWidths, selectLevel } from '../../core/records/elastic.js';
 import { findRecord } from '../../core/records/types.js';
 
@@ -239,27 +240,27 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     if (!set) return undefined;
     let got = levelAdapters.get(id);
     if (!got) {
-      got = new Map(set.tensors.map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: vector(t.a), b: vector(t.b) }]));
+      got = new Map(set.tensors.map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: weight(t.a), b: weight(t.b) }]));
       levelAdapters.set(id, got);
     }
     return got;
   };
   if (mergeLevel && mergeSet) {
     if (mergeLevel.layers.some((l) => l.kvGroups > 1 && l.qHeadsPerGroup < manifest.arch.numHeads / manifest.arch.numKvHeads)) {
-      throw new LlmcError(`level ${mergeId} keeps some query heads of each group: not a prefix slice to merge into`, wfile);
+      throw new LlmcError(`level ${mergeLevel.id} keeps some query heads of each group: not a prefix slice to merge into`, wfile);
     }
     let at = 0;
     for (const [name, lr] of adaptersOf(mergeLevel.id)!) {
       const w = weight(name);
-      const rows = lr.b.length / lr.rank;
-      const cols = lr.a.length / lr.rank;
+      const rows = lr.b.rows;
+      const cols = lr.a.cols;
       const slice = new Float32Array(rows * cols);
       const row = new Float32Array(w.cols);
       for (let r = 0; r < rows; r++) {
         dequantRow(w, r, row);
         slice.set(row.subarray(0, cols), r * cols);
       }
-      mergeLowRank(slice, rows, cols, lr, `level ${mergeId}'s adapter of ${name}`);
+      mergeLowRank(slice, rows, cols, lowRankTerm(lr), `level ${mergeLevel.id}'s adapter of ${name}`);
       const bytes = spare ? spare.subarray(at, at + slice.byteLength) : new Uint8Array(slice.byteLength);
       bytes.set(new Uint8Array(slice.buffer));
       at += alignUp(slice.byteLength);
