@@ -62,7 +62,7 @@ async function recoveryRun(src: ModelSource, cacheDir: string, options: Record<s
   };
   const a75 = at('0.75');
   const a50 = at('0.5');
-  const trained = md.levels.filter((l) => l.unrecovered).length;
+  const trained = md.levels.filter((l) => l.paramFrac < 1).length; // every level below full trains (validation may keep none)
   const steps = md.recovery!.steps;
   return {
     fullPpl: round(full, 3),

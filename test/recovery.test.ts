@@ -31,6 +31,10 @@ import { Rng } from '../src/core/util/rng.js';
 import { llamaLogits, relRms, STORIES } from './gguf-helpers.js';
 import { relErr } from './numeric.js';
 import { llmcInProcess } from './cli.js';
+import { ensureBuilt } from './build-once.js';
+import { spawnSync } from 'node:child_process';
+
+const ROOT = path.resolve(__dirname, '..');
 
 const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435];
 /** Short training: enough to move every level a long way, small enough for the suite. */
@@ -245,6 +249,24 @@ describe('recovery in the reorder pass', () => {
       await hf.close();
     }
   });
+});
+
+describe('determinism', () => {
+  it('the artifact is the same bytes whether levels train on worker threads (CLI, compiled) or in one thread', async () => {
+    ensureBuilt();
+    const opts = { importance: 'activation', levels: '0.4,0.5,1', recoverSteps: '8', recoverData: '16', recoverBatch: '4' };
+    const flags = Object.entries(opts).flatMap(([k, v]) => ['--opt', `reorder.${k}=${v}`]);
+    const cli = path.join(tmp, 'det-cli');
+    const r = spawnSync('node', [path.join(ROOT, 'bin/llmc.js'), 'compile', STORIES, '--target', 'ts', '-q', 'F32', '--passes', 'reorder', ...flags, '--opt', 'reorder.recoverThreads=2', '--cache-dir', path.join(tmp, 'det-cache-1'), '-o', cli], { encoding: 'utf8' });
+    expect(r.status, r.stderr).toBe(0);
+    const lib = path.join(tmp, 'det-lib');
+    await compile({ source: src, target: 'ts', outDir: lib, passes: [{ name: 'reorder', options: opts }], quant: 'F32', progress: silentProgress, note: () => {}, cacheDir: path.join(tmp, 'det-cache-2') });
+    const [a, b] = await Promise.all([fsp.readFile(path.join(cli, 'weights.bin')), fsp.readFile(path.join(lib, 'weights.bin'))]);
+    expect(a.equals(b)).toBe(true);
+    const ma = JSON.parse(await fsp.readFile(path.join(cli, 'llmc-manifest.json'), 'utf8'));
+    expect(ma.targetInfo.adapters.L0.tensors).toHaveLength(35); // two levels were recovered
+    expect(Object.keys(ma.targetInfo.adapters)).toEqual(['L0', 'L1']);
+  }, 120_000);
 });
 
 describe('records and options', () => {

@@ -193,7 +193,7 @@ export async function analyzeReorder(
       } else {
         const data = await trainingSet(source, calib, o.recover.data, o.recover.seed, { cacheDir: ctx.cacheDir, engine });
         if (data.droppedHeldOut) notes.push(`recovery: ${data.droppedHeldOut} training sequence(s) equal to held-out ones dropped`);
-        const { data: _n, ...settings } = o.recover;
+        const { data: _n, threads: _t, ...settings } = o.recover;
         training = { seqs: data.seqs, key: data.key, settings };
         recovery = {
           method: 'lora',
@@ -204,7 +204,8 @@ export async function analyzeReorder(
       }
     }
     if (evaluate || training) {
-      const r = await recoverLevels({ model: permuted, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, cacheDir: ctx.cacheDir, progress });
+      const threads = o.recover?.threads ?? undefined;
+      const r = await recoverLevels({ model: permuted, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, threads, cacheDir: ctx.cacheDir, progress });
       heldOutPpl = r.full.heldOutPpl;
       full.heldOutPpl = r.full.heldOutPpl;
       full.agreement = 1;

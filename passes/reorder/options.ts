@@ -43,6 +43,8 @@ export interface RecoverOptions {
   batch: number;
   /** Weight of the next-token cross-entropy beside the KL to the full model. */
   ce: number;
+  /** Levels trained at once on worker threads; null: the cores, at most 4. Does not change the result. */
+  threads: number | null;
 }
 
 export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1e-2, data: 256, batch: 4, ce: 0 } as const;
@@ -67,6 +69,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverSeed', help: 'seed of the adapters\' init, the batch order and the training data', default: 'the calibration seed' },
   { key: 'recoverData', help: 'training sequences of calibLength tokens (self-generated, or text windows; never held-out ones)', default: String(RECOVER_DEFAULTS.data) },
   { key: 'recoverBatch', help: 'sequences per training step', default: String(RECOVER_DEFAULTS.batch) },
+  { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (results do not depend on it)', default: 'the cores, at most 4' },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
 ];
 
@@ -134,6 +137,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
           data: raw.recoverData !== undefined ? int('recoverData', raw.recoverData, 1) : d.data,
           batch: raw.recoverBatch !== undefined ? int('recoverBatch', raw.recoverBatch, 1) : d.batch,
           ce: num('recoverCe', raw.recoverCe, d.ce, 0),
+          threads: raw.recoverThreads !== undefined ? int('recoverThreads', raw.recoverThreads, 1) : null,
         };
   const sizeBy = raw.sizeBy ?? 'total';
   if (sizeBy !== 'total' && sizeBy !== 'blocks') throw new UsageError(`reorder.sizeBy must be total or blocks, got "${sizeBy}"`);

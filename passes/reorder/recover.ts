@@ -10,15 +10,17 @@
  * Runs on the tfjs lowering of the IR (src/exec/autodiff): the same model definition every executor runs.
  */
 import { createHash } from 'node:crypto';
+import os from 'node:os';
+import { Worker } from 'node:worker_threads';
 import { mlpsOf } from '../../src/core/arch/units.js';
 import { layerNames } from '../../src/core/arch/names.js';
-import type { ModelSource } from '../../src/core/checkpoint/source.js';
+import type { ModelSource, TensorMeta } from '../../src/core/checkpoint/source.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { isMoeLayer } from '../../src/core/arch/spec.js';
 import { Rng } from '../../src/core/util/rng.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { TfModel, type LowRankTerm, type RunOptions } from '../../src/exec/autodiff/lower.js';
-import { cachedProfile } from '../../src/app/profile/store.js';
+import { cachedProfile, loadProfile, saveProfile, type ProfileData } from '../../src/app/profile/store.js';
 import { sliceSource } from '../../src/core/pipeline/elastic.js';
 import type { LevelLayer } from '../../src/core/records/elastic.js';
 import { tf } from '../../src/exec/autodiff/tf.js';
@@ -331,84 +333,217 @@ export interface RecoverRequest {
   heldOutKey: string;
   /** Training sequences and settings; null: measure only. */
   training: { seqs: number[][]; key: string; settings: RecoverSettings } | null;
+  /** Levels trained at once, each on a worker thread (1: in this thread). Default: the cores, at most 4. */
+  threads?: number;
   cacheDir?: string;
   progress?: Progress;
+}
+
+/** What one level's work produces: its profile (quality before/after, validation curve; adapters as arrays). */
+export type LevelProfile = ProfileData;
+
+/** The inputs every level shares (sent once to each worker thread). */
+export interface LevelWork {
+  heldOut: number[][];
+  split: { train: number[][][]; validation: number[][][] };
+  settings: RecoverSettings | null;
+}
+
+/**
+ * One thread's level worker: the reordered model as the teacher (loaded once), each level's slice as
+ * a student. The same code runs in this thread and in recovery worker threads.
+ */
+export class LevelTrainer {
+  private teacherModel: TfModel | undefined;
+  private reference: Int32Array[] | undefined;
+  private teacher: Teacher | undefined;
+
+  constructor(
+    readonly model: ModelSource,
+    readonly work: LevelWork,
+  ) {}
+
+  private async tfModel(): Promise<TfModel> {
+    return (this.teacherModel ??= await TfModel.load(this.model));
+  }
+
+  private async ref(): Promise<Int32Array[]> {
+    return (this.reference ??= await fullArgmax(await this.tfModel(), this.work.heldOut));
+  }
+
+  /** The full model's held-out quality (agreement 1 by definition). */
+  async full(): Promise<Quality> {
+    return measure(await this.tfModel(), this.work.heldOut, await this.ref(), {});
+  }
+
+  /** Measure the level, and with settings train its adapters and measure again. */
+  async level(layers: readonly LevelLayer[], progress: Progress = silentProgress): Promise<LevelProfile> {
+    const s = this.work.settings;
+    const student = await TfModel.load(sliceSource(this.model, [...layers], 'level'));
+    try {
+      const before = await measure(student, this.work.heldOut, await this.ref(), {});
+      if (!s) return { meta: { before }, arrays: {} };
+      const { train, validation: val } = this.work.split;
+      this.teacher ??= Teacher.create(await this.tfModel(), [...train, ...val]);
+      // The level's own seed follows its widths (as its cache key does), not its place in the list.
+      const levelSeed = createHash('sha256').update(`${s.seed}:${JSON.stringify(layers.map((w) => [w.kvGroups, w.qHeadsPerGroup, w.ffn]))}`).digest().readUInt32LE(0);
+      const { adapters, validation, bestStep } = await trainLevel(student, this.teacher, { train: train.length, validation: val.length }, s, levelSeed, progress);
+      if (!adapters) return { meta: { before, validation, bestStep }, arrays: {} };
+      const terms = lowRankTerms(adapters, s.rank, s.alpha / s.rank);
+      const after = await measure(student, this.work.heldOut, await this.ref(), { lowRank: terms });
+      for (const t of terms.values()) tf.dispose([t.at, t.bt]);
+      const arrays: Record<string, Float64Array> = {};
+      for (const a of adapters) {
+        arrays[`a:${a.weight}`] = Float64Array.from(a.a);
+        arrays[`b:${a.weight}`] = Float64Array.from(a.b);
+      }
+      return { meta: { before, after, validation, bestStep }, arrays };
+    } finally {
+      student.dispose();
+    }
+  }
+
+  dispose(): void {
+    this.teacher?.dispose();
+    this.teacherModel?.dispose();
+  }
 }
 
 /**
  * Measure every level on the held-out set (perplexity, greedy agreement with the full model) and,
  * with `training`, recover it and measure again. Each level is a cached profile (keyed by the
  * level's weights, the held-out and training sets and the settings), as is the full model's quality.
+ * Levels not cached are computed `threads` at a time (worker threads; the results do not depend on it).
  */
 export async function recoverLevels(req: RecoverRequest): Promise<{ full: Quality; levels: Map<string, LevelRecovery> }> {
   const progress = req.progress ?? silentProgress;
-  const base = await req.model.identity();
-  let teacherModel: TfModel | undefined;
-  let reference: Int32Array[] | undefined;
-  let teacher: Teacher | undefined;
-  const tfModel = async () => (teacherModel ??= await TfModel.load(req.model));
-  const ref = async () => (reference ??= await fullArgmax(await tfModel(), req.heldOut));
-  const s = req.training?.settings;
-  const split = req.training ? trainingBatches(req.training.seqs, s!.batch, s!.seed) : { train: [], validation: [] };
+  const s = req.training?.settings ?? null;
+  const work: LevelWork = {
+    heldOut: req.heldOut,
+    split: req.training ? trainingBatches(req.training.seqs, s!.batch, s!.seed) : { train: [], validation: [] },
+    settings: s,
+  };
+  const local = new LevelTrainer(req.model, work);
   try {
-    const fullProfile = await cachedProfile(req.cacheDir, 'level-quality', { model: base, heldOut: req.heldOutKey }, async () => ({
-      meta: { ...(await measure(await tfModel(), req.heldOut, await ref(), {})) },
+    const fullProfile = await cachedProfile(req.cacheDir, 'level-quality', { model: await req.model.identity(), heldOut: req.heldOutKey }, async () => ({
+      meta: { ...(await local.full()) },
       arrays: {},
     }));
     const full = fullProfile.meta as unknown as Quality;
-    const out = new Map<string, LevelRecovery>();
     const todo = req.levels.filter((lv) => !isFull(req.model, lv.layers));
-    if (s) progress.start(`reorder: recovering ${todo.length} levels (LoRA r=${s.rank}, ${s.steps} steps each)`, todo.length * s.steps);
+    const keyOf = async (lv: (typeof todo)[number]) => ({
+      level: await sliceSource(req.model, lv.layers, 'level').identity(),
+      heldOut: req.heldOutKey,
+      training: req.training ? { data: req.training.key, settings: s } : null,
+    });
+    const profiles = new Map<string, LevelProfile>();
+    const missing: typeof todo = [];
+    for (const lv of todo) {
+      const hit = req.cacheDir ? await loadProfile(req.cacheDir, 'level-recovery', await keyOf(lv)) : undefined;
+      if (hit) profiles.set(lv.id, hit);
+      else missing.push(lv);
+    }
+    const unit = s ? s.steps : 1;
+    if (s) progress.start(`reorder: recovering ${todo.length} levels (LoRA r=${s.rank}, ${s.steps} steps each)`, todo.length * unit);
     else progress.start('reorder: held-out quality per level', todo.length);
+    progress.tick((todo.length - missing.length) * unit);
+    const save = async (lv: (typeof todo)[number], data: LevelProfile) => {
+      profiles.set(lv.id, data);
+      if (req.cacheDir) await saveProfile(req.cacheDir, 'level-recovery', await keyOf(lv), data);
+      if (!s) progress.tick();
+    };
+    const threads = Math.min(req.threads ?? Math.min(4, os.availableParallelism()), missing.length);
+    if (threads > 1 && s && workerScript()) await inWorkers(req.model, work, missing, threads, progress, save);
+    else for (const lv of missing) await save(lv, await local.level(lv.layers, progress));
+    progress.done();
+
+    const out = new Map<string, LevelRecovery>();
     for (const lv of req.levels) {
-      if (!todo.includes(lv)) {
+      const p = profiles.get(lv.id);
+      if (!p) {
         out.set(lv.id, { before: full });
         continue;
       }
-      const sliced = sliceSource(req.model, lv.layers, `level ${lv.id}`);
-      const keyParts = { level: await sliced.identity(), heldOut: req.heldOutKey, training: req.training ? { data: req.training.key, settings: s } : null };
-      const prof = await cachedProfile(req.cacheDir, 'level-recovery', keyParts, async () => {
-        const student = await TfModel.load(sliced);
-        try {
-          const before = await measure(student, req.heldOut, await ref(), {});
-          if (!s) return { meta: { before }, arrays: {} };
-          teacher ??= Teacher.create(await tfModel(), [...split.train, ...split.validation]);
-          // The level's own seed follows its widths (as its cache key does), not its place in the list.
-          const levelSeed = createHash('sha256').update(`${s.seed}:${JSON.stringify(lv.layers.map((w) => [w.kvGroups, w.qHeadsPerGroup, w.ffn]))}`).digest().readUInt32LE(0);
-          const { adapters, validation, bestStep } = await trainLevel(student, teacher, { train: split.train.length, validation: split.validation.length }, s, levelSeed, progress);
-          if (!adapters) return { meta: { before, validation, bestStep }, arrays: {} };
-          const terms = lowRankTerms(adapters, s.rank, s.alpha / s.rank);
-          const after = await measure(student, req.heldOut, await ref(), { lowRank: terms });
-          for (const t of terms.values()) tf.dispose([t.at, t.bt]);
-          const arrays: Record<string, Float64Array> = {};
-          for (const a of adapters) {
-            arrays[`a:${a.weight}`] = Float64Array.from(a.a);
-            arrays[`b:${a.weight}`] = Float64Array.from(a.b);
-          }
-          return { meta: { before, after, validation, bestStep }, arrays };
-        } finally {
-          student.dispose();
-        }
-      });
-      if (!s) {
-        out.set(lv.id, { before: prof.meta.before as Quality });
-        progress.tick();
-        continue;
-      }
-      if (prof.cached) progress.tick(s.steps);
-      const meta = prof.meta as { before: Quality; after?: Quality; bestStep: number };
+      const meta = p.meta as { before: Quality; after?: Quality; bestStep?: number };
       if (!meta.after) {
-        out.set(lv.id, { before: meta.before, bestStep: 0 });
+        out.set(lv.id, { before: meta.before, ...(s ? { bestStep: 0 } : {}) });
         continue;
       }
-      const adapters = adapterTargets(sliced).map((t) => ({ ...t, a: Float32Array.from(prof.arrays[`a:${t.weight}`]), b: Float32Array.from(prof.arrays[`b:${t.weight}`]) }));
+      const sliced = sliceSource(req.model, lv.layers, 'level');
+      const adapters = adapterTargets(sliced).map((t) => ({ ...t, a: Float32Array.from(p.arrays[`a:${t.weight}`]), b: Float32Array.from(p.arrays[`b:${t.weight}`]) }));
       out.set(lv.id, { before: meta.before, after: meta.after, adapters, bestStep: meta.bestStep });
     }
-    progress.done();
     return { full, levels: out };
   } finally {
-    teacher?.dispose();
-    teacherModel?.dispose();
+    local.dispose();
+  }
+}
+
+/** The compiled worker script beside this module, or null when running from TypeScript sources (tests). */
+function workerScript(): URL | null {
+  return import.meta.url.endsWith('.js') ? new URL('./recover-worker.js', import.meta.url) : null;
+}
+
+/** What a worker thread gets: the reordered model's tensors in shared memory, and the shared work. */
+export interface WorkerInit {
+  spec: ModelSource['spec'];
+  assets: ModelSource['assets'];
+  description: string;
+  dir: string;
+  identity: string;
+  tensors: { meta: TensorMeta; buffer: SharedArrayBuffer }[];
+  work: LevelWork;
+}
+
+export type ToWorker = { job: { id: string; layers: LevelLayer[] } } | { exit: true };
+export type FromWorker = { tick: number } | { done: string; profile: { meta: Record<string, unknown>; arrays: Record<string, Float64Array> } } | { error: string };
+
+/** Train `levels` on `threads` worker threads, each holding the model once (shared memory) and taking levels in turn. */
+async function inWorkers(
+  model: ModelSource,
+  work: LevelWork,
+  levels: readonly { id: string; layers: LevelLayer[] }[],
+  threads: number,
+  progress: Progress,
+  save: (lv: { id: string; layers: LevelLayer[] }, data: LevelProfile) => Promise<void>,
+): Promise<void> {
+  const tensors: WorkerInit['tensors'] = [];
+  for (const meta of model.tensors) {
+    const data = await model.readF32(meta.name);
+    const buffer = new SharedArrayBuffer(data.byteLength);
+    new Float32Array(buffer).set(data);
+    tensors.push({ meta, buffer });
+  }
+  const init: WorkerInit = { spec: model.spec, assets: model.assets, description: model.description, dir: model.dir, identity: await model.identity(), tensors, work };
+  const queue = [...levels];
+  const pending: Promise<void>[] = [];
+  const workers: Worker[] = [];
+  try {
+    for (let i = 0; i < threads; i++) {
+      const worker = new Worker(workerScript()!, { workerData: init });
+      workers.push(worker);
+      pending.push(
+        new Promise<void>((resolve, reject) => {
+          let current: { id: string; layers: LevelLayer[] } | undefined;
+          const next = () => {
+            current = queue.shift();
+            worker.postMessage(current ? ({ job: current } satisfies ToWorker) : ({ exit: true } satisfies ToWorker));
+            if (!current) resolve();
+          };
+          worker.on('message', (m: FromWorker) => {
+            if ('tick' in m) progress.tick(m.tick);
+            else if ('error' in m) reject(new LlmcError(`recovery worker: ${m.error}`));
+            else save(current!, m.profile).then(next, reject);
+          });
+          worker.on('error', reject);
+          worker.on('exit', (code) => (code === 0 && !current ? resolve() : reject(new LlmcError(`recovery worker exited with code ${code}`))));
+          next();
+        }),
+      );
+    }
+    await Promise.all(pending);
+  } finally {
+    await Promise.all(workers.map((w) => w.terminate()));
   }
 }
 
