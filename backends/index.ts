@@ -8,5 +8,7 @@ import { gguf } from './gguf/index.js';
 import { ggufLevels } from './gguf-levels/index.js';
 import { hf } from './hf/index.js';
 import { ts } from './ts/index.js';
+import { cuda } from './cuda/index.js';
+import { tensorrtLlm } from './tensorrt-llm/index.js';
 
-export const TARGETS: TargetDescriptor<any>[] = [gguf, ggufLevels, hf, ts]; // eslint-disable-line @typescript-eslint/no-explicit-any
+export const TARGETS: TargetDescriptor<any>[] = [gguf, ggufLevels, hf, ts, cuda, tensorrtLlm]; // eslint-disable-line @typescript-eslint/no-explicit-any

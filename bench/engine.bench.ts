@@ -3,8 +3,9 @@
  * prefill tokens/s at 512 tokens and decode tokens/s, with the achieved GFLOP/s of prefill set
  * against a plain onnxruntime MatMul of the model's own shape measured in the same run (baseline).
  *
- * Standalone: `npx tsc -p tsconfig.json && node dist/bench/engine.bench.js [--quick]`.
+ * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/engine.bench.js [--quick]`.
  */
+import '../src/exec/engine/ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { Engine } from '../src/exec/engine/engine.js';

@@ -8,41 +8,18 @@
  *  - Q4_K_M as MB/s of f32 input per core (target ≥ 60);
  *  - F16 and Q8_0 again from the same model stored as F16 (`fromF16Checkpoint`).
  *
- * Standalone: `npx tsc -p tsconfig.json && node dist/bench/gguf.bench.js [--quick]`
+ * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/gguf.bench.js [--quick]`
  * (LLMC_BENCH_GGUF_QUANTS=F16,Q8_0 for a subset).
  */
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { cachedFixture, mbPerSec, repeat, REPO_ROOT, round, runIfMain, runNodeWithPeakRss, type BenchSuite } from './harness.js';
+import { cachedFixture, mbPerSec, plainCopy, repeat, REPO_ROOT, round, runIfMain, runNodeWithPeakRss, type BenchSuite } from './harness.js';
 
 const MB = 1e6;
 /** LLMC_BENCH_GGUF_QUANTS=F16,Q8_0 runs a subset (the K-quants are the slow part). */
 const QUANTS = (process.env.LLMC_BENCH_GGUF_QUANTS ?? 'F16,Q8_0,Q4_0,Q4_K_M').split(',').map((s) => s.trim()).filter(Boolean);
-
-/** Copy `files` into `dir` with a plain read/write loop; returns bytes copied. */
-async function plainCopy(files: string[], dir: string): Promise<number> {
-  const buf = Buffer.allocUnsafe(8 << 20);
-  let total = 0;
-  for (const f of files) {
-    const src = await fsp.open(f, 'r');
-    const dst = await fsp.open(path.join(dir, `copy-${path.basename(f)}`), 'w');
-    try {
-      for (let pos = 0; ; ) {
-        const { bytesRead } = await src.read(buf, 0, buf.length, pos);
-        if (bytesRead === 0) break;
-        await dst.write(buf, 0, bytesRead, pos);
-        pos += bytesRead;
-        total += bytesRead;
-      }
-    } finally {
-      await src.close();
-      await dst.close();
-    }
-  }
-  return total;
-}
 
 export const suite: BenchSuite = {
   name: 'gguf',

@@ -1,7 +1,6 @@
 /**
  * Benchmark plumbing: the suite interface, timing helpers, a cached fixture generator, and peak
- * RSS of a child process (measured inside the child with process.resourceUsage(), so it is the
- * child's own high-water mark, not a sampled guess).
+ * RSS of a child process (measured inside the child as its own VmHWM: see peak-rss.ts).
  */
 import { spawn } from 'node:child_process';
 import { existsSync, promises as fsp } from 'node:fs';
@@ -68,7 +67,7 @@ export interface ChildRun {
 
 /**
  * Run `node <script> ...args` and report its peak RSS: the script runs inside
- * dist/bench/peak-rss.js, which records process.resourceUsage().maxRSS when the process exits.
+ * dist/bench/peak-rss.js, which records the process's own VmHWM when it exits.
  */
 export async function runNodeWithPeakRss(script: string, args: string[], opts: { cwd?: string } = {}): Promise<ChildRun> {
   const wrapper = path.join(REPO_ROOT, 'dist/bench/peak-rss.js');
@@ -87,7 +86,7 @@ export async function runNodeWithPeakRss(script: string, args: string[], opts: {
   const wallMs = performance.now() - t;
   let peakRssBytes = NaN;
   try {
-    peakRssBytes = JSON.parse(await fsp.readFile(out, 'utf8')).maxRssKiB * 1024;
+    peakRssBytes = JSON.parse(await fsp.readFile(out, 'utf8')).vmHwmKiB * 1024;
   } finally {
     await fsp.rm(out, { force: true });
   }
@@ -104,4 +103,27 @@ export function runIfMain(moduleUrl: string, suite: Pick<BenchSuite, 'run'>): vo
       process.stderr.write(`${e instanceof Error ? e.stack : e}\n`);
       process.exitCode = 1;
     });
+}
+
+/** Copy `files` into `dir` with a plain read/write loop (8 MB buffer): the baseline export speeds are compared with; returns bytes copied. */
+export async function plainCopy(files: string[], dir: string): Promise<number> {
+  const buf = Buffer.allocUnsafe(8 << 20);
+  let total = 0;
+  for (const f of files) {
+    const src = await fsp.open(f, 'r');
+    const dst = await fsp.open(path.join(dir, `copy-${path.basename(f)}`), 'w');
+    try {
+      for (let pos = 0; ; ) {
+        const { bytesRead } = await src.read(buf, 0, buf.length, pos);
+        if (bytesRead === 0) break;
+        await dst.write(buf, 0, bytesRead, pos);
+        pos += bytesRead;
+        total += bytesRead;
+      }
+    } finally {
+      await src.close();
+      await dst.close();
+    }
+  }
+  return total;
 }

@@ -1,9 +1,11 @@
 /**
  * `node dist/bench/peak-rss.js <script> [args...]`: runs <script> (an ES module) in this process
- * as if it had been started directly, and when the process exits writes
- * {"maxRssKiB": process.resourceUsage().maxRSS} to the file named by $LLMC_PEAK_RSS_OUT.
+ * as if it had been started directly, and when the process exits writes {"vmHwmKiB"} — its own
+ * peak resident set (VmHWM of /proc/self/status) — to the file named by $LLMC_PEAK_RSS_OUT.
+ * Not process.resourceUsage().maxRSS: for a forked child that includes the parent's RSS at the fork
+ * (a do-nothing child of a 576 MB parent reports 576 MB while its VmHWM is 40 MB).
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -13,7 +15,17 @@ if (!script || !out) {
   process.stderr.write('usage: LLMC_PEAK_RSS_OUT=file node peak-rss.js <script> [args...]\n');
   process.exit(2);
 }
-process.on('exit', () => writeFileSync(out, JSON.stringify({ maxRssKiB: process.resourceUsage().maxRSS })));
+/** This process's own peak RSS in KiB (Linux); maxRSS where /proc is absent. */
+export function vmHwmKiB(): number {
+  try {
+    const m = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    if (m) return Number(m[1]);
+  } catch {
+    /* not Linux */
+  }
+  return process.resourceUsage().maxRSS;
+}
+process.on('exit', () => writeFileSync(out, JSON.stringify({ vmHwmKiB: vmHwmKiB() })));
 const abs = path.resolve(script);
 process.argv = [process.argv[0], abs, ...args];
 await import(pathToFileURL(abs).href);

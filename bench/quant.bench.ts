@@ -4,7 +4,7 @@
  * Target (issue 3): Q4_K >= 60 MB/s per core. The K-quants also report their JS fallback (no wasm
  * kernels) on one thread, on a quarter of the input.
  *
- * Standalone: `npx tsc -p tsconfig.json && node dist/bench/quant.bench.js [--quick] [--types Q4_K,Q8_0]`.
+ * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/quant.bench.js [--quick] [--types Q4_K,Q8_0]`.
  */
 import os from 'node:os';
 import path from 'node:path';

@@ -2,7 +2,7 @@
  * Pass `reorder`: the level × provider held-out perplexity table (with a random-order baseline),
  * each provider's wall time, and the TS runtime's level-switch cost as a fraction of one
  * 128-token prefill (target < 1%).
- * Standalone: `npx tsc -p tsconfig.json && node dist/bench/reorder.bench.js [--quick]`.
+ * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/reorder.bench.js [--quick]`.
  */
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';

@@ -4,7 +4,7 @@
  * checkpoint in the same run (1 intra-op thread, and onnxruntime's default), with ratios.
  * Targets (issue 4): stories260K decode ≥ 1× onnxruntime; 30M decode ≥ 0.5× onnxruntime single-thread.
  *
- * Standalone: `npx tsc -p tsconfig.json && node dist/bench/runtime.bench.js [--quick]`.
+ * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/runtime.bench.js [--quick]`.
  */
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';

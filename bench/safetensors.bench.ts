@@ -7,7 +7,7 @@
  *  - peak RSS of `llmc inspect` and of a full tensor-by-tensor read (child processes), against
  *    1.5 × the largest tensor + 200 MB.
  *
- * Standalone: `npx tsc -p tsconfig.json && node dist/bench/safetensors.bench.js [--quick]`.
+ * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/safetensors.bench.js [--quick]`.
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';

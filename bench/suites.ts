@@ -6,6 +6,10 @@ import { suite as quant } from './quant.bench.js';
 import { suite as runtime } from './runtime.bench.js';
 import { suite as reorder } from './reorder.bench.js';
 import { suite as gguf } from './gguf.bench.js';
+import { suite as fuzz } from './fuzz.bench.js';
+import { suite as experts } from './experts.bench.js';
+import { suite as treeSearch } from './tree-search.bench.js';
+import { suite as cuda } from './cuda.bench.js';
 import { suite as recovery } from './recovery.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
@@ -21,5 +25,9 @@ export const SUITES: SuiteEntry[] = [
   runtime,
   reorder,
   gguf,
+  fuzz,
+  experts,
+  treeSearch,
+  cuda,
   recovery,
 ];

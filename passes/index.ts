@@ -3,6 +3,8 @@
  * Add a pass by adding its folder and one line here (docs/architecture.md).
  */
 import type { PassDescriptor } from '../src/core/pipeline/pass.js';
+import { expertBits } from './expert-bits/index.js';
 import { reorder } from './reorder/index.js';
+import { treeSearch } from './tree-search/index.js';
 
-export const PASSES: PassDescriptor<any>[] = [reorder]; // eslint-disable-line @typescript-eslint/no-explicit-any
+export const PASSES: PassDescriptor<any>[] = [reorder, expertBits, treeSearch]; // eslint-disable-line @typescript-eslint/no-explicit-any

@@ -1,11 +1,11 @@
 /**
  * Ctrl-C (SIGINT) and SIGTERM during a compile, through the real CLI: exit 130 / 143, one line on
  * stderr, and the file system as it was — no temp file left, an output directory the run created
- * removed, a pre-existing one holding only what it held. The signal is sent once the GGUF's temp file
- * exists, i.e. mid-write.
+ * removed, an existing artifact being replaced left intact, byte for byte. The signal is sent once
+ * the GGUF's temp file exists, i.e. mid-write.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -35,8 +35,11 @@ async function interrupt(out: string, signal: NodeJS.Signals): Promise<{ code: n
   let caught = false;
   let done = false;
   void exited.then(() => (done = true));
+  // A new directory is written in place; an existing artifact is rebuilt beside it, then swapped in.
+  const beside = path.join(path.dirname(out), `.${path.basename(out)}.llmc-${child.pid}`);
+  const writing = (dir: string) => existsSync(dir) && readdirSync(dir).some((f) => f.endsWith('.tmp'));
   while (!done && !caught) {
-    caught = existsSync(out) && readdirSync(out).some((f) => f.endsWith('.tmp'));
+    caught = writing(out) || writing(beside);
     if (!caught) await sleep(5);
   }
   if (caught) child.kill(signal);
@@ -54,13 +57,17 @@ describe('interrupting a compile', () => {
     expect(existsSync(out)).toBe(false);
   }, 60_000);
 
-  it('SIGTERM: exit 143, and a pre-existing output directory holds only what it held', async () => {
+  it('SIGTERM: exit 143, and the artifact it was replacing is intact, byte for byte', async () => {
     const out = path.join(tmp, 'out-term');
     mkdirSync(out);
-    writeFileSync(path.join(out, 'keep.txt'), 'mine');
+    // An existing artifact (what the manifest makes one), with a file of its own.
+    writeFileSync(path.join(out, 'llmc-manifest.json'), '{"format":"llmc-artifact"}');
+    writeFileSync(path.join(out, 'weights.bin'), 'old weights');
     const r = await interrupt(out, 'SIGTERM');
     expect(r.caught, 'the compile finished before its temp file was seen').toBe(true);
     expect(r.code).toBe(143);
-    expect(readdirSync(out)).toEqual(['keep.txt']);
+    expect(readdirSync(out).sort()).toEqual(['llmc-manifest.json', 'weights.bin']);
+    expect(readFileSync(path.join(out, 'weights.bin'), 'utf8')).toBe('old weights');
+    expect(readdirSync(tmp).filter((f) => f.startsWith('.out-term'))).toEqual([]);
   }, 60_000);
 });

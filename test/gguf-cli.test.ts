@@ -119,13 +119,16 @@ describe('gguf target: bad input', () => {
     closeSync(fd);
     const out = path.join(tmp, 'nan-out');
     mkdirSync(out);
-    writeFileSync(path.join(out, 'keep.txt'), 'user file'); // an existing file in the output dir survives
+    // An existing artifact in the output dir, which the failed compile must leave as it was.
+    writeFileSync(path.join(out, 'llmc-manifest.json'), '{}');
+    writeFileSync(path.join(out, 'keep.txt'), 'its file');
     const r = await run(['compile', src, '--target', 'gguf', '--quant', 'Q8_0', '-o', out]);
     expect(r.code).toBe(1);
     expect(r.errLines).toHaveLength(1);
     expect(r.errLines[0]).toContain(`tensor "${victim}" holds a non-finite value (NaN) at element 10`);
     expect(leftovers(out)).toEqual([]);
-    expect(readdirSync(out)).toEqual(['keep.txt']);
+    expect(readdirSync(out).sort()).toEqual(['keep.txt', 'llmc-manifest.json']);
+    expect(readdirSync(tmp).filter((f) => f.startsWith('.nan-out'))).toEqual([]);
   });
 
   it('a truncated safetensors file: one line naming it', async () => {

@@ -107,6 +107,6 @@ describe('load() rejects bad artifacts with one clear error', () => {
     expect((await loadError(edit((m) => (m.targetInfo.tensors[1].offset += 2)), weights)).message).toMatch(/not 64-byte aligned/);
     expect((await loadError(edit((m) => (m.targetInfo.tensors[1].offset = m.targetInfo.tensors[0].offset)), weights)).message).toMatch(/overlap/);
     expect((await loadError(edit((m) => m.targetInfo.tensors.splice(4, 1)), weights)).message).toMatch(/is missing from the tensor table/);
-    expect((await loadError(edit((m) => (m.targetInfo.tensors[0].format = 'Q3_K')), weights)).message).toMatch(/unknown format "Q3_K"/);
+    expect((await loadError(edit((m) => (m.targetInfo.tensors[0].format = 'Q5_K')), weights)).message).toMatch(/unknown format "Q5_K"/);
   });
 });

@@ -56,7 +56,7 @@ function expectClose(got: Float32Array, want: Float64Array) {
   expect(maxErr / maxRef).toBeLessThan(2e-6); // f32 accumulation (wasm) over 512 terms stays well inside this
 }
 
-const FORMATS: WeightFormat[] = ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q5_0', 'Q4_K'];
+const FORMATS: WeightFormat[] = ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q5_0', 'Q4_K', 'Q2_K', 'Q3_K', 'Q6_K'];
 
 describe('runtime matmul kernels', () => {
   it('WebAssembly SIMD is available here (else the F32/Q8_0 wasm cases below test nothing new)', () => {

@@ -109,7 +109,7 @@ describe('ts target artifact', () => {
 
   it('rejects a --quant the runtime cannot run, before writing anything', async () => {
     const out = path.join(tmp, 'bad-quant');
-    await expect(compileTs(STORIES, out, 'Q6_K')).rejects.toThrow(/unknown quant type "Q6_K" for target ts/);
+    await expect(compileTs(STORIES, out, 'Q5_K')).rejects.toThrow(/unknown quant type "Q5_K" for target ts/);
     expect(await fsp.readdir(out).catch(() => [])).toEqual([]);
   });
 });

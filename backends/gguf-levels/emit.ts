@@ -13,24 +13,40 @@
 import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
 import { mergeAdapters, sliceSource, uniformWidth } from '../../src/core/pipeline/elastic.js';
-import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
+import type { EmitContext, EmitPlan, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import { evolve, type CompileUnit } from '../../src/core/pipeline/unit.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
 import { ensureOutputDir } from '../../src/core/util/atomic.js';
 import { ggufTarget } from '../gguf/emit.js';
 
+/** Each elastic level as its own sliced unit, its recovery adapters (if any) merged in: W + scale·B·A. */
+function levelUnits(unit: CompileUnit) {
+  const md = findRecord(unit.records, ELASTIC_LEVELS);
+  if (!md) throw new LlmcError('internal: gguf-levels without an elastic-prefix record (the pass manager checks this)');
+  return md.levels.map((lv) => {
+    if (!uniformWidth(lv.layers)) throw new LlmcError(`level ${lv.id} has per-layer widths; a llama GGUF needs one width for all layers`);
+    return { lv, unit: evolve(unit, { source: mergeAdapters(sliceSource(unit.source, lv.layers, `level ${lv.id}`), unit.annotations, lv.id) }) };
+  });
+}
+
 export const ggufLevelsTarget: Target = {
+  async plan(unit, ctx) {
+    const out: EmitPlan = { files: [], tensors: [], notes: [] };
+    for (const { lv, unit: level } of levelUnits(unit)) {
+      const p = await ggufTarget.plan!(level, ctx);
+      out.files.push(...p.files.map((f) => ({ ...f, path: `${lv.id}/${f.path}` })));
+      out.tensors.push(...p.tensors.map((t) => ({ ...t, name: `${lv.id}/${t.name}` })));
+      out.notes.push(...p.notes.map((n) => `${lv.id}: ${n}`));
+    }
+    return out;
+  },
+
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
-    const md = findRecord(unit.records, ELASTIC_LEVELS);
-    if (!md) throw new LlmcError('internal: gguf-levels without an elastic-prefix record (the pass manager checks this)');
     const files: string[] = [];
     const levels: Record<string, unknown>[] = [];
-    for (const lv of md.levels) {
-      if (!uniformWidth(lv.layers)) throw new LlmcError(`level ${lv.id} has per-layer widths; a llama GGUF needs one width for all layers`);
+    for (const { lv, unit: level } of levelUnits(unit)) {
       const dir = path.join(ctx.outDir, lv.id);
       await ensureOutputDir(dir);
-      // The level's recovery adapters (if any) merged into its slice: W + scale·B·A.
-      const level = evolve(unit, { source: mergeAdapters(sliceSource(unit.source, lv.layers, `level ${lv.id}`), unit.annotations, lv.id) });
       const r = await ggufTarget.emit(level, { ...ctx, outDir: dir });
       files.push(...r.files.map((f) => `${lv.id}/${f}`));
       levels.push({

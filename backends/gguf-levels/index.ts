@@ -20,4 +20,5 @@ export const ggufLevels: TargetDescriptor = {
   quantBlock: ggufQuantBlock,
   requires: [ELASTIC_LEVELS],
   load: async () => (await import('./emit.js')).ggufLevelsTarget,
+  open: async (a, o) => (await import('./run.js')).openGgufLevels(a, o),
 };

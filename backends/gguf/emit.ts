@@ -6,7 +6,7 @@ import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
 import { numel } from '../../src/core/checkpoint/index.js';
 import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/core/quant/index.js';
-import type { EmitContext, EmitResult, FormatRequest, Target } from '../../src/core/pipeline/target.js';
+import { unmatchedPatterns, type EmitContext, type EmitResult, type FormatRequest, type Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit, TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
@@ -16,7 +16,7 @@ import { chooseTensorType, DEFAULT_QUANT, parseQuant, parseTensorType, type Mode
 import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
 import { ChunkBuffers, tensorChunks, type RawDtype } from './stream.js';
 import { convertTokenizer, placeholderVocab } from './vocab.js';
-import { GgufFileWriter, type GgufTensorInfo } from './writer.js';
+import { GgufFileWriter, layoutGguf, type GgufTensorInfo } from './writer.js';
 
 export const GGUF_FILE = 'model.gguf';
 /** Values per streamed chunk (16 MB of f32): memory follows this, not the largest tensor. */
@@ -42,6 +42,7 @@ export function planGguf(source: ModelSource, formats: FormatRequest, annotation
   const choice = parseQuant(formats.quant, DEFAULT_QUANT);
   const overrides = formats.tensorTypes.map((o) => ({ pattern: o.pattern, type: parseTensorType(o.type) }));
   const { arch, tensors, ignored } = planTensors(source);
+  unmatchedPatterns(formats.tensorTypes, tensors.map((t) => t.name));
   const spec = source.spec;
   const notes: string[] = [];
   if (ignored.length) notes.push(`ignored ${ignored.length} tensor(s) llama.cpp does not use: ${ignored.slice(0, 5).join(', ')}${ignored.length > 5 ? ', ...' : ''}`);
@@ -83,24 +84,40 @@ function modelName(dir: string): string {
   return path.basename(path.resolve(dir)) || 'model';
 }
 
+/** Everything about the file but the tensor data: types, metadata, vocabulary, tensor infos. */
+function prepare(unit: CompileUnit, formats: FormatRequest) {
+  const { source } = unit;
+  const plan = planGguf(source, formats, unit.annotations);
+  const meta = modelMetadata(source.spec, plan.arch, { name: modelName(source.dir), fileType: plan.choice.fileType });
+  const tokFile = path.join(source.dir, 'tokenizer.json');
+  const vocab = source.assets.tokenizer
+    ? convertTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig, source.spec, tokFile)
+    : placeholderVocab(source.spec);
+  const notes = [...plan.notes, ...meta.notes, ...vocab.notes];
+  const infos: GgufTensorInfo[] = plan.tensors.map((t) => ({
+    name: t.name,
+    ne: t.ne,
+    ggmlType: QUANT_TYPES[t.type].ggmlType,
+    nbytes: rowBytes(t.type, t.ne[0]) * (numel(t.shape) / t.ne[0]),
+  }));
+  return { plan, meta, vocab, notes, infos };
+}
+
 export const ggufTarget: Target = {
+  async plan(unit, ctx) {
+    const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);
+    const fileSize = layoutGguf([...meta.kvs, ...vocab.kvs], infos).fileSize;
+    return {
+      files: [{ path: GGUF_FILE, bytes: fileSize }],
+      tensors: plan.tensors.map((t, i) => ({ name: t.name, sources: t.sources, format: t.type, bytes: infos[i].nbytes })),
+      notes,
+    };
+  },
+
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
     const { source } = unit;
-    const plan = planGguf(source, ctx.formats, unit.annotations);
-    const meta = modelMetadata(source.spec, plan.arch, { name: modelName(source.dir), fileType: plan.choice.fileType });
-    const tokFile = path.join(source.dir, 'tokenizer.json');
-    const vocab = source.assets.tokenizer
-      ? convertTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig, source.spec, tokFile)
-      : placeholderVocab(source.spec);
-    const notes = [...plan.notes, ...meta.notes, ...vocab.notes];
+    const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);
     for (const n of notes) ctx.note(n);
-
-    const infos: GgufTensorInfo[] = plan.tensors.map((t) => ({
-      name: t.name,
-      ne: t.ne,
-      ggmlType: QUANT_TYPES[t.type].ggmlType,
-      nbytes: rowBytes(t.type, t.ne[0]) * (numel(t.shape) / t.ne[0]),
-    }));
     const finalPath = path.join(ctx.outDir, GGUF_FILE);
     const writer = await GgufFileWriter.open(finalPath, [...meta.kvs, ...vocab.kvs], infos);
     const sourceBytes = plan.tensors.reduce((a, t) => a + numel(t.shape) * 4, 0);
@@ -129,7 +146,8 @@ export const ggufTarget: Target = {
       let previous: Encoded | null = null;
       for (const t of plan.tensors) {
         // Raw source bits where an encoder takes them directly: bf16 (several types), f16 (to F16).
-        const raw: RawDtype[] = [...(encodesBf16(t.type, t.ne[0]) ? ['BF16' as const] : []), ...(t.type === 'F16' ? ['F16' as const] : [])];
+        // (Not with --allow-nonfinite: the direct encoders refuse Inf/NaN as they go.)
+        const raw: RawDtype[] = source.allowNonFinite ? [] : [...(encodesBf16(t.type, t.ne[0]) ? ['BF16' as const] : []), ...(t.type === 'F16' ? ['F16' as const] : [])];
         for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, raw, buffers })) {
           const bytes = encoder.encode(t.type, chunk, t.ne[0]);
           bytes.catch(() => {}); // surfaced when written
@@ -151,6 +169,7 @@ export const ggufTarget: Target = {
     const counts: Record<string, number> = {};
     for (const t of plan.tensors) counts[t.type] = (counts[t.type] ?? 0) + 1;
     return {
+      tensors: plan.tensors.map((t, k) => ({ name: t.name, sources: t.sources, format: t.type, bytes: infos[k].nbytes })),
       files: [GGUF_FILE],
       targetInfo: {
         format: 'gguf',

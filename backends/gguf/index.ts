@@ -26,5 +26,7 @@ export const gguf: TargetDescriptor = {
   capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: true, perExpertFormats: false, qdq: false, chunkGraphs: false },
   quantBlock: ggufQuantBlock,
   requires: [],
+  singleFile: { extension: '.gguf', file: 'model.gguf' },
   load: async () => (await import('./emit.js')).ggufTarget,
+  open: async (a, o) => (await import('./run.js')).openGguf(a, o),
 };

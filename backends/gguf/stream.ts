@@ -13,6 +13,7 @@ import { DTYPE_BYTES, numel, readStoredRange, type ModelSource } from '../../src
 import { bf16ToF32, f16ToF32 } from '../../src/core/util/half.js';
 import { bf16ToF32Into, f16ToF32Into } from '../../src/core/quant/bf16.js';
 import { LlmcError } from '../../src/core/errors.js';
+import { nonFiniteError } from '../../src/core/checkpoint/finite.js';
 import { ioError } from '../../src/core/util/atomic.js';
 import { permuteRotaryRows, type TensorPlan } from './tensors.js';
 
@@ -35,7 +36,7 @@ export interface Chunk {
 }
 
 function nonFinite(c: Chunk, i: number, value: number, where: string): LlmcError {
-  return new LlmcError(`tensor "${c.source}" holds a non-finite value (${value}) at element ${c.offset + i}`, where);
+  return nonFiniteError(c.source, value, c.offset + i, where);
 }
 
 function checkFinite(c: Chunk, where: string): void {
@@ -141,7 +142,7 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
   if (t.computed) {
     const data = t.computed();
     const c = { data, length: data.length, source: t.name, offset: 0 };
-    checkFinite(c, source.description);
+    if (!source.allowNonFinite) checkFinite(c, source.description);
     yield c;
     return;
   }
@@ -158,7 +159,7 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
     /** `finite`: already known to hold no Inf/NaN (the half-float decoders check as they go). */
     const finish = (data: Float32Array, r0: number, finite = false): Chunk => {
       const c = { data, length: data.length, source: name, offset: r0 * rowLen };
-      if (!finite) checkFinite(c, source.description);
+      if (!finite && !source.allowNonFinite) checkFinite(c, source.description);
       if (t.permuteHeads) c.data = permuteRotaryRows(data, data.length / rowLen, (data.length / rowLen) / headRows);
       return c;
     };
@@ -224,7 +225,7 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
           if (half) {
             const bits = new Uint16Array(raw.buffer, raw.byteOffset, n);
             // The decoders' output is garbage where the input is Inf/NaN: find those in the bits.
-            if (!TO_F32[half](bits, data)) finishRaw(half, bits, r0).failNonFinite!();
+            if (!TO_F32[half](bits, data) && !source.allowNonFinite) finishRaw(half, bits, r0).failNonFinite!();
             yield finish(data, r0, true);
             k = kNext;
             continue;

@@ -5,8 +5,7 @@
  * `--quant` picks the float dtype (F32 | F16 | BF16); default: each tensor's source dtype.
  */
 import path from 'node:path';
-import { fromF32, type FloatDType } from '../../src/core/checkpoint/safetensors.js';
-import { writeSafetensors } from '../../src/core/checkpoint/safetensors.js';
+import { DTYPE_BYTES, fromF32, numel, safetensorsLayout, writeSafetensors, type FloatDType } from '../../src/core/checkpoint/safetensors.js';
 import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
@@ -17,13 +16,48 @@ const TORCH_DTYPE: Record<FloatDType, string> = { F32: 'float32', F16: 'float16'
 
 export const WEIGHTS_FILE = 'model.safetensors';
 
+/** The dtype each tensor is written in: --quant (validated: one of HF_FORMATS), else its source dtype. */
+function dtypes(formats: EmitContext['formats']) {
+  const forced = formats.quant as FloatDType | undefined;
+  return { forced, dtypeOf: (d: string): FloatDType => forced ?? ((HF_FORMATS as readonly string[]).includes(d) ? (d as FloatDType) : 'F32') };
+}
+
+/** config.json as written (torch_dtype follows --quant). */
+function configText(unit: CompileUnit, forced: FloatDType | undefined): string {
+  const config = { ...unit.source.assets.config };
+  if (forced) config.torch_dtype = TORCH_DTYPE[forced];
+  return JSON.stringify(config, null, 2) + '\n';
+}
+
+const carried = (unit: CompileUnit): [string, string][] =>
+  (
+    [
+      ['tokenizer.json', unit.source.assets.tokenizer],
+      ['tokenizer_config.json', unit.source.assets.tokenizerConfig],
+      ['generation_config.json', unit.source.assets.generationConfig],
+    ] as [string, string | undefined][]
+  ).filter((f): f is [string, string] => f[1] !== undefined);
+
 export const hfTarget: Target = {
+  async plan(unit, ctx) {
+    const { forced, dtypeOf } = dtypes(ctx.formats);
+    const tensors = unit.source.tensors.map((t) => ({ name: t.name, dtype: dtypeOf(t.dtype), shape: t.shape }));
+    const { fileSize } = safetensorsLayout(tensors);
+    return {
+      files: [
+        { path: WEIGHTS_FILE, bytes: fileSize },
+        { path: 'config.json', bytes: Buffer.byteLength(configText(unit, forced)) },
+        ...carried(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) })),
+      ],
+      tensors: tensors.map((t) => ({ name: t.name, sources: [t.name], format: t.dtype, bytes: numel(t.shape) * DTYPE_BYTES[t.dtype] })),
+      notes: [],
+    };
+  },
+
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
     const { source } = unit;
     const { outDir } = ctx;
-    // --quant arrives validated (one of HF_FORMATS); absent: each tensor keeps its source dtype.
-    const forced = ctx.formats.quant as FloatDType | undefined;
-    const dtypeOf = (d: string): FloatDType => forced ?? ((HF_FORMATS as readonly string[]).includes(d) ? (d as FloatDType) : 'F32');
+    const { forced, dtypeOf } = dtypes(ctx.formats);
     ctx.progress.start('hf: writing safetensors', source.tensors.length);
     await writeSafetensors(
       path.join(outDir, WEIGHTS_FILE),
@@ -39,23 +73,19 @@ export const hfTarget: Target = {
       })),
     );
     ctx.progress.done();
-    const config = { ...source.assets.config };
-    if (forced) config.torch_dtype = TORCH_DTYPE[forced];
     const files = [WEIGHTS_FILE, 'config.json'];
-    await writeFileAtomic(path.join(outDir, 'config.json'), JSON.stringify(config, null, 2) + '\n');
-    const carried: [string, string | undefined][] = [
-      ['tokenizer.json', source.assets.tokenizer],
-      ['tokenizer_config.json', source.assets.tokenizerConfig],
-      ['generation_config.json', source.assets.generationConfig],
-    ];
-    for (const [name, text] of carried) {
-      if (text === undefined) continue;
+    await writeFileAtomic(path.join(outDir, 'config.json'), configText(unit, forced));
+    for (const [name, text] of carried(unit)) {
       await writeFileAtomic(path.join(outDir, name), text);
       files.push(name);
     }
     const adapters = await writePeftAdapters(unit, outDir);
     files.push(...adapters.files);
-    return { files, targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source', ...(adapters.levels.length ? { adapters: adapters.levels } : {}) } };
+    return {
+      files,
+      targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source', ...(adapters.levels.length ? { adapters: adapters.levels } : {}) },
+      tensors: source.tensors.map((t) => ({ name: t.name, sources: [t.name], format: dtypeOf(t.dtype), bytes: numel(t.shape) * DTYPE_BYTES[dtypeOf(t.dtype)] })),
+    };
   },
 };
 

@@ -11,4 +11,5 @@ export const hf: TargetDescriptor = {
   quantBlock: () => 1,
   requires: [],
   load: async () => (await import('./emit.js')).hfTarget,
+  open: async (a, o) => (await import('./run.js')).openHf(a, o),
 };

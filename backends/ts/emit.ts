@@ -25,7 +25,7 @@ import {
 } from '../../src/exec/runtime/format.js';
 import { AtomicFile, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { tensorRoles, type TensorRole } from '../../src/core/arch/names.js';
-import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
+import { unmatchedPatterns, type EmitContext, type EmitResult, type Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 
 /** The ts target's default --quant. */
@@ -65,21 +65,50 @@ function encode(format: WeightFormat, data: Float32Array, rowLength: number): Ui
   return quantize(format as QuantType, data, rowLength);
 }
 
+/** Every tensor's format (decided before anything is written: a tensor that cannot be written fails first), and a note on fallbacks. */
+function planFormats(unit: CompileUnit, formats: EmitContext['formats']) {
+  const quant = (formats.quant ?? TS_DEFAULT_FORMAT) as WeightFormat;
+  const roles = tensorRoles(unit.source.spec);
+  unmatchedPatterns(formats.tensorTypes, unit.source.tensors.map((t) => t.name));
+  const plan = unit.source.tensors.map((t) => ({
+    meta: t,
+    ...chooseFormat(t.name, t.shape, roles.get(t.name), quant, unit.annotations.get(t.name)?.format, formats.tensorTypes),
+  }));
+  const fallbacks = plan.filter((p) => p.note);
+  const notes: string[] = [];
+  if (fallbacks.length) {
+    const kinds = [...new Set(fallbacks.map((p) => p.format))].join('/');
+    notes.push(`${fallbacks.length} tensor(s) have rows that are not whole ${quant} blocks and were written as ${kinds} (e.g. ${fallbacks[0].note})`);
+  }
+  return { quant, plan, notes };
+}
+
+/** The files besides weights.bin: the tokenizer's, carried as they are. */
+const carriedFiles = (unit: CompileUnit): [string, string][] =>
+  (
+    [
+      ['tokenizer.json', unit.source.assets.tokenizer],
+      ['tokenizer_config.json', unit.source.assets.tokenizerConfig],
+    ] as [string, string | undefined][]
+  ).filter((f): f is [string, string] => f[1] !== undefined);
+
 export const tsTarget: Target = {
+  async plan(unit, ctx) {
+    const { plan, notes } = planFormats(unit, ctx.formats);
+    let size = 0;
+    const tensors = plan.map((p) => {
+      const bytes = formatTensorBytes(p.format, p.meta.shape)!;
+      size += alignUp(bytes);
+      return { name: p.meta.name, sources: [p.meta.name], format: p.format, bytes };
+    });
+    const files = [{ path: WEIGHTS_FILE, bytes: size }, ...carriedFiles(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) }))];
+    return { files, tensors, notes };
+  },
+
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
-    const quant = (ctx.formats.quant ?? TS_DEFAULT_FORMAT) as WeightFormat;
     const { source } = unit;
-    const roles = tensorRoles(source.spec);
-    // Decide every format first: a tensor that cannot be written fails before anything is.
-    const plan = source.tensors.map((t) => ({
-      meta: t,
-      ...chooseFormat(t.name, t.shape, roles.get(t.name), quant, unit.annotations.get(t.name)?.format, ctx.formats.tensorTypes),
-    }));
-    const fallbacks = plan.filter((p) => p.note);
-    if (fallbacks.length) {
-      const kinds = [...new Set(fallbacks.map((p) => p.format))].join('/');
-      ctx.note(`${fallbacks.length} tensor(s) have rows that are not whole ${quant} blocks and were written as ${kinds} (e.g. ${fallbacks[0].note})`);
-    }
+    const { quant, plan, notes } = planFormats(unit, ctx.formats);
+    for (const n of notes) ctx.note(n);
 
     const adapters = levelAdapters(unit);
     const out = await AtomicFile.open(path.join(ctx.outDir, WEIGHTS_FILE));
@@ -110,14 +139,9 @@ export const tsTarget: Target = {
     }
 
     const files = [WEIGHTS_FILE];
-    const assets = source.assets;
-    if (assets.tokenizer !== undefined) {
-      await writeFileAtomic(path.join(ctx.outDir, 'tokenizer.json'), assets.tokenizer);
-      files.push('tokenizer.json');
-    }
-    if (assets.tokenizerConfig !== undefined) {
-      await writeFileAtomic(path.join(ctx.outDir, 'tokenizer_config.json'), assets.tokenizerConfig);
-      files.push('tokenizer_config.json');
+    for (const [name, text] of carriedFiles(unit)) {
+      await writeFileAtomic(path.join(ctx.outDir, name), text);
+      files.push(name);
     }
     const targetInfo: TsTargetInfo = {
       format: TS_FORMAT,
@@ -128,7 +152,11 @@ export const tsTarget: Target = {
       tensors,
       ...(Object.keys(adapters.table).length ? { adapters: adapters.table } : {}),
     };
-    return { files, targetInfo: targetInfo as unknown as Record<string, unknown> };
+    return {
+      files,
+      targetInfo: targetInfo as unknown as Record<string, unknown>,
+      tensors: tensors.map((e) => ({ name: e.name, sources: [e.name], format: e.format, bytes: e.bytes })),
+    };
   },
 };
 

@@ -13,7 +13,7 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { TfModel } from '../../src/exec/autodiff/lower.js';
 import { Engine } from '../../src/exec/engine/index.js';
 import { UsageError } from '../../src/core/errors.js';
-import { calibrationSet, textFileSpec, trainingSet } from '../../src/app/profile/calibration.js';
+import { calibrationSet, textFileSpec, trainingSet, type CalibrationSet } from '../../src/app/profile/calibration.js';
 import { cachedProfile } from '../../src/app/profile/store.js';
 import type { Pass, PassContext } from '../../src/core/pipeline/pass.js';
 import { evolve } from '../../src/core/pipeline/unit.js';
@@ -60,6 +60,94 @@ const scoresFrom = (arrays: Record<string, Float64Array>, source: ModelSource): 
   };
 };
 
+/**
+ * The pass's measurements, each a cached profile (kind, key): the calibration set, the loss with each
+ * layer skipped, and unit importance per provider. `run` and the `profile` hook both go through
+ * here, so a profile directory holds exactly what a compile looks up. The engine and the tfjs model
+ * open on first use: a run whose profiles are all cached builds neither.
+ */
+class Measurements {
+  private opened?: Engine;
+  private tfm?: TfModel;
+  private checkpoint?: Promise<string>;
+  /** Provider wall times (ms, as first computed). */
+  readonly timeMs: Record<string, number> = {};
+
+  constructor(
+    private readonly source: ModelSource,
+    private readonly o: ReorderOptions,
+    private readonly cacheDir: PassContext['cacheDir'],
+    private readonly progress: Progress,
+    private readonly notes: string[],
+  ) {}
+
+  readonly engine = async () => (this.opened ??= await Engine.open(this.source));
+  private tf = async () => (this.tfm ??= await TfModel.load(this.source, (m) => this.notes.push(m)));
+  private identity = () => (this.checkpoint ??= this.source.identity());
+
+  async calibration(): Promise<CalibrationSet> {
+    const o = this.o;
+    return calibrationSet(
+      this.source,
+      { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
+      { cacheDir: this.cacheDir, engine: this.engine, progress: this.progress },
+    );
+  }
+
+  /** Loss of the calibration batch with each layer replaced by identity, and of the full model. */
+  async layerLoss(calib: CalibrationSet): Promise<{ layerLoss: number[]; baseLoss: number }> {
+    const { source, progress } = this;
+    const L = source.spec.numLayers;
+    const prof = await cachedProfile(this.cacheDir, 'layer-loss', { checkpoint: await this.identity(), calibration: calib.key }, async () => {
+      const base = Math.log(await (await this.engine()).perplexity(calib.calib));
+      const losses = new Float64Array(L);
+      progress.start('reorder: anchor layers', L);
+      for (let l = 0; l < L; l++) {
+        losses[l] = await maskedLoss(source, skipLayerMasks(source.spec, l), calib.calib);
+        progress.tick();
+      }
+      progress.done();
+      return { meta: { baseLoss: base, note: 'layer replaced by identity = all its heads and neurons masked (exact without o/down biases)' }, arrays: { layerLoss: losses } };
+    });
+    return { layerLoss: Array.from(prof.arrays.layerLoss), baseLoss: prof.meta.baseLoss as number };
+  }
+
+  async scores(calib: CalibrationSet, p: ProviderName): Promise<UnitScores> {
+    const { source, progress } = this;
+    const prof = await cachedProfile(this.cacheDir, 'unit-importance', { checkpoint: await this.identity(), calibration: calib.key, provider: p }, async () => {
+      const t0 = performance.now();
+      progress.start(`reorder: ${p} importance`, 1);
+      let s: UnitScores;
+      if (p === 'magnitude') s = await magnitudeScores(source);
+      else if (p === 'activation') s = await activationScores(await this.engine(), calib.calib);
+      else s = (await taylorScores(await this.tf(), calib.calib)).scores;
+      progress.done();
+      return { meta: { provider: p, timeMs: performance.now() - t0 }, arrays: scoreArrays(s) };
+    });
+    this.timeMs[p] = Math.round(prof.meta.timeMs as number);
+    return scoresFrom(prof.arrays, source);
+  }
+
+  /** Held-out perplexity of the unmodified model (not cached: one forward pass). */
+  async heldOutPpl(calib: CalibrationSet): Promise<number> {
+    return (await this.engine()).perplexity(calib.heldOut);
+  }
+
+  /** Free the tfjs model (importance is done; recovery loads its own). */
+  releaseTf(): void {
+    this.tfm?.dispose();
+    this.tfm = undefined;
+  }
+
+  async close(): Promise<void> {
+    this.tfm?.dispose();
+    await this.opened?.close();
+  }
+}
+
+/** Anchor count the options ask for (`default`: round(L·6/32)); explicit lists are not measured. */
+const anchorCount = (o: ReorderOptions, L: number) => (Array.isArray(o.anchors) ? 0 : o.anchors === 'default' ? Math.round((L * 6) / 32) : o.anchors);
+
 /** Everything the pass decides (tests and bench use it): the record, the reordered weights and the levels' adapters. */
 export async function analyzeReorder(
   source: ModelSource,
@@ -79,19 +167,10 @@ export async function analyzeReorder(
   const spec = source.spec;
   const L = spec.numLayers;
   const notes: string[] = [];
-  const checkpoint = await source.identity();
-  // Opened on first use: a run whose profiles are all cached never builds the ONNX model.
-  let opened: Engine | undefined;
-  const engine = async () => (opened ??= await Engine.open(source));
-  let tfm: TfModel | undefined;
   const progress = ctx.progress ?? silentProgress;
-  const tf = async () => (tfm ??= await TfModel.load(source, (m) => notes.push(m)));
+  const m = new Measurements(source, o, ctx.cacheDir, progress, notes);
   try {
-    const calib = await calibrationSet(
-      source,
-      { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
-      { cacheDir: ctx.cacheDir, engine },
-    );
+    const calib = await m.calibration();
 
     // Anchors.
     let anchors: number[];
@@ -107,25 +186,14 @@ export async function analyzeReorder(
       for (const a of o.anchors) if (a >= L) throw new UsageError(`reorder.anchors: layer ${a} does not exist (the model has ${L})`);
       anchors = o.anchors;
     } else {
-      const K = o.anchors === 'default' ? Math.round((L * 6) / 32) : o.anchors;
+      const K = anchorCount(o, L);
       if (K >= L) throw new UsageError(`reorder.anchors: ${K} anchors leave no elastic layer (the model has ${L})`);
       anchors = [];
       if (K > 0) {
-        const prof = await cachedProfile(ctx.cacheDir, 'layer-loss', { checkpoint, calibration: calib.key }, async () => {
-          const base = Math.log(await (await engine()).perplexity(calib.calib));
-          const losses = new Float64Array(L);
-          progress.start('reorder: anchor layers', L);
-          for (let l = 0; l < L; l++) {
-            losses[l] = await maskedLoss(source, skipLayerMasks(spec, l), calib.calib);
-            progress.tick();
-          }
-          progress.done();
-          return { meta: { baseLoss: base, note: 'layer replaced by identity = all its heads and neurons masked (exact without o/down biases)' }, arrays: { layerLoss: losses } };
-        });
-        layerLoss = Array.from(prof.arrays.layerLoss);
-        baseLoss = prof.meta.baseLoss as number;
+        ({ layerLoss, baseLoss } = await m.layerLoss(calib));
+        const loss = layerLoss;
         anchors = Array.from({ length: L }, (_, l) => l)
-          .sort((a, b) => layerLoss![b] - layerLoss![a] || a - b)
+          .sort((a, b) => loss[b] - loss[a] || a - b)
           .slice(0, K)
           .sort((a, b) => a - b);
       }
@@ -133,22 +201,7 @@ export async function analyzeReorder(
     const anchorSet = new Set(anchors);
 
     // Importance.
-    const timeMs: Record<string, number> = {};
-    const scoresFor = async (p: ProviderName): Promise<UnitScores> => {
-      const prof = await cachedProfile(ctx.cacheDir, 'unit-importance', { checkpoint, calibration: calib.key, provider: p }, async () => {
-        const t0 = performance.now();
-        progress.start(`reorder: ${p} importance`, 1);
-        let s: UnitScores;
-        if (p === 'magnitude') s = await magnitudeScores(source);
-        else if (p === 'activation') s = await activationScores(await engine(), calib.calib);
-        else s = (await taylorScores(await tf(), calib.calib)).scores;
-        progress.done();
-        return { meta: { provider: p, timeMs: performance.now() - t0 }, arrays: scoreArrays(s) };
-      });
-      timeMs[p] = Math.round(prof.meta.timeMs as number);
-      return scoresFrom(prof.arrays, source);
-    };
-
+    const scoresFor = (p: ProviderName) => m.scores(calib, p);
     const block = o.quantBlock ?? ctx.target.quantBlock(ctx.formats ?? { tensorTypes: [] });
     let provider: ProviderName;
     let scores: UnitScores;
@@ -179,8 +232,7 @@ export async function analyzeReorder(
     const full = describeLevel(spec, 'full', 1, Array.from({ length: L }, () => fullWidth(spec)), anchorSet);
     const levels: ReorderMetadata['levels'] = plan.levels;
     const evaluate = o.evaluate === 'auto' ? full.params <= 50e6 : o.evaluate;
-    tfm?.dispose(); // importance is done: free the original model before the levels' models load
-    tfm = undefined;
+    m.releaseTf(); // importance is done: free the original model before the levels' models load
     const permuted = permuteSource(source, orders);
     const adapters = new Map<string, TensorAnnotation>();
     let recovery: Recovery | null = null;
@@ -191,7 +243,7 @@ export async function analyzeReorder(
       else if (full.params > RECOVER_MAX_PARAMS) {
         notes.push(`recovery skipped: ${(full.params / 1e6).toFixed(0)}M parameters is more than the in-process trainer takes (${RECOVER_MAX_PARAMS / 1e6}M; reorder.recover=none silences this)`);
       } else {
-        const data = await trainingSet(source, calib, o.recover.data, o.recover.seed, { cacheDir: ctx.cacheDir, engine });
+        const data = await trainingSet(source, calib, o.recover.data, o.recover.seed, { cacheDir: ctx.cacheDir, engine: m.engine });
         if (data.droppedHeldOut) notes.push(`recovery: ${data.droppedHeldOut} training sequence(s) equal to held-out ones dropped`);
         const { data: _n, threads: _t, ...settings } = o.recover;
         training = { seqs: data.seqs, key: data.key, settings };
@@ -206,14 +258,15 @@ export async function analyzeReorder(
     if (evaluate || training) {
       const threads = o.recover?.threads ?? undefined;
       const r = await recoverLevels({ model: permuted, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, threads, cacheDir: ctx.cacheDir, progress });
-      heldOutPpl = r.full.heldOutPpl;
-      full.heldOutPpl = r.full.heldOutPpl;
+      // The full model's perplexity as onnxruntime measures it (what evaluation compares against); levels on tfjs.
+      heldOutPpl = await m.heldOutPpl(calib);
+      full.heldOutPpl = heldOutPpl;
       full.agreement = 1;
       for (const lv of levels) {
         const q = r.levels.get(lv.id)!;
         if (training && q.bestStep === 0) notes.push(`recovery: no training step improved level ${lv.id} on the validation sequences; it ships without adapters`);
         const shipped = q.after ?? q.before;
-        lv.heldOutPpl = shipped.heldOutPpl;
+        lv.heldOutPpl = shipped === r.full ? heldOutPpl : shipped.heldOutPpl;
         lv.agreement = shipped.agreement;
         if (!q.after || !q.adapters) continue;
         lv.unrecovered = q.before;
@@ -244,14 +297,28 @@ export async function analyzeReorder(
       recovery,
       notes,
     };
-    return { metadata, orders, scores, timeMs, source: permuted, adapters };
+    return { metadata, orders, scores, timeMs: m.timeMs, source: permuted, adapters };
   } finally {
-    tfm?.dispose();
-    await opened?.close();
+    await m.close();
   }
 }
 
 export const reorderPass: Pass<ReorderOptions> = {
+  /** What any target's compile will look up: calibration, layer losses (unless anchors are listed), importance (every provider for auto). */
+  async profile(source, o, ctx) {
+    const notes: string[] = [];
+    const m = new Measurements(source, o, ctx.cacheDir, ctx.progress, notes);
+    try {
+      const calib = await m.calibration();
+      const K = anchorCount(o, source.spec.numLayers);
+      if (K > 0 && K < source.spec.numLayers) await m.layerLoss(calib);
+      for (const p of o.importance === 'auto' ? PROVIDERS : [o.importance]) await m.scores(calib, p);
+    } finally {
+      await m.close();
+    }
+    for (const n of notes) ctx.note(`reorder: ${n}`);
+  },
+
   async run(unit, options, ctx) {
     const { metadata, source, adapters } = await analyzeReorder(unit.source, options, ctx);
     for (const n of metadata.notes) ctx.note(`reorder: ${n}`);

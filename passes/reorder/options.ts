@@ -53,7 +53,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
   { key: 'calib', help: 'calibration sequences', default: '10' },
   { key: 'calibLength', help: 'tokens per calibration sequence', default: '64' },
-  { key: 'calibText', help: 'a text file to calibrate on (needs the model\'s tokenizer); default: sequences sampled from the model' },
+  { key: 'calibText', help: 'a text file to calibrate on (needs the model\'s tokenizer), or token ids as JSON [[1, 5, ...], ...]; default: sequences sampled from the model' },
   { key: 'seed', help: 'calibration seed', default: '42' },
   { key: 'heldOut', help: 'held-out sequences (level perplexity, auto)', default: '10' },
   { key: 'anchors', help: 'layers kept at full width: a count, or a list like 0,5', default: 'round(layers·6/32)' },

@@ -20,7 +20,7 @@ import { isMoeLayer } from '../../src/core/arch/spec.js';
 import { Rng } from '../../src/core/util/rng.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { TfModel, type LowRankTerm, type RunOptions } from '../../src/exec/autodiff/lower.js';
-import { cachedProfile, loadProfile, saveProfile, type ProfileData } from '../../src/app/profile/store.js';
+import { cachedProfile, cacheHandle, loadProfile, saveProfile, type ProfileCache, type ProfileData } from '../../src/app/profile/store.js';
 import { sliceSource } from '../../src/core/pipeline/elastic.js';
 import type { LevelLayer } from '../../src/core/records/elastic.js';
 import { tf } from '../../src/exec/autodiff/tf.js';
@@ -335,7 +335,7 @@ export interface RecoverRequest {
   training: { seqs: number[][]; key: string; settings: RecoverSettings } | null;
   /** Levels trained at once, each on a worker thread (1: in this thread). Default: the cores, at most 4. */
   threads?: number;
-  cacheDir?: string;
+  cacheDir?: ProfileCache;
   progress?: Progress;
 }
 
@@ -431,6 +431,8 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
     }));
     const full = fullProfile.meta as unknown as Quality;
     const todo = req.levels.filter((lv) => !isFull(req.model, lv.layers));
+    // Levels are looked up first and trained in parallel, so not through cachedProfile: the same policy by hand.
+    const cache = cacheHandle(req.cacheDir);
     const keyOf = async (lv: (typeof todo)[number]) => ({
       level: await sliceSource(req.model, lv.layers, 'level').identity(),
       heldOut: req.heldOutKey,
@@ -439,7 +441,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
     const profiles = new Map<string, LevelProfile>();
     const missing: typeof todo = [];
     for (const lv of todo) {
-      const hit = req.cacheDir ? await loadProfile(req.cacheDir, 'level-recovery', await keyOf(lv)) : undefined;
+      const hit = cache && (cache.policy === 'on' || cache.policy === 'readonly') ? await loadProfile(cache.dir, 'level-recovery', await keyOf(lv)) : undefined;
       if (hit) profiles.set(lv.id, hit);
       else missing.push(lv);
     }
@@ -449,7 +451,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
     progress.tick((todo.length - missing.length) * unit);
     const save = async (lv: (typeof todo)[number], data: LevelProfile) => {
       profiles.set(lv.id, data);
-      if (req.cacheDir) await saveProfile(req.cacheDir, 'level-recovery', await keyOf(lv), data);
+      if (cache && (cache.policy === 'on' || cache.policy === 'redo')) await saveProfile(cache.dir, 'level-recovery', await keyOf(lv), data);
       if (!s) progress.tick();
     };
     const threads = Math.min(req.threads ?? Math.min(4, os.availableParallelism()), missing.length);
@@ -491,6 +493,7 @@ export interface WorkerInit {
   description: string;
   dir: string;
   identity: string;
+  allowNonFinite: boolean;
   tensors: { meta: TensorMeta; buffer: SharedArrayBuffer }[];
   work: LevelWork;
 }
@@ -514,7 +517,7 @@ async function inWorkers(
     new Float32Array(buffer).set(data);
     tensors.push({ meta, buffer });
   }
-  const init: WorkerInit = { spec: model.spec, assets: model.assets, description: model.description, dir: model.dir, identity: await model.identity(), tensors, work };
+  const init: WorkerInit = { spec: model.spec, assets: model.assets, description: model.description, dir: model.dir, identity: await model.identity(), allowNonFinite: model.allowNonFinite, tensors, work };
   const queue = [...levels];
   const pending: Promise<void>[] = [];
   const workers: Worker[] = [];

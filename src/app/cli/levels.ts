@@ -1,10 +1,11 @@
 /**
- * Quality where the user picks a level: the table `llmc compile` ends with, and the line `llmc run
- * --level` prints. Both read the elastic record (elastic-prefix) of a manifest; a level whose held-out
- * perplexity is at or above the vocabulary size (uniform guessing) is flagged.
+ * Quality where the user picks a level: the table `llmc compile` ends with (the line `llmc run --level`
+ * prints is the runner's note, levelNotes in src/core/records/elastic.ts). Both read the elastic record
+ * (elastic-prefix) of a manifest; a level whose held-out perplexity is at or above the vocabulary size
+ * (uniform guessing) is flagged.
  */
 import { levelPrefixes } from '../../core/pipeline/elastic.js';
-import { ELASTIC_LEVELS, findRecord, levelWidths, worseThanUniform, type ElasticLevels, type Level, type Manifest } from '../../core/records/index.js';
+import { ELASTIC_LEVELS, findRecord, formatLevelFraction as pct, formatPerplexity as ppl, levelWidths, worseThanUniform, type ElasticLevels, type Level, type Manifest } from '../../core/records/index.js';
 
 export interface LevelRow {
   id: string;
@@ -16,41 +17,6 @@ export interface LevelRow {
   agreement?: number;
   unrecovered?: { heldOutPpl: number; agreement: number };
   worseThanUniform: boolean;
-}
-
-/** JSON summary of one level (for `llmc run --json`). */
-export function levelJson(level: Level, record: ElasticLevels, vocabSize: number) {
-  return {
-    id: level.id,
-    paramFrac: level.paramFrac,
-    heldOutPpl: level.heldOutPpl ?? null,
-    agreement: level.agreement ?? null,
-    fullHeldOutPpl: record.heldOutPpl ?? null,
-    recovered: level.unrecovered !== undefined,
-    unrecovered: level.unrecovered ?? null,
-    uniformPpl: vocabSize,
-    worseThanUniform: worseThanUniform(level.heldOutPpl, vocabSize),
-  };
-}
-
-const ppl = (v: number | undefined) => (v === undefined ? '—' : v >= 1000 ? v.toFixed(0) : v >= 100 ? v.toFixed(1) : v.toFixed(2));
-const pct = (v: number | undefined) => (v === undefined ? '—' : `${(v * 100).toFixed(1)}%`);
-
-/** One line naming the level `llmc run --level` picked and its quality. */
-export function levelLine(level: Level, record: ElasticLevels, vocabSize: number): string {
-  const parts = [`level ${level.id} (${pct(level.paramFrac)} of the parameters)`];
-  if (level.heldOutPpl === undefined) parts.push('held-out perplexity not measured (compile with --opt reorder.evaluate=true)');
-  else {
-    let q = `held-out perplexity ${ppl(level.heldOutPpl)}`;
-    const extra = [`full model ${ppl(record.heldOutPpl)}`];
-    if (level.unrecovered) extra.push(`${ppl(level.unrecovered.heldOutPpl)} before recovery`);
-    q += ` (${extra.join('; ')})`;
-    if (level.agreement !== undefined) q += `, greedy agreement with the full model ${pct(level.agreement)}`;
-    parts.push(q);
-  }
-  let line = parts.join(': ');
-  if (worseThanUniform(level.heldOutPpl, vocabSize)) line += `\nwarning: level ${level.id} is worse than uniform guessing over the ${vocabSize}-token vocabulary (perplexity ${vocabSize}); its output is noise`;
-  return line;
 }
 
 /** The rows of the compile-end table, or null when the manifest has no elastic levels. */

@@ -26,6 +26,8 @@ export interface PlannedPass {
   descriptor: PassDescriptor;
   /** Typed by the pass's schema. */
   options: unknown;
+  /** The options as given (`key` → value), before parsing. */
+  raw: Readonly<Record<string, string>>;
 }
 
 export interface CompilePlan {
@@ -74,9 +76,9 @@ function parseOptions<O>(owner: string, schema: OptionSchema<O>, raw: Readonly<R
   return schema.parse(raw);
 }
 
-export function planCompile(req: PlanRequest): CompilePlan {
-  const target = findTarget(req.target);
-  const listed = req.passes.map((p) => (typeof p === 'string' ? { name: p, options: {} } : { name: p.name, options: p.options ?? {} }));
+/** The listed passes' descriptors and raw options; unknown, repeated or missing required passes are refused. */
+function listedPasses(passes: PlanRequest['passes']): { descriptors: PassDescriptor[]; raw: Map<string, Record<string, string>> } {
+  const listed = passes.map((p) => (typeof p === 'string' ? { name: p, options: {} } : { name: p.name, options: p.options ?? {} }));
   const raw = new Map<string, Record<string, string>>();
   for (const p of listed) {
     findPass(p.name);
@@ -87,6 +89,28 @@ export function planCompile(req: PlanRequest): CompilePlan {
   for (const d of descriptors) {
     for (const r of d.requires) if (!raw.has(r)) throw new UsageError(`pass ${d.name} needs pass ${r}: add it to --passes`);
   }
+  return { descriptors, raw };
+}
+
+/**
+ * The passes of a request without a target (`llmc profile`): the same checks as planCompile's,
+ * and `--opt` must name a listed pass.
+ */
+export function planPasses(req: Pick<PlanRequest, 'passes' | 'opts'>): PlannedPass[] {
+  const { descriptors, raw } = listedPasses(req.passes);
+  for (const [k, v] of Object.entries(req.opts ?? {})) {
+    const dot = k.indexOf('.');
+    const owner = dot > 0 ? k.slice(0, dot) : '';
+    if (raw.has(owner)) raw.get(owner)![k.slice(dot + 1)] = v;
+    else if (PASSES.some((p) => p.name === owner)) throw new UsageError(`--opt ${k}: pass ${owner} is not profiled; add it to --passes`);
+    else throw new UsageError(`unknown option --opt ${k}; options are <pass>.<key> of the passes profiled (${descriptors.map((d) => d.name).join(', ') || 'none'})`);
+  }
+  return ordered(descriptors).map((d) => ({ descriptor: d, options: parseOptions(d.name, d.options, raw.get(d.name)!), raw: raw.get(d.name)! }));
+}
+
+export function planCompile(req: PlanRequest): CompilePlan {
+  const target = findTarget(req.target);
+  const { descriptors, raw } = listedPasses(req.passes);
 
   // Route --opt owner.key=value to the pass or target that owns it.
   const targetRaw: Record<string, string> = {};
@@ -124,8 +148,8 @@ export function planCompile(req: PlanRequest): CompilePlan {
     }
   }
 
-  const passes = ordered(descriptors).map((d) => ({ descriptor: d, options: parseOptions(d.name, d.options, raw.get(d.name)!) }));
+  const passes = ordered(descriptors).map((d) => ({ descriptor: d, options: parseOptions(d.name, d.options, raw.get(d.name)!), raw: raw.get(d.name)! }));
   const targetOptions = parseOptions(target.name, target.options, targetRaw);
-  for (const p of passes) p.descriptor.check?.(p.options, target, formats);
+  for (const p of passes) p.descriptor.check?.(p.options, target, formats, { passes: passes.map((q) => q.descriptor.name) });
   return { target, targetOptions, passes, formats };
 }

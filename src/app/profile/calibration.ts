@@ -3,12 +3,13 @@
  * measures on the same ids. Without text they are sampled from the model itself (data-free
  * calibration, src/app/profile), the held-out set from a derived seed.
  */
-import { heldOutSequences, selfGeneratedSequences, textSequences } from './sequences.js';
+import { heldOutSequences, idSequencesOf, idWindows, selfGeneratedSequences, textSequences } from './sequences.js';
+import type { Progress } from '../../core/util/progress.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { Engine } from '../../exec/engine/index.js';
 import { LlmcError } from '../../core/errors.js';
 import { loadTokenizer } from '../../core/tokenizer/index.js';
-import { cachedProfile } from './store.js';
+import { cachedProfile, type ProfileCache } from './store.js';
 
 export interface CalibrationSpec {
   /** 'self-generated' (data-free) or text: the file's path and sha256 (the key needs the content). */
@@ -35,7 +36,7 @@ const split = (flat: Float64Array, length: number): number[][] => {
 };
 
 /** The calibration set of `source` for `spec`, computed once per (checkpoint, spec) when cached. */
-export async function calibrationSet(source: ModelSource, spec: CalibrationSpec, opts: { cacheDir?: string; /** Shares the caller's engine (opened only if the set must be computed). */ engine?: () => Promise<Engine> } = {}): Promise<CalibrationSet> {
+export async function calibrationSet(source: ModelSource, spec: CalibrationSpec, opts: { cacheDir?: ProfileCache; /** Shares the caller's engine (opened only if the set must be computed). */ engine?: () => Promise<Engine>; progress?: Progress } = {}): Promise<CalibrationSet> {
   const profile = await cachedProfile(opts.cacheDir, 'calibration', { checkpoint: await source.identity(), ...spec }, async () => {
     if (spec.source !== 'self-generated') {
       const { calib, held } = await textCalibration(source, spec, spec.source.text);
@@ -43,9 +44,12 @@ export async function calibrationSet(source: ModelSource, spec: CalibrationSpec,
     }
     const engine = opts.engine ? await opts.engine() : await Engine.open(source);
     try {
-      const gen = { count: spec.count, length: spec.length, seed: spec.seed };
+      const progress = opts.progress;
+      const gen = { count: spec.count, length: spec.length, seed: spec.seed, onStep: progress ? () => progress.tick() : undefined };
+      progress?.start('calibration: sampling from the model', (spec.length - 1) * (spec.heldOut > 0 ? 2 : 1));
       const calib = await selfGeneratedSequences(engine, gen);
       const held = spec.heldOut > 0 ? await heldOutSequences(engine, { ...gen, count: spec.heldOut }) : [];
+      progress?.done();
       return { meta: { ...spec }, arrays: { calib: Float64Array.from(calib.flat()), heldOut: Float64Array.from(held.flat()) } };
     } finally {
       if (!opts.engine) await engine.close();
@@ -63,19 +67,29 @@ export async function textFileSpec(file: string): Promise<{ text: string; sha256
   return { text: file, sha256 };
 }
 
-/** The text file's whole windows of `length` ids, in order. */
+/**
+ * The file's whole windows of `length` ids, in order: the text tokenized with the model's own
+ * tokenizer, or, for a file of token ids (see idSequencesOf), its sequences as they are.
+ */
 async function textWindows(source: ModelSource, length: number, file: string): Promise<number[][]> {
-  if (!source.assets.tokenizer) {
-    throw new LlmcError('calibration text given, but the model has no tokenizer.json to encode it (omit it for self-generated calibration)', file);
-  }
   const { readFile } = await import('node:fs/promises');
-  const tokenizer = loadTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig);
-  return textSequences(tokenizer, [await readFile(file, 'utf8')], { length, bosTokenId: source.spec.bosTokenId }).filter((w) => w.length === length);
+  const text = await readFile(file, 'utf8');
+  const ids = idSequencesOf(text, source.spec.vocabSize, file);
+  let all: number[][];
+  if (ids) all = ids.flatMap((seq) => idWindows(seq, length));
+  else {
+    if (!source.assets.tokenizer) {
+      throw new LlmcError('calibration text given, but the model has no tokenizer.json to encode it (give token ids as JSON [[1, 5, ...], ...], or omit it for self-generated calibration)', file);
+    }
+    const tokenizer = loadTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig);
+    all = textSequences(tokenizer, [text], { length, bosTokenId: source.spec.bosTokenId });
+  }
+  return all.filter((w) => w.length === length);
 }
 
 /**
- * Text calibration: the file tokenized with the model's own tokenizer, cut into windows of
- * `length`; the first `count` windows calibrate, the next `heldOut` ones are held out (disjoint).
+ * Text calibration: the file's windows of `length` (textWindows); the first `count` windows
+ * calibrate, the next `heldOut` ones are held out (disjoint).
  */
 async function textCalibration(source: ModelSource, spec: CalibrationSpec, file: string): Promise<{ calib: number[][]; held: number[][] }> {
   const windows = await textWindows(source, spec.length, file);
@@ -106,7 +120,7 @@ export interface TrainingSet {
  *   sequence dropped;
  * - text: the calibration windows, then the windows after the held-out ones (up to `count`).
  */
-export async function trainingSet(source: ModelSource, calib: CalibrationSet, count: number, seed: number, opts: { cacheDir?: string; engine?: () => Promise<Engine> } = {}): Promise<TrainingSet> {
+export async function trainingSet(source: ModelSource, calib: CalibrationSet, count: number, seed: number, opts: { cacheDir?: ProfileCache; engine?: () => Promise<Engine> } = {}): Promise<TrainingSet> {
   const spec = calib.spec;
   const profile = await cachedProfile(opts.cacheDir, 'training-data', { checkpoint: await source.identity(), calibration: calib.key, count, seed }, async () => {
     let seqs: number[][];

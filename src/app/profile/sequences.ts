@@ -3,7 +3,7 @@
  * (data-free calibration): start at BOS, sample with a fixed seed at temperature 1. A held-out
  * set comes from a different, derived seed so it never overlaps the calibration draw by design.
  */
-import { UsageError } from '../../core/errors.js';
+import { LlmcError, UsageError } from '../../core/errors.js';
 import type { Engine } from '../../exec/engine/engine.js';
 import { Sampler } from '../../exec/runtime/sampling.js';
 import { Rng } from '../../core/util/rng.js';
@@ -19,6 +19,8 @@ export interface SelfGeneratedOptions {
   temperature?: number;
   /** Sequences advanced together in one batch (default: all). Keep it fixed for reproducible draws. */
   batch?: number;
+  /** Told of each sampled token position of a batch (a progress bar's tick). */
+  onStep?: () => void;
 }
 
 export const DEFAULT_CALIBRATION = { count: 10, length: 64 } as const;
@@ -58,6 +60,7 @@ export async function selfGeneratedSequences(engine: Engine, opts: SelfGenerated
         s.push(id);
         return [id];
       });
+      opts.onStep?.();
       if (t + 1 < length) logits = await session.step(next);
     }
   }
@@ -83,11 +86,38 @@ export function textSequences(tokenizer: TextTokenizer, texts: string[], opts: {
   const out: number[][] = [];
   for (const text of texts) {
     const ids = tokenizer.encode(text);
-    const all = opts.bosTokenId != null && ids[0] !== opts.bosTokenId ? [opts.bosTokenId, ...ids] : ids;
-    for (let i = 0; i < all.length; i += length) {
-      const w = all.slice(i, i + length);
-      if (w.length >= 2) out.push(w);
-    }
+    out.push(...idWindows(opts.bosTokenId != null && ids[0] !== opts.bosTokenId ? [opts.bosTokenId, ...ids] : ids, length));
   }
   return out;
+}
+
+/** Windows of `length` ids (a tail shorter than 2 is dropped). */
+export function idWindows(ids: readonly number[], length: number): number[][] {
+  const out: number[][] = [];
+  for (let i = 0; i < ids.length; i += length) {
+    const w = ids.slice(i, i + length);
+    if (w.length >= 2) out.push(w);
+  }
+  return out;
+}
+
+/**
+ * Token ids given as a file (for models without a tokenizer): JSON, an array of sequences of ids,
+ * e.g. [[1, 403, 261], [1, 9, 77]]. Null when `text` is not such JSON; ids outside the vocabulary
+ * are an error naming the file and the position.
+ */
+export function idSequencesOf(text: string, vocabSize: number, file: string): number[][] | null {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (!Array.isArray(v) || !v.every((s) => Array.isArray(s) && s.every((x) => Number.isInteger(x)))) return null;
+  (v as number[][]).forEach((seq, i) =>
+    seq.forEach((id, t) => {
+      if (id < 0 || id >= vocabSize) throw new LlmcError(`[${i}][${t}]: token id ${id} is outside the vocabulary [0, ${vocabSize})`, file);
+    }),
+  );
+  return v as number[][];
 }

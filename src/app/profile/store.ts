@@ -16,6 +16,7 @@ import { stableJson } from '../../core/util/stable-json.js';
 import { LlmcError } from '../../core/errors.js';
 import { ensureOutputDir, writeFileAtomic } from '../../core/util/atomic.js';
 import { LLMC_VERSION } from '../../core/version.js';
+import type { CacheHandle, ProfileCacheRef } from '../../core/pipeline/pass.js';
 
 export const PROFILE_FORMAT = 'llmc-profile';
 export const PROFILE_VERSION = 1;
@@ -84,22 +85,61 @@ export async function saveProfile(cacheDir: string, kind: string, keyParts: Reco
   return { kind, key, keyParts, ...data, cached: false };
 }
 
+export type { CachePolicy, CacheHandle, StageEvent } from '../../core/pipeline/pass.js';
+export { CACHE_POLICIES } from '../../core/pipeline/pass.js';
+
+/** Where passes keep profiles: a directory (policy `on`), a handle, or undefined (no store). */
+export type ProfileCache = ProfileCacheRef;
+
+export const cacheHandle = (c: ProfileCache | undefined): CacheHandle | undefined => (typeof c === 'string' ? { dir: c, policy: 'on' } : c);
+
 /**
- * The one entry point passes use: the cached profile if present, else compute and store it.
- * Without a cacheDir it just computes.
+ * The one entry point passes use: the stored profile if present, else compute it and store it,
+ * as the cache's policy says. Without a cache it just computes.
  */
 export async function cachedProfile(
-  cacheDir: string | undefined,
+  cache: ProfileCache | undefined,
   kind: string,
   keyParts: Record<string, unknown>,
   compute: () => Promise<ProfileData>,
 ): Promise<Profile> {
   if (!/^[a-z0-9-]+$/.test(kind)) throw new LlmcError(`bad profile kind "${kind}"`);
-  if (cacheDir) {
-    const hit = await loadProfile(cacheDir, kind, keyParts);
-    if (hit) return hit;
+  const h = cacheHandle(cache);
+  const key = profileKey(kind, keyParts);
+  if (h && (h.policy === 'on' || h.policy === 'readonly')) {
+    const hit = await loadProfile(h.dir, kind, keyParts);
+    if (hit) {
+      h.onStage?.({ kind, key, cached: true, stored: false, ms: 0 });
+      return hit;
+    }
   }
+  const t0 = performance.now();
   const data = await compute();
-  if (!cacheDir) return { kind, key: profileKey(kind, keyParts), keyParts, ...data, cached: false };
-  return saveProfile(cacheDir, kind, keyParts, data);
+  const store = h !== undefined && (h.policy === 'on' || h.policy === 'redo');
+  const p = store ? await saveProfile(h.dir, kind, keyParts, data) : { kind, key, keyParts, ...data, cached: false };
+  h?.onStage?.({ kind, key, cached: false, stored: store, ms: performance.now() - t0 });
+  return p;
+}
+
+/**
+ * Every stored profile of `kind` in `cacheDir` whose keyParts include `match` (equal as JSON, key by
+ * key), in file-name order. For readers that know what a profile is about but not its full key
+ * (`llmc report` finding a pass's importance profile); unreadable entries are skipped.
+ */
+export async function findProfiles(cacheDir: string, kind: string, match: Record<string, unknown> = {}): Promise<Profile[]> {
+  const names = await fsp.readdir(cacheDir).catch(() => [] as string[]);
+  const out: Profile[] = [];
+  for (const name of names.sort()) {
+    if (!name.startsWith(`${kind}-`) || !name.endsWith('.json') || !/^[0-9a-f]{32}$/.test(name.slice(kind.length + 1, -5))) continue;
+    let keyParts: Record<string, unknown>;
+    try {
+      keyParts = JSON.parse(await fsp.readFile(path.join(cacheDir, name), 'utf8')).keyParts;
+    } catch {
+      continue;
+    }
+    if (!keyParts || Object.entries(match).some(([k, v]) => stableJson(keyParts[k]) !== stableJson(v))) continue;
+    const p = await loadProfile(cacheDir, kind, keyParts);
+    if (p) out.push(p);
+  }
+  return out;
 }

@@ -44,6 +44,19 @@ export const LM_HEAD = 'lm_head.weight';
 /** What a tensor is for: components for inspect, and targets' per-role format rules (norms and routers stay F32). */
 export type TensorRole = 'embedding' | 'lm_head' | 'norm' | 'attention' | 'mlp' | 'router' | 'expert' | 'shared_expert' | 'shared_expert_gate';
 
+/**
+ * How many tensors expectedTensors lists, in closed form: checked against a file's own tensor count
+ * before anything is enumerated, so a config claiming 1e308 layers or 10^7 experts is refused at once.
+ */
+export function expectedTensorCount(spec: ArchSpec): number {
+  const mlp = 3 + (spec.mlpBias ? 3 : 0);
+  const attn = 4 + (spec.qkvBias ? 3 : 0) + (spec.oBias ? 1 : 0);
+  const moe = spec.moe;
+  const moeLayers = moe ? spec.numLayers - moe.denseLayers.filter((l) => l < spec.numLayers).length : 0;
+  const perMoe = moe ? 1 + moe.numExperts * mlp + (moe.sharedExpertIntermediateSize ? mlp + 1 : 0) : 0;
+  return 1 + spec.numLayers * (2 + attn) + (spec.numLayers - moeLayers) * mlp + moeLayers * perMoe + 1 + (spec.tieEmbeddings ? 0 : 1);
+}
+
 /** Every tensor the spec requires, with its shape ([out, in] for linears, as HF stores them) and role. */
 export function expectedTensors(spec: ArchSpec): ExpectedTensor[] {
   const D = spec.hiddenSize;
@@ -87,6 +100,25 @@ export function expectedTensors(spec: ArchSpec): ExpectedTensor[] {
   if (!spec.tieEmbeddings) out.push({ name: LM_HEAD, shape: [spec.vocabSize, D], role: 'lm_head' });
   return out;
 }
+
+/** The parts of a model tensors are counted under (inspect, compile summaries, reports). */
+export const COMPONENTS = ['embedding', 'attention', 'mlp', 'experts', 'shared_expert', 'router', 'norms', 'lm_head', 'other'] as const;
+export type Component = (typeof COMPONENTS)[number];
+
+const COMPONENT_OF_ROLE: Record<TensorRole, Component> = {
+  embedding: 'embedding',
+  lm_head: 'lm_head',
+  norm: 'norms',
+  attention: 'attention',
+  mlp: 'mlp',
+  router: 'router',
+  expert: 'experts',
+  shared_expert: 'shared_expert',
+  shared_expert_gate: 'shared_expert',
+};
+
+/** The component a tensor of this role counts under; tensors the architecture does not name are "other". */
+export const componentOf = (role: TensorRole | undefined): Component => (role ? COMPONENT_OF_ROLE[role] : 'other');
 
 /** name → role for every tensor the spec requires (tensors it does not know are absent). */
 export function tensorRoles(spec: ArchSpec): Map<string, TensorRole> {

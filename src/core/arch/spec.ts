@@ -23,7 +23,8 @@ function num(cfg: Json, key: string, file: string, fallback?: number): number {
 
 function posInt(cfg: Json, key: string, file: string, fallback?: number): number {
   const v = num(cfg, key, file, fallback);
-  if (!Number.isInteger(v) || v <= 0) throw new LlmcError(`"${key}" must be a positive integer, got ${v}`, file);
+  // Sizes past 2^31 are no real model, and would overflow index arithmetic long before memory runs out.
+  if (!Number.isSafeInteger(v) || v <= 0 || v > 2 ** 31 - 1) throw new LlmcError(`"${key}" must be a positive integer below 2^31, got ${v}`, file);
   return v;
 }
 
@@ -33,6 +34,7 @@ function ropeScalingOf(raw: unknown, file: string): RopeScaling | null {
   const r = raw as Json;
   const type = String(r.rope_type ?? r.type ?? '');
   const factor = typeof r.factor === 'number' ? r.factor : 1;
+  if (!(factor > 0) || !Number.isFinite(factor)) throw new LlmcError(`"rope_scaling.factor" must be a positive number, got ${JSON.stringify(r.factor)}`, file);
   const orig = typeof r.original_max_position_embeddings === 'number' ? r.original_max_position_embeddings : undefined;
   switch (type) {
     case 'default':

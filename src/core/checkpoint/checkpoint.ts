@@ -8,16 +8,29 @@ import path from 'node:path';
 import { LlmcError } from '../errors.js';
 import { ioError } from '../util/atomic.js';
 import { sha256Files } from '../util/sha256.js';
-import { expectedTensors } from '../arch/names.js';
+import { expectedTensorCount, expectedTensors } from '../arch/names.js';
 import { SafetensorsFile, toF32, type TensorInfo } from './safetensors.js';
 import { matrixOf, type ModelAssets, type ModelSource, type StoredLayout, type TensorMeta } from './source.js';
 import { normalizeConfig, type ArchSpec } from '../arch/spec.js';
+import { firstNonFinite, nonFiniteError } from './finite.js';
+
+export interface OpenOptions {
+  /** Read Inf/NaN weights as they are instead of refusing them (--allow-nonfinite). */
+  allowNonFinite?: boolean;
+}
 
 const INDEX = 'model.safetensors.index.json';
 const SINGLE = 'model.safetensors';
 
+/** JSON files this large are no checkpoint's (tokenizer.json files run to tens of MB). */
+const MAX_JSON_BYTES = 256 << 20;
+
 async function readText(file: string): Promise<string | undefined> {
   try {
+    const st = await fsp.stat(file);
+    // Only regular files (a FIFO would block), of a size a JSON file of a checkpoint can have.
+    if (!st.isFile()) throw new LlmcError('not a regular file', file);
+    if (st.size > MAX_JSON_BYTES) throw new LlmcError(`${st.size} bytes is too large for this file`, file);
     return await fsp.readFile(file, 'utf8');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
@@ -45,13 +58,14 @@ export class Checkpoint implements ModelSource {
     readonly files: SafetensorsFile[],
     readonly infos: Map<string, TensorInfo>,
     readonly tensors: readonly TensorMeta[],
+    readonly allowNonFinite: boolean,
   ) {}
 
   get description(): string {
     return this.dir;
   }
 
-  static async open(dir: string): Promise<Checkpoint> {
+  static async open(dir: string, opts: OpenOptions = {}): Promise<Checkpoint> {
     const stat = await fsp.stat(dir).catch((err) => {
       throw ioError(err, dir, 'open checkpoint');
     });
@@ -80,6 +94,12 @@ export class Checkpoint implements ModelSource {
           if (info.file !== file) throw new LlmcError(`shard index puts "${name}" in ${path.basename(file)}, but it is in ${path.basename(info.file)}`, path.join(dir, INDEX));
         }
       }
+      // Listing what config.json expects is bounded by what the files hold (a config claiming 1e6
+      // layers must not build millions of names); a few missing tensors get named one by one below.
+      const want = expectedTensorCount(spec);
+      if (want > 2 * infos.size + 64) {
+        throw new LlmcError(`config.json describes a model of ${want} tensors (${spec.numLayers} layers${spec.moe ? `, ${spec.moe.numExperts} experts each` : ''}); the checkpoint holds ${infos.size}`, configFile);
+      }
       for (const exp of expectedTensors(spec)) {
         const info = infos.get(exp.name);
         if (!info) throw new LlmcError(`missing tensor "${exp.name}" required by config.json (${spec.modelType})`, dir);
@@ -97,7 +117,7 @@ export class Checkpoint implements ModelSource {
         generationConfig: await readText(path.join(dir, 'generation_config.json')),
       };
       const tensors = [...infos.values()].map(({ name, shape, dtype }) => ({ name, shape, dtype }));
-      return new Checkpoint(dir, spec, assets, files, infos, tensors);
+      return new Checkpoint(dir, spec, assets, files, infos, tensors, opts.allowNonFinite ?? false);
     } catch (err) {
       await Promise.all(files.map((f) => f.close()));
       throw err;
@@ -113,7 +133,9 @@ export class Checkpoint implements ModelSource {
       if (typeof wm !== 'object' || wm === null) throw new LlmcError('missing "weight_map"', indexFile);
       const weightMap = new Map<string, string>();
       for (const [name, f] of Object.entries(wm as Record<string, unknown>)) {
-        if (typeof f !== 'string' || f.includes('/') || f.includes('\\')) throw new LlmcError(`bad shard file name for "${name}"`, indexFile);
+        if (typeof f !== 'string' || f.includes('/') || f.includes('\\') || f === '.' || f === '..' || f.includes('\0') || !f) {
+          throw new LlmcError(`bad shard file name ${JSON.stringify(f)} for "${name}" (a shard is a file in the checkpoint directory)`, indexFile);
+        }
         weightMap.set(name, path.join(dir, f));
       }
       const files = [...new Set(weightMap.values())].sort();
@@ -176,6 +198,15 @@ export class Checkpoint implements ModelSource {
   private scratch: Uint8Array[] = [];
 
   async readF32(name: string): Promise<Float32Array> {
+    const data = await this.decodeF32(name);
+    if (!this.allowNonFinite) {
+      const i = firstNonFinite(data);
+      if (i >= 0) throw nonFiniteError(name, data[i], i, this.info(name).file);
+    }
+    return data;
+  }
+
+  private async decodeF32(name: string): Promise<Float32Array> {
     const info = this.info(name);
     if (info.dtype === 'F32') {
       // Straight into the result's own memory: no intermediate copy.
@@ -213,6 +244,6 @@ export class Checkpoint implements ModelSource {
   }
 }
 
-export async function openCheckpoint(dir: string): Promise<Checkpoint> {
-  return Checkpoint.open(dir);
+export async function openCheckpoint(dir: string, opts: OpenOptions = {}): Promise<Checkpoint> {
+  return Checkpoint.open(dir, opts);
 }

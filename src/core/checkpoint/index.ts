@@ -3,3 +3,4 @@ export * from '../arch/names.js';
 export * from './safetensors.js';
 export * from './source.js';
 export * from '../arch/spec.js';
+export * from './finite.js';

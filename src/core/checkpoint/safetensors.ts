@@ -41,6 +41,8 @@ export class SafetensorsFile {
   static async open(file: string): Promise<SafetensorsFile> {
     let handle: fsp.FileHandle;
     try {
+      // Only regular files (checked before opening: opening a FIFO blocks).
+      if (!(await fsp.stat(file)).isFile()) throw new LlmcError('not a regular file', file);
       handle = await fsp.open(file, 'r');
     } catch (err) {
       throw ioError(err, file, 'open safetensors file');
@@ -187,11 +189,11 @@ export interface TensorToWrite {
  * Write a safetensors file atomically, tensor by tensor. Layout as the reference writer:
  * tensors ordered by dtype size (largest first) then name, header padded with spaces to 8 bytes.
  */
-export async function writeSafetensors(
-  file: string,
-  tensors: TensorToWrite[],
+/** The file's tensor order and header (JSON padded to 8 bytes), and its total size. */
+export function safetensorsLayout<T extends Pick<TensorToWrite, 'name' | 'dtype' | 'shape'>>(
+  tensors: readonly T[],
   metadata: Record<string, string> = { format: 'pt' },
-): Promise<void> {
+): { ordered: T[]; json: string; fileSize: number } {
   const ordered = [...tensors].sort(
     (a, b) => DTYPE_BYTES[b.dtype] - DTYPE_BYTES[a.dtype] || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0),
   );
@@ -204,9 +206,18 @@ export async function writeSafetensors(
   }
   let json = JSON.stringify(header);
   json += ' '.repeat((8 - ((8 + Buffer.byteLength(json)) % 8)) % 8);
+  return { ordered, json, fileSize: 8 + Buffer.byteLength(json) + offset };
+}
+
+export async function writeSafetensors(
+  file: string,
+  tensors: TensorToWrite[],
+  metadata: Record<string, string> = { format: 'pt' },
+): Promise<void> {
+  const { ordered, json, fileSize } = safetensorsLayout(tensors, metadata);
   const prefix = Buffer.alloc(8);
   prefix.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
-  const out = await AtomicFile.open(file, { expectedSize: 8 + Buffer.byteLength(json) + offset });
+  const out = await AtomicFile.open(file, { expectedSize: fileSize });
   try {
     await out.write(prefix);
     await out.write(Buffer.from(json));

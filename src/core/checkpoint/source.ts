@@ -55,6 +55,8 @@ export interface ModelSource {
   readonly description: string;
   /** The checkpoint directory the tensors come from (names files in messages and the model). */
   readonly dir: string;
+  /** Inf/NaN weights are read as they are (--allow-nonfinite) instead of refused. */
+  readonly allowNonFinite: boolean;
   meta(name: string): TensorMeta | undefined;
   /** One tensor as f32, freshly allocated (callers may modify it). */
   readF32(name: string): Promise<Float32Array>;
@@ -95,6 +97,7 @@ export function transformSource(
     tensors: base.tensors,
     description: `${base.description} | ${opts.label}`,
     dir: base.dir,
+    allowNonFinite: base.allowNonFinite,
     meta: (name) => base.meta(name),
     readF32: async (name) => opts.rewrite(name, await base.readF32(name)),
     layout: (name) => (opts.untouched?.(name) ? base.layout(name) : null),
@@ -158,6 +161,7 @@ export function gatherSource(
     tensors,
     description: `${base.description} | ${opts.label}`,
     dir: base.dir,
+    allowNonFinite: base.allowNonFinite,
     meta: (name) => byName.get(name),
     readF32: async (name) => {
       const data = await base.readF32(name);
@@ -254,6 +258,7 @@ export function memorySource(opts: {
   description: string;
   dir: string;
   identity: string;
+  allowNonFinite: boolean;
   tensors: readonly { meta: TensorMeta; data: Float32Array }[];
 }): ModelSource {
   const byName = new Map(opts.tensors.map((t) => [t.meta.name, t]));
@@ -263,6 +268,7 @@ export function memorySource(opts: {
     tensors: opts.tensors.map((t) => t.meta),
     description: opts.description,
     dir: opts.dir,
+    allowNonFinite: opts.allowNonFinite,
     meta: (name) => byName.get(name)?.meta,
     readF32: async (name) => {
       const t = byName.get(name);

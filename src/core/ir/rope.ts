@@ -75,3 +75,26 @@ export function ropeTables(spec: ArchSpec, start: number, count: number): { cos:
   }
   return { cos, sin };
 }
+
+/**
+ * cos/sin for arbitrary positions (one row per token: tree tokens share positions), each row as a
+ * one-token call at that position computes it (`ropeTables(spec, p, 1)`), so a token's rotation does
+ * not depend on the call it is in.
+ */
+export function ropeRows(spec: ArchSpec, positions: ArrayLike<number>): { cos: Float32Array; sin: Float32Array } {
+  const half = spec.headDim / 2;
+  const cos = new Float32Array(positions.length * half);
+  const sin = new Float32Array(positions.length * half);
+  const byLength = new Map<number, RopeFrequencies>();
+  for (let t = 0; t < positions.length; t++) {
+    const p = positions[t];
+    let f = byLength.get(p + 1);
+    if (!f) byLength.set(p + 1, (f = ropeFrequencies(spec, p + 1)));
+    for (let i = 0; i < half; i++) {
+      const a = p * f.invFreq[i];
+      cos[t * half + i] = Math.cos(a) * f.attentionScaling;
+      sin[t * half + i] = Math.sin(a) * f.attentionScaling;
+    }
+  }
+  return { cos, sin };
+}

@@ -8,18 +8,20 @@ import type { RecordType } from '../records/types.js';
 import type { OptionSchema } from './options.js';
 import type { FormatRequest, TargetDescriptor } from './target.js';
 import type { CompileUnit } from './unit.js';
+import type { ModelSource } from '../checkpoint/source.js';
 
 export interface PassContext {
   progress: Progress;
   note: (message: string) => void;
   /**
-   * Directory for cached profiles (content-addressed); undefined disables caching. Passes measure
+   * The profile store (content-addressed): a directory, or a directory with the run's cache policy
+   * (pass it on as it is); undefined disables caching. Passes measure
    * through src/app/profile: `calibrationSet(source, spec, {cacheDir})` for the shared calibration /
    * held-out ids, and `cachedProfile(cacheDir, kind, keyParts, compute)` for their own statistics
    * (keyParts must include the checkpoint identity, the calibration key and every option that
    * changes the result), so a profile is computed once and reused by later runs and `llmc report`.
    */
-  cacheDir?: string;
+  cacheDir?: ProfileCacheRef;
   /** The target the unit will be lowered to (its formats and capabilities). */
   target: TargetDescriptor;
   formats: FormatRequest;
@@ -32,8 +34,53 @@ export interface PassOutput<R = object> {
   record: R;
 }
 
+/**
+ * How a run uses the profile store: `on` reads what is there and stores what it computes;
+ * `readonly` reads but never writes; `redo` recomputes everything and overwrites; `off` neither
+ * reads nor writes.
+ */
+export type CachePolicy = 'on' | 'off' | 'redo' | 'readonly';
+export const CACHE_POLICIES: readonly CachePolicy[] = ['on', 'off', 'redo', 'readonly'];
+
+/** One profile a run needed: read from the store, or computed (and stored or not). */
+export interface StageEvent {
+  kind: string;
+  key: string;
+  cached: boolean;
+  stored: boolean;
+  ms: number;
+}
+
+/** A store directory with a policy, and an observer of the stages (`llmc profile` lists them). */
+export interface CacheHandle {
+  dir: string;
+  policy: CachePolicy;
+  onStage?: (e: StageEvent) => void;
+}
+
+/**
+ * A profile store as passes hand it to src/app/profile (`calibrationSet`, `cachedProfile`): a
+ * directory (policy `on`) or a handle.
+ */
+export type ProfileCacheRef = string | CacheHandle;
+
+/** What a pass's `profile` hook gets: no target yet, only the store to measure into. */
+export interface ProfileContext {
+  progress: Progress;
+  note: (message: string) => void;
+  /** The profile directory (`llmc profile -o DIR`) with the run's cache policy. */
+  cacheDir: ProfileCacheRef;
+}
+
 export interface Pass<O = unknown> {
   run(unit: CompileUnit, options: O, ctx: PassContext): Promise<PassOutput>;
+  /**
+   * Optional: every measurement `run` will need, computed once into `ctx.cacheDir` through the same
+   * cachedProfile/calibrationSet calls `run` makes (same kinds, same keys), so a later compile with
+   * `--profile DIR` finds them all. Target-dependent choices stay in `run`: measure what any target
+   * may need. `llmc profile` calls it.
+   */
+  profile?(source: ModelSource, options: O, ctx: ProfileContext): Promise<void>;
 }
 
 /** A command-line shorthand for an option: `--levels X` ≡ `--opt reorder.levels=X`. */
@@ -55,7 +102,7 @@ export interface PassDescriptor<O = unknown> {
   requires: readonly string[];
   /** The record type it writes. */
   produces: RecordType<unknown>;
-  /** Checks of the combination with the target, before any work; throws UsageError. */
-  check?(options: O, target: TargetDescriptor, formats: FormatRequest): void;
+  /** Checks of the combination with the target and the other passes, before any work; throws UsageError. */
+  check?(options: O, target: TargetDescriptor, formats: FormatRequest, run: { passes: readonly string[] }): void;
   load(): Promise<Pass<O>>;
 }

@@ -3,7 +3,13 @@
  * capabilities) that the CLI, the pass manager and passes read without loading it; `load()` brings
  * the code that lowers a compile unit to an artifact directory.
  */
+import type { ArchSpec } from '../arch/types.js';
+import { UsageError } from '../errors.js';
+import type { Manifest } from '../records/manifest.js';
 import type { Progress } from '../util/progress.js';
+import type { WrittenTensor } from './summary.js';
+
+export type { WrittenTensor };
 import type { RecordType } from '../records/types.js';
 import type { OptionSchema } from './options.js';
 import type { CompileUnit } from './unit.js';
@@ -61,11 +67,82 @@ export interface EmitResult {
   files: string[];
   /** Goes into the manifest's `targetInfo`. */
   targetInfo: Record<string, unknown>;
+  /** Every tensor written, for the compile summary (formats and bytes per tensor group). */
+  tensors?: WrittenTensor[];
+}
+
+/** What `emit` would write, computed without writing (`llmc compile --dry-run`). */
+export interface EmitPlan {
+  /** Every file of the artifact (not the manifest), with its exact size. */
+  files: { path: string; bytes: number }[];
+  /** Every weight tensor as it would be written. */
+  tensors: WrittenTensor[];
+  notes: string[];
 }
 
 export interface Target<O = unknown> {
   /** Write the artifact's files (atomically) into ctx.outDir; the driver writes the manifest over them. */
   emit(unit: CompileUnit, ctx: EmitContext<O>): Promise<EmitResult>;
+  /** The files and tensors `emit` would write, without writing (reads no tensor data). Optional: a target without it cannot --dry-run. */
+  plan?(unit: CompileUnit, ctx: Omit<EmitContext<O>, 'progress' | 'note'>): Promise<EmitPlan>;
+}
+
+/** An artifact on disk: its manifest, and where it is (a directory, or a single file beside its manifest). */
+export interface Artifact {
+  /** What the user named: the directory, or the single file. */
+  path: string;
+  /** The directory the manifest's file paths are relative to. */
+  dir: string;
+  manifest: Manifest;
+}
+
+/** How `llmc run` drives an artifact: prompt ids in, generated ids out. */
+export interface ArtifactRunner {
+  /** Vocabulary size, context length and stop ids come from here. */
+  readonly spec: ArchSpec;
+  /** tokenizer.json / tokenizer_config.json text when the artifact carries them. */
+  readonly tokenizerJson?: string;
+  readonly tokenizerConfigJson?: string;
+  /** What the runner chose or ignored, for the user (e.g. the elastic level it runs). */
+  readonly notes: string[];
+  /** What executes the model, for summaries and reports: 'ts-runtime', 'onnxruntime', 'llama.cpp'. */
+  readonly engine: string;
+  /** The id of the elastic level it runs, when it runs one. */
+  readonly level?: string;
+  /** Logits [T, V] at every position of `ids` from an empty context: what quality evaluation compares. */
+  logits?(ids: number[]): Promise<Float32Array>;
+  /** Generated ids without the prompt; stops after maxTokens or at EOS (the EOS id is included). */
+  generate(promptIds: number[], opts: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]>;
+  close(): Promise<void>;
+  /** With an expert cache (`RunOptions.experts`): its statistics so far. */
+  expertStats?(): ExpertCacheStats | null;
+  /** With speculative decoding (`RunOptions.speculative`): the last generation's steps and acceptance. */
+  speculativeStats?(): Record<string, unknown> | null;
+}
+
+export interface ExpertCacheStats {
+  capacity: number;
+  policy: string;
+  preload: number;
+  accesses: number;
+  hits: number;
+  loads: number;
+  preloads: number;
+  usefulPreloads: number;
+  bytesRead: number;
+}
+
+export interface RunOptions {
+  /** CPU threads, where the engine takes a count. */
+  threads?: number;
+  /** An elastic level (id or fraction), where the artifact has levels. */
+  level?: string;
+  /** Check every file's sha256 against the manifest before running. */
+  verify?: boolean;
+  /** MoE: keep routed experts in the file, at most `capacity` in memory (read on demand). */
+  experts?: { capacity: number; policy?: 'edgemoe' | 'lru' | 'lfu'; preload?: number };
+  /** Greedy speculative decoding with the artifact's verification tree (record spec-tree/1); `draft`: a draft ts artifact. */
+  speculative?: { draft?: string };
 }
 
 export interface TargetDescriptor<O = unknown> {
@@ -78,5 +155,18 @@ export interface TargetDescriptor<O = unknown> {
   quantBlock(request: FormatRequest): number;
   /** Records some pass must write before this target can lower the unit. */
   requires: readonly RecordType<unknown>[];
+  /** A target whose artifact is one file: `-o NAME<extension>` writes `file` there (manifest beside it). */
+  singleFile?: { extension: string; file: string };
   load(): Promise<Target<O>>;
+  /** How `llmc run` runs this target's artifacts, when llmc can (loaded on use). */
+  open?(artifact: Artifact, opts: RunOptions): Promise<ArtifactRunner>;
+}
+
+/** A --tensor-type pattern that matches none of the tensors a target writes is a mistake, not a no-op. */
+export function unmatchedPatterns(overrides: FormatRequest['tensorTypes'], names: readonly string[]): void {
+  for (const o of overrides) {
+    if (!names.some((n) => o.pattern.test(n))) {
+      throw new UsageError(`--tensor-type ${o.pattern.source}=${o.type} matches no tensor this target writes; its names look like ${names.slice(0, 3).join(', ')}`);
+    }
+  }
 }

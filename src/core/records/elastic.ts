@@ -10,7 +10,7 @@
  * (as levels without recovery).
  */
 import { LlmcError, UsageError } from '../errors.js';
-import { Checker } from './check.js';
+import { Checker } from '../util/check.js';
 import { defineRecord } from './types.js';
 
 export interface LayerWidth {
@@ -164,6 +164,47 @@ export const ELASTIC_LEVELS = defineRecord<ElasticLevels>('elastic-prefix/2', 'e
 
 /** Uniform guessing over the vocabulary: a level whose perplexity is above this is worse than no model. */
 export const worseThanUniform = (ppl: number | undefined, vocabSize: number): boolean => ppl !== undefined && ppl >= vocabSize;
+
+const fmtPpl = (v: number | undefined) => (v === undefined ? '—' : v >= 1000 ? v.toFixed(0) : v >= 100 ? v.toFixed(1) : v.toFixed(2));
+const fmtPct = (v: number | undefined) => (v === undefined ? '—' : `${(v * 100).toFixed(1)}%`);
+export { fmtPct as formatLevelFraction, fmtPpl as formatPerplexity };
+
+/**
+ * What a runner says about the level it runs (its notes): the level, its share of the parameters and
+ * its held-out quality against the full model (before and after recovery), and a warning when it is
+ * worse than uniform guessing over the vocabulary.
+ */
+export function levelNotes(level: Level, record: ElasticLevels, vocabSize: number): string[] {
+  const parts = [`level ${level.id} (${fmtPct(level.paramFrac)} of the parameters)`];
+  if (level.heldOutPpl === undefined) parts.push('held-out perplexity not measured (compile with --opt reorder.evaluate=true)');
+  else {
+    const extra = [`full model ${fmtPpl(record.heldOutPpl)}`];
+    if (level.unrecovered) extra.push(`${fmtPpl(level.unrecovered.heldOutPpl)} before recovery`);
+    let q = `held-out perplexity ${fmtPpl(level.heldOutPpl)} (${extra.join('; ')})`;
+    if (level.agreement !== undefined) q += `, greedy agreement with the full model ${fmtPct(level.agreement)}`;
+    parts.push(q);
+  }
+  const notes = [parts.join(': ')];
+  if (worseThanUniform(level.heldOutPpl, vocabSize)) {
+    notes.push(`warning: level ${level.id} is worse than uniform guessing over the ${vocabSize}-token vocabulary (perplexity ${vocabSize}); its output is noise`);
+  }
+  return notes;
+}
+
+/** A level and its quality as JSON (`llmc run --json`'s `level`). */
+export function levelJson(level: Level, record: ElasticLevels, vocabSize: number) {
+  return {
+    id: level.id,
+    paramFrac: level.paramFrac,
+    heldOutPpl: level.heldOutPpl ?? null,
+    agreement: level.agreement ?? null,
+    fullHeldOutPpl: record.heldOutPpl ?? null,
+    recovered: level.unrecovered !== undefined,
+    unrecovered: level.unrecovered ?? null,
+    uniformPpl: vocabSize,
+    worseThanUniform: worseThanUniform(level.heldOutPpl, vocabSize),
+  };
+}
 
 /**
  * Pick a level: by id (`L3`), by nominal fraction, or the largest level whose real size is at most

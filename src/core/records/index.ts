@@ -2,3 +2,5 @@
 export * from './manifest.js';
 export * from './types.js';
 export * from './elastic.js';
+export * from './expert-table.js';
+export * from './spec-tree.js';

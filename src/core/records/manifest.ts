@@ -27,6 +27,14 @@ export interface PassRecord {
   metadata: Record<string, unknown>;
 }
 
+/** What the artifact holds per tensor group (a component of the model) and format. */
+export interface ManifestSummary {
+  groups: { group: string; format: string; tensors: number; bytes: number }[];
+  /** Bytes of the written tensors, and of the same tensors in the source checkpoint. */
+  bytes: number;
+  sourceBytes: number;
+}
+
 export interface Manifest<TargetInfo = Record<string, unknown>> {
   format: typeof MANIFEST_FORMAT;
   version: number;
@@ -38,4 +46,6 @@ export interface Manifest<TargetInfo = Record<string, unknown>> {
   targetInfo: TargetInfo;
   passes: PassRecord[];
   files: ManifestFile[];
+  /** Per tensor group and format (absent for targets that do not list their tensors). */
+  summary?: ManifestSummary;
 }

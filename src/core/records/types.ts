@@ -5,7 +5,7 @@
  * refuses another version of its record by name instead of misreading it.
  */
 import { LlmcError } from '../errors.js';
-import { Checker } from './check.js';
+import { Checker } from '../util/check.js';
 import type { PassRecord } from './manifest.js';
 
 export interface RecordType<T> {

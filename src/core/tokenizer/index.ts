@@ -5,6 +5,8 @@
  * with added/special tokens and TemplateProcessing. Anything else is refused with a one-line
  * error naming the file and the feature, rather than tokenizing differently from the original.
  */
+import safeRegex from 'safe-regex2';
+import { parseJsonAs, TOKENIZER_CONFIG, TOKENIZER_JSON } from './schema.js';
 import { LlmcError } from '../errors.js';
 import { Bpe } from './bpe.js';
 import { CHAR_TO_BYTE, gpt2Split, toByteChars } from './bytelevel.js';
@@ -50,11 +52,16 @@ function stringPattern(p: unknown, fail: Fail, what: string): RegExp {
   const o = (p ?? {}) as Json;
   if (typeof o.String === 'string') return new RegExp(escapeRe(o.String), 'gu');
   if (typeof o.Regex === 'string') {
+    let re: RegExp;
     try {
-      return new RegExp(o.Regex, 'gu');
+      re = new RegExp(o.Regex, 'gu');
     } catch {
-      fail(`${what} regex ${JSON.stringify(o.Regex)} is not supported by JavaScript regular expressions`);
+      return fail(`${what} regex ${JSON.stringify(o.Regex)} is not supported by JavaScript regular expressions`);
     }
+    // A repetition inside a repetition can backtrack exponentially (`(a+)+$` hangs on 30 characters);
+    // tokenizers' own patterns have none.
+    if (!safeRegex(o.Regex, { limit: 1000 })) fail(`${what} regex ${JSON.stringify(o.Regex)} nests repetitions, which can take exponential time on some inputs`);
+    return re;
   }
   return fail(`${what} has an unsupported pattern ${JSON.stringify(p)}`);
 }
@@ -326,21 +333,8 @@ export function loadTokenizer(tokenizerJsonText: string, tokenizerConfigText?: s
   const fail: Fail = (why) => {
     throw new LlmcError(`unsupported tokenizer: ${why}`, file);
   };
-  let tj: Json;
-  try {
-    tj = JSON.parse(tokenizerJsonText);
-  } catch {
-    throw new LlmcError('not valid JSON', file);
-  }
-  if (typeof tj !== 'object' || tj === null) throw new LlmcError('not a JSON object', file);
-  let cfg: Json = {};
-  if (tokenizerConfigText !== undefined) {
-    try {
-      cfg = JSON.parse(tokenizerConfigText);
-    } catch {
-      throw new LlmcError('not valid JSON', file.replace(/tokenizer\.json$/, 'tokenizer_config.json'));
-    }
-  }
+  const tj = parseJsonAs(TOKENIZER_JSON, tokenizerJsonText, file) as Json;
+  const cfg: Json = tokenizerConfigText === undefined ? {} : parseJsonAs(TOKENIZER_CONFIG, tokenizerConfigText, file.replace(/tokenizer\.json$/, 'tokenizer_config.json'));
 
   const model = (tj.model ?? {}) as Json;
   const mtype = model.type ?? (model.merges ? 'BPE' : undefined);

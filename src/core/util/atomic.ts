@@ -71,7 +71,7 @@ export class AtomicFile {
     const tmp = tempNameFor(finalPath);
     let handle: fsp.FileHandle;
     try {
-      handle = await fsp.open(tmp, 'w');
+      handle = await fsp.open(tmp, 'wx'); // exclusive: never through a link or over another writer's file
     } catch (err) {
       throw ioError(err, finalPath, 'create file');
     }

@@ -10,6 +10,7 @@
  * Taps (profiling observations) need extra graph outputs, so they run on a second session built
  * on first use (or at open() when `taps` is given), keyed by the requested tap set.
  */
+import './ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
@@ -17,7 +18,7 @@ import { LlmcError, UsageError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph } from '../../core/ir/ir.js';
 import { ropeTables } from '../../core/ir/rope.js';
-import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
+import { lowerToOnnx, type TapOutputs, type TapSpec, type WeightInput } from '../onnx/lower.js';
 import { Sampler, type SamplingOptions } from '../runtime/sampling.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from './taps.js';
 
@@ -34,6 +35,22 @@ export interface EngineOptions {
    * but on a shared one it steals the cores the other threads need: decode ran 2.5× slower here.
    */
   spin?: boolean;
+  /**
+   * HF weights lowered as graph inputs: every forward feeds them, the stored values unless
+   * `forward`'s swap replaces some. One session then runs many variants of the model (sensitivity
+   * measurements: one expert quantized per run) without rebuilding.
+   */
+  swappable?: readonly string[];
+  /** Routers take a bias per run added to their logits (forward's swap.routerBias): force-routing an expert. */
+  routerBias?: boolean;
+}
+
+/** Per-run replacements (see EngineOptions.swappable / routerBias). */
+export interface Swap {
+  /** HF name → values in the HF layout ([out, in] for linears). */
+  weights?: ReadonlyMap<string, Float32Array>;
+  /** Layer → a bias [E] added to its router logits. */
+  routerBias?: ReadonlyMap<number, Float32Array>;
 }
 
 export interface GenerateOptions extends SamplingOptions {
@@ -45,6 +62,8 @@ export interface GenerateOptions extends SamplingOptions {
 interface Compiled {
   session: ort.InferenceSession;
   taps: TapOutputs[];
+  weightInputs: WeightInput[];
+  routerBiases: { input: string; logits: string; numExperts: number }[];
   /** Runs in progress, and whether the session was evicted (released when the last run ends). */
   busy: number;
   evicted: boolean;
@@ -64,6 +83,8 @@ export class Engine {
   readonly graph: ModelGraph;
   private sessions = new Map<string, Promise<Compiled>>();
   private closed = false;
+  /** The stored values of swappable weights, as fed (transposed where the graph wants it). */
+  private readonly stored = new Map<string, Promise<ort.Tensor>>();
 
   private constructor(
     readonly source: ModelSource,
@@ -85,12 +106,17 @@ export class Engine {
     let c = this.sessions.get(key);
     if (!c) {
       c = (async () => {
-        const lowered = await lowerToOnnx(this.source, { taps, graph: this.graph });
+        const lowered = await lowerToOnnx(this.source, {
+          taps,
+          graph: this.graph,
+          weightInputs: this.opts.swappable ? new Set(this.opts.swappable) : undefined,
+          routerBias: this.opts.routerBias,
+        });
         const options: ort.InferenceSession.SessionOptions = { graphOptimizationLevel: 'all', executionMode: 'sequential', interOpNumThreads: 1 };
         if (this.opts.threads) options.intraOpNumThreads = this.opts.threads;
         if (!this.opts.spin) options.extra = { session: { intra_op: { allow_spinning: '0' } } };
         const session = await ort.InferenceSession.create(lowered.bytes, options);
-        return { session, taps: lowered.taps, busy: 0, evicted: false };
+        return { session, taps: lowered.taps, weightInputs: lowered.weightInputs, routerBiases: lowered.routerBiases, busy: 0, evicted: false };
       })();
       // Each session holds every weight: keep the plain one and only the latest tap set.
       if (key !== MAIN) {
@@ -121,7 +147,7 @@ export class Engine {
    * One forward pass over `rows` (B sequences of equal length T) after `past` (P cached
    * positions), returning logits [B, N, V] at `positions` (indices into the T new tokens).
    */
-  async forward(rows: number[][], past: ort.Tensor[] | null, positions: number[], taps: TapSpec[] = []): Promise<ForwardResult> {
+  async forward(rows: number[][], past: ort.Tensor[] | null, positions: number[], taps: TapSpec[] = [], swap: Swap = {}): Promise<ForwardResult> {
     const B = rows.length;
     const T = rows[0].length;
     if (T === 0) throw new UsageError('empty token sequence');
@@ -143,6 +169,14 @@ export class Engine {
       feeds[IO.pastKey(l)] = past ? past[2 * l] : empty();
       feeds[IO.pastValue(l)] = past ? past[2 * l + 1] : empty();
     }
+    for (const w of compiled.weightInputs) {
+      const given = swap.weights?.get(w.source);
+      feeds[w.name] = given ? weightTensor(w, given, this.source.description) : await this.storedWeight(w);
+    }
+    for (const r of compiled.routerBiases) {
+      const layer = Number(/^l(\d+)\./.exec(r.logits)![1]);
+      feeds[r.input] = new ort.Tensor('float32', swap.routerBias?.get(layer) ?? new Float32Array(r.numExperts), [r.numExperts]);
+    }
     compiled.busy++;
     let outputs: ort.InferenceSession.ReturnType;
     try {
@@ -153,6 +187,15 @@ export class Engine {
     const present: ort.Tensor[] = [];
     for (let l = 0; l < spec.numLayers; l++) present.push(outputs[IO.presentKey(l)], outputs[IO.presentValue(l)]);
     return { logits: outputs[IO.logits].data as Float32Array, present, outputs };
+  }
+
+  private storedWeight(w: WeightInput): Promise<ort.Tensor> {
+    let t = this.stored.get(w.name);
+    if (!t) {
+      t = this.source.readF32(w.source).then((v) => weightTensor(w, v, this.source.description));
+      this.stored.set(w.name, t);
+    }
+    return t;
   }
 
   /** A generation session with its own KV cache; `batch` rows advance together. */
@@ -241,6 +284,19 @@ export class Engine {
     }
     this.sessions.clear();
   }
+}
+
+/** A weight input's feed from HF-layout values. */
+function weightTensor(w: WeightInput, values: Float32Array, where: string): ort.Tensor {
+  const n = w.dims.reduce((a, d) => a * d, 1);
+  if (values.length !== n) throw new LlmcError(`swapped weight "${w.source}" has ${values.length} values, the model needs ${n}`, where);
+  let data = values;
+  if (w.transpose) {
+    const [rows, cols] = w.transpose;
+    data = new Float32Array(n);
+    for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) data[c * rows + r] = values[r * cols + c];
+  }
+  return new ort.Tensor('float32', data, w.dims);
 }
 
 export class EngineSession {

@@ -9,9 +9,18 @@ export type NodeProto = onnxProto.onnx.INodeProto;
 export type TensorProto = onnxProto.onnx.ITensorProto;
 export type AttributeProto = onnxProto.onnx.IAttributeProto;
 export type ValueInfoProto = onnxProto.onnx.IValueInfoProto;
+export type ModelProto = onnxProto.onnx.IModelProto;
+export type GraphProto = onnxProto.onnx.IGraphProto;
 
 export const DT_FLOAT = onnx.TensorProto.DataType.FLOAT;
 export const DT_INT64 = onnx.TensorProto.DataType.INT64;
+export const DT_FLOAT16 = onnx.TensorProto.DataType.FLOAT16;
+export const DT_INT8 = onnx.TensorProto.DataType.INT8;
+export const DT_UINT8 = onnx.TensorProto.DataType.UINT8;
+export const DT_BOOL = onnx.TensorProto.DataType.BOOL;
+/** IR 10 (opset 21) types onnx-proto's enum predates. */
+export const DT_UINT4 = 21;
+export const DT_INT4 = 22;
 
 /** Bytes of a protobuf varint. */
 export function varint(n: number): Uint8Array {

@@ -17,9 +17,12 @@ export const WEIGHTS_FILE = 'weights.bin';
 /** Every tensor starts at a multiple of this (so f32/f16 views need no copy, and cache lines line up). */
 export const TENSOR_ALIGNMENT = 64;
 
-/** Q5_0 is only there because ggml's row-length fallback turns Q4_K into it (rows of 32k, not 256k). */
-export type WeightFormat = 'F32' | 'F16' | 'Q8_0' | 'Q4_0' | 'Q4_K' | 'Q5_0';
-export const WEIGHT_FORMATS: readonly WeightFormat[] = ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K', 'Q5_0'];
+/**
+ * Q5_0 is there because ggml's row-length fallback turns Q4_K into it (rows of 32k, not 256k); Q2_K,
+ * Q3_K and Q6_K for per-expert bit widths (pass expert-bits), on the generic decode-then-dot path.
+ */
+export type WeightFormat = 'F32' | 'F16' | 'Q8_0' | 'Q4_0' | 'Q4_K' | 'Q5_0' | 'Q2_K' | 'Q3_K' | 'Q6_K';
+export const WEIGHT_FORMATS: readonly WeightFormat[] = ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K', 'Q5_0', 'Q2_K', 'Q3_K', 'Q6_K'];
 
 /** Elements per block and bytes per block: ggml's layouts, from the quantizers' own type table. */
 export const FORMAT_BLOCK: Record<WeightFormat, { blockSize: number; blockBytes: number }> = Object.fromEntries(
@@ -88,6 +91,8 @@ export interface ArtifactManifest {
   version: number;
   llmcVersion?: string;
   target: string;
+  /** The checkpoint it was compiled from (its content hash). */
+  source?: { path: string; sha256: string };
   arch: ArchSpec;
   targetInfo: TsTargetInfo;
   passes: PassRecord[];

@@ -15,9 +15,10 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
 import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
-import { ropeTables } from '../../core/ir/rope.js';
+import { ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { dequantRow, matmul, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
+import type { ExpertStore } from './offload.js';
 
 /** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
 export interface LayerWidth {
@@ -43,6 +44,8 @@ export interface WeightTable {
   weight(name: string): Weight;
   vector(name: string): Float32Array;
   has(name: string): boolean;
+  /** Routed experts kept in the file and read on demand (./offload.ts); forward passes are then async (runAsync). */
+  experts?: ExpertStore;
 }
 
 /** Per-layer keys and values of the positions seen so far. Make one with `model.newCache()`. */
@@ -72,6 +75,49 @@ export class KvCache {
     }
     this.capacity = cap;
   }
+
+  /**
+   * KV compaction after a speculative step: slots `slots` (ascending, ≥ from) move to from, from+1, …
+   * and everything after them is dropped.
+   */
+  keep(from: number, slots: readonly number[]): void {
+    for (let l = 0; l < this.numLayers; l++) {
+      slots.forEach((s, i) => {
+        if (s === from + i) return;
+        this.k[l].copyWithin((from + i) * this.kvDim, s * this.kvDim, (s + 1) * this.kvDim);
+        this.v[l].copyWithin((from + i) * this.kvDim, s * this.kvDim, (s + 1) * this.kvDim);
+      });
+    }
+    this.length = from + slots.length;
+  }
+}
+
+/**
+ * Which cached keys each new token attends to when the new tokens are a tree (speculative
+ * verification, or a draft decoding branches) instead of a causal run.
+ */
+export interface TreeAttention {
+  /** Cache slots [0, shared) every new token sees (the committed context). */
+  shared: number;
+  /** Per new token t: the slots ≥ shared it sees, ascending; its own slot (pos0 + t) included. */
+  visible: Int32Array[];
+  /** Per new token: its position (RoPE, sliding window). */
+  positions: Int32Array;
+  /** Position of every slot in [shared, pos0 + T) (sliding window). */
+  keyPositions: Int32Array;
+}
+
+/** Options of one forward call beyond the causal default. */
+export interface RunOptions {
+  tree?: TreeAttention;
+  /**
+   * Compute each token's row with the one-token kernels, so its values do not depend on how many
+   * tokens share the call (the four-token kernels sum in another order). Speculative verification
+   * uses it to reproduce plain decoding bit for bit.
+   */
+  rowwise?: boolean;
+  /** An elastic level's low-rank adapters (by weight name), added to its linears' outputs. */
+  adapters?: LevelAdapters;
 }
 
 /** What one forward call runs over. */
@@ -89,9 +135,12 @@ interface Frame {
   widths: LayerWidth[] | undefined;
   /** A level's low-rank adapters (by weight name), added to its linears' outputs. */
   adapters: LevelAdapters | undefined;
+  tree?: TreeAttention;
+  rowwise?: boolean;
 }
 
-type Step = (f: Frame) => void;
+/** A step returns a promise only where it waits for I/O (offloaded experts). */
+type Step = (f: Frame) => void | Promise<void>;
 
 /** A value's buffer: rows × channels, grown on demand and reused across calls. */
 class Buffer2D {
@@ -145,7 +194,27 @@ export class Interpreter {
    * Logits at `positions` (indices into `ids`) for `ids` appended after what `cache` holds:
    * [positions.length, V] row-major. The cache is extended by ids.length positions.
    */
-  run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[], adapters?: LevelAdapters): Float32Array {
+  run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[], opts: RunOptions = {}): Float32Array {
+    if (this.table.experts) throw new LlmcError('this model reads experts on demand (--expert-cache): run it with forwardAsync / generate');
+    const frame = this.frame(ids, cache, positions, widths, opts);
+    for (const step of this.steps) step(frame);
+    return this.finish(frame);
+  }
+
+  /** `run`, waiting where a step reads offloaded experts. */
+  async runAsync(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[], opts: RunOptions = {}): Promise<Float32Array> {
+    if (!this.table.experts) return this.run(ids, cache, positions, widths, opts);
+    const frame = this.frame(ids, cache, positions, widths, opts);
+    if (frame.pos0 === 0) this.table.experts.reset();
+    for (const step of this.steps) {
+      const pending = step(frame);
+      if (pending) await pending;
+    }
+    return this.finish(frame);
+  }
+
+  /** Check the call and set up its frame (the cache grows to hold the new positions). */
+  private frame(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths: LayerWidth[] | undefined, opts: RunOptions): Frame {
     const s = this.spec;
     const T = ids.length;
     if (T === 0) throw new LlmcError('forward: no input ids');
@@ -156,13 +225,17 @@ export class Interpreter {
     }
     const pos0 = cache.length;
     cache.reserve(pos0 + T);
+    if (opts.tree) checkTree(opts.tree, T, pos0);
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
-    const { cos, sin } = ropeTables(s, pos0, T);
-    const frame: Frame = { T, pos0, positions, ids, cache, cos, sin, widths, adapters };
-    for (const step of this.steps) step(frame);
-    cache.length = pos0 + T;
+    const { cos, sin } = opts.tree ? ropeRows(s, opts.tree.positions) : ropeTables(s, pos0, T);
+    return { T, pos0, positions, ids, cache, cos, sin, widths, adapters: opts.adapters, tree: opts.tree, rowwise: opts.rowwise };
+  }
+
+  /** The cache now holds the call's positions; the logits asked for. */
+  private finish(f: Frame): Float32Array {
+    f.cache.length = f.pos0 + f.T;
     const logits = this.buffer(IO.logits);
-    return logits.data.slice(0, positions.length * logits.channels);
+    return logits.data.slice(0, f.positions.length * logits.channels);
   }
 
   // ---- values ------------------------------------------------------------------------------------
@@ -281,7 +354,7 @@ export class Interpreter {
       case 'add':
         return this.elementwise(op.op, op.a, op.b, op.out);
       case 'moe':
-        return this.moe(op);
+        return this.table.experts ? this.moeOffloaded(op, this.table.experts) : this.moe(op);
       case 'gatherPositions': {
         const x = this.buffer(op.x);
         const out = this.define(op.out, x.channels, 'N');
@@ -314,11 +387,12 @@ export class Interpreter {
       // Columns with gaps (some query heads of each group) are read over their whole span: the
       // dropped heads' inputs are zero (attention leaves them so).
       const nCols = cols.count * cols.stride;
-      if (rows.count === 1) matmul(W, x.data, n, op.inFeatures, y, op.outFeatures, { nRows: rows.len, nCols, bias });
+      const rowwise = f.rowwise;
+      if (rows.count === 1) matmul(W, x.data, n, op.inFeatures, y, op.outFeatures, { nRows: rows.len, nCols, bias, rowwise });
       else {
         for (let g = 0; g < rows.count; g++) {
           const r0 = g * rows.stride;
-          matmul(W, x.data, n, op.inFeatures, y.subarray(r0), op.outFeatures, { rowStart: r0, nRows: rows.len, nCols, bias });
+          matmul(W, x.data, n, op.inFeatures, y.subarray(r0), op.outFeatures, { rowStart: r0, nRows: rows.len, nCols, bias, rowwise });
         }
       }
       const lr = f.adapters?.get(op.weight);
@@ -399,7 +473,8 @@ export class Interpreter {
       // Dropped heads stay zero, so o_proj's column span ignores them.
       if (qpg !== nrep) att.fill(0, 0, T * qDim);
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
-      attend(q, kc, vc, att, scores, T, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
+      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, T, G, qpg, nrep, hd, qDim, kvDim, scale, window);
+      else attend(q, kc, vc, att, scores, T, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
     };
   }
 
@@ -425,6 +500,8 @@ export class Interpreter {
     const eo = new Float32Array(D);
     const one = new Float32Array(1);
     const order = Array.from({ length: E }, (_, i) => i);
+    const sel = new Int32Array(op.topK);
+    const gates = new Float64Array(op.topK);
     return (f) => {
       const T = f.T;
       const w = f.widths?.[op.layer];
@@ -434,24 +511,11 @@ export class Interpreter {
         const xt = X.data.subarray(t * D, (t + 1) * D);
         const ot = o.subarray(t * D, (t + 1) * D);
         matmul(router, xt, 1, D, logits, E);
-        let max = -Infinity;
-        for (let e = 0; e < E; e++) max = Math.max(max, logits[e]);
-        let sum = 0;
-        const p = new Float64Array(E);
-        for (let e = 0; e < E; e++) sum += p[e] = Math.exp(logits[e] - max);
-        for (let e = 0; e < E; e++) p[e] /= sum;
-        // top-k by probability, lower index first on ties (as torch.topk on CPU)
-        order.sort((a, b) => p[b] - p[a] || a - b);
-        let norm = 1;
-        if (op.mode === 'softmax-topk-renorm') {
-          norm = 0;
-          for (let k = 0; k < op.topK; k++) norm += p[order[k]];
-        }
+        route(logits, op.topK, op.mode, order, sel, gates, 0);
         for (let k = 0; k < op.topK; k++) {
-          const e = order[k];
-          const ex = experts[e];
+          const ex = experts[sel[k]];
           swiglu(ex, xt, D, eo, (w && this.neurons(ex.m.slot, w)) ?? ex.gate.rows);
-          const g = p[e] / norm;
+          const g = gates[k];
           for (let i = 0; i < D; i++) ot[i] += g * eo[i];
         }
         if (shared) {
@@ -459,6 +523,91 @@ export class Interpreter {
           const g = 1 / (1 + Math.exp(-one[0]));
           swiglu(shared.mlp, xt, D, eo, (w && this.neurons('shared', w)) ?? shared.mlp.gate.rows);
           for (let i = 0; i < D; i++) ot[i] += g * eo[i];
+        }
+      }
+    };
+  }
+
+  /**
+   * The moe op with routed experts read on demand (ExpertStore): the same routing and the same sums
+   * in the same order as `moe`, so the output is identical. Tokens are grouped by expert, each expert
+   * made resident once (pinned while it computes); a one-token step acquires all of its experts,
+   * then lets the store preload the next layer's likely ones, then computes (reads overlap compute).
+   */
+  private moeOffloaded(op: Extract<Op, { op: 'moe' }>, store: ExpertStore): Step {
+    const D = op.hidden;
+    const E = op.experts.length;
+    const K = op.topK;
+    const n = store.layerIndex(op.layer);
+    const X = this.buffer(op.x);
+    const router = this.table.weight(op.router);
+    const out = this.define(op.out, D);
+    const bias = (m: MoeMlp, w: 'gate' | 'up' | 'down') => (m.bias ? this.table.vector(biasOf(m[w])) : null);
+    const biases = op.experts.map((m) => ({ gateBias: bias(m, 'gate'), upBias: bias(m, 'up'), downBias: bias(m, 'down') }));
+    const sharedMlp = op.shared?.mlp;
+    const shared = op.shared && sharedMlp
+      ? {
+          mlp: { gate: this.table.weight(sharedMlp.gate), up: this.table.weight(sharedMlp.up), down: this.table.weight(sharedMlp.down), gateBias: bias(sharedMlp, 'gate'), upBias: bias(sharedMlp, 'up'), downBias: bias(sharedMlp, 'down') },
+          gate: this.table.weight(op.shared.gate),
+        }
+      : null;
+    const logits = new Float32Array(E);
+    const one = new Float32Array(1);
+    const sharedOut = new Float32Array(D);
+    const order = Array.from({ length: E }, (_, i) => i);
+    let sel = new Int32Array(0);
+    let gates = new Float64Array(0);
+    let outs = new Float32Array(0);
+    return async (f) => {
+      const T = f.T;
+      const w = f.widths?.[op.layer];
+      if (sel.length < T * K) {
+        sel = new Int32Array(T * K);
+        gates = new Float64Array(T * K);
+        outs = new Float32Array(T * K * D);
+      }
+      for (let t = 0; t < T; t++) {
+        matmul(router, X.data.subarray(t * D, (t + 1) * D), 1, D, logits, E);
+        route(logits, K, op.mode, order, sel, gates, t * K);
+      }
+      // Each needed expert once: a one-token step in expert order (as the trace simulator), holding all
+      // of them at once; a prompt resident ones first, one expert at a time.
+      const distinct = [...new Set(sel.subarray(0, T * K))];
+      const needed = T === 1 ? distinct.sort((a, b) => a - b) : distinct.sort((a, b) => Number(store.resident(n, b)) - Number(store.resident(n, a)) || a - b);
+      const run = (e: number, ex: { gate: Weight; up: Weight; down: Weight }) => {
+        const m = { ...ex, ...biases[e] };
+        const ffn = (w && this.neurons(op.experts[e].slot, w)) ?? ex.gate.rows;
+        for (let i = 0; i < T * K; i++) if (sel[i] === e) swiglu(m, X.data.subarray(Math.floor(i / K) * D, (Math.floor(i / K) + 1) * D), D, outs.subarray(i * D, (i + 1) * D), ffn);
+      };
+      if (T === 1) {
+        const held: { gate: Weight; up: Weight; down: Weight }[] = [];
+        for (const e of needed) held.push(await store.acquire(n, e, true));
+        store.routed(n, Array.from(sel.subarray(0, K)));
+        needed.forEach((e, i) => run(e, held[i]));
+        for (const e of needed) store.release(n, e);
+      } else {
+        for (const e of needed) {
+          const ex = await store.acquire(n, e, false);
+          run(e, ex);
+          store.release(n, e);
+        }
+        store.routed(n, Array.from(sel.subarray((T - 1) * K, T * K)), false);
+      }
+      const o = out.rows(T);
+      o.fill(0, 0, T * D);
+      for (let t = 0; t < T; t++) {
+        const xt = X.data.subarray(t * D, (t + 1) * D);
+        const ot = o.subarray(t * D, (t + 1) * D);
+        for (let k = 0; k < K; k++) {
+          const g = gates[t * K + k];
+          const eo = outs.subarray((t * K + k) * D, (t * K + k + 1) * D);
+          for (let i = 0; i < D; i++) ot[i] += g * eo[i];
+        }
+        if (shared) {
+          matmul(shared.gate, xt, 1, D, one, 1);
+          const g = 1 / (1 + Math.exp(-one[0]));
+          swiglu(shared.mlp, xt, D, sharedOut, (w && this.neurons('shared', w)) ?? shared.mlp.gate.rows);
+          for (let i = 0; i < D; i++) ot[i] += g * sharedOut[i];
         }
       }
     };
@@ -484,6 +633,31 @@ export class Interpreter {
         if (moe.sharedExpertIntermediateSize) within(w.sharedFfn, moe.sharedExpertIntermediateSize, 'sharedFfn', l);
       }
     });
+  }
+}
+
+/**
+ * Top-k routing of one token from its router logits: softmax in float64, the k most probable experts
+ * (lower index first on ties, as torch.topk on CPU) into sel[at..at+k) and their routing weights
+ * (renormalized over the k in 'softmax-topk-renorm') into gates[at..at+k).
+ */
+function route(logits: Float32Array, K: number, mode: 'softmax-topk-renorm' | 'softmax-topk', order: number[], sel: Int32Array, gates: Float64Array, at: number): void {
+  const E = logits.length;
+  let max = -Infinity;
+  for (let e = 0; e < E; e++) max = Math.max(max, logits[e]);
+  let sum = 0;
+  const p = new Float64Array(E);
+  for (let e = 0; e < E; e++) sum += p[e] = Math.exp(logits[e] - max);
+  for (let e = 0; e < E; e++) p[e] /= sum;
+  order.sort((a, b) => p[b] - p[a] || a - b);
+  let norm = 1;
+  if (mode === 'softmax-topk-renorm') {
+    norm = 0;
+    for (let k = 0; k < K; k++) norm += p[order[k]];
+  }
+  for (let k = 0; k < K; k++) {
+    sel[at + k] = order[k];
+    gates[at + k] = p[order[k]] / norm;
   }
 }
 
@@ -546,6 +720,62 @@ function attend(
       }
     }
   }
+}
+
+/**
+ * Tree attention: new token t at position positions[t] attends to the shared slots and to its
+ * visible slots (its ancestors and itself), in slot order, which is position order: the same keys
+ * in the same order as a causal run reaching that token, so the same arithmetic (as `attend`).
+ */
+function attendTree(
+  q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array, tree: TreeAttention,
+  T: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
+  scale: number, window: number | null,
+): void {
+  const keys = new Int32Array(scores.length);
+  for (let t = 0; t < T; t++) {
+    const p = tree.positions[t];
+    const first = window ? p - window + 1 : 0;
+    let nk = 0;
+    for (let j = Math.max(0, first); j < tree.shared; j++) keys[nk++] = j;
+    for (const j of tree.visible[t]) if (tree.keyPositions[j - tree.shared] >= first) keys[nk++] = j;
+    for (let g = 0; g < G; g++) {
+      for (let hh = 0; hh < qpg; hh++) {
+        const h = g * nrep + hh;
+        const qo = t * qDim + h * hd;
+        let max = -Infinity;
+        for (let k = 0; k < nk; k++) {
+          const ko = keys[k] * kvDim + g * hd;
+          let d = 0;
+          for (let i = 0; i < hd; i++) d += q[qo + i] * kc[ko + i];
+          d *= scale;
+          scores[k] = d;
+          if (d > max) max = d;
+        }
+        let sum = 0;
+        for (let k = 0; k < nk; k++) sum += scores[k] = Math.exp(scores[k] - max);
+        const ao = t * qDim + h * hd;
+        for (let i = 0; i < hd; i++) att[ao + i] = 0;
+        for (let k = 0; k < nk; k++) {
+          const pj = scores[k] / sum;
+          const vo = keys[k] * kvDim + g * hd;
+          for (let i = 0; i < hd; i++) att[ao + i] += pj * vc[vo + i];
+        }
+      }
+    }
+  }
+}
+
+function checkTree(tree: TreeAttention, T: number, pos0: number): void {
+  const end = pos0 + T;
+  if (tree.visible.length !== T || tree.positions.length !== T) throw new LlmcError(`tree attention: ${tree.visible.length} rows for ${T} new tokens`);
+  if (tree.shared > pos0 || tree.keyPositions.length !== end - tree.shared) throw new LlmcError('tree attention: shared slots or key positions do not fit the cache');
+  tree.visible.forEach((v, t) => {
+    for (let i = 0; i < v.length; i++) {
+      if (v[i] < tree.shared || v[i] >= end || (i > 0 && v[i] <= v[i - 1])) throw new LlmcError(`tree attention: row ${t} sees slot ${v[i]}, outside ${tree.shared}..${end - 1} or out of order`);
+    }
+    if (v[v.length - 1] !== pos0 + t) throw new LlmcError(`tree attention: row ${t} must see itself (slot ${pos0 + t}) last`);
+  });
 }
 
 /** Rotate-half RoPE on v[o..o+hd) for new position t (pairs i and i + hd/2). */

@@ -1,5 +1,6 @@
 /**
- * Matmul kernels over a weight stored as F32, F16 or ggml blocks (Q8_0, Q4_0, Q4_K), read in place:
+ * Matmul kernels over a weight stored as F32, F16 or ggml blocks (Q8_0, Q4_0, Q4_K; Q5_0, Q2_K, Q3_K,
+ * Q6_K on the generic decode-then-dot path), read in place:
  * quantized blocks are decoded inside the dot product, never into a dequantized copy of the matrix.
  *
  * A weight is [rows, cols] row-major (Hugging Face [out, in]). Every kernel takes a row range and a
@@ -102,6 +103,69 @@ function decodeBlock(w: Weight, row: number, blk: number, out: Float32Array): vo
       }
       return;
     }
+    case 'Q2_K':
+      return decodeQ2_K(u8, row * w.rowBytes + blk * 84, out);
+    case 'Q3_K':
+      return decodeQ3_K(u8, row * w.rowBytes + blk * 110, out);
+    case 'Q6_K':
+      return decodeQ6_K(u8, row * w.rowBytes + blk * 210, out);
+  }
+}
+
+// ggml's dequantize_row_q{2,3,6}_K for one 256-element block at byte `bo`, float32-exact.
+const fr = Math.fround;
+const f16At = (u8: Uint8Array, o: number) => F16[u8[o] | (u8[o + 1] << 8)];
+
+function decodeQ2_K(u8: Uint8Array, bo: number, out: Float32Array): void {
+  const d = f16At(u8, bo + 80);
+  const min = f16At(u8, bo + 82);
+  let o = 0;
+  let is = 0;
+  for (let n = 0, q = bo + 16; n < 256; n += 128, q += 32) {
+    for (let shift = 0; shift < 8; shift += 2) {
+      for (let half = 0; half < 32; half += 16) {
+        const sc = u8[bo + is++];
+        const dl = fr(d * (sc & 15));
+        const ml = fr(min * (sc >> 4));
+        for (let l = 0; l < 16; l++) out[o++] = fr(dl * ((u8[q + half + l] >> shift) & 3)) - ml;
+      }
+    }
+  }
+}
+
+const Q3_SCALES = new Int8Array(16);
+function decodeQ3_K(u8: Uint8Array, bo: number, out: Float32Array): void {
+  const dAll = f16At(u8, bo + 108);
+  const s = Q3_SCALES;
+  for (let j = 0; j < 16; j++) {
+    const lo = j < 8 ? u8[bo + 96 + j] & 15 : u8[bo + 96 + j - 8] >> 4;
+    s[j] = (lo | (((u8[bo + 104 + (j % 4)] >> (2 * (j >> 2))) & 3) << 4)) - 32;
+  }
+  let o = 0;
+  let is = 0;
+  let m = 1;
+  for (let n = 0, q = bo + 32; n < 256; n += 128, q += 32) {
+    for (let shift = 0; shift < 8; shift += 2, m <<= 1) {
+      for (let half = 0; half < 32; half += 16) {
+        const dl = fr(dAll * s[is++]);
+        for (let l = 0; l < 16; l++) out[o++] = dl * (((u8[q + half + l] >> shift) & 3) - (u8[bo + half + l] & m ? 0 : 4));
+      }
+    }
+  }
+}
+
+function decodeQ6_K(u8: Uint8Array, bo: number, out: Float32Array): void {
+  const d = f16At(u8, bo + 208);
+  const sc8 = (o: number) => (u8[o] << 24) >> 24;
+  for (let n = 0, ql = bo, qh = bo + 128, sc = bo + 192; n < 256; n += 128, ql += 64, qh += 32, sc += 8) {
+    for (let l = 0; l < 32; l++) {
+      const is = l >> 4;
+      const h = u8[qh + l];
+      out[n + l] = fr(d * sc8(sc + is)) * (((u8[ql + l] & 15) | ((h & 3) << 4)) - 32);
+      out[n + l + 32] = fr(d * sc8(sc + is + 2)) * (((u8[ql + l + 32] & 15) | (((h >> 2) & 3) << 4)) - 32);
+      out[n + l + 64] = fr(d * sc8(sc + is + 4)) * (((u8[ql + l] >> 4) | (((h >> 4) & 3) << 4)) - 32);
+      out[n + l + 96] = fr(d * sc8(sc + is + 6)) * (((u8[ql + l + 32] >> 4) | (((h >> 6) & 3) << 4)) - 32);
+    }
   }
 }
 
@@ -133,6 +197,13 @@ export function dequantRow(w: Weight, row: number, out: Float32Array, outOff = 0
   }
 }
 
+/** The whole weight as f32 values (small tensors: norms, biases). */
+export function dequantAll(w: Weight): Float32Array {
+  const out = new Float32Array(w.rows * w.cols);
+  for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
+  return out;
+}
+
 // Reused scratch buffers (no allocation per call on hot paths).
 let SCRATCH = new Float32Array(256);
 function scratch(n: number): Float32Array {
@@ -158,6 +229,8 @@ export interface MatmulArgs {
   nCols?: number;
   /** Added to the outputs: bias[rowStart + r]. */
   bias?: Float32Array | null;
+  /** Every token through the one-token kernels: a row's result does not depend on T (see RunOptions.rowwise). */
+  rowwise?: boolean;
 }
 
 /**
@@ -178,11 +251,12 @@ export function matmul(
   const nCols = args.nCols ?? w.cols;
   if (w.arena) {
     const whole = w.format === 'F32' || w.format === 'F16' ? nCols : w.format === 'Q4_K' ? nCols & ~255 : nCols & ~31;
-    w.arena.matmul(w.format as WasmFormat, w.ptr, w.rowBytes, rowStart, nRows, whole, x, T, xStride, y, yStride);
+    w.arena.matmul(w.format as WasmFormat, w.ptr, w.rowBytes, rowStart, nRows, whole, x, T, xStride, y, yStride, args.rowwise);
     if (whole !== nCols) {
       for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += tailDot(w, rowStart + r, x, t * xStride, nCols);
     }
   } else if (T === 1) matvec(w, x, 0, y, 0, rowStart, nRows, nCols);
+  else if (args.rowwise) for (let t = 0; t < T; t++) matvec(w, x, t * xStride, y, t * yStride, rowStart, nRows, nCols);
   else if (w.format === 'F32') matmulF32(w, x, T, xStride, y, yStride, rowStart, nRows, nCols);
   else {
     const row = rowScratch(nCols);
@@ -249,6 +323,9 @@ export function matvec(w: Weight, x: Float32Array, xOff: number, y: Float32Array
     case 'Q4_K':
       return matvecQ4_K(w, x, xOff, y, yOff, rowStart, nRows, nCols);
     case 'Q5_0':
+    case 'Q2_K':
+    case 'Q3_K':
+    case 'Q6_K':
       return matvecBlocks(w, x, xOff, y, yOff, rowStart, nRows, nCols);
   }
 }
@@ -361,7 +438,7 @@ function matvecQ4_K(w: Weight, x: Float32Array, xOff: number, y: Float32Array, y
   }
 }
 
-/** Generic path (decode a block, then dot): for the rare fallback format Q5_0. */
+/** Generic path (decode a block, then dot): Q5_0 (a fallback) and Q2_K / Q3_K / Q6_K. */
 function matvecBlocks(w: Weight, x: Float32Array, xOff: number, y: Float32Array, yOff: number, rowStart: number, nRows: number, nCols: number): void {
   const bs = FORMAT_BLOCK[w.format].blockSize;
   const tmp = new Float32Array(bs);

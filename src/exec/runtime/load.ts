@@ -3,8 +3,10 @@
  * weights' actual size (and sha256 on request) before anything runs, then read the weights and
  * build the Model. Browser-safe: the bytes come from an injected ByteSource, hashing from WebCrypto.
  */
-import { expectedTensors } from '../../core/arch/names.js';
+import { expectedTensorCount, expectedTensors } from '../../core/arch/names.js';
+import { checkArchSpec } from '../../core/arch/check.js';
 import { LlmcError } from '../../core/errors.js';
+import { Checker } from '../../core/util/check.js';
 import type { ByteSource } from './bytes.js';
 import {
   alignUp,
@@ -23,7 +25,7 @@ import {
   type WeightFormat,
 } from './format.js';
 import { dequantRow, Weight } from './kernels.js';
-import { Model, type LevelAdapters, type WeightTable } from './model.js';
+import { Model, weightTable, type LevelAdapters } from './model.js';
 import { mergeLowRank } from '../../core/util/lowrank.js';
 import { lowRankTerm } from './lowrank.js';
 import { ELASTIC_LEVELS, levelWidths, selectLevel } from '../../core/records/elastic.js';
@@ -31,6 +33,7 @@ import { findRecord } from '../../core/records/types.js';
 
 export type { ArtifactManifest };
 import { WasmArena } from './wasm.js';
+import { loadOffloaded, type OffloadOptions } from './offload.js';
 
 /** What `load` reads: the manifest's text and the bytes of weights.bin. */
 export interface ArtifactSource {
@@ -53,6 +56,11 @@ export interface LoadOptions {
    * level runs on the shared weights with its adapters as low-rank terms (switching moves nothing).
    */
   mergeLevel?: string;
+  /**
+   * Keep an MoE model's routed experts in the weights file and read them on demand into a bounded
+   * cache (./offload.ts); the ByteSource must stay readable while the model runs.
+   */
+  experts?: OffloadOptions;
 }
 
 
@@ -81,10 +89,24 @@ export function parseManifest(text: string, file = 'llmc-manifest.json'): Artifa
       `unsupported weights format ${JSON.stringify(isObj(ti) ? ti.format : null)} version ${JSON.stringify(isObj(ti) ? ti.version : null)}; this runtime reads ${TS_FORMAT} version ${TS_FORMAT_VERSION}`,
     );
   }
-  if (!isObj(m.arch)) bad('missing "arch"');
-  if (!Array.isArray(m.files)) bad('missing "files"');
+  const c = new Checker(file);
+  checkArchSpec(m.arch, c);
+  c.arr(m.files, 'files').forEach((f, i) => {
+    const e = c.obj(f, `files[${i}]`);
+    c.str(e.path, `files[${i}].path`);
+    c.int(e.size, `files[${i}].size`);
+    c.str(e.sha256, `files[${i}].sha256`);
+  });
+  c.arr(m.passes, 'passes').forEach((p, i) => {
+    const r = c.obj(p, `passes[${i}]`);
+    c.str(r.name, `passes[${i}].name`);
+    c.obj(r.metadata, `passes[${i}].metadata`);
+  });
   const t = ti as Record<string, unknown>;
   if (typeof t.weights !== 'string') bad('targetInfo.weights is missing');
+  // A file of the artifact: never a path out of it.
+  const w = t.weights as string;
+  if (!w || w.startsWith('/') || /^[a-zA-Z]:/.test(w) || w.split(/[\\/]/).includes('..') || w.includes('\0')) bad(`targetInfo.weights ${JSON.stringify(w)} is not a file of the artifact`);
   if (!Array.isArray(t.tensors)) bad('targetInfo.tensors is missing');
   for (const [i, e] of (t.tensors as unknown[]).entries()) {
     if (!isObj(e) || typeof e.name !== 'string') bad(`tensor table entry ${i} has no name`);
@@ -148,6 +170,8 @@ export function checkTensorTable(m: ArtifactManifest, fileSize: number, file: st
   }
   let expected: { name: string; shape: number[] }[];
   try {
+    const want = expectedTensorCount(m.arch);
+    if (!Number.isSafeInteger(want) || want > 2 * table.size + 64) return bad(`"arch" describes ${want} tensors, the tensor table holds ${table.size}`);
     expected = expectedTensors(m.arch);
   } catch {
     return bad('"arch" is not a valid architecture spec');
@@ -186,6 +210,15 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
   const table = checkTensorTable(manifest, size, wfile);
   checkAdapters(manifest, table, wfile);
 
+  if (opts.experts) {
+    if (opts.verifyChecksums) {
+      const got = await sha256Hex(await source.weights.read(0, size));
+      if (got !== entry.sha256) throw new LlmcError(`sha256 mismatch: file has ${got}, the manifest says ${entry.sha256}`, wfile);
+    }
+    if (opts.mergeLevel !== undefined) throw new LlmcError('merging a level at load and reading experts on demand do not combine', wfile);
+    const offloaded = await loadOffloaded(source.weights, manifest, table, opts.experts, opts.wasm !== false, wfile);
+    return new Model(manifest.arch, offloaded, manifest, { get: levelAdapterLookup(manifest, offloaded.weight) });
+  }
   let whole: Uint8Array | null = null;
   if (size <= (opts.singleReadLimit ?? 1 << 30)) whole = aligned(await source.weights.read(0, size));
   if (opts.verifyChecksums) {
@@ -228,23 +261,7 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     }
     return w;
   };
-  const vector = (name: string): Float32Array => {
-    const w = weight(name);
-    const out = new Float32Array(w.rows * w.cols);
-    for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
-    return out;
-  };
-  const levelAdapters = new Map<string, LevelAdapters>();
-  const adaptersOf = (id: string): LevelAdapters | undefined => {
-    const set = manifest.targetInfo.adapters?.[id];
-    if (!set) return undefined;
-    let got = levelAdapters.get(id);
-    if (!got) {
-      got = new Map(set.tensors.map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: weight(t.a), b: weight(t.b) }]));
-      levelAdapters.set(id, got);
-    }
-    return got;
-  };
+  const adaptersOf = levelAdapterLookup(manifest, weight);
   if (mergeLevel && mergeSet) {
     if (mergeLevel.layers.some((l) => l.kvGroups > 1 && l.qHeadsPerGroup < manifest.arch.numHeads / manifest.arch.numKvHeads)) {
       throw new LlmcError(`level ${mergeLevel.id} keeps some query heads of each group: not a prefix slice to merge into`, wfile);
@@ -267,8 +284,22 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
       weights.set(name, new Weight(name, 'F32', rows, cols, bytes, arena));
     }
   }
-  const weightTable: WeightTable = { has: (name) => table.has(name), weight, vector };
-  return new Model(manifest.arch, weightTable, manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
+  return new Model(manifest.arch, weightTable((name) => table.has(name), weight), manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
+}
+
+/** Each level's adapters (targetInfo.adapters) as runtime weights, read on first use. */
+function levelAdapterLookup(manifest: ArtifactManifest, weight: (name: string) => Weight): (id: string) => LevelAdapters | undefined {
+  const levelAdapters = new Map<string, LevelAdapters>();
+  return (id) => {
+    const set = manifest.targetInfo.adapters?.[id];
+    if (!set) return undefined;
+    let got = levelAdapters.get(id);
+    if (!got) {
+      got = new Map(set.tensors.map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: weight(t.a), b: weight(t.b) }]));
+      levelAdapters.set(id, got);
+    }
+    return got;
+  };
 }
 
 const formatRows = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);

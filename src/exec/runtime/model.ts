@@ -7,15 +7,18 @@
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { buildModel } from '../../core/ir/build.js';
 import type { ModelGraph } from '../../core/ir/ir.js';
-import { Interpreter, KvCache, type LayerWidth, type WeightTable } from './interpreter.js';
+import { skipLayers } from '../../core/ir/skip.js';
+import { Interpreter, KvCache, type LayerWidth, type TreeAttention, type WeightTable } from './interpreter.js';
 import type { ArtifactManifest } from './format.js';
 import type { LevelAdapters } from './lowrank.js';
+import type { ExpertStore } from './offload.js';
+import { dequantRow, type Weight } from './kernels.js';
 import { Sampler, type SamplingOptions } from './sampling.js';
 import { ELASTIC_LEVELS, levelWidths, selectLevel, type Level } from '../../core/records/elastic.js';
 import { findRecord } from '../../core/records/types.js';
 import { LlmcError } from '../../core/errors.js';
 
-export { KvCache, type LayerWidth, type WeightTable, type LevelAdapters };
+export { KvCache, type LayerWidth, type TreeAttention, type WeightTable, type LevelAdapters };
 
 /** An elastic level ready to run: pass it to forward / generate (`{ ...model.level('0.5') }`). */
 export interface RunnableLevel {
@@ -36,6 +39,12 @@ export interface ForwardOptions {
   adapters?: LevelAdapters;
   /** Return only the last position's logits ([V] instead of [T, V]). */
   lastOnly?: boolean;
+  /** Logits at these rows (indices into ids), overriding lastOnly. */
+  logitRows?: number[];
+  /** The new tokens are a tree: which cached keys each sees and its position (speculative decoding). */
+  tree?: TreeAttention;
+  /** Each row with the one-token kernels (values independent of the batch: see RunOptions). */
+  rowwise?: boolean;
 }
 
 export interface GenerateOptions extends SamplingOptions {
@@ -47,20 +56,54 @@ export interface GenerateOptions extends SamplingOptions {
   adapters?: LevelAdapters;
 }
 
+/** A WeightTable over a lookup of weights; a vector is the weight's rows dequantized. */
+export function weightTable(has: (name: string) => boolean, weight: (name: string) => Weight): WeightTable {
+  return {
+    has,
+    weight,
+    vector: (name) => {
+      const w = weight(name);
+      const out = new Float32Array(w.rows * w.cols);
+      for (let r = 0; r < w.rows; r++) dequantRow(w, r, out, r * w.cols);
+      return out;
+    },
+  };
+}
+
 export class Model {
   readonly graph: ModelGraph;
   private readonly interpreter: Interpreter;
+  /** Routed experts read on demand (LoadOptions.experts), or null when every weight is resident. */
+  readonly experts: ExpertStore | null;
+  private closers: (() => Promise<void>)[] = [];
 
   constructor(
     readonly spec: ArchSpec,
-    table: WeightTable,
+    private readonly table: WeightTable,
     /** The artifact's manifest when loaded from one (pass records such as elastic levels live in it). */
     readonly manifest?: ArtifactManifest,
     /** Each level's adapters (by level id), read on first use; `merged`: the one level whose adapters are in the weights. */
     private readonly levelAdapters: { get(id: string): LevelAdapters | undefined; merged?: { id: string; widths: LayerWidth[] } } = { get: () => undefined },
+    /** Another graph over the same weights (default: the architecture's). */
+    graph?: ModelGraph,
   ) {
-    this.graph = buildModel(spec);
+    this.graph = graph ?? buildModel(spec);
     this.interpreter = new Interpreter(spec, this.graph, table);
+    this.experts = table.experts ?? null;
+  }
+
+  /** Run `fn` when the model is closed (e.g. the weights file an expert cache reads from). */
+  onClose(fn: () => Promise<void>): void {
+    this.closers.push(fn);
+  }
+
+  async close(): Promise<void> {
+    for (const fn of this.closers.splice(0)) await fn();
+  }
+
+  /** The same weights without some decoder layers (a self-speculative draft); shares the weights. */
+  withoutLayers(layers: readonly number[]): Model {
+    return new Model(this.spec, this.table, this.manifest, this.levelAdapters, skipLayers(buildModel(this.spec), layers));
   }
 
   newCache(): KvCache {
@@ -73,12 +116,25 @@ export class Model {
    */
   forward(ids: ArrayLike<number>, cache: KvCache = this.newCache(), opts: ForwardOptions = {}): Float32Array {
     const T = ids.length;
+    const positions = opts.logitRows ?? (opts.lastOnly ? [T - 1] : Array.from({ length: T }, (_, t) => t));
+    this.checkMerged(opts.widths);
+    return this.interpreter.run(ids, cache, positions, opts.widths, { tree: opts.tree, rowwise: opts.rowwise, adapters: opts.adapters });
+  }
+
+  /** `forward` for any model, offloaded experts included (they are read as the layers need them). */
+  async forwardAsync(ids: ArrayLike<number>, cache: KvCache = this.newCache(), opts: ForwardOptions = {}): Promise<Float32Array> {
+    const T = ids.length;
     const positions = opts.lastOnly ? [T - 1] : Array.from({ length: T }, (_, t) => t);
+    this.checkMerged(opts.widths);
+    return this.interpreter.runAsync(ids, cache, positions, opts.widths, { adapters: opts.adapters });
+  }
+
+  /** A model loaded with a level's adapters merged runs only that level's widths. */
+  private checkMerged(widths: LayerWidth[] | undefined): void {
     const merged = this.levelAdapters.merged;
-    if (merged && JSON.stringify(opts.widths) !== JSON.stringify(merged.widths)) {
+    if (merged && JSON.stringify(widths) !== JSON.stringify(merged.widths)) {
       throw new LlmcError(`this model was loaded with level ${merged.id}'s adapters merged into its weights; it runs only that level's widths`);
     }
-    return this.interpreter.run(ids, cache, positions, opts.widths, opts.adapters);
   }
 
   /**
@@ -101,12 +157,13 @@ export class Model {
     const sampler = new Sampler(options);
     const cache = this.newCache();
     const fopts = { widths: options.widths, adapters: options.adapters, lastOnly: true };
-    let logits = this.forward(ids, cache, fopts);
+    const step = (x: ArrayLike<number>) => (this.experts ? this.forwardAsync(x, cache, fopts) : this.forward(x, cache, fopts));
+    let logits = await step(ids);
     for (let n = 0; n < max; n++) {
       const next = sampler.next(logits);
       yield next;
       if (stop.has(next) || n + 1 === max) return;
-      logits = this.forward([next], cache, fopts);
+      logits = await step([next]);
     }
   }
 }

@@ -14,8 +14,17 @@ import type { Model } from './model.js';
 export function fileSource(file: string): ByteSource & { close(): Promise<void> } {
   let handle: fsp.FileHandle | null = null;
   const open = async () => {
+    if (handle) return handle;
+    let st;
     try {
-      return (handle ??= await fsp.open(file, 'r'));
+      st = await fsp.stat(file);
+    } catch (e) {
+      throw new LlmcError(`cannot open: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, file);
+    }
+    // Only regular files (checked before opening: opening a FIFO blocks).
+    if (!st.isFile()) throw new LlmcError('not a regular file', file);
+    try {
+      return (handle = await fsp.open(file, 'r'));
     } catch (e) {
       throw new LlmcError(`cannot open: ${(e as Error).message}`, file);
     }
@@ -58,6 +67,17 @@ export async function artifactDirSource(dir: string): Promise<ArtifactSource & {
 /** Load an artifact directory into a Model (weights are read into memory; the file is closed after). */
 export async function loadDir(dir: string, opts: LoadOptions = {}): Promise<Model> {
   const src = await artifactDirSource(dir);
+  if (opts.experts) {
+    // Experts are read from the file as the model runs: it stays open until model.close().
+    try {
+      const model = await load(src, opts);
+      model.onClose(() => src.close());
+      return model;
+    } catch (err) {
+      await src.close();
+      throw err;
+    }
+  }
   try {
     return await load(src, opts);
   } finally {
@@ -65,21 +85,8 @@ export async function loadDir(dir: string, opts: LoadOptions = {}): Promise<Mode
   }
 }
 
-/** `llmc run` on an artifact directory: the TS runtime behind the same shape as the engine's TokenGenerator. */
-export async function openArtifactGenerator(dir: string, opts: LoadOptions = {}) {
-  const model = await loadDir(dir, opts);
-  const tokenizerJson = await fsp.readFile(path.join(dir, 'tokenizer.json'), 'utf8').catch(() => undefined);
-  const tokenizerConfigJson = await fsp.readFile(path.join(dir, 'tokenizer_config.json'), 'utf8').catch(() => undefined);
-  return {
-    spec: model.spec,
-    tokenizerJson,
-    tokenizerConfigJson,
-    model,
-    async generate(promptIds: number[], o: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]> {
-      const out: number[] = [];
-      for await (const id of model.generate(promptIds, o)) out.push(id);
-      return out;
-    },
-    close: async () => {},
-  };
+/** The tokenizer files an artifact directory carries (absent ones are undefined). */
+export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: string; tokenizerConfigJson?: string }> {
+  const read = (f: string) => fsp.readFile(path.join(dir, f), 'utf8').catch(() => undefined);
+  return { tokenizerJson: await read('tokenizer.json'), tokenizerConfigJson: await read('tokenizer_config.json') };
 }

@@ -568,7 +568,7 @@ export class WasmArena {
    * y[t*yStride + r] = W[rowStart + r, :nCols] · x[t*xStride ..] for t < T, W at byte `ptr` with rows of
    * `rowBytes`. F32 / F16: any nCols; Q8_0 / Q4_0: nCols a multiple of 32, Q4_K of 256 (the caller adds a cut block's tail).
    */
-  matmul(format: WasmFormat, ptr: number, rowBytes: number, rowStart: number, nRows: number, nCols: number, x: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number): void {
+  matmul(format: WasmFormat, ptr: number, rowBytes: number, rowStart: number, nRows: number, nCols: number, x: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, rowwise = false): void {
     const heap = this.heap;
     const xo = this.xBase >> 2;
     const yo = this.yBase >> 2;
@@ -576,13 +576,14 @@ export class WasmArena {
     for (let t0 = 0; t0 < T; t0 += this.chunk) {
       const n = Math.min(this.chunk, T - t0);
       for (let t = 0; t < n; t++) heap.set(x.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), xo + t * nCols);
-      // Groups of four tokens share each weight load (prefill); the rest go one by one.
-      const g = n >> 2;
+      // Groups of four tokens share each weight load (prefill); the rest go one by one (all of them when rowwise).
+      const g = rowwise ? 0 : n >> 2;
+      const rest = n - 4 * g;
       const xs = this.xBase + 4 * g * nCols * 4;
       const ys = this.yBase + 4 * g * nRows * 4;
       if (format === 'F32') {
         if (g) this.f32x4tok(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, g);
-        if (n & 3) this.f32(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols, n & 3);
+        if (rest) this.f32(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols, rest);
       } else if (format === 'F16') {
         this.f16(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, n, 0);
       } else if (format === 'Q4_K') {
@@ -591,7 +592,7 @@ export class WasmArena {
         this.q4(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols >> 5, n, 0);
       } else {
         if (g) this.q8x4tok(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols >> 5, g, 0);
-        if (n & 3) this.q8(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols >> 5, n & 3, 0);
+        if (rest) this.q8(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols >> 5, rest, 0);
       }
       for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
     }

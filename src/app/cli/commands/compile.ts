@@ -2,84 +2,186 @@ import type { Command } from 'commander';
 import { PASSES } from '../../../../passes/index.js';
 import { TARGETS } from '../../../../backends/index.js';
 import { openCheckpoint } from '../../../core/checkpoint/index.js';
-import { UsageError } from '../../../core/errors.js';
+import { LlmcError, UsageError } from '../../../core/errors.js';
+import type { CachePolicy } from '../../../core/pipeline/pass.js';
+import { checkProfileOf, PROFILE_INDEX, readProfileIndex } from '../../profile/dir.js';
+import { CACHE_HELP, parseCachePolicy } from './profile.js';
 import { planCompile } from '../../compile/plan.js';
-import { cliProgress, noteTo, printJson } from '../output.js';
+import { findConfig, resolveConfig, CONFIG_FILE, DEFAULT_CACHE_DIR, type ResolvedConfig } from '../../compile/config.js';
+import type { Manifest } from '../../../core/records/manifest.js';
+import { cliProgress, formatBytes, noteLine, printJson, table } from '../output.js';
+import { describePasses, describeTargets } from './list.js';
 import { collect, collectKeyValue } from '../options.js';
-import { formatLevelTable, levelRows } from '../levels.js';
+import { formatLevelTable, levelRows, type LevelRow } from '../levels.js';
+import { checkMeasurable, readBudgets } from '../../check/budgets.js';
+import { reportCheck } from './check.js';
+import { locate } from '../../artifact.js';
+import type { QuickEvaluation } from '../../evaluate/artifact.js';
 
-function parseTensorTypes(specs: string[]): { pattern: RegExp; type: string }[] {
-  return specs.map((s) => {
-    const i = s.lastIndexOf('=');
-    if (i <= 0) throw new UsageError(`--tensor-type takes REGEX=TYPE, got "${s}"`);
-    try {
-      return { pattern: new RegExp(s.slice(0, i)), type: s.slice(i + 1).toUpperCase() };
-    } catch {
-      throw new UsageError(`--tensor-type: "${s.slice(0, i)}" is not a valid regular expression`);
-    }
-  });
+/** --help's reference of the formats and `--opt` keys of every target and pass, from the registries. */
+function registryHelp(): string {
+  const opt = (owner: string, o: { key: string; help: string; default?: string }) => `    --opt ${owner}.${o.key}=…  ${o.help}${o.default ? ` (default: ${o.default})` : ''}`;
+  const lines = ['', 'Targets (--quant / --tensor-type formats, --opt <target>.<key>):'];
+  for (const t of [...TARGETS].sort((a, b) => a.name.localeCompare(b.name))) {
+    lines.push(`  ${t.name}: ${t.formats.quant.join(', ')}${t.formats.default ? ` (default ${t.formats.default})` : ''}`, ...t.options.specs.map((o) => opt(t.name, o)));
+  }
+  lines.push('', 'Passes (--opt <pass>.<key>):');
+  for (const p of PASSES) lines.push(`  ${p.name}: ${p.description}`, ...p.options.specs.map((o) => opt(p.name, o)));
+  return lines.join('\n') + '\n';
 }
 
 /** commander's attribute name of a flag (`--calib-text <f>` → calibText). */
 const attributeOf = (flag: string) => flag.replace(/^--/, '').split(/[ =<[]/)[0].replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
 
+/** The resolved configuration as a config file (nothing unset, nothing null). */
+function configJson(r: ResolvedConfig): Record<string, unknown> {
+  const t = r.target;
+  return {
+    model: r.model,
+    target: { name: t.name, ...(t.quant !== null ? { quant: t.quant } : {}), tensorTypes: t.tensorTypes, options: t.options },
+    passes: r.passes,
+    ...(r.out !== null ? { out: r.out } : {}),
+    cacheDir: r.cacheDir,
+    ...(r.check !== null ? { check: r.check } : {}),
+  };
+}
+
 export function registerCompile(program: Command): void {
   const cmd = program
     .command('compile')
     .description('Compile a Hugging Face checkpoint into a deployable artifact directory')
-    .argument('<model>', 'Hugging Face checkpoint directory (config.json + *.safetensors)')
-    .requiredOption('-t, --target <target>', `output target: ${TARGETS.map((t) => t.name).sort().join(', ')}`)
-    .requiredOption('-o, --out <dir>', 'output directory (created if missing)')
-    .option('-q, --quant <type>', 'weight format, e.g. F16, Q8_0, Q4_K_M (default: the target\'s)')
-    .option('--tensor-type <regex=type>', 'per-tensor override, repeatable; last match wins', collect, [])
-    .option('--passes <list>', 'comma-separated passes to run before the backend, in order', '')
-    .option('--opt <key=value>', 'pass or target option, repeatable (e.g. reorder.levels=0.5,1)', collectKeyValue('--opt'), {})
-    .option('--cache-dir <dir>', 'where profiles are cached', '.llmc-cache');
+    .argument('[model]', `Hugging Face checkpoint directory (config.json + *.safetensors); or "model" in ${CONFIG_FILE}`)
+    .option('-t, --target <target>', `output target: ${TARGETS.map((t) => t.name).sort().join(', ')}`)
+    .option('-o, --out <path>', 'output directory (created if missing; an existing llmc artifact there is replaced whole), or NAME.gguf for --target gguf')
+    .option('-q, --quant <type>', "weight format; each target's formats and default are listed below")
+    .option('--tensor-type <regex=type>', 'per-tensor format override, repeatable; the last match wins; a pattern matching no tensor is an error', collect)
+    .option('--passes <list>', `comma-separated passes to run before the target (${PASSES.map((p) => p.name).join(', ')}); see below`)
+    .option('--opt <owner.key=value>', 'an option of a pass or of the target, repeatable (e.g. reorder.levels=0.5,1); listed below', collectKeyValue('--opt'))
+    .option('--cache-dir <dir>', `where profiles are cached (default: ${DEFAULT_CACHE_DIR})`)
+    .option('--cache <policy>', CACHE_HELP, parseCachePolicy, 'on')
+    .option('--profile <dir>', 'measurements from llmc profile (refused when it profiled another checkpoint); used instead of --cache-dir')
+    .option('--config <file>', `a config file: passes with options, target with options, paths (default: ./${CONFIG_FILE} if present); flags override it`)
+    .option('--force', 'replace an output directory or file that is not an llmc artifact')
+    .option('--allow-nonfinite', 'compile weights that hold Inf or NaN (refused by default, naming the tensor and element)');
   // Each pass's shorthand flags (`--levels X` ≡ `--opt reorder.levels=X`).
   const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
   for (const p of PASSES) for (const f of p.flags) cmd.option(f.flag, f.help);
   cmd
+    .option('--check <budgets>', 'after compiling, check the artifact against a budget file (as llmc check; exit 1 when a budget fails)')
+    .option('--print-config', 'print the resolved configuration (config file + flags) as JSON and stop')
+    .option('--no-eval', 'skip the quick quality evaluation against the source at the end (perplexity, KL, greedy agreement on held-out data)')
+    .option('--dry-run', 'run the passes and show what would be written (files, sizes, formats per tensor group) without writing it')
     .option('--json', 'print the manifest as JSON on stdout')
+    .addHelpText('after', registryHelp())
     .addHelpText(
       'after',
-      '\nExamples:\n' +
-        '  llmc compile ./stories260K --target gguf --quant Q8_0 -o out/\n' +
-        '  llmc compile ./model --target ts --passes reorder --opt reorder.levels=0.5,0.75,1 -o out/\n',
+      () =>
+        '\nExamples (from a clone):\n' +
+        '  llmc compile fixtures/models/stories260K --target gguf --quant Q8_0 -o out/stories-q8.gguf\n' +
+        '  llmc compile fixtures/models/stories260K --target ts --passes reorder --levels 0.5,0.75,1 -o out/stories-elastic\n' +
+        '  llmc compile fixtures/models/stories260K --target hf --quant F16 -o out/stories-f16\n' +
+        '  llmc compile fixtures/models/stories260K --target ts --quant Q4_0 --dry-run\n\n' +
+        `${describeTargets()}\n\n${describePasses()}\n`,
     )
-    .action(async (modelDir: string, o) => {
+    .action(async (modelArg: string | undefined, o) => {
       const json = Boolean(o.json);
-      const passNames = String(o.passes)
-        .split(',')
-        .map((s) => s.trim())
-        .filter(Boolean);
-      const opts: Record<string, string> = { ...(o.opt as Record<string, string>) };
+      const opts: Record<string, string> = { ...((o.opt ?? {}) as Record<string, string>) };
+      const passList = o.passes === undefined ? undefined : String(o.passes).split(',').map((s) => s.trim()).filter(Boolean);
+      const found = await findConfig(o.config);
+      const listed = passList ?? (found?.config.passes ?? []).map((p) => p.name);
       for (const f of flags) {
         if (o[f.attr] === undefined) continue;
-        if (!passNames.includes(f.pass)) throw new UsageError(`${f.flag} needs --passes ${f.pass}`);
+        if (!listed.includes(f.pass)) throw new UsageError(`${f.flag} needs --passes ${f.pass}`);
         opts[`${f.pass}.${f.key}`] = String(o[f.attr]);
       }
-      const request = { target: o.target as string, passes: passNames, opts, quant: o.quant as string | undefined, tensorTypes: parseTensorTypes(o.tensorType) };
+      const { resolved, request } = resolveConfig(
+        found?.config ?? null,
+        { model: modelArg, target: o.target, quant: o.quant, tensorTypes: o.tensorType ?? [], passes: passList, opts, out: o.out, cacheDir: o.cacheDir, check: o.check },
+        found?.file,
+      );
       // Everything is checked before the checkpoint is opened or anything is written.
       const plan = planCompile(request);
+      resolved.target.quant = plan.formats.quant ?? plan.target.formats.default;
+      if (o.printConfig) return printJson(configJson(resolved));
+      const budgets = resolved.check === null ? undefined : await readBudgets(resolved.check);
+      if (budgets) checkMeasurable(budgets, plan.target.name, resolved.check!);
+      const out = resolved.out;
+      if (out === null && !o.dryRun) throw new UsageError(`no output directory: give -o DIR${found ? ` or set "out" in ${found.file}` : ''}`);
+      // Notes are shown with the summary, after the artifact is in place (a failed compile shows its error alone).
       const notes: string[] = [];
-      const source = await openCheckpoint(modelDir);
+      const started = performance.now();
+      const profileIndex = o.profile === undefined ? undefined : await readProfileIndex(o.profile);
+      if (profileIndex === null) throw new LlmcError(`not a profile directory (no ${PROFILE_INDEX}; make one with llmc profile)`, o.profile);
+      const source = await openCheckpoint(resolved.model, { allowNonFinite: Boolean(o.allowNonfinite) });
       try {
+        if (profileIndex) await checkProfileOf(o.profile, profileIndex, source);
+        // A dry run writes nothing, not even to the cache.
+        const policy: CachePolicy = o.dryRun && o.cache === 'on' ? 'readonly' : o.cache;
+        const cacheDir = { dir: o.profile ?? resolved.cacheDir, policy };
         // Passes and targets pull in onnxruntime and tfjs: load them only when compiling.
-        const { compile } = await import('../../compile/compile.js');
-        const manifest = await compile(
-          { ...request, source, outDir: o.out, progress: cliProgress(json), note: noteTo(notes, json), cacheDir: o.cacheDir },
-          plan,
-        );
-        const levels = levelRows(manifest);
-        if (json) printJson({ ...manifest, notes, ...(levels ? { levels: levels.rows } : {}) });
-        else {
-          const bytes = manifest.files.reduce((a, f) => a + f.size, 0);
-          process.stdout.write(`wrote ${o.out}: ${manifest.files.map((f) => f.path).join(', ')} (${(bytes / 1e6).toFixed(2)} MB)\n`);
-          // Quality where the user picks a level: the table of levels, on stderr.
-          if (levels) process.stderr.write(`\n${formatLevelTable(levels.record, levels.rows, manifest.arch.vocabSize)}\n`);
+        const { compile, dryRun } = await import('../../compile/compile.js');
+        const common = { ...request, source, progress: cliProgress(json), note: (m: string) => notes.push(m), cacheDir, force: Boolean(o.force) };
+        if (o.dryRun) {
+          const { printDryRun } = await import('./dry-run.js');
+          return printDryRun(await dryRun({ ...common, outDir: out ?? '' }, plan), resolved, json, notes);
         }
+        const manifest = await compile({ ...common, outDir: out! }, plan);
+        const artifact = await locate(out!);
+        if (artifact.kind !== 'artifact') throw new LlmcError('internal: the compile left no manifest', out!);
+        let evaluation: QuickEvaluation | null = null;
+        if (o.eval) {
+          const { quickEvaluation } = await import('../../evaluate/artifact.js');
+          evaluation = await quickEvaluation(artifact, source, cacheDir);
+        }
+        const seconds = (performance.now() - started) / 1000;
+        if (!json) process.stderr.write(compileSummary(out!, manifest, notes, seconds, evaluation));
+        const quality = { ...(evaluation === null ? {} : { quality: evaluation }), ...levelsJson(manifest) };
+        if (budgets) {
+          const { checkArtifact } = await import('../../check/check.js');
+          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir });
+          reportCheck(summary, json ? { ...manifest, notes, seconds, ...quality, check: summary } : undefined);
+        } else if (json) printJson({ ...manifest, notes, seconds, ...quality });
       } finally {
         await source.close();
       }
     });
+}
+
+/** What a compile wrote: files, bytes per tensor group and format against the source, the quality lost, notes, time. */
+export function compileSummary(out: string, m: Manifest, notes: readonly string[], seconds: number, evaluation: QuickEvaluation | null = null): string {
+  const bytes = m.files.reduce((a, f) => a + f.size, 0);
+  const lines = [`wrote ${out}: ${m.files.map((f) => f.path).join(', ')} (${formatBytes(bytes)}) for target ${m.target}${m.passes.length ? ` after ${m.passes.map((p) => p.name).join(', ')}` : ''}`];
+  const s = m.summary;
+  if (s && s.groups.length) {
+    const rows: (string | number)[][] = [['tensors', 'format', 'count', 'bytes']];
+    for (const g of s.groups) rows.push([g.group, g.format, g.tensors, formatBytes(g.bytes)]);
+    rows.push(['total', '', s.groups.reduce((a, g) => a + g.tensors, 0), formatBytes(s.bytes)]);
+    lines.push(table(rows));
+    if (s.sourceBytes > 0) lines.push(`  ${formatBytes(s.bytes)} of tensors from ${formatBytes(s.sourceBytes)} in the source: ${((100 * s.bytes) / s.sourceBytes).toFixed(1)}%`);
+  }
+  if (evaluation) lines.push(...qualityLines(evaluation));
+  // Quality where the user picks a level: the table of elastic levels.
+  const levels = levelRows(m);
+  if (levels) lines.push(formatLevelTable(levels.record, levels.rows, m.arch.vocabSize));
+  for (const n of notes) lines.push(noteLine(n));
+  lines.push(`done in ${seconds.toFixed(1)} s`);
+  return lines.join('\n') + '\n';
+}
+
+/** `--json`'s `levels`: the level table's rows, when the artifact has elastic levels. */
+function levelsJson(m: Manifest): { levels?: LevelRow[] } {
+  const levels = levelRows(m);
+  return levels ? { levels: levels.rows } : {};
+}
+
+/** The quick evaluation's lines of the summary. */
+function qualityLines(e: QuickEvaluation): string[] {
+  if (!e.measured) return [`  quality: not measured: ${e.reason}`];
+  const { quality: q, heldOut: h } = e;
+  const from = h.source === 'self-generated' ? 'sampled from the source' : `of ${h.source.text}`;
+  const sign = q.pplDelta >= 0 ? '+' : '';
+  return [
+    `  quality against the source on held-out data (${h.sequences} × ${h.length} tokens ${from}, seed ${h.seed}; the artifact on ${q.executor}, the source on onnxruntime):`,
+    `    perplexity ${q.referencePpl.toFixed(3)} → ${q.candidatePpl.toFixed(3)} (${sign}${q.pplDelta.toPrecision(3)}), KL ${q.kl.toExponential(2)} nats, greedy agreement ${(100 * q.greedyAgreement).toFixed(1)}%`,
+  ];
 }

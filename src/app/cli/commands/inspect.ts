@@ -6,26 +6,14 @@
 import path from 'node:path';
 import type { Command } from 'commander';
 import { openCheckpoint, type Checkpoint } from '../../../core/checkpoint/index.js';
-import { tensorRoles, type TensorRole } from '../../../core/arch/names.js';
+import { componentOf, COMPONENTS, tensorRoles, type Component } from '../../../core/arch/names.js';
 import { numel } from '../../../core/checkpoint/safetensors.js';
 import type { ArchSpec } from '../../../core/arch/spec.js';
-import { printJson } from '../output.js';
+import { ELASTIC_LEVELS, findRecord, type Manifest } from '../../../core/records/index.js';
+import { locate, verifyFiles } from '../../artifact.js';
+import { formatBytes, printJson, table } from '../output.js';
 
-export const COMPONENTS = ['embedding', 'attention', 'mlp', 'experts', 'shared_expert', 'router', 'norms', 'lm_head', 'other'] as const;
-export type Component = (typeof COMPONENTS)[number];
-
-/** The component each tensor role counts under (tensors the architecture does not name are "other"). */
-const COMPONENT_OF_ROLE: Record<TensorRole, Component> = {
-  embedding: 'embedding',
-  lm_head: 'lm_head',
-  norm: 'norms',
-  attention: 'attention',
-  mlp: 'mlp',
-  router: 'router',
-  expert: 'experts',
-  shared_expert: 'shared_expert',
-  shared_expert_gate: 'shared_expert',
-};
+export { COMPONENTS, type Component };
 
 interface Tally {
   tensors: number;
@@ -58,7 +46,7 @@ export async function inspectCheckpoint(ck: Checkpoint, withTensors: boolean): P
     const info = ck.info(t.name);
     const n = numel(t.shape);
     const role = roles.get(t.name);
-    const comp = role ? COMPONENT_OF_ROLE[role] : 'other';
+    const comp = componentOf(role);
     byComponent[comp] += n;
     total += n;
     bytes += info.byteLength;
@@ -130,16 +118,49 @@ function formatReport(r: InspectReport): string {
   return lines.join('\n') + '\n';
 }
 
+/** An artifact's manifest, for people: target, source, files, formats per tensor group, passes and their records. */
+export function formatArtifact(path_: string, m: Manifest): string {
+  const lines: string[] = [];
+  lines.push(`artifact: ${path_} (target ${m.target}, llmc ${m.llmcVersion})`);
+  lines.push(`source: ${m.source.path} (sha256 ${m.source.sha256.slice(0, 16)}…)`);
+  lines.push(`architecture: ${m.arch.modelType}, ${m.arch.numLayers} layers, hidden ${m.arch.hiddenSize}, vocab ${m.arch.vocabSize}`);
+  lines.push(`files (${m.files.length}):`);
+  lines.push(table(m.files.map((f) => [f.path, formatBytes(f.size), f.sha256.slice(0, 16) + '…'])));
+  if (m.summary) {
+    lines.push('tensors:');
+    lines.push(table([['group', 'format', 'count', 'bytes'], ...m.summary.groups.map((g) => [g.group, g.format, g.tensors, formatBytes(g.bytes)])]));
+  }
+  lines.push(`passes: ${m.passes.length ? m.passes.map((p) => `${p.name} (${String(p.metadata.format)})`).join(', ') : 'none'}`);
+  const elastic = findRecord(m.passes, ELASTIC_LEVELS);
+  if (elastic) {
+    lines.push(`elastic levels (importance ${elastic.importance.provider}, anchors [${elastic.anchors.join(', ')}]):`);
+    lines.push(
+      table([
+        ['level', 'params', 'held-out ppl'],
+        ...elastic.levels.map((l) => [l.id, `${(100 * l.paramFrac).toFixed(1)}%`, l.heldOutPpl !== undefined ? l.heldOutPpl.toFixed(2) : '-']),
+      ]),
+    );
+  }
+  return lines.join('\n') + '\n';
+}
+
 export function registerInspect(program: Command): void {
   program
     .command('inspect')
-    .description('Show a checkpoint\'s architecture, parameter counts per component, dtypes and bytes (reads headers only)')
-    .argument('<model>', 'Hugging Face checkpoint directory (config.json + *.safetensors)')
+    .description("Show a checkpoint's architecture, parameters per component, dtypes and bytes (headers only), or an llmc artifact's manifest: files, formats, passes, levels")
+    .argument('<path>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
     .option('--json', 'machine-readable output on stdout')
-    .option('--tensors', 'list every tensor (name, shape, dtype, bytes, file)')
-    .addHelpText('after', '\nExamples:\n  llmc inspect ../shared/models/stories260K\n  llmc inspect ./model --json --tensors\n')
-    .action(async (modelDir: string, o: { json?: boolean; tensors?: boolean }) => {
-      const ck = await openCheckpoint(modelDir);
+    .option('--tensors', 'list every tensor (name, shape, dtype, bytes, file) of a checkpoint')
+    .addHelpText('after', '\nExamples (from a clone):\n  llmc inspect fixtures/models/stories260K\n  llmc inspect fixtures/models/stories260K --json --tensors\n  llmc inspect out/stories-q8.gguf\n')
+    .action(async (target: string, o: { json?: boolean; tensors?: boolean }) => {
+      const where = await locate(target);
+      if (where.kind === 'artifact') {
+        await verifyFiles(where, { hash: false });
+        if (o.json) printJson(where.manifest);
+        else process.stdout.write(formatArtifact(target, where.manifest));
+        return;
+      }
+      const ck = await openCheckpoint(where.dir);
       try {
         const report = await inspectCheckpoint(ck, Boolean(o.tensors));
         if (o.json) printJson(report);
@@ -149,4 +170,3 @@ export function registerInspect(program: Command): void {
       }
     });
 }
-

@@ -1,37 +1,69 @@
 import type { Command } from 'commander';
 import path from 'node:path';
-import { openGenerator } from '../../../exec/engine/generator.js';
 import { LlmcError, UsageError } from '../../../core/errors.js';
+import type { ArtifactRunner, RunOptions } from '../../../core/pipeline/target.js';
 import { loadTokenizer } from '../../../core/tokenizer/index.js';
-import { printJson } from '../output.js';
-import { ELASTIC_LEVELS, findRecord, MANIFEST_FILE } from '../../../core/records/index.js';
-import type { Model } from '../../../exec/runtime/model.js';
-import { levelJson, levelLine } from '../levels.js';
+import { ELASTIC_LEVELS, findRecord, levelJson, type ElasticLevels } from '../../../core/records/index.js';
+import { openCheckpointRunner } from '../../../exec/engine/generator.js';
+import { locate, verifyFiles } from '../../artifact.js';
+import { noteLine, printJson } from '../output.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
+
+/** The runner for a checkpoint, or for an artifact through its target's descriptor (after checking its files). */
+async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels }> {
+  const where = await locate(modelPath);
+  if (where.kind === 'checkpoint') {
+    if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
+    if (o.level !== undefined) throw new UsageError('--level needs an artifact compiled with --passes reorder (ts or gguf-levels); this is a checkpoint');
+    return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }) };
+  }
+  await verifyFiles(where, { hash: Boolean(o.verify) });
+  if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
+  return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined };
+}
 
 export function registerRun(program: Command): void {
   program
     .command('run')
-    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or a compiled artifact directory')
-    .argument('<model>', 'checkpoint directory (config.json + *.safetensors) or artifact directory (llmc-manifest.json)')
+    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; gguf: llama.cpp)')
+    .argument('<model>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
     .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
     .requiredOption('-n, --max-tokens <n>', 'tokens to generate at most (stops earlier at EOS)', parseIntOption('--max-tokens', 1))
     .option('--temperature <t>', 'sampling temperature; 0 = greedy', parseFloatOption('--temperature', 0), 0)
     .option('--top-p <p>', 'nucleus sampling mass in (0, 1]', parseFloatOption('--top-p', 0, 1), 1)
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
-    .option('--threads <n>', 'onnxruntime threads (default: all cores)', parseIntOption('--threads', 1))
-    .option('--level <level>', 'elastic level of a ts artifact compiled with --passes reorder: an id (L3) or a size fraction (0.5)')
-    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "level"?} as JSON')
-    .addHelpText('after', '\nExamples:\n  llmc run ../shared/models/stories260K --prompt-ids 1 --max-tokens 32\n  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n')
+    .option('--threads <n>', 'CPU threads of onnxruntime / llama.cpp (default: all cores; llama.cpp uses one for a GGUF under 64 MB; the TS runtime uses one)', parseIntOption('--threads', 1))
+    .option('--level <level>', 'elastic level of an artifact compiled with --passes reorder (ts, cuda, gguf-levels): an id (L3) or a size fraction (0.5)')
+    .option('--verify', "check every file's sha256 against the manifest before running (sizes are always checked)")
+    .option('--allow-overflow', "generate past the model's context length")
+    .option('--allow-nonfinite', 'run a checkpoint whose weights hold Inf or NaN (refused by default)')
+    .option('--expert-cache <n>', 'MoE ts artifact: keep routed experts in the file, at most N in memory (read on demand)', parseIntOption('--expert-cache', 1))
+    .option('--expert-policy <policy>', 'expert cache eviction: edgemoe | lru | lfu (default: edgemoe with --passes expert-bits, else lru)')
+    .option('--expert-preload <m>', "experts preloaded per MoE layer (default: the expert-bits record's; 0 = none)", parseIntOption('--expert-preload', 0))
+    .option('--speculative', 'ts artifact compiled with --passes tree-search: greedy speculative decoding with its verification tree (same tokens as plain greedy decoding)')
+    .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
+    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "level"?, "warning"?, "expert_cache"?, "speculative"?} as JSON')
+    .addHelpText(
+      'after',
+      '\nExamples (from a clone):\n  llmc run fixtures/models/stories260K --prompt-ids 1 --max-tokens 32\n' +
+        '  llmc compile fixtures/models/stories260K --target ts --passes reorder -o out/elastic && llmc run out/elastic --prompt-ids 1 -n 32 --level 0.5\n' +
+        '  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n' +
+        '  llmc run ./artifact --prompt-ids 1 -n 64 --speculative --json\n',
+    )
     .action(async (modelPath: string, o) => {
       if ((o.promptIds === undefined) === (o.prompt === undefined)) throw new UsageError('give exactly one of --prompt-ids or --prompt');
       if (o.topP <= 0) throw new UsageError(`--top-p must be in (0, 1], got ${o.topP}`);
-      const generator = await openGenerator(modelPath, { threads: o.threads });
+      if (o.expertCache === undefined && (o.expertPolicy !== undefined || o.expertPreload !== undefined)) throw new UsageError('--expert-policy and --expert-preload need --expert-cache N');
+      if (o.expertPolicy !== undefined && !['edgemoe', 'lru', 'lfu'].includes(o.expertPolicy)) throw new UsageError(`--expert-policy must be edgemoe, lru or lfu, got "${o.expertPolicy}"`);
+      const experts = o.expertCache === undefined ? undefined : { capacity: o.expertCache as number, policy: o.expertPolicy as 'edgemoe' | 'lru' | 'lfu' | undefined, preload: o.expertPreload as number | undefined };
+      if (o.speculative && o.level !== undefined) throw new UsageError('--speculative and --level do not combine (the record names the draft)');
+      if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
+      if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
+      const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
+      const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative });
       try {
-        const codec = generator.tokenizerJson
-          ? loadTokenizer(generator.tokenizerJson, generator.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json'))
-          : null;
+        const codec = runner.tokenizerJson ? loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
         let promptIds: number[];
         if (o.prompt !== undefined) {
           if (!codec) throw new LlmcError('--prompt needs a tokenizer.json; this model has none (use --prompt-ids)', modelPath);
@@ -39,39 +71,40 @@ export function registerRun(program: Command): void {
           promptIds = codec.encode(o.prompt);
         } else promptIds = o.promptIds;
         if (promptIds.length === 0) throw new UsageError('the prompt is empty');
-        // --level: run the prefix sub-model (the runtime slices weight prefixes, no copies) with its adapters.
-        let level = {};
-        let picked: { line: string; json: ReturnType<typeof levelJson> } | undefined;
-        if (o.level !== undefined) {
-          const model = (generator as { model?: Model }).model;
-          if (!model) throw new UsageError('--level needs a ts artifact compiled with --passes reorder');
-          const where = path.join(modelPath, MANIFEST_FILE);
-          const run = model.level(String(o.level), where);
-          const record = findRecord(model.manifest?.passes, ELASTIC_LEVELS, where)!;
-          level = { widths: run.widths, ...(run.adapters ? { adapters: run.adapters } : {}) };
-          picked = { line: levelLine(run.level, record, model.spec.vocabSize), json: levelJson(run.level, record, model.spec.vocabSize) };
-          if (!o.json) process.stderr.write(`${picked.line}\n`);
+        const V = runner.spec.vocabSize;
+        const bad = promptIds.find((id) => id >= V);
+        if (bad !== undefined) throw new UsageError(`--prompt-ids: token id ${bad} is outside the vocabulary (0..${V - 1})`);
+        const ctx = runner.spec.maxPositions;
+        if (promptIds.length + o.maxTokens > ctx && !o.allowOverflow) {
+          throw new UsageError(
+            `${promptIds.length} prompt tokens + ${o.maxTokens} to generate exceed the model's context of ${ctx}; lower --max-tokens to ${Math.max(0, ctx - promptIds.length)} (or --allow-overflow)`,
+          );
         }
+        if (!o.json) for (const n of runner.notes) process.stderr.write(`${noteLine(n)}\n`);
         const start = performance.now();
-        const generated = await generator.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed, ...level });
+        const generated = await runner.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed });
         const seconds = (performance.now() - start) / 1000;
         const text = codec ? codec.decode(generated, { skipSpecial: true }) : undefined;
         const tokensPerSecond = generated.length / seconds;
+        const cache = runner.expertStats?.() ?? null;
         if (o.json) {
-          printJson({
-            prompt_ids: promptIds,
-            generated_ids: generated,
-            ...(text !== undefined ? { text } : {}),
-            tokens_per_second: tokensPerSecond,
-            ...(picked ? { level: picked.json, ...(picked.json.worseThanUniform ? { warning: picked.line.split('\n')[1] } : {}) } : {}),
-          });
+          const speculative = runner.speculativeStats?.() ?? undefined;
+          // The level it ran and its quality (the runner's notes say the same in words).
+          const level = runner.level !== undefined && levels ? levelJson(levels.levels.find((l) => l.id === runner.level)!, levels, runner.spec.vocabSize) : undefined;
+          const warning = runner.notes.find((n) => n.startsWith('warning: '));
+          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, notes: runner.notes, ...(level ? { level } : {}), ...(warning ? { warning } : {}), ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}), ...(speculative ? { speculative } : {}) });
         } else {
           process.stdout.write(`${generated.join(' ')}\n`);
           if (text !== undefined) process.stdout.write(`${text}\n`);
-          process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s\n`);
+          const perStep = runner.speculativeStats?.()?.mean_accepted_per_step as number | null | undefined;
+          process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s${perStep ? `, ${perStep.toFixed(2)} tokens per target step` : ''}\n`);
+          if (cache) {
+            const rate = cache.accesses ? (100 * cache.hits) / cache.accesses : 0;
+            process.stderr.write(`expert cache: ${cache.capacity} experts, ${cache.policy}, preload ${cache.preload}: hit rate ${rate.toFixed(1)}% (${cache.hits}/${cache.accesses}), ${cache.loads} reads (${cache.preloads} preloads, ${cache.usefulPreloads} used), ${(cache.bytesRead / 1e6).toFixed(2)} MB\n`);
+          }
         }
       } finally {
-        await generator.close();
+        await runner.close();
       }
     });
 }

@@ -1,0 +1,131 @@
+/**
+ * The `tensorrt-llm` target: a TensorRT-LLM checkpoint for the Llama family (llama, mistral, qwen2),
+ * one rank (tp = pp = 1): config.json (PretrainedConfig.to_dict's fields) and rank0.safetensors with
+ * TensorRT-LLM's tensor names — q/k/v fused into attention.qkv, gate_proj → mlp.fc (the activated
+ * branch), up_proj → mlp.gate, down_proj → mlp.proj, the tied embedding written again as lm_head.
+ *
+ * int8 / int4 weight-only (quant_algo W8A16 / W4A16): the weights are written in the model dtype and
+ * trtllm-build quantizes them per output channel when it loads the checkpoint (preprocess_weights →
+ * weight_only_quantize_dict quantizes every qkv/dense/fc/gate/proj weight that is not already int8).
+ * Pre-quantized int8 weights would have to be in the mixed-GEMM kernels' interleaved layout, which
+ * depends on the GPU architecture that builds the engine; leaving that step to trtllm-build keeps the
+ * checkpoint valid on every GPU. docs/tensorrt-llm.md has the field-by-field description.
+ */
+import path from 'node:path';
+import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames } from '../../src/core/arch/names.js';
+import { fromF32, writeSafetensors, type FloatDType, type TensorToWrite } from '../../src/core/checkpoint/safetensors.js';
+import { LlmcError } from '../../src/core/errors.js';
+import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
+import type { CompileUnit } from '../../src/core/pipeline/unit.js';
+import { writeFileAtomic } from '../../src/core/util/atomic.js';
+
+export const WEIGHTS = 'rank0.safetensors';
+
+const ARCHITECTURE: Record<string, string> = { llama: 'LlamaForCausalLM', mistral: 'MistralForCausalLM', qwen2: 'Qwen2ForCausalLM' };
+const DTYPE: Record<string, { dtype: string; st: FloatDType }> = {
+  fp16: { dtype: 'float16', st: 'F16' },
+  bf16: { dtype: 'bfloat16', st: 'BF16' },
+  fp32: { dtype: 'float32', st: 'F32' },
+  int8: { dtype: 'float16', st: 'F16' },
+  int4: { dtype: 'float16', st: 'F16' },
+};
+const QUANT_ALGO: Record<string, string | null> = { fp16: null, bf16: null, fp32: null, int8: 'W8A16', int4: 'W4A16' };
+
+/** config.json: the fields of TensorRT-LLM's PretrainedConfig / LLaMAConfig for this model. */
+export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, unknown> {
+  const s = unit.source.spec;
+  const rs = s.ropeScaling;
+  return {
+    architecture: ARCHITECTURE[s.modelType],
+    dtype: DTYPE[quant].dtype,
+    logits_dtype: 'float32',
+    vocab_size: s.vocabSize,
+    max_position_embeddings: s.maxPositions,
+    hidden_size: s.hiddenSize,
+    num_hidden_layers: s.numLayers,
+    num_attention_heads: s.numHeads,
+    num_key_value_heads: s.numKvHeads,
+    head_size: s.headDim,
+    hidden_act: s.hiddenAct,
+    intermediate_size: s.intermediateSize,
+    norm_epsilon: s.rmsNormEps,
+    position_embedding_type: 'rope_gpt_neox',
+    rotary_base: s.ropeTheta,
+    rotary_scaling: rs ? { type: rs.type, factor: rs.factor, ...(rs.type === 'llama3' ? { low_freq_factor: rs.lowFreqFactor, high_freq_factor: rs.highFreqFactor, original_max_position_embeddings: rs.originalMaxPositions } : {}) } : null,
+    attn_bias: s.qkvBias,
+    mlp_bias: s.mlpBias,
+    use_parallel_embedding: false,
+    embedding_sharding_dim: 0,
+    tie_word_embeddings: s.tieEmbeddings,
+    mapping: { world_size: 1, tp_size: 1, pp_size: 1 },
+    quantization: { quant_algo: QUANT_ALGO[quant], kv_cache_quant_algo: null, exclude_modules: ['lm_head'] },
+  };
+}
+
+export const tensorrtLlmTarget: Target = {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+    const { source } = unit;
+    const s = source.spec;
+    if (!(s.modelType in ARCHITECTURE)) {
+      throw new LlmcError(`the tensorrt-llm target writes the Llama family (llama, mistral, qwen2); this model is ${s.modelType}`, source.description);
+    }
+    if (s.oBias) throw new LlmcError('the tensorrt-llm target has no o_proj bias', source.description);
+    const quant = ctx.formats.quant ?? 'fp16';
+    const st = DTYPE[quant].st;
+    const shape = (name: string) => {
+      const m = source.meta(name);
+      if (!m) throw new LlmcError(`missing tensor "${name}"`, source.description);
+      return m.shape;
+    };
+    const tensors: TensorToWrite[] = [];
+    const one = (name: string, from: string) => tensors.push({ name, dtype: st, shape: shape(from), bytes: async () => fromF32(await source.readF32(from), st) });
+    /** Rows of several HF tensors stacked in order (q, k, v → qkv). */
+    const stacked = (name: string, from: string[]) => {
+      const shapes = from.map(shape);
+      tensors.push({
+        name,
+        dtype: st,
+        shape: [shapes.reduce((a, x) => a + x[0], 0), ...shapes[0].slice(1)],
+        bytes: async () => {
+          const parts = await Promise.all(from.map((f) => source.readF32(f)));
+          const all = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
+          let at = 0;
+          for (const p of parts) {
+            all.set(p, at);
+            at += p.length;
+          }
+          return fromF32(all, st);
+        },
+      });
+    };
+    one('transformer.vocab_embedding.weight', EMBED);
+    for (let l = 0; l < s.numLayers; l++) {
+      const n = layerNames(l);
+      const p = `transformer.layers.${l}`;
+      one(`${p}.input_layernorm.weight`, n.inputNorm);
+      stacked(`${p}.attention.qkv.weight`, [n.q, n.k, n.v]);
+      if (s.qkvBias) stacked(`${p}.attention.qkv.bias`, [n.qBias, n.kBias, n.vBias]);
+      one(`${p}.attention.dense.weight`, n.o);
+      one(`${p}.post_layernorm.weight`, n.postNorm);
+      one(`${p}.mlp.fc.weight`, n.mlp.gate);
+      one(`${p}.mlp.gate.weight`, n.mlp.up);
+      one(`${p}.mlp.proj.weight`, n.mlp.down);
+      if (s.mlpBias) {
+        one(`${p}.mlp.fc.bias`, biasOf(n.mlp.gate));
+        one(`${p}.mlp.gate.bias`, biasOf(n.mlp.up));
+        one(`${p}.mlp.proj.bias`, biasOf(n.mlp.down));
+      }
+    }
+    one('transformer.ln_f.weight', FINAL_NORM);
+    one('lm_head.weight', s.tieEmbeddings ? EMBED : LM_HEAD);
+    ctx.progress.start('tensorrt-llm: writing rank0.safetensors', tensors.length);
+    await writeSafetensors(
+      path.join(ctx.outDir, WEIGHTS),
+      tensors.map((t) => ({ ...t, bytes: async () => ((b) => (ctx.progress.tick(), b))(await t.bytes()) })),
+    );
+    ctx.progress.done();
+    const config = trtllmConfig(unit, quant);
+    await writeFileAtomic(path.join(ctx.outDir, 'config.json'), JSON.stringify(config, null, 4) + '\n');
+    return { files: ['config.json', WEIGHTS], targetInfo: { format: 'tensorrt-llm-checkpoint', dtype: config.dtype, quantAlgo: QUANT_ALGO[quant], ranks: 1 } };
+  },
+};

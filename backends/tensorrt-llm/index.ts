@@ -1,0 +1,20 @@
+/**
+ * Target `tensorrt-llm`: a TensorRT-LLM checkpoint (config.json + rank0.safetensors) that
+ * `trtllm-build --checkpoint_dir` turns into an engine. ./emit.ts writes it; docs/tensorrt-llm.md
+ * lists every field and tensor and where it comes from.
+ */
+import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
+import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
+
+export const TRTLLM_FORMATS = ['fp16', 'bf16', 'fp32', 'int8', 'int4'] as const;
+
+export const tensorrtLlm: TargetDescriptor = {
+  name: 'tensorrt-llm',
+  description: 'TensorRT-LLM checkpoint (config.json + rank0.safetensors) for trtllm-build: fp16/bf16/fp32, int8/int4 weight-only (W8A16/W4A16)',
+  formats: { quant: TRTLLM_FORMATS, default: 'fp16', tensorTypes: null },
+  options: NO_OPTIONS,
+  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: false, chunkGraphs: false },
+  quantBlock: () => 1,
+  requires: [],
+  load: async () => (await import('./emit.js')).tensorrtLlmTarget,
+};

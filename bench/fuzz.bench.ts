@@ -1,0 +1,61 @@
+/**
+ * The long fuzz run of every reader of untrusted files (bench/fuzz-targets.ts): inputs tried, rejected
+ * cleanly (one LlmcError), accepted, crashes (any other exception) and hangs (an input over 1 s), per
+ * reader. 100k inputs each (--quick: 2k). Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/fuzz.bench.js [--quick]`.
+ */
+import fc from 'fast-check';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { compile } from '../src/app/compile/compile.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { fuzzTargets } from './fuzz-targets.js';
+import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
+
+const HANG_MS = 1000;
+
+export const suite: BenchSuite = {
+  name: 'fuzz',
+  description: 'every reader of untrusted files against mutated inputs: crashes and hangs must be 0',
+  async run({ quick }) {
+    const stories = path.join(REPO_ROOT, 'fixtures/models/stories260K');
+    const tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-fuzz-bench-'));
+    try {
+      const art = path.join(tmp, 'art');
+      const src = await openCheckpoint(stories);
+      await compile({ source: src, target: 'ts', quant: 'Q8_0', outDir: art, passes: [], progress: silentProgress, note: () => {} });
+      await src.close();
+      const targets = await fuzzTargets(stories, { manifest: readFileSync(path.join(art, 'llmc-manifest.json'), 'utf8'), weights: new Uint8Array(readFileSync(path.join(art, 'weights.bin'))) });
+      const per = quick ? 2_000 : 100_000;
+      const results: Record<string, unknown> = {};
+      for (const t of targets) {
+        const r = { tried: 0, rejected: 0, accepted: 0, crashes: 0, hangs: 0, slowestMs: 0, firstCrash: null as string | null };
+        const t0 = performance.now();
+        for (let batch = 0; r.tried < per; batch++) {
+          for (const input of fc.sample(t.input, { numRuns: Math.min(1000, per - r.tried), seed: 7919 * (batch + 1) })) {
+            const s = performance.now();
+            try {
+              if (await t.run(input)) r.accepted++;
+              else r.rejected++;
+            } catch (e) {
+              r.crashes++;
+              r.firstCrash ??= `${(e as Error).message} ← ${JSON.stringify(input).slice(0, 300)}`;
+            }
+            const ms = performance.now() - s;
+            if (ms > HANG_MS) r.hangs++;
+            r.slowestMs = Math.max(r.slowestMs, ms);
+            r.tried++;
+          }
+        }
+        results[t.name] = { ...r, slowestMs: round(r.slowestMs, 1), perInputMs: round((performance.now() - t0) / r.tried, 3) };
+      }
+      targets[0]?.close();
+      return results;
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  },
+};
+
+runIfMain(import.meta.url, suite);

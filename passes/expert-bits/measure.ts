@@ -1,0 +1,420 @@
+/**
+ * Measurements on the onnxruntime Engine (the one model definition), with every expert weight a
+ * swappable graph input so one session runs the model with any expert quantized:
+ *  - routing: router logits and the MoE inputs (tap points) on calibration data → per token and MoE
+ *    layer the selected experts and their weights, replicated as the executors route (softmax,
+ *    top-k with the lower index on ties, renormalized where the model says so);
+ *  - teacher-forced KL of the next-token distributions (SPEC §4.4 b): one forward per candidate,
+ *    only the item's tensors quantized (quantize → dequantize with the target's own codecs);
+ *  - activation-aware reconstruction error (SPEC §4.4 e): ‖g·(E(x) − Ê(x))‖² on the inputs routed
+ *    to the expert, in float64, as the expected error added to the residual per token;
+ *  - perplexity of any plan on a split (acceptance, EdgeMoE's oracle).
+ * Experts that fewer than minTokens calibration tokens reach are force-routed: a router bias lifts
+ * their logit to the top one's on average (routed on about half the tokens, with ordinary routing
+ * weights); the KL runs biased against a reference biased the same way, the reconstruction on the
+ * tokens the biased router sends them, and both are rescaled from the forced frequency to the
+ * smoothed natural one, (n + ½)/N: every expert gets a finite, non-zero sensitivity.
+ */
+import type { ModelSource } from '../../src/core/checkpoint/source.js';
+import { moeNames } from '../../src/core/arch/names.js';
+import { LlmcError } from '../../src/core/errors.js';
+import { dequantize, quantize } from '../../src/core/quant/quantize.js';
+import type { QuantType } from '../../src/core/quant/types.js';
+import type { Progress } from '../../src/core/util/progress.js';
+import { Engine, type Swap } from '../../src/exec/engine/index.js';
+import type { ExpertRef, Item, Proj } from './items.js';
+import { PROJS } from './items.js';
+
+export interface Routing {
+  /** Tokens observed (sequence-major). */
+  N: number;
+  E: number;
+  topK: number;
+  /** Per MoE layer: per token, the selected experts (by weight, descending) and their weights. */
+  sel: Int32Array[];
+  weight: Float64Array[];
+  /** Per MoE layer: softmax probabilities [N, E]. */
+  probs: Float64Array[];
+  /** Per MoE layer: the MoE input [N, D]. */
+  x: Float32Array[];
+  /** Per sequence, per token, per MoE layer: the selected experts, ascending (routing traces). */
+  traces: number[][][][];
+}
+
+export interface ExpertProfile {
+  ref: ExpertRef;
+  tokens: number;
+  meanGate: number;
+  forced: boolean;
+  /** Smoothed routing frequency per token: n/N, or (n + ½)/N when forced; 1 for a shared expert. */
+  pi: number;
+  /** Forced: the router bias of its layer (only its entry non-zero) and the frequency it routes at with it. */
+  force: { bias: number; pi: number } | null;
+}
+
+/** The Engine with every planned tensor swappable, and the quantized values it feeds. */
+export class Lab {
+  private readonly cache = new Map<string, Float32Array>();
+  private cached = 0;
+
+  private constructor(
+    readonly source: ModelSource,
+    readonly engine: Engine,
+    private readonly cacheFloats: number,
+  ) {}
+
+  static async open(source: ModelSource, tensors: readonly string[], cacheFloats = 64 << 20): Promise<Lab> {
+    return new Lab(source, await Engine.open(source, { swappable: [...new Set(tensors)], routerBias: true }), cacheFloats);
+  }
+
+  close(): Promise<void> {
+    return this.engine.close();
+  }
+
+  /** The tensor's values after a round trip through `format` (cached up to cacheFloats values). */
+  async quantized(name: string, format: QuantType): Promise<Float32Array> {
+    const key = `${name}|${format}`;
+    const hit = this.cache.get(key);
+    if (hit) return hit;
+    const w = await this.source.readF32(name);
+    const shape = this.source.meta(name)!.shape;
+    const v = format === 'F32' ? w : dequantize(format, quantize(format, w, shape[shape.length - 1]), w.length);
+    if (this.cached + v.length <= this.cacheFloats) {
+      this.cache.set(key, v);
+      this.cached += v.length;
+    }
+    return v;
+  }
+
+  /** Swapped weights for tensors → formats. */
+  async swap(assign: Iterable<[string, QuantType]>, routerBias?: Swap['routerBias']): Promise<Swap> {
+    const weights = new Map<string, Float32Array>();
+    for (const [t, f] of assign) weights.set(t, await this.quantized(t, f));
+    return { weights, routerBias };
+  }
+
+  /** Logits [B·T, V] at every position of equal-length sequences. */
+  async logits(seqs: number[][], swap: Swap = {}): Promise<Float32Array> {
+    const T = seqs[0].length;
+    return (await this.engine.forward(seqs, null, Array.from({ length: T }, (_, t) => t), [], swap)).logits;
+  }
+
+  /** Log-probabilities [B·T, V] in float64 (the reference of a KL). */
+  async logProbs(seqs: number[][], swap: Swap = {}): Promise<Float64Array> {
+    const z = await this.logits(seqs, swap);
+    const V = this.source.spec.vocabSize;
+    const out = new Float64Array(z.length);
+    for (let o = 0; o < z.length; o += V) {
+      const lse = logSumExp(z, o, V);
+      for (let i = 0; i < V; i++) out[o + i] = z[o + i] - lse;
+    }
+    return out;
+  }
+
+  /** Mean KL(p_ref ‖ p_swap) over every position. */
+  async kl(ref: Float64Array, seqs: number[][], swap: Swap): Promise<number> {
+    const z = await this.logits(seqs, swap);
+    const V = this.source.spec.vocabSize;
+    const rows = z.length / V;
+    let sum = 0;
+    for (let r = 0; r < rows; r++) {
+      const o = r * V;
+      const lse = logSumExp(z, o, V);
+      let kl = 0;
+      for (let i = 0; i < V; i++) {
+        const lp = ref[o + i];
+        kl += Math.exp(lp) * (lp - (z[o + i] - lse));
+      }
+      sum += Math.max(0, kl);
+    }
+    return sum / rows;
+  }
+
+  /** Perplexity of next-token prediction over the sequences. */
+  async ppl(seqs: number[][], swap: Swap = {}): Promise<number> {
+    const z = await this.logits(seqs, swap);
+    const V = this.source.spec.vocabSize;
+    const T = seqs[0].length;
+    let nll = 0;
+    let count = 0;
+    seqs.forEach((seq, b) => {
+      for (let t = 0; t + 1 < T; t++) {
+        const o = (b * T + t) * V;
+        nll += logSumExp(z, o, V) - z[o + seq[t + 1]];
+        count++;
+      }
+    });
+    return Math.exp(nll / count);
+  }
+}
+
+/** log Σ exp(z[o..o+n)), stable. */
+function logSumExp(z: Float32Array, o: number, n: number): number {
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) max = Math.max(max, z[o + i]);
+  let s = 0;
+  for (let i = 0; i < n; i++) s += Math.exp(z[o + i] - max);
+  return max + Math.log(s);
+}
+
+/** Route every token of `seqs` (equal lengths) as the executors do; the MoE inputs with them. */
+export async function routeTokens(lab: Lab, seqs: number[][], moeLayers: readonly number[]): Promise<Routing> {
+  const spec = lab.source.spec;
+  const moe = spec.moe!;
+  const E = moe.numExperts;
+  const K = moe.topK;
+  const D = spec.hiddenSize;
+  const res = await lab.engine.tap(seqs, [{ kind: 'router-logits', layers: [...moeLayers] }, { kind: 'linear-input', layers: [...moeLayers], full: true }]);
+  const T = seqs[0].length;
+  const N = seqs.length * T;
+  // Token index of (block row) in sequence-major order.
+  const order: number[] = [];
+  for (const b of res.batches) for (const s of b.sequences) for (let t = 0; t < T; t++) order.push(s * T + t);
+  const sel: Int32Array[] = [];
+  const weight: Float64Array[] = [];
+  const probs: Float64Array[] = [];
+  const xs: Float32Array[] = [];
+  const traces: number[][][][] = seqs.map(() => Array.from({ length: T }, () => []));
+  moeLayers.forEach((layer, n) => {
+    const router = moeNames(spec, layer).router;
+    const logits = flatten(res.routerLogits.get(router)!.logits, order, E);
+    const x = flatten(res.linearInputs.get(router)!.full!, order, D);
+    const s = new Int32Array(N * K);
+    const w = new Float64Array(N * K);
+    const p = new Float64Array(N * E);
+    const idx = Array.from({ length: E }, (_, i) => i);
+    for (let t = 0; t < N; t++) {
+      let max = -Infinity;
+      for (let e = 0; e < E; e++) max = Math.max(max, logits[t * E + e]);
+      let sum = 0;
+      for (let e = 0; e < E; e++) sum += p[t * E + e] = Math.exp(logits[t * E + e] - max);
+      for (let e = 0; e < E; e++) p[t * E + e] /= sum;
+      idx.sort((a, b) => p[t * E + b] - p[t * E + a] || a - b);
+      let norm = 1;
+      if (moe.routing === 'softmax-topk-renorm') {
+        norm = 0;
+        for (let k = 0; k < K; k++) norm += p[t * E + idx[k]];
+      }
+      for (let k = 0; k < K; k++) {
+        s[t * K + k] = idx[k];
+        w[t * K + k] = p[t * E + idx[k]] / norm;
+      }
+      traces[Math.floor(t / T)][t % T][n] = idx.slice(0, K).sort((a, b) => a - b);
+    }
+    sel.push(s);
+    weight.push(w);
+    probs.push(p);
+    xs.push(x);
+  });
+  return { N, E, topK: K, sel, weight, probs, x: xs, traces };
+}
+
+/** Concatenate tap blocks and put rows in sequence-major order. */
+function flatten(blocks: Float32Array[], order: number[], C: number): Float32Array {
+  const out = new Float32Array(order.length * C);
+  let r = 0;
+  for (const b of blocks) for (let i = 0; i < b.length / C; i++, r++) out.set(b.subarray(i * C, (i + 1) * C), order[r] * C);
+  return out;
+}
+
+const sigmoid = (v: number) => 1 / (1 + Math.exp(-v));
+
+/** Who each expert's calibration tokens are, with their routing weights (force-routed when too few). */
+export async function expertTokens(
+  source: ModelSource,
+  routing: Routing,
+  ref: ExpertRef,
+  minTokens: number,
+): Promise<{ profile: ExpertProfile; tokens: Int32Array; gates: Float64Array }> {
+  const { N, E, topK: K } = routing;
+  const n = ref.n;
+  if (ref.expert < 0) {
+    // The shared expert sees every token, scaled by sigmoid(shared_expert_gate · x).
+    const gw = await source.readF32(moeNames(source.spec, ref.layer).sharedGate!);
+    const D = source.spec.hiddenSize;
+    const x = routing.x[n];
+    const gates = new Float64Array(N);
+    for (let t = 0; t < N; t++) {
+      let z = 0;
+      for (let c = 0; c < D; c++) z += gw[c] * x[t * D + c];
+      gates[t] = sigmoid(z);
+    }
+    const mean = gates.reduce((a, b) => a + b, 0) / N;
+    return { profile: { ref, tokens: N, meanGate: mean, forced: false, pi: 1, force: null }, tokens: Int32Array.from({ length: N }, (_, t) => t), gates };
+  }
+  const routed = select(routing, n, ref.expert, 0, source.spec.moe!.routing);
+  const count = routed.tokens.length;
+  const meanGate = count ? routed.gates.reduce((a, b) => a + b, 0) / count : 0;
+  if (count >= minTokens) return { profile: { ref, tokens: count, meanGate, forced: false, pi: count / N, force: null }, ...routed };
+  // Force-routed: lift its logit by the mean gap to each token's top logit (log p_max − log p_e).
+  const p = routing.probs[n];
+  let gap = 0;
+  for (let t = 0; t < N; t++) {
+    let max = 0;
+    for (let e = 0; e < E; e++) max = Math.max(max, p[t * E + e]);
+    gap += Math.log(max) - Math.log(Math.max(p[t * E + ref.expert], 1e-300));
+  }
+  const bias = gap / N;
+  const forced = select(routing, n, ref.expert, bias, source.spec.moe!.routing);
+  if (forced.tokens.length === 0) throw new LlmcError(`internal: expert ${ref.key} is not routed even with a router bias of ${bias}`);
+  return { profile: { ref, tokens: count, meanGate, forced: true, pi: (count + 0.5) / N, force: { bias, pi: forced.tokens.length / N } }, ...forced };
+}
+
+/** The tokens routed to expert `x` (its logit shifted by `bias`) and their routing weights, as the executors route. */
+function select(routing: Routing, n: number, x: number, bias: number, mode: 'softmax-topk-renorm' | 'softmax-topk'): { tokens: Int32Array; gates: Float64Array } {
+  const { N, E, topK: K } = routing;
+  const p = routing.probs[n];
+  const q = new Float64Array(E);
+  const idx = Array.from({ length: E }, (_, i) => i);
+  const toks: number[] = [];
+  const gates: number[] = [];
+  const lift = Math.exp(bias);
+  for (let t = 0; t < N; t++) {
+    let sum = 0;
+    for (let e = 0; e < E; e++) sum += q[e] = e === x ? Math.max(p[t * E + e], 1e-300) * lift : p[t * E + e];
+    for (let e = 0; e < E; e++) q[e] /= sum;
+    idx.sort((a, b) => q[b] - q[a] || a - b);
+    const k = idx.indexOf(x);
+    if (k >= K) continue;
+    let norm = 1;
+    if (mode === 'softmax-topk-renorm') {
+      norm = 0;
+      for (let j = 0; j < K; j++) norm += q[idx[j]];
+    }
+    toks.push(t);
+    gates.push(q[x] / norm);
+  }
+  return { tokens: Int32Array.from(toks), gates: Float64Array.from(gates) };
+}
+
+/** Evenly spaced subset of at most `max` entries (deterministic). */
+function sample(n: number, max: number): number[] {
+  if (n <= max) return Array.from({ length: n }, (_, i) => i);
+  return Array.from({ length: max }, (_, i) => Math.floor((i * n) / max));
+}
+
+/** y[r, o] = Σ_c x[r, c] · W[o, c], float64 accumulation. */
+function matmulT(x: Float64Array, rows: number, inF: number, w: Float32Array, outF: number): Float64Array {
+  const y = new Float64Array(rows * outF);
+  for (let r = 0; r < rows; r++) {
+    const xo = r * inF;
+    for (let o = 0; o < outF; o++) {
+      const wo = o * inF;
+      let s = 0;
+      for (let c = 0; c < inF; c++) s += x[xo + c] * w[wo + c];
+      y[r * outF + o] = s;
+    }
+  }
+  return y;
+}
+
+const siluMul = (g: Float64Array, u: Float64Array) => g.map((a, i) => (a / (1 + Math.exp(-a))) * u[i]);
+
+/**
+ * Reconstruction errors of one expert on its (sampled) tokens: per projection and written format
+ * with only that projection quantized, and per full choice (all three at their formats).
+ * Each value is π · mean_t g_t²‖E(x_t) − Ê(x_t)‖².
+ */
+export async function reconErrors(
+  lab: Lab,
+  routing: Routing,
+  tok: { profile: ExpertProfile; tokens: Int32Array; gates: Float64Array },
+  perProj: Record<Proj, QuantType[]>,
+  tuples: QuantType[][],
+  maxTokens: number,
+): Promise<ExpertRecon> {
+  const ref = tok.profile.ref;
+  const D = lab.source.spec.hiddenSize;
+  const pick = sample(tok.tokens.length, maxTokens);
+  const n = pick.length;
+  const X = new Float64Array(n * D);
+  const g2 = new Float64Array(n);
+  pick.forEach((i, r) => {
+    const t = tok.tokens[i];
+    for (let c = 0; c < D; c++) X[r * D + c] = routing.x[ref.n][t * D + c];
+    g2[r] = tok.gates[i] ** 2;
+  });
+  const W = {
+    gate: await lab.source.readF32(ref.tensors.gate),
+    up: await lab.source.readF32(ref.tensors.up),
+    down: await lab.source.readF32(ref.tensors.down),
+  };
+  const I = W.gate.length / D;
+  const G = matmulT(X, n, D, W.gate, I);
+  const U = matmulT(X, n, D, W.up, I);
+  const H = siluMul(G, U);
+  const Y = matmulT(H, n, I, W.down, D);
+  const err = (Yq: Float64Array) => {
+    let s = 0;
+    for (let r = 0; r < n; r++) {
+      let e = 0;
+      for (let c = 0; c < D; c++) e += (Yq[r * D + c] - Y[r * D + c]) ** 2;
+      s += g2[r] * e;
+    }
+    return (tok.profile.pi * s) / n;
+  };
+  const Gq = new Map<QuantType, Float64Array>();
+  const Uq = new Map<QuantType, Float64Array>();
+  const Wd = new Map<QuantType, Float32Array>();
+  const proj: Record<Proj, Record<string, number>> = { gate: {}, up: {}, down: {} };
+  const need = (p: Proj) => new Set([...perProj[p], ...tuples.map((t) => t[PROJS.indexOf(p)])]);
+  for (const f of need('gate')) Gq.set(f, matmulT(X, n, D, await lab.quantized(ref.tensors.gate, f), I));
+  for (const f of need('up')) Uq.set(f, matmulT(X, n, D, await lab.quantized(ref.tensors.up, f), I));
+  for (const f of need('down')) Wd.set(f, await lab.quantized(ref.tensors.down, f));
+  for (const f of perProj.gate) proj.gate[f] = err(matmulT(siluMul(Gq.get(f)!, U), n, I, W.down, D));
+  for (const f of perProj.up) proj.up[f] = err(matmulT(siluMul(G, Uq.get(f)!), n, I, W.down, D));
+  for (const f of perProj.down) proj.down[f] = err(matmulT(H, n, I, Wd.get(f)!, D));
+  const tuple: Record<string, number> = {};
+  for (const t of tuples) tuple[t.join(',')] = err(matmulT(siluMul(Gq.get(t[0])!, Uq.get(t[1])!), n, I, Wd.get(t[2])!, D));
+  return { proj, tuple };
+}
+
+/** Reconstruction errors of one expert, as the profile stores them: per projection and written format, and per whole-expert format tuple ("gate,up,down"). */
+export interface ExpertRecon {
+  proj: Record<Proj, Record<string, number>>;
+  tuple: Record<string, number>;
+}
+
+/** What the KL measurement needs to know of an expert: is it force-routed, with which bias, at what frequencies. */
+export type ForceInfo = Pick<ExpertProfile, 'forced' | 'pi' | 'force'> & { layer: number; expert: number };
+
+/**
+ * Teacher-forced KL of every item and choice: one forward per (item, choice) on the calibration
+ * sequences; force-routed experts against their own biased reference, rescaled to their natural
+ * frequency.
+ */
+export async function klSensitivities(lab: Lab, items: readonly Item[], calib: number[][], experts: ReadonlyMap<string, ForceInfo>, E: number, progress: Progress): Promise<number[][]> {
+  const ref = await lab.logProbs(calib);
+  const kl: number[][] = [];
+  progress.start('expert-bits: sensitivities', items.reduce((s, it) => s + it.choices.length, 0));
+  for (const it of items) {
+    const one = it.experts.length === 1 ? experts.get(it.experts[0].key)! : null;
+    let base = ref;
+    let bias: Swap['routerBias'];
+    let scale = 1;
+    if (one?.force) {
+      const b = new Float32Array(E);
+      b[one.expert] = one.force.bias;
+      bias = new Map([[one.layer, b]]);
+      base = await lab.logProbs(calib, { routerBias: bias });
+      scale = one.pi / one.force.pi;
+    }
+    const row: number[] = [];
+    for (const [j, ch] of it.choices.entries()) {
+      const v = scale * (await lab.kl(base, calib, await lab.swap(it.tensors.map((t, i) => [t, ch.written[i]] as [string, QuantType]), bias)));
+      if (!Number.isFinite(v)) throw new LlmcError(`internal: KL of ${it.key} choice ${j} is ${v}`);
+      row.push(v);
+      progress.tick();
+    }
+    kl.push(row);
+  }
+  progress.done();
+  return kl;
+}
+
+/** An item's reconstruction error: a whole expert's measured tuple, or the sum over its experts of the projection's error. */
+export function itemRecon(it: Item, written: readonly QuantType[], recon: Readonly<Record<string, ExpertRecon>>): number {
+  const v = it.projs.length === 3 ? recon[it.experts[0].key].tuple[written.join(',')] : it.experts.reduce((s, e, i) => s + recon[e.key].proj[it.projs[0]][written[i]], 0);
+  if (!Number.isFinite(v)) throw new LlmcError(`internal: reconstruction error of ${it.key} at ${written.join(',')} is ${v}`);
+  return v;
+}

@@ -1,0 +1,91 @@
+/**
+ * Budgets for the CI step (`llmc check`, `llmc compile --check`): one key per metric, each with a
+ * `min` and/or `max` bound. The file is checked against a schema before any work; a bad file is one
+ * line naming the key, exit code 2. docs/ci.md documents the metrics and the JSON summary.
+ */
+import { readFile } from 'node:fs/promises';
+import { z } from 'zod';
+import { LlmcError } from '../../core/errors.js';
+import { parseJsonFile } from '../schema.js';
+import { evaluable, evaluableTargets } from '../evaluate/executors.js';
+
+export const METRICS = {
+  bytes: 'artifact bytes (every file the manifest lists)',
+  ppl_delta: 'held-out perplexity of the artifact minus that of the source model',
+  kl_delta: 'mean KL(source ‖ artifact) per held-out token, nats',
+  greedy_agreement: 'fraction of held-out positions where both models pick the same next token',
+  tokens_per_s: "decode speed on the artifact's runner, tokens per second",
+} as const;
+export type Metric = keyof typeof METRICS;
+export const METRIC_NAMES = Object.keys(METRICS) as Metric[];
+
+const bound = z
+  .strictObject({ min: z.number().finite().optional(), max: z.number().finite().optional() })
+  .refine((b) => b.min !== undefined || b.max !== undefined, { message: 'needs "min" or "max"' })
+  .refine((b) => b.min === undefined || b.max === undefined || b.min <= b.max, { message: '"min" is above "max"' });
+
+const BUDGETS = z
+  .strictObject(Object.fromEntries(METRIC_NAMES.map((m) => [m, bound.optional()])) as Record<Metric, z.ZodOptional<typeof bound>>)
+  .refine((b) => Object.keys(b).length > 0, { message: `no budget: give at least one of ${METRIC_NAMES.join(', ')}` });
+
+export type Bound = { min?: number; max?: number };
+export type Budgets = Partial<Record<Metric, Bound>>;
+
+export function parseBudgets(text: string, file: string): Budgets {
+  const hint = (path: readonly PropertyKey[]) => (path.length ? 'a budget takes "min" and "max"' : `metrics are ${METRIC_NAMES.join(', ')}`);
+  return parseJsonFile(BUDGETS, text, file, hint) as Budgets;
+}
+
+export async function readBudgets(file: string): Promise<Budgets> {
+  const text = await readFile(file, 'utf8').catch((e: NodeJS.ErrnoException) => {
+    throw new LlmcError(`cannot read the budget file: ${e.code ?? e.message}`, file, 2);
+  });
+  return parseBudgets(text, file);
+}
+
+export interface BudgetResult {
+  metric: Metric;
+  bound: 'min' | 'max';
+  limit: number;
+  value: number;
+  ok: boolean;
+}
+
+/** Every bound against the measured figures (each metric a budget names must have been measured). */
+export function judge(budgets: Budgets, measured: Partial<Record<Metric, number>>): BudgetResult[] {
+  const out: BudgetResult[] = [];
+  for (const metric of METRIC_NAMES) {
+    const b = budgets[metric];
+    if (!b) continue;
+    const value = measured[metric];
+    if (value === undefined) throw new LlmcError(`internal: budget on ${metric}, which was not measured`);
+    if (b.min !== undefined) out.push({ metric, bound: 'min', limit: b.min, value, ok: value >= b.min });
+    if (b.max !== undefined) out.push({ metric, bound: 'max', limit: b.max, value, ok: value <= b.max });
+  }
+  return out;
+}
+
+const fmt = (metric: Metric, v: number) => (metric === 'bytes' ? String(v) : Number(v.toPrecision(6)).toString());
+
+/** One line for a failed budget: the figure and the limit. */
+export function failureLine(r: BudgetResult): string {
+  return `budget failed: ${r.metric} = ${fmt(r.metric, r.value)}, ${r.bound} ${fmt(r.metric, r.limit)}`;
+}
+
+/** Which metrics an artifact of this target can have measured. */
+export function measurable(target: string): Set<Metric> {
+  const out = new Set<Metric>(['bytes']);
+  if (evaluable(target)) for (const m of ['ppl_delta', 'kl_delta', 'greedy_agreement', 'tokens_per_s'] as const) out.add(m);
+  return out;
+}
+
+/** A budget on a metric this artifact cannot have measured is a bad budget file for it (exit 2). */
+export function checkMeasurable(budgets: Budgets, target: string, file: string): void {
+  const can = measurable(target);
+  for (const m of METRIC_NAMES) {
+    if (budgets[m] && !can.has(m)) {
+      throw new LlmcError(`${m}: not measured for a ${target} artifact (llmc runs ${evaluableTargets().join(', ')} artifacts)`, file, 2);
+    }
+  }
+}
+

@@ -1,0 +1,93 @@
+import type { Command } from 'commander';
+import path from 'node:path';
+import { LlmcError, UsageError } from '../../../core/errors.js';
+import type { Manifest } from '../../../core/records/manifest.js';
+import { evaluable, evaluableTargets } from '../../evaluate/executors.js';
+import { noteTo, printJson } from '../output.js';
+
+const FORMATS: Record<string, 'html' | 'md' | 'json'> = { '.html': 'html', '.htm': 'html', '.md': 'md', '.json': 'json' };
+
+export function registerReport(program: Command): void {
+  program
+    .command('report')
+    .description('Write a report of an artifact or a profile: one self-contained HTML page (inline SVG and CSS, no scripts), Markdown or JSON')
+    .argument('<dir>', 'artifact directory (llmc-manifest.json, from llmc compile) or profile directory (llmc-profile.json, from llmc profile)')
+    .option('-o, --out <file>', 'output file: .html, .md or .json')
+    .option('--json', 'print the report\'s figures as JSON on stdout')
+    .option('--source <dir>', "the checkpoint an artifact was compiled from, for the quality table (default: the manifest's source path)")
+    .option('--no-quality', 'leave out the quality table (no forward passes)')
+    .option('--eval-text <file>', 'held-out text for the quality table (needs a tokenizer); default: sequences sampled from the source')
+    .option('--profile <dir>', 'a profile directory to read measurements from (e.g. importance scores)')
+    .option('--cache-dir <dir>', 'the profile cache compile used', '.llmc-cache')
+    .addHelpText('after', '\nExamples:\n  llmc report out/model -o report.html\n  llmc report out/profile -o profile.md\n  llmc report out/model --json > report.json\n')
+    .action(async (dir: string, o) => {
+      const json = Boolean(o.json);
+      let format: 'html' | 'md' | 'json' | undefined;
+      if (o.out !== undefined) {
+        format = FORMATS[path.extname(o.out).toLowerCase()];
+        if (!format) throw new UsageError(`-o ${o.out}: the report is written as .html, .md or .json`);
+      } else if (!json) throw new UsageError('give -o FILE (.html, .md or .json) or --json');
+      const notes: string[] = [];
+      const note = noteTo(notes, json);
+      const { openReportInput } = await import('../../report/context.js');
+      const { buildReport, reportJson } = await import('../../report/report.js');
+      const ctx = await openReportInput(dir, {
+        cacheDirs: [o.profile, o.cacheDir].filter(Boolean),
+        quality: o.quality ? (d, m) => measureQuality(d, m, o, note) : undefined,
+      });
+      const report = await buildReport(ctx, note);
+      if (format) {
+        const { writeFileAtomic, ensureOutputDir } = await import('../../../core/util/atomic.js');
+        await ensureOutputDir(path.dirname(path.resolve(o.out)));
+        const text =
+          format === 'html'
+            ? (await import('../../report/html.js')).renderHtml(report)
+            : format === 'md'
+              ? (await import('../../report/markdown.js')).renderMarkdown(report)
+              : JSON.stringify(reportJson(report), null, 2) + '\n';
+        await writeFileAtomic(o.out, text);
+        if (!json) process.stdout.write(`wrote ${o.out}: ${report.sections.map((s) => s.id).join(', ')}\n`);
+      }
+      if (json) printJson({ ...(reportJson(report) as object), notes });
+    });
+}
+
+/** The quality table's figures, or null (with a note) when the artifact or its source cannot be run. */
+async function measureQuality(dir: string, manifest: Manifest, o: { source?: string; evalText?: string; cacheDir?: string }, note: (m: string) => void) {
+  if (!evaluable(manifest.target)) {
+    note(`quality table left out: llmc does not run ${manifest.target} artifacts (it runs ${evaluableTargets().join(', ')})`);
+    return null;
+  }
+  const { openCheckpoint } = await import('../../../core/checkpoint/index.js');
+  const sourceDir = o.source ?? manifest.source.path;
+  let source;
+  try {
+    source = await openCheckpoint(sourceDir);
+  } catch (e) {
+    if (o.source !== undefined || !(e instanceof LlmcError)) throw e;
+    note(`quality table left out: the source checkpoint is not readable (${e.line}); give it with --source DIR`);
+    return null;
+  }
+  try {
+    if (o.source === undefined && (await source.identity()) !== manifest.source.sha256) {
+      note(`quality table left out: ${sourceDir} is no longer the checkpoint the artifact was compiled from (sha256 differs); give it with --source DIR`);
+      return null;
+    }
+    const { evaluateArtifact, heldOutSet } = await import('../../evaluate/artifact.js');
+    const held = await heldOutSet(source, { text: o.evalText, cacheDir: o.cacheDir });
+    const q = await evaluateArtifact({ artifact: { path: dir, dir, manifest }, source, sequences: held.sequences, speedTokens: 64 });
+    return {
+      executor: q.executor,
+      heldOut: { source: held.spec.source, sequences: held.sequences.length, length: held.spec.length, seed: held.spec.seed },
+      positions: q.positions,
+      sourcePpl: q.referencePpl,
+      artifactPpl: q.candidatePpl,
+      pplDelta: q.pplDelta,
+      kl: q.kl,
+      greedyAgreement: q.greedyAgreement,
+      tokensPerSecond: q.tokensPerSecond ?? null,
+    };
+  } finally {
+    await source.close();
+  }
+}

@@ -1,0 +1,93 @@
+/**
+ * What a report is made from: an artifact directory (its manifest, records and tensors, and the
+ * quality of the artifact against its source when the source can be run) or a profile directory
+ * (its index and stored measurements). Cached profiles are looked up in the profile directory and
+ * in the cache directories given, so an artifact's report finds the measurements its passes made.
+ */
+import path from 'node:path';
+import type { ArchSpec } from '../../core/arch/spec.js';
+import { LlmcError } from '../../core/errors.js';
+import { MANIFEST_FILE, type Manifest, type PassRecord } from '../../core/records/manifest.js';
+import { readManifest } from '../compile/manifest.js';
+import { PROFILE_INDEX, readProfileIndex, type ProfileIndex } from '../profile/dir.js';
+import { findProfiles, type Profile } from '../profile/store.js';
+import { DTYPE_BYTES, numel, type DType } from '../../core/checkpoint/safetensors.js';
+import { tensorGroups } from '../../core/pipeline/summary.js';
+import type { ManifestSummary } from '../../core/records/manifest.js';
+
+export interface QualityFacts {
+  executor: string;
+  heldOut: { source: unknown; sequences: number; length: number; seed: number };
+  positions: number;
+  sourcePpl: number;
+  artifactPpl: number;
+  pplDelta: number;
+  kl: number;
+  greedyAgreement: number;
+  tokensPerSecond: number | null;
+}
+
+export interface ReportContext {
+  kind: 'artifact' | 'profile';
+  dir: string;
+  arch: ArchSpec;
+  checkpoint: { path: string; sha256: string };
+  manifest: Manifest | null;
+  profile: ProfileIndex | null;
+  /** The records passes wrote (an artifact's), in pass order; none for a profile. */
+  records: readonly PassRecord[];
+  /** Bytes per tensor group and format: the artifact's manifest summary, or the checkpoint's own tensors for a profile. */
+  groups: ManifestSummary['groups'] | null;
+  quality: QualityFacts | null;
+  /** Stored profiles of `kind` whose key includes `match`, from the profile directory and the cache directories. */
+  profiles(kind: string, match: Record<string, unknown>): Promise<Profile[]>;
+}
+
+export interface OpenOptions {
+  /** More directories to find cached profiles in (--profile, --cache-dir). */
+  cacheDirs?: string[];
+  /** Measures the artifact's quality against its source (null: left out). */
+  quality?: (dir: string, manifest: Manifest) => Promise<QualityFacts | null>;
+}
+
+export async function openReportInput(dir: string, o: OpenOptions = {}): Promise<ReportContext> {
+  const cacheDirs = [...new Set((o.cacheDirs ?? []).map((d) => path.resolve(d)))];
+  const profilesIn = (dirs: string[]) => async (kind: string, match: Record<string, unknown>) => {
+    for (const d of dirs) {
+      const found = await findProfiles(d, kind, match);
+      if (found.length) return found;
+    }
+    return [];
+  };
+  const manifest = await readManifest(dir);
+  if (manifest) {
+    return {
+      kind: 'artifact',
+      dir,
+      arch: manifest.arch,
+      checkpoint: manifest.source,
+      manifest,
+      profile: null,
+      records: manifest.passes,
+      groups: manifest.summary?.groups ?? null,
+      quality: o.quality ? await o.quality(dir, manifest) : null,
+      profiles: profilesIn(cacheDirs),
+    };
+  }
+  const index = await readProfileIndex(dir);
+  if (index) {
+    return {
+      kind: 'profile',
+      dir,
+      arch: index.arch,
+      checkpoint: index.checkpoint,
+      manifest: null,
+      profile: index,
+      records: [],
+      groups: tensorGroups(index.arch, index.tensors.map((t) => ({ name: t.name, sources: [t.name], format: t.dtype, bytes: numel(t.shape) * (DTYPE_BYTES[t.dtype as DType] ?? 4) }))),
+      quality: null,
+      profiles: profilesIn([path.resolve(dir), ...cacheDirs]),
+    };
+  }
+  throw new LlmcError(`is neither an llmc profile (${PROFILE_INDEX}, from llmc profile) nor an artifact (${MANIFEST_FILE}, from llmc compile)`, dir);
+}

@@ -1,0 +1,45 @@
+/**
+ * An ArchSpec read back from an artifact's manifest (untrusted): every field checked, so a damaged
+ * manifest is one error naming the field instead of a crash or a wrong model. Browser-safe.
+ */
+import type { Checker } from '../util/check.js';
+import { isModelType, SUPPORTED_MODEL_TYPES } from './registry.js';
+import type { ArchSpec } from './types.js';
+
+const ROPE = ['linear', 'dynamic', 'yarn', 'llama3'];
+
+export function checkArchSpec(v: unknown, c: Checker, at = 'arch'): ArchSpec {
+  const a = c.obj(v, at);
+  if (!isModelType(a.modelType)) c.fail(`${at}.modelType`, `must be one of ${SUPPORTED_MODEL_TYPES.join(', ')}, got ${JSON.stringify(a.modelType)}`);
+  const size = (k: string) => {
+    const n = c.int(a[k], `${at}.${k}`, 1);
+    if (n > 2 ** 31 - 1) c.fail(`${at}.${k}`, `must be below 2^31, got ${n}`);
+    return n;
+  };
+  for (const k of ['hiddenSize', 'intermediateSize', 'numLayers', 'numHeads', 'numKvHeads', 'headDim', 'vocabSize', 'maxPositions']) size(k);
+  if ((a.numHeads as number) % (a.numKvHeads as number) !== 0) c.fail(`${at}.numHeads`, 'must be a multiple of numKvHeads');
+  if ((a.headDim as number) % 2 !== 0) c.fail(`${at}.headDim`, 'must be even (rotary pairs)');
+  if (!(c.num(a.rmsNormEps, `${at}.rmsNormEps`) > 0)) c.fail(`${at}.rmsNormEps`, 'must be positive');
+  if (!(c.num(a.ropeTheta, `${at}.ropeTheta`) > 0)) c.fail(`${at}.ropeTheta`, 'must be positive');
+  if (a.ropeScaling !== null) {
+    const r = c.obj(a.ropeScaling, `${at}.ropeScaling`);
+    if (!ROPE.includes(r.type as string)) c.fail(`${at}.ropeScaling.type`, `must be one of ${ROPE.join(', ')}`);
+    if (!(c.num(r.factor, `${at}.ropeScaling.factor`) > 0)) c.fail(`${at}.ropeScaling.factor`, 'must be positive');
+  }
+  for (const k of ['tieEmbeddings', 'qkvBias', 'oBias', 'mlpBias']) if (typeof a[k] !== 'boolean') c.fail(`${at}.${k}`, 'must be true or false');
+  if (a.hiddenAct !== 'silu') c.fail(`${at}.hiddenAct`, 'must be "silu"');
+  if (a.slidingWindow !== null) c.int(a.slidingWindow, `${at}.slidingWindow`, 1);
+  if (a.bosTokenId !== null) c.int(a.bosTokenId, `${at}.bosTokenId`);
+  c.ints(a.eosTokenIds, `${at}.eosTokenIds`);
+  if (a.torchDtype !== null) c.str(a.torchDtype, `${at}.torchDtype`);
+  if (a.moe !== null) {
+    const m = c.obj(a.moe, `${at}.moe`);
+    if (m.routing !== 'softmax-topk-renorm' && m.routing !== 'softmax-topk') c.fail(`${at}.moe.routing`, 'must be softmax-topk-renorm or softmax-topk');
+    const E = c.int(m.numExperts, `${at}.moe.numExperts`, 1);
+    if (c.int(m.topK, `${at}.moe.topK`, 1) > E) c.fail(`${at}.moe.topK`, 'exceeds numExperts');
+    c.int(m.expertIntermediateSize, `${at}.moe.expertIntermediateSize`, 1);
+    if (m.sharedExpertIntermediateSize !== null) c.int(m.sharedExpertIntermediateSize, `${at}.moe.sharedExpertIntermediateSize`, 1);
+    c.ints(m.denseLayers, `${at}.moe.denseLayers`);
+  }
+  return a as unknown as ArchSpec;
+}

@@ -1,0 +1,135 @@
+/**
+ * Weight-only quantization as the ONNX ecosystem stores it (docs/cuda.md has the formulas):
+ * - int8 per output channel, symmetric: scale[n] = max|W[n,:]| / 127, q = round(w / scale) in [−127, 127]
+ *   (DequantizeLinear with `axis`, opset 13);
+ * - int4 blockwise along the input axis, `block` values per scale:
+ *     symmetric:   scale = m / −8 where m is the block's value of largest magnitude, q = round(w / scale)
+ *                  clamped to [−8, 7] (so m maps to −8 exactly, as ggml's Q4_0 and onnxruntime's
+ *                  MLAS blockwise quantizer do);
+ *     zero points: lo = min(0, min w), hi = max(0, max w), scale = (hi − lo) / 15,
+ *                  zp = clamp(round(−lo / scale), 0, 15), u = clamp(round(w / scale) + zp, 0, 15).
+ *   Codes are kept unsigned (u = q + 8 when symmetric), w ≈ (u − zp) · scale, and packed two per
+ *   byte, the first in the low nibble, in either encoding:
+ *     MatMulNBits (com.microsoft): B [N, K/block, block/2] uint8 row by row of W [N, K], scales
+ *       [N · K/block], zero points [N · ceil((K/block)/2)] uint8 (two blocks per byte);
+ *     DequantizeLinear (opset 21, block_size): an INT4 (symmetric, zero point 0) or UINT4 tensor
+ *       in the stored orientation, scales and zero points [K/block, N] or [N, K/block].
+ * Scales are rounded to their stored dtype first and the codes computed with the rounded scale, so
+ * dequantizing the stored bytes gives exactly the values the codes were chosen for.
+ */
+import { LlmcError } from '../../core/errors.js';
+import { encodeF16, f16ToF32, f32ToF16 } from '../../core/util/half.js';
+
+export type ScaleDtype = 'fp32' | 'fp16';
+
+const roundScale = (s: number, dtype: ScaleDtype) => (dtype === 'fp16' ? f16ToF32(f32ToF16(s)) : Math.fround(s));
+
+/** Scales as stored (float32 or float16 little-endian bytes). */
+export function scaleBytes(scales: Float32Array, dtype: ScaleDtype): Uint8Array {
+  const a = dtype === 'fp16' ? encodeF16(scales) : scales;
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+export interface Int8Weights {
+  /** [rows, cols] codes, row-major as W. */
+  q: Int8Array;
+  /** [rows], as stored (rounded to the scale dtype). */
+  scales: Float32Array;
+}
+
+/** Symmetric int8 per row (a row of W [out, in] is one output channel). */
+export function quantizeInt8Rows(w: Float32Array, rows: number, cols: number, scaleDtype: ScaleDtype): Int8Weights {
+  const q = new Int8Array(rows * cols);
+  const scales = new Float32Array(rows);
+  for (let r = 0; r < rows; r++) {
+    let max = 0;
+    for (let c = 0; c < cols; c++) max = Math.max(max, Math.abs(w[r * cols + c]));
+    const s = roundScale(max / 127, scaleDtype);
+    scales[r] = s;
+    if (s === 0) continue;
+    for (let c = 0; c < cols; c++) q[r * cols + c] = Math.max(-127, Math.min(127, Math.round(w[r * cols + c] / s)));
+  }
+  return { q, scales };
+}
+
+export interface Int4Weights {
+  rows: number;
+  cols: number;
+  block: number;
+  /** [rows, cols] unsigned codes 0..15, row-major as W. */
+  codes: Uint8Array;
+  /** [rows, cols / block], as stored. */
+  scales: Float32Array;
+  /** [rows, cols / block] zero points, or null when symmetric (zero point 8 in unsigned codes). */
+  zeroPoints: Uint8Array | null;
+}
+
+/** Blockwise int4 along rows of W [rows, cols]; the block must divide cols. */
+export function quantizeInt4Rows(w: Float32Array, rows: number, cols: number, block: number, zeroPoints: boolean, scaleDtype: ScaleDtype): Int4Weights {
+  if (cols % block !== 0) throw new LlmcError(`internal: int4 block ${block} does not divide a row of ${cols}`);
+  const nb = cols / block;
+  const codes = new Uint8Array(rows * cols);
+  const scales = new Float32Array(rows * nb);
+  const zps = zeroPoints ? new Uint8Array(rows * nb) : null;
+  for (let r = 0; r < rows; r++) {
+    for (let j = 0; j < nb; j++) {
+      const o = r * cols + j * block;
+      if (!zps) {
+        let m = 0;
+        for (let i = 0; i < block; i++) if (Math.abs(w[o + i]) > Math.abs(m)) m = w[o + i];
+        const s = roundScale(m / -8, scaleDtype);
+        scales[r * nb + j] = s;
+        for (let i = 0; i < block; i++) codes[o + i] = s === 0 ? 8 : Math.max(0, Math.min(15, Math.round(w[o + i] / s) + 8));
+      } else {
+        let lo = 0;
+        let hi = 0;
+        for (let i = 0; i < block; i++) {
+          lo = Math.min(lo, w[o + i]);
+          hi = Math.max(hi, w[o + i]);
+        }
+        const s = roundScale((hi - lo) / 15, scaleDtype);
+        scales[r * nb + j] = s;
+        const zp = s === 0 ? 0 : Math.max(0, Math.min(15, Math.round(-lo / s)));
+        zps[r * nb + j] = zp;
+        for (let i = 0; i < block; i++) codes[o + i] = s === 0 ? 0 : Math.max(0, Math.min(15, Math.round(w[o + i] / s) + zp));
+      }
+    }
+  }
+  return { rows, cols, block, codes, scales, zeroPoints: zps };
+}
+
+/** The values the codes stand for: (u − zp) · scale. */
+export function dequantizeInt4(q: Int4Weights): Float32Array {
+  const out = new Float32Array(q.rows * q.cols);
+  const nb = q.cols / q.block;
+  for (let r = 0; r < q.rows; r++) {
+    for (let c = 0; c < q.cols; c++) {
+      const b = r * nb + Math.floor(c / q.block);
+      out[r * q.cols + c] = (q.codes[r * q.cols + c] - (q.zeroPoints ? q.zeroPoints[b] : 8)) * q.scales[b];
+    }
+  }
+  return out;
+}
+
+/** Two 4-bit values per byte, the first in the low nibble (ONNX INT4/UINT4 and MatMulNBits alike). */
+export function packNibbles(values: Uint8Array): Uint8Array {
+  const out = new Uint8Array(Math.ceil(values.length / 2));
+  for (let i = 0; i < values.length; i += 2) out[i >> 1] = (values[i] & 15) | ((i + 1 < values.length ? values[i + 1] & 15 : 0) << 4);
+  return out;
+}
+
+/** MatMulNBits' zero points: per row, ceil(nb/2) bytes of two blocks each (low nibble first). */
+export function packMatMulNBitsZeroPoints(zps: Uint8Array, rows: number, nb: number): Uint8Array {
+  const per = Math.ceil(nb / 2);
+  const out = new Uint8Array(rows * per);
+  for (let r = 0; r < rows; r++) out.set(packNibbles(zps.subarray(r * nb, (r + 1) * nb)), r * per);
+  return out;
+}
+
+/**
+ * Codes as the DequantizeLinear encoding stores them: signed int4 (u − 8) when symmetric, unsigned
+ * otherwise, nibbles of the 2's-complement value.
+ */
+export function dqCodes(q: Int4Weights): Uint8Array {
+  return q.zeroPoints ? q.codes : q.codes.map((u) => (u - 8) & 15);
+}

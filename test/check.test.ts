@@ -1,0 +1,193 @@
+/**
+ * The CI step: budgets (`llmc check`, `llmc compile --check`) and the evaluation module behind them,
+ * on the shipped stories260K. References are independent of src/app/evaluate: the reorder pass's
+ * held-out perplexities (onnxruntime over the source with masks), and argmax counts done here.
+ */
+import { existsSync, promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { ELASTIC_LEVELS, findRecord } from '../src/core/records/index.js';
+import { readManifest } from '../src/app/compile/manifest.js';
+import { heldOutSet } from '../src/app/evaluate/artifact.js';
+import { Engine } from '../src/exec/engine/index.js';
+import { loadDir } from '../src/exec/runtime/node.js';
+import { llmcInProcess } from './cli.js';
+
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
+let tmp: string;
+let cache: string;
+const ALL = { bytes: { max: 3e8 }, ppl_delta: { max: 0.5 }, kl_delta: { max: 0.01 }, greedy_agreement: { min: 0.9 }, tokens_per_s: { min: 1 } };
+
+async function budgetFile(name: string, content: unknown): Promise<string> {
+  const f = path.join(tmp, name);
+  await fsp.writeFile(f, typeof content === 'string' ? content : JSON.stringify(content));
+  return f;
+}
+
+async function compileTo(name: string, ...args: string[]): Promise<string> {
+  const out = path.join(tmp, name);
+  const r = await llmcInProcess('compile', STORIES, '-o', out, '--cache-dir', cache, ...args);
+  expect(r.code, r.stderr).toBe(0);
+  return out;
+}
+
+async function check(dir: string, budgets: unknown, ...args: string[]) {
+  const r = await llmcInProcess('check', dir, await budgetFile(`b${Math.random().toString(36).slice(2)}.json`, budgets), '--cache-dir', cache, '--json', ...args);
+  return { ...r, summary: r.stdout ? JSON.parse(r.stdout) : null };
+}
+
+let elastic: string;
+let q8: string;
+beforeAll(async () => {
+  tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-check-'));
+  cache = path.join(tmp, 'cache');
+  elastic = await compileTo('elastic', '--target', 'ts', '--passes', 'reorder', '--opt', 'reorder.recover=none');
+  q8 = await compileTo('q8', '--target', 'ts', '--quant', 'Q8_0');
+});
+afterAll(async () => fsp.rm(tmp, { recursive: true, force: true }));
+
+describe('llmc check', () => {
+  it('an F32 artifact matches its source: every budget holds, exit 0; source perplexity = the reorder pass\'s', async () => {
+    const r = await check(elastic, ALL);
+    expect(r.code, r.stderr).toBe(0);
+    const s = r.summary;
+    expect(s.schema).toBe('llmc-check/1');
+    expect(s.ok).toBe(true);
+    expect(s.results).toHaveLength(5);
+    expect(Math.abs(s.metrics.ppl_delta)).toBeLessThan(1e-4);
+    expect(s.metrics.kl_delta).toBeLessThan(1e-8);
+    expect(s.metrics.greedy_agreement).toBe(1);
+    expect(s.metrics.tokens_per_s).toBeGreaterThan(1);
+    expect(s.metrics.bytes).toBe((await fsp.stat(path.join(elastic, 'weights.bin'))).size);
+    expect(s.evaluation.positions).toBe(10 * 63);
+    // Engine.perplexity (the reorder pass's figure) over the same held-out draw.
+    const rec = findRecord((await readManifest(elastic))!.passes, ELASTIC_LEVELS)!;
+    expect(s.evaluation.heldOut.profile).toBe(rec.calibration.profile);
+    expect(s.evaluation.sourcePpl).toBeCloseTo(rec.heldOutPpl!, 9);
+  });
+
+  it('--level runs the prefix sub-model: its perplexity is the one the reorder pass measured with masks; failed budgets exit 1, one line each', async () => {
+    const r = await check(elastic, ALL, '--level', 'L3');
+    expect(r.code).toBe(1);
+    const rec = findRecord((await readManifest(elastic))!.passes, ELASTIC_LEVELS)!;
+    const L3 = rec.levels.find((l) => l.id === 'L3')!;
+    expect(r.summary.evaluation.level).toBe('L3');
+    expect(Math.abs(r.summary.evaluation.artifactPpl / L3.heldOutPpl! - 1)).toBeLessThan(1e-5);
+    const failed = r.summary.results.filter((x: { ok: boolean }) => !x.ok).map((x: { metric: string }) => x.metric);
+    expect(failed).toEqual(['ppl_delta', 'kl_delta', 'greedy_agreement']);
+    const lines = r.stderr.trim().split('\n');
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toMatch(/^budget failed: ppl_delta = [\d.]+, max 0\.5$/);
+    expect(lines[2]).toMatch(/^budget failed: greedy_agreement = 0\.\d+, min 0\.9$/);
+  });
+
+  it('a Q8_0 artifact: greedy agreement equals argmax counts of the two executors, KL > 0', async () => {
+    const r = await check(q8, { kl_delta: { max: 1 }, greedy_agreement: { min: 0 } });
+    expect(r.code, r.stderr).toBe(0);
+    const source = await openCheckpoint(STORIES);
+    const engine = await Engine.open(source);
+    const model = await loadDir(q8);
+    try {
+      const { sequences } = await heldOutSet(source, { cacheDir: cache });
+      const V = source.spec.vocabSize;
+      const am = (a: Float32Array, t: number) => {
+        let b = t * V;
+        for (let i = t * V; i < (t + 1) * V; i++) if (a[i] > a[b]) b = i;
+        return b - t * V;
+      };
+      let same = 0;
+      let n = 0;
+      for (const seq of sequences) {
+        const [a, b] = [await engine.logits(seq), model.forward(seq)];
+        for (let t = 0; t + 1 < seq.length; t++, n++) if (am(a, t) === am(b, t)) same++;
+      }
+      expect(r.summary.metrics.greedy_agreement).toBeCloseTo(same / n, 12);
+      expect(same).toBeLessThan(n);
+      expect(r.summary.metrics.kl_delta).toBeGreaterThan(1e-4);
+    } finally {
+      await engine.close();
+      await source.close();
+    }
+  });
+
+  it('bytes alone reads only the manifest; other artifacts: hf quality on onnxruntime, gguf in llama.cpp, tensorrt-llm bytes only', async () => {
+    const gguf = await compileTo('gguf', '--target', 'gguf', '--quant', 'Q8_0');
+    const ok = await check(gguf, { bytes: { max: 1e7 } });
+    expect(ok.code).toBe(0);
+    expect(ok.summary.evaluation).toBeNull();
+    const inLlama = await check(gguf, { ppl_delta: { max: 1.5, min: 0 } });
+    expect(inLlama.code, inLlama.stderr).toBe(0);
+    expect(inLlama.summary.evaluation.executor).toBe('llama.cpp');
+    const trt = await compileTo('trt', '--target', 'tensorrt-llm');
+    const bad = await check(trt, { ppl_delta: { max: 1 } });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/: ppl_delta: not measured for a tensorrt-llm artifact \(llmc runs .*gguf/);
+    const hf = await compileTo('hf', '--target', 'hf', '--passes', 'reorder', '--opt', 'reorder.recover=none');
+    const q = await check(hf, { ppl_delta: { max: 1e-4, min: -1e-4 }, greedy_agreement: { min: 1 } });
+    expect(q.code, q.stderr).toBe(0);
+    expect(q.summary.evaluation.executor).toBe('onnxruntime');
+    // Decode speed on the artifact's own engine (onnxruntime for hf).
+    const speed = await check(hf, { tokens_per_s: { min: 1 } });
+    expect(speed.code, speed.stderr).toBe(0);
+    expect(speed.summary.metrics.tokens_per_s).toBeGreaterThan(1);
+  });
+
+  it('a bad budget file: one line naming the key, exit 2', async () => {
+    const cases: [unknown, RegExp][] = [
+      ['{"bytes": {"max": 1}', /: not valid JSON/],
+      [{ ppl: { max: 1 } }, /: ppl: unknown key; metrics are bytes, ppl_delta, kl_delta, greedy_agreement, tokens_per_s$/],
+      [{ bytes: { maxx: 1 } }, /: bytes\.maxx: unknown key; a budget takes "min" and "max"$/],
+      [{ ppl_delta: { max: '0.5' } }, /: ppl_delta\.max: expected number, received string$/],
+      [{ ppl_delta: {} }, /: ppl_delta: needs "min" or "max"$/],
+      [{ ppl_delta: { min: 2, max: 1 } }, /: ppl_delta: "min" is above "max"$/],
+      [{}, /: no budget: give at least one of bytes/],
+      [[1], /: expected object, received array$/],
+    ];
+    for (const [content, re] of cases) {
+      const r = await llmcInProcess('check', q8, await budgetFile('bad.json', content));
+      expect(r.code, JSON.stringify(content)).toBe(2);
+      expect(r.stderr.trim().split('\n'), JSON.stringify(content)).toHaveLength(1);
+      expect(r.stderr.trim(), JSON.stringify(content)).toMatch(re);
+    }
+    const missing = await llmcInProcess('check', q8, path.join(tmp, 'nope.json'));
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/nope\.json: cannot read the budget file: ENOENT/);
+  });
+
+  it('not an artifact, another checkpoint as --source: one line, exit 1', async () => {
+    const b = await budgetFile('b.json', ALL);
+    const notArtifact = await llmcInProcess('check', STORIES, b);
+    expect(notArtifact.code).toBe(1);
+    expect(notArtifact.stderr).toMatch(/stories260K: not an llmc artifact \(no llmc-manifest\.json\); compile it first\n$/);
+    const other = path.join(tmp, 'other');
+    await fsp.cp(STORIES, other, { recursive: true });
+    const config = JSON.parse(await fsp.readFile(path.join(other, 'config.json'), 'utf8'));
+    await fsp.writeFile(path.join(other, 'config.json'), JSON.stringify({ ...config, rms_norm_eps: 1e-6 }));
+    const r = await llmcInProcess('check', q8, b, '--source', other, '--cache-dir', cache);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/other: is not the checkpoint .* was compiled from \(sha256 [0-9a-f]{12}… ≠ the manifest's [0-9a-f]{12}…\)\n$/);
+  });
+});
+
+describe('llmc compile --check', () => {
+  it('a failed budget exits 1 and keeps the artifact; a bad budget file exits 2 before anything is written', async () => {
+    const out = path.join(tmp, 'checked');
+    const r = await llmcInProcess('compile', STORIES, '--target', 'ts', '--quant', 'Q8_0', '-o', out, '--cache-dir', cache, '--check', await budgetFile('tight.json', { kl_delta: { max: 1e-9 } }));
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/budget failed: kl_delta = [\d.e-]+, max 1e-9\n$/);
+    expect(existsSync(path.join(out, 'weights.bin'))).toBe(true);
+    const json = await llmcInProcess('compile', STORIES, '--target', 'ts', '-o', path.join(tmp, 'checked2'), '--cache-dir', cache, '--json', '--check', await budgetFile('ok.json', { bytes: { max: 2e6 } }));
+    expect(json.code, json.stderr).toBe(0);
+    const m = JSON.parse(json.stdout);
+    expect(m.format).toBe('llmc-artifact');
+    expect(m.check).toMatchObject({ schema: 'llmc-check/1', ok: true, metrics: { bytes: m.files[0].size } });
+
+    const never = path.join(tmp, 'never');
+    const bad = await llmcInProcess('compile', STORIES, '--target', 'tensorrt-llm', '-o', never, '--check', await budgetFile('q.json', { greedy_agreement: { min: 0.9 } }));
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/greedy_agreement: not measured for a tensorrt-llm artifact/);
+    expect(existsSync(never)).toBe(false);
+  });
+});

@@ -1,0 +1,173 @@
+/**
+ * llmc report: HTML (checked in real headless Chromium: Debian's chromium package; skipped with a
+ * message where it is absent), Markdown and JSON of an artifact, the section registry, bad input.
+ */
+import { existsSync, promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ELASTIC_LEVELS } from '../src/core/records/index.js';
+import { RECORD_SECTIONS, SECTION_OF_RECORD } from '../src/app/report/sections/index.js';
+import { PASSES } from '../passes/index.js';
+import { cumulativeShare } from '../src/app/report/sections/reorder.js';
+import { llmcInProcess } from './cli.js';
+
+const ROOT = path.resolve(__dirname, '..');
+const STORIES = path.join(ROOT, 'fixtures/models/stories260K');
+const CHROMIUM = '/usr/bin/chromium';
+/** The flags the report check runs Chromium with: nothing reaches out of the machine. */
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
+const SCREENSHOT = path.join(ROOT, 'out/report/report.png');
+
+let tmp: string;
+let cache: string;
+let artifact: string;
+let html: string;
+beforeAll(async () => {
+  tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-report-'));
+  cache = path.join(tmp, 'cache');
+  artifact = path.join(tmp, 'model');
+  const c = await llmcInProcess('compile', STORIES, '--target', 'ts', '--quant', 'F16', '--passes', 'reorder', '--opt', 'reorder.recover=none', '-o', artifact, '--cache-dir', cache);
+  expect(c.code, c.stderr).toBe(0);
+  html = path.join(tmp, 'report.html');
+  const r = await llmcInProcess('report', artifact, '-o', html, '--cache-dir', cache);
+  expect(r.code, r.stderr).toBe(0);
+  expect(r.stdout).toBe(`wrote ${html}: summary, sizes, quality, reorder\n`);
+});
+afterAll(async () => fsp.rm(tmp, { recursive: true, force: true }));
+
+describe('llmc report (HTML)', () => {
+  it('is self-contained: no script, no external reference, a CSP that forbids loading anything', async () => {
+    const text = await fsp.readFile(html, 'utf8');
+    expect(text).not.toMatch(/<script/i);
+    expect(text).not.toMatch(/(src|href)="(https?:|\/\/)/i);
+    expect(text).not.toMatch(/url\(\s*['"]?https?:/i);
+    expect(text).toContain(`content="default-src 'none'; style-src 'unsafe-inline'; img-src data:"`);
+    // Chart ids are the section's, unique on the page.
+    const ids = [...text.matchAll(/\sid="([^"]+)"/g)].map((m) => m[1]);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(text).not.toMatch(/\bzr\d+-/);
+  });
+
+  it.skipIf(!existsSync(CHROMIUM))('loads in headless Chromium without console errors or requests; every section SVG has a size; screenshot saved', async () => {
+    const { chromium } = await import('playwright-core');
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    try {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      const errors: string[] = [];
+      const requests: string[] = [];
+      page.on('console', (m) => {
+        if (m.type() === 'error' || m.type() === 'warning') errors.push(m.text());
+      });
+      page.on('pageerror', (e) => errors.push(e.message));
+      page.on('request', (r) => {
+        if (r.url() !== `file://${html}`) requests.push(r.url());
+      });
+      await page.goto(`file://${html}`, { waitUntil: 'load' });
+      const sections = await page.$$eval('section[data-section]', (els) =>
+        els.map((s) => ({
+          id: s.getAttribute('data-section'),
+          svgs: Array.from(s.querySelectorAll("figure > svg")).map((g) => {
+            const r = g.getBoundingClientRect();
+            return { w: r.width, h: r.height, marks: g.querySelectorAll('path, rect, text').length };
+          }),
+        })),
+      );
+      expect(sections.map((s) => s.id)).toEqual(['summary', 'sizes', 'quality', 'reorder']);
+      const charts = Object.fromEntries(sections.map((s) => [s.id, s.svgs]));
+      expect(charts.sizes).toHaveLength(1);
+      expect(charts.reorder).toHaveLength(4); // layer loss, MLP and head importance, levels
+      for (const s of sections) for (const g of s.svgs) {
+        expect(g.w, s.id!).toBeGreaterThan(100);
+        expect(g.h, s.id!).toBeGreaterThan(100);
+        expect(g.marks, s.id!).toBeGreaterThan(10);
+      }
+      expect(errors).toEqual([]);
+      expect(requests).toEqual([]);
+      await fsp.mkdir(path.dirname(SCREENSHOT), { recursive: true });
+      await page.screenshot({ path: SCREENSHOT, fullPage: true });
+      expect((await fsp.stat(SCREENSHOT)).size).toBeGreaterThan(20_000);
+    } finally {
+      await browser.close();
+    }
+  });
+  if (!existsSync(CHROMIUM)) it.skip(`(skipped: ${CHROMIUM} is not installed: apt-get install chromium)`, () => {});
+});
+
+describe('llmc report (Markdown, JSON)', () => {
+  it('Markdown and --json carry the same sections; JSON figures are the record\'s', async () => {
+    const md = path.join(tmp, 'report.md');
+    const r = await llmcInProcess('report', artifact, '-o', md, '--cache-dir', cache, '--no-quality');
+    expect(r.code, r.stderr).toBe(0);
+    const text = await fsp.readFile(md, 'utf8');
+    expect(text).toMatch(/^# llmc report: model \(ts artifact\)/);
+    expect(text).toContain('## Reorder: unit importance and elastic levels');
+    expect(text).toMatch(/\| mlp \| F16 \| 15 \|/);
+    expect(text).not.toContain('## Quality');
+    const j = await llmcInProcess('report', artifact, '--json', '--cache-dir', cache, '--no-quality');
+    expect(j.code, j.stderr).toBe(0);
+    const report = JSON.parse(j.stdout);
+    expect(report.schema).toBe('llmc-report/1');
+    expect(report.sections.map((s: { id: string }) => s.id)).toEqual(['summary', 'sizes', 'reorder']);
+    const manifest = JSON.parse(await fsp.readFile(path.join(artifact, 'llmc-manifest.json'), 'utf8'));
+    const rec = ELASTIC_LEVELS.read(manifest.passes[0].metadata);
+    const reorder = report.sections[2].data;
+    expect(reorder.levels.map((l: { heldOutPpl: number }) => l.heldOutPpl)).toEqual(rec.levels.map((l) => l.heldOutPpl));
+    expect(reorder.layerLoss).toEqual(rec.layerLoss);
+    // Bytes per group add up to the weights file's tensors (padding aside).
+    const sizes = report.sections[1].data;
+    const tensorBytes = manifest.targetInfo.tensors.reduce((s: number, t: { bytes: number }) => s + t.bytes, 0);
+    expect(sizes.totalBytes).toBe(tensorBytes);
+    expect(sizes.byGroupAndFormat.find((g: { group: string }) => g.group === 'norms').format).toBe('F32');
+  });
+
+  it('a gguf artifact: sizes from its tensor table, quality measured in llama.cpp, no reorder section', async () => {
+    const gguf = path.join(tmp, 'gguf');
+    expect((await llmcInProcess('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '-o', gguf)).code).toBe(0);
+    const r = await llmcInProcess('report', gguf, '-o', path.join(tmp, 'g.md'));
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/: summary, sizes, quality\n$/);
+    const text = await fsp.readFile(path.join(tmp, 'g.md'), 'utf8');
+    expect(text).toMatch(/\| attention \| Q8_0 \| 20 \|/);
+    expect(text).toMatch(/The source runs on onnxruntime, the artifact on llama\.cpp\./);
+    // Q8_0 costs a little perplexity, never nothing and never much (stories260K: +0.8).
+    const delta = Number(/\| perplexity \| [\d.]+ \| [\d.]+ \| ([-\d.e]+) \|/.exec(text)?.[1]);
+    expect(delta).toBeGreaterThan(0.05);
+    expect(delta).toBeLessThan(2);
+  });
+});
+
+describe('report sections', () => {
+  it('one registered section per record type; the registry is keyed by record id', () => {
+    expect(SECTION_OF_RECORD.get(ELASTIC_LEVELS.id)?.record).toBe(ELASTIC_LEVELS);
+    expect(new Set(RECORD_SECTIONS.map((s) => s.record.id)).size).toBe(RECORD_SECTIONS.length);
+    // Every registered section belongs to a record some pass writes.
+    for (const s of RECORD_SECTIONS) expect(PASSES.some((p) => p.produces.id === s.record.id), s.record.id).toBe(true);
+  });
+
+  it('cumulative importance: a brute-force prefix sum at every point', () => {
+    const scores = [5, 1, 3, 0, 2, 9, 4];
+    const pts = cumulativeShare(scores, 100);
+    const sorted = [...scores].sort((a, b) => b - a);
+    const total = sorted.reduce((a, b) => a + b);
+    expect(pts[0]).toEqual([0, 0]);
+    for (const [x, y] of pts.slice(1)) {
+      const k = Math.round(x * scores.length);
+      expect(y).toBeCloseTo(sorted.slice(0, k).reduce((a, b) => a + b, 0) / total, 12);
+    }
+    expect(pts.at(-1)).toEqual([1, 1]);
+    expect(cumulativeShare(new Float64Array(10_000).fill(1), 50).length).toBeLessThanOrEqual(52);
+  });
+});
+
+describe('llmc report: bad input', () => {
+  it('a directory that is neither a profile nor an artifact; a bad output name', async () => {
+    const r = await llmcInProcess('report', STORIES, '-o', path.join(tmp, 'x.html'));
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(`llmc: ${STORIES}: is neither an llmc profile (llmc-profile.json, from llmc profile) nor an artifact (llmc-manifest.json, from llmc compile)\n`);
+    expect(existsSync(path.join(tmp, 'x.html'))).toBe(false);
+    const bad = await llmcInProcess('report', artifact, '-o', path.join(tmp, 'x.pdf'));
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/x\.pdf: the report is written as \.html, \.md or \.json/);
+  });
+});

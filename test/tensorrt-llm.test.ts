@@ -1,0 +1,128 @@
+/**
+ * `--target tensorrt-llm`: config.json + rank0.safetensors in TensorRT-LLM's checkpoint layout.
+ * trtllm-build does not run here (no GPU, no TensorRT-LLM), so the checkpoint is read back by the
+ * field meanings docs/tensorrt-llm.md documents — qkv = [q; k; v] rows, mlp.fc = the activated branch
+ * (gate_proj), mlp.gate = up_proj, mlp.proj = down_proj — and run through the independent float64
+ * reference (test/reference/llama64.ts): stories260K's reference ids come back.
+ */
+import { promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generateFixture } from '../fixtures/generate.js';
+import { compile } from '../src/app/compile/compile.js';
+import { normalizeConfig, type ArchSpec } from '../src/core/arch/spec.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { SafetensorsFile, toF32 } from '../src/core/checkpoint/safetensors.js';
+import type { ModelSource } from '../src/core/checkpoint/source.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { argmax64, Llama64 } from './reference/llama64.js';
+import { llmcInProcess } from './cli.js';
+
+const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');
+let tmp: string;
+beforeAll(async () => {
+  tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-trtllm-'));
+});
+afterAll(async () => {
+  await fsp.rm(tmp, { recursive: true, force: true });
+});
+
+async function build(model: string, name: string, quant: string) {
+  const src = await openCheckpoint(model);
+  try {
+    const out = path.join(tmp, name);
+    await compile({ source: src, target: 'tensorrt-llm', outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
+    return { out, spec: src.spec };
+  } finally {
+    await src.close();
+  }
+}
+
+/** The checkpoint as Hugging Face tensors, by the documented mapping (the reference only knows HF names). */
+async function asHf(dir: string, spec: ArchSpec): Promise<ModelSource> {
+  const f = await SafetensorsFile.open(path.join(dir, 'rank0.safetensors'));
+  const t = new Map<string, Float32Array>();
+  for (const [name, info] of f.tensors) t.set(name, toF32(await f.readRaw(info), info.dtype, name));
+  const hd = spec.headDim;
+  const w = new Map<string, Float32Array>([
+    ['model.embed_tokens.weight', t.get('transformer.vocab_embedding.weight')!],
+    ['model.norm.weight', t.get('transformer.ln_f.weight')!],
+    ['lm_head.weight', t.get('lm_head.weight')!],
+  ]);
+  for (let l = 0; l < spec.numLayers; l++) {
+    const p = `transformer.layers.${l}`;
+    const h = `model.layers.${l}`;
+    const D = spec.hiddenSize;
+    const qkv = t.get(`${p}.attention.qkv.weight`)!;
+    const q = spec.numHeads * hd * D;
+    const kv = spec.numKvHeads * hd * D;
+    w.set(`${h}.self_attn.q_proj.weight`, qkv.subarray(0, q));
+    w.set(`${h}.self_attn.k_proj.weight`, qkv.subarray(q, q + kv));
+    w.set(`${h}.self_attn.v_proj.weight`, qkv.subarray(q + kv));
+    w.set(`${h}.self_attn.o_proj.weight`, t.get(`${p}.attention.dense.weight`)!);
+    w.set(`${h}.input_layernorm.weight`, t.get(`${p}.input_layernorm.weight`)!);
+    w.set(`${h}.post_attention_layernorm.weight`, t.get(`${p}.post_layernorm.weight`)!);
+    w.set(`${h}.mlp.gate_proj.weight`, t.get(`${p}.mlp.fc.weight`)!);
+    w.set(`${h}.mlp.up_proj.weight`, t.get(`${p}.mlp.gate.weight`)!);
+    w.set(`${h}.mlp.down_proj.weight`, t.get(`${p}.mlp.proj.weight`)!);
+    const bias = t.get(`${p}.attention.qkv.bias`);
+    if (bias) {
+      const qb = spec.numHeads * hd;
+      const kb = spec.numKvHeads * hd;
+      w.set(`${h}.self_attn.q_proj.bias`, bias.subarray(0, qb));
+      w.set(`${h}.self_attn.k_proj.bias`, bias.subarray(qb, qb + kb));
+      w.set(`${h}.self_attn.v_proj.bias`, bias.subarray(qb + kb));
+    }
+  }
+  await f.close();
+  return { spec: { ...spec, tieEmbeddings: false }, tensors: [...w].map(([name, d]) => ({ name, shape: [d.length], dtype: 'F32' as const })), readF32: async (n: string) => Float32Array.from(w.get(n)!) } as unknown as ModelSource;
+}
+
+describe('tensorrt-llm target', () => {
+  it('fp32: read back by the documented mapping, the float64 reference reproduces the reference ids', async () => {
+    const { out, spec } = await build(MODEL, 'fp32', 'fp32');
+    const config = JSON.parse(await fsp.readFile(path.join(out, 'config.json'), 'utf8'));
+    expect(config).toMatchObject({
+      architecture: 'LlamaForCausalLM',
+      dtype: 'float32',
+      num_attention_heads: 8,
+      num_key_value_heads: 4,
+      head_size: 8,
+      intermediate_size: 172,
+      position_embedding_type: 'rope_gpt_neox',
+      rotary_base: 10000,
+      mapping: { world_size: 1, tp_size: 1, pp_size: 1 },
+      quantization: { quant_algo: null },
+    });
+    const ref = JSON.parse(await fsp.readFile(path.join(MODEL, 'reference.json'), 'utf8')).greedy_ids as number[];
+    const model = await Llama64.load(await asHf(out, normalizeConfig(JSON.parse(await fsp.readFile(path.join(MODEL, 'config.json'), 'utf8')), 'config.json')));
+    const ids = [1];
+    for (let i = 0; i < 12; i++) ids.push(argmax64(model.forward(ids).at(-1)!));
+    expect(ids.slice(1)).toEqual(ref.slice(0, 12));
+    expect(spec.numLayers).toBe(5);
+  });
+
+  it('fp16 qwen2 (qkv bias), and int8 / int4 as W8A16 / W4A16 for trtllm-build to quantize', async () => {
+    const fx = await generateFixture(path.join(tmp, 'qwen2'), { arch: 'qwen2', seed: 3, tokenizer: 'none' });
+    const { out, spec } = await build(fx.dir, 'qwen2-fp16', 'fp16');
+    const f = await SafetensorsFile.open(path.join(out, 'rank0.safetensors'));
+    const names = [...f.tensors.keys()];
+    expect(names).toContain('transformer.layers.0.attention.qkv.bias');
+    expect([...f.tensors.values()].every((t) => t.dtype === 'F16')).toBe(true);
+    expect(f.tensors.get('transformer.layers.0.attention.qkv.weight')!.shape).toEqual([(spec.numHeads + 2 * spec.numKvHeads) * spec.headDim, spec.hiddenSize]);
+    await f.close();
+    const config = JSON.parse(await fsp.readFile(path.join(out, 'config.json'), 'utf8'));
+    expect(config).toMatchObject({ architecture: 'Qwen2ForCausalLM', dtype: 'float16', attn_bias: true });
+    for (const [quant, algo] of [['int8', 'W8A16'], ['int4', 'W4A16']] as const) {
+      const q = await build(fx.dir, `qwen2-${quant}`, quant);
+      const c = JSON.parse(await fsp.readFile(path.join(q.out, 'config.json'), 'utf8'));
+      expect(c.quantization.quant_algo).toBe(algo);
+      expect(c.dtype).toBe('float16');
+    }
+    const moe = await generateFixture(path.join(tmp, 'mixtral'), { arch: 'mixtral', seed: 3, tokenizer: 'none' });
+    const r = await llmcInProcess('compile', moe.dir, '--target', 'tensorrt-llm', '-o', path.join(tmp, 'moe-out'));
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/writes the Llama family \(llama, mistral, qwen2\); this model is mixtral/);
+  });
+});
