@@ -28,7 +28,7 @@ import { dequantRow, Weight } from './kernels.js';
 import { Model, weightTable, type LevelAdapters } from './model.js';
 import { mergeLowRank } from '../../core/util/lowrank.js';
 import { lowRankTerm } from './lowrank.js';
-import { ELASTIC_LEVELS, levelWidths, selectLevel } from '../../core/records/elastic.js';
+import { ELASTIC_LEVELS, levelWidths, selectLevel, type Level } from '../../core/records/elastic.js';
 import { findRecord } from '../../core/records/types.js';
 
 export type { ArtifactManifest };
@@ -263,7 +263,7 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
   };
   const adaptersOf = levelAdapterLookup(manifest, weight);
   if (mergeLevel && mergeSet) {
-    if (mergeLevel.layers.some((l) => l.kvGroups > 1 && l.qHeadsPerGroup < manifest.arch.numHeads / manifest.arch.numKvHeads)) {
+    if (!canMergeLevel(mergeLevel, manifest.arch)) {
       throw new LlmcError(`level ${mergeLevel.id} keeps some query heads of each group: not a prefix slice to merge into`, wfile);
     }
     let at = 0;
@@ -285,6 +285,11 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     }
   }
   return new Model(manifest.arch, weightTable((name) => table.has(name), weight), manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
+}
+
+/** A level whose adapted weights are prefix slices (no query heads dropped inside a group) can be merged at load. */
+export function canMergeLevel(level: Pick<Level, 'layers'>, arch: { numHeads: number; numKvHeads: number }): boolean {
+  return !level.layers.some((l) => l.kvGroups > 1 && l.qHeadsPerGroup < arch.numHeads / arch.numKvHeads);
 }
 
 /** Each level's adapters (targetInfo.adapters) as runtime weights, read on first use. */
