@@ -171,7 +171,7 @@ describe('4. help from the registries, with examples that run', () => {
       }
     }
     expect(ran).toBeGreaterThanOrEqual(6);
-  }, 120_000);
+  }, 240_000); // the reorder examples train a LoRA per level (recovery)
 });
 
 describe('5. one error style', () => {
@@ -368,7 +368,7 @@ describe('9. no noise, no litter', () => {
     symlinkSync(path.join(ROOT, 'node_modules'), path.join(clone, 'node_modules'));
     execFileSync('sh', ['-c', job!.replace(/npx llmc/g, `node ${path.join(clone, 'bin/llmc.js')}`)], { cwd: clone, stdio: 'pipe' });
     expect(execFileSync('git', ['status', '--porcelain'], { cwd: clone, encoding: 'utf8' })).toBe('');
-  }, 120_000);
+  }, 240_000); // the main job trains a LoRA for two levels (recovery)
 });
 
 describe('10. no silently ignored option', () => {

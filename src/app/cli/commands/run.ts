@@ -47,7 +47,7 @@ export function registerRun(program: Command): void {
     .addHelpText(
       'after',
       '\nExamples (from a clone):\n  llmc run fixtures/models/stories260K --prompt-ids 1 --max-tokens 32\n' +
-        '  llmc compile fixtures/models/stories260K --target ts --passes reorder -o out/elastic && llmc run out/elastic --prompt-ids 1 -n 32 --level 0.5\n' +
+        '  llmc compile fixtures/models/stories260K --target ts --passes reorder --levels 0.5,0.75,1 -o out/elastic && llmc run out/elastic --prompt-ids 1 -n 32 --level 0.5\n' +
         '  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n' +
         '  llmc run ./artifact --prompt-ids 1 -n 64 --speculative --json\n',
     )
