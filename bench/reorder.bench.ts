@@ -35,7 +35,7 @@ async function providerTable(src: ModelSource, cacheDir: string, quick: boolean)
   let elastic: number[] = [];
   let plan: Awaited<ReturnType<typeof analyzeReorder>>['metadata']['levels'] = [];
   for (const p of providers) {
-    const r = await analyzeReorder(src, parseReorderOptions({ importance: p, levels }), { note: () => {}, cacheDir, target: findTarget('ts') });
+    const r = await analyzeReorder(src, parseReorderOptions({ importance: p, levels, recover: 'none' }), { note: () => {}, cacheDir, target: findTarget('ts') });
     timeMs[p] = r.timeMs[p];
     plan = r.metadata.levels;
     elastic = r.orders.map((o) => o.layer);
@@ -52,7 +52,7 @@ async function providerTable(src: ModelSource, cacheDir: string, quick: boolean)
     for (let s = 0; s < 3; s++) rnd.push(Math.exp(await maskedLoss(src, levelMasks(src.spec, randomOrders(src, 50 + s, elastic), lv.layers), calib.heldOut)));
     table[key].randomMedian = round(rnd.sort((a, b) => a - b)[1], 2);
   }
-  const auto = await analyzeReorder(src, parseReorderOptions({ importance: 'auto', levels: '0.5', evaluate: 'false' }), { note: () => {}, cacheDir, target: findTarget('ts') });
+  const auto = await analyzeReorder(src, parseReorderOptions({ importance: 'auto', levels: '0.5', evaluate: 'false', recover: 'none' }), { note: () => {}, cacheDir, target: findTarget('ts') });
   return { table, providerTimeMs: timeMs, auto: { picked: auto.metadata.importance.provider, pplAt50: auto.metadata.importance.auto } };
 }
 
@@ -62,7 +62,7 @@ async function switchCost(src: ModelSource, outDir: string, cacheDir: string, qu
     source: src,
     target: 'ts',
     outDir,
-    passes: [{ name: 'reorder', options: { importance: 'magnitude', levels: '0.5,0.75,1', evaluate: 'false' } }],
+    passes: [{ name: 'reorder', options: { importance: 'magnitude', levels: '0.5,0.75,1', evaluate: 'false', recover: 'none' } }],
     quant: 'F32',
     progress: silentProgress,
     note: () => {},

@@ -43,7 +43,7 @@ let q8: string;
 beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-check-'));
   cache = path.join(tmp, 'cache');
-  elastic = await compileTo('elastic', '--target', 'ts', '--passes', 'reorder');
+  elastic = await compileTo('elastic', '--target', 'ts', '--passes', 'reorder', '--opt', 'reorder.recover=none');
   q8 = await compileTo('q8', '--target', 'ts', '--quant', 'Q8_0');
 });
 afterAll(async () => fsp.rm(tmp, { recursive: true, force: true }));
@@ -124,7 +124,7 @@ describe('llmc check', () => {
     const bad = await check(trt, { ppl_delta: { max: 1 } });
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/: ppl_delta: not measured for a tensorrt-llm artifact \(llmc runs .*gguf/);
-    const hf = await compileTo('hf', '--target', 'hf', '--passes', 'reorder');
+    const hf = await compileTo('hf', '--target', 'hf', '--passes', 'reorder', '--opt', 'reorder.recover=none');
     const q = await check(hf, { ppl_delta: { max: 1e-4, min: -1e-4 }, greedy_agreement: { min: 1 } });
     expect(q.code, q.stderr).toBe(0);
     expect(q.summary.evaluation.executor).toBe('onnxruntime');

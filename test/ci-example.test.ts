@@ -61,5 +61,5 @@ describe('docs/ci.md', () => {
     const html = await fsp.readFile(path.join(tmp, 'out/report.html'), 'utf8');
     expect(html).toContain('data-section="quality"');
     expect(existsSync(path.join(tmp, 'out/model/llmc-manifest.json'))).toBe(true);
-  });
+  }, 300_000); // the compile trains a LoRA for two levels (recovery) and measures quality
 });

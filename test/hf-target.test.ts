@@ -26,7 +26,7 @@ async function compileTo(out: string, cacheDir: string, target = 'hf', from: Che
     source: from,
     target,
     outDir: out,
-    passes: passes ? [{ name: 'reorder', options: { importance: 'magnitude', levels: '0.5,0.75,1', evaluate: 'false' } }] : [],
+    passes: passes ? [{ name: 'reorder', options: { importance: 'magnitude', levels: '0.5,0.75,1', evaluate: 'false', recover: 'none' } }] : [],
     ...(target === 'ts' ? { quant: 'F32' } : {}),
     progress: silentProgress,
     note: () => {},

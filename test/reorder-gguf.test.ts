@@ -35,7 +35,7 @@ describe('gguf-levels target', () => {
       source: src,
       target: 'gguf-levels',
       outDir: out,
-      passes: [{ name: 'reorder', options: { importance: 'activation', levels: '0.5,0.75,1', evaluate: 'false' } }],
+      passes: [{ name: 'reorder', options: { importance: 'activation', levels: '0.5,0.75,1', evaluate: 'false', recover: 'none' } }],
       quant: 'F32',
       progress: silentProgress,
       note: () => {},

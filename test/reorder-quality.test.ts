@@ -46,7 +46,7 @@ async function compare(src: ModelSource, providers: readonly ('taylor' | 'activa
   const randomCache = new Map<number, number>();
   let orders: LayerOrder[] = [];
   for (const provider of providers) {
-    const opts = parseReorderOptions({ importance: provider, evaluate: 'false', levels: '0.5,0.75' });
+    const opts = parseReorderOptions({ importance: provider, evaluate: 'false', levels: '0.5,0.75', recover: 'none' });
     const r = await analyzeReorder(src, opts, { note: () => {}, cacheDir, target: findTarget('hf') });
     orders = r.orders;
     const anchors = new Set(r.metadata.anchors);
@@ -76,7 +76,7 @@ describe('stories260K', () => {
         expect(r.imp).toBeLessThan(r.rev);
       }
       // auto picks the provider whose 50% prefix has the lowest held-out perplexity.
-      const auto = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'auto', evaluate: 'false', levels: '0.5' }), {
+      const auto = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'auto', evaluate: 'false', levels: '0.5', recover: 'none' }), {
         note: () => {},
         cacheDir: path.join(tmp, 'cache-stories'),
         target: findTarget('hf'),

@@ -41,7 +41,7 @@ afterAll(async () => {
 describe('ts runtime levels', () => {
   it('level L of the reordered artifact equals the original with the dropped units masked; full level = reference', async () => {
     const out = path.join(tmp, 'elastic');
-    const manifest = await emit(src, out, [{ name: 'reorder', options: { importance: 'activation', levels: '0.5,0.75,1', evaluate: 'false' } }]);
+    const manifest = await emit(src, out, [{ name: 'reorder', options: { importance: 'activation', levels: '0.5,0.75,1', evaluate: 'false', recover: 'none' } }]);
     const md = manifest.passes[0].metadata as unknown as ReorderMetadata;
     const model = await loadDir(out);
     const ref = JSON.parse(await fsp.readFile(path.join(MODEL, 'reference.json'), 'utf8')).greedy_ids as number[];
@@ -72,7 +72,7 @@ describe('CLI: compile --passes reorder, run --level', () => {
     const ref = JSON.parse(await fsp.readFile(path.join(MODEL, 'reference.json'), 'utf8')).greedy_ids as number[];
     const cache = path.join(tmp, 'cli-cache');
     const ts = path.join(tmp, 'cli-ts');
-    const c = await llmc('compile', MODEL, '--target', 'ts', '-q', 'F32', '--passes', 'reorder', '--importance', 'activation', '--levels', '0.5,1', '--opt', 'reorder.evaluate=false', '--cache-dir', cache, '-o', ts);
+    const c = await llmc('compile', MODEL, '--target', 'ts', '-q', 'F32', '--passes', 'reorder', '--importance', 'activation', '--levels', '0.5,1', '--opt', 'reorder.evaluate=false', '--opt', 'reorder.recover=none', '--cache-dir', cache, '-o', ts);
     expect(c.code).toBe(0);
     const run = async (dir: string, ...extra: string[]) => llmc('run', dir, '--prompt-ids', '1', '-n', String(ref.length), '--json', ...extra);
     const full = await run(ts, '--level', '1');
@@ -85,7 +85,7 @@ describe('CLI: compile --passes reorder, run --level', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/no level is as small as 0.1/);
     const hf = path.join(tmp, 'cli-hf');
-    expect((await llmc('compile', MODEL, '--target', 'hf', '--passes', 'reorder', '--importance', 'activation', '--opt', 'reorder.evaluate=false', '--cache-dir', cache, '-o', hf)).code).toBe(0);
+    expect((await llmc('compile', MODEL, '--target', 'hf', '--passes', 'reorder', '--importance', 'activation', '--opt', 'reorder.evaluate=false', '--opt', 'reorder.recover=none', '--cache-dir', cache, '-o', hf)).code).toBe(0);
     const hfRun = await run(hf);
     expect(hfRun.code).toBe(0);
     expect(JSON.parse(hfRun.stdout).generated_ids).toEqual(ref);

@@ -100,7 +100,7 @@ describe('options', () => {
     expect(parseReorderOptions({ levels: '0.75,0.5,0.5' }).levels).toEqual([0.5, 0.75]);
     expect(parseReorderOptions({ levels: '4' }).levels).toEqual({ count: 4 });
     expect(parseReorderOptions({ anchors: '0,3' }).anchors).toEqual([0, 3]);
-    expect(parseReorderOptions({}).importance).toBe('taylor');
+    expect(parseReorderOptions({}).importance).toBe('activation');
   });
   it('aligns to the quantization block of the target format', () => {
     const quantBlockFor = (target: string, quant: string | undefined) => findTarget(target).quantBlock({ quant, tensorTypes: [] });

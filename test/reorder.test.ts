@@ -63,7 +63,7 @@ const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435, 299, 3
 beforeAll(async () => {
   ckpt = await openCheckpoint(MODEL);
   cacheDir = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-reorder-'));
-  const r = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'taylor', evaluate: 'false' }), { note: () => {}, cacheDir, target: findTarget('hf') });
+  const r = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'taylor', evaluate: 'false', recover: 'none' }), { note: () => {}, cacheDir, target: findTarget('hf') });
   orders = r.orders;
 });
 
@@ -223,7 +223,7 @@ describe('other architectures (fixtures): biases, MoE experts', () => {
       await generateFixture(dir, { arch, seed: 3 });
       const src = await openCheckpoint(dir);
       try {
-        const r = await analyzeReorder(src, parseReorderOptions({ importance: 'activation', evaluate: 'false', levels: '0.5,1' }), {
+        const r = await analyzeReorder(src, parseReorderOptions({ importance: 'activation', evaluate: 'false', levels: '0.5,1', recover: 'none' }), {
           note: () => {},
           cacheDir: path.join(cacheDir, `c-${arch}`),
           target: findTarget('hf'),

@@ -27,7 +27,7 @@ beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-report-'));
   cache = path.join(tmp, 'cache');
   artifact = path.join(tmp, 'model');
-  const c = await llmcInProcess('compile', STORIES, '--target', 'ts', '--quant', 'F16', '--passes', 'reorder', '-o', artifact, '--cache-dir', cache);
+  const c = await llmcInProcess('compile', STORIES, '--target', 'ts', '--quant', 'F16', '--passes', 'reorder', '--opt', 'reorder.recover=none', '-o', artifact, '--cache-dir', cache);
   expect(c.code, c.stderr).toBe(0);
   html = path.join(tmp, 'report.html');
   const r = await llmcInProcess('report', artifact, '-o', html, '--cache-dir', cache);

@@ -100,7 +100,7 @@ describe('speculative decoding = plain greedy decoding', () => {
 
   it('stories260K drafting with its own 50% level: `llmc run --speculative` gives the reference ids and plain decoding\'s tokens; --json reports tokens per step', async () => {
     elastic = path.join(tmp, 'elastic');
-    const c = await llmc('compile', STORIES, '--target', 'ts', '-q', 'F32', '--passes', 'reorder,tree-search', '--levels', '0.5,1', '--importance', 'activation', '--opt', 'reorder.evaluate=false',
+    const c = await llmc('compile', STORIES, '--target', 'ts', '-q', 'F32', '--passes', 'reorder,tree-search', '--levels', '0.5,1', '--importance', 'activation', '--opt', 'reorder.evaluate=false', '--opt', 'reorder.recover=none',
       '--opt', 'tree-search.draftLevel=0.5', '--opt', `tree-search.latency=${PHONE}`, '--opt', 'tree-search.calib=8', '--cache-dir', cache, '-o', elastic, '--json');
     expect(c.code).toBe(0);
     rec = findRecord(JSON.parse(c.stdout).passes, SPEC_TREE)!;
@@ -126,7 +126,7 @@ describe('speculative decoding = plain greedy decoding', () => {
   it('the record is deterministic and rides in every target\'s manifest; the default latency is measured here with the TS runtime', async () => {
     const again = path.join(tmp, 'elastic-again');
     const hf = path.join(tmp, 'elastic-hf');
-    const args = ['--passes', 'reorder,tree-search', '--levels', '0.5,1', '--importance', 'activation', '--opt', 'reorder.evaluate=false', '--opt', 'tree-search.draftLevel=0.5', '--opt', `tree-search.latency=${PHONE}`, '--opt', 'tree-search.calib=8', '--cache-dir', cache];
+    const args = ['--passes', 'reorder,tree-search', '--levels', '0.5,1', '--importance', 'activation', '--opt', 'reorder.evaluate=false', '--opt', 'reorder.recover=none', '--opt', 'tree-search.draftLevel=0.5', '--opt', `tree-search.latency=${PHONE}`, '--opt', 'tree-search.calib=8', '--cache-dir', cache];
     expect((await llmc('compile', STORIES, '--target', 'ts', '-q', 'F32', ...args, '-o', again)).code).toBe(0);
     expect(await fsp.readFile(path.join(again, 'llmc-manifest.json'), 'utf8')).toBe(await fsp.readFile(path.join(elastic, 'llmc-manifest.json'), 'utf8'));
     expect((await llmc('compile', STORIES, '--target', 'hf', ...args, '-o', hf)).code).toBe(0);

@@ -1,7 +1,8 @@
 /**
  * The `gguf-levels` target: one GGUF per elastic level (record `elastic-prefix/1`), each a
  * physically sliced model (prefixes of the reordered weights) written by the gguf target itself, in
- * `<level id>/model.gguf`.
+ * `<level id>/model.gguf`. A recovered level's adapters are merged into its weights (llama.cpp runs
+ * each file as an ordinary model).
  *
  * Why uniform widths: the gguf target writes the `llama` architecture, whose GGUF keys
  * (head_count_kv, feed_forward_length) are one value for all layers. llama.cpp reads those keys as
@@ -11,20 +12,20 @@
  */
 import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
-import { sliceSource, uniformWidth } from '../../src/core/pipeline/elastic.js';
+import { mergeAdapters, sliceSource, uniformWidth } from '../../src/core/pipeline/elastic.js';
 import type { EmitContext, EmitPlan, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import { evolve, type CompileUnit } from '../../src/core/pipeline/unit.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
 import { ensureOutputDir } from '../../src/core/util/atomic.js';
 import { ggufTarget } from '../gguf/emit.js';
 
-/** Each elastic level as its own sliced unit. */
+/** Each elastic level as its own sliced unit, its recovery adapters (if any) merged in: W + scale·B·A. */
 function levelUnits(unit: CompileUnit) {
   const md = findRecord(unit.records, ELASTIC_LEVELS);
   if (!md) throw new LlmcError('internal: gguf-levels without an elastic-prefix record (the pass manager checks this)');
   return md.levels.map((lv) => {
     if (!uniformWidth(lv.layers)) throw new LlmcError(`level ${lv.id} has per-layer widths; a llama GGUF needs one width for all layers`);
-    return { lv, unit: evolve(unit, { source: sliceSource(unit.source, lv.layers, `level ${lv.id}`) }) };
+    return { lv, unit: evolve(unit, { source: mergeAdapters(sliceSource(unit.source, lv.layers, `level ${lv.id}`), unit.annotations, lv.id) }) };
   });
 }
 
@@ -57,6 +58,7 @@ export const ggufLevelsTarget: Target = {
         heads: lv.layers[0].heads,
         ffn: lv.layers[0].ffn,
         quant: r.targetInfo.quant,
+        adaptersMerged: lv.adapters !== undefined,
       });
     }
     return { files, targetInfo: { format: 'gguf-levels', widths: 'uniform', levels } };

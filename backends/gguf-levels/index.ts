@@ -15,6 +15,7 @@ export const ggufLevels: TargetDescriptor = {
     perExpertFormats: false,
     qdq: false,
     chunkGraphs: false,
+    adapters: true,
   },
   quantBlock: ggufQuantBlock,
   requires: [ELASTIC_LEVELS],

@@ -6,7 +6,8 @@
  */
 import path from 'node:path';
 import { DTYPE_BYTES, fromF32, numel, safetensorsLayout, writeSafetensors, type FloatDType } from '../../src/core/checkpoint/safetensors.js';
-import { writeFileAtomic } from '../../src/core/util/atomic.js';
+import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
+import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 
@@ -78,10 +79,79 @@ export const hfTarget: Target = {
       await writeFileAtomic(path.join(outDir, name), text);
       files.push(name);
     }
+    const adapters = await writePeftAdapters(unit, outDir);
+    files.push(...adapters.files);
     return {
       files,
-      targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source' },
+      targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source', ...(adapters.levels.length ? { adapters: adapters.levels } : {}) },
       tensors: source.tensors.map((t) => ({ name: t.name, sources: [t.name], format: dtypeOf(t.dtype), bytes: numel(t.shape) * DTYPE_BYTES[dtypeOf(t.dtype)] })),
     };
   },
 };
+
+/** Where a level's PEFT adapter goes, relative to the artifact. */
+export const adapterDir = (level: string) => `adapters/${level}`;
+
+/**
+ * Each recovered level's adapters as a Hugging Face PEFT LoRA adapter (adapter_config.json +
+ * adapter_model.safetensors, keys `base_model.model.<module>.lora_A.weight` / `.lora_B.weight`, as
+ * PeftModel.save_pretrained writes them), for THIS checkpoint (the full reordered model): A and B are
+ * padded with zeros to the full shapes, so the adapter loads onto it and acts only on the level's units.
+ * Running the level itself needs its heads and neurons kept (a slice or masks; widths in the manifest).
+ */
+async function writePeftAdapters(unit: CompileUnit, outDir: string): Promise<{ files: string[]; levels: { id: string; dir: string }[] }> {
+  const record = findRecord(unit.records, ELASTIC_LEVELS);
+  const files: string[] = [];
+  const levels: { id: string; dir: string }[] = [];
+  if (!record?.recovery) return { files, levels };
+  for (const lv of record.levels) {
+    const tensors: { name: string; dtype: FloatDType; shape: number[]; bytes: () => Promise<Uint8Array> }[] = [];
+    let rank = 0;
+    let alpha = 0;
+    for (const t of unit.source.tensors) {
+      const ad = unit.annotations.get(t.name)?.adapters?.[lv.id];
+      if (!ad) continue;
+      const [out, inF] = t.shape;
+      rank = ad.rank;
+      alpha = ad.scale * ad.rank;
+      const a = new Float32Array(ad.rank * inF);
+      for (let k = 0; k < ad.rank; k++) a.set(ad.a.subarray(k * ad.inFeatures, (k + 1) * ad.inFeatures), k * inF);
+      const b = new Float32Array(out * ad.rank);
+      b.set(ad.b);
+      const module = `base_model.model.${t.name.replace(/\.weight$/, '')}`;
+      tensors.push(
+        { name: `${module}.lora_A.weight`, dtype: 'F32', shape: [ad.rank, inF], bytes: async () => fromF32(a, 'F32') },
+        { name: `${module}.lora_B.weight`, dtype: 'F32', shape: [out, ad.rank], bytes: async () => fromF32(b, 'F32') },
+      );
+    }
+    if (!tensors.length) continue;
+    const dir = adapterDir(lv.id);
+    await ensureOutputDir(path.join(outDir, dir));
+    await writeSafetensors(path.join(outDir, dir, 'adapter_model.safetensors'), tensors);
+    const config = {
+      peft_type: 'LORA',
+      task_type: 'CAUSAL_LM',
+      base_model_name_or_path: null,
+      r: rank,
+      lora_alpha: alpha,
+      lora_dropout: 0,
+      target_modules: record.recovery.targets,
+      bias: 'none',
+      fan_in_fan_out: false,
+      inference_mode: true,
+      init_lora_weights: true,
+      use_rslora: false,
+      use_dora: false,
+      modules_to_save: null,
+      layers_to_transform: null,
+      layers_pattern: null,
+      rank_pattern: {},
+      alpha_pattern: {},
+      revision: null,
+    };
+    await writeFileAtomic(path.join(outDir, dir, 'adapter_config.json'), JSON.stringify(config, null, 2) + '\n');
+    files.push(`${dir}/adapter_config.json`, `${dir}/adapter_model.safetensors`);
+    levels.push({ id: lv.id, dir });
+  }
+  return { files, levels };
+}

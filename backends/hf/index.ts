@@ -7,7 +7,7 @@ export const hf: TargetDescriptor = {
   description: 'Hugging Face checkpoint dir (safetensors + config.json + tokenizer files)',
   formats: { quant: ['F32', 'F16', 'BF16'], default: null, tensorTypes: null },
   options: NO_OPTIONS,
-  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: false, chunkGraphs: false },
+  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: false, chunkGraphs: false, adapters: true },
   quantBlock: () => 1,
   requires: [],
   load: async () => (await import('./emit.js')).hfTarget,

@@ -5,7 +5,8 @@
  */
 import path from 'node:path';
 import { fromF32 } from '../../src/core/checkpoint/safetensors.js';
-import { UsageError } from '../../src/core/errors.js';
+import { LlmcError, UsageError } from '../../src/core/errors.js';
+import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
 import { quantize } from '../../src/core/quant/quantize.js';
 import { fallbackType, type QuantType } from '../../src/core/quant/types.js';
 import {
@@ -16,7 +17,9 @@ import {
   TS_FORMAT_VERSION,
   WEIGHT_FORMATS,
   WEIGHTS_FILE,
+  adapterTensorNames,
   type TensorEntry,
+  type TsLevelAdapters,
   type TsTargetInfo,
   type WeightFormat,
 } from '../../src/exec/runtime/format.js';
@@ -107,22 +110,26 @@ export const tsTarget: Target = {
     const { quant, plan, notes } = planFormats(unit, ctx.formats);
     for (const n of notes) ctx.note(n);
 
+    const adapters = levelAdapters(unit);
     const out = await AtomicFile.open(path.join(ctx.outDir, WEIGHTS_FILE));
     const tensors: TensorEntry[] = [];
+    const put = async (name: string, format: WeightFormat, shape: readonly number[], bytes: Uint8Array) => {
+      if (bytes.length !== formatTensorBytes(format, shape)) throw new Error(`internal: ${name} encoded to ${bytes.length} bytes`);
+      const offset = out.bytesWritten;
+      await out.write(bytes);
+      const pad = alignUp(out.bytesWritten) - out.bytesWritten;
+      if (pad) await out.write(new Uint8Array(pad));
+      tensors.push({ name, format, shape: [...shape], offset, bytes: bytes.length });
+    };
     ctx.progress.start(`ts ${quant}`, plan.length);
     try {
       for (const p of plan) {
         const { name, shape } = p.meta;
-        const data = await source.readF32(name);
-        const bytes = encode(p.format, data, shape[shape.length - 1]);
-        if (bytes.length !== formatTensorBytes(p.format, shape)) throw new Error(`internal: ${name} encoded to ${bytes.length} bytes`);
-        const offset = out.bytesWritten;
-        await out.write(bytes);
-        const pad = alignUp(out.bytesWritten) - out.bytesWritten;
-        if (pad) await out.write(new Uint8Array(pad));
-        tensors.push({ name, format: p.format, shape: [...shape], offset, bytes: bytes.length });
+        await put(name, p.format, shape, encode(p.format, await source.readF32(name), shape[shape.length - 1]));
         ctx.progress.tick();
       }
+      // The levels' recovery adapters, F32, after the model's tensors.
+      for (const t of adapters.tensors) await put(t.name, 'F32', t.shape, fromF32(t.data, 'F32'));
       await out.commit();
     } catch (err) {
       await out.abort();
@@ -143,6 +150,7 @@ export const tsTarget: Target = {
       alignment: TENSOR_ALIGNMENT,
       quant,
       tensors,
+      ...(Object.keys(adapters.table).length ? { adapters: adapters.table } : {}),
     };
     return {
       files,
@@ -151,3 +159,25 @@ export const tsTarget: Target = {
     };
   },
 };
+
+/**
+ * The unit's per-level adapters (TensorAnnotation.adapters) as tensors and targetInfo.adapters,
+ * levels in the elastic record's order, linears in the source's tensor order (deterministic bytes).
+ */
+function levelAdapters(unit: CompileUnit): { tensors: { name: string; shape: number[]; data: Float32Array }[]; table: Record<string, TsLevelAdapters> } {
+  const tensors: { name: string; shape: number[]; data: Float32Array }[] = [];
+  const table: Record<string, TsLevelAdapters> = {};
+  const levels = findRecord(unit.records, ELASTIC_LEVELS)?.levels ?? [];
+  for (const lv of levels) {
+    for (const t of unit.source.tensors) {
+      const ad = unit.annotations.get(t.name)?.adapters?.[lv.id];
+      if (!ad) continue;
+      const set = (table[lv.id] ??= { rank: ad.rank, scale: ad.scale, tensors: [] });
+      if (set.rank !== ad.rank || set.scale !== ad.scale) throw new LlmcError(`level ${lv.id}: adapters of one level must share rank and scale`);
+      const names = adapterTensorNames(lv.id, t.name);
+      tensors.push({ name: names.a, shape: [ad.rank, ad.inFeatures], data: ad.a }, { name: names.b, shape: [ad.outFeatures, ad.rank], data: ad.b });
+      set.tensors.push({ weight: t.name, ...names });
+    }
+  }
+  return { tensors, table };
+}

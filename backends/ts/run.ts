@@ -2,24 +2,34 @@
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
-import { ELASTIC_LEVELS, findRecord, levelWidths, MANIFEST_FILE, requireSpecTree, selectLevel, SPEC_TREE } from '../../src/core/records/index.js';
+import { ELASTIC_LEVELS, findRecord, levelNotes, MANIFEST_FILE, requireSpecTree, selectLevel, SPEC_TREE } from '../../src/core/records/index.js';
+import { canMergeLevel } from '../../src/exec/runtime/load.js';
 import { loadDir, tokenizerFiles } from '../../src/exec/runtime/node.js';
-import type { Model } from '../../src/exec/runtime/model.js';
+import type { Model, RunnableLevel } from '../../src/exec/runtime/model.js';
 import { drafterFor, SpeculativeDecoder, treeFor } from '../../src/exec/runtime/speculative.js';
 
 export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
   const notes: string[] = [];
   if (opts.threads !== undefined) notes.push('--threads has no effect on the TS runtime (it runs on one thread)');
-  let widths: ReturnType<typeof levelWidths> | undefined;
-  let levelId: string | undefined;
+  // --level runs one level: its recovery adapters merged into F32 copies of its slices at load (decode
+  // 3–5× faster than low-rank terms per token on stories260K, bench/recovery.bench.ts), the rest of
+  // the weights shared as they are; low-rank terms where the level cannot be merged.
+  const record = findRecord(a.manifest.passes, ELASTIC_LEVELS, a.dir);
+  const picked = opts.level === undefined ? undefined : selectLevel(record?.levels ?? null, opts.level, a.path);
+  const hasAdapters = picked !== undefined && (a.manifest.targetInfo as { adapters?: Record<string, unknown> }).adapters?.[picked.id] !== undefined;
+  const mergeLevel = hasAdapters && !opts.experts && canMergeLevel(picked, a.manifest.arch) ? picked.id : undefined;
+  const model = await loadDir(a.dir, { verifyChecksums: opts.verify, experts: opts.experts, mergeLevel });
+  let run: RunnableLevel | undefined;
   if (opts.level !== undefined) {
-    const levels = findRecord(a.manifest.passes, ELASTIC_LEVELS, a.dir)?.levels ?? null;
-    const level = selectLevel(levels, opts.level, a.path);
-    widths = levelWidths(level);
-    levelId = level.id;
-    notes.push(`level ${level.id}: ${(100 * level.paramFrac).toFixed(1)}% of the parameters${level.heldOutPpl !== undefined ? `, held-out perplexity ${level.heldOutPpl.toFixed(2)}` : ''}`);
+    try {
+      run = model.level(opts.level, a.path);
+    } catch (err) {
+      await model.close();
+      throw err;
+    }
+    notes.push(...levelNotes(run.level, record!, model.spec.vocabSize));
   }
-  const model = await loadDir(a.dir, { verifyChecksums: opts.verify, experts: opts.experts });
+  const level = run && { widths: run.widths, adapters: run.adapters };
   const speculative = opts.speculative ? await speculativeDecoder(a, model, opts.speculative.draft) : null;
   let stats: Record<string, unknown> | null = null;
   return {
@@ -27,8 +37,8 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
     ...(await tokenizerFiles(a.dir)),
     notes,
     engine: 'ts-runtime',
-    level: levelId,
-    logits: (ids) => model.forwardAsync(ids, undefined, { widths }),
+    level: run?.level.id,
+    logits: (ids) => model.forwardAsync(ids, undefined, { ...level }),
     async generate(promptIds, o) {
       if (speculative) {
         const r = speculative.decoder.generate(promptIds, { maxTokens: o.maxTokens, tree: speculative.tree });
@@ -46,7 +56,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
         return r.tokens;
       }
       const out: number[] = [];
-      for await (const id of model.generate(promptIds, { ...o, widths })) out.push(id);
+      for await (const id of model.generate(promptIds, { ...o, ...level })) out.push(id);
       return out;
     },
     speculativeStats: () => stats,

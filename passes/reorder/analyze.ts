@@ -13,11 +13,13 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { TfModel } from '../../src/exec/autodiff/lower.js';
 import { Engine } from '../../src/exec/engine/index.js';
 import { UsageError } from '../../src/core/errors.js';
-import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/app/profile/calibration.js';
+import { calibrationSet, textFileSpec, trainingSet, type CalibrationSet } from '../../src/app/profile/calibration.js';
 import { cachedProfile } from '../../src/app/profile/store.js';
 import type { Pass, PassContext } from '../../src/core/pipeline/pass.js';
 import { evolve } from '../../src/core/pipeline/unit.js';
-import { ELASTIC_LEVELS, type ElasticLevels } from '../../src/core/records/elastic.js';
+import { ELASTIC_LEVELS, type ElasticLevels, type Recovery } from '../../src/core/records/elastic.js';
+import type { LowRankAdapter, TensorAnnotation } from '../../src/core/pipeline/unit.js';
+import { adapterTargets, recoverLevels, type RecoverRequest } from './recover.js';
 import {
   activationScores,
   magnitudeScores,
@@ -33,8 +35,11 @@ import { mlpsOf } from '../../src/core/arch/units.js';
 import { permuteSource, type LayerOrder } from './permute.js';
 import { describeLevel, fullWidth, planLevels } from './planner.js';
 
-/** What the pass records in every manifest (passes[].metadata): record `elastic-prefix/1`. */
+/** What the pass records in every manifest (passes[].metadata): record `elastic-prefix/2`. */
 export type ReorderMetadata = ElasticLevels;
+
+/** Larger models are not recovered in-process: the tfjs trainer holds the model (and a level) as f32. */
+export const RECOVER_MAX_PARAMS = 200e6;
 
 const scoreArrays = (s: UnitScores): Record<string, Float64Array> => {
   const a: Record<string, Float64Array> = {};
@@ -76,7 +81,7 @@ class Measurements {
     private readonly notes: string[],
   ) {}
 
-  private engine = async () => (this.opened ??= await Engine.open(this.source));
+  readonly engine = async () => (this.opened ??= await Engine.open(this.source));
   private tf = async () => (this.tfm ??= await TfModel.load(this.source, (m) => this.notes.push(m)));
   private identity = () => (this.checkpoint ??= this.source.identity());
 
@@ -128,6 +133,12 @@ class Measurements {
     return (await this.engine()).perplexity(calib.heldOut);
   }
 
+  /** Free the tfjs model (importance is done; recovery loads its own). */
+  releaseTf(): void {
+    this.tfm?.dispose();
+    this.tfm = undefined;
+  }
+
   async close(): Promise<void> {
     this.tfm?.dispose();
     await this.opened?.close();
@@ -137,8 +148,22 @@ class Measurements {
 /** Anchor count the options ask for (`default`: round(L·6/32)); explicit lists are not measured. */
 const anchorCount = (o: ReorderOptions, L: number) => (Array.isArray(o.anchors) ? 0 : o.anchors === 'default' ? Math.round((L * 6) / 32) : o.anchors);
 
-/** Everything the pass decides, without building the transformed model (tests and bench use it). */
-export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx: Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { formats?: PassContext['formats']; progress?: Progress }): Promise<{ metadata: ReorderMetadata; orders: LayerOrder[]; scores: UnitScores; /** Provider wall times (ms, as first computed); kept out of the manifest so it stays deterministic. */ timeMs: Record<string, number> }> {
+/** Everything the pass decides (tests and bench use it): the record, the reordered weights and the levels' adapters. */
+export async function analyzeReorder(
+  source: ModelSource,
+  o: ReorderOptions,
+  ctx: Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { formats?: PassContext['formats']; progress?: Progress },
+): Promise<{
+  metadata: ReorderMetadata;
+  orders: LayerOrder[];
+  scores: UnitScores;
+  /** Provider wall times (ms, as first computed); kept out of the manifest so it stays deterministic. */
+  timeMs: Record<string, number>;
+  /** The reordered model (a gather view of `source`). */
+  source: ModelSource;
+  /** Per adapted tensor, its adapters by level id (the unit's annotations). */
+  adapters: Map<string, TensorAnnotation>;
+}> {
   const spec = source.spec;
   const L = spec.numLayers;
   const notes: string[] = [];
@@ -207,15 +232,52 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
     const full = describeLevel(spec, 'full', 1, Array.from({ length: L }, () => fullWidth(spec)), anchorSet);
     const levels: ReorderMetadata['levels'] = plan.levels;
     const evaluate = o.evaluate === 'auto' ? full.params <= 50e6 : o.evaluate;
+    m.releaseTf(); // importance is done: free the original model before the levels' models load
+    const permuted = permuteSource(source, orders);
+    const adapters = new Map<string, TensorAnnotation>();
+    let recovery: Recovery | null = null;
     let heldOutPpl: number | undefined;
-    if (evaluate) {
-      heldOutPpl = await m.heldOutPpl(calib);
-      progress.start('reorder: held-out perplexity per level', levels.length);
-      for (const lv of levels) {
-        lv.heldOutPpl = Math.exp(await maskedLoss(source, levelMasks(spec, orders, lv.layers), calib.heldOut));
-        progress.tick();
+    let training: RecoverRequest['training'] = null;
+    if (o.recover) {
+      if (!ctx.target.capabilities.adapters) notes.push(`recovery skipped: target ${ctx.target.name} writes no per-level adapters (reorder.recover=none silences this)`);
+      else if (full.params > RECOVER_MAX_PARAMS) {
+        notes.push(`recovery skipped: ${(full.params / 1e6).toFixed(0)}M parameters is more than the in-process trainer takes (${RECOVER_MAX_PARAMS / 1e6}M; reorder.recover=none silences this)`);
+      } else {
+        const data = await trainingSet(source, calib, o.recover.data, o.recover.seed, { cacheDir: ctx.cacheDir, engine: m.engine });
+        if (data.droppedHeldOut) notes.push(`recovery: ${data.droppedHeldOut} training sequence(s) equal to held-out ones dropped`);
+        const { data: _n, threads: _t, ...settings } = o.recover;
+        training = { seqs: data.seqs, key: data.key, settings };
+        recovery = {
+          method: 'lora',
+          ...settings,
+          targets: [...new Set(adapterTargets(permuted).map((t) => t.weight.split('.').slice(-2, -1)[0]))],
+          data: { source: calib.spec.source, count: data.seqs.length, length: calib.spec.length, profile: data.key },
+        };
       }
-      progress.done();
+    }
+    if (evaluate || training) {
+      const threads = o.recover?.threads ?? undefined;
+      const r = await recoverLevels({ model: permuted, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, threads, cacheDir: ctx.cacheDir, progress });
+      // The full model's perplexity as onnxruntime measures it (what evaluation compares against); levels on tfjs.
+      heldOutPpl = await m.heldOutPpl(calib);
+      full.heldOutPpl = heldOutPpl;
+      full.agreement = 1;
+      for (const lv of levels) {
+        const q = r.levels.get(lv.id)!;
+        if (training && q.bestStep === 0) notes.push(`recovery: no training step improved level ${lv.id} on the validation sequences; it ships without adapters`);
+        const shipped = q.after ?? q.before;
+        lv.heldOutPpl = shipped === r.full ? heldOutPpl : shipped.heldOutPpl;
+        lv.agreement = shipped.agreement;
+        if (!q.after || !q.adapters) continue;
+        lv.unrecovered = q.before;
+        const s = training!.settings;
+        lv.adapters = { rank: s.rank, alpha: s.alpha, tensors: 2 * q.adapters.length, params: q.adapters.reduce((n, a) => n + a.a.length + a.b.length, 0) };
+        for (const a of q.adapters) {
+          const prev = adapters.get(a.weight)?.adapters ?? {};
+          const ad: LowRankAdapter = { rank: s.rank, scale: s.alpha / s.rank, inFeatures: a.inFeatures, outFeatures: a.outFeatures, a: a.a, b: a.b };
+          adapters.set(a.weight, { adapters: { ...prev, [lv.id]: ad } });
+        }
+      }
     }
 
     const metadata: ReorderMetadata = {
@@ -232,9 +294,10 @@ export async function analyzeReorder(source: ModelSource, o: ReorderOptions, ctx
       full,
       levels,
       ...(heldOutPpl !== undefined ? { heldOutPpl } : {}),
+      recovery,
       notes,
     };
-    return { metadata, orders, scores, timeMs: m.timeMs };
+    return { metadata, orders, scores, timeMs: m.timeMs, source: permuted, adapters };
   } finally {
     await m.close();
   }
@@ -257,8 +320,8 @@ export const reorderPass: Pass<ReorderOptions> = {
   },
 
   async run(unit, options, ctx) {
-    const { metadata, orders } = await analyzeReorder(unit.source, options, ctx);
+    const { metadata, source, adapters } = await analyzeReorder(unit.source, options, ctx);
     for (const n of metadata.notes) ctx.note(`reorder: ${n}`);
-    return { unit: evolve(unit, { source: permuteSource(unit.source, orders) }), record: metadata };
+    return { unit: evolve(unit, { source, annotate: adapters }), record: metadata };
   },
 };

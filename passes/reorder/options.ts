@@ -26,10 +26,31 @@ export interface ReorderOptions {
   evaluate: boolean | 'auto';
   /** Level fractions measure all parameters (`total`, default) or decoder-layer parameters (`blocks`, as ELMS's table). */
   sizeBy: 'total' | 'blocks';
+  /** Recovery of each level (LoRA distilled from the full model), or none. */
+  recover: RecoverOptions | null;
 }
 
+/** `reorder.recover=lora` and its settings (passes/reorder/recover.ts). */
+export interface RecoverOptions {
+  rank: number;
+  alpha: number;
+  steps: number;
+  lr: number;
+  /** Default: the calibration seed. */
+  seed: number;
+  /** Training sequences (self-generated, or text windows other than the held-out ones). */
+  data: number;
+  batch: number;
+  /** Weight of the next-token cross-entropy beside the KL to the full model. */
+  ce: number;
+  /** Levels trained at once on worker threads; null: the cores, at most 4. Does not change the result. */
+  threads: number | null;
+}
+
+export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1e-2, data: 256, batch: 4, ce: 0 } as const;
+
 export const OPTION_SPECS: readonly OptionSpec[] = [
-  { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'taylor' },
+  { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
   { key: 'calib', help: 'calibration sequences', default: '10' },
   { key: 'calibLength', help: 'tokens per calibration sequence', default: '64' },
   { key: 'calibText', help: 'a text file to calibrate on (needs the model\'s tokenizer), or token ids as JSON [[1, 5, ...], ...]; default: sequences sampled from the model' },
@@ -40,6 +61,16 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'quantBlock', help: "in-sliced widths are multiples of this", default: "the target's quantization block" },
   { key: 'evaluate', help: 'measure held-out perplexity per level: true | false | auto', default: 'auto (models up to 50M parameters)' },
   { key: 'sizeBy', help: 'a level\'s fraction counts all parameters (total) or decoder-layer ones (blocks)', default: 'total' },
+  { key: 'recover', help: 'recovery per level: lora (adapters distilled from the full model) | none', default: 'lora' },
+  { key: 'recoverRank', help: 'LoRA rank of the recovery adapters', default: String(RECOVER_DEFAULTS.rank) },
+  { key: 'recoverAlpha', help: 'LoRA alpha (the adapters are scaled by alpha/rank)', default: String(RECOVER_DEFAULTS.alpha) },
+  { key: 'recoverSteps', help: 'training steps per level', default: String(RECOVER_DEFAULTS.steps) },
+  { key: 'recoverLr', help: 'Adam learning rate (cosine decay to a tenth)', default: String(RECOVER_DEFAULTS.lr) },
+  { key: 'recoverSeed', help: 'seed of the adapters\' init, the batch order and the training data', default: 'the calibration seed' },
+  { key: 'recoverData', help: 'training sequences of calibLength tokens (self-generated, or text windows; never held-out ones)', default: String(RECOVER_DEFAULTS.data) },
+  { key: 'recoverBatch', help: 'sequences per training step', default: String(RECOVER_DEFAULTS.batch) },
+  { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (results do not depend on it)', default: 'the cores, at most 4' },
+  { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
 ];
 
 export const OPTION_KEYS = OPTION_SPECS.map((s) => s.key);
@@ -53,7 +84,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
   for (const k of Object.keys(raw)) {
     if (!(OPTION_KEYS as readonly string[]).includes(k)) throw new UsageError(`unknown reorder option "${k}"; known: ${OPTION_KEYS.join(', ')}`);
   }
-  const importance = (raw.importance ?? 'taylor').trim();
+  const importance = (raw.importance ?? 'activation').trim();
   if (importance !== 'auto' && !(PROVIDERS as readonly string[]).includes(importance)) {
     throw new UsageError(`reorder.importance must be one of ${[...PROVIDERS, 'auto'].join(', ')}, got "${importance}"`);
   }
@@ -82,6 +113,32 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
     if (!['true', 'false', 'auto'].includes(raw.evaluate)) throw new UsageError(`reorder.evaluate must be true, false or auto, got "${raw.evaluate}"`);
     evaluate = raw.evaluate === 'auto' ? 'auto' : raw.evaluate === 'true';
   }
+  const recoverMode = (raw.recover ?? 'lora').trim();
+  if (recoverMode !== 'lora' && recoverMode !== 'none') throw new UsageError(`reorder.recover must be lora or none, got "${raw.recover}"`);
+  const num = (key: string, v: string | undefined, dflt: number, min: number) => {
+    if (v === undefined) return dflt;
+    const x = Number(v);
+    if (!v.trim() || !Number.isFinite(x) || x < min) throw new UsageError(`reorder.${key} must be a number ≥ ${min}, got "${v}"`);
+    return x;
+  };
+  const d = RECOVER_DEFAULTS;
+  const seed = raw.seed !== undefined ? int('seed', raw.seed, 0) : 42;
+  const recoverKeys = Object.keys(raw).filter((k) => k.startsWith('recover') && k !== 'recover');
+  if (recoverMode === 'none' && recoverKeys.length) throw new UsageError(`reorder.${recoverKeys[0]} needs reorder.recover=lora`);
+  const recover: RecoverOptions | null =
+    recoverMode === 'none'
+      ? null
+      : {
+          rank: raw.recoverRank !== undefined ? int('recoverRank', raw.recoverRank, 1) : d.rank,
+          alpha: num('recoverAlpha', raw.recoverAlpha, d.alpha, 0),
+          steps: raw.recoverSteps !== undefined ? int('recoverSteps', raw.recoverSteps, 1) : d.steps,
+          lr: num('recoverLr', raw.recoverLr, d.lr, 0),
+          seed: raw.recoverSeed !== undefined ? int('recoverSeed', raw.recoverSeed, 0) : seed,
+          data: raw.recoverData !== undefined ? int('recoverData', raw.recoverData, 1) : d.data,
+          batch: raw.recoverBatch !== undefined ? int('recoverBatch', raw.recoverBatch, 1) : d.batch,
+          ce: num('recoverCe', raw.recoverCe, d.ce, 0),
+          threads: raw.recoverThreads !== undefined ? int('recoverThreads', raw.recoverThreads, 1) : null,
+        };
   const sizeBy = raw.sizeBy ?? 'total';
   if (sizeBy !== 'total' && sizeBy !== 'blocks') throw new UsageError(`reorder.sizeBy must be total or blocks, got "${sizeBy}"`);
   return {
@@ -89,13 +146,14 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
     calibCount: raw.calib !== undefined ? int('calib', raw.calib, 1) : 10,
     calibLength: raw.calibLength !== undefined ? int('calibLength', raw.calibLength, 2) : 64,
     calibText: raw.calibText?.trim() || null,
-    seed: raw.seed !== undefined ? int('seed', raw.seed, 0) : 42,
+    seed,
     heldOut: raw.heldOut !== undefined ? int('heldOut', raw.heldOut, 1) : 10,
     anchors,
     levels,
     quantBlock: raw.quantBlock !== undefined ? int('quantBlock', raw.quantBlock, 1) : null,
     evaluate,
     sizeBy,
+    recover,
   };
 }
 

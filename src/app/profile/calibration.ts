@@ -68,27 +68,76 @@ export async function textFileSpec(file: string): Promise<{ text: string; sha256
 }
 
 /**
- * Text calibration: the file tokenized with the model's own tokenizer (or, for a file of token ids,
- * see idSequencesOf, its sequences as they are), cut into windows of `length`; the first `count`
- * windows calibrate, the next `heldOut` ones are held out (disjoint).
+ * The file's whole windows of `length` ids, in order: the text tokenized with the model's own
+ * tokenizer, or, for a file of token ids (see idSequencesOf), its sequences as they are.
  */
-async function textCalibration(source: ModelSource, spec: CalibrationSpec, file: string): Promise<{ calib: number[][]; held: number[][] }> {
+async function textWindows(source: ModelSource, length: number, file: string): Promise<number[][]> {
   const { readFile } = await import('node:fs/promises');
   const text = await readFile(file, 'utf8');
   const ids = idSequencesOf(text, source.spec.vocabSize, file);
   let all: number[][];
-  if (ids) all = ids.flatMap((seq) => idWindows(seq, spec.length));
+  if (ids) all = ids.flatMap((seq) => idWindows(seq, length));
   else {
     if (!source.assets.tokenizer) {
       throw new LlmcError('calibration text given, but the model has no tokenizer.json to encode it (give token ids as JSON [[1, 5, ...], ...], or omit it for self-generated calibration)', file);
     }
     const tokenizer = loadTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig);
-    all = textSequences(tokenizer, [text], { length: spec.length, bosTokenId: source.spec.bosTokenId });
+    all = textSequences(tokenizer, [text], { length, bosTokenId: source.spec.bosTokenId });
   }
-  const windows = all.filter((w) => w.length === spec.length);
+  return all.filter((w) => w.length === length);
+}
+
+/**
+ * Text calibration: the file's windows of `length` (textWindows); the first `count` windows
+ * calibrate, the next `heldOut` ones are held out (disjoint).
+ */
+async function textCalibration(source: ModelSource, spec: CalibrationSpec, file: string): Promise<{ calib: number[][]; held: number[][] }> {
+  const windows = await textWindows(source, spec.length, file);
   const need = spec.count + spec.heldOut;
   if (windows.length < need) {
     throw new LlmcError(`calibration text gives ${windows.length} windows of ${spec.length} tokens; ${need} needed (${spec.count} calibration + ${spec.heldOut} held-out)`, file);
   }
   return { calib: windows.slice(0, spec.count), held: windows.slice(spec.count, need) };
+}
+
+/** The seed training data is sampled with: never the held-out draw's (heldOutSeed) for the same seed. */
+export function trainingSeed(seed: number): number {
+  return (seed ^ 0x2545f491) >>> 0;
+}
+
+export interface TrainingSet {
+  seqs: number[][];
+  /** The profile key (names this exact set in records). */
+  key: string;
+  /** Sequences dropped because they equal a held-out one (self-generated draws can repeat). */
+  droppedHeldOut: number;
+}
+
+/**
+ * Training sequences for `calib` (e.g. recovery fine-tuning), `count` of the calibration length,
+ * disjoint from its held-out set by construction and by check:
+ * - self-generated: sampled from the model with trainingSeed(seed), any that equals a held-out
+ *   sequence dropped;
+ * - text: the calibration windows, then the windows after the held-out ones (up to `count`).
+ */
+export async function trainingSet(source: ModelSource, calib: CalibrationSet, count: number, seed: number, opts: { cacheDir?: ProfileCache; engine?: () => Promise<Engine> } = {}): Promise<TrainingSet> {
+  const spec = calib.spec;
+  const profile = await cachedProfile(opts.cacheDir, 'training-data', { checkpoint: await source.identity(), calibration: calib.key, count, seed }, async () => {
+    let seqs: number[][];
+    if (spec.source !== 'self-generated') {
+      const windows = await textWindows(source, spec.length, spec.source.text);
+      seqs = [...windows.slice(0, spec.count), ...windows.slice(spec.count + spec.heldOut)].slice(0, count);
+    } else {
+      const engine = opts.engine ? await opts.engine() : await Engine.open(source);
+      try {
+        seqs = await selfGeneratedSequences(engine, { count, length: spec.length, seed: trainingSeed(seed), batch: Math.min(count, 64) });
+      } finally {
+        if (!opts.engine) await engine.close();
+      }
+    }
+    const held = new Set(calib.heldOut.map((s) => s.join(',')));
+    const kept = seqs.filter((s) => !held.has(s.join(',')));
+    return { meta: { count, seed, dropped: seqs.length - kept.length }, arrays: { seqs: Float64Array.from(kept.flat()) } };
+  });
+  return { seqs: split(profile.arrays.seqs, spec.length), key: profile.key, droppedHeldOut: profile.meta.dropped as number };
 }

@@ -247,3 +247,35 @@ export async function readStoredRange(read: PositionalRead, lay: StoredLayout, e
     }
   }
 }
+
+/**
+ * A model held in memory (f32 tensors, e.g. shared with a worker thread): the same interface as a
+ * checkpoint, without stored layouts. `identity` is given (the model it was read from).
+ */
+export function memorySource(opts: {
+  spec: ArchSpec;
+  assets: ModelAssets;
+  description: string;
+  dir: string;
+  identity: string;
+  allowNonFinite: boolean;
+  tensors: readonly { meta: TensorMeta; data: Float32Array }[];
+}): ModelSource {
+  const byName = new Map(opts.tensors.map((t) => [t.meta.name, t]));
+  return {
+    spec: opts.spec,
+    assets: opts.assets,
+    tensors: opts.tensors.map((t) => t.meta),
+    description: opts.description,
+    dir: opts.dir,
+    allowNonFinite: opts.allowNonFinite,
+    meta: (name) => byName.get(name)?.meta,
+    readF32: async (name) => {
+      const t = byName.get(name);
+      if (!t) throw new LlmcError(`missing tensor "${name}"`, opts.description);
+      return t.data.slice();
+    },
+    layout: () => null,
+    identity: async () => opts.identity,
+  };
+}

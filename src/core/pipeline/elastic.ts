@@ -3,14 +3,18 @@
  * o columns, gate/up rows, down columns), a gather view of the weights (byte ranges survive).
  * Per-layer widths may differ; when every layer has the same width the spec/config are rewritten
  * too, so targets whose format needs uniform widths (config.json, GGUF's llama keys) can emit it.
+ * `mergeAdapters` folds a level's recovery adapters (TensorAnnotation.adapters) into its slice.
  */
 import { createHash } from 'node:crypto';
 import { biasOf, layerNames } from '../arch/names.js';
 import { archOf } from '../arch/registry.js';
 import { mlpsOf } from '../arch/units.js';
-import { gatherSource, type Gather, type ModelSource } from '../checkpoint/source.js';
+import { gatherSource, transformSource, type Gather, type ModelSource } from '../checkpoint/source.js';
 import { LlmcError } from '../errors.js';
+import { mergeLowRank } from '../util/lowrank.js';
 import type { LayerWidth } from '../records/elastic.js';
+import type { ArchSpec } from '../arch/spec.js';
+import type { LowRankAdapter, TensorAnnotation } from './unit.js';
 
 /** True when all layers share one width (a plain config.json can describe the sub-model). */
 export function uniformWidth(widths: LayerWidth[]): LayerWidth | null {
@@ -20,29 +24,43 @@ export function uniformWidth(widths: LayerWidth[]): LayerWidth | null {
 
 const prefix = (n: number) => Int32Array.from({ length: n }, (_, i) => i);
 
-export function sliceSource(base: ModelSource, widths: LayerWidth[], label: string): ModelSource {
-  const spec = base.spec;
+/**
+ * The prefixes a level keeps, per tensor it narrows: row and/or column counts (the reordered
+ * tensors' q/k/v rows, o columns, gate/up rows, down columns, and their biases). Tensors not listed
+ * stay whole.
+ */
+export function levelPrefixes(spec: ArchSpec, widths: readonly LayerWidth[]): Map<string, { rows?: number; cols?: number }> {
   if (widths.length !== spec.numLayers) throw new LlmcError(`slice: ${widths.length} layer widths for ${spec.numLayers} layers`);
   const R = spec.numHeads / spec.numKvHeads;
   const hd = spec.headDim;
-  const gathers = new Map<string, Gather>();
+  const kept = new Map<string, { rows?: number; cols?: number }>();
   widths.forEach((w, l) => {
     if (w.qHeadsPerGroup !== R && w.kvGroups > 1) {
       throw new LlmcError(`slice: layer ${l} keeps ${w.qHeadsPerGroup} of ${R} query heads per group: not a contiguous prefix (SPEC §4.2)`);
     }
     const n = layerNames(l);
-    const q = { rows: prefix(w.kvGroups * w.qHeadsPerGroup * hd) };
-    const kv = { rows: prefix(w.kvGroups * hd) };
-    gathers.set(n.q, q).set(n.k, kv).set(n.v, kv).set(n.o, { cols: q.rows });
-    if (spec.qkvBias) gathers.set(n.qBias, q).set(n.kBias, kv).set(n.vBias, kv);
+    const q = { rows: w.kvGroups * w.qHeadsPerGroup * hd };
+    const kv = { rows: w.kvGroups * hd };
+    kept.set(n.q, q).set(n.k, kv).set(n.v, kv).set(n.o, { cols: q.rows });
+    if (spec.qkvBias) kept.set(n.qBias, q).set(n.kBias, kv).set(n.vBias, kv);
     for (const m of mlpsOf(spec, l)) {
       const f = m.elastic ? w.ffn : m.width;
       if (f === m.width) continue;
-      const ff = { rows: prefix(f) };
-      gathers.set(m.gate, ff).set(m.up, ff).set(m.down, { cols: ff.rows });
-      if (spec.mlpBias) gathers.set(biasOf(m.gate), ff).set(biasOf(m.up), ff);
+      const ff = { rows: f };
+      kept.set(m.gate, ff).set(m.up, ff).set(m.down, { cols: f });
+      if (spec.mlpBias) kept.set(biasOf(m.gate), ff).set(biasOf(m.up), ff);
     }
   });
+  return kept;
+}
+
+export function sliceSource(base: ModelSource, widths: LayerWidth[], label: string): ModelSource {
+  const spec = base.spec;
+  const hd = spec.headDim;
+  const gathers = new Map<string, Gather>();
+  for (const [name, k] of levelPrefixes(spec, widths)) {
+    gathers.set(name, { ...(k.rows !== undefined ? { rows: prefix(k.rows) } : {}), ...(k.cols !== undefined ? { cols: prefix(k.cols) } : {}) });
+  }
   // A full-width prefix is no gather at all.
   for (const [name, g] of gathers) {
     const shape = base.meta(name)?.shape;
@@ -70,4 +88,33 @@ export function sliceSource(base: ModelSource, widths: LayerWidth[], label: stri
   }
   const paramsHash = createHash('sha256').update(JSON.stringify(widths)).digest('hex');
   return gatherSource(base, { label, paramsHash, gathers, spec: newSpec, config });
+}
+
+/**
+ * The weights of adapter set `set` merged in: W + scale·B·A for every tensor annotated with that set
+ * (`source` is already the set's slice, so shapes line up). Other tensors keep their stored layout.
+ */
+export function mergeAdapters(source: ModelSource, annotations: ReadonlyMap<string, TensorAnnotation>, set: string): ModelSource {
+  const merged = new Map<string, LowRankAdapter>();
+  for (const [name, a] of annotations) {
+    const ad = a.adapters?.[set];
+    if (!ad) continue;
+    const shape = source.meta(name)?.shape;
+    if (!shape || shape.length !== 2 || shape[0] !== ad.outFeatures || shape[1] !== ad.inFeatures) {
+      throw new LlmcError(`adapter ${set} of "${name}" is [${ad.outFeatures}, ${ad.inFeatures}], the tensor is [${shape ?? 'missing'}]`, source.description);
+    }
+    merged.set(name, ad);
+  }
+  if (!merged.size) return source;
+  const h = createHash('sha256').update(set);
+  for (const [name, ad] of [...merged].sort((x, y) => (x[0] < y[0] ? -1 : 1))) h.update(name).update(new Uint8Array(ad.a.buffer, ad.a.byteOffset, ad.a.byteLength)).update(new Uint8Array(ad.b.buffer, ad.b.byteOffset, ad.b.byteLength));
+  return transformSource(source, {
+    label: `adapters ${set} merged`,
+    paramsHash: h.digest('hex'),
+    untouched: (name) => !merged.has(name),
+    rewrite: (name, data) => {
+      const ad = merged.get(name);
+      return ad ? mergeLowRank(data, ad.outFeatures, ad.inFeatures, ad, `adapter ${set} of ${name}`) : data;
+    },
+  });
 }

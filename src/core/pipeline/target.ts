@@ -44,6 +44,12 @@ export interface TargetCapabilities {
   qdq: boolean;
   /** Fixed-shape prompt-chunk subgraphs. */
   chunkGraphs: boolean;
+  /**
+   * Per-level low-rank adapters (TensorAnnotation.adapters) reach the artifact: carried beside the
+   * weights, merged into each level's file, or written as adapter files. Absent: false (a pass need
+   * not train what would be dropped).
+   */
+  adapters?: boolean;
 }
 
 export interface EmitContext<O = unknown> {

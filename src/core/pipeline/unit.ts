@@ -22,6 +22,22 @@ export interface TensorAnnotation {
   outlierChannels?: number[];
   /** The subgraph / partition the tensor belongs to. */
   partition?: string;
+  /**
+   * Low-rank adapters of a linear weight, per named set (an elastic level's id): under set s the
+   * weight is W_s + scale·B·A, where W_s is the tensor as that set's slice (an elastic level: the
+   * prefix sub-model, src/core/pipeline/elastic.ts) and A, B have W_s's shapes.
+   */
+  adapters?: Readonly<Record<string, LowRankAdapter>>;
+}
+
+/** One LoRA term: A [rank, inFeatures] and B [outFeatures, rank], row-major f32. */
+export interface LowRankAdapter {
+  rank: number;
+  scale: number;
+  inFeatures: number;
+  outFeatures: number;
+  a: Float32Array;
+  b: Float32Array;
 }
 
 export interface CompileUnit {

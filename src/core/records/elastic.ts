@@ -1,8 +1,13 @@
 /**
- * Record `elastic-prefix/1`: the elastic levels of a reordered model (written by the `reorder` pass,
+ * Record `elastic-prefix/2`: the elastic levels of a reordered model (written by the `reorder` pass,
  * read by targets, the TS runtime and `llmc run --level`). Units are reordered so that every level
  * is a prefix: per layer, the first `kvGroups` KV groups, the first `qHeadsPerGroup` query heads of
  * each kept group, and the first `ffn` neurons of every elastic MLP.
+ *
+ * Version 2 adds recovery: each level may carry low-rank adapters (LoRA, trained against the full
+ * model; the tensors travel in the compile unit's annotations, `adapters[level id]`, and each target
+ * writes them its own way) and its quality before and after them. Version 1 records are still read
+ * (as levels without recovery).
  */
 import { LlmcError, UsageError } from '../errors.js';
 import { Checker } from '../util/check.js';
@@ -39,8 +44,37 @@ export interface Level {
   /** KV-cache bytes per token, f16 cache. */
   kvBytesPerToken: number;
   layers: LevelLayer[];
-  /** Held-out perplexity of the level (when evaluated). */
+  /** Held-out perplexity of the level as shipped: with its adapters when it has them (when evaluated). */
   heldOutPpl?: number;
+  /** Fraction of held-out positions whose greedy (argmax) token equals the full model's, as shipped. */
+  agreement?: number;
+  /** Recovered levels: the quality without the adapters (what the reordering alone gives). */
+  unrecovered?: LevelQuality;
+  /** Recovered levels: the adapters' shape (the tensors are in the artifact, see each target). */
+  adapters?: { rank: number; alpha: number; tensors: number; params: number };
+}
+
+export interface LevelQuality {
+  heldOutPpl: number;
+  agreement: number;
+}
+
+/** How levels were recovered (record version 2; null: not recovered). */
+export interface Recovery {
+  method: 'lora';
+  /** LoRA rank and alpha: a level's linear computes x·(W + (alpha/rank)·B·A)ᵀ over its kept units. */
+  rank: number;
+  alpha: number;
+  /** The linears that carry adapters (module names, e.g. q_proj). */
+  targets: string[];
+  steps: number;
+  lr: number;
+  batch: number;
+  /** Weight of the next-token cross-entropy beside the KL to the full model. */
+  ce: number;
+  seed: number;
+  /** Training sequences (never the held-out ones). */
+  data: { source: 'self-generated' | { text: string; sha256: string }; count: number; length: number; profile: string };
 }
 
 /** Per non-anchor layer, gathers new → old: new unit i is old unit order[i]. */
@@ -55,7 +89,7 @@ export interface LayerOrder {
 }
 
 export interface ElasticLevels {
-  format: 'elastic-prefix/1';
+  format: 'elastic-prefix/2' | 'elastic-prefix/1';
   /** The importance source used; `auto`: held-out perplexity of each source's order at the 50% level. */
   importance: { provider: string; requested: string; auto?: Record<string, number> };
   /** The calibration set (self-generated or text) and its profile key. */
@@ -73,6 +107,8 @@ export interface ElasticLevels {
   levels: Level[];
   /** Held-out perplexity of the unmodified model (when evaluated). */
   heldOutPpl?: number;
+  /** Recovery training of the levels (null: none, and always for version 1 records). */
+  recovery: Recovery | null;
   notes: string[];
 }
 
@@ -82,6 +118,17 @@ function readLevel(c: Checker, v: unknown, path: string): Level {
   for (const k of ['nominal', 'paramFrac', 'blockFrac'] as const) c.num(o[k], `${path}.${k}`);
   for (const k of ['params', 'blockParams', 'kvBytesPerToken'] as const) c.int(o[k], `${path}.${k}`);
   if (o.heldOutPpl !== undefined) c.num(o.heldOutPpl, `${path}.heldOutPpl`);
+  if (o.agreement !== undefined) c.num(o.agreement, `${path}.agreement`);
+  if (o.unrecovered !== undefined) {
+    const q = c.obj(o.unrecovered, `${path}.unrecovered`);
+    c.num(q.heldOutPpl, `${path}.unrecovered.heldOutPpl`);
+    c.num(q.agreement, `${path}.unrecovered.agreement`);
+  }
+  if (o.adapters !== undefined) {
+    const a = c.obj(o.adapters, `${path}.adapters`);
+    for (const k of ['rank', 'tensors', 'params'] as const) c.int(a[k], `${path}.adapters.${k}`, 1);
+    c.num(a.alpha, `${path}.adapters.alpha`);
+  }
   c.arr(o.layers, `${path}.layers`).forEach((x, i) => {
     const p = `${path}.layers[${i}]`;
     const L = c.obj(x, p);
@@ -91,8 +138,15 @@ function readLevel(c: Checker, v: unknown, path: string): Level {
   return o as unknown as Level;
 }
 
-export const ELASTIC_LEVELS = defineRecord<ElasticLevels>('elastic-prefix/1', 'elastic levels (reorder)', (v, c) => {
+export const ELASTIC_LEVELS = defineRecord<ElasticLevels>('elastic-prefix/2', 'elastic levels (reorder)', (v, c) => {
   const o = c.obj(v, 'elastic-prefix');
+  const v1 = o.format === 'elastic-prefix/1';
+  if (!v1 && o.recovery !== null) {
+    const r = c.obj(o.recovery, 'recovery');
+    if (r.method !== 'lora') c.fail('recovery.method', `must be "lora", got ${JSON.stringify(r.method)}`);
+    for (const k of ['rank', 'steps', 'batch'] as const) c.int(r[k], `recovery.${k}`, 1);
+    for (const k of ['alpha', 'lr', 'ce'] as const) c.num(r[k], `recovery.${k}`);
+  }
   c.arr(o.levels, 'levels').forEach((l, i) => readLevel(c, l, `levels[${i}]`));
   readLevel(c, o.full, 'full');
   c.ints(o.anchors, 'anchors');
@@ -105,8 +159,52 @@ export const ELASTIC_LEVELS = defineRecord<ElasticLevels>('elastic-prefix/1', 'e
     c.arr(L.qInGroup, `${p}.qInGroup`).forEach((q, g) => c.ints(q, `${p}.qInGroup[${g}]`));
     for (const [k, perm] of Object.entries(c.obj(L.mlp, `${p}.mlp`))) c.ints(perm, `${p}.mlp.${k}`);
   });
-  return o as unknown as ElasticLevels;
-});
+  return (v1 ? { ...o, recovery: null } : o) as unknown as ElasticLevels;
+}, ['elastic-prefix/1']);
+
+/** Uniform guessing over the vocabulary: a level whose perplexity is above this is worse than no model. */
+export const worseThanUniform = (ppl: number | undefined, vocabSize: number): boolean => ppl !== undefined && ppl >= vocabSize;
+
+const fmtPpl = (v: number | undefined) => (v === undefined ? '—' : v >= 1000 ? v.toFixed(0) : v >= 100 ? v.toFixed(1) : v.toFixed(2));
+const fmtPct = (v: number | undefined) => (v === undefined ? '—' : `${(v * 100).toFixed(1)}%`);
+export { fmtPct as formatLevelFraction, fmtPpl as formatPerplexity };
+
+/**
+ * What a runner says about the level it runs (its notes): the level, its share of the parameters and
+ * its held-out quality against the full model (before and after recovery), and a warning when it is
+ * worse than uniform guessing over the vocabulary.
+ */
+export function levelNotes(level: Level, record: ElasticLevels, vocabSize: number): string[] {
+  const parts = [`level ${level.id} (${fmtPct(level.paramFrac)} of the parameters)`];
+  if (level.heldOutPpl === undefined) parts.push('held-out perplexity not measured (compile with --opt reorder.evaluate=true)');
+  else {
+    const extra = [`full model ${fmtPpl(record.heldOutPpl)}`];
+    if (level.unrecovered) extra.push(`${fmtPpl(level.unrecovered.heldOutPpl)} before recovery`);
+    let q = `held-out perplexity ${fmtPpl(level.heldOutPpl)} (${extra.join('; ')})`;
+    if (level.agreement !== undefined) q += `, greedy agreement with the full model ${fmtPct(level.agreement)}`;
+    parts.push(q);
+  }
+  const notes = [parts.join(': ')];
+  if (worseThanUniform(level.heldOutPpl, vocabSize)) {
+    notes.push(`warning: level ${level.id} is worse than uniform guessing over the ${vocabSize}-token vocabulary (perplexity ${vocabSize}); its output is noise`);
+  }
+  return notes;
+}
+
+/** A level and its quality as JSON (`llmc run --json`'s `level`). */
+export function levelJson(level: Level, record: ElasticLevels, vocabSize: number) {
+  return {
+    id: level.id,
+    paramFrac: level.paramFrac,
+    heldOutPpl: level.heldOutPpl ?? null,
+    agreement: level.agreement ?? null,
+    fullHeldOutPpl: record.heldOutPpl ?? null,
+    recovered: level.unrecovered !== undefined,
+    unrecovered: level.unrecovered ?? null,
+    uniformPpl: vocabSize,
+    worseThanUniform: worseThanUniform(level.heldOutPpl, vocabSize),
+  };
+}
 
 /**
  * Pick a level: by id (`L3`), by nominal fraction, or the largest level whose real size is at most

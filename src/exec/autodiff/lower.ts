@@ -2,7 +2,8 @@
  * The tfjs lowering of the model IR (src/core/ir): the same op list the ONNX engine and the TS
  * runtime run, interpreted with tfjs ops so gradients come from tfjs's autodiff.
  *
- * Used where gradients or masked/skipped units are needed (Taylor importance, masked perplexity).
+ * Used where gradients or masked/skipped units are needed (Taylor importance, masked perplexity,
+ * recovery training of elastic levels: linears take low-rank terms, `RunOptions.lowRank`).
  * It holds the whole model in memory as f32, so it is meant for models that fit (tiny to small).
  * Head/neuron counts are taken from the weights' shapes, not from the spec, so physically sliced
  * models (per-layer widths) run too. No KV cache: every call processes whole sequences.
@@ -22,6 +23,18 @@ export interface RunOptions {
   headMask?: (Float32Array | null | undefined)[];
   /** Per-MLP mask over intermediate neurons, keyed by MLP prefix (`model.layers.<l>.mlp`, `...experts.<e>`). */
   neuronMask?: Map<string, Float32Array>;
+  /**
+   * Low-rank terms added to linears, keyed by weight name: y = x·Wᵀ + scale·(x·at)·bt, with
+   * at = Aᵀ [in, r] and bt = Bᵀ [r, out] (LoRA). Gradients flow to at/bt through tfjs's autodiff.
+   */
+  lowRank?: ReadonlyMap<string, LowRankTerm>;
+}
+
+/** One low-rank term (LoRA's A and B, transposed: the wasm backend's fast matMuls are untransposed). */
+export interface LowRankTerm {
+  at: tf.Tensor2D;
+  bt: tf.Tensor2D;
+  scale: number;
 }
 
 export class TfModel {
@@ -80,8 +93,10 @@ export class TfModel {
     const { cos, sin } = ropeTables(spec, 0, Tn);
     const env = new Map<string, T>();
     env.set(IO.ids, tf.tensor2d(ids.flat(), [B, Tn], 'int32'));
-    env.set(IO.cos, tf.tensor2d(cos, [Tn, hd / 2]));
-    env.set(IO.sin, tf.tensor2d(sin, [Tn, hd / 2]));
+    // Full-head tables (each half's angle repeated) for the rotate-half-as-matmul lowering of rope.
+    const full = (t: Float32Array) => Float32Array.from({ length: Tn * hd }, (_, k) => t[Math.floor(k / hd) * (hd / 2) + (k % (hd / 2))]);
+    env.set(IO.cos, tf.tensor2d(full(cos), [Tn, hd]));
+    env.set(IO.sin, tf.tensor2d(full(sin), [Tn, hd]));
     env.set(IO.logitPositions, tf.range(0, Tn, 1, 'int32'));
     const headTaps = new Map<string, number>(this.graph.taps.filter((t) => t.kind === 'head-output').map((t) => [t.value, t.layer]));
     const mlpTaps = new Map<string, string>(this.graph.taps.filter((t) => t.kind === 'mlp-act').map((t) => [t.value, t.key]));
@@ -90,8 +105,9 @@ export class TfModel {
       if (!t) throw new LlmcError(`tfjs lowering: value "${v}" used before it is defined`);
       return t;
     };
+    const trainable = (name: string) => override?.has(`${name}#T`) ?? false;
     for (const op of this.ops) {
-      this.run(op, env, get, W, B, Tn);
+      this.run(op, env, get, W, B, Tn, trainable, opts.lowRank);
       const out = 'out' in op ? op.out : undefined;
       if (out && headTaps.has(out)) {
         const l = headTaps.get(out)!;
@@ -175,7 +191,41 @@ export class TfModel {
     return d;
   }
 
-  private run(op: Op, env: Map<string, T>, get: (v: string) => T, W: (n: string) => T, B: number, Tn: number): void {
+  /** P with x·P = rotate_half(x) = [-x2, x1] over one head of `hd` channels. */
+  private rotateHalf(hd: number): tf.Tensor2D {
+    const half = hd / 2;
+    const p = new Float32Array(hd * hd);
+    for (let i = 0; i < half; i++) {
+      p[(i + half) * hd + i] = -1;
+      p[i * hd + i + half] = 1;
+    }
+    return tf.tensor2d(p, [hd, hd]);
+  }
+
+  /** Additive causal (and sliding-window) mask over [R·Tn query rows, Tn keys]: 0 visible, -1e30 not. */
+  private causalBias(Tn: number, R: number, window: number | null): T {
+    const bias = new Float32Array(R * Tn * Tn);
+    for (let r = 0; r < R; r++) {
+      for (let i = 0; i < Tn; i++) {
+        for (let j = 0; j < Tn; j++) {
+          const visible = j <= i && (window === null || i - j < window);
+          bias[(r * Tn + i) * Tn + j] = visible ? 0 : -1e30;
+        }
+      }
+    }
+    return tf.tensor(bias, [1, 1, R * Tn, Tn]);
+  }
+
+  private run(
+    op: Op,
+    env: Map<string, T>,
+    get: (v: string) => T,
+    W: (n: string) => T,
+    B: number,
+    Tn: number,
+    trainable: (weight: string) => boolean,
+    lowRank: RunOptions['lowRank'],
+  ): void {
     const hd = this.source.spec.headDim;
     switch (op.op) {
       case 'embed':
@@ -195,31 +245,41 @@ export class TfModel {
         const inF = x.shape[x.shape.length - 1]!;
         // y = x·Wᵀ with every matMul untransposed (wasm's transposed matMuls are ~10× slower):
         // dx = dy·W (W kept as stored, [out, in]), d(Wᵀ) = transpose(x)·dy.
-        const lin = tf.customGrad((...args: (T | ((s: T[]) => void))[]) => {
-          const [xi, wti, save] = args as [tf.Tensor2D, tf.Tensor2D, (s: T[]) => void];
-          save([xi]);
-          return {
-            value: tf.matMul(xi, wti),
-            gradFunc: (dy: T, saved: T[]) => [tf.matMul(dy as tf.Tensor2D, w as tf.Tensor2D), tf.matMul(tf.transpose(saved[0] as tf.Tensor2D), dy as tf.Tensor2D)],
-          };
-        });
-        let y: T = lin(tf.reshape(x, [-1, inF]), wT);
+        const x2 = tf.reshape(x, [-1, inF]) as tf.Tensor2D;
+        let y: T;
+        if (trainable(op.weight)) {
+          const lin = tf.customGrad((...args: (T | ((s: T[]) => void))[]) => {
+            const [xi, wti, save] = args as [tf.Tensor2D, tf.Tensor2D, (s: T[]) => void];
+            save([xi]);
+            return {
+              value: tf.matMul(xi, wti),
+              gradFunc: (dy: T, saved: T[]) => [tf.matMul(dy as tf.Tensor2D, w as tf.Tensor2D), tf.matMul(tf.transpose(saved[0] as tf.Tensor2D), dy as tf.Tensor2D)],
+            };
+          });
+          y = lin(x2, wT);
+        } else {
+          // A frozen weight: only dx (no wasted xᵀ·dy when just the adapters or masks are differentiated).
+          const frozen = tf.customGrad((...args: (T | ((s: T[]) => void))[]) => {
+            const xi = args[0] as tf.Tensor2D;
+            return { value: tf.matMul(xi, wT as tf.Tensor2D), gradFunc: (dy: T) => [tf.matMul(dy as tf.Tensor2D, w as tf.Tensor2D)] };
+          });
+          y = frozen(x2);
+        }
+        const lr = lowRank?.get(op.weight);
+        if (lr) y = tf.add(y, tf.mul(tf.matMul(tf.matMul(x2, lr.at), lr.bt), lr.scale));
         if (op.bias) y = tf.add(y, W(op.bias));
         env.set(op.out, tf.reshape(y, [...lead, wT.shape[1]!]));
         return;
       }
       case 'rope': {
+        // Rotate-half as one small matmul (rot = x·P) instead of slices and a concat: fewer kernels,
+        // and the backward is the transposed matmul. out = x·cos + rot·sin, cos/sin over the full head.
         const x = get(op.x);
         const n = x.shape[2]! / hd;
-        const half = hd / 2;
-        const x4 = tf.reshape(x, [B, Tn, n, hd]);
-        const x1 = tf.slice(x4, [0, 0, 0, 0], [B, Tn, n, half]);
-        const x2 = tf.slice(x4, [0, 0, 0, half], [B, Tn, n, half]);
-        const c = tf.reshape(get(op.cos), [1, Tn, 1, half]);
-        const s = tf.reshape(get(op.sin), [1, Tn, 1, half]);
-        const o1 = tf.sub(tf.mul(x1, c), tf.mul(x2, s));
-        const o2 = tf.add(tf.mul(x2, c), tf.mul(x1, s));
-        env.set(op.out, tf.reshape(tf.concat([o1, o2], 3), [B, Tn, n * hd]));
+        const rot = tf.reshape(tf.matMul(tf.reshape(x, [-1, hd]) as tf.Tensor2D, this.rotateHalf(hd)), [B, Tn, n, hd]);
+        const c = tf.reshape(get(op.cos), [1, Tn, 1, hd]);
+        const s = tf.reshape(get(op.sin), [1, Tn, 1, hd]);
+        env.set(op.out, tf.reshape(tf.add(tf.mul(tf.reshape(x, [B, Tn, n, hd]), c), tf.mul(rot, s)), [B, Tn, n * hd]));
         return;
       }
       case 'attention': {
@@ -227,23 +287,14 @@ export class TfModel {
         const H = q.shape[2]! / hd;
         const G = get(op.k).shape[2]! / hd;
         const R = H / G;
-        const heads = (x: T, n: number) => tf.transpose(tf.reshape(x, [B, Tn, n, hd]), [0, 2, 1, 3]);
-        // Query head h reads KV group floor(h / R): repeat each group R times (tile, not gather:
-        // gather's gradient needs a kernel the wasm backend lacks).
-        const repeat = (x: T) => R === 1 ? x : tf.reshape(tf.tile(tf.reshape(x, [B * G, 1, Tn * hd]), [1, R, 1]), [B, H, Tn, hd]);
-        const qh = heads(q, H);
-        const kh = repeat(heads(get(op.k), G));
-        const vh = repeat(heads(get(op.v), G));
-        const bias = new Float32Array(Tn * Tn);
-        for (let i = 0; i < Tn; i++) {
-          for (let j = 0; j < Tn; j++) {
-            const visible = j <= i && (op.slidingWindow === null || i - j < op.slidingWindow);
-            bias[i * Tn + j] = visible ? 0 : -1e30;
-          }
-        }
-        const scores = tf.add(tf.mul(tf.matMul(qh, kh, false, true), 1 / Math.sqrt(hd)), tf.tensor(bias, [1, 1, Tn, Tn]));
-        const out = tf.matMul(tf.softmax(scores), vh);
-        env.set(op.out, tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [B, Tn, H * hd]));
+        // Grouped layout: the R query heads of KV group g are R·Tn rows against that group's keys, so
+        // no KV head is repeated (tile is the slowest kernel here, and gather's gradient is missing on wasm).
+        const qg = tf.reshape(tf.transpose(tf.reshape(q, [B, Tn, G, R, hd]), [0, 2, 3, 1, 4]), [B, G, R * Tn, hd]);
+        const kT = tf.transpose(tf.reshape(get(op.k), [B, Tn, G, hd]), [0, 2, 3, 1]);
+        const vh = tf.transpose(tf.reshape(get(op.v), [B, Tn, G, hd]), [0, 2, 1, 3]);
+        const scores = tf.add(tf.mul(tf.matMul(qg, kT), 1 / Math.sqrt(hd)), this.causalBias(Tn, R, op.slidingWindow));
+        const out = tf.matMul(tf.softmax(scores), vh); // [B, G, R·Tn, hd]
+        env.set(op.out, tf.reshape(tf.transpose(tf.reshape(out, [B, G, R, Tn, hd]), [0, 3, 1, 2, 4]), [B, Tn, H * hd]));
         return;
       }
       case 'silu': {

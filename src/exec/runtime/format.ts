@@ -48,6 +48,24 @@ export interface TsTargetInfo {
   /** The requested --quant (individual tensors may differ: see each entry's format). */
   quant: WeightFormat;
   tensors: TensorEntry[];
+  /**
+   * Elastic levels' recovery adapters, by level id (record `elastic-prefix/2`): for each adapted
+   * linear, the tensor names of A [rank, inKept] and B [outKept, rank] (F32, in the tensor table). At
+   * that level the linear computes x·Wᵀ + scale·(x·Aᵀ)·Bᵀ over its kept rows and columns.
+   */
+  adapters?: Record<string, TsLevelAdapters>;
+}
+
+export interface TsLevelAdapters {
+  rank: number;
+  scale: number;
+  tensors: { weight: string; a: string; b: string }[];
+}
+
+/** The tensor names a level's adapter of `weight` is written under (PEFT-like module paths). */
+export function adapterTensorNames(level: string, weight: string): { a: string; b: string } {
+  const module = weight.replace(/\.weight$/, '');
+  return { a: `levels.${level}.${module}.lora_A.weight`, b: `levels.${level}.${module}.lora_B.weight` };
 }
 
 /** Bytes one row of `rowLength` elements takes, or null when the row is not whole blocks. */

@@ -17,6 +17,7 @@ import { IO } from '../../core/ir/build.js';
 import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
 import { ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { dequantRow, matmul, type Weight } from './kernels.js';
+import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
 
 /** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
@@ -115,6 +116,8 @@ export interface RunOptions {
    * uses it to reproduce plain decoding bit for bit.
    */
   rowwise?: boolean;
+  /** An elastic level's low-rank adapters (by weight name), added to its linears' outputs. */
+  adapters?: LevelAdapters;
 }
 
 /** What one forward call runs over. */
@@ -130,6 +133,8 @@ interface Frame {
   cos: Float32Array;
   sin: Float32Array;
   widths: LayerWidth[] | undefined;
+  /** A level's low-rank adapters (by weight name), added to its linears' outputs. */
+  adapters: LevelAdapters | undefined;
   tree?: TreeAttention;
   rowwise?: boolean;
 }
@@ -223,7 +228,7 @@ export class Interpreter {
     if (opts.tree) checkTree(opts.tree, T, pos0);
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
     const { cos, sin } = opts.tree ? ropeRows(s, opts.tree.positions) : ropeTables(s, pos0, T);
-    return { T, pos0, positions, ids, cache, cos, sin, widths, tree: opts.tree, rowwise: opts.rowwise };
+    return { T, pos0, positions, ids, cache, cos, sin, widths, adapters: opts.adapters, tree: opts.tree, rowwise: opts.rowwise };
   }
 
   /** The cache now holds the call's positions; the logits asked for. */
@@ -390,6 +395,8 @@ export class Interpreter {
           matmul(W, x.data, n, op.inFeatures, y.subarray(r0), op.outFeatures, { rowStart: r0, nRows: rows.len, nCols, bias, rowwise });
         }
       }
+      const lr = f.adapters?.get(op.weight);
+      if (lr) addLowRank(lr, x.data, n, op.inFeatures, cols, y, op.outFeatures, rows, op.weight);
     };
   }
 

@@ -9,6 +9,7 @@ import { LlmcError } from '../../core/errors.js';
 import { Checker } from '../../core/util/check.js';
 import type { ByteSource } from './bytes.js';
 import {
+  alignUp,
   FORMAT_BLOCK,
   MANIFEST_FORMAT,
   MANIFEST_VERSION,
@@ -23,8 +24,12 @@ import {
   type TsTargetInfo,
   type WeightFormat,
 } from './format.js';
-import { Weight } from './kernels.js';
-import { Model, weightTable } from './model.js';
+import { dequantRow, Weight } from './kernels.js';
+import { Model, weightTable, type LevelAdapters } from './model.js';
+import { mergeLowRank } from '../../core/util/lowrank.js';
+import { lowRankTerm } from './lowrank.js';
+import { ELASTIC_LEVELS, levelWidths, selectLevel, type Level } from '../../core/records/elastic.js';
+import { findRecord } from '../../core/records/types.js';
 
 export type { ArtifactManifest };
 import { WasmArena } from './wasm.js';
@@ -45,6 +50,12 @@ export interface LoadOptions {
   singleReadLimit?: number;
   /** Run F32 / Q8_0 matmuls on WebAssembly SIMD kernels when available (default true; JS kernels otherwise). */
   wasm?: boolean;
+  /**
+   * Merge one elastic level's adapters into F32 copies of its slices at load (a level id or fraction):
+   * the model then runs that level only, without the low-rank terms per token. Default: none, every
+   * level runs on the shared weights with its adapters as low-rank terms (switching moves nothing).
+   */
+  mergeLevel?: string;
   /**
    * Keep an MoE model's routed experts in the weights file and read them on demand into a bounded
    * cache (./offload.ts); the ByteSource must stay readable while the model runs.
@@ -105,7 +116,35 @@ export function parseManifest(text: string, file = 'llmc-manifest.json'): Artifa
     if (!Array.isArray(te.shape) || te.shape.length === 0 || !te.shape.every((d) => isCount(d) && d > 0)) bad(`${what}: bad shape ${JSON.stringify(te.shape)}`);
     if (!isCount(te.offset) || !isCount(te.bytes)) bad(`${what}: offset and bytes must be non-negative integers`);
   }
+  if (t.adapters !== undefined) {
+    if (!isObj(t.adapters)) bad('targetInfo.adapters must be an object of levels');
+    for (const [id, a] of Object.entries(t.adapters as Record<string, unknown>)) {
+      const what = `targetInfo.adapters.${id}`;
+      if (!isObj(a) || !isCount(a.rank) || a.rank < 1 || typeof a.scale !== 'number' || !Number.isFinite(a.scale) || !Array.isArray(a.tensors)) bad(`${what} needs rank, scale and tensors`);
+      for (const [i, e] of (a as { tensors: unknown[] }).tensors.entries()) {
+        if (!isObj(e) || typeof e.weight !== 'string' || typeof e.a !== 'string' || typeof e.b !== 'string') bad(`${what}.tensors[${i}] needs weight, a and b names`);
+      }
+    }
+  }
   return m as unknown as ArtifactManifest;
+}
+
+/** Check every level's adapter tensors against the tensor table: F32, [rank, in] and [out, rank], and their weight present. */
+function checkAdapters(m: ArtifactManifest, table: Map<string, TensorEntry>, file: string): void {
+  for (const [id, lv] of Object.entries(m.targetInfo.adapters ?? {})) {
+    for (const t of lv.tensors) {
+      const a = table.get(t.a);
+      const b = table.get(t.b);
+      const w = table.get(t.weight);
+      const what = `level ${id}'s adapter of "${t.weight}"`;
+      if (!w || w.shape.length !== 2) throw new LlmcError(`${what}: no such linear weight in the tensor table`, file);
+      if (!a || !b) throw new LlmcError(`${what}: tensor "${!a ? t.a : t.b}" is missing from the tensor table`, file);
+      if (a.format !== 'F32' || b.format !== 'F32') throw new LlmcError(`${what}: adapters are F32, got ${a.format}/${b.format}`, file);
+      if (a.shape.length !== 2 || b.shape.length !== 2 || a.shape[0] !== lv.rank || b.shape[1] !== lv.rank || a.shape[1] > w.shape[1] || b.shape[0] > w.shape[0]) {
+        throw new LlmcError(`${what}: A [${a.shape}] and B [${b.shape}] are not [${lv.rank}, ≤${w.shape[1]}] and [≤${w.shape[0]}, ${lv.rank}]`, file);
+      }
+    }
+  }
 }
 
 /** Check every tensor entry against the file size, the formats' block sizes and the architecture. */
@@ -169,13 +208,16 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
   if (size < entry.size) throw new LlmcError(`truncated: ${size} bytes, the manifest says ${entry.size}`, wfile);
   if (size !== entry.size) throw new LlmcError(`size ${size} bytes disagrees with the manifest's ${entry.size}`, wfile);
   const table = checkTensorTable(manifest, size, wfile);
+  checkAdapters(manifest, table, wfile);
 
   if (opts.experts) {
     if (opts.verifyChecksums) {
       const got = await sha256Hex(await source.weights.read(0, size));
       if (got !== entry.sha256) throw new LlmcError(`sha256 mismatch: file has ${got}, the manifest says ${entry.sha256}`, wfile);
     }
-    return new Model(manifest.arch, await loadOffloaded(source.weights, manifest, table, opts.experts, opts.wasm !== false, wfile), manifest);
+    if (opts.mergeLevel !== undefined) throw new LlmcError('merging a level at load and reading experts on demand do not combine', wfile);
+    const offloaded = await loadOffloaded(source.weights, manifest, table, opts.experts, opts.wasm !== false, wfile);
+    return new Model(manifest.arch, offloaded, manifest, { get: levelAdapterLookup(manifest, offloaded.weight) });
   }
   let whole: Uint8Array | null = null;
   if (size <= (opts.singleReadLimit ?? 1 << 30)) whole = aligned(await source.weights.read(0, size));
@@ -185,15 +227,24 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     if (got !== entry.sha256) throw new LlmcError(`sha256 mismatch: file has ${got}, the manifest says ${entry.sha256}`, wfile);
   }
 
+  // A level merged at load: its adapted linears become F32 copies of their slices, W + scale·B·A.
+  const mergeLevel = opts.mergeLevel === undefined ? undefined : selectLevel(findRecord(manifest.passes, ELASTIC_LEVELS, where('llmc-manifest.json'))?.levels ?? null, opts.mergeLevel, where('llmc-manifest.json'));
+  const mergeId = mergeLevel?.id;
+  const mergeSet = mergeId === undefined ? undefined : manifest.targetInfo.adapters?.[mergeId];
+  const mergedBytes = (mergeSet?.tensors ?? []).reduce((n, t) => n + alignUp(table.get(t.b)!.shape[0] * table.get(t.a)!.shape[1] * 4), 0);
+
   // With WebAssembly, the weights live in the kernels' memory (copied in once); else in plain buffers.
   const maxDim = Math.max(...[...table.values()].flatMap((e) => e.shape));
-  const arena = opts.wasm === false ? null : WasmArena.create(size, maxDim);
+  const arena = opts.wasm === false ? null : WasmArena.create(alignUp(size) + mergedBytes, maxDim);
   const data = new Map<string, Uint8Array>();
+  let spare: Uint8Array | null = null;
   if (arena) {
-    const mem = arena.weights(size);
+    const all = arena.weights(alignUp(size) + mergedBytes);
+    const mem = all.subarray(0, size);
     if (whole) mem.set(whole);
     else for (const e of table.values()) mem.set(await source.weights.read(e.offset, e.bytes), e.offset);
     whole = mem;
+    spare = all.subarray(alignUp(size));
   }
   for (const e of table.values()) {
     data.set(e.name, whole ? whole.subarray(e.offset, e.offset + e.bytes) : aligned(await source.weights.read(e.offset, e.bytes)));
@@ -210,7 +261,50 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     }
     return w;
   };
-  return new Model(manifest.arch, weightTable((name) => table.has(name), weight), manifest);
+  const adaptersOf = levelAdapterLookup(manifest, weight);
+  if (mergeLevel && mergeSet) {
+    if (!canMergeLevel(mergeLevel, manifest.arch)) {
+      throw new LlmcError(`level ${mergeLevel.id} keeps some query heads of each group: not a prefix slice to merge into`, wfile);
+    }
+    let at = 0;
+    for (const [name, lr] of adaptersOf(mergeLevel.id)!) {
+      const w = weight(name);
+      const rows = lr.b.rows;
+      const cols = lr.a.cols;
+      const slice = new Float32Array(rows * cols);
+      const row = new Float32Array(w.cols);
+      for (let r = 0; r < rows; r++) {
+        dequantRow(w, r, row);
+        slice.set(row.subarray(0, cols), r * cols);
+      }
+      mergeLowRank(slice, rows, cols, lowRankTerm(lr), `level ${mergeLevel.id}'s adapter of ${name}`);
+      const bytes = spare ? spare.subarray(at, at + slice.byteLength) : new Uint8Array(slice.byteLength);
+      bytes.set(new Uint8Array(slice.buffer));
+      at += alignUp(slice.byteLength);
+      weights.set(name, new Weight(name, 'F32', rows, cols, bytes, arena));
+    }
+  }
+  return new Model(manifest.arch, weightTable((name) => table.has(name), weight), manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
+}
+
+/** A level whose adapted weights are prefix slices (no query heads dropped inside a group) can be merged at load. */
+export function canMergeLevel(level: Pick<Level, 'layers'>, arch: { numHeads: number; numKvHeads: number }): boolean {
+  return !level.layers.some((l) => l.kvGroups > 1 && l.qHeadsPerGroup < arch.numHeads / arch.numKvHeads);
+}
+
+/** Each level's adapters (targetInfo.adapters) as runtime weights, read on first use. */
+function levelAdapterLookup(manifest: ArtifactManifest, weight: (name: string) => Weight): (id: string) => LevelAdapters | undefined {
+  const levelAdapters = new Map<string, LevelAdapters>();
+  return (id) => {
+    const set = manifest.targetInfo.adapters?.[id];
+    if (!set) return undefined;
+    let got = levelAdapters.get(id);
+    if (!got) {
+      got = new Map(set.tensors.map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: weight(t.a), b: weight(t.b) }]));
+      levelAdapters.set(id, got);
+    }
+    return got;
+  };
 }
 
 const formatRows = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);

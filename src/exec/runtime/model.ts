@@ -10,11 +10,23 @@ import type { ModelGraph } from '../../core/ir/ir.js';
 import { skipLayers } from '../../core/ir/skip.js';
 import { Interpreter, KvCache, type LayerWidth, type TreeAttention, type WeightTable } from './interpreter.js';
 import type { ArtifactManifest } from './format.js';
+import type { LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
 import { dequantRow, type Weight } from './kernels.js';
 import { Sampler, type SamplingOptions } from './sampling.js';
+import { ELASTIC_LEVELS, levelWidths, selectLevel, type Level } from '../../core/records/elastic.js';
+import { findRecord } from '../../core/records/types.js';
+import { LlmcError } from '../../core/errors.js';
 
-export { KvCache, type LayerWidth, type TreeAttention, type WeightTable };
+export { KvCache, type LayerWidth, type TreeAttention, type WeightTable, type LevelAdapters };
+
+/** An elastic level ready to run: pass it to forward / generate (`{ ...model.level('0.5') }`). */
+export interface RunnableLevel {
+  level: Level;
+  widths: LayerWidth[];
+  /** The level's recovery adapters (absent: it has none, or they are merged into the weights). */
+  adapters?: LevelAdapters;
+}
 
 export interface ForwardOptions {
   /**
@@ -23,6 +35,8 @@ export interface ForwardOptions {
    * were computed: switching to wider attention mid-sequence needs a fresh cache (or a re-prefill).
    */
   widths?: LayerWidth[];
+  /** The level's low-rank adapters, added to its linears (see `level()`). */
+  adapters?: LevelAdapters;
   /** Return only the last position's logits ([V] instead of [T, V]). */
   lastOnly?: boolean;
   /** Logits at these rows (indices into ids), overriding lastOnly. */
@@ -39,6 +53,7 @@ export interface GenerateOptions extends SamplingOptions {
   /** Stop after emitting one of these (default: the model's EOS ids; [] = never stop early). */
   stopTokens?: number[];
   widths?: LayerWidth[];
+  adapters?: LevelAdapters;
 }
 
 /** A WeightTable over a lookup of weights; a vector is the weight's rows dequantized. */
@@ -67,6 +82,8 @@ export class Model {
     private readonly table: WeightTable,
     /** The artifact's manifest when loaded from one (pass records such as elastic levels live in it). */
     readonly manifest?: ArtifactManifest,
+    /** Each level's adapters (by level id), read on first use; `merged`: the one level whose adapters are in the weights. */
+    private readonly levelAdapters: { get(id: string): LevelAdapters | undefined; merged?: { id: string; widths: LayerWidth[] } } = { get: () => undefined },
     /** Another graph over the same weights (default: the architecture's). */
     graph?: ModelGraph,
   ) {
@@ -86,7 +103,7 @@ export class Model {
 
   /** The same weights without some decoder layers (a self-speculative draft); shares the weights. */
   withoutLayers(layers: readonly number[]): Model {
-    return new Model(this.spec, this.table, this.manifest, skipLayers(buildModel(this.spec), layers));
+    return new Model(this.spec, this.table, this.manifest, this.levelAdapters, skipLayers(buildModel(this.spec), layers));
   }
 
   newCache(): KvCache {
@@ -100,14 +117,37 @@ export class Model {
   forward(ids: ArrayLike<number>, cache: KvCache = this.newCache(), opts: ForwardOptions = {}): Float32Array {
     const T = ids.length;
     const positions = opts.logitRows ?? (opts.lastOnly ? [T - 1] : Array.from({ length: T }, (_, t) => t));
-    return this.interpreter.run(ids, cache, positions, opts.widths, { tree: opts.tree, rowwise: opts.rowwise });
+    this.checkMerged(opts.widths);
+    return this.interpreter.run(ids, cache, positions, opts.widths, { tree: opts.tree, rowwise: opts.rowwise, adapters: opts.adapters });
   }
 
   /** `forward` for any model, offloaded experts included (they are read as the layers need them). */
   async forwardAsync(ids: ArrayLike<number>, cache: KvCache = this.newCache(), opts: ForwardOptions = {}): Promise<Float32Array> {
     const T = ids.length;
     const positions = opts.lastOnly ? [T - 1] : Array.from({ length: T }, (_, t) => t);
-    return this.interpreter.runAsync(ids, cache, positions, opts.widths);
+    this.checkMerged(opts.widths);
+    return this.interpreter.runAsync(ids, cache, positions, opts.widths, { adapters: opts.adapters });
+  }
+
+  /** A model loaded with a level's adapters merged runs only that level's widths. */
+  private checkMerged(widths: LayerWidth[] | undefined): void {
+    const merged = this.levelAdapters.merged;
+    if (merged && JSON.stringify(widths) !== JSON.stringify(merged.widths)) {
+      throw new LlmcError(`this model was loaded with level ${merged.id}'s adapters merged into its weights; it runs only that level's widths`);
+    }
+  }
+
+  /**
+   * An elastic level of the artifact (record `elastic-prefix`): by id (`L3`) or size fraction (`0.5`),
+   * with its widths and its recovery adapters. Switching level moves no weights.
+   */
+  level(request: string, where?: string): RunnableLevel {
+    const levels = findRecord(this.manifest?.passes, ELASTIC_LEVELS, where)?.levels ?? null;
+    const level = selectLevel(levels, request, where);
+    const merged = this.levelAdapters.merged;
+    if (merged !== undefined && merged.id !== level.id) throw new LlmcError(`this model was loaded with level ${merged.id}'s adapters merged into its weights; it runs only that level`, where);
+    const adapters = merged === undefined ? this.levelAdapters.get(level.id) : undefined;
+    return { level, widths: levelWidths(level), ...(adapters ? { adapters } : {}) };
   }
 
   /** Generate up to `maxTokens` tokens after `ids`, yielding each as it is chosen. */
@@ -116,7 +156,7 @@ export class Model {
     const stop = new Set(options.stopTokens ?? this.spec.eosTokenIds);
     const sampler = new Sampler(options);
     const cache = this.newCache();
-    const fopts = { widths: options.widths, lastOnly: true };
+    const fopts = { widths: options.widths, adapters: options.adapters, lastOnly: true };
     const step = (x: ArrayLike<number>) => (this.experts ? this.forwardAsync(x, cache, fopts) : this.forward(x, cache, fopts));
     let logits = await step(ids);
     for (let n = 0; n < max; n++) {

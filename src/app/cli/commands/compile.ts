@@ -12,6 +12,7 @@ import type { Manifest } from '../../../core/records/manifest.js';
 import { cliProgress, formatBytes, noteLine, printJson, table } from '../output.js';
 import { describePasses, describeTargets } from './list.js';
 import { collect, collectKeyValue } from '../options.js';
+import { formatLevelTable, levelRows, type LevelRow } from '../levels.js';
 import { checkMeasurable, readBudgets } from '../../check/budgets.js';
 import { reportCheck } from './check.js';
 import { locate } from '../../artifact.js';
@@ -134,7 +135,7 @@ export function registerCompile(program: Command): void {
         }
         const seconds = (performance.now() - started) / 1000;
         if (!json) process.stderr.write(compileSummary(out!, manifest, notes, seconds, evaluation));
-        const quality = evaluation === null ? {} : { quality: evaluation };
+        const quality = { ...(evaluation === null ? {} : { quality: evaluation }), ...levelsJson(manifest) };
         if (budgets) {
           const { checkArtifact } = await import('../../check/check.js');
           const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir });
@@ -159,9 +160,18 @@ export function compileSummary(out: string, m: Manifest, notes: readonly string[
     if (s.sourceBytes > 0) lines.push(`  ${formatBytes(s.bytes)} of tensors from ${formatBytes(s.sourceBytes)} in the source: ${((100 * s.bytes) / s.sourceBytes).toFixed(1)}%`);
   }
   if (evaluation) lines.push(...qualityLines(evaluation));
+  // Quality where the user picks a level: the table of elastic levels.
+  const levels = levelRows(m);
+  if (levels) lines.push(formatLevelTable(levels.record, levels.rows, m.arch.vocabSize));
   for (const n of notes) lines.push(noteLine(n));
   lines.push(`done in ${seconds.toFixed(1)} s`);
   return lines.join('\n') + '\n';
+}
+
+/** `--json`'s `levels`: the level table's rows, when the artifact has elastic levels. */
+function levelsJson(m: Manifest): { levels?: LevelRow[] } {
+  const levels = levelRows(m);
+  return levels ? { levels: levels.rows } : {};
 }
 
 /** The quick evaluation's lines of the summary. */

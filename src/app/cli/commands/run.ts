@@ -3,22 +3,23 @@ import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
 import type { ArtifactRunner, RunOptions } from '../../../core/pipeline/target.js';
 import { loadTokenizer } from '../../../core/tokenizer/index.js';
+import { ELASTIC_LEVELS, findRecord, levelJson, type ElasticLevels } from '../../../core/records/index.js';
 import { openCheckpointRunner } from '../../../exec/engine/generator.js';
 import { locate, verifyFiles } from '../../artifact.js';
 import { noteLine, printJson } from '../output.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 
 /** The runner for a checkpoint, or for an artifact through its target's descriptor (after checking its files). */
-async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<ArtifactRunner> {
+async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels }> {
   const where = await locate(modelPath);
   if (where.kind === 'checkpoint') {
     if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
     if (o.level !== undefined) throw new UsageError('--level needs an artifact compiled with --passes reorder (ts or gguf-levels); this is a checkpoint');
-    return openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite });
+    return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }) };
   }
   await verifyFiles(where, { hash: Boolean(o.verify) });
   if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
-  return where.target.open(where, o);
+  return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined };
 }
 
 export function registerRun(program: Command): void {
@@ -42,11 +43,11 @@ export function registerRun(program: Command): void {
     .option('--expert-preload <m>', "experts preloaded per MoE layer (default: the expert-bits record's; 0 = none)", parseIntOption('--expert-preload', 0))
     .option('--speculative', 'ts artifact compiled with --passes tree-search: greedy speculative decoding with its verification tree (same tokens as plain greedy decoding)')
     .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
-    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "expert_cache"?, "speculative"?} as JSON')
+    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "level"?, "warning"?, "expert_cache"?, "speculative"?} as JSON')
     .addHelpText(
       'after',
       '\nExamples (from a clone):\n  llmc run fixtures/models/stories260K --prompt-ids 1 --max-tokens 32\n' +
-        '  llmc compile fixtures/models/stories260K --target ts --passes reorder -o out/elastic && llmc run out/elastic --prompt-ids 1 -n 32 --level 0.5\n' +
+        '  llmc compile fixtures/models/stories260K --target ts --passes reorder --levels 0.5,0.75,1 -o out/elastic && llmc run out/elastic --prompt-ids 1 -n 32 --level 0.5\n' +
         '  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n' +
         '  llmc run ./artifact --prompt-ids 1 -n 64 --speculative --json\n',
     )
@@ -60,7 +61,7 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
-      const runner = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative });
+      const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative });
       try {
         const codec = runner.tokenizerJson ? loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
         let promptIds: number[];
@@ -88,7 +89,10 @@ export function registerRun(program: Command): void {
         const cache = runner.expertStats?.() ?? null;
         if (o.json) {
           const speculative = runner.speculativeStats?.() ?? undefined;
-          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, notes: runner.notes, ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}), ...(speculative ? { speculative } : {}) });
+          // The level it ran and its quality (the runner's notes say the same in words).
+          const level = runner.level !== undefined && levels ? levelJson(levels.levels.find((l) => l.id === runner.level)!, levels, runner.spec.vocabSize) : undefined;
+          const warning = runner.notes.find((n) => n.startsWith('warning: '));
+          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, notes: runner.notes, ...(level ? { level } : {}), ...(warning ? { warning } : {}), ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}), ...(speculative ? { speculative } : {}) });
         } else {
           process.stdout.write(`${generated.join(' ')}\n`);
           if (text !== undefined) process.stdout.write(`${text}\n`);

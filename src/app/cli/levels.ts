@@ -1,0 +1,94 @@
+/**
+ * Quality where the user picks a level: the table `llmc compile` ends with (the line `llmc run --level`
+ * prints is the runner's note, levelNotes in src/core/records/elastic.ts). Both read the elastic record
+ * (elastic-prefix) of a manifest; a level whose held-out perplexity is at or above the vocabulary size
+ * (uniform guessing) is flagged.
+ */
+import { levelPrefixes } from '../../core/pipeline/elastic.js';
+import { ELASTIC_LEVELS, findRecord, formatLevelFraction as pct, formatPerplexity as ppl, levelWidths, worseThanUniform, type ElasticLevels, type Level, type Manifest } from '../../core/records/index.js';
+
+export interface LevelRow {
+  id: string;
+  paramFrac: number;
+  /** Bytes of the level as deployed (exact for ts and gguf-levels; else the weights' bytes per parameter × its parameters). */
+  bytes: number;
+  bytesExact: boolean;
+  heldOutPpl?: number;
+  agreement?: number;
+  unrecovered?: { heldOutPpl: number; agreement: number };
+  worseThanUniform: boolean;
+}
+
+/** The rows of the compile-end table, or null when the manifest has no elastic levels. */
+export function levelRows(manifest: Manifest): { record: ElasticLevels; rows: LevelRow[] } | null {
+  const record = findRecord(manifest.passes, ELASTIC_LEVELS);
+  if (!record) return null;
+  const vocab = manifest.arch.vocabSize;
+  const bytesOf = levelBytes(manifest, record);
+  const rows = record.levels.map((lv) => ({
+    id: lv.id,
+    paramFrac: lv.paramFrac,
+    ...bytesOf(lv),
+    heldOutPpl: lv.heldOutPpl,
+    agreement: lv.agreement,
+    unrecovered: lv.unrecovered,
+    worseThanUniform: worseThanUniform(lv.heldOutPpl, vocab),
+  }));
+  return { record, rows };
+}
+
+/** A level's bytes: the file of gguf-levels, the kept tensor bytes (and adapters) of ts, else proportional. */
+function levelBytes(manifest: Manifest, record: ElasticLevels): (lv: Level) => { bytes: number; bytesExact: boolean } {
+  const ti = manifest.targetInfo as Record<string, unknown>;
+  const size = new Map(manifest.files.map((f) => [f.path, f.size]));
+  if (manifest.target === 'gguf-levels' && Array.isArray(ti.levels)) {
+    const files = new Map((ti.levels as { id: string; file: string }[]).map((l) => [l.id, size.get(l.file)]));
+    return (lv) => ({ bytes: files.get(lv.id) ?? 0, bytesExact: files.has(lv.id) });
+  }
+  if (manifest.target === 'ts' && Array.isArray(ti.tensors)) {
+    const tensors = ti.tensors as { name: string; shape: number[]; bytes: number }[];
+    const adapters = (ti.adapters ?? {}) as Record<string, { tensors: { a: string; b: string }[] }>;
+    const byName = new Map(tensors.map((t) => [t.name, t]));
+    const adapterNames = new Set(Object.values(adapters).flatMap((a) => a.tensors.flatMap((t) => [t.a, t.b])));
+    return (lv) => {
+      const kept = levelPrefixes(manifest.arch, levelWidths(lv));
+      let bytes = 0;
+      for (const t of tensors) {
+        if (adapterNames.has(t.name)) continue;
+        const k = kept.get(t.name);
+        const rows = t.shape[0];
+        const cols = t.shape[t.shape.length - 1];
+        bytes += (t.bytes * (k?.rows ?? rows) * (t.shape.length > 1 ? (k?.cols ?? cols) : 1)) / (rows * (t.shape.length > 1 ? cols : 1));
+      }
+      for (const t of adapters[lv.id]?.tensors ?? []) bytes += (byName.get(t.a)?.bytes ?? 0) + (byName.get(t.b)?.bytes ?? 0);
+      return { bytes: Math.round(bytes), bytesExact: true };
+    };
+  }
+  const total = manifest.files.reduce((n, f) => n + f.size, 0);
+  return (lv) => ({ bytes: Math.round((total * lv.params) / record.full.params), bytesExact: false });
+}
+
+const human = (b: number) => (b >= 1e9 ? `${(b / 1e9).toFixed(2)} GB` : b >= 1e6 ? `${(b / 1e6).toFixed(2)} MB` : `${(b / 1e3).toFixed(1)} kB`);
+
+/** The table as text (stderr at the end of `llmc compile`). */
+export function formatLevelTable(record: ElasticLevels, rows: LevelRow[], vocabSize: number): string {
+  const recovered = rows.some((r) => r.unrecovered);
+  const head = ['level', 'params', 'bytes', 'held-out ppl', 'greedy agree', ...(recovered ? ['before recovery: ppl', 'agree'] : [])];
+  const body = rows.map((r) => [
+    r.id,
+    pct(r.paramFrac),
+    (r.bytesExact ? '' : '≈') + human(r.bytes),
+    ppl(r.heldOutPpl) + (r.worseThanUniform ? ' !' : ''),
+    pct(r.agreement),
+    ...(recovered ? [ppl(r.unrecovered?.heldOutPpl), pct(r.unrecovered?.agreement)] : []),
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+  const out = [line(head), ...body.map(line)];
+  const notes: string[] = [];
+  if (record.heldOutPpl !== undefined) notes.push(`full model: held-out perplexity ${ppl(record.heldOutPpl)}; uniform guessing: ${vocabSize}`);
+  if (rows.some((r) => r.worseThanUniform)) notes.push(`! worse than uniform guessing over the ${vocabSize}-token vocabulary: that level's output is noise`);
+  if (rows.every((r) => r.heldOutPpl === undefined)) notes.push('held-out quality not measured (--opt reorder.evaluate=true measures it)');
+  if (recovered) notes.push(`recovery: LoRA r=${record.recovery?.rank}, ${record.recovery?.steps} steps per level, distilled from the full model`);
+  return [...out, ...notes].join('\n');
+}
