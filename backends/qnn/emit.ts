@@ -178,7 +178,7 @@ export const qnnTarget: Target<QnnOptions> = {
             files.push(where.encodings);
             scriptGraphs.push({ id: sg.id, onnx: where.onnx, encodings: where.encodings, inputs: lowered.inputs });
           }
-          for (const t of lowered.tensors) tensors.push({ sources: t.source ? [t.source] : [t.name], format: t.dataType === DT_INT8 ? 'int8' : 'f32', bytes: t.byteLength });
+          for (const t of lowered.tensors) tensors.push({ name: `${sg.id}/${t.name}`, sources: t.source ? [t.source] : [t.name], format: t.dataType === DT_INT8 ? 'int8' : 'f32', bytes: t.byteLength });
         }
         for (const op of sg.ops) {
           if (op.op !== 'linear' || !linears.has(op.weight)) continue;

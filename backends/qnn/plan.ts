@@ -7,7 +7,7 @@ import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { ModelGraph, V } from '../../src/core/ir/ir.js';
 import { partitionModel, type Subgraph } from '../../src/core/ir/subgraphs.js';
 import type { ActBits } from '../../src/core/quant/w8a8.js';
-import type { OutlierScales } from '../../src/core/records/outliers.js';
+import type { LinearDecision, OutlierScales } from '../../src/core/records/outliers.js';
 import { closestFactors } from './options.js';
 
 /** One linear as the device runs it. */
@@ -42,6 +42,25 @@ export function chunkOf(spec: ArchSpec, requested: number | null): Chunk {
   return { c, a, b };
 }
 
+/** A linear as the device runs it, from its decision in the outliers record. */
+export function linearOf(d: LinearDecision, x: V, y: V, bias: string | null): QLinear {
+  return {
+    weight: d.weight,
+    x,
+    y,
+    inFeatures: d.inFeatures,
+    outFeatures: d.outFeatures,
+    bias,
+    sx: d.input.scale,
+    inBits: d.input.bits,
+    sw: d.weightScale,
+    sy: d.output.scale,
+    outBits: d.output.bits,
+    inShadow: d.input.decision === 'shadow',
+    outShadow: d.output.decision === 'shadow',
+  };
+}
+
 /** Every quantized linear by weight name, from the outliers record. */
 export function quantLinears(graph: ModelGraph, rec: OutlierScales): Map<string, QLinear> {
   const byWeight = new Map(rec.linears.map((l) => [l.weight, l]));
@@ -49,22 +68,7 @@ export function quantLinears(graph: ModelGraph, rec: OutlierScales): Map<string,
   for (const op of graph.ops) {
     if (op.op !== 'linear') continue;
     const d = byWeight.get(op.weight);
-    if (!d) continue;
-    out.set(op.weight, {
-      weight: op.weight,
-      x: op.x,
-      y: op.out,
-      inFeatures: op.inFeatures,
-      outFeatures: op.outFeatures,
-      bias: op.bias,
-      sx: d.input.scale,
-      inBits: d.input.bits,
-      sw: d.weightScale,
-      sy: d.output.scale,
-      outBits: d.output.bits,
-      inShadow: d.input.decision === 'shadow',
-      outShadow: d.output.decision === 'shadow',
-    });
+    if (d) out.set(op.weight, linearOf(d, op.x, op.out, op.bias));
   }
   return out;
 }
