@@ -2,7 +2,7 @@
  * Target `qnn`: what the Qualcomm QNN SDK's converters take for an NPU prefill (mllm-NPU): per static
  * subgraph an ONNX graph with QDQ nodes carrying the outliers pass's scales and a quantization
  * encodings JSON, the dynamic attention graphs for the CPU, shadow-outlier weights, HTP configs per
- * SoC and build-qnn.sh. ./emit.ts writes it; docs/outliers-qnn.md describes it.
+ * SoC and build-qnn.sh. ./emit.ts writes it; docs/outliers.md describes it.
  */
 import { UsageError } from '../../src/core/errors.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
