@@ -12,6 +12,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
 import { decide, selectHot, sideStats, type MeasuredLinear } from '../passes/outliers/decide.js';
 import { linearPoints, measureLinears, topCount } from '../passes/outliers/measure.js';
+import { BlockHadamard, rotateUnit } from '../passes/outliers/rotate.js';
+import { unitOf } from '../src/core/pipeline/unit.js';
 import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
 import { buildModel } from '../src/core/ir/build.js';
 import {
@@ -227,4 +229,29 @@ describe('profile', () => {
       expect(Array.from(counts), p.key).toEqual(Array.from(brute));
     }
   }, 60_000);
+
+  it('the Hadamard rotation is orthogonal and the rotated model (γ folded, online rotation before down_proj) computes the same logits', async () => {
+    for (const n of [8, 64, 96]) {
+      const R = new BlockHadamard(n, 3);
+      const rows = Array.from({ length: n }, (_, i) => R.apply(Float64Array.from({ length: n }, (_, j) => (i === j ? 1 : 0))));
+      for (let i = 0; i < n; i++) for (let j = 0; j < n; j++) expect(rows[i].reduce((a, v, k) => a + v * rows[j][k], 0)).toBeCloseTo(i === j ? 1 : 0, 12);
+    }
+    const unit = unitOf(src);
+    const rotated = rotateUnit(unit);
+    expect(rotated.graph.ops.filter((o) => o.op === 'linear').length).toBe(unit.graph.ops.filter((o) => o.op === 'linear').length + src.spec.numLayers);
+    const ids = [3, 17, 5, 200, 41, 9, 77, 12];
+    const plainEngine = await Engine.open(src);
+    const want = await plainEngine.logits(ids);
+    await plainEngine.close();
+    const rotEngine = await Engine.open(rotated.source, { graph: rotated.graph });
+    const got = await rotEngine.logits(ids);
+    await rotEngine.close();
+    let m = 0;
+    let scale = 0;
+    for (let i = 0; i < want.length; i++) {
+      m = Math.max(m, Math.abs(got[i] - want[i]));
+      scale = Math.max(scale, Math.abs(want[i]));
+    }
+    expect(m / scale).toBeLessThan(1e-4);
+  }, 30_000);
 });
