@@ -42,7 +42,7 @@ afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
 });
 
-async function measure(name: string, opts: Record<string, string>, ref: number[][][]) {
+async function measure(name: string, opts: Record<string, string>, ref: ArrayLike<number>[][]) {
   const outDir = path.join(tmp, 'out', name);
   const manifest = await compile({
     source,
@@ -73,7 +73,7 @@ async function measure(name: string, opts: Record<string, string>, ref: number[]
       nll += mx + Math.log(z) - row[ids[t + 1]];
       const r = ref[s][t];
       // KL(f64 ‖ artifact) at this position.
-      const rm = Math.max(...r);
+      const rm = Math.max(...Array.from(r));
       let rz = 0;
       for (let i = 0; i < V; i++) rz += Math.exp(r[i] - rm);
       for (let i = 0; i < V; i++) {

@@ -186,7 +186,7 @@ describe('qnn artifact on onnxruntime', () => {
     expect(kept).toEqual(JSON.parse(JSON.stringify(encodingsJsonSchema())));
   }, 60_000);
 
-  it('llmc run generates through the artifact what the simulation predicts greedily; build-qnn.sh names what is missing', async () => {
+  it('llmc run generates through the artifact what the simulation predicts greedily; llmc report shows the record; build-qnn.sh names what is missing', async () => {
     const { dir, rec } = await compileQnn('cli', planted, { 'qnn.chunk': '8' });
     const prompt = seqIds(5, 300, 1);
     const r = await llmcInProcess('run', dir, '--prompt-ids', prompt.join(','), '-n', '6', '--json');
@@ -199,6 +199,11 @@ describe('qnn artifact on onnxruntime', () => {
       expect(id).toBe(argmax(logits[logits.length - 1]));
       seq.push(id);
     }
+    // The report has the record's section, with every linear.
+    const rep = await llmcInProcess('report', dir, '--json', '--no-quality');
+    expect(rep.code, rep.stderr).toBe(0);
+    const section = (JSON.parse(rep.stdout).sections as { id: string; data: { linears: unknown[] } }[]).find((x) => x.id === 'outliers');
+    expect(section?.data.linears).toHaveLength(rec.linears.length);
     const { execa } = await import('execa');
     const none = await execa('bash', [path.join(dir, 'build-qnn.sh')], { reject: false, env: { QNN_SDK_ROOT: '' } });
     expect(none.exitCode).toBe(127);
