@@ -22,7 +22,7 @@ import type { EmitContext, EmitResult, Target, WrittenTensor } from '../../src/c
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { quantizeWeight, type QuantizedWeight } from '../../src/core/quant/w8a8.js';
 import { findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
-import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
+import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core/util/atomic.js';
 import { writeOnnx } from '../../src/exec/onnx/external.js';
 import { DT_INT8 } from '../../src/exec/onnx/proto.js';
 import { BUILD_SCRIPT, buildScript, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
@@ -264,18 +264,11 @@ export const qnnTarget: Target<QnnOptions> = {
 /** config.json and the tokenizer files the source carries (the runner's prompt text). */
 async function writeModelFiles(outDir: string, unit: CompileUnit): Promise<string[]> {
   const a = unit.source.assets;
-  const out: [string, string | undefined][] = [
+  return writeTextFiles(outDir, [
     ['config.json', JSON.stringify(a.config, null, 2) + '\n'],
     ['tokenizer.json', a.tokenizer],
     ['tokenizer_config.json', a.tokenizerConfig],
-  ];
-  const files: string[] = [];
-  for (const [name, text] of out) {
-    if (text === undefined) continue;
-    await writeFileAtomic(path.join(outDir, name), text);
-    files.push(name);
-  }
-  return files;
+  ]);
 }
 
 /** `--opt qnn.build=true`: build-qnn.sh through execa; its last line on failure. */

@@ -73,13 +73,7 @@ export function sideStats(raw: RawSide, coverage: number): { stats: SideStats; c
 }
 
 /** One linear as measured: its two sides' statistics and where it sits. */
-export interface MeasuredLinear {
-  weight: string;
-  layer: number;
-  role: LinearRole;
-  inFeatures: number;
-  outFeatures: number;
-  weightScale: number;
+export interface MeasuredLinear extends Pick<LinearDecision, 'weight' | 'layer' | 'role' | 'inFeatures' | 'outFeatures' | 'weightScale'> {
   /** Model order (ties in importance). */
   order: number;
   input: SideStats;

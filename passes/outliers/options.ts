@@ -2,18 +2,10 @@
 import { UsageError } from '../../src/core/errors.js';
 import type { OptionSchema, OptionSpec } from '../../src/core/pipeline/options.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
+import type { OutlierScales } from '../../src/core/records/outliers.js';
 
-export interface OutliersOptions {
-  /** rank: shadow on the ⌈keep·n⌉ most important linears; threshold: on every side with ρ ≥ τ (the released code). */
-  mode: 'rank' | 'threshold';
-  keep: number;
-  tau: number;
-  /** Sides without shadow: clip (T = p99.9), widen (T = max), auto (widen when ρ < τ, else clip). */
-  policy: 'auto' | 'clip' | 'widen';
-  /** Hot channels cover at least this share of a side's outliers. */
-  coverage: number;
-  /** flagged: the sides that would get shadow take 16-bit activations instead (W8A16). */
-  a16: 'none' | 'flagged';
+/** The decision options are the record's fields of the same names (documented there). */
+export interface OutliersOptions extends Pick<OutlierScales, 'mode' | 'keep' | 'tau' | 'policy' | 'coverage' | 'a16'> {
   /** hadamard: fold norm γ and rotate the residual stream and the down_proj inputs before profiling (QuaRot-style). */
   rotate: 'none' | 'hadamard';
   calibCount: number;
