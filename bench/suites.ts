@@ -10,6 +10,7 @@ import { suite as fuzz } from './fuzz.bench.js';
 import { suite as experts } from './experts.bench.js';
 import { suite as treeSearch } from './tree-search.bench.js';
 import { suite as cuda } from './cuda.bench.js';
+import { suite as kill } from './kill.bench.js';
 import { suite as outliers } from './outliers.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
@@ -29,5 +30,6 @@ export const SUITES: SuiteEntry[] = [
   experts,
   treeSearch,
   cuda,
+  kill,
   outliers,
 ];
