@@ -10,5 +10,6 @@ import { hf } from './hf/index.js';
 import { ts } from './ts/index.js';
 import { cuda } from './cuda/index.js';
 import { tensorrtLlm } from './tensorrt-llm/index.js';
+import { qnn } from './qnn/index.js';
 
-export const TARGETS: TargetDescriptor<any>[] = [gguf, ggufLevels, hf, ts, cuda, tensorrtLlm]; // eslint-disable-line @typescript-eslint/no-explicit-any
+export const TARGETS: TargetDescriptor<any>[] = [gguf, ggufLevels, hf, ts, cuda, tensorrtLlm, qnn]; // eslint-disable-line @typescript-eslint/no-explicit-any

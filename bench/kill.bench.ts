@@ -23,6 +23,7 @@ const COMPILES: Record<string, string[]> = {
   hf: ['--target', 'hf'],
   cuda: ['--target', 'cuda', '--quant', 'int8'],
   'tensorrt-llm': ['--target', 'tensorrt-llm'],
+  qnn: ['--target', 'qnn', '--passes', 'outliers', '--opt', 'outliers.calib=2'],
 };
 
 function llmc(args: string[], killAfterMs?: number): Promise<{ code: number | null; ms: number; stderr: string }> {

@@ -12,6 +12,7 @@ import { suite as treeSearch } from './tree-search.bench.js';
 import { suite as cuda } from './cuda.bench.js';
 import { suite as kill } from './kill.bench.js';
 import { suite as recovery } from './recovery.bench.js';
+import { suite as outliers } from './outliers.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -32,4 +33,5 @@ export const SUITES: SuiteEntry[] = [
   cuda,
   kill,
   recovery,
+  outliers,
 ];

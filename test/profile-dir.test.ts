@@ -120,7 +120,7 @@ describe('llmc profile', () => {
     const file = path.join(tmp, 'ids.json');
     await fsp.writeFile(file, JSON.stringify(ids));
     const dir = path.join(tmp, 'ids-profile');
-    const r = await llmcInProcess('profile', STORIES, '-o', dir, '--calib', file, '--opt', 'reorder.calib=2', '--opt', 'reorder.heldOut=1', '--opt', 'reorder.calibLength=16', '--opt', 'reorder.anchors=0', '--opt', 'reorder.importance=magnitude');
+    const r = await llmcInProcess('profile', STORIES, '-o', dir, '--passes', 'reorder', '--calib', file, '--opt', 'reorder.calib=2', '--opt', 'reorder.heldOut=1', '--opt', 'reorder.calibLength=16', '--opt', 'reorder.anchors=0', '--opt', 'reorder.importance=magnitude');
     expect(r.code, r.stderr).toBe(0);
     const [calib] = await findProfiles(dir, 'calibration');
     // Windows of 16 over each sequence in turn: the first two calibrate, the third is held out.

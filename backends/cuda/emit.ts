@@ -20,7 +20,7 @@ import { sliceSource } from '../../src/core/pipeline/elastic.js';
 import type { EmitContext, EmitResult, FormatRequest, Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { ELASTIC_LEVELS, findRecord, type Level } from '../../src/core/records/index.js';
-import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
+import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core/util/atomic.js';
 import { lowerDecoder, type DecoderFormats, type DecoderGraph, type Layout, type WeightFormat } from '../../src/exec/onnx/decoder.js';
 import { ExternalData, inlineSize, writeOnnx, type ExternalRef } from '../../src/exec/onnx/external.js';
 import { MAX_PROTO_BYTES } from '../../src/exec/onnx/lower.js';
@@ -222,19 +222,12 @@ async function writeHfFiles(outDir: string, source: ModelSource, externalGraphs:
       null,
       2,
     ) + '\n';
-  const out: [string, string | undefined][] = [
+  return writeTextFiles(outDir, [
     ['config.json', JSON.stringify(config, null, 2) + '\n'],
     ['generation_config.json', generation],
     ['tokenizer.json', source.assets.tokenizer],
     ['tokenizer_config.json', source.assets.tokenizerConfig],
-  ];
-  const files: string[] = [];
-  for (const [name, text] of out) {
-    if (text === undefined) continue;
-    await writeFileAtomic(path.join(outDir, name), text);
-    files.push(name);
-  }
-  return files;
+  ]);
 }
 
 /** `--opt cuda.build=true`: build-engine.sh through execa; its one-line message on failure. */

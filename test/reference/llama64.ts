@@ -33,6 +33,8 @@ function record(m: Map<string, Vec[]>, key: string, v: Vec): void {
 
 export class Llama64 {
   private w = new Map<string, Vec>();
+  /** Replaces a linear's W·x (before its bias) where it returns a vector: fake-quantized references. */
+  linearOverride: ((name: string, x: Vec) => Vec | null) | null = null;
   private constructor(readonly spec: ArchSpec) {}
 
   static async load(source: ModelSource): Promise<Llama64> {
@@ -41,7 +43,7 @@ export class Llama64 {
     return m;
   }
 
-  private get(name: string): Vec {
+  get(name: string): Vec {
     const v = this.w.get(name);
     if (!v) throw new Error(`reference: no tensor ${name}`);
     return v;
@@ -56,11 +58,14 @@ export class Llama64 {
     if (trace) record(trace.linearInputs, name, x);
     const W = this.get(name);
     const n = x.length;
-    const out = new Float64Array(W.length / n);
-    for (let o = 0; o < out.length; o++) {
-      let s = 0;
-      for (let i = 0; i < n; i++) s += W[o * n + i] * x[i];
-      out[o] = s;
+    let out = this.linearOverride?.(name, x) ?? null;
+    if (!out) {
+      out = new Float64Array(W.length / n);
+      for (let o = 0; o < out.length; o++) {
+        let s = 0;
+        for (let i = 0; i < n; i++) s += W[o * n + i] * x[i];
+        out[o] = s;
+      }
     }
     const bname = name.replace(/\.weight$/, '.bias');
     if (this.has(bname)) {

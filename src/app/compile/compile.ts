@@ -49,6 +49,7 @@ export async function compile(req: CompileRequest, plan: CompilePlan = planCompi
 
 /** The unit after every pass of the plan, in the manager's order. */
 async function runPasses(req: CompileRequest, plan: CompilePlan): Promise<CompileUnit> {
+  plan.target.checkArch?.(req.source.spec);
   let unit = unitOf(req.source);
   for (const { descriptor, options } of plan.passes) {
     const pass = await descriptor.load();

@@ -41,12 +41,17 @@ export function buildModel(spec: ArchSpec): ModelGraph {
   };
   const tapLinear = (layer: number, weight: string, x: V, channels: number, mask: V | null) =>
     taps.push({ kind: 'linear-input', layer, key: weight, value: x, channels, mask });
+  const tapOutput = (layer: number, weight: string, y: V, channels: number, mask: V | null) =>
+    taps.push({ kind: 'linear-output', layer, key: weight, value: y, channels, mask });
   /** The observation points of one MLP (the values mlpOps writes); `mask` marks the tokens routed to it. */
   const tapMlp = (m: MoeMlp, x: V, layer: number, mask: V | null) => {
     tapLinear(layer, m.gate, x, D, mask);
     tapLinear(layer, m.up, x, D, mask);
     taps.push({ kind: 'mlp-act', layer, key: m.prefix, value: `${m.prefix}.h`, channels: m.width, mask });
     tapLinear(layer, m.down, `${m.prefix}.h`, m.width, mask);
+    tapOutput(layer, m.gate, `${m.prefix}.gate`, m.width, mask);
+    tapOutput(layer, m.up, `${m.prefix}.up`, m.width, mask);
+    tapOutput(layer, m.down, `${m.prefix}.down`, D, mask);
   };
 
   ops.push({ op: 'embed', out: 'h0', ids: IO.ids, table: EMBED });
@@ -69,6 +74,9 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     linear(`${p}.q`, xa, n.q, D, spec.numHeads * hd, spec.qkvBias, { rows: qHeads });
     linear(`${p}.k`, xa, n.k, D, spec.numKvHeads * hd, spec.qkvBias, { rows: kvHeads });
     linear(`${p}.v`, xa, n.v, D, spec.numKvHeads * hd, spec.qkvBias, { rows: kvHeads });
+    tapOutput(l, n.q, `${p}.q`, spec.numHeads * hd, null);
+    tapOutput(l, n.k, `${p}.k`, spec.numKvHeads * hd, null);
+    tapOutput(l, n.v, `${p}.v`, spec.numKvHeads * hd, null);
     ops.push({ op: 'rope', out: `${p}.q_rot`, x: `${p}.q`, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
     ops.push({ op: 'rope', out: `${p}.k_rot`, x: `${p}.k`, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
     ops.push({
@@ -90,6 +98,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     taps.push({ kind: 'head-output', layer: l, key: `model.layers.${l}.self_attn`, value: `${p}.attn`, channels: spec.numHeads * hd, mask: null, heads: spec.numHeads });
     tapLinear(l, n.o, `${p}.attn`, spec.numHeads * hd, null);
     linear(`${p}.o`, `${p}.attn`, n.o, spec.numHeads * hd, D, spec.oBias, { cols: qHeads });
+    tapOutput(l, n.o, `${p}.o`, D, null);
     ops.push({ op: 'add', out: `${p}.resid1`, a: h, b: `${p}.o` });
 
     // MLP block.

@@ -44,7 +44,8 @@
  * present_key_<l>/present_value_<l>.
  *
  * Tap points are not ops: `graph.taps` names values that profiling may observe (inputs of every
- * linear, per-head attention outputs, router logits, MLP intermediates); a lowering materializes
+ * linear, outputs of the decoder layers' linears, per-head attention outputs, router logits, MLP
+ * intermediates); a lowering materializes
  * only the ones asked for, so the op list is identical with or without taps.
  */
 import type { ArchSpec } from '../arch/spec.js';
@@ -147,7 +148,7 @@ export interface GraphInput {
   dims: (number | string)[];
 }
 
-export type TapKind = 'linear-input' | 'head-output' | 'router-logits' | 'mlp-act';
+export type TapKind = 'linear-input' | 'linear-output' | 'head-output' | 'router-logits' | 'mlp-act';
 
 export interface TapPoint {
   kind: TapKind;
@@ -155,6 +156,7 @@ export interface TapPoint {
   /**
    * What is observed, named the Hugging Face way:
    *   linear-input:  the linear's weight name (q/k/v share one input value but get one key each)
+   *   linear-output: the linear's weight name; value = its output, observed before the bias is added
    *   head-output:   `model.layers.<l>.self_attn` (value [B,T,H·hd], before o_proj)
    *   router-logits: the router weight name
    *   mlp-act:       the MLP prefix (`model.layers.<l>.mlp`, `...experts.<e>`, `...shared_expert`);

@@ -161,6 +161,11 @@ export interface TargetDescriptor<O = unknown> {
   quantBlock(request: FormatRequest): number;
   /** Records some pass must write before this target can lower the unit. */
   requires: readonly RecordType<unknown>[];
+  /**
+   * Refuse an architecture the target cannot express (a UsageError naming what and why), checked once
+   * the checkpoint is open and before any pass runs. Absent: every architecture llmc reads.
+   */
+  checkArch?(spec: ArchSpec): void;
   /** A target whose artifact is one file: `-o NAME<extension>` writes `file` there (manifest beside it). */
   singleFile?: { extension: string; file: string };
   load(): Promise<Target<O>>;

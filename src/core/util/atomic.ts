@@ -193,3 +193,14 @@ async function mkdirs(dir: string): Promise<void> {
     await fsp.mkdir(dir);
   }
 }
+
+/** Text files of an artifact, each written atomically; entries without text are skipped. Returns the names written. */
+export async function writeTextFiles(dir: string, files: readonly [string, string | undefined][]): Promise<string[]> {
+  const written: string[] = [];
+  for (const [name, text] of files) {
+    if (text === undefined) continue;
+    await writeFileAtomic(path.join(dir, name), text);
+    written.push(name);
+  }
+  return written;
+}

@@ -43,6 +43,8 @@ export interface EngineOptions {
   swappable?: readonly string[];
   /** Routers take a bias per run added to their logits (forward's swap.routerBias): force-routing an expert. */
   routerBias?: boolean;
+  /** The IR to run (a pass's transformed graph over `source`); default: the one built from the source's spec. */
+  graph?: ModelGraph;
 }
 
 /** Per-run replacements (see EngineOptions.swappable / routerBias). */
@@ -75,7 +77,7 @@ interface ForwardResult {
   outputs: ort.InferenceSession.ReturnType;
 }
 
-const tapKey = (taps: TapSpec[]) => JSON.stringify(taps.map((t) => [t.kind, t.layers ?? null, Boolean(t.full)]));
+const tapKey = (taps: TapSpec[]) => JSON.stringify(taps.map((t) => [t.kind, t.layers ?? null, Boolean(t.full), Boolean(t.sums), t.top ?? 0]));
 const MAIN = tapKey([]);
 
 export class Engine {
@@ -91,7 +93,7 @@ export class Engine {
     private readonly opts: EngineOptions,
   ) {
     this.spec = source.spec;
-    this.graph = buildModel(source.spec);
+    this.graph = opts.graph ?? buildModel(source.spec);
   }
 
   static async open(source: ModelSource, opts: EngineOptions = {}): Promise<Engine> {

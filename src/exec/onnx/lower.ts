@@ -38,6 +38,14 @@ export interface TapSpec {
   layers?: number[];
   /** linear-input / mlp-act: also output the (masked) full activation [B,T,C] (large). */
   full?: boolean;
+  /** linear-input / linear-output: also per-channel sums (with sumSq: mean and std). */
+  sums?: boolean;
+  /**
+   * linear-input / linear-output: also the `top` elements of largest |x| of each forward pass (signed,
+   * with their flat index): merged over passes they are the exact top of the whole calibration set,
+   * from which its percentiles and outlier counts follow without holding the activations.
+   */
+  top?: number;
 }
 
 /** The graph outputs a tap point was lowered to (absent fields were not requested). */
@@ -53,6 +61,11 @@ export interface TapOutputs {
   count?: string;
   /** The full value [B,T,C] (router-logits, or `full`). */
   full?: string;
+  /** [C] sum over tokens of x (`sums`). */
+  sum?: string;
+  /** [≤ top] the elements of largest |x|, signed, largest first, and [≤ top] int64 their indices into the flattened [B,T,C] value (`top`). */
+  top?: string;
+  topIndex?: string;
 }
 
 export interface LoweredModel {
@@ -183,6 +196,8 @@ export class OnnxGraphBuilder {
   private n = 0;
   private constCache = new Map<string, string>();
   private memo = new Map<string, string>();
+  /** A biased linear's output value → its value before the bias (linear-output taps observe that). */
+  readonly preBias = new Map<string, string>();
 
   constructor(
     readonly source: ModelSource,
@@ -357,7 +372,10 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
     }
     case 'linear': {
       const y = mode.weights.linear(b, op, embedTables.has(op.weight), op.bias ? undefined : op.out);
-      if (op.bias) b.node('Add', [y, mode.weights.vector(b, op.bias, [op.outFeatures])], [], op.out);
+      if (op.bias) {
+        b.preBias.set(op.out, y);
+        b.node('Add', [y, mode.weights.vector(b, op.bias, [op.outFeatures])], [], op.out);
+      }
       return;
     }
     case 'rope': {
@@ -480,22 +498,35 @@ function lowerTaps(b: OnnxGraphBuilder, graph: ModelGraph, specs: TapSpec[]): Ta
     const want = specs.find((s) => s.kind === point.kind && (!s.layers || s.layers.includes(point.layer)));
     if (!want) continue;
     // q/k/v (and gate/up) share one input value: reduce it once.
-    const key = `${point.kind}|${point.value}|${point.mask}|${want.full ? 1 : 0}`;
+    const key = `${point.kind}|${point.value}|${point.mask}|${want.full ? 1 : 0}|${want.sums ? 1 : 0}|${want.top ?? 0}`;
     const seen = stats.get(key);
     if (seen) {
       out.push({ ...seen, point });
       continue;
     }
     const t: TapOutputs = { point };
-    const x = point.mask ? b.node('Mul', [point.value, point.mask]) : point.value;
+    const value = point.kind === 'linear-output' ? (b.preBias.get(point.value) ?? point.value) : point.value;
+    const x = point.mask ? b.node('Mul', [value, point.mask]) : value;
     const red = (opType: string, axes: number[]) => b.node(opType, [x], [attr('axes', axes, 'ints'), attr('keepdims', 0)]);
     if (point.mask) t.count = b.node('ReduceSum', [point.mask], [attr('keepdims', 0)]);
     switch (point.kind) {
       case 'linear-input':
-        t.absMax = b.node('ReduceMax', [b.node('Abs', [x])], [attr('axes', [0, 1], 'ints'), attr('keepdims', 0)]);
+      case 'linear-output': {
+        const abs = b.node('Abs', [x]);
+        t.absMax = b.node('ReduceMax', [abs], [attr('axes', [0, 1], 'ints'), attr('keepdims', 0)]);
         t.sumSq = red('ReduceSumSquare', [0, 1]);
+        if (want.sums) t.sum = b.node('ReduceSum', [x, b.i64([0, 1])], [attr('keepdims', 0)]); // axes: an input from opset 13
+        if (want.top) {
+          // TopK of |x| over the flattened value (k capped at its size), then the signed values there.
+          const flat = b.node('Reshape', [x, b.i64([-1])]);
+          const k = b.node('Min', [b.node('Unsqueeze', [b.node('Size', [flat]), b.i64([0])]), b.i64([want.top])]);
+          const [, idx] = b.nodeN('TopK', [b.node('Reshape', [abs, b.i64([-1])]), k], 2, [attr('axis', 0), attr('largest', 1), attr('sorted', 1)]);
+          t.top = b.node('Gather', [flat, idx], [attr('axis', 0)]);
+          t.topIndex = idx;
+        }
         if (want.full) t.full = b.node('Identity', [x]);
         break;
+      }
       case 'head-output': {
         const x4 = b.node('Reshape', [x, b.i64([0, 0, point.heads!, point.channels / point.heads!])]);
         t.sumSq = b.node('ReduceSumSquare', [x4], [attr('axes', [0, 1, 3], 'ints'), attr('keepdims', 0)]);
@@ -561,10 +592,10 @@ export async function lowerToOnnx(source: ModelSource, opts: LowerOptions = {}):
   const outputNames = [...graph.outputs];
   const outputs: ValueInfoProto[] = graph.outputs.map((o) => valueInfo(o, DT_FLOAT));
   for (const t of taps) {
-    for (const name of [t.absMax, t.sumSq, t.absSum, t.count, t.full]) {
+    for (const name of [t.absMax, t.sumSq, t.absSum, t.count, t.full, t.sum, t.top, t.topIndex]) {
       if (name && !outputNames.includes(name)) {
         outputNames.push(name);
-        outputs.push(valueInfo(name, DT_FLOAT));
+        outputs.push(valueInfo(name, name === t.topIndex ? DT_INT64 : DT_FLOAT));
       }
     }
   }

@@ -4,6 +4,7 @@
  * RECORD_SECTIONS), and appears when the artifact carries that record or the profile covers that pass.
  */
 import { qualitySection } from './quality.js';
+import { outliersSection } from './outliers.js';
 import { reorderSection } from './reorder.js';
 import { sizesSection } from './sizes.js';
 import { summarySection } from './summary.js';
@@ -13,7 +14,7 @@ export type { GeneralSection, RecordSection } from './types.js';
 
 export const GENERAL_SECTIONS: readonly GeneralSection[] = [summarySection, sizesSection, qualitySection];
 
-export const RECORD_SECTIONS: readonly RecordSection[] = [reorderSection];
+export const RECORD_SECTIONS: readonly RecordSection[] = [reorderSection, outliersSection];
 
 /** Record id (`<name>/<version>`) → its section. */
 export const SECTION_OF_RECORD: ReadonlyMap<string, RecordSection> = new Map(RECORD_SECTIONS.map((s) => [s.record.id, s]));

@@ -1,0 +1,285 @@
+/**
+ * The `qnn` target: the unit's IR, quantized by the outliers pass's record, cut into the NPU
+ * deployment's subgraphs (src/core/ir/subgraphs.ts) and written as
+ *
+ *   npu/<id>.onnx, npu/<id>.encodings.json   static NPU subgraphs (QDQ, [1, a, b, C]) + encodings
+ *   cpu/<id>.onnx                            embed, attention (dynamic, KV I/O), CPU-side parts, head
+ *   weights/shadow_{hot,cold}.bin, shadow_index.json   shadow-outlier rows (./shadow.ts)
+ *   quant/scales.json, quant/outliers.json   per linear scales and decisions; per shadow side its hot channels
+ *   graph/subgraphs.json, graph/deps.json    the subgraphs (device, share, I/O, files) and their dependencies
+ *   htp_ext.json, htp.json, build-qnn.sh     QNN SDK configs and the context-binary build
+ *   config.json (+ tokenizer files)
+ *
+ * Weights are read and quantized one subgraph at a time; W_q is written to the graph and its shadow rows
+ * from the same bytes.
+ */
+import { promises as fsp } from 'node:fs';
+import path from 'node:path';
+import { LlmcError } from '../../src/core/errors.js';
+import type { Op } from '../../src/core/ir/ir.js';
+import { subgraphDeps, deviceSwitches, type Subgraph } from '../../src/core/ir/subgraphs.js';
+import type { EmitContext, EmitResult, Target, WrittenTensor } from '../../src/core/pipeline/target.js';
+import type { CompileUnit } from '../../src/core/pipeline/unit.js';
+import { quantizeWeight, type QuantizedWeight } from '../../src/core/quant/w8a8.js';
+import { findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
+import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core/util/atomic.js';
+import { writeOnnx } from '../../src/exec/onnx/external.js';
+import { DT_INT8 } from '../../src/exec/onnx/proto.js';
+import { BUILD_SCRIPT, buildScript, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
+import { encodingsJson } from './encodings.js';
+import { lowerAttention, lowerEmbed, lowerHead, lowerStatic, type LoweredGraph } from './lower.js';
+import { QNN_SDK_VERSION, SOCS, type QnnOptions } from './options.js';
+import { chunkOf, qnnSubgraphs, quantLinears, valueChannels, type QLinear } from './plan.js';
+import { SHADOW_COLD, SHADOW_HOT, SHADOW_INDEX, ShadowWriter, type ShadowIndex } from './shadow.js';
+
+export const SCALES = 'quant/scales.json';
+export const OUTLIERS = 'quant/outliers.json';
+export const SUBGRAPHS = 'graph/subgraphs.json';
+export const DEPS = 'graph/deps.json';
+
+/** Where a subgraph's files go (shadow nodes are CPU code: no file). */
+export function subgraphFiles(sg: Subgraph): { onnx: string; encodings?: string } | null {
+  if (sg.kind === 'shadow') return null;
+  if (sg.device === 'NPU') return { onnx: `npu/${sg.id}.onnx`, encodings: `npu/${sg.id}.encodings.json` };
+  return { onnx: `cpu/${sg.id}.onnx` };
+}
+
+/** An entry of graph/subgraphs.json. */
+export interface SubgraphEntry {
+  id: string;
+  kind: Subgraph['kind'];
+  layer: number;
+  j: number;
+  part: number;
+  device: Subgraph['device'];
+  share: Subgraph['share'];
+  /** The IR ops it runs (the runners execute these). */
+  ops: Op[];
+  inputs: { name: string; shape: (number | string)[]; dtype: string; encodingRef: string | null }[];
+  outputs: { name: string; shape: (number | string)[]; dtype: string; encodingRef: string | null }[];
+  file: string | null;
+  encodings: string | null;
+  qnnGraphName: string | null;
+  ctxFile: string | null;
+  shadow?: { weight: string; x: string; y: string }[];
+}
+
+function scalesJson(rec: OutlierScales): unknown {
+  const side = (s: OutlierScales['linears'][number]['input']) => ({ T: s.T, s: s.scale, bits: s.bits, decision: s.decision, absmax: s.absMax, p999: s.p999, mean: s.mean, std: s.std, rho: s.rho, outliers: s.outliers });
+  return {
+    format: 'llmc-qnn-scales/1',
+    rounding: rec.rounding,
+    percentile: rec.percentile,
+    linears: rec.linears.map((l) => ({
+      weight: l.weight,
+      layer: l.layer,
+      op: l.role,
+      K: l.inFeatures,
+      O: l.outFeatures,
+      // SPEC §2's keys (T = threshold, s = T/127), then the full sides.
+      T_in: l.input.T,
+      T_out: l.output.T,
+      s_in: l.input.scale,
+      s_out: l.output.scale,
+      s_w: l.weightScale,
+      clip_input: l.input.decision === 'clip',
+      clip_output: l.output.decision === 'clip',
+      importance: l.importance,
+      importance_rank: l.rank,
+      decision: { input: l.input.decision, output: l.output.decision },
+      input: side(l.input),
+      output: side(l.output),
+    })),
+  };
+}
+
+function outliersJson(rec: OutlierScales, rowBytes: (weight: string, side: 'input' | 'output') => number): unknown {
+  return {
+    format: 'llmc-qnn-outliers/1',
+    coverage: rec.coverage,
+    sides: rec.linears.flatMap((l) =>
+      (['input', 'output'] as const)
+        .filter((s) => l[s].decision === 'shadow')
+        .map((s) => ({
+          weight: l.weight,
+          layer: l.layer,
+          op: l.role,
+          side: s,
+          K: l[s].channels,
+          hot: l[s].hot,
+          hotFraction: l[s].hot.length / l[s].channels,
+          hotCoverage: l[s].hotCoverage,
+          outliers: l[s].outliers,
+          channelCounts: l[s].channelCounts,
+          hotRowsFile: SHADOW_HOT,
+          coldRowsFile: SHADOW_COLD,
+          index: SHADOW_INDEX,
+          rowBytes: rowBytes(l.weight, s),
+        })),
+    ),
+  };
+}
+
+export const qnnTarget: Target<QnnOptions> = {
+  async emit(unit: CompileUnit, ctx: EmitContext<QnnOptions>): Promise<EmitResult> {
+    const o = ctx.options;
+    const rec = findRecord(unit.records, OUTLIER_SCALES);
+    if (!rec) throw new LlmcError('internal: --target qnn without the outliers record (the pass manager requires it)');
+    if (o.build && !process.env.QNN_SDK_ROOT) {
+      throw new LlmcError(`qnn.build=true needs the QNN SDK ${QNN_SDK_VERSION}: export QNN_SDK_ROOT=/path/to/qairt/<version>, or compile without qnn.build and run build-qnn.sh where the SDK is`);
+    }
+    const { source, graph } = unit;
+    const spec = source.spec;
+    const chunk = chunkOf(spec, o.chunk);
+    if (chunk.c > spec.maxPositions) throw new LlmcError(`qnn.chunk ${chunk.c} is longer than the model's context (${spec.maxPositions})`, source.description, 2);
+    const linears = quantLinears(graph, rec);
+    const subgraphs = qnnSubgraphs(graph, linears);
+    const channels = valueChannels(graph);
+    const decisions = new Map(rec.linears.map((l) => [l.weight, l]));
+    for (const dir of ['npu', 'cpu', 'quant', 'graph', 'weights']) await ensureOutputDir(path.join(ctx.outDir, dir));
+
+    const files: string[] = [];
+    const tensors: WrittenTensor[] = [];
+    const entries: SubgraphEntry[] = [];
+    const scriptGraphs: ScriptGraph[] = [];
+    const shadow = await ShadowWriter.create(ctx.outDir);
+    let weightBytes = 0;
+    let index: ShadowIndex;
+    try {
+      ctx.progress.start('qnn: writing subgraphs', subgraphs.length);
+      for (const sg of subgraphs) {
+        const where = subgraphFiles(sg);
+        // W_q of this subgraph's linears, quantized once for its graph and its shadow rows.
+        const cache = new Map<string, Promise<QuantizedWeight>>();
+        const quantized = (w: string) => {
+          let p = cache.get(w);
+          if (!p) {
+            const lin = linears.get(w)!;
+            p = source.readF32(w).then((data) => {
+              const q = quantizeWeight(data, lin.outFeatures, lin.inFeatures);
+              if (q.scale !== lin.sw) throw new LlmcError(`weight scale of ${w} is ${q.scale}, the outliers record says ${lin.sw}: the record is not of these weights`, source.description);
+              return q;
+            });
+            cache.set(w, p);
+          }
+          return p;
+        };
+        let lowered: LoweredGraph | null = null;
+        if (sg.kind === 'embed') lowered = lowerEmbed(source, graph, sg, chunk);
+        else if (sg.kind === 'head') lowered = lowerHead(source, graph, sg, chunk);
+        else if (sg.kind === 'attention') lowered = lowerAttention(source, graph, sg, chunk, channels);
+        else if (sg.kind === 'static') lowered = lowerStatic(source, graph, sg, linears, quantized, chunk, channels);
+        const encRefs = new Set(lowered?.encodings.filter((e) => e.kind === 'activation').map((e) => e.name) ?? []);
+        if (lowered && where) {
+          await writeOnnx(path.join(ctx.outDir, where.onnx), lowered, null);
+          files.push(where.onnx);
+          if (where.encodings) {
+            await writeFileAtomic(path.join(ctx.outDir, where.encodings), JSON.stringify(encodingsJson(lowered.encodings, o.encodings), null, 1) + '\n');
+            files.push(where.encodings);
+            scriptGraphs.push({ id: sg.id, onnx: where.onnx, encodings: where.encodings, inputs: lowered.inputs });
+          }
+          for (const t of lowered.tensors) tensors.push({ name: `${sg.id}/${t.name}`, sources: t.source ? [t.source] : [t.name], format: t.dataType === DT_INT8 ? 'int8' : 'f32', bytes: t.byteLength });
+        }
+        for (const op of sg.ops) {
+          if (op.op !== 'linear' || !linears.has(op.weight)) continue;
+          const lin = linears.get(op.weight)!;
+          weightBytes += lin.inFeatures * lin.outFeatures;
+          if (!lin.inShadow && !lin.outShadow) continue;
+          const d = decisions.get(op.weight)!;
+          const bias = lin.bias ? await source.readF32(lin.bias) : null;
+          await shadow.add(lin, await quantized(op.weight), { input: d.input.hot, output: d.output.hot }, bias);
+        }
+        const io = (x: { name: string; shape: (number | string)[]; dtype: string }) => ({ ...x, encodingRef: encRefs.has(x.name) ? x.name : null });
+        entries.push({
+          id: sg.id,
+          kind: sg.kind,
+          layer: sg.layer,
+          j: sg.j,
+          part: sg.part,
+          device: sg.device,
+          share: sg.share,
+          ops: sg.ops,
+          inputs: lowered ? lowered.inputs.map(io) : sg.inputs.map((v) => ({ name: v, shape: [1, chunk.a, chunk.b, channels.get(v)!], dtype: 'float32', encodingRef: null })),
+          outputs: lowered ? lowered.outputs.map(io) : sg.outputs.map((v) => ({ name: v, shape: [1, chunk.a, chunk.b, channels.get(v)!], dtype: 'float32', encodingRef: null })),
+          file: where?.onnx ?? null,
+          encodings: where?.encodings ?? null,
+          qnnGraphName: sg.device === 'NPU' ? sg.id : null,
+          ctxFile: sg.device === 'NPU' ? `ctx/${sg.id}.bin` : null,
+          ...(sg.shadow ? { shadow: sg.shadow } : {}),
+        });
+        ctx.progress.tick();
+      }
+      ctx.progress.done();
+      index = await shadow.commit();
+    } catch (err) {
+      await shadow.abort();
+      throw err;
+    }
+    files.push(SHADOW_HOT, SHADOW_COLD, SHADOW_INDEX);
+    const rowBytes = (w: string, side: 'input' | 'output') => index.entries.find((e) => e.weight === w && e.side === side)?.rowBytes ?? 0;
+    const write = async (file: string, value: unknown) => {
+      await writeFileAtomic(path.join(ctx.outDir, file), JSON.stringify(value, null, 1) + '\n');
+      files.push(file);
+    };
+    await write(SCALES, scalesJson(rec));
+    await write(OUTLIERS, outliersJson(rec, rowBytes));
+    await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries });
+    await write(DEPS, { format: 'llmc-qnn-deps/1', ...subgraphDeps(subgraphs) });
+    const npu = subgraphs.filter((s) => s.device === 'NPU').map((s) => s.id);
+    await writeFileAtomic(path.join(ctx.outDir, HTP_EXT), htpExtJson());
+    await writeFileAtomic(path.join(ctx.outDir, HTP_CONFIG), htpJson(o.soc, npu));
+    const script = path.join(ctx.outDir, BUILD_SCRIPT);
+    await writeFileAtomic(script, buildScript(scriptGraphs, o.soc));
+    await fsp.chmod(script, 0o755);
+    files.push(HTP_EXT, HTP_CONFIG, BUILD_SCRIPT);
+    files.push(...(await writeModelFiles(ctx.outDir, unit)));
+    if (o.build) files.push(...(await buildContexts(ctx.outDir, npu)));
+
+    const syncs = deviceSwitches(subgraphs.filter((s) => s.kind !== 'embed' && s.kind !== 'head'));
+    const hotPct = weightBytes ? (100 * index.hotBytes) / weightBytes : 0;
+    ctx.note(`qnn: ${npu.length} NPU graphs, ${subgraphs.length - npu.length} CPU steps, chunk ${chunk.c} as [1, ${chunk.a}, ${chunk.b}, ·]; shadow rows resident ${(index.hotBytes / 1e3).toFixed(1)} kB (${hotPct.toFixed(2)}% of the int8 weights), ${(index.coldBytes / 1e3).toFixed(1)} kB on demand; ${syncs} CPU↔NPU switches per chunk`);
+    const s = SOCS[o.soc];
+    return {
+      files,
+      tensors,
+      targetInfo: {
+        format: 'qnn',
+        soc: o.soc,
+        dspArch: s.dspArch,
+        socId: s.socId,
+        qnnSdk: QNN_SDK_VERSION,
+        encodings: o.encodings,
+        rounding: rec.rounding,
+        chunk,
+        nMax: Math.ceil(spec.maxPositions / chunk.c),
+        subgraphs: SUBGRAPHS,
+        graphs: { npu: npu.length, cpu: entries.filter((e) => e.file?.startsWith('cpu/')).length, shadowNodes: subgraphs.filter((x) => x.kind === 'shadow').length },
+        syncsPerChunk: syncs,
+        shadow: { hotBytes: index.hotBytes, coldBytes: index.coldBytes, weightBytes, residentPercentOfWeights: hotPct, sides: index.entries.length },
+      },
+    };
+  },
+};
+
+/** config.json and the tokenizer files the source carries (the runner's prompt text). */
+async function writeModelFiles(outDir: string, unit: CompileUnit): Promise<string[]> {
+  const a = unit.source.assets;
+  return writeTextFiles(outDir, [
+    ['config.json', JSON.stringify(a.config, null, 2) + '\n'],
+    ['tokenizer.json', a.tokenizer],
+    ['tokenizer_config.json', a.tokenizerConfig],
+  ]);
+}
+
+/** `--opt qnn.build=true`: build-qnn.sh through execa; its last line on failure. */
+async function buildContexts(outDir: string, npu: string[]): Promise<string[]> {
+  const { execa } = await import('execa');
+  const r = await execa('bash', [BUILD_SCRIPT], { cwd: outDir, reject: false });
+  if (r.exitCode !== 0) {
+    const why = String(r.stderr).trim().split('\n').filter(Boolean).at(-1) ?? `exit code ${r.exitCode}`;
+    throw new LlmcError(`QNN context build failed: ${why}`, path.join(outDir, BUILD_SCRIPT));
+  }
+  return npu.map((id) => `ctx/${id}.bin`);
+}
+
+export type { QLinear };

@@ -1,0 +1,27 @@
+/**
+ * Target `qnn`: what the Qualcomm QNN SDK's converters take for an NPU prefill (mllm-NPU): per static
+ * subgraph an ONNX graph with QDQ nodes carrying the outliers pass's scales and a quantization
+ * encodings JSON, the dynamic attention graphs for the CPU, shadow-outlier weights, HTP configs per
+ * SoC and build-qnn.sh. ./emit.ts writes it; docs/outliers.md describes it.
+ */
+import { UsageError } from '../../src/core/errors.js';
+import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
+import { OUTLIER_SCALES } from '../../src/core/records/outliers.js';
+import { QNN_FORMATS, QNN_OPTIONS, type QnnOptions } from './options.js';
+
+export const qnn: TargetDescriptor<QnnOptions> = {
+  name: 'qnn',
+  description: 'Qualcomm QNN (HTP NPU): static W8A8 QDQ subgraphs + encodings JSON, CPU attention graphs, shadow outlier weights, htp.json, build-qnn.sh',
+  formats: { quant: QNN_FORMATS, default: 'w8a8', tensorTypes: null },
+  options: QNN_OPTIONS,
+  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: true, chunkGraphs: false },
+  quantBlock: () => 1,
+  requires: [OUTLIER_SCALES],
+  checkArch(spec) {
+    if (spec.moe) {
+      throw new UsageError(`--target qnn cannot express ${spec.modelType}'s mixture-of-experts layers (token routing has no static per-tensor graph); it takes dense llama, mistral and qwen2 models`);
+    }
+  },
+  load: async () => (await import('./emit.js')).qnnTarget,
+  open: async (a, o) => (await import('./run.js')).openQnn(a, o),
+};

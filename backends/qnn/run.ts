@@ -1,0 +1,237 @@
+/**
+ * `llmc run` (and quality evaluation) on a qnn artifact: the artifact's own graphs, in the order of
+ * graph/subgraphs.json, the way a device runs a chunked prefill:
+ *   - every ONNX subgraph (the static QDQ graphs of the NPU, the CPU attention, embed and head graphs)
+ *     on onnxruntime, at its static chunk shape [1, a, b, C]: the prompt in chunks of c tokens, the
+ *     last one padded (pads masked out of attention, their KV dropped);
+ *   - the shadow nodes on the CPU in TS (./shadow-exec.ts) from weights/shadow_{hot,cold}.bin.
+ * So perplexity and agreement measured through it are the artifact's (its QDQ rounding, its clipping,
+ * its shadow), not a float approximation. Decoding runs one padded chunk per new token (the static
+ * graphs have one shape).
+ */
+import { promises as fsp } from 'node:fs';
+import path from 'node:path';
+import '../../src/exec/engine/ort-env.js'; // before onnxruntime-node loads
+import * as ort from 'onnxruntime-node';
+import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
+import { LlmcError, UsageError } from '../../src/core/errors.js';
+import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
+import { findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
+import { Sampler } from '../../src/exec/runtime/sampling.js';
+import type { SubgraphEntry } from './emit.js';
+import type { Chunk, QLinear } from './plan.js';
+import { linearOf } from './plan.js';
+import { applyShadow, type ShadowWork } from './shadow-exec.js';
+import { ShadowStore } from './shadow.js';
+
+interface Kv {
+  /** Per layer [1, kvHeads, length, headDim] of real positions only. */
+  keys: ort.Tensor[];
+  values: ort.Tensor[];
+  length: number;
+}
+
+export interface QnnRunStats extends ShadowWork {
+  chunks: number;
+  /** Subgraph runs by device, and device switches (CPU↔NPU synchronizations). */
+  npuRuns: number;
+  cpuRuns: number;
+  syncs: number;
+  coldRows: number;
+  hotRows: number;
+}
+
+export class QnnRunner {
+  readonly stats: QnnRunStats = { chunks: 0, npuRuns: 0, cpuRuns: 0, syncs: 0, outliers: 0, recomputed: 0, coldRows: 0, hotRows: 0 };
+
+  private constructor(
+    readonly spec: ArchSpec,
+    readonly chunk: Chunk,
+    private readonly subgraphs: SubgraphEntry[],
+    private readonly sessions: Map<string, ort.InferenceSession>,
+    private readonly linears: Map<string, QLinear>,
+    private readonly shadow: ShadowStore,
+    private readonly kvShape: { layer: number; heads: number; headDim: number }[],
+  ) {}
+
+  static async open(dir: string, rec: OutlierScales, opts: { threads?: number } = {}): Promise<QnnRunner> {
+    const read = async (file: string) => {
+      try {
+        return JSON.parse(await fsp.readFile(path.join(dir, file), 'utf8')) as Record<string, unknown>;
+      } catch (e) {
+        throw new LlmcError(`cannot read: ${(e as Error).message.split('\n')[0]}`, path.join(dir, file));
+      }
+    };
+    const spec = normalizeConfig(await read('config.json'), path.join(dir, 'config.json'));
+    const sg = await read('graph/subgraphs.json');
+    if (sg.format !== 'llmc-qnn-subgraphs/1') throw new LlmcError(`is not llmc-qnn-subgraphs/1 (format ${JSON.stringify(sg.format)})`, path.join(dir, 'graph/subgraphs.json'));
+    const subgraphs = sg.subgraphs as SubgraphEntry[];
+    const options: ort.InferenceSession.SessionOptions = { graphOptimizationLevel: 'all', executionMode: 'sequential', interOpNumThreads: 1, intraOpNumThreads: opts.threads ?? 1 };
+    const sessions = new Map<string, ort.InferenceSession>();
+    for (const s of subgraphs) {
+      if (!s.file) continue;
+      const file = path.join(dir, s.file);
+      try {
+        sessions.set(s.id, await ort.InferenceSession.create(file, options));
+      } catch (err) {
+        throw new LlmcError(`onnxruntime cannot load the graph: ${String((err as Error).message ?? err).split('\n')[0]}`, file);
+      }
+    }
+    const shadow = new ShadowStore(dir);
+    const decisions = new Map(rec.linears.map((l) => [l.weight, l]));
+    const linears = new Map<string, QLinear>();
+    for (const s of subgraphs) {
+      for (const sh of s.shadow ?? []) {
+        const d = decisions.get(sh.weight);
+        if (!d) throw new LlmcError(`the outliers record has no linear ${sh.weight} (subgraph ${s.id})`, dir);
+        linears.set(sh.weight, linearOf(d, sh.x, sh.y, null)); // its bias values come from the shadow index
+      }
+    }
+    const kvShape = subgraphs
+      .filter((s) => s.kind === 'attention')
+      .map((s) => {
+        const k = s.inputs.find((i) => /^past_key_values\.\d+\.key$/.test(i.name))!;
+        return { layer: Number(/\.(\d+)\./.exec(k.name)![1]), heads: Number(k.shape[1]), headDim: Number(k.shape[3]) };
+      });
+    return new QnnRunner(spec, sg.chunk as Chunk, subgraphs, sessions, linears, shadow, kvShape);
+  }
+
+  emptyKv(): Kv {
+    const empty = () => this.kvShape.map((s) => new ort.Tensor('float32', new Float32Array(0), [1, s.heads, 0, s.headDim]));
+    return { keys: empty(), values: empty(), length: 0 };
+  }
+
+  /** One chunk: `ids` (≤ c tokens) after kv.length positions; logits [n, V] and the grown KV. */
+  async forwardChunk(ids: number[], kv: Kv): Promise<{ logits: Float32Array; kv: Kv }> {
+    const { c } = this.chunk;
+    const n = ids.length;
+    if (n < 1 || n > c) throw new Error(`internal: chunk of ${n} tokens (c = ${c})`);
+    const maxPos = this.spec.maxPositions;
+    if (kv.length + n > maxPos) throw new UsageError(`the sequence is longer than the model's context (${maxPos} tokens)`);
+    const big = (xs: number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
+    const padded = [...ids, ...new Array<number>(c - n).fill(0)];
+    const values = new Map<string, ort.Tensor>();
+    values.set('input_ids', new ort.Tensor('int64', big(padded), [1, c]));
+    values.set('position_ids', new ort.Tensor('int64', big(padded.map((_, i) => Math.min(kv.length + i, maxPos - 1))), [1, c]));
+    const mask = new BigInt64Array(kv.length + c).fill(1n);
+    mask.fill(0n, kv.length + n);
+    values.set('attention_mask', new ort.Tensor('int64', mask, [1, kv.length + c]));
+    this.kvShape.forEach((s, i) => {
+      values.set(`past_key_values.${s.layer}.key`, kv.keys[i]);
+      values.set(`past_key_values.${s.layer}.value`, kv.values[i]);
+    });
+    let last: string | null = null;
+    for (const s of this.subgraphs) {
+      if (s.kind !== 'embed' && s.kind !== 'head') {
+        if (last && last !== s.device) this.stats.syncs++;
+        last = s.device;
+      }
+      if (s.device === 'NPU') this.stats.npuRuns++;
+      else this.stats.cpuRuns++;
+      if (s.shadow) {
+        for (const sh of s.shadow) {
+          const lin = this.linears.get(sh.weight)!;
+          const x = values.get(sh.x)!.data as Float32Array;
+          const yT = values.get(sh.y)!;
+          const y = (yT.data as Float32Array).slice();
+          const work = applyShadow(lin, x, y, n, (side, k) => this.shadow.row(sh.weight, side, k), this.shadow.bias(sh.weight));
+          this.stats.outliers += work.outliers;
+          this.stats.recomputed += work.recomputed;
+          values.set(sh.y, new ort.Tensor('float32', y, yT.dims));
+        }
+        continue;
+      }
+      const session = this.sessions.get(s.id)!;
+      const feeds: Record<string, ort.Tensor> = {};
+      for (const i of s.inputs) {
+        const v = values.get(i.name);
+        if (!v) throw new Error(`internal: ${s.id} reads ${i.name}, which nothing wrote`);
+        feeds[i.name] = v;
+      }
+      const out = await session.run(feeds);
+      for (const o of s.outputs) values.set(o.name, out[o.name]);
+    }
+    this.stats.chunks++;
+    this.stats.coldRows = this.shadow.stats.coldRows;
+    this.stats.hotRows = this.shadow.stats.hotRows;
+    // Keep the KV of real positions only: the next chunk's mask then needs no pad holes.
+    const trim = (t: ort.Tensor, heads: number, hd: number) => {
+      const total = Number(t.dims[2]);
+      const keep = kv.length + n;
+      const src = t.data as Float32Array;
+      const dst = new Float32Array(heads * keep * hd);
+      for (let h = 0; h < heads; h++) dst.set(src.subarray(h * total * hd, (h * total + keep) * hd), h * keep * hd);
+      return new ort.Tensor('float32', dst, [1, heads, keep, hd]);
+    };
+    const next: Kv = {
+      keys: this.kvShape.map((s) => trim(values.get(`present.${s.layer}.key`)!, s.heads, s.headDim)),
+      values: this.kvShape.map((s) => trim(values.get(`present.${s.layer}.value`)!, s.heads, s.headDim)),
+      length: kv.length + n,
+    };
+    const V = this.spec.vocabSize;
+    return { logits: (values.get('logits')!.data as Float32Array).slice(0, n * V), kv: next };
+  }
+
+  /** Logits [T, V] at every position of `ids` from an empty context, chunk by chunk. */
+  async logits(ids: number[]): Promise<Float32Array> {
+    const V = this.spec.vocabSize;
+    const out = new Float32Array(ids.length * V);
+    let kv = this.emptyKv();
+    for (let at = 0; at < ids.length; at += this.chunk.c) {
+      const r = await this.forwardChunk(ids.slice(at, at + this.chunk.c), kv);
+      out.set(r.logits, at * V);
+      kv = r.kv;
+    }
+    return out;
+  }
+
+  async generate(promptIds: number[], opts: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]> {
+    const V = this.spec.vocabSize;
+    for (const id of promptIds) if (!Number.isInteger(id) || id < 0 || id >= V) throw new UsageError(`token id ${id} is outside the vocabulary [0, ${V})`);
+    if (!promptIds.length) throw new UsageError('the prompt is empty');
+    const out: number[] = [];
+    if (opts.maxTokens <= 0) return out;
+    const sampler = new Sampler(opts);
+    const stop = new Set(this.spec.eosTokenIds);
+    let kv = this.emptyKv();
+    let logits: Float32Array = new Float32Array(0);
+    for (let at = 0; at < promptIds.length; at += this.chunk.c) {
+      const r = await this.forwardChunk(promptIds.slice(at, at + this.chunk.c), kv);
+      logits = r.logits;
+      kv = r.kv;
+    }
+    for (;;) {
+      const next = sampler.next(logits.subarray(logits.length - V));
+      out.push(next);
+      if (out.length >= opts.maxTokens || stop.has(next) || kv.length >= this.spec.maxPositions) return out;
+      const r = await this.forwardChunk([next], kv);
+      logits = r.logits;
+      kv = r.kv;
+    }
+  }
+
+  async close(): Promise<void> {
+    this.shadow.close();
+    for (const s of this.sessions.values()) await s.release();
+  }
+}
+
+const readOptional = (file: string) => fsp.readFile(file, 'utf8').catch(() => undefined);
+
+export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
+  if (opts.level !== undefined) throw new UsageError('--level: a qnn artifact has no elastic levels');
+  const rec = findRecord(a.manifest.passes, OUTLIER_SCALES, a.dir);
+  if (!rec) throw new LlmcError('the manifest has no outlier-scales/1 record (written by pass outliers)', a.dir);
+  const runner = await QnnRunner.open(a.dir, rec, { threads: opts.threads });
+  const c = runner.chunk;
+  return {
+    spec: runner.spec,
+    engine: 'onnxruntime (qnn subgraphs) + TS shadow',
+    notes: [`chunked prefill: ${c.c} tokens per chunk as [1, ${c.a}, ${c.b}, C]; shadow outliers on the CPU`],
+    tokenizerJson: await readOptional(path.join(a.dir, 'tokenizer.json')),
+    tokenizerConfigJson: await readOptional(path.join(a.dir, 'tokenizer_config.json')),
+    logits: (ids) => runner.logits(ids),
+    generate: (ids, o) => runner.generate(ids, o),
+    close: () => runner.close(),
+  };
+}
