@@ -6,5 +6,6 @@ import type { PassDescriptor } from '../src/core/pipeline/pass.js';
 import { expertBits } from './expert-bits/index.js';
 import { reorder } from './reorder/index.js';
 import { treeSearch } from './tree-search/index.js';
+import { chunkPartition } from './chunk-partition/index.js';
 
-export const PASSES: PassDescriptor<any>[] = [reorder, expertBits, treeSearch]; // eslint-disable-line @typescript-eslint/no-explicit-any
+export const PASSES: PassDescriptor<any>[] = [reorder, expertBits, treeSearch, chunkPartition]; // eslint-disable-line @typescript-eslint/no-explicit-any

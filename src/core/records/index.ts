@@ -4,3 +4,4 @@ export * from './types.js';
 export * from './elastic.js';
 export * from './expert-table.js';
 export * from './spec-tree.js';
+export * from './chunk-schedule.js';

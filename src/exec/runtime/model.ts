@@ -14,7 +14,7 @@ import type { ExpertStore } from './offload.js';
 import { dequantRow, type Weight } from './kernels.js';
 import { Sampler, type SamplingOptions } from './sampling.js';
 
-export { KvCache, type LayerWidth, type TreeAttention, type WeightTable };
+export { Interpreter, KvCache, type LayerWidth, type TreeAttention, type WeightTable };
 
 export interface ForwardOptions {
   /**
@@ -91,6 +91,11 @@ export class Model {
 
   newCache(): KvCache {
     return this.interpreter.newCache();
+  }
+
+  /** Another interpreter of this model's graph over the same weights, with its own activation buffers (chunked prefill runs one per chunk). */
+  newInterpreter(): Interpreter {
+    return new Interpreter(this.spec, this.graph, this.table);
   }
 
   /**
