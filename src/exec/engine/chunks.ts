@@ -58,6 +58,9 @@ export class OrtChunkPrefill {
     /** Static graphs by subgraph id; attention graphs by chunk index. */
     private readonly statics: Map<string, ort.InferenceSession>,
     private readonly attention: ort.InferenceSession[],
+    private readonly openAttention: (i: number) => Promise<ort.InferenceSession>,
+    /** Attention graphs there are: chunk indices 0..nMax−1. */
+    readonly nMax: number,
     private readonly dims: { kvHeads: number; headDim: number; vocab: number; maxPositions: number; dtype: 'float32' | 'float16' },
   ) {
     for (const s of subgraphs) if (s.kind === 'attention') this.kvInputs.set(s.layer!, s.inputs);
@@ -88,21 +91,22 @@ export class OrtChunkPrefill {
     };
     const statics = new Map<string, ort.InferenceSession>();
     for (const s of subgraphs) if (s.kind !== 'attention' && s.kind !== 'shadow') statics.set(s.id, await open(s.id));
-    const attention: ort.InferenceSession[] = [];
-    for (let i = 0; i < nMax; i++) attention.push(await open(`attention.${i}`));
-    const meta = attention[0].inputMetadata.find((m) => m.name === ATTENTION_IO.q);
+    // Attention graphs open on first use (a prompt of N chunks needs N of them).
+    const first = await open('attention.0');
+    const meta = first.inputMetadata.find((m) => m.name === ATTENTION_IO.q);
     const dtype = meta?.isTensor && meta.type === 'float16' ? 'float16' : 'float32';
-    return new OrtChunkPrefill(c, subgraphs, statics, attention, { ...dims, dtype });
+    return new OrtChunkPrefill(c, subgraphs, statics, [first], (i) => open(`attention.${i}`), nMax, { ...dims, dtype });
   }
 
-  get nMax(): number {
-    return this.attention.length;
+  private async attentionGraph(i: number): Promise<ort.InferenceSession> {
+    while (this.attention.length <= i) this.attention.push(await this.openAttention(this.attention.length));
+    return this.attention[i];
   }
 
   /** Logits of every prompt position [P, V] and the KV cache of the prompt (no pad slot). */
   async prefill(ids: readonly number[], order: ArrayLike<number>, onTask?: (i: number, j: number, ms: number) => void): Promise<{ logits: Float32Array; cache: ChunkCache }> {
     const { c, subgraphs } = this;
-    const { kvHeads: H, headDim: hd, vocab: V, maxPositions, dtype } = this.dims;
+    const { kvHeads: H, headDim: hd, vocab: V, dtype } = this.dims;
     const P = ids.length;
     const N = Math.ceil(P / c);
     const M = subgraphs.length;
@@ -140,7 +144,7 @@ export class OrtChunkPrefill {
     for (const v of s.inputs) feeds[v] = mine.get(v)!;
     if (s.kind === 'attention') {
       const [q, k, v] = s.inputs;
-      const out = await this.attention[i].run(
+      const out = await (await this.attentionGraph(i)).run(
         { [ATTENTION_IO.q]: mine.get(q)!, [ATTENTION_IO.k]: mine.get(k)!, [ATTENTION_IO.v]: mine.get(v)!, past_key: cacheTensor(cache, cache.k[s.layer!], i * c), past_value: cacheTensor(cache, cache.v[s.layer!], i * c) },
         [ATTENTION_IO.out],
       );

@@ -12,7 +12,8 @@
  */
 import { LlmcError } from '../../core/errors.js';
 import type { Op } from '../../core/ir/ir.js';
-import type { SubgraphKind } from '../../core/chunks/partition.js';
+import { partitionGraph, type SubgraphKind } from '../../core/chunks/partition.js';
+import { chunkOrderFor, chunkPlanOf, pickChunkPlan, type ChunkPlanRecord, type ChunkSchedule } from '../../core/records/chunk-schedule.js';
 import type { Interpreter, KvCache, StagedCall } from './interpreter.js';
 import type { Model } from './model.js';
 
@@ -100,5 +101,46 @@ export class ChunkedPrefill {
     const out = new Float32Array(P * V);
     calls.forEach((call, i) => out.set(call.logits(), i * c * V));
     return out;
+  }
+}
+
+/**
+ * The runtime's side of record chunk-schedule/1: a prefill per chunk length (the record's subgraphs
+ * must tile the model's graph), each prompt on the asked length or, with 'auto', the one the record
+ * predicts fastest for it; the tasks in the tabulated order (the heuristic online past nMax).
+ */
+export class RecordChunks {
+  private readonly prefills = new Map<number, ChunkedPrefill>();
+
+  constructor(
+    readonly model: Model,
+    readonly rec: ChunkSchedule,
+    readonly chunk: number | 'auto',
+    where?: string,
+  ) {
+    if (chunk !== 'auto') chunkPlanOf(rec, chunk, where);
+    // The record's cut of the IR must be the model's.
+    const ours = partitionGraph(model.graph, { shadowLayers: rec.shadowLayers }).subgraphs;
+    const same = ours.length === rec.subgraphs.length && ours.every((s, j) => s.id === rec.subgraphs[j].id && s.ops[0] === rec.subgraphs[j].ops[0] && s.ops[1] === rec.subgraphs[j].ops[1]);
+    if (!same) throw new LlmcError("the chunk plan's subgraphs are not this model's (record chunk-schedule/1 was made for another graph)", where);
+  }
+
+  /** The plan a prompt of P tokens runs on, and how its order was found. */
+  planFor(P: number): { plan: ChunkPlanRecord; N: number; tabulated: boolean; predictedMs: number } {
+    const plan = this.chunk === 'auto' ? pickChunkPlan(this.rec, P) : chunkPlanOf(this.rec, this.chunk);
+    const N = Math.ceil(P / plan.c);
+    const o = chunkOrderFor(this.rec, plan, N);
+    return { plan, N, tabulated: o.tabulated, predictedMs: o.makespan };
+  }
+
+  prefill(ids: ArrayLike<number>, cache: KvCache, logits: PrefillLogits = 'last'): Float32Array {
+    const { plan } = this.planFor(ids.length);
+    let p = this.prefills.get(plan.c);
+    if (!p) {
+      const rec = this.rec;
+      p = new ChunkedPrefill(this.model, { c: plan.c, subgraphs: rec.subgraphs, order: (N) => chunkOrderFor(rec, plan, N).order });
+      this.prefills.set(plan.c, p);
+    }
+    return p.prefill(ids, cache, logits);
   }
 }
