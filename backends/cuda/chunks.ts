@@ -1,5 +1,5 @@
 /**
- * The cuda target's chunk graphs (record chunk-schedule/1): per chunk length c, onnx/chunks/c<c>/ with
+ * The cuda target's chunk graphs (record chunk-schedule/1): per chunk length c, onnx/chunk<c>.*.onnx:
  * the static subgraphs once (embed, l<ℓ>.qkv, l<ℓ>.mlp, head: weights by reference into
  * onnx/model.onnx_data, the bytes onnx/model.onnx uses) and one weightless attention graph per chunk
  * index up to the context (src/exec/onnx/chunks.ts). The manifest's targetInfo.chunks lists every graph
@@ -11,12 +11,15 @@ import { partitionGraph } from '../../src/core/chunks/partition.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import type { ChunkSchedule } from '../../src/core/records/chunk-schedule.js';
 import type { Progress } from '../../src/core/util/progress.js';
-import { ensureOutputDir } from '../../src/core/util/atomic.js';
 import { lowerChunkGraphs } from '../../src/exec/onnx/chunks.js';
 import type { DecoderFormats } from '../../src/exec/onnx/decoder.js';
 import { writeOnnx, type ExternalData, type ExternalRef } from '../../src/exec/onnx/external.js';
 
-export const chunkDir = (c: number) => `onnx/chunks/c${c}`;
+/**
+ * A chunk graph's file: next to onnx/model.onnx, because onnxruntime refuses external data outside a
+ * graph's own folder and the weights are model.onnx_data's.
+ */
+export const chunkGraphFile = (c: number, name: string) => `onnx/chunk${c}.${name}.onnx`;
 
 export interface ChunkGraphInfo {
   name: string;
@@ -47,7 +50,6 @@ export interface ChunkMemoryRow {
 
 export interface ChunkSetInfo {
   c: number;
-  dir: string;
   /** Attention graphs for chunk indices 0..attentionGraphs−1 (prompts up to attentionGraphs·c tokens). */
   attentionGraphs: number;
   graphs: ChunkGraphInfo[];
@@ -74,8 +76,6 @@ export async function writeChunkGraphs(
   for (const plan of rec.chunks) {
     const count = Math.ceil(context / plan.c);
     const set = lowerChunkGraphs(unit.source, unit.graph, partition, formats, plan.c, count);
-    const dir = chunkDir(plan.c);
-    await ensureOutputDir(path.join(outDir, dir));
     const graphs: ChunkGraphInfo[] = [];
     const refsUsed = new Map<number, number>(); // offset → length, the static graphs' weights (each once)
     progress.start(`cuda: chunk graphs for c = ${plan.c}`, set.graphs.length);
@@ -88,7 +88,7 @@ export async function writeChunkGraphs(
         if (g.i === null) refsUsed.set(f.ref.offset, f.ref.length);
         return f.ref;
       };
-      const file = `${dir}/${g.name}.onnx`;
+      const file = chunkGraphFile(plan.c, g.name);
       const w = await writeOnnx(path.join(outDir, file), g, data, { minExternalBytes: 0, reuse });
       if (g.i === null) for (const r of w.refs.values()) refsUsed.set(r.offset, r.length);
       files.push(file);
@@ -114,7 +114,7 @@ export async function writeChunkGraphs(
       const modelShared = W + A + dyn + dynAct;
       rows.push({ N, naive, shared, saved: 1 - shared / naive, modelNaive, modelShared, modelSaved: 1 - modelShared / modelNaive });
     }
-    info.push({ c: plan.c, dir, attentionGraphs: count, graphs, memory: { staticGraphBytes, staticWeightBytes, attentionGraphBytes, rows } });
+    info.push({ c: plan.c, attentionGraphs: count, graphs, memory: { staticGraphBytes, staticWeightBytes, attentionGraphBytes, rows } });
   }
   return { files, info };
 }

@@ -38,7 +38,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
     notes,
     engine: 'ts-runtime',
     level: levelId,
-    logits: (ids) => model.forwardAsync(ids, undefined, { widths }),
+    logits: async (ids) => (chunks ? chunks.prefill(ids, model.newCache(), 'all') : model.forwardAsync(ids, undefined, { widths })),
     async generate(promptIds, o) {
       if (speculative) {
         const r = speculative.decoder.generate(promptIds, { maxTokens: o.maxTokens, tree: speculative.tree });
