@@ -194,6 +194,12 @@ describe('llmc run --chunk', () => {
     expect(row.naive).toBe(4 * (row.shared - dyn) + dyn);
     expect(row.saved).toBeGreaterThan(0.6);
     expect(row.saved).toBeLessThan(0.75);
+    // The report's section shows the schedules and the saving.
+    const r = await llmc('report', cuda, '--json', '--no-quality');
+    expect(r.code, r.stderr).toBe(0);
+    const section = (JSON.parse(r.stdout) as { sections: { id: string; data: { chunks: { c: number; schedules: unknown[]; memory: unknown[] }[] } }[] }).sections.find((s) => s.id === 'chunk-schedule')!;
+    expect(section.data.chunks.map((p) => [p.c, p.schedules.length])).toEqual([[4, 6], [16, 6]]);
+    expect(section.data.chunks[0].memory).toEqual(set.memory.rows);
   });
 
   it('refuses bad input with one line and exit code 2', async () => {

@@ -187,6 +187,11 @@ export async function plan(source: ModelSource, graph: ModelGraph, o: ChunkParti
     };
   });
   ctx.progress.done();
+  for (const plan of chunks) {
+    const r = plan.schedules.at(-1)!;
+    const f = (x: number) => x.toPrecision(4);
+    ctx.note(`chunk-partition: c = ${plan.c}, ${r.N} chunks: makespan in order ${f(r.makespan.inOrder)} ms, heuristic ${f(r.makespan.heuristic)}, improved ${f(r.makespan.improved)}, lower bound ${f(r.lowerBound)}${r.optimal ? ' (optimal)' : ''}`);
+  }
   const rec: ChunkSchedule = {
     format: 'chunk-schedule/1',
     subgraphs: p.subgraphs.map((s) => ({ j: s.j, id: s.id, kind: s.kind, layer: s.layer, share: s.share, device: template.nodes[s.j].device, ops: s.ops, inputs: s.inputs, outputs: s.outputs })),
