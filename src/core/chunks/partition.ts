@@ -19,6 +19,7 @@
  */
 import { IO } from '../ir/build.js';
 import type { ModelGraph, Op, V } from '../ir/ir.js';
+import { opInputs, opOutputs } from '../ir/values.js';
 import type { Template, TemplateEdge } from './schedule.js';
 
 export const SUBGRAPH_KINDS = ['embed', 'qkv', 'attention', 'mlp', 'shadow', 'head'] as const;
@@ -54,34 +55,6 @@ export interface Partition {
 export class PartitionError extends Error {}
 
 const GRAPH_INPUTS = (graph: ModelGraph) => new Set(graph.inputs.map((i) => i.name));
-
-/** The values an op reads. */
-export function opInputs(op: Op): V[] {
-  switch (op.op) {
-    case 'embed':
-      return [op.ids];
-    case 'rope':
-      return [op.x, op.cos, op.sin];
-    case 'attention':
-      return [op.q, op.k, op.v, op.pastK, op.pastV];
-    case 'mul':
-    case 'add':
-      return [op.a, op.b];
-    case 'router':
-      return [op.logits];
-    case 'gatherPositions':
-      return [op.x, op.positions];
-    default:
-      return [op.x];
-  }
-}
-
-/** The values an op writes. */
-export function opOutputs(op: Op): V[] {
-  if (op.op === 'attention') return [op.out, op.presentK, op.presentV];
-  if (op.op === 'router') return [op.weights, op.mask];
-  return [op.out];
-}
 
 /**
  * Cut `graph` (the unit's IR, moe ops whole) into the chunk subgraphs. `shadowLayers`: layers with a

@@ -20,7 +20,7 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { CHUNK_IO, chunkIo, type Partition, type Subgraph, type TensorShape } from '../../core/chunks/partition.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { FormattedWeights, formatLabel, gatherRope, opsetFor, type DecoderFormats } from './decoder.js';
-import { causalMask, lowerOps, OnnxGraphBuilder, splicedModel, valueInfo, type LoweringMode, type PendingTensor } from './lower.js';
+import { causalMask, lowerOps, OnnxGraphBuilder, splicedBytes, splicedModel, valueInfo, type LoweringMode, type PendingTensor } from './lower.js';
 import { attr, DT_FLOAT, DT_FLOAT16, DT_INT64, type GraphProto, type ModelProto } from './proto.js';
 
 /** The names the shared attention graphs give their activations (the layer's own are mapped onto them). */
@@ -117,17 +117,5 @@ export function lowerChunkGraphs(source: ModelSource, graph: ModelGraph, partiti
 
 /** A chunk graph as one .onnx buffer (weights inline), for onnxruntime in memory. */
 export async function inlineBytes(g: Pick<ChunkGraph, 'model' | 'graph' | 'tensors'>): Promise<Uint8Array> {
-  const spliced = splicedModel({ ...g.model }, g.graph, g.tensors);
-  const bytes = new Uint8Array(spliced.total);
-  let at = 0;
-  const put = (p: Uint8Array) => {
-    bytes.set(p, at);
-    at += p.length;
-  };
-  put(spliced.head);
-  for (let k = 0; k < g.tensors.length; k++) {
-    put(spliced.tensorHead(k));
-    put(await g.tensors[k].bytes());
-  }
-  return bytes;
+  return splicedBytes(splicedModel({ ...g.model }, g.graph, g.tensors), g.tensors);
 }

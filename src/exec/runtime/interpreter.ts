@@ -16,6 +16,7 @@ import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
 import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
 import { ropeRows, ropeTables } from '../../core/ir/rope.js';
+import { opInputs } from '../../core/ir/values.js';
 import { dequantRow, matmul, type Weight } from './kernels.js';
 import type { ExpertStore } from './offload.js';
 
@@ -182,7 +183,7 @@ export class Interpreter {
   ) {
     this.nrep = spec.numHeads / spec.numKvHeads;
     const uses = new Map<V, number>();
-    for (const op of graph.ops) for (const v of inputsOf(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
+    for (const op of graph.ops) for (const v of opInputs(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
     const ops = graph.ops;
     for (const op of ops) if ('out' in op) this.producer.set(op.out, op);
     for (let i = 0; i < ops.length; i++) {
@@ -699,27 +700,6 @@ function route(logits: Float32Array, K: number, mode: 'softmax-topk-renorm' | 's
   for (let k = 0; k < K; k++) {
     sel[at + k] = order[k];
     gates[at + k] = p[order[k]] / norm;
-  }
-}
-
-/** The values an op reads. */
-function inputsOf(op: Op): V[] {
-  switch (op.op) {
-    case 'embed':
-      return [op.ids];
-    case 'attention':
-      return [op.q, op.k, op.v, op.pastK, op.pastV];
-    case 'mul':
-    case 'add':
-      return [op.a, op.b];
-    case 'moe':
-      return [op.x];
-    case 'router':
-      return [op.logits];
-    case 'gatherPositions':
-      return [op.x, op.positions];
-    default:
-      return [op.x];
   }
 }
 
