@@ -24,9 +24,17 @@ export const suite: BenchSuite = {
     try {
       const art = path.join(tmp, 'art');
       const src = await openCheckpoint(stories);
+      const gguf = path.join(tmp, 'gguf');
       await compile({ source: src, target: 'ts', quant: 'Q8_0', outDir: art, passes: [], progress: silentProgress, note: () => {} });
+      const cuda = path.join(tmp, 'cuda');
+      await compile({ source: src, target: 'gguf', quant: 'Q8_0', outDir: gguf, passes: [], progress: silentProgress, note: () => {} });
+      await compile({ source: src, target: 'cuda', quant: 'fp32', outDir: cuda, passes: [], progress: silentProgress, note: () => {} });
       await src.close();
-      const targets = await fuzzTargets(stories, { manifest: readFileSync(path.join(art, 'llmc-manifest.json'), 'utf8'), weights: new Uint8Array(readFileSync(path.join(art, 'weights.bin'))) });
+      const targets = await fuzzTargets(stories, {
+        ts: { manifest: readFileSync(path.join(art, 'llmc-manifest.json'), 'utf8'), weights: new Uint8Array(readFileSync(path.join(art, 'weights.bin'))) },
+        gguf: new Uint8Array(readFileSync(path.join(gguf, 'model.gguf'))),
+        onnx: new Uint8Array(readFileSync(path.join(cuda, 'onnx/model.onnx'))),
+      });
       const per = quick ? 2_000 : 100_000;
       const results: Record<string, unknown> = {};
       for (const t of targets) {
