@@ -146,8 +146,9 @@ describe('llmc run --chunk', () => {
 
   beforeAll(async () => {
     await fsp.mkdir(tmp, { recursive: true });
-    for (const [target, out] of [['ts', ts], ['cuda', cuda]]) {
-      const r = await llmc('compile', STORIES, '--target', target, ...opts, '-o', out);
+    // The ts artifact's costs measured on the TS runtime, the cuda one's on onnxruntime's chunk graphs.
+    for (const [target, out, costs] of [['ts', ts, 'measure'], ['cuda', cuda, 'measure-ort']]) {
+      const r = await llmc('compile', STORIES, '--target', target, ...opts, '--opt', `chunk-partition.costs=${costs}`, '-o', out);
       expect(r.code, r.stderr).toBe(0);
     }
   });
@@ -176,6 +177,7 @@ describe('llmc run --chunk', () => {
     const manifest = JSON.parse(await fsp.readFile(path.join(cuda, 'llmc-manifest.json'), 'utf8'));
     const rec = findRecord(manifest.passes, CHUNK_SCHEDULE)!;
     expect(rec.chunks.map((p) => p.c)).toEqual([4, 16]);
+    expect(rec.costs.source).toMatch(/onnxruntime/);
     expect(rec.chunks[0].schedules.map((r) => r.N)).toEqual([1, 2, 3, 4, 5, 6]);
     const info = manifest.targetInfo.chunks as { c: number; graphs: { file: string; i: number | null; graphBytes: number }[]; memory: { rows: { N: number; naive: number; shared: number; saved: number }[] } }[];
     const set = info.find((s) => s.c === 4)!;
@@ -200,6 +202,40 @@ describe('llmc run --chunk', () => {
     const section = (JSON.parse(r.stdout) as { sections: { id: string; data: { chunks: { c: number; schedules: unknown[]; memory: unknown[] }[] } }[] }).sections.find((s) => s.id === 'chunk-schedule')!;
     expect(section.data.chunks.map((p) => [p.c, p.schedules.length])).toEqual([[4, 6], [16, 6]]);
     expect(section.data.chunks[0].memory).toEqual(set.memory.rows);
+  });
+
+  it('chunk=auto picks argmin_c E_P[Σ_i t_chunk(i, c)] from a cost file (one length, and the best pair)', async () => {
+    // Static costs grow sub-linearly with c (a fuller NPU), attention grows with the chunk index.
+    const table: Record<number, Record<string, { device: string; ms: number; msPerChunk?: number }>> = {
+      32: { embed: { device: 'CPU', ms: 0.05 }, qkv: { device: 'NPU', ms: 0.9 }, attention: { device: 'CPU', ms: 0.2, msPerChunk: 0.05 }, mlp: { device: 'NPU', ms: 2.2 }, head: { device: 'CPU', ms: 0.8 } },
+      128: { embed: { device: 'CPU', ms: 0.1 }, qkv: { device: 'NPU', ms: 1.6 }, attention: { device: 'CPU', ms: 0.8, msPerChunk: 0.6 }, mlp: { device: 'NPU', ms: 4.5 }, head: { device: 'CPU', ms: 2.5 } },
+      256: { embed: { device: 'CPU', ms: 0.3 }, qkv: { device: 'NPU', ms: 3.3 }, attention: { device: 'CPU', ms: 2, msPerChunk: 4.5 }, mlp: { device: 'NPU', ms: 9.8 }, head: { device: 'CPU', ms: 5 } },
+    };
+    const file = path.join(tmp, 'costs-auto.json');
+    await fsp.writeFile(file, JSON.stringify({ format: 'llmc-chunk-costs/1', device: 'test', chunks: Object.entries(table).map(([c, subgraphs]) => ({ c: Number(c), subgraphs })) }));
+    const prompts = [20, 100, 300, 500];
+    // stories260K: embed, 5 × (qkv, attention, mlp), head.
+    const count: Record<string, number> = { embed: 1, qkv: 5, attention: 5, mlp: 5, head: 1 };
+    const cost = (c: number, P: number) => {
+      let s = 0;
+      for (let i = 0; i < Math.ceil(P / c); i++) for (const [k, n] of Object.entries(count)) s += n * (table[c][k].ms + (table[c][k].msPerChunk ?? 0) * (i + 1));
+      return s;
+    };
+    const E = (set: number[]) => prompts.reduce((a, P) => a + Math.min(...set.map((c) => cost(c, P))), 0) / prompts.length;
+    const cs = [32, 128, 256];
+    const best1 = cs.reduce((a, b) => (E([b]) < E([a]) ? b : a));
+    const pairs = [[32, 128], [32, 256], [128, 256]];
+    const best2 = pairs.reduce((a, b) => (E(b) < E(a) ? b : a));
+    for (const [lengths, want] of [['1', [best1]], ['2', best2]] as const) {
+      const out = path.join(tmp, `auto${lengths}`);
+      const r = await llmc('compile', STORIES, '--target', 'ts', '--passes', 'chunk-partition', '--opt', `chunk-partition.costs=${file}`, '--opt', `chunk-partition.prompts=${prompts.join(',')}`, '--opt', `chunk-partition.lengths=${lengths}`, '--opt', 'chunk-partition.nMax=2', '-o', out);
+      expect(r.code, r.stderr).toBe(0);
+      const rec = findRecord(JSON.parse(await fsp.readFile(path.join(out, 'llmc-manifest.json'), 'utf8')).passes, CHUNK_SCHEDULE)!;
+      expect(rec.choice.chosen).toEqual(want);
+      for (const e of rec.choice.expected) expect(Math.abs(e.serialMs - E([e.c])) / E([e.c])).toBeLessThan(1e-5); // 6 significant digits
+      expect(rec.processors.sort()).toEqual(['CPU', 'NPU']);
+    }
+    expect(best1).not.toBe(32); // the table makes the choice non-trivial
   });
 
   it('refuses bad input with one line and exit code 2', async () => {
