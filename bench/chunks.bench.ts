@@ -80,7 +80,7 @@ function scheduling(quick: boolean) {
 }
 
 async function prefillSpeed(quick: boolean) {
-  const fx = await cachedFixture('llama-30M', { arch: 'llama', tokenizer: 'none' });
+  const fx = await cachedFixture('llama-30M', { arch: 'llama', tokenizer: 'none', planted: false });
   const ck = await openCheckpoint(fx.dir);
   try {
     const model = await modelFromTensors(ck);
