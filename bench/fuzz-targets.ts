@@ -44,7 +44,9 @@ export function mutatedJson(base: Json): fc.Arbitrary<Json> {
   const edits = fc.array(fc.tuple(fc.nat(), nastyValue, fc.boolean()), { minLength: 1, maxLength: 3 });
   return edits.map((list) => {
     let v: Json = structuredClone(base);
-    for (const [pick, value, remove] of list) {
+    for (const [pick, shared, remove] of list) {
+      // fc.constantFrom hands out the same object every time: edit a copy, or inputs grow cycles.
+      const value = structuredClone(shared);
       const all = nodes(v);
       const p = all[pick % all.length];
       if (p.length === 0) {
@@ -114,12 +116,16 @@ export async function fuzzTargets(stories: string, { ts: tsArtifact, gguf, onnx 
     for (const [f, c] of Object.entries(files)) writeFileSync(path.join(d, f), c);
     return d;
   };
+  // The directory goes whatever happens: a 100k-input run leaves nothing behind (each is a whole model).
   const checkpoint = async (dir: string) => {
-    const ck = await openCheckpoint(dir);
     try {
-      for (const t of ck.tensors.slice(0, 3)) await ck.readF32(t.name);
+      const ck = await openCheckpoint(dir);
+      try {
+        for (const t of ck.tensors.slice(0, 3)) await ck.readF32(t.name);
+      } finally {
+        await ck.close();
+      }
     } finally {
-      await ck.close();
       await fsp.rm(dir, { recursive: true, force: true });
     }
   };

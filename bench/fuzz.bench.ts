@@ -15,6 +15,10 @@ import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 
 const HANG_MS = 1000;
 
+/** An input, short, for the report (Uint8Arrays and bigints as JSON cannot say them). */
+const describe = (input: unknown) =>
+  JSON.stringify(input, (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v instanceof Uint8Array ? `<${v.length} bytes>` : v)).slice(0, 300);
+
 export const suite: BenchSuite = {
   name: 'fuzz',
   description: 'every reader of untrusted files against mutated inputs: crashes and hangs must be 0',
@@ -48,7 +52,7 @@ export const suite: BenchSuite = {
               else r.rejected++;
             } catch (e) {
               r.crashes++;
-              r.firstCrash ??= `${(e as Error).message} ← ${JSON.stringify(input).slice(0, 300)}`;
+              r.firstCrash ??= `${(e as Error).message} ← ${describe(input)}`;
             }
             const ms = performance.now() - s;
             if (ms > HANG_MS) r.hangs++;
@@ -57,6 +61,8 @@ export const suite: BenchSuite = {
           }
         }
         results[t.name] = { ...r, slowestMs: round(r.slowestMs, 1), perInputMs: round((performance.now() - t0) / r.tried, 3) };
+        // Each reader's line as it finishes: a long run that is stopped keeps what it measured.
+        process.stderr.write(`${JSON.stringify({ [t.name]: results[t.name] })}\n`);
       }
       targets[0]?.close();
       return results;

@@ -92,6 +92,7 @@ export const suite: BenchSuite = {
           rmSync(out, { recursive: true, force: true });
         }
         results[target] = r;
+        process.stderr.write(`${JSON.stringify({ [target]: r })}\n`);
       }
       return results;
     } finally {
