@@ -10,6 +10,7 @@ import { suite as fuzz } from './fuzz.bench.js';
 import { suite as experts } from './experts.bench.js';
 import { suite as treeSearch } from './tree-search.bench.js';
 import { suite as cuda } from './cuda.bench.js';
+import { suite as chunks } from './chunks.bench.js';
 import { suite as kill } from './kill.bench.js';
 import { suite as recovery } from './recovery.bench.js';
 import { suite as outliers } from './outliers.bench.js';
@@ -31,6 +32,7 @@ export const SUITES: SuiteEntry[] = [
   experts,
   treeSearch,
   cuda,
+  chunks,
   kill,
   recovery,
   outliers,

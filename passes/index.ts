@@ -7,5 +7,6 @@ import { expertBits } from './expert-bits/index.js';
 import { reorder } from './reorder/index.js';
 import { treeSearch } from './tree-search/index.js';
 import { outliers } from './outliers/index.js';
+import { chunkPartition } from './chunk-partition/index.js';
 
-export const PASSES: PassDescriptor<any>[] = [reorder, expertBits, treeSearch, outliers]; // eslint-disable-line @typescript-eslint/no-explicit-any
+export const PASSES: PassDescriptor<any>[] = [reorder, expertBits, treeSearch, outliers, chunkPartition]; // eslint-disable-line @typescript-eslint/no-explicit-any

@@ -19,11 +19,12 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { sliceSource } from '../../src/core/pipeline/elastic.js';
 import type { EmitContext, EmitResult, FormatRequest, Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
-import { ELASTIC_LEVELS, findRecord, type Level } from '../../src/core/records/index.js';
+import { CHUNK_SCHEDULE, ELASTIC_LEVELS, findRecord, type Level } from '../../src/core/records/index.js';
 import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core/util/atomic.js';
 import { lowerDecoder, type DecoderFormats, type DecoderGraph, type Layout, type WeightFormat } from '../../src/exec/onnx/decoder.js';
 import { ExternalData, inlineSize, writeOnnx, type ExternalRef } from '../../src/exec/onnx/external.js';
 import { MAX_PROTO_BYTES } from '../../src/exec/onnx/lower.js';
+import { writeChunkGraphs, type ChunkSetInfo } from './chunks.js';
 import { buildScript, engineProfile, type GraphFacts } from './engine-plan.js';
 import { blockOf, DEFAULT_FORMAT, DEVICE_PROFILES, type CudaFormat, type CudaOptions } from './options.js';
 
@@ -105,12 +106,14 @@ export const cudaTarget: Target<CudaOptions> = {
       throw new LlmcError('cuda.build=true needs TensorRT\'s trtexec on PATH (or TRTEXEC=/path/to/trtexec; on Jetson /usr/src/tensorrt/bin/trtexec): install TensorRT, or compile without cuda.build and run build-engine.sh where TensorRT is');
     }
     const levels = (findRecord(unit.records, ELASTIC_LEVELS)?.levels ?? []).filter((lv) => !isFull(lv, source));
+    // Chunk graphs (record chunk-schedule/1) refer to model.onnx's weights in the shared data file.
+    const chunkRec = findRecord(unit.records, CHUNK_SCHEDULE);
     const formats = cudaFormats(unit, ctx.formats, o, levels.length ? prefixLayout(unit.graph) : undefined);
     const full = lowerDecoder(source, unit.graph, formats);
 
     // Inline (one file) unless it would not fit protobuf's 2 GiB, or external data was asked for; levels share one data file.
     const inline = inlineSize(full);
-    const external = levels.length > 0 || o.externalData === true || (o.externalData === 'auto' && inline > MAX_PROTO_BYTES);
+    const external = levels.length > 0 || chunkRec !== null || o.externalData === true || (o.externalData === 'auto' && inline > MAX_PROTO_BYTES);
     if (!external && inline > MAX_PROTO_BYTES) {
       throw new LlmcError(
         `the graph would be ${(inline / 2 ** 30).toFixed(2)} GiB in one .onnx file, above protobuf's 2 GiB limit: use --opt cuda.externalData=true (or auto)`,
@@ -122,11 +125,12 @@ export const cudaTarget: Target<CudaOptions> = {
     const files = [GRAPH];
     const data = external ? await ExternalData.create(path.join(ctx.outDir, DATA), path.basename(DATA), full.tensors.reduce((a, t) => a + t.byteLength, 0)) : null;
     const written: WrittenLevel[] = [];
+    let chunkInfo: ChunkSetInfo[] | null = null;
     let fullBytes: { graph: number; data: number };
     const facts: GraphFacts[] = [graphFacts(GRAPH, full, formats.compute)];
     try {
       ctx.progress.start('cuda: writing onnx/model.onnx', full.tensors.length);
-      const minExternalBytes = levels.length ? 0 : undefined;
+      const minExternalBytes = levels.length || chunkRec ? 0 : undefined;
       const w = await writeOnnx(path.join(ctx.outDir, GRAPH), full, data, { minExternalBytes, onTensor: () => ctx.progress.tick() });
       ctx.progress.done();
       fullBytes = { graph: w.graphBytes, data: w.appendedBytes };
@@ -150,6 +154,12 @@ export const cudaTarget: Target<CudaOptions> = {
         files.push(file);
         facts.push(graphFacts(file, g, formats.compute));
         written.push({ id: lv.id, file, nominal: lv.nominal, paramFrac: lv.paramFrac, kvHeads: g.io.kvHeads, sharedBytes, ownBytes: lw.appendedBytes, graphBytes: lw.graphBytes });
+      }
+      if (chunkRec) {
+        const refs = new Map([...fullRefs].map(([name, f]) => [name, { ref: f.ref, dataType: f.t.dataType }]));
+        const c = await writeChunkGraphs(unit, chunkRec, formats, ctx.outDir, data!, refs, ctx.progress);
+        files.push(...c.files);
+        chunkInfo = c.info;
       }
       if (data) {
         await data.commit();
@@ -194,6 +204,13 @@ export const cudaTarget: Target<CudaOptions> = {
       targetInfo.levels = written;
       targetInfo.levelLayouts = { shared: own, separate, saved: separate - own };
       ctx.note(`cuda: ${written.length} level graphs share ${DATA}: ${(own / 1e6).toFixed(2)} MB, ${(separate / 1e6).toFixed(2)} MB as separate files`);
+    }
+    if (chunkInfo) {
+      targetInfo.chunks = chunkInfo;
+      for (const s of chunkInfo) {
+        const row = s.memory.rows.find((r) => r.N === 4) ?? s.memory.rows.at(-1)!;
+        ctx.note(`cuda: chunk graphs for c = ${s.c} share their weights: at ${row.N} chunks ${(row.shared / 1e6).toFixed(2)} MB against ${(row.naive / 1e6).toFixed(2)} MB as one graph per chunk (${(100 * row.saved).toFixed(1)}% saved)`);
+      }
     }
     if (trtexec) files.push(await buildEngine(ctx.outDir, o.profile, trtexec));
     return { files, targetInfo };

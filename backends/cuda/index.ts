@@ -12,7 +12,7 @@ export const cuda: TargetDescriptor<CudaOptions> = {
   description: 'ONNX decoder dir for onnxruntime / transformers.js / TensorRT (fp32, fp16, int8, int4 MatMulNBits or DequantizeLinear) + build-engine.sh',
   formats: { quant: CUDA_FORMATS, default: DEFAULT_FORMAT, tensorTypes: CUDA_FORMATS },
   options: CUDA_OPTIONS,
-  capabilities: { elasticWidths: { kind: 'per-layer' }, perTensorFormats: true, perExpertFormats: true, qdq: false, chunkGraphs: false },
+  capabilities: { elasticWidths: { kind: 'per-layer' }, perTensorFormats: true, perExpertFormats: true, qdq: false, chunkGraphs: true },
   quantBlock: (r) => cudaQuantBlock(r),
   requires: [],
   load: async () => (await import('./emit.js')).cudaTarget,

@@ -1,6 +1,7 @@
 /**
  * `llmc run` on a cuda artifact: its onnx/model.onnx on onnxruntime, or with --level the graph of
- * that elastic level (the elastic-prefix record picks the level, targetInfo names its graph).
+ * that elastic level (the elastic-prefix record picks the level, targetInfo names its graph), or with
+ * --chunk a prefill through its chunk graphs in the scheduled order, then decoding on model.onnx.
  */
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { ELASTIC_LEVELS, findRecord, levelNotes, selectLevel } from '../../src/core/records/index.js';
@@ -20,5 +21,13 @@ export async function openCuda(a: Artifact, opts: RunOptions): Promise<ArtifactR
   }
   const runner = await openDecoderDir(a.dir, { threads: opts.threads, graph });
   runner.notes.push(...notes);
+  if (opts.chunk !== undefined) {
+    try {
+      return await (await import('./run-chunks.js')).chunkedRunner(a, opts, runner);
+    } catch (err) {
+      await runner.close();
+      throw err;
+    }
+  }
   return { ...runner, level: levelId };
 }

@@ -2,14 +2,22 @@
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
-import { ELASTIC_LEVELS, findRecord, levelNotes, MANIFEST_FILE, requireSpecTree, selectLevel, SPEC_TREE } from '../../src/core/records/index.js';
+import { UsageError } from '../../src/core/errors.js';
+import { CHUNK_SCHEDULE, ELASTIC_LEVELS, findRecord, levelNotes, MANIFEST_FILE, requireChunkSchedule, requireSpecTree, selectLevel, SPEC_TREE } from '../../src/core/records/index.js';
+import { RecordChunks } from '../../src/exec/runtime/chunked.js';
 import { canMergeLevel } from '../../src/exec/runtime/load.js';
+import { Sampler } from '../../src/exec/runtime/sampling.js';
 import { loadDir, tokenizerFiles } from '../../src/exec/runtime/node.js';
 import type { Model, RunnableLevel } from '../../src/exec/runtime/model.js';
 import { drafterFor, SpeculativeDecoder, treeFor } from '../../src/exec/runtime/speculative.js';
 
 export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
   const notes: string[] = [];
+  if (opts.chunk !== undefined) {
+    for (const [on, flag] of [[opts.level !== undefined, '--level'], [opts.speculative, '--speculative'], [opts.experts, '--expert-cache']] as const) {
+      if (on) throw new UsageError(`--chunk and ${flag} do not combine`);
+    }
+  }
   if (opts.threads !== undefined) notes.push('--threads has no effect on the TS runtime (it runs on one thread)');
   // --level runs one level: its recovery adapters merged into F32 copies of its slices at load (decode
   // 3–5× faster than low-rank terms per token on stories260K, bench/recovery.bench.ts), the rest of
@@ -31,6 +39,8 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
   }
   const level = run && { widths: run.widths, adapters: run.adapters };
   const speculative = opts.speculative ? await speculativeDecoder(a, model, opts.speculative.draft) : null;
+  const chunks = opts.chunk !== undefined ? chunkedPrefill(a, model, opts) : null;
+  if (chunks) notes.push(`chunked prefill: chunk length ${opts.chunk === 'auto' ? `per prompt among ${chunks.rec.chunks.map((p) => p.c).join(', ')}` : opts.chunk}, subgraphs in the scheduled order (${chunks.rec.costs.source})`);
   let stats: Record<string, unknown> | null = null;
   return {
     spec: model.spec,
@@ -38,7 +48,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
     notes,
     engine: 'ts-runtime',
     level: run?.level.id,
-    logits: (ids) => model.forwardAsync(ids, undefined, { ...level }),
+    logits: async (ids) => (chunks ? chunks.prefill(ids, model.newCache(), 'all') : model.forwardAsync(ids, undefined, { ...level })),
     async generate(promptIds, o) {
       if (speculative) {
         const r = speculative.decoder.generate(promptIds, { maxTokens: o.maxTokens, tree: speculative.tree });
@@ -56,6 +66,20 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
         return r.tokens;
       }
       const out: number[] = [];
+      if (chunks) {
+        const p = chunks.planFor(promptIds.length);
+        notes.push(`prompt of ${promptIds.length} tokens: ${p.N} chunk(s) of ${p.plan.c}, ${p.tabulated ? 'tabulated' : 'online heuristic'} schedule (predicted ${p.predictedMs.toPrecision(4)} ms)`);
+        const cache = model.newCache();
+        const sampler = new Sampler(o);
+        const stop = new Set(model.spec.eosTokenIds);
+        let logits = chunks.prefill(promptIds, cache, 'last');
+        for (;;) {
+          const next = sampler.next(logits);
+          out.push(next);
+          if (out.length >= o.maxTokens || stop.has(next)) return out;
+          logits = model.forward([next], cache, { lastOnly: true });
+        }
+      }
       for await (const id of model.generate(promptIds, { ...o, ...level })) out.push(id);
       return out;
     },
@@ -63,6 +87,13 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
     close: () => model.close(),
     expertStats: () => (model.experts ? { ...model.experts.stats, capacity: model.experts.capacity, policy: model.experts.policy, preload: model.experts.fanout } : null),
   };
+}
+
+/** The artifact's chunk plan (record chunk-schedule/1) on the TS runtime. */
+function chunkedPrefill(a: Artifact, model: Model, opts: RunOptions): RecordChunks {
+  const file = path.join(a.dir, MANIFEST_FILE);
+  const rec = requireChunkSchedule(findRecord(a.manifest.passes, CHUNK_SCHEDULE, file), a.path);
+  return new RecordChunks(model, rec, opts.chunk!, a.path);
 }
 
 /** The target's own verification tree (record spec-tree/1) and its draft: an elastic level, skipped layers, or `draft`'s artifact. */

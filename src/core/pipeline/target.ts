@@ -149,6 +149,8 @@ export interface RunOptions {
   experts?: { capacity: number; policy?: 'edgemoe' | 'lru' | 'lfu'; preload?: number };
   /** Greedy speculative decoding with the artifact's verification tree (record spec-tree/1); `draft`: a draft ts artifact. */
   speculative?: { draft?: string };
+  /** Chunked prefill through the artifact's chunk plan (record chunk-schedule/1): this chunk length, or the one predicted fastest per prompt. */
+  chunk?: number | 'auto';
 }
 
 export interface TargetDescriptor<O = unknown> {

@@ -5,3 +5,4 @@ export * from './elastic.js';
 export * from './expert-table.js';
 export * from './spec-tree.js';
 export * from './outliers.js';
+export * from './chunk-schedule.js';

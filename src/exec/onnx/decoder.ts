@@ -319,21 +319,22 @@ export function decoderIo(io: DecoderIo): { inputs: ValueInfoProto[]; outputs: V
  * Lower `graph` (the unit's IR, or a level's narrowed one) with weights from `source` as a decoder
  * graph. The opset is 17, or 21 where int4 DequantizeLinear needs it.
  */
-export function lowerDecoder(source: ModelSource, graph: ModelGraph, formats: DecoderFormats): DecoderGraph {
-  const spec = graph.spec;
-  const compute = formats.compute === 'fp16' ? DT_FLOAT16 : DT_FLOAT;
-  const weights = new FormattedWeights(formats);
-  const ops = primitiveOps(graph);
+/** The opset a graph of these ops needs: 17, or 21 where int4 DequantizeLinear is used. */
+export function opsetFor(ops: readonly Op[], formats: DecoderFormats): number {
   const usesDqInt4 = ops.some((op) => {
     if (op.op !== 'linear') return false;
     const f = formats.format(op.weight, 'linear', op);
     return f.kind === 'int4' && f.encoding === 'dequantizelinear';
   });
-  const opset = usesDqInt4 ? 21 : 17;
-  const mode: LoweringMode = { opset, compute, weights, ropeAxis: 2, mask: paddedCausalMask(DECODER_IO.attentionMask), allPositions: true };
-  const b = new OnnxGraphBuilder(source, mode);
+  return usesDqInt4 ? 21 : 17;
+}
 
-  // Rope tables for every position, gathered by position_ids into the IR's cos/sin values [B, T, hd/2].
+/**
+ * Rope tables for every position (initializers cos_cache / sin_cache [max_position_embeddings, hd/2]
+ * in the compute dtype), gathered by `positionIds` into the IR's cos/sin values [B, T, hd/2].
+ */
+export function gatherRope(b: OnnxGraphBuilder, spec: ModelGraph['spec'], positionIds: string): void {
+  const compute = b.mode.compute;
   const half = spec.headDim / 2;
   const maxPositions = spec.maxPositions;
   const tables = () => ropeTables(spec, 0, maxPositions);
@@ -351,8 +352,22 @@ export function lowerDecoder(source: ModelSource, graph: ModelGraph, formats: De
     },
   });
   for (const which of ['cos', 'sin'] as const) {
-    b.node('Gather', [b.tensor(table(which)), DECODER_IO.positionIds], [attr('axis', 0)], which === 'cos' ? IO.cos : IO.sin);
+    b.node('Gather', [b.tensor(table(which)), positionIds], [attr('axis', 0)], which === 'cos' ? IO.cos : IO.sin);
   }
+}
+
+export function lowerDecoder(source: ModelSource, graph: ModelGraph, formats: DecoderFormats): DecoderGraph {
+  const spec = graph.spec;
+  const compute = formats.compute === 'fp16' ? DT_FLOAT16 : DT_FLOAT;
+  const weights = new FormattedWeights(formats);
+  const ops = primitiveOps(graph);
+  const opset = opsetFor(ops, formats);
+  const mode: LoweringMode = { opset, compute, weights, ropeAxis: 2, mask: paddedCausalMask(DECODER_IO.attentionMask), allPositions: true };
+  const b = new OnnxGraphBuilder(source, mode);
+  const maxPositions = spec.maxPositions;
+
+  // Rope tables for every position, gathered by position_ids into the IR's cos/sin values [B, T, hd/2].
+  gatherRope(b, spec, DECODER_IO.positionIds);
 
   // The IR's KV-cache values take the convention's names; logits leave as float32.
   const kvHeads: number[] = [];

@@ -582,6 +582,22 @@ export function splicedModel(model: ModelProto, graph: GraphProto, tensors: read
   };
 }
 
+/** A spliced model as one buffer (its tensors' bytes read in order). */
+export async function splicedBytes(spliced: SplicedModel, tensors: readonly PendingTensor[]): Promise<Uint8Array> {
+  const bytes = new Uint8Array(spliced.total);
+  let at = 0;
+  const put = (p: Uint8Array) => {
+    bytes.set(p, at);
+    at += p.length;
+  };
+  put(spliced.head);
+  for (let i = 0; i < tensors.length; i++) {
+    put(spliced.tensorHead(i));
+    put(await tensors[i].bytes());
+  }
+  return bytes;
+}
+
 /** Lower the model of `source` to ONNX bytes (and what its outputs mean). */
 export async function lowerToOnnx(source: ModelSource, opts: LowerOptions = {}): Promise<LoweredModel> {
   const graph = opts.graph ?? buildModel(source.spec);
@@ -624,17 +640,7 @@ export async function lowerToOnnx(source: ModelSource, opts: LowerOptions = {}):
   if (spliced.total > MAX_PROTO_BYTES) {
     throw new LlmcError(`model is ${(spliced.total / 2 ** 30).toFixed(2)} GiB as float32 ONNX, above protobuf's 2 GiB limit`, source.description);
   }
-  const bytes = new Uint8Array(spliced.total);
-  let at = 0;
-  const put = (p: Uint8Array) => {
-    bytes.set(p, at);
-    at += p.length;
-  };
-  put(spliced.head);
-  for (let i = 0; i < pending.length; i++) {
-    put(spliced.tensorHead(i));
-    put(await pending[i].bytes());
-  }
+  const bytes = await splicedBytes(spliced, pending);
   return { bytes, graph, taps, outputNames, weightInputs, routerBiases };
 }
 

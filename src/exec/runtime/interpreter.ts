@@ -16,6 +16,7 @@ import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
 import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
 import { ropeRows, ropeTables } from '../../core/ir/rope.js';
+import { opInputs } from '../../core/ir/values.js';
 import { dequantRow, matmul, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
@@ -118,6 +119,21 @@ export interface RunOptions {
   rowwise?: boolean;
   /** An elastic level's low-rank adapters (by weight name), added to its linears' outputs. */
   adapters?: LevelAdapters;
+  /**
+   * The cache slot of the first new token (default: the cache's length). Chunked prefill runs chunk i
+   * at pos0 = i·c while the chunks before it may still be running (see `stage`).
+   */
+  pos0?: number;
+}
+
+/** A forward call run op range by op range (`Interpreter.stage`). */
+export interface StagedCall {
+  /** Run graph.ops[from, to): the ranges of one call must come in order and cover every op once. */
+  runOps(from: number, to: number): void;
+  /** A value's rows computed so far ([rows, channels] row-major, a view of the interpreter's buffer). */
+  value(v: V): Float32Array;
+  /** The logits of the call's positions once every op ran. */
+  logits(): Float32Array;
 }
 
 /** What one forward call runs over. */
@@ -162,6 +178,8 @@ export class Interpreter {
   private readonly nrep: number;
   /** The op that writes each value (rope reads which heads its input's producer kept). */
   private readonly producer = new Map<V, Op>();
+  /** The step that runs each op (a fused silu·mul pair shares one). */
+  private readonly stepOf: number[] = [];
 
   constructor(
     readonly spec: ArchSpec,
@@ -170,14 +188,16 @@ export class Interpreter {
   ) {
     this.nrep = spec.numHeads / spec.numKvHeads;
     const uses = new Map<V, number>();
-    for (const op of graph.ops) for (const v of inputsOf(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
+    for (const op of graph.ops) for (const v of opInputs(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
     const ops = graph.ops;
     for (const op of ops) if ('out' in op) this.producer.set(op.out, op);
     for (let i = 0; i < ops.length; i++) {
       const op = ops[i];
       const next = ops[i + 1];
       // silu(g) read only by the next op, a mul with u: one fused loop (and its rounding).
+      this.stepOf[i] = this.steps.length;
       if (op.op === 'silu' && next?.op === 'mul' && next.a === op.out && uses.get(op.out) === 1) {
+        this.stepOf[i + 1] = this.steps.length;
         this.steps.push(this.siluMul(op.x, next.b, next.out));
         i++;
         continue;
@@ -213,6 +233,35 @@ export class Interpreter {
     return this.finish(frame);
   }
 
+  /**
+   * A call whose ops the caller runs range by range (chunked prefill interleaves the subgraphs of
+   * several chunks, each chunk on its own interpreter over the same weights): the frame is set up at
+   * `opts.pos0`; the cache must already have room for its positions (reserve it first: growing it
+   * keeps only `length` slots). The cache's length is the caller's to set.
+   */
+  stage(ids: ArrayLike<number>, cache: KvCache, positions: number[], opts: RunOptions = {}): StagedCall {
+    if (this.table.experts) throw new LlmcError('chunked prefill runs models whose experts are resident (not --expert-cache)');
+    const capacity = cache.capacity;
+    const frame = this.frame(ids, cache, positions, undefined, opts);
+    if (cache.capacity !== capacity && (opts.pos0 ?? 0) > 0) throw new LlmcError('internal: reserve the KV cache before staging chunks');
+    let next = 0;
+    return {
+      runOps: (from, to) => {
+        if (from !== next || to < from || to > this.graph.ops.length) throw new LlmcError(`internal: staged ops [${from}, ${to}) after ${next}`);
+        if (from === to) return;
+        const first = this.stepOf[from];
+        if (from > 0 && this.stepOf[from - 1] === first) throw new LlmcError(`internal: op ${from} is fused with the op before it`);
+        for (let k = first; k <= this.stepOf[to - 1]; k++) this.steps[k](frame);
+        next = to;
+      },
+      value: (v) => this.buffer(v).data.subarray(0, this.rowCount(v, frame) * this.buffer(v).channels),
+      logits: () => {
+        const logits = this.buffer(IO.logits);
+        return logits.data.slice(0, frame.positions.length * logits.channels);
+      },
+    };
+  }
+
   /** Check the call and set up its frame (the cache grows to hold the new positions). */
   private frame(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths: LayerWidth[] | undefined, opts: RunOptions): Frame {
     const s = this.spec;
@@ -223,7 +272,7 @@ export class Interpreter {
       const id = ids[t];
       if (!Number.isInteger(id) || id < 0 || id >= s.vocabSize) throw new LlmcError(`token id ${id} is outside the vocabulary (0..${s.vocabSize - 1})`);
     }
-    const pos0 = cache.length;
+    const pos0 = opts.pos0 ?? cache.length;
     cache.reserve(pos0 + T);
     if (opts.tree) checkTree(opts.tree, T, pos0);
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
@@ -658,27 +707,6 @@ function route(logits: Float32Array, K: number, mode: 'softmax-topk-renorm' | 's
   for (let k = 0; k < K; k++) {
     sel[at + k] = order[k];
     gates[at + k] = p[order[k]] / norm;
-  }
-}
-
-/** The values an op reads. */
-function inputsOf(op: Op): V[] {
-  switch (op.op) {
-    case 'embed':
-      return [op.ids];
-    case 'attention':
-      return [op.q, op.k, op.v, op.pastK, op.pastV];
-    case 'mul':
-    case 'add':
-      return [op.a, op.b];
-    case 'moe':
-      return [op.x];
-    case 'router':
-      return [op.logits];
-    case 'gatherPositions':
-      return [op.x, op.positions];
-    default:
-      return [op.x];
   }
 }
 

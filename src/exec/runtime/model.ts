@@ -18,7 +18,7 @@ import { ELASTIC_LEVELS, levelWidths, selectLevel, type Level } from '../../core
 import { findRecord } from '../../core/records/types.js';
 import { LlmcError } from '../../core/errors.js';
 
-export { KvCache, type LayerWidth, type TreeAttention, type WeightTable, type LevelAdapters };
+export { Interpreter, KvCache, type LayerWidth, type TreeAttention, type WeightTable, type LevelAdapters };
 
 /** An elastic level ready to run: pass it to forward / generate (`{ ...model.level('0.5') }`). */
 export interface RunnableLevel {
@@ -108,6 +108,11 @@ export class Model {
 
   newCache(): KvCache {
     return this.interpreter.newCache();
+  }
+
+  /** Another interpreter of this model's graph over the same weights, with its own activation buffers (chunked prefill runs one per chunk). */
+  newInterpreter(): Interpreter {
+    return new Interpreter(this.spec, this.graph, this.table);
   }
 
   /**

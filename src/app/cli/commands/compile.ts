@@ -150,7 +150,9 @@ export function registerCompile(program: Command): void {
 /** What a compile wrote: files, bytes per tensor group and format against the source, the quality lost, notes, time. */
 export function compileSummary(out: string, m: Manifest, notes: readonly string[], seconds: number, evaluation: QuickEvaluation | null = null): string {
   const bytes = m.files.reduce((a, f) => a + f.size, 0);
-  const lines = [`wrote ${out}: ${m.files.map((f) => f.path).join(', ')} (${formatBytes(bytes)}) for target ${m.target}${m.passes.length ? ` after ${m.passes.map((p) => p.name).join(', ')}` : ''}`];
+  // Hundreds of files (chunk graphs, levels): the first few and the count; the manifest lists them all.
+  const names = m.files.length > 12 ? [...m.files.slice(0, 8).map((f) => f.path), `… ${m.files.length - 8} more (${m.files.length} files)`] : m.files.map((f) => f.path);
+  const lines = [`wrote ${out}: ${names.join(', ')} (${formatBytes(bytes)}) for target ${m.target}${m.passes.length ? ` after ${m.passes.map((p) => p.name).join(', ')}` : ''}`];
   const s = m.summary;
   if (s && s.groups.length) {
     const rows: (string | number)[][] = [['tensors', 'format', 'count', 'bytes']];

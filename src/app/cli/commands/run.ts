@@ -15,11 +15,20 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
   if (where.kind === 'checkpoint') {
     if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
     if (o.level !== undefined) throw new UsageError('--level needs an artifact compiled with --passes reorder (ts or gguf-levels); this is a checkpoint');
+    if (o.chunk !== undefined) throw new UsageError('--chunk needs an artifact compiled with --passes chunk-partition (ts or cuda); this is a checkpoint');
     return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }) };
   }
   await verifyFiles(where, { hash: Boolean(o.verify) });
   if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
+  if (o.chunk !== undefined && !where.target.capabilities.chunkGraphs) throw new UsageError(`--chunk runs artifacts with chunk graphs (ts, cuda); ${where.target.name} has none`);
   return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined };
+}
+
+/** `--chunk`: a chunk length of at least one token, or auto. */
+function parseChunkOption(v: string): number | 'auto' {
+  if (v.trim() === 'auto') return 'auto';
+  if (!/^-?\d+$/.test(v.trim()) || Number(v) < 1) throw new UsageError(`--chunk must be a chunk length of at least 1 token, or auto; got "${v}"`);
+  return Number(v);
 }
 
 export function registerRun(program: Command): void {
@@ -43,6 +52,7 @@ export function registerRun(program: Command): void {
     .option('--expert-preload <m>', "experts preloaded per MoE layer (default: the expert-bits record's; 0 = none)", parseIntOption('--expert-preload', 0))
     .option('--speculative', 'ts artifact compiled with --passes tree-search: greedy speculative decoding with its verification tree (same tokens as plain greedy decoding)')
     .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
+    .option('--chunk <c>', 'artifact compiled with --passes chunk-partition: prefill in chunks of c tokens through its chunk graphs in the scheduled order (ts: TS runtime, cuda: onnxruntime), or auto (the length predicted fastest for the prompt)', parseChunkOption)
     .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "level"?, "warning"?, "expert_cache"?, "speculative"?} as JSON')
     .addHelpText(
       'after',
@@ -61,7 +71,7 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
-      const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative });
+      const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk });
       try {
         const codec = runner.tokenizerJson ? loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
         let promptIds: number[];

@@ -3,6 +3,7 @@
  * is registered here under the record type the pass writes (one file in this folder + one line in
  * RECORD_SECTIONS), and appears when the artifact carries that record or the profile covers that pass.
  */
+import { chunkScheduleSection } from './chunk-schedule.js';
 import { qualitySection } from './quality.js';
 import { outliersSection } from './outliers.js';
 import { reorderSection } from './reorder.js';
@@ -14,7 +15,7 @@ export type { GeneralSection, RecordSection } from './types.js';
 
 export const GENERAL_SECTIONS: readonly GeneralSection[] = [summarySection, sizesSection, qualitySection];
 
-export const RECORD_SECTIONS: readonly RecordSection[] = [reorderSection, outliersSection];
+export const RECORD_SECTIONS: readonly RecordSection[] = [reorderSection, outliersSection, chunkScheduleSection];
 
 /** Record id (`<name>/<version>`) → its section. */
 export const SECTION_OF_RECORD: ReadonlyMap<string, RecordSection> = new Map(RECORD_SECTIONS.map((s) => [s.record.id, s]));

@@ -1,0 +1,121 @@
+/**
+ * Pass `chunk-partition` (docs/chunk-partition.md):
+ * - scheduling: prefill makespan of in-order dispatch, the paper's heuristic (both variants), the
+ *   improved schedule (local search + branch and bound, seeded by the better of the two) and the lower
+ *   bound, on a Qwen1.5-1.8B-shaped instance (the real partition of a 24-layer Qwen2 graph; costs at
+ *   c = 256 with the NPU's static work ≈ 2× the CPU's, attention growing with the chunk index) for
+ *   N = 1..8, with the NPU's bubble rate and the time each method takes;
+ * - speed: prefill tokens/s of chunked prefill on the TS runtime (in order, several c) against
+ *   whole-prompt prefill on the 30M fixture, same process, and the logits' agreement.
+ * Standalone: `npx tsc -p tsconfig.json && node dist/bench/chunks.bench.js [--quick]`.
+ */
+import { normalizeConfig } from '../src/core/arch/spec.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { improve } from '../src/core/chunks/improve.js';
+import { DEFAULT_DEVICE, partitionGraph, templateOf, type SubgraphKind } from '../src/core/chunks/partition.js';
+import { bubbleRate, buildProblem, heuristic, inOrder, lowerBound, serialMakespan } from '../src/core/chunks/schedule.js';
+import { buildModel } from '../src/core/ir/build.js';
+import { ChunkedPrefill } from '../src/exec/runtime/chunked.js';
+import { modelFromTensors } from '../src/exec/runtime/memory.js';
+import { cachedFixture, repeat, round, runIfMain, type BenchSuite } from './harness.js';
+
+/** ms per subgraph at c = 256 (SPEC §1.7: 315 ms of NPU work per 256-token chunk, ≈ 2× the CPU's); attention: ms + perChunk·(i+1). */
+const QWEN_COSTS: Record<SubgraphKind, { ms: number; perChunk: number }> = {
+  embed: { ms: 0.3, perChunk: 0 },
+  qkv: { ms: 3.3, perChunk: 0 },
+  attention: { ms: 2, perChunk: 4.5 },
+  mlp: { ms: 9.8, perChunk: 0 },
+  shadow: { ms: 0.5, perChunk: 0 },
+  head: { ms: 5, perChunk: 0 },
+};
+
+function qwenTemplate() {
+  const spec = normalizeConfig(
+    { model_type: 'qwen2', architectures: ['Qwen2ForCausalLM'], hidden_size: 2048, intermediate_size: 5504, num_hidden_layers: 24, num_attention_heads: 16, num_key_value_heads: 16, vocab_size: 151936, max_position_embeddings: 32768, rms_norm_eps: 1e-6, rope_theta: 1e6, tie_word_embeddings: false },
+    'Qwen1.5-1.8B (shape)',
+  );
+  const p = partitionGraph(buildModel(spec));
+  return { p, template: templateOf(p, (k) => DEFAULT_DEVICE[k]) };
+}
+
+function scheduling(quick: boolean) {
+  const { p, template } = qwenTemplate();
+  const rows = [];
+  for (let N = 1; N <= 8; N++) {
+    const problem = buildProblem(template, N, (i, j) => {
+      const k = QWEN_COSTS[p.subgraphs[j].kind];
+      return k.ms + k.perChunk * (i + 1);
+    });
+    const io = inOrder(problem);
+    const t0 = performance.now();
+    const hAll = heuristic(problem, 'all');
+    const heuristicMs = performance.now() - t0;
+    const hOpp = heuristic(problem, 'opposite');
+    const seed = [io, hAll, hOpp].reduce((a, b) => (b.makespan < a.makespan ? b : a));
+    const t1 = performance.now();
+    const best = improve(problem, seed, { seed: N, evaluations: quick ? 500 : 4000, nodes: quick ? 5000 : 40000 });
+    const improveMs = performance.now() - t1;
+    const lb = lowerBound(problem);
+    const npu = template.nodes.findIndex((n) => n.device === 'NPU');
+    const npuProc = problem.procOf[npu];
+    rows.push({
+      N,
+      tasks: N * problem.M,
+      serial: round(serialMakespan(problem), 2),
+      inOrder: round(io.makespan, 2),
+      heuristicAll: round(hAll.makespan, 2),
+      heuristicOpposite: round(hOpp.makespan, 2),
+      improved: round(best.schedule.makespan, 2),
+      lowerBound: round(lb.bound, 2),
+      optimal: best.optimal || best.schedule.makespan <= lb.bound + 1e-9,
+      heuristicVsInOrder: round(hAll.makespan / io.makespan, 4),
+      improvedVsInOrder: round(best.schedule.makespan / io.makespan, 4),
+      heuristicGap: round(hAll.makespan / lb.bound, 4),
+      improvedGap: round(best.schedule.makespan / lb.bound, 4),
+      npuBubble: { inOrder: round(bubbleRate(problem, io, npuProc), 4), heuristic: round(bubbleRate(problem, hAll, npuProc), 4), improved: round(bubbleRate(problem, best.schedule, npuProc), 4) },
+      ms: { heuristic: round(heuristicMs, 3), improve: round(improveMs, 1) },
+    });
+  }
+  return { instance: `Qwen1.5-1.8B shape: 24 layers, ${p.subgraphs.length} subgraphs per chunk, c = 256`, costs: QWEN_COSTS, rows };
+}
+
+async function prefillSpeed(quick: boolean) {
+  const fx = await cachedFixture('llama-30M', { arch: 'llama', tokenizer: 'none', planted: false });
+  const ck = await openCheckpoint(fx.dir);
+  try {
+    const model = await modelFromTensors(ck);
+    const p = partitionGraph(model.graph);
+    const M = p.subgraphs.length;
+    const P = quick ? 128 : 512;
+    const reps = quick ? 2 : 5;
+    const ids = Array.from({ length: P }, (_, t) => (t * 31 + 7) % model.spec.vocabSize);
+    const whole = await repeat(reps, () => model.forward(ids, model.newCache(), { lastOnly: true }));
+    const ref = model.forward(ids, model.newCache(), { lastOnly: true });
+    const rows = [];
+    for (const c of quick ? [32, 128] : [32, 64, 128, 256]) {
+      const prefill = new ChunkedPrefill(model, { c, subgraphs: p.subgraphs, order: (N) => Int32Array.from({ length: N * M }, (_, t) => t) });
+      const t = await repeat(reps, () => prefill.prefill(ids, model.newCache(), 'last'));
+      const got = prefill.prefill(ids, model.newCache(), 'last');
+      let err = 0;
+      let scale = 0;
+      for (let v = 0; v < ref.length; v++) {
+        err = Math.max(err, Math.abs(got[v] - ref[v]));
+        scale = Math.max(scale, Math.abs(ref[v]));
+      }
+      rows.push({ c, chunks: Math.ceil(P / c), tokensPerSecond: round(P / (t.median / 1000), 1), vsWhole: round(whole.median / t.median, 3), lastLogitsRelErr: Number((err / scale).toExponential(2)) });
+    }
+    return { model: 'llama-30M fixture (f32, TS runtime, one thread)', promptTokens: P, reps, whole: { tokensPerSecond: round(P / (whole.median / 1000), 1), medianMs: round(whole.median, 1) }, chunked: rows };
+  } finally {
+    await ck.close();
+  }
+}
+
+export const suite: BenchSuite = {
+  name: 'chunks',
+  description: 'chunk-partition: in-order / heuristic / improved makespan vs lower bound on a Qwen1.5-1.8B-shaped instance (N = 1..8); chunked vs whole-prompt prefill tokens/s on the 30M fixture',
+  async run({ quick }) {
+    return { scheduling: scheduling(quick), prefill: await prefillSpeed(quick) };
+  },
+};
+
+runIfMain(import.meta.url, suite);

@@ -1,0 +1,171 @@
+/**
+ * Chunked prefill on onnxruntime through the chunk graphs (src/exec/onnx/chunks.ts, the cuda
+ * target's onnx/chunks/c<c>/): the prompt in chunks of c tokens (the last padded), every chunk's
+ * subgraphs run in a given dispatch order. The KV append happens when a chunk's qkv graph returns (its
+ * keys and values go to cache slots i·c..), so chunk i's attention graph reads the keys of chunks
+ * 0..i−1 as past_key — Eq. 2 of mllm-NPU. Pad tokens follow the prompt (causal masking keeps them
+ * out of real rows; positions past the rope table are clamped, their values never matter) and the
+ * cache handed on ends at the prompt, so decoding never sees them.
+ */
+import './ort-env.js'; // before onnxruntime-node loads
+import * as ort from 'onnxruntime-node';
+import { LlmcError } from '../../core/errors.js';
+import type { SubgraphKind } from '../../core/chunks/partition.js';
+import { ATTENTION_IO } from '../onnx/chunks.js';
+
+/** What the driver needs of a subgraph (the record's or the partition's). */
+export interface ChunkSubgraphRef {
+  id: string;
+  kind: SubgraphKind;
+  layer: number | null;
+  inputs: readonly string[];
+  outputs: readonly string[];
+}
+
+type CacheArray = Float32Array | Uint16Array;
+
+/** The KV cache a chunked prefill leaves: per layer [Hkv, capacity, hd] of the compute dtype, `length` slots valid. */
+export interface ChunkCache {
+  dtype: 'float32' | 'float16';
+  kvHeads: number;
+  headDim: number;
+  capacity: number;
+  length: number;
+  k: CacheArray[];
+  v: CacheArray[];
+}
+
+/** Slots [0, n) of a layer's cache as a [1, Hkv, n, hd] tensor. */
+export function cacheTensor(c: ChunkCache, data: CacheArray, n: number): ort.Tensor {
+  const { kvHeads: H, headDim: hd, capacity } = c;
+  const out = c.dtype === 'float16' ? new Uint16Array(H * n * hd) : new Float32Array(H * n * hd);
+  for (let h = 0; h < H; h++) out.set(data.subarray(h * capacity * hd, (h * capacity + n) * hd), h * n * hd);
+  return new ort.Tensor(c.dtype, out, [1, H, n, hd]);
+}
+
+const sessionOptions = (threads?: number): ort.InferenceSession.SessionOptions => ({
+  graphOptimizationLevel: 'all',
+  executionMode: 'sequential',
+  interOpNumThreads: 1,
+  ...(threads ? { intraOpNumThreads: threads } : {}),
+  extra: { session: { intra_op: { allow_spinning: '0' }, qdq_matmulnbits_accuracy_level: '0' } },
+});
+
+export class OrtChunkPrefill {
+  private constructor(
+    readonly c: number,
+    readonly subgraphs: readonly ChunkSubgraphRef[],
+    /** Static graphs by subgraph id; attention graphs by chunk index. */
+    private readonly statics: Map<string, ort.InferenceSession>,
+    private readonly attention: ort.InferenceSession[],
+    private readonly openAttention: (i: number) => Promise<ort.InferenceSession>,
+    /** Attention graphs there are: chunk indices 0..nMax−1. */
+    readonly nMax: number,
+    private readonly dims: { kvHeads: number; headDim: number; vocab: number; maxPositions: number; dtype: 'float32' | 'float16' },
+  ) {
+    for (const s of subgraphs) if (s.kind === 'attention') this.kvInputs.set(s.layer!, s.inputs);
+  }
+
+  /** Per layer: the attention subgraph's inputs q, k, v (what its qkv subgraph appends to the cache). */
+  private readonly kvInputs = new Map<number, readonly string[]>();
+
+  /**
+   * Sessions over the chunk graphs: `load(name)` gives a graph's file path or bytes (names as
+   * lowerChunkGraphs gives them: embed, l<ℓ>.qkv, l<ℓ>.mlp, head, attention.<i>).
+   */
+  static async open(
+    c: number,
+    subgraphs: readonly ChunkSubgraphRef[],
+    nMax: number,
+    load: (name: string) => Promise<string | Uint8Array>,
+    dims: { kvHeads: number; headDim: number; vocab: number; maxPositions: number },
+    opts: { threads?: number } = {},
+  ): Promise<OrtChunkPrefill> {
+    const open = async (name: string) => {
+      const src = await load(name);
+      try {
+        return typeof src === 'string' ? await ort.InferenceSession.create(src, sessionOptions(opts.threads)) : await ort.InferenceSession.create(src, sessionOptions(opts.threads));
+      } catch (err) {
+        throw new LlmcError(`onnxruntime cannot load chunk graph ${name}: ${String((err as Error).message ?? err).split('\n')[0]}`, typeof src === 'string' ? src : undefined);
+      }
+    };
+    const statics = new Map<string, ort.InferenceSession>();
+    for (const s of subgraphs) if (s.kind !== 'attention' && s.kind !== 'shadow') statics.set(s.id, await open(s.id));
+    // Attention graphs open on first use (a prompt of N chunks needs N of them).
+    const first = await open('attention.0');
+    const meta = first.inputMetadata.find((m) => m.name === ATTENTION_IO.q);
+    const dtype = meta?.isTensor && meta.type === 'float16' ? 'float16' : 'float32';
+    return new OrtChunkPrefill(c, subgraphs, statics, [first], (i) => open(`attention.${i}`), nMax, { ...dims, dtype });
+  }
+
+  private async attentionGraph(i: number): Promise<ort.InferenceSession> {
+    while (this.attention.length <= i) this.attention.push(await this.openAttention(this.attention.length));
+    return this.attention[i];
+  }
+
+  /** Logits of every prompt position [P, V] and the KV cache of the prompt (no pad slot). */
+  async prefill(ids: readonly number[], order: ArrayLike<number>, onTask?: (i: number, j: number, ms: number) => void): Promise<{ logits: Float32Array; cache: ChunkCache }> {
+    const { c, subgraphs } = this;
+    const { kvHeads: H, headDim: hd, vocab: V, dtype } = this.dims;
+    const P = ids.length;
+    const N = Math.ceil(P / c);
+    const M = subgraphs.length;
+    if (N > this.nMax) throw new LlmcError(`a prompt of ${P} tokens needs ${N} chunks of ${c}; the artifact has attention graphs for ${this.nMax} (up to ${this.nMax * c} tokens)`);
+    if (order.length !== N * M) throw new LlmcError(`chunk order has ${order.length} tasks for ${N} chunks of ${M} subgraphs`);
+    const layers = Math.max(...subgraphs.map((s) => (s.layer ?? -1) + 1));
+    const capacity = N * c;
+    const make = () => (dtype === 'float16' ? new Uint16Array(H * capacity * hd) : new Float32Array(H * capacity * hd));
+    const cache: ChunkCache = { dtype, kvHeads: H, headDim: hd, capacity, length: P, k: Array.from({ length: layers }, make), v: Array.from({ length: layers }, make) };
+    const values: Map<string, ort.Tensor>[] = Array.from({ length: N }, () => new Map());
+    const logits = new Float32Array(P * V);
+    const next = new Int32Array(N);
+    for (let n = 0; n < order.length; n++) {
+      const i = Math.floor(order[n] / M);
+      const j = order[n] % M;
+      if (j !== next[i]++) throw new LlmcError(`chunk order runs G(${i},${j}) before G(${i},${next[i] - 1})`);
+      const s = subgraphs[j];
+      const t0 = onTask ? performance.now() : 0;
+      await this.runTask(s, i, values[i], cache, ids, logits);
+      onTask?.(i, j, performance.now() - t0);
+    }
+    return { logits, cache };
+  }
+
+  /** G(i, j): subgraph `s` of chunk i, its inputs from the chunk's values, its outputs into them (and the cache, the logits). */
+  private async runTask(s: ChunkSubgraphRef, i: number, mine: Map<string, ort.Tensor>, cache: ChunkCache, ids: readonly number[], logits: Float32Array): Promise<void> {
+    const { c } = this;
+    const { kvHeads: H, headDim: hd, vocab: V, maxPositions } = this.dims;
+    const P = ids.length;
+    const capacity = cache.capacity;
+    const real = (k: number) => Math.min(c, P - k * c);
+    const big = (xs: number[]) => new ort.Tensor('int64', BigInt64Array.from(xs, (x) => BigInt(x)), [1, xs.length]);
+    if (s.kind === 'shadow') return;
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const v of s.inputs) feeds[v] = mine.get(v)!;
+    if (s.kind === 'attention') {
+      const [q, k, v] = s.inputs;
+      const out = await (await this.attentionGraph(i)).run(
+        { [ATTENTION_IO.q]: mine.get(q)!, [ATTENTION_IO.k]: mine.get(k)!, [ATTENTION_IO.v]: mine.get(v)!, past_key: cacheTensor(cache, cache.k[s.layer!], i * c), past_value: cacheTensor(cache, cache.v[s.layer!], i * c) },
+        [ATTENTION_IO.out],
+      );
+      mine.set(s.outputs[0], out[ATTENTION_IO.out]);
+      return;
+    }
+    if (s.kind === 'embed') feeds.input_ids = big(Array.from({ length: c }, (_, t) => (t < real(i) ? ids[i * c + t] : 0)));
+    if (s.kind === 'qkv') feeds.position_ids = big(Array.from({ length: c }, (_, t) => Math.min(i * c + t, maxPositions - 1)));
+    const out = await this.statics.get(s.id)!.run(feeds);
+    for (const v of s.outputs) mine.set(v, out[v]);
+    if (s.kind === 'qkv') {
+      // The KV append: the chunk's roped keys and values [1, c, Hkv·hd] into slots i·c.. of every head.
+      const [, k, v] = this.kvInputs.get(s.layer!)!;
+      for (const [src, dst] of [[out[k].data as CacheArray, cache.k[s.layer!]], [out[v].data as CacheArray, cache.v[s.layer!]]] as const) {
+        for (let t = 0; t < c; t++) for (let h = 0; h < H; h++) dst.set(src.subarray((t * H + h) * hd, (t * H + h + 1) * hd), (h * capacity + i * c + t) * hd);
+      }
+    }
+    if (s.kind === 'head') logits.set((out.logits.data as Float32Array).subarray(0, real(i) * V), i * c * V);
+  }
+
+  async close(): Promise<void> {
+    for (const s of [...this.statics.values(), ...this.attention]) await s.release();
+  }
+}
