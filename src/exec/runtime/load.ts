@@ -210,7 +210,7 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     }
     return w;
   };
-  return new Model(manifest.arch, weightTable((name) => table.has(name), weight), manifest);
+  return new Model(manifest.arch, weightTable((name) => table.has(name), weight, opts.wasm === false), manifest);
 }
 
 const formatRows = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);
