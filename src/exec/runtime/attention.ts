@@ -10,6 +10,7 @@
  */
 import { F32, I32, section, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import type { TreeAttention } from './interpreter.js';
+import { kernelModule } from './kernel-store.js';
 import {
   block, br, brIf, f32c, f32Load, f32Max, fAdd, fDiv, fExtract, fMax, fMul, fNearest, fShuffle, fSplat, fSub, get, i32Add, i32c, i32GeS,
   i32Load, i32LtS, i32Mul, i32Shl, i32Sub, iAdd, iConst, iLtS, iShl, iSplat, iTruncSat, loop, select, set, vBitselect, vload, vstore, vZero,
@@ -117,21 +118,9 @@ function moduleBytes(hd: number): Uint8Array<ArrayBuffer> {
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
 }
 
-const MODULES = new Map<number, WebAssembly.Module | null>();
 /** The compiled module for head size hd (a multiple of 4, at most 256), or null without WebAssembly SIMD. */
 function attentionModule(hd: number): WebAssembly.Module | null {
-  if (hd % 4 !== 0 || hd > 256) return null;
-  let m = MODULES.get(hd);
-  if (m === undefined) {
-    try {
-      const bytes = moduleBytes(hd);
-      m = typeof WebAssembly === 'object' && WebAssembly.validate(bytes) ? new WebAssembly.Module(bytes) : null;
-    } catch {
-      m = null;
-    }
-    MODULES.set(hd, m);
-  }
-  return m;
+  return hd % 4 === 0 && hd <= 256 ? kernelModule(`attention-hd${hd}`, () => moduleBytes(hd)) : null;
 }
 
 type AttendFn = (q: number, k: number, v: number, stride: number, keys: number, n: number, scores: number, out: number, scale: number) => void;
