@@ -144,7 +144,7 @@ describe('llmc compile --dry-run', () => {
       }
       if (target === 'gguf') expect(d.tensors.map((t: { format: string }) => t.format)).toEqual(m.targetInfo.tensors.map((t: { type: string }) => t.type));
       const groups = new Set(d.groups.map((g: { group: string }) => g.group));
-      expect([...groups].sort()).toEqual(['attention', 'embedding', 'mlp', 'norm']);
+      expect([...groups].sort()).toEqual(['attention', 'embedding', 'mlp', 'norms']);
     });
   }
 

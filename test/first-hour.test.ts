@@ -13,7 +13,10 @@ import { TARGETS } from '../backends/index.js';
 import { PASSES } from '../passes/index.js';
 import { generateFixture } from '../fixtures/generate.js';
 import { ensureBuilt } from './build-once.js';
-import { llmcInProcess } from './cli.js';
+import { llmcInProcess, llmcWithEval } from './cli.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { heldOutSet } from '../src/app/evaluate/artifact.js';
+import { Llama64 } from './reference/llama64.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const STORIES = path.join(ROOT, 'fixtures/models/stories260K');
@@ -210,6 +213,66 @@ describe('6. a summary at the end of a compile', () => {
     expect(groups.reduce((a, g) => a + g.tensors, 0)).toBe(47);
     expect(groups.reduce((a, g) => a + g.bytes, 0)).toBe(j.summary.bytes);
     expect(j.summary.sourceBytes).toBe(readFileSync(path.join(STORIES, 'model.safetensors')).length - 8 - Number(readFileSync(path.join(STORIES, 'model.safetensors')).readBigUInt64LE(0)));
+  });
+  it('the quality lost on held-out data where llmc runs the artifact (--no-eval skips it); the source perplexity matches a float64 reference', async () => {
+    type Q = { measured: true; quality: { referencePpl: number; candidatePpl: number; pplDelta: number; kl: number; greedyAgreement: number; executor: string; positions: number }; heldOut: { sequences: number; length: number; seed: number } };
+    const cache = out('eval-cache');
+    const compileQ = async (...args: string[]) => {
+      const r = await llmcWithEval('compile', STORIES, ...args, '--cache-dir', cache, '--json');
+      expect(r.code, r.stderr).toBe(0);
+      return JSON.parse(r.stdout).quality as Q;
+    };
+    // The perplexity of the source on the held-out set, recomputed in float64 by an independent implementation.
+    const src = await openCheckpoint(STORIES);
+    const held = await heldOutSet(src, { cacheDir: { dir: cache, policy: 'on' } });
+    const ref = await Llama64.load(src);
+    let nll = 0;
+    let positions = 0;
+    for (const seq of held.sequences) {
+      const rows = ref.forward(seq);
+      for (let t = 0; t + 1 < seq.length; t++, positions++) {
+        const row = rows[t];
+        const max = Math.max(...row);
+        nll -= row[seq[t + 1]] - max - Math.log(row.reduce((a, v) => a + Math.exp(v - max), 0));
+      }
+    }
+    await src.close();
+    const f32 = await compileQ('--target', 'ts', '--quant', 'F32', '-o', out('q-f32'));
+    expect(f32.measured).toBe(true);
+    expect(f32.quality.positions).toBe(positions);
+    expect(f32.quality.referencePpl).toBeCloseTo(Math.exp(nll / positions), 3);
+    expect(f32.quality.kl).toBeLessThan(1e-8); // the same weights in float32
+    expect(f32.quality.greedyAgreement).toBe(1);
+    expect(f32.quality.executor).toBe('ts-runtime');
+    const q8 = await compileQ('--target', 'ts', '--quant', 'Q8_0', '-o', out('q-q8'));
+    const q4 = await compileQ('--target', 'ts', '--quant', 'Q4_0', '-o', out('q-q4'));
+    expect(q8.quality.kl).toBeGreaterThan(1e-4);
+    expect(q4.quality.kl).toBeGreaterThan(q8.quality.kl);
+    expect(q4.quality.greedyAgreement).toBeLessThan(q8.quality.greedyAgreement);
+    expect(q8.quality.candidatePpl - q8.quality.referencePpl).toBeCloseTo(q8.quality.pplDelta, 9);
+    // On stderr: one figure line under the summary.
+    const text = await llmcWithEval('compile', STORIES, '--target', 'hf', '--quant', 'F16', '-o', out('q-hf'), '--cache-dir', cache);
+    expect(text.stderr).toMatch(/^ {2}quality against the source on held-out data \(10 × 64 tokens sampled from the source, seed 42; the artifact on onnxruntime, the source on onnxruntime\):$/m);
+    expect(text.stderr).toMatch(/^ {4}perplexity \d+\.\d{3} → \d+\.\d{3} \([+-][\d.e+-]+\), KL [\d.e+-]+ nats, greedy agreement \d+\.\d%$/m);
+    // A target llmc cannot run says so; --no-eval leaves the evaluation out.
+    const trt = await llmcWithEval('compile', STORIES, '--target', 'tensorrt-llm', '-o', out('q-trt'));
+    expect(trt.stderr).toMatch(/^ {2}quality: not measured: llmc does not run tensorrt-llm artifacts \(it runs .*\bts\b.*\)$/m);
+    const none = await llmcWithEval('compile', STORIES, '--target', 'ts', '-o', out('q-none'), '--no-eval', '--json');
+    expect(JSON.parse(none.stdout).quality).toBeUndefined();
+    expect((await llmcWithEval('compile', STORIES, '--target', 'ts', '-o', out('q-none'), '--no-eval')).stderr).not.toMatch(/quality/);
+  });
+
+  it('a GGUF is evaluated in llama.cpp itself: F32 agrees with the source, Q8_0 loses a little', async () => {
+    const q = async (quant: string) => {
+      const r = await llmcWithEval('compile', STORIES, '--target', 'gguf', '--quant', quant, '-o', out(`q-${quant}.gguf`), '--cache-dir', out('eval-cache'), '--json');
+      expect(r.code, r.stderr).toBe(0);
+      return JSON.parse(r.stdout).quality.quality as { kl: number; greedyAgreement: number; executor: string };
+    };
+    const [f32, q8] = [await q('F32'), await q('Q8_0')];
+    expect(f32.executor).toBe('llama.cpp');
+    expect(f32.kl).toBeLessThan(1e-3); // llama.cpp keeps its KV cache in F16
+    expect(f32.greedyAgreement).toBeGreaterThan(0.95);
+    expect(q8.kl).toBeGreaterThan(f32.kl);
   });
 });
 

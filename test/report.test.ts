@@ -118,7 +118,7 @@ describe('llmc report (Markdown, JSON)', () => {
     const sizes = report.sections[1].data;
     const tensorBytes = manifest.targetInfo.tensors.reduce((s: number, t: { bytes: number }) => s + t.bytes, 0);
     expect(sizes.totalBytes).toBe(tensorBytes);
-    expect(sizes.byGroupAndFormat.find((g: { group: string }) => g.group === 'norm').format).toBe('F32');
+    expect(sizes.byGroupAndFormat.find((g: { group: string }) => g.group === 'norms').format).toBe('F32');
   });
 
   it('a gguf artifact: sizes from its tensor table, no quality table (with a note), no reorder section', async () => {

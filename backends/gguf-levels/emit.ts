@@ -34,7 +34,7 @@ export const ggufLevelsTarget: Target = {
     for (const { lv, unit: level } of levelUnits(unit)) {
       const p = await ggufTarget.plan!(level, ctx);
       out.files.push(...p.files.map((f) => ({ ...f, path: `${lv.id}/${f.path}` })));
-      out.tensors.push(...p.tensors.map((t) => ({ ...t, file: `${lv.id}/${t.file}` })));
+      out.tensors.push(...p.tensors.map((t) => ({ ...t, name: `${lv.id}/${t.name}` })));
       out.notes.push(...p.notes.map((n) => `${lv.id}: ${n}`));
     }
     return out;

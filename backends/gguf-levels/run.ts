@@ -11,5 +11,5 @@ export async function openGgufLevels(a: Artifact, opts: RunOptions): Promise<Art
   const file = files.find((l) => l.id === level.id)?.file ?? `${level.id}/model.gguf`;
   const runner = await openGgufFile(path.join(a.dir, file), a, { ...opts, level: undefined });
   runner.notes.unshift(`level ${level.id}: ${(100 * level.paramFrac).toFixed(1)}% of the parameters`);
-  return runner;
+  return { ...runner, level: level.id };
 }

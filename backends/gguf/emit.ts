@@ -109,7 +109,7 @@ export const ggufTarget: Target = {
     const fileSize = layoutGguf([...meta.kvs, ...vocab.kvs], infos).fileSize;
     return {
       files: [{ path: GGUF_FILE, bytes: fileSize }],
-      tensors: plan.tensors.map((t, i) => ({ name: t.name, source: t.sources[0] ?? null, format: t.type, bytes: infos[i].nbytes, file: GGUF_FILE })),
+      tensors: plan.tensors.map((t, i) => ({ name: t.name, sources: t.sources, format: t.type, bytes: infos[i].nbytes })),
       notes,
     };
   },
@@ -169,7 +169,7 @@ export const ggufTarget: Target = {
     const counts: Record<string, number> = {};
     for (const t of plan.tensors) counts[t.type] = (counts[t.type] ?? 0) + 1;
     return {
-      tensors: plan.tensors.map((t, k) => ({ sources: t.sources, format: t.type, bytes: infos[k].nbytes })),
+      tensors: plan.tensors.map((t, k) => ({ name: t.name, sources: t.sources, format: t.type, bytes: infos[k].nbytes })),
       files: [GGUF_FILE],
       targetInfo: {
         format: 'gguf',

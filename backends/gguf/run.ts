@@ -3,6 +3,7 @@
  * optional dependency: its prebuilt binaries, CPU only, never built here). Greedy decoding matches
  * llama.cpp's own; sampling is llama.cpp's sampler, seeded.
  */
+import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
@@ -18,7 +19,11 @@ interface LlamaCpp {
   getLlama(o: { gpu: false; build: 'never'; logLevel: unknown }): Promise<{
     loadModel(o: { modelPath: string }): Promise<{
       createContext(o: { contextSize: number; threads: number }): Promise<{
-        getSequence(): { evaluate(tokens: number[], o: { temperature?: number; topP?: number; seed?: number }): AsyncIterable<number> };
+        getSequence(): {
+          evaluate(tokens: number[], o: { temperature?: number; topP?: number; seed?: number }): AsyncIterable<number>;
+          /** Per input position, with `generateNext.logits`: the raw logits of every vocabulary token. */
+          controlledEvaluate(input: [number, { generateNext: { logits: true } }][]): Promise<({ next: { logits?: Map<number, number> } } | undefined)[]>;
+        };
         dispose(): Promise<void>;
       }>;
       dispose(): Promise<void>;
@@ -27,6 +32,8 @@ interface LlamaCpp {
 }
 
 const NODE_LLAMA_CPP = 'node-llama-cpp';
+/** Below this file size llama.cpp runs on one thread unless --threads says otherwise. */
+const SMALL_MODEL_BYTES = 64e6;
 
 export async function openGgufFile(file: string, a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
   let llamaCpp: LlamaCpp;
@@ -39,11 +46,31 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
   const model = await llama.loadModel({ modelPath: file });
   const spec = a.manifest.arch;
   const notes = [`running ${path.basename(file)} in llama.cpp (node-llama-cpp)`];
+  // llama.cpp's threads meet at spin-wait barriers after every op: for a small model they cost more
+  // than they save (on a busy 2-core machine 60 ms of logits became 3.5 s), so one thread there.
+  const threads = opts.threads ?? ((await fsp.stat(file)).size < SMALL_MODEL_BYTES ? 1 : 0);
+  const context = (tokens: number) => model.createContext({ contextSize: Math.min(spec.maxPositions, Math.max(64, tokens)), threads });
   return {
     spec,
     notes,
+    engine: 'llama.cpp',
+    async logits(ids) {
+      const ctx = await context(ids.length);
+      try {
+        const V = spec.vocabSize;
+        const out = new Float32Array(ids.length * V).fill(-Infinity);
+        const rows = await ctx.getSequence().controlledEvaluate(ids.map((id) => [id, { generateNext: { logits: true } }]));
+        rows.forEach((row, t) => {
+          if (!row?.next.logits) throw new LlmcError(`llama.cpp returned no logits at position ${t}`, file);
+          for (const [token, logit] of row.next.logits) if (token < V) out[t * V + token] = logit;
+        });
+        return out;
+      } finally {
+        await ctx.dispose();
+      }
+    },
     async generate(promptIds, o) {
-      const ctx = await model.createContext({ contextSize: Math.min(spec.maxPositions, Math.max(64, promptIds.length + o.maxTokens)), threads: opts.threads ?? 0 });
+      const ctx = await context(promptIds.length + o.maxTokens);
       try {
         const stop = new Set(spec.eosTokenIds);
         const out: number[] = [];

@@ -48,7 +48,7 @@ export const hfTarget: Target = {
         { path: 'config.json', bytes: Buffer.byteLength(configText(unit, forced)) },
         ...carried(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) })),
       ],
-      tensors: tensors.map((t) => ({ name: t.name, source: t.name, format: t.dtype, bytes: numel(t.shape) * DTYPE_BYTES[t.dtype], file: WEIGHTS_FILE })),
+      tensors: tensors.map((t) => ({ name: t.name, sources: [t.name], format: t.dtype, bytes: numel(t.shape) * DTYPE_BYTES[t.dtype] })),
       notes: [],
     };
   },
@@ -81,7 +81,7 @@ export const hfTarget: Target = {
     return {
       files,
       targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source' },
-      tensors: source.tensors.map((t) => ({ sources: [t.name], format: dtypeOf(t.dtype), bytes: numel(t.shape) * DTYPE_BYTES[dtypeOf(t.dtype)] })),
+      tensors: source.tensors.map((t) => ({ name: t.name, sources: [t.name], format: dtypeOf(t.dtype), bytes: numel(t.shape) * DTYPE_BYTES[dtypeOf(t.dtype)] })),
     };
   },
 };

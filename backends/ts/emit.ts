@@ -96,7 +96,7 @@ export const tsTarget: Target = {
     const tensors = plan.map((p) => {
       const bytes = formatTensorBytes(p.format, p.meta.shape)!;
       size += alignUp(bytes);
-      return { name: p.meta.name, source: p.meta.name, format: p.format, bytes, file: WEIGHTS_FILE };
+      return { name: p.meta.name, sources: [p.meta.name], format: p.format, bytes };
     });
     const files = [{ path: WEIGHTS_FILE, bytes: size }, ...carriedFiles(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) }))];
     return { files, tensors, notes };
@@ -147,7 +147,7 @@ export const tsTarget: Target = {
     return {
       files,
       targetInfo: targetInfo as unknown as Record<string, unknown>,
-      tensors: tensors.map((e) => ({ sources: [e.name], format: e.format, bytes: e.bytes })),
+      tensors: tensors.map((e) => ({ name: e.name, sources: [e.name], format: e.format, bytes: e.bytes })),
     };
   },
 };

@@ -11,10 +11,12 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
   const notes: string[] = [];
   if (opts.threads !== undefined) notes.push('--threads has no effect on the TS runtime (it runs on one thread)');
   let widths: ReturnType<typeof levelWidths> | undefined;
+  let levelId: string | undefined;
   if (opts.level !== undefined) {
     const levels = findRecord(a.manifest.passes, ELASTIC_LEVELS, a.dir)?.levels ?? null;
     const level = selectLevel(levels, opts.level, a.path);
     widths = levelWidths(level);
+    levelId = level.id;
     notes.push(`level ${level.id}: ${(100 * level.paramFrac).toFixed(1)}% of the parameters${level.heldOutPpl !== undefined ? `, held-out perplexity ${level.heldOutPpl.toFixed(2)}` : ''}`);
   }
   const model = await loadDir(a.dir, { verifyChecksums: opts.verify, experts: opts.experts });
@@ -24,6 +26,9 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
     spec: model.spec,
     ...(await tokenizerFiles(a.dir)),
     notes,
+    engine: 'ts-runtime',
+    level: levelId,
+    logits: (ids) => model.forwardAsync(ids, undefined, { widths }),
     async generate(promptIds, o) {
       if (speculative) {
         const r = speculative.decoder.generate(promptIds, { maxTokens: o.maxTokens, tree: speculative.tree });

@@ -7,14 +7,14 @@ import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { LlmcError } from '../../core/errors.js';
 import { parseJsonFile } from '../schema.js';
-import { executorOf } from '../evaluate/executors.js';
+import { evaluable, evaluableTargets } from '../evaluate/executors.js';
 
 export const METRICS = {
   bytes: 'artifact bytes (every file the manifest lists)',
   ppl_delta: 'held-out perplexity of the artifact minus that of the source model',
   kl_delta: 'mean KL(source ‖ artifact) per held-out token, nats',
   greedy_agreement: 'fraction of held-out positions where both models pick the same next token',
-  tokens_per_s: 'decode speed of the TS runtime, tokens per second',
+  tokens_per_s: "decode speed on the artifact's runner, tokens per second",
 } as const;
 export type Metric = keyof typeof METRICS;
 export const METRIC_NAMES = Object.keys(METRICS) as Metric[];
@@ -74,10 +74,8 @@ export function failureLine(r: BudgetResult): string {
 
 /** Which metrics an artifact of this target can have measured. */
 export function measurable(target: string): Set<Metric> {
-  const executor = executorOf(target);
   const out = new Set<Metric>(['bytes']);
-  if (executor) for (const m of ['ppl_delta', 'kl_delta', 'greedy_agreement'] as const) out.add(m);
-  if (executor === 'ts-runtime') out.add('tokens_per_s');
+  if (evaluable(target)) for (const m of ['ppl_delta', 'kl_delta', 'greedy_agreement', 'tokens_per_s'] as const) out.add(m);
   return out;
 }
 
@@ -86,8 +84,7 @@ export function checkMeasurable(budgets: Budgets, target: string, file: string):
   const can = measurable(target);
   for (const m of METRIC_NAMES) {
     if (budgets[m] && !can.has(m)) {
-      const why = m === 'tokens_per_s' ? 'tokens/s is measured on the TS runtime (ts artifacts)' : 'quality is measured for ts and hf artifacts';
-      throw new LlmcError(`${m}: not measured for a ${target} artifact (${why})`, file, 2);
+      throw new LlmcError(`${m}: not measured for a ${target} artifact (llmc runs ${evaluableTargets().join(', ')} artifacts)`, file, 2);
     }
   }
 }

@@ -1,7 +1,7 @@
 /**
  * The CI step: measure what a budget file asks of an artifact and judge it. Only the metrics the
  * budgets name are measured (bytes are free; quality needs the source checkpoint and a forward pass
- * over held-out data on both; tokens/s a short decode on the TS runtime). The JSON summary is
+ * over held-out data on both; tokens/s a short decode on the artifact's runner). The JSON summary is
  * `llmc-check/1` (docs/ci.md).
  */
 import type { ModelSource } from '../../core/checkpoint/source.js';
@@ -9,7 +9,8 @@ import { openCheckpoint } from '../../core/checkpoint/index.js';
 import { LlmcError } from '../../core/errors.js';
 import type { Manifest } from '../../core/records/manifest.js';
 import type { ProfileCache } from '../profile/store.js';
-import { evaluateArtifact, heldOutSet, type Executor } from '../evaluate/artifact.js';
+import { evaluateArtifact, heldOutSet } from '../evaluate/artifact.js';
+import type { Artifact } from '../../core/pipeline/target.js';
 import { checkMeasurable, judge, type BudgetResult, type Budgets, type Metric } from './budgets.js';
 
 export const CHECK_SCHEMA = 'llmc-check/1';
@@ -27,7 +28,7 @@ export interface CheckSummary {
   results: BudgetResult[];
   /** How quality and speed were measured; null when no budget needed them. */
   evaluation: null | {
-    executor: Executor;
+    executor: string;
     level: string | null;
     heldOut: { source: 'self-generated' | { text: string; sha256: string }; sequences: number; length: number; seed: number; profile: string };
     positions: number;
@@ -38,8 +39,7 @@ export interface CheckSummary {
 }
 
 export interface CheckOptions {
-  dir: string;
-  manifest: Manifest;
+  artifact: Artifact;
   budgets: Budgets;
   budgetFile: string;
   /** The open source checkpoint (compile --check), or its directory; default: the manifest's source path. */
@@ -52,17 +52,18 @@ export interface CheckOptions {
 }
 
 export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {
-  checkMeasurable(o.budgets, o.manifest.target, o.budgetFile);
-  const metrics: Partial<Record<Metric, number>> = { bytes: o.manifest.files.reduce((a, f) => a + f.size, 0) };
+  const { manifest } = o.artifact;
+  checkMeasurable(o.budgets, manifest.target, o.budgetFile);
+  const metrics: Partial<Record<Metric, number>> = { bytes: manifest.files.reduce((a, f) => a + f.size, 0) };
   let evaluation: CheckSummary['evaluation'] = null;
   const needsQuality = (['ppl_delta', 'kl_delta', 'greedy_agreement', 'tokens_per_s'] as const).some((m) => o.budgets[m]);
   if (needsQuality || o.level !== undefined) {
-    const opened = o.source ? undefined : await openSource(o.sourceDir ?? o.manifest.source.path, o.sourceDir === undefined);
+    const opened = o.source ? undefined : await openSource(o.sourceDir ?? manifest.source.path, o.sourceDir === undefined);
     const source = o.source ?? opened!;
     try {
       const held = await heldOutSet(source, { text: o.evalText, cacheDir: o.cacheDir });
       const speedTokens = o.budgets.tokens_per_s ? SPEED_TOKENS : undefined;
-      const q = await evaluateArtifact({ dir: o.dir, manifest: o.manifest, source, sequences: held.sequences, level: o.level, speedTokens });
+      const q = await evaluateArtifact({ artifact: o.artifact, source, sequences: held.sequences, level: o.level, speedTokens });
       Object.assign(metrics, { ppl_delta: q.pplDelta, kl_delta: q.kl, greedy_agreement: q.greedyAgreement });
       if (q.tokensPerSecond !== undefined) metrics.tokens_per_s = q.tokensPerSecond;
       const { source: heldSource, length, seed } = held.spec;
@@ -80,7 +81,7 @@ export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {
     }
   }
   const results = judge(o.budgets, metrics);
-  return { schema: CHECK_SCHEMA, artifact: o.dir, target: o.manifest.target, ok: results.every((r) => r.ok), metrics, results, evaluation };
+  return { schema: CHECK_SCHEMA, artifact: o.artifact.path, target: manifest.target, ok: results.every((r) => r.ok), metrics, results, evaluation };
 }
 
 async function openSource(dir: string, fromManifest: boolean) {

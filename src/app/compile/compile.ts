@@ -5,13 +5,13 @@
  * nothing left behind by a failed or interrupted run.
  */
 import path from 'node:path';
-import { componentOf, tensorRoles } from '../../core/arch/names.js';
 import { DTYPE_BYTES, numel } from '../../core/checkpoint/safetensors.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import type { ProfileCacheRef } from '../../core/pipeline/pass.js';
-import type { EmitPlan, WrittenTensor } from '../../core/pipeline/target.js';
+import { tensorGroups, type WrittenTensor } from '../../core/pipeline/summary.js';
+import type { EmitPlan } from '../../core/pipeline/target.js';
 import { evolve, unitOf, type CompileUnit } from '../../core/pipeline/unit.js';
 import { MANIFEST_FORMAT, MANIFEST_VERSION, type Manifest, type ManifestSummary, type PassRecord } from '../../core/records/manifest.js';
 import type { Progress } from '../../core/util/progress.js';
@@ -117,22 +117,12 @@ async function run(req: CompileRequest, plan: CompilePlan, workDir: string): Pro
 
 /** Bytes per tensor group and format, against the same tensors in the source checkpoint. */
 function summarize(source: ModelSource, tensors: readonly WrittenTensor[]): ManifestSummary {
-  const roles = tensorRoles(source.spec);
-  const groups = new Map<string, ManifestSummary['groups'][number]>();
-  let bytes = 0;
   let sourceBytes = 0;
   for (const t of tensors) {
-    const group = componentOf(t.sources.length ? roles.get(t.sources[0]) : undefined);
-    const key = `${group}\0${t.format}`;
-    const g = groups.get(key) ?? { group, format: t.format, tensors: 0, bytes: 0 };
-    g.tensors++;
-    g.bytes += t.bytes;
-    groups.set(key, g);
-    bytes += t.bytes;
     for (const s of t.sources) {
       const m = source.meta(s);
       if (m) sourceBytes += numel(m.shape) * DTYPE_BYTES[m.dtype];
     }
   }
-  return { groups: [...groups.values()].sort((a, b) => (a.group < b.group ? -1 : a.group > b.group ? 1 : a.format < b.format ? -1 : 1)), bytes, sourceBytes };
+  return { groups: tensorGroups(source.spec, tensors), bytes: tensors.reduce((a, t) => a + t.bytes, 0), sourceBytes };
 }

@@ -1,23 +1,19 @@
 /**
- * A quick evaluation of an artifact against the checkpoint it was compiled from, on held-out
- * data: the source runs on the onnxruntime Engine, a `ts` artifact on the TS runtime (at full width
- * or at one of its elastic levels), an `hf` artifact on the Engine too. `evaluateArtifact` is the one
- * entry point (`llmc check`, `--check`, `llmc report` and the end-of-compile summary use it).
+ * A quick evaluation of an artifact against the checkpoint it was compiled from, on held-out data:
+ * the source runs on the onnxruntime Engine, the artifact on whatever its target's runner uses (the
+ * TS runtime, onnxruntime, llama.cpp), at full width or at one of its elastic levels.
+ * `evaluateArtifact` is the one entry point (the end-of-compile summary, `llmc check`, `--check` and
+ * `llmc report` use it).
  */
-import path from 'node:path';
+import { TARGETS } from '../../../backends/index.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
-import { openCheckpoint } from '../../core/checkpoint/index.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
-import { ELASTIC_LEVELS, findRecord, type LayerWidth, levelWidths, MANIFEST_FILE, selectLevel, type Manifest } from '../../core/records/index.js';
+import type { Artifact, ArtifactRunner } from '../../core/pipeline/target.js';
 import { Engine } from '../../exec/engine/index.js';
-import { loadDir } from '../../exec/runtime/node.js';
 import { calibrationSet, textFileSpec, type CalibrationSpec } from '../profile/calibration.js';
 import type { ProfileCache } from '../profile/store.js';
-import { compareModels, type LogitsFn, type QualityFigures } from './quality.js';
-
-import { executorOf, type Executor } from './executors.js';
-
-export { executorOf, type Executor };
+import { compareModels, type QualityFigures } from './quality.js';
+import { evaluableTargets } from './executors.js';
 
 /**
  * The held-out set evaluations use by default: the reorder pass's default calibration spec, so
@@ -46,79 +42,95 @@ export async function heldOutSet(source: ModelSource, opts: { text?: string; seq
 }
 
 export interface ArtifactQuality extends QualityFigures {
-  executor: Executor;
+  /** What ran the artifact ('ts-runtime', 'onnxruntime', 'llama.cpp'). */
+  executor: string;
   /** The elastic level evaluated (null: the full model). */
   level: string | null;
-  /** Decode speed of the TS runtime (ts artifacts, when asked). */
+  /** Decode speed of the artifact's runner (when asked). */
   tokensPerSecond?: number;
 }
 
 export interface EvaluateOptions {
-  /** The artifact directory and its manifest (readManifest). */
-  dir: string;
-  manifest: Manifest;
+  /** The artifact (its path, directory and manifest). */
+  artifact: Artifact;
   /** The checkpoint it was compiled from (its identity must match the manifest's source hash). */
   source: ModelSource;
   sequences: readonly number[][];
-  /** An elastic level (id or size fraction) of a ts artifact compiled with --passes reorder. */
+  /** An elastic level (id or size fraction) of an artifact compiled with --passes reorder. */
   level?: string;
-  /** Measure the TS runtime's decode speed over this many tokens (ts artifacts only). */
+  /** Measure the decode speed over this many tokens. */
   speedTokens?: number;
+  threads?: number;
 }
 
-/** The artifact's logits (and decode speed) on its own executor. */
-async function openArtifact(o: EvaluateOptions): Promise<{ executor: Executor; logits: LogitsFn; level: string | null; speed?: (n: number) => Promise<number>; close(): Promise<void> }> {
-  const where = path.join(o.dir, MANIFEST_FILE);
-  const executor = executorOf(o.manifest.target);
-  if (!executor) throw new UsageError(`a ${o.manifest.target} artifact has no quality metrics here: they run ts artifacts (TS runtime) and hf artifacts (onnxruntime)`);
-  if (executor === 'onnxruntime') {
-    if (o.level !== undefined) throw new UsageError('--level needs a ts artifact (an hf artifact is the full model)');
-    const ckpt = await openCheckpoint(o.dir);
-    const engine = await Engine.open(ckpt).catch(async (e) => {
-      await ckpt.close();
-      throw e;
-    });
-    return { executor, level: null, logits: (ids) => engine.logits(ids), close: async () => (await engine.close(), await ckpt.close()) };
+/** The artifact's runner, through its target's descriptor. */
+async function openRunner(o: EvaluateOptions): Promise<ArtifactRunner> {
+  const { manifest } = o.artifact;
+  const open = TARGETS.find((t) => t.name === manifest.target)?.open;
+  if (!open) throw new UsageError(`a ${manifest.target} artifact has no quality metrics here: llmc runs ${evaluableTargets().join(', ')} artifacts`);
+  const runner = await open(o.artifact, { level: o.level, threads: o.threads });
+  if (!runner.logits) {
+    await runner.close();
+    throw new UsageError(`${runner.engine} gives no logits for a ${manifest.target} artifact, so its quality is not measured`);
   }
-  const model = await loadDir(o.dir);
-  let widths: LayerWidth[] | undefined;
-  let level: string | null = null;
-  if (o.level !== undefined) {
-    const lv = selectLevel(findRecord(o.manifest.passes, ELASTIC_LEVELS, where)?.levels ?? null, o.level, o.dir);
-    widths = levelWidths(lv);
-    level = lv.id;
-  }
-  const speed = async (n: number) => {
-    const run = async (tokens: number) => {
-      const t0 = performance.now();
-      let k = 0;
-      for await (const _ of model.generate([model.spec.bosTokenId ?? 0], { maxTokens: tokens, stopTokens: [], widths })) k++;
-      return k / ((performance.now() - t0) / 1000);
-    };
-    await run(Math.min(4, n)); // warm-up: kernels compiled, buffers allocated
-    return Math.max(await run(n), await run(n));
+  return runner;
+}
+
+/** Tokens per second of greedy decoding from BOS: the best of two runs after a warm-up (kernels compiled, buffers allocated). */
+async function decodeSpeed(runner: ArtifactRunner, tokens: number): Promise<number> {
+  const prompt = [runner.spec.bosTokenId ?? 0];
+  const run = async (n: number) => {
+    const t0 = performance.now();
+    const got = await runner.generate(prompt, { maxTokens: n });
+    return got.length / ((performance.now() - t0) / 1000);
   };
-  return { executor, level, logits: async (ids) => model.forward(ids, undefined, { widths }), speed, close: async () => {} };
+  await run(Math.min(4, tokens));
+  return Math.max(await run(tokens), await run(tokens));
 }
 
 /** Perplexity, KL and greedy agreement of the artifact against its source on `sequences` (and its decode speed). */
 export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQuality> {
-  const [have, want] = [await o.source.identity(), o.manifest.source.sha256];
+  const [have, want] = [await o.source.identity(), o.artifact.manifest.source.sha256];
   if (have !== want) {
-    throw new LlmcError(`is not the checkpoint ${o.dir} was compiled from (sha256 ${have.slice(0, 12)}… ≠ the manifest's ${want.slice(0, 12)}…)`, o.source.description);
+    throw new LlmcError(`is not the checkpoint ${o.artifact.path} was compiled from (sha256 ${have.slice(0, 12)}… ≠ the manifest's ${want.slice(0, 12)}…)`, o.source.description);
   }
-  const artifact = await openArtifact(o);
-  const engine = await Engine.open(o.source);
+  const runner = await openRunner(o);
+  const engine = await Engine.open(o.source, { threads: o.threads }).catch(async (e) => {
+    await runner.close();
+    throw e;
+  });
   try {
-    const figures = await compareModels((ids) => engine.logits(ids), artifact.logits, o.sequences, o.source.spec.vocabSize);
-    const out: ArtifactQuality = { ...figures, executor: artifact.executor, level: artifact.level };
-    if (o.speedTokens) {
-      if (!artifact.speed) throw new UsageError('tokens/s is measured on the TS runtime: it needs a ts artifact');
-      out.tokensPerSecond = await artifact.speed(o.speedTokens);
-    }
+    const figures = await compareModels((ids) => engine.logits(ids), runner.logits!, o.sequences, o.source.spec.vocabSize);
+    const out: ArtifactQuality = { ...figures, executor: runner.engine, level: runner.level ?? null };
+    if (o.speedTokens) out.tokensPerSecond = await decodeSpeed(runner, o.speedTokens);
     return out;
   } finally {
     await engine.close();
-    await artifact.close();
+    await runner.close();
+  }
+}
+
+/** The end-of-compile evaluation: figures on the default held-out set, or why there are none. */
+export type QuickEvaluation =
+  | { measured: true; quality: ArtifactQuality; heldOut: { source: CalibrationSpec['source']; sequences: number; length: number; seed: number } }
+  | { measured: false; reason: string };
+
+/**
+ * Quality of a freshly compiled artifact against its source on the default held-out set (shared with
+ * the reorder pass's calibration draw, so usually cached). An artifact llmc cannot run, or whose
+ * runner is missing here (node-llama-cpp for GGUF), has no figures and a reason instead: the compile
+ * itself succeeded.
+ */
+export async function quickEvaluation(artifact: Artifact, source: ModelSource, cacheDir?: ProfileCache): Promise<QuickEvaluation> {
+  if (!TARGETS.find((t) => t.name === artifact.manifest.target)?.open) {
+    return { measured: false, reason: `llmc does not run ${artifact.manifest.target} artifacts (it runs ${evaluableTargets().join(', ')})` };
+  }
+  try {
+    const held = await heldOutSet(source, { cacheDir });
+    const quality = await evaluateArtifact({ artifact, source, sequences: held.sequences });
+    return { measured: true, quality, heldOut: { source: held.spec.source, sequences: held.sequences.length, length: held.spec.length, seed: held.spec.seed } };
+  } catch (e) {
+    if (!(e instanceof LlmcError)) throw e;
+    return { measured: false, reason: e.line };
   }
 }

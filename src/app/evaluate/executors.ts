@@ -1,7 +1,9 @@
-/** Which artifacts have quality metrics, and what runs them (light: no executor is imported here). */
-export const EVALUATED_TARGETS = { ts: 'ts-runtime', hf: 'onnxruntime' } as const;
-export type Executor = (typeof EVALUATED_TARGETS)[keyof typeof EVALUATED_TARGETS];
+/** Which artifacts have quality metrics: those llmc can run, i.e. whose target descriptor has `open` (light: descriptors only). */
+import { TARGETS } from '../../../backends/index.js';
 
-export function executorOf(target: string): Executor | null {
-  return (EVALUATED_TARGETS as Record<string, Executor>)[target] ?? null;
+export function evaluable(target: string): boolean {
+  return Boolean(TARGETS.find((t) => t.name === target)?.open);
 }
+
+/** The targets llmc evaluates, for messages. */
+export const evaluableTargets = (): string[] => TARGETS.filter((t) => t.open).map((t) => t.name);

@@ -11,7 +11,9 @@ import { MANIFEST_FILE, type Manifest, type PassRecord } from '../../core/record
 import { readManifest } from '../compile/manifest.js';
 import { PROFILE_INDEX, readProfileIndex, type ProfileIndex } from '../profile/dir.js';
 import { findProfiles, type Profile } from '../profile/store.js';
-import { artifactTensors, sourceTensors, type TensorRow } from './tensors.js';
+import { DTYPE_BYTES, numel, type DType } from '../../core/checkpoint/safetensors.js';
+import { tensorGroups } from '../../core/pipeline/summary.js';
+import type { ManifestSummary } from '../../core/records/manifest.js';
 
 export interface QualityFacts {
   executor: string;
@@ -34,7 +36,8 @@ export interface ReportContext {
   profile: ProfileIndex | null;
   /** The records passes wrote (an artifact's), in pass order; none for a profile. */
   records: readonly PassRecord[];
-  tensors: TensorRow[] | null;
+  /** Bytes per tensor group and format: the artifact's manifest summary, or the checkpoint's own tensors for a profile. */
+  groups: ManifestSummary['groups'] | null;
   quality: QualityFacts | null;
   /** Stored profiles of `kind` whose key includes `match`, from the profile directory and the cache directories. */
   profiles(kind: string, match: Record<string, unknown>): Promise<Profile[]>;
@@ -66,7 +69,7 @@ export async function openReportInput(dir: string, o: OpenOptions = {}): Promise
       manifest,
       profile: null,
       records: manifest.passes,
-      tensors: await artifactTensors(manifest, dir),
+      groups: manifest.summary?.groups ?? null,
       quality: o.quality ? await o.quality(dir, manifest) : null,
       profiles: profilesIn(cacheDirs),
     };
@@ -81,7 +84,7 @@ export async function openReportInput(dir: string, o: OpenOptions = {}): Promise
       manifest: null,
       profile: index,
       records: [],
-      tensors: sourceTensors(index.arch, index.tensors),
+      groups: tensorGroups(index.arch, index.tensors.map((t) => ({ name: t.name, sources: [t.name], format: t.dtype, bytes: numel(t.shape) * (DTYPE_BYTES[t.dtype as DType] ?? 4) }))),
       quality: null,
       profiles: profilesIn([path.resolve(dir), ...cacheDirs]),
     };

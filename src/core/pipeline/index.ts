@@ -3,3 +3,4 @@ export * from './unit.js';
 export * from './options.js';
 export * from './pass.js';
 export * from './target.js';
+export * from './summary.js';

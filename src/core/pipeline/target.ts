@@ -7,6 +7,9 @@ import type { ArchSpec } from '../arch/types.js';
 import { UsageError } from '../errors.js';
 import type { Manifest } from '../records/manifest.js';
 import type { Progress } from '../util/progress.js';
+import type { WrittenTensor } from './summary.js';
+
+export type { WrittenTensor };
 import type { RecordType } from '../records/types.js';
 import type { OptionSchema } from './options.js';
 import type { CompileUnit } from './unit.js';
@@ -53,13 +56,6 @@ export interface EmitContext<O = unknown> {
   note: (message: string) => void;
 }
 
-/** One tensor as written: its format and bytes, and the source tensors it holds (stacked experts: several). */
-export interface WrittenTensor {
-  sources: string[];
-  format: string;
-  bytes: number;
-}
-
 export interface EmitResult {
   /** Paths relative to outDir, every file the artifact consists of (not the manifest). */
   files: string[];
@@ -73,8 +69,8 @@ export interface EmitResult {
 export interface EmitPlan {
   /** Every file of the artifact (not the manifest), with its exact size. */
   files: { path: string; bytes: number }[];
-  /** Every weight tensor as it would be written: `source` is its Hugging Face name (the group follows from it). */
-  tensors: { name: string; source: string | null; format: string; bytes: number; file: string }[];
+  /** Every weight tensor as it would be written. */
+  tensors: WrittenTensor[];
   notes: string[];
 }
 
@@ -103,6 +99,12 @@ export interface ArtifactRunner {
   readonly tokenizerConfigJson?: string;
   /** What the runner chose or ignored, for the user (e.g. the elastic level it runs). */
   readonly notes: string[];
+  /** What executes the model, for summaries and reports: 'ts-runtime', 'onnxruntime', 'llama.cpp'. */
+  readonly engine: string;
+  /** The id of the elastic level it runs, when it runs one. */
+  readonly level?: string;
+  /** Logits [T, V] at every position of `ids` from an empty context: what quality evaluation compares. */
+  logits?(ids: number[]): Promise<Float32Array>;
   /** Generated ids without the prompt; stops after maxTokens or at EOS (the EOS id is included). */
   generate(promptIds: number[], opts: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]>;
   close(): Promise<void>;

@@ -132,6 +132,8 @@ export async function openDecoderDir(dir: string, opts: { threads?: number; grap
     spec,
     decoder,
     notes: [],
+    engine: 'onnxruntime',
+    logits: (ids) => decoder.logits(ids),
     tokenizerJson: await readOptional(path.join(dir, 'tokenizer.json')),
     tokenizerConfigJson: await readOptional(path.join(dir, 'tokenizer_config.json')),
     generate: (promptIds, o) => decoder.generate(promptIds, { ...o, stopIds: spec.eosTokenIds }),

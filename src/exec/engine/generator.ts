@@ -16,6 +16,8 @@ export async function openCheckpointRunner(dir: string, opts: { threads?: number
       tokenizerJson: checkpoint.assets.tokenizer,
       tokenizerConfigJson: checkpoint.assets.tokenizerConfig,
       notes: [],
+      engine: 'onnxruntime',
+      logits: (ids) => engine.logits(ids),
       generate: (promptIds, o) => engine.generate(promptIds, o),
       close: async () => {
         await engine.close();

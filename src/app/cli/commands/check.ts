@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { ExitCode, LlmcError } from '../../../core/errors.js';
 import { MANIFEST_FILE } from '../../../core/records/manifest.js';
-import { readManifest } from '../../compile/manifest.js';
+import { locate } from '../../artifact.js';
 import { failureLine, METRICS, readBudgets, type Budgets } from '../../check/budgets.js';
 import type { CheckSummary } from '../../check/check.js';
 import { printJson } from '../output.js';
@@ -33,20 +33,20 @@ export function registerCheck(program: Command): void {
   program
     .command('check')
     .description('Check an artifact against budgets (CI): exit 0 when all hold, 1 when any fails, 2 for a bad budget file')
-    .argument('<artifact>', 'artifact directory (llmc-manifest.json)')
+    .argument('<artifact>', 'artifact directory (llmc-manifest.json), or NAME.gguf compiled by llmc')
     .argument('<budgets>', 'budget file (JSON), e.g. {"bytes": {"max": 3e8}, "ppl_delta": {"max": 0.5}}')
     .option('--source <dir>', "the checkpoint the artifact was compiled from (default: the manifest's source path)")
-    .option('--level <level>', 'check an elastic level of a ts artifact (an id like L3 or a size fraction)')
+    .option('--level <level>', 'check an elastic level of an artifact compiled with --passes reorder (an id like L3 or a size fraction)')
     .option('--eval-text <file>', 'held-out text (needs a tokenizer) instead of sequences sampled from the source')
     .option('--cache-dir <dir>', 'where the held-out set is cached', '.llmc-cache')
     .option('--json', 'print the llmc-check/1 summary as JSON (docs/ci.md)')
     .addHelpText('after', `\n${budgetHelp}\n\nExamples:\n  llmc check out/model budgets.json\n  llmc check out/model budgets.json --json > check.json\n`)
     .action(async (dir: string, budgetFile: string, o) => {
       const budgets: Budgets = await readBudgets(budgetFile);
-      const manifest = await readManifest(dir);
-      if (!manifest) throw new LlmcError(`not an artifact directory (no ${MANIFEST_FILE})`, dir);
+      const artifact = await locate(dir);
+      if (artifact.kind !== 'artifact') throw new LlmcError(`not an llmc artifact (no ${MANIFEST_FILE}); compile it first`, dir);
       const { checkArtifact } = await import('../../check/check.js');
-      const summary = await checkArtifact({ dir, manifest, budgets, budgetFile, sourceDir: o.source, level: o.level, evalText: o.evalText, cacheDir: o.cacheDir });
+      const summary = await checkArtifact({ artifact, budgets, budgetFile, sourceDir: o.source, level: o.level, evalText: o.evalText, cacheDir: o.cacheDir });
       reportCheck(summary, o.json ? summary : undefined);
     });
 }

@@ -14,6 +14,8 @@ import { describePasses, describeTargets } from './list.js';
 import { collect, collectKeyValue } from '../options.js';
 import { checkMeasurable, readBudgets } from '../../check/budgets.js';
 import { reportCheck } from './check.js';
+import { locate } from '../../artifact.js';
+import type { QuickEvaluation } from '../../evaluate/artifact.js';
 
 /** --help's reference of the formats and `--opt` keys of every target and pass, from the registries. */
 function registryHelp(): string {
@@ -66,6 +68,7 @@ export function registerCompile(program: Command): void {
   cmd
     .option('--check <budgets>', 'after compiling, check the artifact against a budget file (as llmc check; exit 1 when a budget fails)')
     .option('--print-config', 'print the resolved configuration (config file + flags) as JSON and stop')
+    .option('--no-eval', 'skip the quick quality evaluation against the source at the end (perplexity, KL, greedy agreement on held-out data)')
     .option('--dry-run', 'run the passes and show what would be written (files, sizes, formats per tensor group) without writing it')
     .option('--json', 'print the manifest as JSON on stdout')
     .addHelpText('after', registryHelp())
@@ -122,21 +125,29 @@ export function registerCompile(program: Command): void {
           return printDryRun(await dryRun({ ...common, outDir: out ?? '' }, plan), resolved, json, notes);
         }
         const manifest = await compile({ ...common, outDir: out! }, plan);
+        const artifact = await locate(out!);
+        if (artifact.kind !== 'artifact') throw new LlmcError('internal: the compile left no manifest', out!);
+        let evaluation: QuickEvaluation | null = null;
+        if (o.eval) {
+          const { quickEvaluation } = await import('../../evaluate/artifact.js');
+          evaluation = await quickEvaluation(artifact, source, cacheDir);
+        }
         const seconds = (performance.now() - started) / 1000;
-        if (!json) process.stderr.write(compileSummary(out!, manifest, notes, seconds));
+        if (!json) process.stderr.write(compileSummary(out!, manifest, notes, seconds, evaluation));
+        const quality = evaluation === null ? {} : { quality: evaluation };
         if (budgets) {
           const { checkArtifact } = await import('../../check/check.js');
-          const summary = await checkArtifact({ dir: out!, manifest, budgets, budgetFile: resolved.check!, source, cacheDir });
-          reportCheck(summary, json ? { ...manifest, notes, seconds, check: summary } : undefined);
-        } else if (json) printJson({ ...manifest, notes, seconds });
+          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir });
+          reportCheck(summary, json ? { ...manifest, notes, seconds, ...quality, check: summary } : undefined);
+        } else if (json) printJson({ ...manifest, notes, seconds, ...quality });
       } finally {
         await source.close();
       }
     });
 }
 
-/** What a compile wrote: files, bytes per tensor group and format against the source, notes, time. */
-export function compileSummary(out: string, m: Manifest, notes: readonly string[], seconds: number): string {
+/** What a compile wrote: files, bytes per tensor group and format against the source, the quality lost, notes, time. */
+export function compileSummary(out: string, m: Manifest, notes: readonly string[], seconds: number, evaluation: QuickEvaluation | null = null): string {
   const bytes = m.files.reduce((a, f) => a + f.size, 0);
   const lines = [`wrote ${out}: ${m.files.map((f) => f.path).join(', ')} (${formatBytes(bytes)}) for target ${m.target}${m.passes.length ? ` after ${m.passes.map((p) => p.name).join(', ')}` : ''}`];
   const s = m.summary;
@@ -147,7 +158,20 @@ export function compileSummary(out: string, m: Manifest, notes: readonly string[
     lines.push(table(rows));
     if (s.sourceBytes > 0) lines.push(`  ${formatBytes(s.bytes)} of tensors from ${formatBytes(s.sourceBytes)} in the source: ${((100 * s.bytes) / s.sourceBytes).toFixed(1)}%`);
   }
+  if (evaluation) lines.push(...qualityLines(evaluation));
   for (const n of notes) lines.push(noteLine(n));
   lines.push(`done in ${seconds.toFixed(1)} s`);
   return lines.join('\n') + '\n';
+}
+
+/** The quick evaluation's lines of the summary. */
+function qualityLines(e: QuickEvaluation): string[] {
+  if (!e.measured) return [`  quality: not measured: ${e.reason}`];
+  const { quality: q, heldOut: h } = e;
+  const from = h.source === 'self-generated' ? 'sampled from the source' : `of ${h.source.text}`;
+  const sign = q.pplDelta >= 0 ? '+' : '';
+  return [
+    `  quality against the source on held-out data (${h.sequences} × ${h.length} tokens ${from}, seed ${h.seed}; the artifact on ${q.executor}, the source on onnxruntime):`,
+    `    perplexity ${q.referencePpl.toFixed(3)} → ${q.candidatePpl.toFixed(3)} (${sign}${q.pplDelta.toPrecision(3)}), KL ${q.kl.toExponential(2)} nats, greedy agreement ${(100 * q.greedyAgreement).toFixed(1)}%`,
+  ];
 }

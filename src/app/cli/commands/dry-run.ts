@@ -2,13 +2,11 @@
 import type { DryRun } from '../../compile/compile.js';
 import type { ResolvedConfig } from '../../compile/config.js';
 import { fmtBytes } from '../../report/doc.js';
-import { breakdown, groupOf, type TensorRow } from '../../report/tensors.js';
+import { tensorGroups } from '../../../core/pipeline/summary.js';
 import { printJson } from '../output.js';
 
 export function printDryRun(d: DryRun, resolved: ResolvedConfig, json: boolean, notes: string[]): void {
-  const group = groupOf(d.arch);
-  const rows: TensorRow[] = d.plan.tensors.map((t) => ({ name: t.name, group: t.source ? group(t.source) : 'other', format: t.format, bytes: t.bytes }));
-  const groups = breakdown(rows);
+  const groups = tensorGroups(d.arch, d.plan.tensors);
   const total = d.plan.files.reduce((s, f) => s + f.bytes, 0);
   if (json) {
     printJson({ dryRun: true, out: resolved.out, target: d.target, files: d.plan.files, totalBytes: total, groups, tensors: d.plan.tensors, passes: d.passes.map((p) => ({ name: p.name, record: p.metadata.format })), notes: [...d.plan.notes, ...notes] });

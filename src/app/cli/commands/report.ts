@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
 import type { Manifest } from '../../../core/records/manifest.js';
-import { executorOf } from '../../evaluate/executors.js';
+import { evaluable, evaluableTargets } from '../../evaluate/executors.js';
 import { noteTo, printJson } from '../output.js';
 
 const FORMATS: Record<string, 'html' | 'md' | 'json'> = { '.html': 'html', '.htm': 'html', '.md': 'md', '.json': 'json' };
@@ -54,8 +54,8 @@ export function registerReport(program: Command): void {
 
 /** The quality table's figures, or null (with a note) when the artifact or its source cannot be run. */
 async function measureQuality(dir: string, manifest: Manifest, o: { source?: string; evalText?: string; cacheDir?: string }, note: (m: string) => void) {
-  if (!executorOf(manifest.target)) {
-    note(`quality table left out: a ${manifest.target} artifact is not run here (ts and hf artifacts are)`);
+  if (!evaluable(manifest.target)) {
+    note(`quality table left out: llmc does not run ${manifest.target} artifacts (it runs ${evaluableTargets().join(', ')})`);
     return null;
   }
   const { openCheckpoint } = await import('../../../core/checkpoint/index.js');
@@ -75,7 +75,7 @@ async function measureQuality(dir: string, manifest: Manifest, o: { source?: str
     }
     const { evaluateArtifact, heldOutSet } = await import('../../evaluate/artifact.js');
     const held = await heldOutSet(source, { text: o.evalText, cacheDir: o.cacheDir });
-    const q = await evaluateArtifact({ dir, manifest, source, sequences: held.sequences, speedTokens: executorOf(manifest.target) === 'ts-runtime' ? 64 : undefined });
+    const q = await evaluateArtifact({ artifact: { path: dir, dir, manifest }, source, sequences: held.sequences, speedTokens: 64 });
     return {
       executor: q.executor,
       heldOut: { source: held.spec.source, sequences: held.sequences.length, length: held.spec.length, seed: held.spec.seed },

@@ -23,7 +23,7 @@ export const qualitySection: GeneralSection = {
             ['perplexity', fmtNum(q.sourcePpl, 6), fmtNum(q.artifactPpl, 6), fmtNum(q.pplDelta, 4)],
             ['KL(source ‖ artifact), nats/token', '0', fmtNum(q.kl, 4), fmtNum(q.kl, 4)],
             ['greedy agreement', '1', fmtNum(q.greedyAgreement, 4), fmtNum(q.greedyAgreement - 1, 4)],
-            ...(q.tokensPerSecond !== null ? [['decode tokens/s (TS runtime)', '—', fmtNum(q.tokensPerSecond, 4), '—'] as (string | number)[]] : []),
+            ...(q.tokensPerSecond !== null ? [[`decode tokens/s (${q.executor === 'ts-runtime' ? 'TS runtime' : q.executor})`, '—', fmtNum(q.tokensPerSecond, 4), '—'] as (string | number)[]] : []),
           ],
         },
       ],

@@ -1,13 +1,12 @@
 /** Size breakdown: bytes per tensor group and format (an artifact's, or the checkpoint's for a profile). */
 import { fmtBytes, type Block } from '../doc.js';
-import { breakdown } from '../tensors.js';
 import type { GeneralSection } from './types.js';
 
 export const sizesSection: GeneralSection = {
   id: 'sizes',
   async build(ctx) {
-    if (!ctx.tensors?.length) return null;
-    const rows = breakdown(ctx.tensors);
+    const rows = ctx.groups;
+    if (!rows?.length) return null;
     const total = rows.reduce((s, r) => s + r.bytes, 0);
     const groups = [...new Set(rows.map((r) => r.group))];
     const formats = [...new Set(rows.map((r) => r.format))].sort();
