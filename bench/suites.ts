@@ -10,6 +10,7 @@ import { suite as fuzz } from './fuzz.bench.js';
 import { suite as experts } from './experts.bench.js';
 import { suite as treeSearch } from './tree-search.bench.js';
 import { suite as cuda } from './cuda.bench.js';
+import { suite as decode } from './decode.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -28,4 +29,5 @@ export const SUITES: SuiteEntry[] = [
   experts,
   treeSearch,
   cuda,
+  decode,
 ];
