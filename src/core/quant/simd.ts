@@ -188,6 +188,9 @@ function f16Of(d: number, a: number): number[] {
 }
 
 const iShrU = simd(0xad); // i32x4.shr_u
+const fNe = simd(0x42);
+const fPmin = simd(0xea);
+const fPmax = simd(0xeb);
 const iGtS = simd(0x3b);
 const hNarrowU = simd(0x86); // i16x8.narrow_i32x4_u
 const i32x4 = (v: number) => [...i32c(v), ...iSplat];
@@ -326,12 +329,10 @@ function legacyBody(type: LegacyType): number[] {
     ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [...get(MASK), ...eq(k), ...iBitmask, ...i32c(4 * k), ...i32Shl, ...i32Or, ...set(MASK)]),
     ...get(P), ...get(MASK), ...i32Ctz, ...i32c(2), ...i32Shl, ...i32Add, ...[0x2a, 0, 0], ...set(local), // f32.load
   ];
-  /** Horizontal min or max (f32x4.min 0xe8 / max 0xe9) of the 8 vectors at P, into f32 `local`. */
-  const reduce = (op: number, local: number) => [
-    ...get(P), ...vload(0),
-    ...[16, 32, 48, 64, 80, 96, 112].flatMap((off) => [...get(P), ...vload(off), ...simd(op)]), ...set(M),
-    ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...simd(op), ...set(M),
-    ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...simd(op),
+  /** Horizontal pseudo-min or -max (f32x4.pmin 0xea / pmax 0xeb) of the v128 local `v`, into f32 `local`. */
+  const reduce = (op: number, v: number, local: number) => [
+    ...shuffleSelf(v, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(v), ...simd(op), ...set(v),
+    ...shuffleSelf(v, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(v), ...simd(op),
     ...simd(0x1f, 0), ...set(local), // f32x4.extract_lane 0
     // a zero extreme: C keeps the first zero it meets, +0 or -0
     ...get(local), ...f32c(0), ...f32Eq,
@@ -339,9 +340,17 @@ function legacyBody(type: LegacyType): number[] {
   ];
   const scales = offsetType
     ? [
-      // the finite check, then min and max
-      ...absMaxBits(P, X, M, BAD), ...[0x1a], // drop amax
-      ...reduce(0xe8, MIN), ...reduce(0xe9, MAX),
+      // min and max in one pass over the block (LO and HI are free until the codes), with the
+      // pseudo-min/max (b < a ? b : a: one instruction each). The finite check: M sums x - x, which
+      // is 0 for finite x and NaN for Inf or NaN.
+      ...get(P), ...vload(0), ...tee(LO), ...tee(HI), ...get(HI), ...fSub, ...set(M),
+      ...[16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
+        ...get(P), ...vload(off), ...tee(X), ...get(X), ...fSub, ...get(M), ...fAdd, ...set(M),
+        ...get(LO), ...get(X), ...fPmin, ...set(LO),
+        ...get(HI), ...get(X), ...fPmax, ...set(HI),
+      ]),
+      ...get(M), ...get(M), ...fNe, ...get(BAD), ...vOr, ...set(BAD),
+      ...reduce(0xea, LO, MIN), ...reduce(0xeb, HI, MAX),
       ...get(MAX), ...get(MIN), ...f32Sub, ...f32c(t.nmax), ...f32Div, ...set(D),
     ]
     : [
