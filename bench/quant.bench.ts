@@ -72,6 +72,8 @@ export const suite: Suite = {
       const into = new Uint8Array((n / ROW) * rowBytes(t, ROW));
       const singleInto = bytesIn / 1e6 / (await best(() => quantizeInto(t, x, ROW, into, 0), budget));
       const parallel = bytesIn / 1e6 / (await best(() => quantizeParallel(t, x, ROW, { threads }), budget));
+      // What the gguf target runs: quantizeParallel's own choice of threads (one for the GB/s types).
+      const byDefault = bytesIn / 1e6 / (await best(() => quantizeParallel(t, x, ROW), budget));
       let jsSingle: number | undefined;
       if (t.endsWith('_K')) {
         useWasmKernels(false);
@@ -91,6 +93,8 @@ export const suite: Suite = {
         }),
         parallel_mb_per_s: +parallel.toFixed(1),
         parallel_speedup: +(parallel / single).toFixed(2),
+        default_threads_mb_per_s: +byDefault.toFixed(1),
+        default_threads_speedup: +(byDefault / single).toFixed(2),
         single_thread_into_mb_per_s: +singleInto.toFixed(1),
         ...Object.fromEntries(
           Object.entries(typeof ggml === 'object' ? ggml : {}).filter(([, secs]) => secs[t] !== undefined).flatMap(([build, secs]) => [
