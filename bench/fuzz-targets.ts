@@ -17,6 +17,8 @@ import { load } from '../src/exec/runtime/load.js';
 import { loadProfile, saveProfile } from '../src/app/profile/store.js';
 import { parseManifestText } from '../src/app/artifact.js';
 import { buildTokenizer } from '../fixtures/tokenizer.js';
+import { checkGgufModel, readGgufHeader } from '../backends/gguf/read.js';
+import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 
@@ -42,7 +44,9 @@ export function mutatedJson(base: Json): fc.Arbitrary<Json> {
   const edits = fc.array(fc.tuple(fc.nat(), nastyValue, fc.boolean()), { minLength: 1, maxLength: 3 });
   return edits.map((list) => {
     let v: Json = structuredClone(base);
-    for (const [pick, value, remove] of list) {
+    for (const [pick, shared, remove] of list) {
+      // fc.constantFrom hands out the same object every time: edit a copy, or inputs grow cycles.
+      const value = structuredClone(shared);
       const all = nodes(v);
       const p = all[pick % all.length];
       if (p.length === 0) {
@@ -78,7 +82,14 @@ async function outcome(f: () => Promise<unknown>): Promise<boolean> {
   }
 }
 
-export async function fuzzTargets(stories: string, tsArtifact: { manifest: string; weights: Uint8Array }): Promise<FuzzTarget[]> {
+/** Artifacts llmc compiled from `stories`: a ts artifact, a GGUF, a cuda target's ONNX decoder graph. */
+export interface FuzzArtifacts {
+  ts: { manifest: string; weights: Uint8Array };
+  gguf: Uint8Array;
+  onnx: Uint8Array;
+}
+
+export async function fuzzTargets(stories: string, { ts: tsArtifact, gguf, onnx }: FuzzArtifacts): Promise<FuzzTarget[]> {
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-fuzz-'));
   const close = () => rmSync(tmp, { recursive: true, force: true });
   const storiesConfig = JSON.parse(readFileSync(path.join(stories, 'config.json'), 'utf8')) as Json;
@@ -91,6 +102,13 @@ export async function fuzzTargets(stories: string, tsArtifact: { manifest: strin
   const saved = await saveProfile(profileDir, 'fuzz', { k: 1 }, { meta: { a: 1 }, arrays: { x: Float64Array.from([1, 2, 3]) } });
   const profileFile = path.join(profileDir, `fuzz-${saved.key.slice(0, 32)}.json`);
   const profileJson = readFileSync(profileFile, 'utf8');
+  const ggufHeaderBytes = (await (async () => {
+    const f = path.join(tmp, 'whole.gguf');
+    writeFileSync(f, gguf);
+    return readGgufHeader(f);
+  })()).dataStart;
+  const cfg = storiesConfig as Record<string, number>;
+  const ggufModel = { numLayers: cfg.num_hidden_layers, hiddenSize: cfg.hidden_size, vocabSize: cfg.vocab_size };
   let n = 0;
   const dirWith = async (files: Record<string, string | Uint8Array>) => {
     const d = path.join(tmp, `d${n++}`);
@@ -98,12 +116,16 @@ export async function fuzzTargets(stories: string, tsArtifact: { manifest: strin
     for (const [f, c] of Object.entries(files)) writeFileSync(path.join(d, f), c);
     return d;
   };
+  // The directory goes whatever happens: a 100k-input run leaves nothing behind (each is a whole model).
   const checkpoint = async (dir: string) => {
-    const ck = await openCheckpoint(dir);
     try {
-      for (const t of ck.tensors.slice(0, 3)) await ck.readF32(t.name);
+      const ck = await openCheckpoint(dir);
+      try {
+        for (const t of ck.tensors.slice(0, 3)) await ck.readF32(t.name);
+      } finally {
+        await ck.close();
+      }
     } finally {
-      await ck.close();
       await fsp.rm(dir, { recursive: true, force: true });
     }
   };
@@ -160,6 +182,46 @@ export async function fuzzTargets(stories: string, tsArtifact: { manifest: strin
       name: 'artifact manifest (CLI)',
       input: mutatedJson(JSON.parse(tsArtifact.manifest) as Json),
       run: async (m) => outcome(async () => parseManifestText(JSON.stringify(m), 'llmc-manifest.json')),
+      close,
+    },
+    {
+      name: 'GGUF header',
+      // Bytes flipped and u64 counts or lengths lying in the header, or the file cut short; then the
+      // header read and checked against the model the manifest names, as `llmc run` does.
+      input: fc.tuple(
+        fc.array(fc.tuple(fc.nat(ggufHeaderBytes - 1), fc.integer({ min: 1, max: 255 })), { maxLength: 4 }),
+        fc.option(fc.tuple(fc.nat(ggufHeaderBytes - 8), fc.oneof(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), fc.bigInt({ min: 0n, max: 1n << 20n }))), { freq: 3 }),
+        fc.option(fc.nat(gguf.length), { freq: 4 }),
+      ),
+      run: async ([flips, lie, cut]) => {
+        const b = Buffer.from(gguf);
+        for (const [at, x] of flips as [number, number][]) b[at] ^= x;
+        if (lie) b.writeBigUInt64LE((lie as [number, bigint])[1], (lie as [number, bigint])[0]);
+        const file = path.join(tmp, 'fuzz.gguf');
+        writeFileSync(file, b.subarray(0, (cut as number | null) ?? b.length));
+        return outcome(async () => checkGgufModel(await readGgufHeader(file), ggufModel, file));
+      },
+      close,
+    },
+    {
+      name: 'ONNX decoder graph',
+      // Bytes flipped in the graph's structure (the first 64 kB: nodes, names, shapes, the first
+      // initializers' headers) or the file cut short; then loaded and run on onnxruntime, as `llmc run` does.
+      input: fc.tuple(fc.array(fc.tuple(fc.nat(Math.min(onnx.length, 1 << 16) - 1), fc.integer({ min: 1, max: 255 })), { minLength: 1, maxLength: 4 }), fc.option(fc.nat(onnx.length), { freq: 4 })),
+      run: async ([flips, cut]) => {
+        const b = Buffer.from(onnx);
+        for (const [at, x] of flips as [number, number][]) b[at] ^= x;
+        const file = path.join(tmp, 'fuzz.onnx');
+        writeFileSync(file, b.subarray(0, (cut as number | null) ?? b.length));
+        return outcome(async () => {
+          const decoder = await OnnxDecoder.open(file);
+          try {
+            await decoder.forward([1, 2], null, 0);
+          } finally {
+            await decoder.close();
+          }
+        });
+      },
       close,
     },
     {

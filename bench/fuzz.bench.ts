@@ -15,6 +15,10 @@ import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 
 const HANG_MS = 1000;
 
+/** An input, short, for the report (Uint8Arrays and bigints as JSON cannot say them). */
+const describe = (input: unknown) =>
+  JSON.stringify(input, (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v instanceof Uint8Array ? `<${v.length} bytes>` : v)).slice(0, 300);
+
 export const suite: BenchSuite = {
   name: 'fuzz',
   description: 'every reader of untrusted files against mutated inputs: crashes and hangs must be 0',
@@ -24,9 +28,17 @@ export const suite: BenchSuite = {
     try {
       const art = path.join(tmp, 'art');
       const src = await openCheckpoint(stories);
+      const gguf = path.join(tmp, 'gguf');
       await compile({ source: src, target: 'ts', quant: 'Q8_0', outDir: art, passes: [], progress: silentProgress, note: () => {} });
+      const cuda = path.join(tmp, 'cuda');
+      await compile({ source: src, target: 'gguf', quant: 'Q8_0', outDir: gguf, passes: [], progress: silentProgress, note: () => {} });
+      await compile({ source: src, target: 'cuda', quant: 'fp32', outDir: cuda, passes: [], progress: silentProgress, note: () => {} });
       await src.close();
-      const targets = await fuzzTargets(stories, { manifest: readFileSync(path.join(art, 'llmc-manifest.json'), 'utf8'), weights: new Uint8Array(readFileSync(path.join(art, 'weights.bin'))) });
+      const targets = await fuzzTargets(stories, {
+        ts: { manifest: readFileSync(path.join(art, 'llmc-manifest.json'), 'utf8'), weights: new Uint8Array(readFileSync(path.join(art, 'weights.bin'))) },
+        gguf: new Uint8Array(readFileSync(path.join(gguf, 'model.gguf'))),
+        onnx: new Uint8Array(readFileSync(path.join(cuda, 'onnx/model.onnx'))),
+      });
       const per = quick ? 2_000 : 100_000;
       const results: Record<string, unknown> = {};
       for (const t of targets) {
@@ -40,7 +52,7 @@ export const suite: BenchSuite = {
               else r.rejected++;
             } catch (e) {
               r.crashes++;
-              r.firstCrash ??= `${(e as Error).message} ← ${JSON.stringify(input).slice(0, 300)}`;
+              r.firstCrash ??= `${(e as Error).message} ← ${describe(input)}`;
             }
             const ms = performance.now() - s;
             if (ms > HANG_MS) r.hangs++;
@@ -49,6 +61,8 @@ export const suite: BenchSuite = {
           }
         }
         results[t.name] = { ...r, slowestMs: round(r.slowestMs, 1), perInputMs: round((performance.now() - t0) / r.tried, 3) };
+        // Each reader's line as it finishes: a long run that is stopped keeps what it measured.
+        process.stderr.write(`${JSON.stringify({ [t.name]: results[t.name] })}\n`);
       }
       targets[0]?.close();
       return results;

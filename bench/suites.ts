@@ -11,6 +11,7 @@ import { suite as experts } from './experts.bench.js';
 import { suite as treeSearch } from './tree-search.bench.js';
 import { suite as cuda } from './cuda.bench.js';
 import { suite as decode } from './decode.bench.js';
+import { suite as kill } from './kill.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -30,4 +31,5 @@ export const SUITES: SuiteEntry[] = [
   treeSearch,
   cuda,
   decode,
+  kill,
 ];

@@ -112,21 +112,26 @@ describe('llmc check', () => {
     }
   });
 
-  it('bytes alone reads only the manifest; other artifacts: hf quality on onnxruntime, gguf bytes only', async () => {
+  it('bytes alone reads only the manifest; other artifacts: hf quality on onnxruntime, gguf in llama.cpp, tensorrt-llm bytes only', async () => {
     const gguf = await compileTo('gguf', '--target', 'gguf', '--quant', 'Q8_0');
     const ok = await check(gguf, { bytes: { max: 1e7 } });
     expect(ok.code).toBe(0);
     expect(ok.summary.evaluation).toBeNull();
-    const bad = await check(gguf, { ppl_delta: { max: 1 } });
+    const inLlama = await check(gguf, { ppl_delta: { max: 1.5, min: 0 } });
+    expect(inLlama.code, inLlama.stderr).toBe(0);
+    expect(inLlama.summary.evaluation.executor).toBe('llama.cpp');
+    const trt = await compileTo('trt', '--target', 'tensorrt-llm');
+    const bad = await check(trt, { ppl_delta: { max: 1 } });
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/: ppl_delta: not measured for a gguf artifact/);
+    expect(bad.stderr).toMatch(/: ppl_delta: not measured for a tensorrt-llm artifact \(llmc runs .*gguf/);
     const hf = await compileTo('hf', '--target', 'hf', '--passes', 'reorder');
     const q = await check(hf, { ppl_delta: { max: 1e-4, min: -1e-4 }, greedy_agreement: { min: 1 } });
     expect(q.code, q.stderr).toBe(0);
     expect(q.summary.evaluation.executor).toBe('onnxruntime');
+    // Decode speed on the artifact's own engine (onnxruntime for hf).
     const speed = await check(hf, { tokens_per_s: { min: 1 } });
-    expect(speed.code).toBe(2);
-    expect(speed.stderr).toMatch(/tokens_per_s: not measured for a hf artifact \(tokens\/s is measured on the TS runtime/);
+    expect(speed.code, speed.stderr).toBe(0);
+    expect(speed.summary.metrics.tokens_per_s).toBeGreaterThan(1);
   });
 
   it('a bad budget file: one line naming the key, exit 2', async () => {
@@ -155,7 +160,7 @@ describe('llmc check', () => {
     const b = await budgetFile('b.json', ALL);
     const notArtifact = await llmcInProcess('check', STORIES, b);
     expect(notArtifact.code).toBe(1);
-    expect(notArtifact.stderr).toMatch(/stories260K: not an artifact directory \(no llmc-manifest\.json\)\n$/);
+    expect(notArtifact.stderr).toMatch(/stories260K: not an llmc artifact \(no llmc-manifest\.json\); compile it first\n$/);
     const other = path.join(tmp, 'other');
     await fsp.cp(STORIES, other, { recursive: true });
     const config = JSON.parse(await fsp.readFile(path.join(other, 'config.json'), 'utf8'));
@@ -180,9 +185,9 @@ describe('llmc compile --check', () => {
     expect(m.check).toMatchObject({ schema: 'llmc-check/1', ok: true, metrics: { bytes: m.files[0].size } });
 
     const never = path.join(tmp, 'never');
-    const bad = await llmcInProcess('compile', STORIES, '--target', 'gguf', '-o', never, '--check', await budgetFile('q.json', { greedy_agreement: { min: 0.9 } }));
+    const bad = await llmcInProcess('compile', STORIES, '--target', 'tensorrt-llm', '-o', never, '--check', await budgetFile('q.json', { greedy_agreement: { min: 0.9 } }));
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/greedy_agreement: not measured for a gguf artifact/);
+    expect(bad.stderr).toMatch(/greedy_agreement: not measured for a tensorrt-llm artifact/);
     expect(existsSync(never)).toBe(false);
   });
 });

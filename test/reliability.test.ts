@@ -138,11 +138,19 @@ describe('checkpoint paths and names', () => {
 describe('property-based fuzzing of every reader (seeded)', () => {
   let targets: FuzzTarget[];
   beforeAll(async () => {
-    targets = await fuzzTargets(STORIES, { manifest: readFileSync(path.join(art, 'llmc-manifest.json'), 'utf8'), weights: new Uint8Array(readFileSync(path.join(art, 'weights.bin'))) });
+    const gguf = path.join(tmp, 'fuzz-gguf');
+    const cuda = path.join(tmp, 'fuzz-cuda');
+    expect((await llmcInProcess('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '-o', gguf)).code).toBe(0);
+    expect((await llmcInProcess('compile', STORIES, '--target', 'cuda', '--quant', 'fp32', '-o', cuda)).code).toBe(0);
+    targets = await fuzzTargets(STORIES, {
+      ts: { manifest: readFileSync(path.join(art, 'llmc-manifest.json'), 'utf8'), weights: new Uint8Array(readFileSync(path.join(art, 'weights.bin'))) },
+      gguf: new Uint8Array(readFileSync(path.join(gguf, 'model.gguf'))),
+      onnx: new Uint8Array(readFileSync(path.join(cuda, 'onnx/model.onnx'))),
+    });
   });
   afterAll(() => targets?.[0]?.close());
 
-  it.each(['config.json', 'safetensors header', 'tokenizer.json', 'ts artifact (manifest + weights)', 'artifact manifest (CLI)', 'profile file'])('%s: only acceptance or one LlmcError, each input < 1 s', async (name) => {
+  it.each(['config.json', 'safetensors header', 'tokenizer.json', 'ts artifact (manifest + weights)', 'artifact manifest (CLI)', 'GGUF header', 'ONNX decoder graph', 'profile file'])('%s: only acceptance or one LlmcError, each input < 1 s', async (name) => {
     const t = targets.find((x) => x.name === name)!;
     let accepted = 0;
     let slowest = 0;

@@ -121,15 +121,19 @@ describe('llmc report (Markdown, JSON)', () => {
     expect(sizes.byGroupAndFormat.find((g: { group: string }) => g.group === 'norms').format).toBe('F32');
   });
 
-  it('a gguf artifact: sizes from its tensor table, no quality table (with a note), no reorder section', async () => {
+  it('a gguf artifact: sizes from its tensor table, quality measured in llama.cpp, no reorder section', async () => {
     const gguf = path.join(tmp, 'gguf');
     expect((await llmcInProcess('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '-o', gguf)).code).toBe(0);
     const r = await llmcInProcess('report', gguf, '-o', path.join(tmp, 'g.md'));
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stderr).toMatch(/note: quality table left out: a gguf artifact is not run here/);
-    expect(r.stdout).toMatch(/: summary, sizes\n$/);
+    expect(r.stdout).toMatch(/: summary, sizes, quality\n$/);
     const text = await fsp.readFile(path.join(tmp, 'g.md'), 'utf8');
     expect(text).toMatch(/\| attention \| Q8_0 \| 20 \|/);
+    expect(text).toMatch(/The source runs on onnxruntime, the artifact on llama\.cpp\./);
+    // Q8_0 costs a little perplexity, never nothing and never much (stories260K: +0.8).
+    const delta = Number(/\| perplexity \| [\d.]+ \| [\d.]+ \| ([-\d.e]+) \|/.exec(text)?.[1]);
+    expect(delta).toBeGreaterThan(0.05);
+    expect(delta).toBeLessThan(2);
   });
 });
 

@@ -7,6 +7,7 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
+import { checkGgufModel, readGgufHeader } from './read.js';
 
 /** The GGUF file of an artifact: the single file itself, or `file` in its directory. */
 export function ggufFileOf(a: Artifact, file = String(a.manifest.targetInfo.file ?? 'model.gguf')): string {
@@ -42,6 +43,8 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
   } catch {
     throw new LlmcError('running a GGUF needs node-llama-cpp (llama.cpp for Node): npm install node-llama-cpp — or run the file with llama.cpp\'s own llama-cli -m FILE', file);
   }
+  // Checked here, because llama.cpp aborts the process on some damaged files instead of failing.
+  checkGgufModel(await readGgufHeader(file), a.manifest.arch, file);
   const llama = await llamaCpp.getLlama({ gpu: false, build: 'never', logLevel: llamaCpp.LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath: file });
   const spec = a.manifest.arch;

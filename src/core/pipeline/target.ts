@@ -114,16 +114,22 @@ export interface ArtifactRunner {
   speculativeStats?(): Record<string, unknown> | null;
 }
 
-export interface ExpertCacheStats {
-  capacity: number;
-  policy: string;
-  preload: number;
+/** What an expert cache counts (the TS runtime's offloading simulator and its runner). */
+export interface ExpertCacheCounts {
+  /** Expert uses by decode steps (one token): hits and misses as the simulator counts them. */
   accesses: number;
   hits: number;
+  /** Experts read from the file: demand loads and preloads. */
   loads: number;
   preloads: number;
   usefulPreloads: number;
   bytesRead: number;
+}
+
+export interface ExpertCacheStats extends ExpertCacheCounts {
+  capacity: number;
+  policy: string;
+  preload: number;
 }
 
 export interface RunOptions {

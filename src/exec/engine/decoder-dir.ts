@@ -14,6 +14,8 @@ import { LlmcError, UsageError } from '../../core/errors.js';
 import { Sampler, type SamplingOptions } from '../runtime/sampling.js';
 import type { ArtifactRunner } from '../../core/pipeline/target.js';
 
+const firstLine = (err: unknown) => String((err as Error)?.message ?? err).split('\n')[0];
+
 interface CacheInput {
   name: string;
   /** The present.* output that feeds it next step. */
@@ -28,20 +30,32 @@ export class OnnxDecoder {
     readonly session: ort.InferenceSession,
     readonly cache: CacheInput[],
     readonly vocab: number,
+    private readonly file: string,
   ) {}
 
   static async open(file: string, opts: { threads?: number } = {}): Promise<OnnxDecoder> {
+    return OnnxDecoder.load(file, opts).catch((err: unknown) => {
+      throw err instanceof LlmcError ? err : new LlmcError(`onnxruntime cannot load the graph: ${firstLine(err)}`, file);
+    });
+  }
+
+  private static async load(file: string, opts: { threads?: number }): Promise<OnnxDecoder> {
     const options: ort.InferenceSession.SessionOptions = { graphOptimizationLevel: 'all', executionMode: 'sequential', interOpNumThreads: 1 };
     if (opts.threads) options.intraOpNumThreads = opts.threads;
     // accuracy level 0: onnxruntime's fusion of int4 DequantizeLinear + MatMul into MatMulNBits keeps
     // float math (its default, 4, quantizes activations to int8), as the MatMulNBits encoding does.
     options.extra = { session: { intra_op: { allow_spinning: '0' }, qdq_matmulnbits_accuracy_level: '0' } };
-    let session: ort.InferenceSession;
+    const session = await ort.InferenceSession.create(file, options);
     try {
-      session = await ort.InferenceSession.create(file, options);
+      return OnnxDecoder.describe(session, file);
     } catch (err) {
-      throw new LlmcError(`onnxruntime cannot load the graph: ${String((err as Error).message ?? err).split('\n')[0]}`, file);
+      await session.release();
+      throw err;
     }
+  }
+
+  /** The cache inputs and vocabulary of a decoder graph of the Optimum layout. */
+  private static describe(session: ort.InferenceSession, file: string): OnnxDecoder {
     const cache: CacheInput[] = [];
     for (const m of session.inputMetadata) {
       const match = /^past_key_values\.(\d+)\.(key|value)$/.exec(m.name);
@@ -57,7 +71,7 @@ export class OnnxDecoder {
     const logits = session.outputMetadata.find((m) => m.name === 'logits');
     const vocab = logits?.isTensor ? logits.shape.at(-1) : undefined;
     if (typeof vocab !== 'number') throw new LlmcError('the graph has no logits output [batch, sequence, vocab]', file);
-    return new OnnxDecoder(session, cache, vocab);
+    return new OnnxDecoder(session, cache, vocab, file);
   }
 
   /**
@@ -76,7 +90,10 @@ export class OnnxDecoder {
       const empty = c.type === 'float16' ? new Uint16Array(0) : new Float32Array(0);
       feeds[c.name] = past ? past[i] : new ort.Tensor(c.type, empty, [1, c.heads, 0, c.headDim]);
     });
-    const out = await this.session.run(feeds);
+    // A graph that loads can still fail to run (a damaged file, shapes that do not meet): one line.
+    const out = await this.session.run(feeds).catch((err: unknown) => {
+      throw new LlmcError(`onnxruntime cannot run the graph: ${firstLine(err)}`, this.file);
+    });
     return { logits: out.logits.data as Float32Array, present: this.cache.map((c) => out[c.present]) };
   }
 

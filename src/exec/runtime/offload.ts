@@ -14,6 +14,7 @@ import { isMoeLayer } from '../../core/arch/spec.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { EXPERT_TABLE, type ExpertTable } from '../../core/records/expert-table.js';
 import { findRecord } from '../../core/records/types.js';
+import type { ExpertCacheCounts } from '../../core/pipeline/target.js';
 import type { ByteSource } from './bytes.js';
 import { CacheCore, policyOf, Predictor, type PolicyName } from './experts.js';
 import { alignUp, type ArtifactManifest, type TensorEntry } from './format.js';
@@ -37,16 +38,7 @@ export interface ExpertWeights {
   down: Weight;
 }
 
-export interface OffloadStats {
-  /** Expert uses by decode steps (one token): hits and misses as the simulator counts them. */
-  accesses: number;
-  hits: number;
-  /** Experts read from the file: demand loads and preloads. */
-  loads: number;
-  preloads: number;
-  usefulPreloads: number;
-  bytesRead: number;
-}
+export type OffloadStats = ExpertCacheCounts;
 
 interface Layout {
   entries: TensorEntry[];

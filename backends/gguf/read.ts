@@ -1,0 +1,221 @@
+/**
+ * Reads a GGUF file's header (ggml docs/gguf.md): metadata and tensor infos, every count and length
+ * bounded by the bytes the file has before anything is allocated, every tensor's data inside the
+ * file. `llmc run` checks a GGUF with it before llama.cpp loads it, because llama.cpp aborts the whole
+ * process (GGML_ASSERT) on some damaged files instead of returning an error. Only the types llmc
+ * writes are known here: a tensor of another ggml type is refused (llmc runs the GGUFs it compiled).
+ */
+import { promises as fsp } from 'node:fs';
+import { LlmcError } from '../../src/core/errors.js';
+import { QUANT_TYPES, type QuantType } from '../../src/core/quant/types.js';
+import { GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_TYPE, type ScalarKind } from './writer.js';
+
+export type GgufScalar = number | bigint | boolean | string;
+export type GgufMetaValue = GgufScalar | GgufScalar[];
+
+export interface GgufTensorEntry {
+  name: string;
+  /** ggml order: ne[0] is the contiguous dimension. */
+  ne: number[];
+  type: QuantType;
+  /** Offset in the data section. */
+  offset: number;
+  nbytes: number;
+}
+
+export interface GgufHeader {
+  version: number;
+  metadata: Map<string, GgufMetaValue>;
+  tensors: GgufTensorEntry[];
+  alignment: number;
+  /** Where the data section starts in the file. */
+  dataStart: number;
+  fileSize: number;
+}
+
+/** ggml's limits (ggml.h): names are shorter than GGML_MAX_NAME, tensors have at most 4 dims. */
+const MAX_NAME = 64;
+const MAX_DIMS = 4;
+/** Strings longer than this in metadata are refused (a whole vocabulary is an array of short ones). */
+const MAX_STRING = 1 << 24;
+
+const KIND_OF: ReadonlyMap<number, ScalarKind | 'ARRAY'> = new Map(Object.entries(GGUF_TYPE).map(([k, v]) => [v, k as ScalarKind | 'ARRAY']));
+const SCALAR_BYTES: Record<Exclude<ScalarKind, 'STRING'>, number> = {
+  UINT8: 1, INT8: 1, BOOL: 1, UINT16: 2, INT16: 2, UINT32: 4, INT32: 4, FLOAT32: 4, UINT64: 8, INT64: 8, FLOAT64: 8,
+};
+const TYPE_OF_GGML: ReadonlyMap<number, QuantType> = new Map(Object.entries(QUANT_TYPES).map(([k, v]) => [v.ggmlType, k as QuantType]));
+
+/** A forward reader over a file handle, refilled in chunks; it never reads or allocates past the file's end. */
+class Cursor {
+  private buf = new Uint8Array(0);
+  private view = new DataView(this.buf.buffer);
+  /** File offset of buf[0]. */
+  private base = 0;
+  pos = 0;
+
+  constructor(private readonly fh: fsp.FileHandle, readonly size: number, private readonly file: string) {}
+
+  fail(what: string): never {
+    throw new LlmcError(`not a valid GGUF file: ${what} (at byte ${this.pos}); compile it again`, this.file);
+  }
+
+  /** Bytes left in the file after the cursor. */
+  get left(): number {
+    return this.size - this.pos;
+  }
+
+  private async need(n: number, what: string): Promise<void> {
+    if (n > this.left) this.fail(`${what} runs past the end of the file (${this.size} bytes)`);
+    if (this.pos + n <= this.base + this.buf.length) return;
+    const want = Math.min(Math.max(n, 1 << 16), this.left);
+    const next = new Uint8Array(want);
+    const { bytesRead } = await this.fh.read(next, 0, want, this.pos);
+    if (bytesRead !== want) this.fail(`the file ended while reading ${what}`);
+    this.buf = next;
+    this.view = new DataView(next.buffer);
+    this.base = this.pos;
+  }
+
+  private at(n: number): number {
+    const i = this.pos - this.base;
+    this.pos += n;
+    return i;
+  }
+
+  async u32(what: string): Promise<number> {
+    await this.need(4, what);
+    return this.view.getUint32(this.at(4), true);
+  }
+
+  /** A u64 count or size, which must fit below `max` (a bound derived from the file's size). */
+  async count(what: string, max: number): Promise<number> {
+    await this.need(8, what);
+    const v = this.view.getBigUint64(this.at(8), true);
+    if (v > BigInt(max)) this.fail(`${what} is ${v}, more than the file can hold (${max})`);
+    return Number(v);
+  }
+
+  async string(what: string, max = MAX_STRING): Promise<string> {
+    const n = await this.count(`length of ${what}`, Math.min(max, this.left - 8));
+    await this.need(n, what);
+    const i = this.at(n);
+    return Buffer.from(this.buf.buffer, this.buf.byteOffset + i, n).toString('utf8');
+  }
+
+  async scalar(kind: Exclude<ScalarKind, 'STRING'>, what: string): Promise<GgufScalar> {
+    const n = SCALAR_BYTES[kind];
+    await this.need(n, what);
+    const i = this.at(n);
+    const v = this.view;
+    switch (kind) {
+      case 'UINT8': return v.getUint8(i);
+      case 'INT8': return v.getInt8(i);
+      case 'BOOL': return v.getUint8(i) !== 0;
+      case 'UINT16': return v.getUint16(i, true);
+      case 'INT16': return v.getInt16(i, true);
+      case 'UINT32': return v.getUint32(i, true);
+      case 'INT32': return v.getInt32(i, true);
+      case 'FLOAT32': return v.getFloat32(i, true);
+      case 'FLOAT64': return v.getFloat64(i, true);
+      case 'UINT64': return v.getBigUint64(i, true);
+      case 'INT64': return v.getBigInt64(i, true);
+    }
+  }
+}
+
+async function readValue(c: Cursor, key: string): Promise<GgufMetaValue> {
+  const kind = KIND_OF.get(await c.u32(`the type of "${key}"`));
+  if (kind === undefined) c.fail(`metadata "${key}" has an unknown value type`);
+  if (kind === 'STRING') return c.string(`"${key}"`);
+  if (kind !== 'ARRAY') return c.scalar(kind, `"${key}"`);
+  const item = KIND_OF.get(await c.u32(`the item type of "${key}"`));
+  if (item === undefined || item === 'ARRAY') c.fail(`metadata "${key}" is an array of an unsupported type`);
+  // Every item takes at least a byte (a string at least its 8-byte length).
+  const min = item === 'STRING' ? 8 : SCALAR_BYTES[item];
+  const n = await c.count(`the length of "${key}"`, Math.floor((c.left - 8) / min));
+  const out: GgufScalar[] = new Array(n);
+  for (let i = 0; i < n; i++) out[i] = item === 'STRING' ? await c.string(`"${key}"[${i}]`) : await c.scalar(item, `"${key}"[${i}]`);
+  return out;
+}
+
+/** Parse and check a GGUF file's header; a damaged file is one LlmcError naming it and the problem. */
+export async function readGgufHeader(file: string): Promise<GgufHeader> {
+  const fh = await fsp.open(file, 'r');
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) throw new LlmcError('not a regular file', file);
+    // Typed explicitly so TypeScript narrows after c.fail() (which never returns).
+    const c: Cursor = new Cursor(fh, st.size, file);
+    if ((await c.u32('the magic')) !== GGUF_MAGIC) c.fail('it does not start with "GGUF"');
+    const version = await c.u32('the version');
+    if (version !== 2 && version !== 3) c.fail(`version ${version} (llama.cpp reads 2 and 3)`);
+    // A tensor info takes at least 8 + 4 + 8 + 4 + 8 bytes, a metadata entry at least 8 + 4 + 1.
+    const nTensors = await c.count('the tensor count', Math.floor(c.left / 32));
+    const nKv = await c.count('the metadata count', Math.floor(c.left / 13));
+
+    const metadata = new Map<string, GgufMetaValue>();
+    for (let i = 0; i < nKv; i++) {
+      const key = await c.string(`metadata key ${i}`, 1 << 16);
+      if (metadata.has(key)) c.fail(`metadata key "${key}" appears twice`);
+      metadata.set(key, await readValue(c, key));
+    }
+    const alignment = metadata.get('general.alignment') ?? GGUF_DEFAULT_ALIGNMENT;
+    if (typeof alignment !== 'number' || !Number.isInteger(alignment) || alignment <= 0 || (alignment & (alignment - 1)) !== 0) {
+      c.fail(`general.alignment ${String(alignment)} is not a power of two`);
+    }
+
+    const tensors: GgufTensorEntry[] = [];
+    const names = new Set<string>();
+    for (let i = 0; i < nTensors; i++) {
+      const name = await c.string(`tensor name ${i}`, MAX_NAME - 1);
+      if (names.has(name)) c.fail(`tensor "${name}" appears twice`);
+      names.add(name);
+      const dims = await c.u32(`the dimension count of "${name}"`);
+      if (dims < 1 || dims > MAX_DIMS) c.fail(`tensor "${name}" has ${dims} dimensions (1 to ${MAX_DIMS})`);
+      const ne: number[] = [];
+      let elements = 1;
+      for (let d = 0; d < dims; d++) {
+        // Bounded by the file: a tensor cannot have more elements than the file has bytes × 2 (4-bit types).
+        const n = await c.count(`dimension ${d} of "${name}"`, c.size * 2);
+        ne.push(n);
+        elements *= n;
+      }
+      const ggml = await c.u32(`the type of "${name}"`);
+      const type = TYPE_OF_GGML.get(ggml);
+      if (type === undefined) c.fail(`tensor "${name}" has ggml type ${ggml}, not one llmc writes`);
+      const { blockSize, typeSize } = QUANT_TYPES[type];
+      if (ne[0] % blockSize !== 0) c.fail(`tensor "${name}": a row of ${ne[0]} is not whole ${type} blocks of ${blockSize}`);
+      const nbytes = (elements / blockSize) * typeSize;
+      const offset = await c.count(`the data offset of "${name}"`, c.size);
+      if (offset % alignment !== 0) c.fail(`tensor "${name}" starts at ${offset}, not a multiple of the alignment ${alignment}`);
+      tensors.push({ name, ne, type, offset, nbytes });
+    }
+    const dataStart = Math.ceil(c.pos / alignment) * alignment;
+    for (const t of tensors) {
+      if (dataStart + t.offset + t.nbytes > st.size) {
+        throw new LlmcError(`not a valid GGUF file: tensor "${t.name}" (${t.nbytes} bytes at ${dataStart + t.offset}) runs past the end of the file (${st.size} bytes); compile it again`, file);
+      }
+    }
+    return { version, metadata, tensors, alignment, dataStart, fileSize: st.size };
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * The model a GGUF describes is the one its manifest names: layers, width and vocabulary agree
+ * (an elastic level narrows heads and neurons, never these), so a file edited after the compile is
+ * refused before llama.cpp sizes anything from it.
+ */
+export function checkGgufModel(h: GgufHeader, expect: { numLayers: number; hiddenSize: number; vocabSize: number }, file: string): void {
+  const arch = h.metadata.get('general.architecture');
+  if (typeof arch !== 'string') throw new LlmcError('not a valid GGUF model: no general.architecture; compile it again', file);
+  const want: [string, unknown, number][] = [
+    [`${arch}.block_count`, h.metadata.get(`${arch}.block_count`), expect.numLayers],
+    [`${arch}.embedding_length`, h.metadata.get(`${arch}.embedding_length`), expect.hiddenSize],
+    ['tokenizer.ggml.tokens (count)', (h.metadata.get('tokenizer.ggml.tokens') as unknown[] | undefined)?.length, expect.vocabSize],
+  ];
+  for (const [key, got, value] of want) {
+    if (got !== value) throw new LlmcError(`${key} is ${String(got)}, the manifest says ${value}: the file was changed after the compile; compile it again`, file);
+  }
+}
