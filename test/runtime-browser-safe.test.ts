@@ -11,7 +11,8 @@ const ROOT = path.resolve(__dirname, '..');
 function importsOf(file: string): string[] {
   const src = readFileSync(file, 'utf8');
   const out: string[] = [];
-  for (const m of src.matchAll(/(?:^|\n)\s*(?:import|export)\s[^'"]*?from\s+['"]([^'"]+)['"]/g)) out.push(m[1]);
+  // `import type` / `export type` are erased by the compiler: they reach nothing at run time
+  for (const m of src.matchAll(/(?:^|\n)\s*(?:import|export)\s(?!type\s)[^'"]*?from\s+['"]([^'"]+)['"]/g)) out.push(m[1]);
   for (const m of src.matchAll(/import\(\s*['"]([^'"]+)['"]\s*\)/g)) out.push(m[1]);
   for (const m of src.matchAll(/(?:^|\n)\s*import\s+['"]([^'"]+)['"]/g)) out.push(m[1]); // side-effect imports
   return out;
