@@ -180,8 +180,9 @@ describe('outputs under concurrency and kills', () => {
     big = (await generateFixture(path.join(tmp, 'big'), { arch: 'llama', tokenizer: 'none', planted: false, dims: FIXTURE_PRESETS['llama-30M'] })).dir;
   }, 60_000);
 
+  /** `llmc` in a child process; a compile skips its quality evaluation, as llmcInProcess's do (this is about the output, not quality). */
   const start = (args: string[]) => {
-    const child = spawn('node', [path.join(ROOT, 'bin/llmc.js'), ...args]);
+    const child = spawn('node', [path.join(ROOT, 'bin/llmc.js'), ...args, ...(args[0] === 'compile' ? ['--no-eval'] : [])]);
     let stderr = '';
     child.stderr.on('data', (d) => (stderr += d));
     const done = new Promise<{ code: number | null; stderr: string; signal: NodeJS.Signals | null }>((r) => child.on('close', (code, signal) => r({ code, stderr, signal })));
