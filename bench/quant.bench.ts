@@ -3,15 +3,19 @@
  * (quantizeParallel), next to a plain copy of the same bytes measured in the same run (baseline).
  * Target (issue 3): Q4_K >= 60 MB/s per core. The K-quants also report their JS fallback (no wasm
  * kernels) on one thread, on a quarter of the input.
+ * Against ggml (issue 16): ggml's own reference quantizers (quantize_row_*_ref, one thread) timed on
+ * the same input in the same run, built from source by gcc: set GGML_SRC to a ggml checkout
+ * (`git clone https://github.com/ggml-org/ggml`, or llama.cpp's ggml/); skipped with the reason otherwise.
  *
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/quant.bench.js [--quick] [--types Q4_K,Q8_0]`.
  */
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { closeQuantWorkers, quantize, quantizeParallel, QUANT_TYPES, type QuantType } from '../src/core/quant/index.js';
+import { closeQuantWorkers, quantize, quantizeInto, quantizeParallel, QUANT_TYPES, rowBytes, type QuantType } from '../src/core/quant/index.js';
 import { useWasmKernels } from '../src/core/quant/kquants.js';
 import { Rng } from '../src/core/util/rng.js';
+import { ggmlQuantizeSeconds } from './ggml-quant.js';
 
 /** bench/harness.ts's BenchSuite shape (structural, so this file stands alone too). */
 interface Suite {
@@ -59,10 +63,17 @@ export const suite: Suite = {
       types: {} as Record<string, unknown>,
     };
     const types = opts.types ?? (Object.keys(QUANT_TYPES) as QuantType[]);
+    const ggml = await ggmlQuantizeSeconds(x, ROW, budget, types.filter((t) => t !== 'F32'));
+    if (typeof ggml === 'string') results.ggml_reference = ggml;
     for (const t of types) {
       quantize(t, x.subarray(0, ROW * 16), ROW); // warm up the JIT
       const single = bytesIn / 1e6 / (await best(() => quantize(t, x, ROW), budget));
+      // Into a buffer allocated once, as ggml's harness writes (a fresh output per call costs page faults and GC).
+      const into = new Uint8Array((n / ROW) * rowBytes(t, ROW));
+      const singleInto = bytesIn / 1e6 / (await best(() => quantizeInto(t, x, ROW, into, 0), budget));
       const parallel = bytesIn / 1e6 / (await best(() => quantizeParallel(t, x, ROW, { threads }), budget));
+      // What the gguf target runs: quantizeParallel's own choice of threads (one for the GB/s types).
+      const byDefault = bytesIn / 1e6 / (await best(() => quantizeParallel(t, x, ROW), budget));
       let jsSingle: number | undefined;
       if (t.endsWith('_K')) {
         useWasmKernels(false);
@@ -82,12 +93,28 @@ export const suite: Suite = {
         }),
         parallel_mb_per_s: +parallel.toFixed(1),
         parallel_speedup: +(parallel / single).toFixed(2),
+        default_threads_mb_per_s: +byDefault.toFixed(1),
+        default_threads_speedup: +(byDefault / single).toFixed(2),
+        single_thread_into_mb_per_s: +singleInto.toFixed(1),
+        ...Object.fromEntries(
+          Object.entries(typeof ggml === 'object' ? ggml : {}).filter(([, secs]) => secs[t] !== undefined).flatMap(([build, secs]) => [
+            [`ggml_ref ${build} mb_per_s`, +(bytesIn / 1e6 / secs[t]).toFixed(1)],
+            [`into_vs_ggml_ref ${build}`, +(singleInto / (bytesIn / 1e6 / secs[t])).toFixed(3)],
+          ]),
+        ),
         single_vs_copy_ratio: +(single / copyMBs).toFixed(4),
         parallel_vs_copy_ratio: +(parallel / copyMBs).toFixed(4),
       };
     }
     const q4k = (results.types as Record<string, { single_thread_mb_per_s: number }>).Q4_K;
     if (q4k) results.q4_k_target_60_mb_per_s_per_core_met = q4k.single_thread_mb_per_s >= 60;
+    if (typeof ggml === 'object') {
+      for (const build of Object.keys(ggml)) {
+        const ratio = (r: Record<string, number>) => r[`into_vs_ggml_ref ${build}`];
+        const slower = Object.entries(results.types as Record<string, Record<string, number>>).filter(([, r]) => ratio(r) !== undefined && ratio(r) < 1);
+        results[`slower_than_ggml_ref ${build}`] = slower.map(([t]) => `${t} ${ratio(slower.find(([u]) => u === t)![1])}`);
+      }
+    }
     await closeQuantWorkers();
     return results;
   },

@@ -11,6 +11,7 @@ import { suite as experts } from './experts.bench.js';
 import { suite as treeSearch } from './tree-search.bench.js';
 import { suite as cuda } from './cuda.bench.js';
 import { suite as chunks } from './chunks.bench.js';
+import { suite as decode } from './decode.bench.js';
 import { suite as kill } from './kill.bench.js';
 import { suite as recovery } from './recovery.bench.js';
 import { suite as outliers } from './outliers.bench.js';
@@ -33,6 +34,7 @@ export const SUITES: SuiteEntry[] = [
   treeSearch,
   cuda,
   chunks,
+  decode,
   kill,
   recovery,
   outliers,

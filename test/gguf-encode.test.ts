@@ -380,3 +380,26 @@ describe('compile from a BF16 or F16 checkpoint', () => {
     }
   });
 });
+
+describe('f32 → F16 / BF16 (WebAssembly SIMD kernels in quantize)', () => {
+  it('equal the scalar conversions on a sweep of all f32 bit patterns, every boundary, and an unaligned tail', () => {
+    expect(simdKernels()).not.toBeNull();
+    const n = (1 << 18) + 5; // not a multiple of 8: the tail takes the JS encoder
+    const bits = new Uint32Array(n);
+    for (let i = 0; i < n; i++) bits[i] = (Math.floor(i * (2 ** 32 / n)) + (i % 4099)) >>> 0;
+    // NaNs, Infs, zeros, the f16 subnormal/normal edge, overflow to Inf and underflow to zero, both signs
+    const edges = [0, 0x7f800000, 0x7fc00000, 0x7f800001, 0x38800000, 0x387fffff, 0x38000000, 0x477ff000, 0x477fefff, 0x477fffff, 0x33000000, 0x33000001, 0x32ffffff, 0x3f7fffff, 0x7f7fffff, 1];
+    edges.forEach((e, j) => {
+      bits[2 * j] = e;
+      bits[2 * j + 1] = (e | 0x80000000) >>> 0;
+    });
+    const x = new Float32Array(bits.buffer);
+    const f16 = new Uint16Array(quantize('F16', x, n).buffer);
+    const bf16 = new Uint16Array(quantize('BF16', x, n).buffer);
+    // Scalar references: f32ToF16 (RNE), and ggml_compute_fp32_to_bf16 written out (NaN quieted, else RNE)
+    const bf16Of = (b: number) => ((b & 0x7fffffff) > 0x7f800000 ? (b >>> 16) | 64 : ((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) & 0xffff);
+    let bad = 0;
+    for (let i = 0; i < n; i++) if (f16[i] !== f32ToF16(x[i]) || bf16[i] !== bf16Of(bits[i])) bad++;
+    expect(bad).toBe(0);
+  });
+});

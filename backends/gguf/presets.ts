@@ -4,7 +4,7 @@
  * quantizable tensor, and `--tensor-type REGEX=TYPE` overrides (last match wins).
  */
 import { UsageError } from '../../src/core/errors.js';
-import { QUANT_TYPES, fallbackType, isQuantType, type QuantType } from '../../src/core/quant/index.js';
+import { QUANT_TYPES, fallbackType, isQuantType, type QuantType } from '../../src/core/quant/types.js';
 
 /** convert_hf_to_gguf.py's default --outtype. */
 export const DEFAULT_QUANT = 'F16';

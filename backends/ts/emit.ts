@@ -1,15 +1,17 @@
 /**
  * The `ts` target: weights.bin (every tensor, 64-byte aligned, in F32 / F16 / ggml blocks) plus a tensor
  * table in the manifest's targetInfo, for the TS runtime in src/exec/runtime. Format: docs/ts-artifact.md.
- * Streams one tensor at a time; quantizes with src/core/quant (so Q8_0 bytes equal the GGUF target's).
+ * Streams chunks of whole rows through the gguf target's reader and encoder (backends/gguf/stream.ts,
+ * encode.ts: raw bf16 / f16 bits straight to F16 / Q8_0 / F32, src/core/quant otherwise), so memory
+ * follows the chunk, not the largest tensor, and the bytes equal the GGUF target's for the same type.
  */
 import path from 'node:path';
 import { fromF32 } from '../../src/core/checkpoint/safetensors.js';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
-import { quantize } from '../../src/core/quant/quantize.js';
 import { fallbackType, type QuantType } from '../../src/core/quant/types.js';
 import {
+  adapterTensorNames,
   alignUp,
   formatTensorBytes,
   TENSOR_ALIGNMENT,
@@ -17,7 +19,6 @@ import {
   TS_FORMAT_VERSION,
   WEIGHT_FORMATS,
   WEIGHTS_FILE,
-  adapterTensorNames,
   type TensorEntry,
   type TsLevelAdapters,
   type TsTargetInfo,
@@ -27,6 +28,12 @@ import { AtomicFile, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { tensorRoles, type TensorRole } from '../../src/core/arch/names.js';
 import { unmatchedPatterns, type EmitContext, type EmitResult, type Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
+import { ChunkBuffers, tensorChunks, type RawDtype } from '../gguf/stream.js';
+import { ChunkEncoder } from '../gguf/encode.js';
+import { encodesBf16 } from '../../src/core/quant/bf16.js';
+
+/** Values per streamed chunk (16 MB of f32). */
+const CHUNK_ELEMENTS = 1 << 22;
 
 /** The ts target's default --quant. */
 export const TS_DEFAULT_FORMAT: WeightFormat = 'F32';
@@ -58,11 +65,6 @@ export function chooseFormat(
   if (fb === want) return { format: want };
   if (!WEIGHT_FORMATS.includes(fb as WeightFormat)) throw new UsageError(`${name}: ${want} falls back to ${fb} for rows of ${rowLength}, which the TS runtime cannot run`);
   return { format: fb as WeightFormat, note: `${name}: rows of ${rowLength} are not whole ${want} blocks; wrote ${fb}` };
-}
-
-function encode(format: WeightFormat, data: Float32Array, rowLength: number): Uint8Array {
-  if (format === 'F32' || format === 'F16') return fromF32(data, format);
-  return quantize(format as QuantType, data, rowLength);
 }
 
 /** Every tensor's format (decided before anything is written: a tensor that cannot be written fails first), and a note on fallbacks. */
@@ -112,24 +114,38 @@ export const tsTarget: Target = {
 
     const adapters = levelAdapters(unit);
     const out = await AtomicFile.open(path.join(ctx.outDir, WEIGHTS_FILE));
+    const buffers = new ChunkBuffers();
+    const encoder = new ChunkEncoder(buffers);
     const tensors: TensorEntry[] = [];
-    const put = async (name: string, format: WeightFormat, shape: readonly number[], bytes: Uint8Array) => {
-      if (bytes.length !== formatTensorBytes(format, shape)) throw new Error(`internal: ${name} encoded to ${bytes.length} bytes`);
-      const offset = out.bytesWritten;
-      await out.write(bytes);
+    // A tensor written from `offset`: its size checked, listed, padded to the alignment.
+    const finishTensor = async (name: string, format: WeightFormat, shape: readonly number[], offset: number) => {
+      const bytes = out.bytesWritten - offset;
+      if (bytes !== formatTensorBytes(format, shape)) throw new Error(`internal: ${name} encoded to ${bytes} bytes`);
+      tensors.push({ name, format, shape: [...shape], offset, bytes });
       const pad = alignUp(out.bytesWritten) - out.bytesWritten;
       if (pad) await out.write(new Uint8Array(pad));
-      tensors.push({ name, format, shape: [...shape], offset, bytes: bytes.length });
     };
     ctx.progress.start(`ts ${quant}`, plan.length);
     try {
       for (const p of plan) {
         const { name, shape } = p.meta;
-        await put(name, p.format, shape, encode(p.format, await source.readF32(name), shape[shape.length - 1]));
+        const offset = out.bytesWritten;
+        const rowLength = shape.length > 1 ? shape[shape.length - 1] : shape[0];
+        const type = p.format as QuantType;
+        // Raw source bits where the encoder takes them directly (not with --allow-nonfinite: the direct encoders refuse Inf/NaN)
+        const raw: RawDtype[] = source.allowNonFinite ? [] : [...(encodesBf16(type, rowLength) ? ['BF16' as const] : []), ...(type === 'F16' ? ['F16' as const] : [])];
+        for await (const chunk of tensorChunks(source, { name, shape: [...shape], sources: [name] }, { maxElems: CHUNK_ELEMENTS, raw, buffers })) {
+          await out.write(await encoder.encode(type, chunk, rowLength));
+        }
+        await finishTensor(name, p.format, shape, offset);
         ctx.progress.tick();
       }
       // The levels' recovery adapters, F32, after the model's tensors.
-      for (const t of adapters.tensors) await put(t.name, 'F32', t.shape, fromF32(t.data, 'F32'));
+      for (const t of adapters.tensors) {
+        const offset = out.bytesWritten;
+        await out.write(fromF32(t.data, 'F32'));
+        await finishTensor(t.name, 'F32', t.shape, offset);
+      }
       await out.commit();
     } catch (err) {
       await out.abort();

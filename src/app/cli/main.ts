@@ -9,16 +9,25 @@ import { TARGETS } from '../../../backends/index.js';
 import { ExitCode, LlmcError } from '../../core/errors.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { installInterruptHandlers } from '../../core/util/interrupt.js';
-import { registerCompile } from './commands/compile.js';
-import { registerInspect } from './commands/inspect.js';
-import { registerCheck } from './commands/check.js';
-import { registerList } from './commands/list.js';
-import { registerProfile } from './commands/profile.js';
-import { registerReport } from './commands/report.js';
-import { registerRun } from './commands/run.js';
-import { registerVerify } from './commands/verify.js';
 
-export function buildProgram(): Command {
+type Register = (program: Command) => void;
+/**
+ * Each command's module, in --help's order. Only the command on the command line is imported (a
+ * command's module pulls in what its work needs): `llmc run` starts without the compiler.
+ */
+const COMMANDS: [name: string, load: () => Promise<Register>][] = [
+  ['compile', async () => (await import('./commands/compile.js')).registerCompile],
+  ['run', async () => (await import('./commands/run.js')).registerRun],
+  ['inspect', async () => (await import('./commands/inspect.js')).registerInspect],
+  ['list', async () => (await import('./commands/list.js')).registerList],
+  ['verify', async () => (await import('./commands/verify.js')).registerVerify],
+  ['check', async () => (await import('./commands/check.js')).registerCheck],
+  ['profile', async () => (await import('./commands/profile.js')).registerProfile],
+  ['report', async () => (await import('./commands/report.js')).registerReport],
+];
+
+/** The program with every command, or only `only` (the command being run) when given. */
+export async function buildProgram(only?: string): Promise<Command> {
   const program = new Command('llmc')
     .description(
       'Ahead-of-time compiler for on-device LLMs: reads a Hugging Face checkpoint, profiles it, runs compiler passes ' +
@@ -29,14 +38,8 @@ export function buildProgram(): Command {
     .exitOverride()
     // Usage errors are printed by main() in llmc's own one-line style.
     .configureOutput({ writeErr: (s) => process.stderr.write(s), outputError: () => {} });
-  registerCompile(program);
-  registerRun(program);
-  registerInspect(program);
-  registerList(program);
-  registerVerify(program);
-  registerCheck(program);
-  registerProfile(program);
-  registerReport(program);
+  const registers = await Promise.all(COMMANDS.filter(([name]) => !only || name === only).map(([, load]) => load()));
+  for (const register of registers) register(program);
   return program;
 }
 
@@ -48,7 +51,9 @@ function commandOf(program: Command, argv: string[]): string | null {
 
 export async function main(argv: string[]): Promise<number> {
   installInterruptHandlers();
-  const program = buildProgram();
+  // The command is the first word that is not an option; anything else (help, a typo) loads them all.
+  const first = argv.find((a) => !a.startsWith('-'));
+  const program = await buildProgram(COMMANDS.some(([name]) => name === first) ? first : undefined);
   const debug = argv.includes('--debug');
   try {
     await program.parseAsync(argv, { from: 'user' });

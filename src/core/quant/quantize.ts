@@ -7,6 +7,7 @@ import { encodeBf16, encodeF16, f16Table } from '../util/half.js';
 import { QUANT_TYPES, rowBytes, type QuantType } from './types.js';
 import * as legacy from './legacy.js';
 import * as k from './kquants.js';
+import { simdKernels } from './bf16.js';
 
 /** Block codec signature: `nb` blocks from x[xo] into y[yo] (or back). */
 type BlockQuantizer = (x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number) => void;
@@ -15,15 +16,24 @@ type BlockDequantizer = (y: Uint8Array, yo: number, nb: number, out: Float32Arra
 function quantizeF32(x: Float32Array, xo: number, n: number, y: Uint8Array, yo: number): void {
   y.set(new Uint8Array(x.buffer, x.byteOffset + xo * 4, n * 4), yo);
 }
-/** GGML_FP32_TO_FP16 / ggml_compute_fp32_to_bf16, via src/core/util/half.ts's array encoders. */
-function quantizeF16(x: Float32Array, xo: number, n: number, y: Uint8Array, yo: number): void {
-  const out = encodeF16(x.subarray(xo, xo + n), halfView(y, yo, n));
-  if (out.buffer !== y.buffer) y.set(new Uint8Array(out.buffer), yo);
+/**
+ * GGML_FP32_TO_FP16 / ggml_compute_fp32_to_bf16: whole vectors of 8 in WebAssembly SIMD (simd.ts)
+ * where available, the rest through src/core/util/half.ts's array encoders (same bits).
+ */
+function quantizeHalf(type: 'F16' | 'BF16'): BlockQuantizer {
+  const encode = type === 'F16' ? encodeF16 : encodeBf16;
+  return (x, xo, n, y, yo) => {
+    const kernels = simdKernels();
+    const whole = kernels ? n & ~7 : 0;
+    if (whole) kernels!.f32ToHalf(type, x.subarray(xo, xo + whole), y.subarray(yo, yo + 2 * whole));
+    if (whole === n) return;
+    const rest = n - whole;
+    const out = encode(x.subarray(xo + whole, xo + n), halfView(y, yo + 2 * whole, rest));
+    if (out.buffer !== y.buffer) y.set(new Uint8Array(out.buffer, out.byteOffset, out.byteLength), yo + 2 * whole);
+  };
 }
-function quantizeBF16(x: Float32Array, xo: number, n: number, y: Uint8Array, yo: number): void {
-  const out = encodeBf16(x.subarray(xo, xo + n), halfView(y, yo, n));
-  if (out.buffer !== y.buffer) y.set(new Uint8Array(out.buffer), yo);
-}
+const quantizeF16 = quantizeHalf('F16');
+const quantizeBF16 = quantizeHalf('BF16');
 /** 16-bit little-endian output: a view into y when aligned (the host is little-endian), else a scratch copy. */
 function halfView(y: Uint8Array, yo: number, n: number): Uint16Array {
   return (y.byteOffset + yo) % 2 === 0 ? new Uint16Array(y.buffer, y.byteOffset + yo, n) : new Uint16Array(n);

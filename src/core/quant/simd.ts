@@ -1,7 +1,7 @@
 /**
  * The WebAssembly SIMD kernels for whole streams of values, the gguf target's hot loops: bf16 → F16,
- * bf16 → Q8_0, bf16 → f32, f16 → f32, an f16 copy, and f32 → Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 (what
- * quantize() runs for those types). Each gives the bytes of its JS transcription (bf16.ts, legacy.ts), which
+ * bf16 → Q8_0, bf16 → f32, f16 → f32, an f16 copy, and f32 → Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 / F16 / BF16
+ * (what quantize() runs for those types). Each gives the bytes of its JS transcription (bf16.ts, legacy.ts), which
  * test/gguf-encode.test.ts checks it against, on every bf16/f16 value and on wild f32 inputs:
  *  - F16 from bf16: exponent rebias for f16 normals; |x| >= 65536 → Inf; below the f16 normal range
  *    nearest-even(|x| * 2^24) (exact scaling; f32x4.nearest is IEEE roundTiesToEven, and a code of
@@ -187,6 +187,57 @@ function f16Of(d: number, a: number): number[] {
   ];
 }
 
+const iShrU = simd(0xad); // i32x4.shr_u
+const fNe = simd(0x42);
+const fPmin = simd(0xea);
+const fPmax = simd(0xeb);
+const iGtS = simd(0x3b);
+const hNarrowU = simd(0x86); // i16x8.narrow_i32x4_u
+const i32x4 = (v: number) => [...i32c(v), ...iSplat];
+
+/**
+ * half(in, out, nVec): f32 → F16 or BF16 bits for nVec vectors of 8 floats, every input handled
+ * (no fallback), as src/core/util/half.ts's encodeF16 / encodeBf16 (GGML_FP32_TO_FP16,
+ * ggml_compute_fp32_to_bf16):
+ *  - BF16: (b + 0x7fff + ((b >> 16) & 1)) >> 16 (round to nearest even), NaN → (b >> 16) | 64;
+ *  - F16 of a = |x|'s bits: the integer rebias for f16 normals, nearest(|x| * 2^24) below them
+ *    (subnormals, zero, or 1024: the smallest normal), Inf from 65520 up, NaN → 0x7e00; sign on top.
+ */
+function halfBody(kind: 'F16' | 'BF16'): number[] {
+  const [SRC, DST, NV, IP, OP, END] = [0, 1, 2, 3, 4, 5];
+  const [V, A] = [6, 7];
+  const bf16 = [
+    ...get(V), ...i32c(16), ...iShrU, ...i32x4(64), ...vOr, // NaN: quieted top half
+    ...get(V), ...i32x4(0x7fff), ...iAdd, ...get(V), ...i32c(16), ...iShrU, ...i32x4(1), ...vAnd, ...iAdd, ...i32c(16), ...iShrU,
+    ...get(V), ...i32x4(0x7fffffff), ...vAnd, ...i32x4(0x7f800000), ...iGtS,
+    ...vBitselect,
+  ];
+  const f16 = [
+    ...get(V), ...i32x4(0x7fffffff), ...vAnd, ...set(A),
+    // below the f16 normals: nearest(|x| * 2^24), exact; else the rebias
+    ...get(A), ...f32x4(2 ** 24), ...fMul, ...fNearest, ...iTruncSat,
+    ...get(A), ...i32x4(0x38000000), ...iSub, ...i32x4(0xfff), ...iAdd, ...get(A), ...i32c(13), ...iShrU, ...i32x4(1), ...vAnd, ...iAdd, ...i32c(13), ...iShrU,
+    ...get(A), ...i32x4(0x38800000), ...simd(0x39), // i32x4.lt_s
+    ...vBitselect,
+    // from 65520 up: Inf, or NaN
+    ...i32x4(0x7e00), ...i32x4(0x7c00), ...get(A), ...i32x4(0x7f800000), ...iGtS, ...vBitselect,
+    ...get(A), ...i32x4(0x477ff000), ...simd(0x39), ...vBitselect,
+    ...get(V), ...i32c(16), ...iShrU, ...i32x4(0x8000), ...vAnd, ...vOr,
+  ];
+  const lanes = (off: number) => [...get(SRC), ...get(IP), ...i32Add, ...vload(off), ...set(V), ...(kind === 'F16' ? f16 : bf16)];
+  const body = [
+    ...get(NV), ...i32c(32), ...i32Mul, ...set(END),
+    ...get(NV), ...ifThen(loop([
+      ...get(DST), ...get(OP), ...i32Add,
+      ...lanes(0), ...lanes(16), ...hNarrowU, ...vstore(0),
+      ...get(OP), ...i32c(16), ...i32Add, ...set(OP),
+      ...get(IP), ...i32c(32), ...i32Add, ...tee(IP), ...get(END), ...i32LtS, ...brIf(0),
+    ])),
+    ...i32c(0),
+  ];
+  return [...locals([[3, I32], [2, V128]]), ...body, 0x0b];
+}
+
 /**
  * q8f(in, out, nBlocks) -> bad: Q8_0 from f32 (quantize_row_q8_0_ref): amax as an integer max of
  * |x|'s bits, d = amax / 127 and id = d ? 1 / d : 0 in f32, d stored as f16 (round to nearest even:
@@ -278,12 +329,10 @@ function legacyBody(type: LegacyType): number[] {
     ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [...get(MASK), ...eq(k), ...iBitmask, ...i32c(4 * k), ...i32Shl, ...i32Or, ...set(MASK)]),
     ...get(P), ...get(MASK), ...i32Ctz, ...i32c(2), ...i32Shl, ...i32Add, ...[0x2a, 0, 0], ...set(local), // f32.load
   ];
-  /** Horizontal min or max (f32x4.min 0xe8 / max 0xe9) of the 8 vectors at P, into f32 `local`. */
-  const reduce = (op: number, local: number) => [
-    ...get(P), ...vload(0),
-    ...[16, 32, 48, 64, 80, 96, 112].flatMap((off) => [...get(P), ...vload(off), ...simd(op)]), ...set(M),
-    ...shuffleSelf(M, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(M), ...simd(op), ...set(M),
-    ...shuffleSelf(M, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(M), ...simd(op),
+  /** Horizontal pseudo-min or -max (f32x4.pmin 0xea / pmax 0xeb) of the v128 local `v`, into f32 `local`. */
+  const reduce = (op: number, v: number, local: number) => [
+    ...shuffleSelf(v, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(v), ...simd(op), ...set(v),
+    ...shuffleSelf(v, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(v), ...simd(op),
     ...simd(0x1f, 0), ...set(local), // f32x4.extract_lane 0
     // a zero extreme: C keeps the first zero it meets, +0 or -0
     ...get(local), ...f32c(0), ...f32Eq,
@@ -291,9 +340,17 @@ function legacyBody(type: LegacyType): number[] {
   ];
   const scales = offsetType
     ? [
-      // the finite check, then min and max
-      ...absMaxBits(P, X, M, BAD), ...[0x1a], // drop amax
-      ...reduce(0xe8, MIN), ...reduce(0xe9, MAX),
+      // min and max in one pass over the block (LO and HI are free until the codes), with the
+      // pseudo-min/max (b < a ? b : a: one instruction each). The finite check: M sums x - x, which
+      // is 0 for finite x and NaN for Inf or NaN.
+      ...get(P), ...vload(0), ...tee(LO), ...tee(HI), ...get(HI), ...fSub, ...set(M),
+      ...[16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
+        ...get(P), ...vload(off), ...tee(X), ...get(X), ...fSub, ...get(M), ...fAdd, ...set(M),
+        ...get(LO), ...get(X), ...fPmin, ...set(LO),
+        ...get(HI), ...get(X), ...fPmax, ...set(HI),
+      ]),
+      ...get(M), ...get(M), ...fNe, ...get(BAD), ...vOr, ...set(BAD),
+      ...reduce(0xea, LO, MIN), ...reduce(0xeb, HI, MAX),
       ...get(MAX), ...get(MIN), ...f32Sub, ...f32c(t.nmax), ...f32Div, ...set(D),
     ]
     : [
@@ -383,6 +440,7 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   const bodies = {
     f16: f16Body(), q8: q8Body(), f32: f32Body(), h2f: h2fBody(), h2h: h2hBody(), q8f: q8fBody(),
     Q4_0: legacyBody('Q4_0'), Q5_0: legacyBody('Q5_0'), Q4_1: legacyBody('Q4_1'), Q5_1: legacyBody('Q5_1'),
+    F16: halfBody('F16'), BF16: halfBody('BF16'),
   };
   const names = Object.keys(bodies);
   const funcs = section(3, vec(names.map(() => [0])));
@@ -406,6 +464,8 @@ export interface SimdKernels {
   f32ToQ8_0(src: Float32Array, y: Uint8Array): boolean;
   /** f32 → Q4_0 / Q5_0 / Q4_1 / Q5_1 blocks, likewise. */
   f32ToLegacy(type: LegacyType, src: Float32Array, y: Uint8Array): boolean;
+  /** f32 → F16 / BF16 bits (src.length a multiple of 8, y 2 bytes per value): every input, no fallback. */
+  f32ToHalf(type: 'F16' | 'BF16', src: Float32Array, y: Uint8Array): void;
   /**
    * The arena, for one user at a time (null while another holds it): inputs and outputs in its
    * buffers are used in place, with no copy in or out; the memory is shared (a SharedArrayBuffer).
@@ -493,6 +553,7 @@ export function instantiateSimdKernels(tables: () => Q8Tables): SimdKernels | nu
       copyF16: (src, dst) => vectors(h2h, src, dst, 2),
       f32ToQ8_0: (src, y) => run(q8f, src, y, src.length >>> 5, 128, 34) === 0,
       f32ToLegacy: (type, src, y) => run(ex[type] as Kernel, src, y, src.length >>> 5, 128, LEGACY[type].bytes) === 0,
+      f32ToHalf: (type, src, y) => void run(ex[type] as Kernel, src, y, src.length >>> 3, 32, 16),
       acquireArena() {
         if (arenaHeld) return null;
         arenaHeld = true;

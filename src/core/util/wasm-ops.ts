@@ -78,3 +78,22 @@ export const fMul = simd(0xe6);
 export const fDiv = simd(0xe7);
 export const iTruncSat = simd(0xf8); // i32x4.trunc_sat_f32x4_s
 export const fFromI32 = simd(0xfa);
+
+// added for the runtime's attention kernel
+export const block = (body: number[]) => [0x02, 0x40, ...body, 0x0b];
+export const br = (d: number) => [0x0c, ...uleb(d)];
+export const select = [0x1b];
+export const i32Sub = [0x6b];
+export const i32GeS = [0x4e];
+export const i32GeU = [0x4f];
+export const i32Load = (off = 0) => [0x28, 2, ...uleb(off)];
+export const f32Load = (off = 0) => [0x2a, 2, ...uleb(off)];
+export const f32Max = [0x97];
+export const f32Div = [0x95];
+/** i8x16.shuffle of the 32 bytes of two v128: `lanes` are four f32 lanes (0..3 first operand, 4..7 second). */
+export const fShuffle = (lanes: [number, number, number, number]) => simd(0x0d, ...lanes.flatMap((l) => [4 * l, 4 * l + 1, 4 * l + 2, 4 * l + 3]));
+export const fExtract = (lane: number) => simd(0x1f, lane);
+export const iLtS = simd(0x39);
+export const fMax = simd(0xe9);
+/** A v128 constant from four i32 lanes. */
+export const iConst = (a: [number, number, number, number]) => simd(0x0c, ...new Uint8Array(new Int32Array(a).buffer));

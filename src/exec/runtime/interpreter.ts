@@ -20,6 +20,8 @@ import { opInputs } from '../../core/ir/values.js';
 import { dequantRow, matmul, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
+import { KvMemory } from './attention.js';
+import { RopeCache } from './rope-cache.js';
 
 /** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
 export interface LayerWidth {
@@ -47,6 +49,8 @@ export interface WeightTable {
   has(name: string): boolean;
   /** Routed experts kept in the file and read on demand (./offload.ts); forward passes are then async (runAsync). */
   experts?: ExpertStore;
+  /** Every kernel in JavaScript (the weights were loaded with `wasm: false`): attention too. */
+  jsOnly?: boolean;
 }
 
 /** Per-layer keys and values of the positions seen so far. Make one with `model.newCache()`. */
@@ -58,6 +62,8 @@ export class KvCache {
   constructor(
     readonly numLayers: number,
     readonly kvDim: number,
+    /** The keys and values in the attention kernel's WebAssembly memory; null: plain arrays, attention in JS. */
+    readonly memory: KvMemory | null = null,
   ) {
     this.k = Array.from({ length: numLayers }, () => new Float32Array(0));
     this.v = Array.from({ length: numLayers }, () => new Float32Array(0));
@@ -66,13 +72,19 @@ export class KvCache {
   reserve(n: number): void {
     if (n <= this.capacity) return;
     const cap = Math.max(n, this.capacity * 2, 16);
-    for (let l = 0; l < this.numLayers; l++) {
-      const k = new Float32Array(cap * this.kvDim);
-      const v = new Float32Array(cap * this.kvDim);
-      k.set(this.k[l].subarray(0, this.length * this.kvDim));
-      v.set(this.v[l].subarray(0, this.length * this.kvDim));
-      this.k[l] = k;
-      this.v[l] = v;
+    if (this.memory) {
+      this.memory.relayout(cap, this.length);
+      this.k = this.memory.k;
+      this.v = this.memory.v;
+    } else {
+      for (let l = 0; l < this.numLayers; l++) {
+        const k = new Float32Array(cap * this.kvDim);
+        const v = new Float32Array(cap * this.kvDim);
+        k.set(this.k[l].subarray(0, this.length * this.kvDim));
+        v.set(this.v[l].subarray(0, this.length * this.kvDim));
+        this.k[l] = k;
+        this.v[l] = v;
+      }
     }
     this.capacity = cap;
   }
@@ -148,6 +160,9 @@ interface Frame {
   cache: KvCache;
   cos: Float32Array;
   sin: Float32Array;
+  /** Row of cos/sin for new token t: ropeRow[t], or ropeBase + t when ropeRow is null. */
+  ropeBase: number;
+  ropeRow: Int32Array | null;
   widths: LayerWidth[] | undefined;
   /** A level's low-rank adapters (by weight name), added to its linears' outputs. */
   adapters: LevelAdapters | undefined;
@@ -180,6 +195,7 @@ export class Interpreter {
   private readonly producer = new Map<V, Op>();
   /** The step that runs each op (a fused silu·mul pair shares one). */
   private readonly stepOf: number[] = [];
+  private readonly rope: RopeCache;
 
   constructor(
     readonly spec: ArchSpec,
@@ -187,6 +203,7 @@ export class Interpreter {
     private readonly table: WeightTable,
   ) {
     this.nrep = spec.numHeads / spec.numKvHeads;
+    this.rope = new RopeCache(spec);
     const uses = new Map<V, number>();
     for (const op of graph.ops) for (const v of opInputs(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
     const ops = graph.ops;
@@ -207,7 +224,9 @@ export class Interpreter {
   }
 
   newCache(): KvCache {
-    return new KvCache(this.spec.numLayers, this.spec.numKvHeads * this.spec.headDim);
+    const s = this.spec;
+    const kvDim = s.numKvHeads * s.headDim;
+    return new KvCache(s.numLayers, kvDim, this.table.jsOnly ? null : KvMemory.create(s.numLayers, kvDim, s.numHeads * s.headDim, s.headDim));
   }
 
   /**
@@ -276,8 +295,12 @@ export class Interpreter {
     cache.reserve(pos0 + T);
     if (opts.tree) checkTree(opts.tree, T, pos0);
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
-    const { cos, sin } = opts.tree ? ropeRows(s, opts.tree.positions) : ropeTables(s, pos0, T);
-    return { T, pos0, positions, ids, cache, cos, sin, widths, adapters: opts.adapters, tree: opts.tree, rowwise: opts.rowwise };
+    const tree = opts.tree;
+    const base = { T, pos0, positions, ids, cache, widths, adapters: opts.adapters, tree, rowwise: opts.rowwise };
+    const end = tree ? Math.max(...tree.positions) + 1 : pos0 + T;
+    if (this.rope.cover(end)) return { ...base, cos: this.rope.cos, sin: this.rope.sin, ropeBase: pos0, ropeRow: tree ? tree.positions : null };
+    const { cos, sin } = tree ? ropeRows(s, tree.positions) : ropeTables(s, pos0, T);
+    return { ...base, cos, sin, ropeBase: 0, ropeRow: null };
   }
 
   /** The cache now holds the call's positions; the logits asked for. */
@@ -374,7 +397,7 @@ export class Interpreter {
           const e = this.extent(axis, C, f);
           for (let t = 0; t < f.T; t++) {
             for (let g = 0; g < e.count; g++) {
-              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, t * C + c, hd, f.cos, f.sin, t);
+              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, t * C + c, hd, f.cos, f.sin, f.ropeRow ? f.ropeRow[t] : f.ropeBase + t);
             }
           }
         };
@@ -521,6 +544,12 @@ export class Interpreter {
       const att = out.rows(T);
       // Dropped heads stay zero, so o_proj's column span ignores them.
       if (qpg !== nrep) att.fill(0, 0, T * qDim);
+      const mem = f.cache.memory;
+      if (mem) {
+        if (f.tree) mem.attendTree(op.layer, q, att, T, f.tree, G, qpg, nrep, scale, window);
+        else mem.attendCausal(op.layer, q, att, T, f.pos0, G, qpg, nrep, scale, window);
+        return;
+      }
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
       if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, T, G, qpg, nrep, hd, qDim, kvDim, scale, window);
       else attend(q, kc, vc, att, scores, T, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
@@ -806,7 +835,7 @@ function checkTree(tree: TreeAttention, T: number, pos0: number): void {
   });
 }
 
-/** Rotate-half RoPE on v[o..o+hd) for new position t (pairs i and i + hd/2). */
+/** Rotate-half RoPE on v[o..o+hd) with row `t` of the tables (pairs i and i + hd/2). */
 function rope(v: Float32Array, o: number, hd: number, cos: Float32Array, sin: Float32Array, t: number): void {
   const half = hd >> 1;
   const c0 = t * half;

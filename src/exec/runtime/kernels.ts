@@ -12,7 +12,8 @@ import { f16Table } from '../../core/util/half.js';
 import { FORMAT_BLOCK, formatRowBytes, type WeightFormat } from './format.js';
 import { WASM_FORMATS, type WasmArena, type WasmFormat } from './wasm.js';
 
-const F16 = f16Table();
+/** The half → float table, built when the first weight that needs it is made (an F32 model starts without it). */
+let F16: Float32Array = new Float32Array(0);
 
 export class Weight {
   readonly rowBytes: number;
@@ -35,6 +36,10 @@ export class Weight {
     bytes: Uint8Array,
     arena: WasmArena | null = null,
   ) {
+    if (format !== 'F32') {
+      if (F16.length === 0) F16 = f16Table();
+      arena?.useF16Table();
+    }
     const inArena = arena !== null && bytes.buffer === arena.memory.buffer && WASM_FORMATS.includes(format);
     this.arena = inArena ? arena : null;
     this.ptr = inArena ? bytes.byteOffset : -1;

@@ -284,7 +284,7 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
       weights.set(name, new Weight(name, 'F32', rows, cols, bytes, arena));
     }
   }
-  return new Model(manifest.arch, weightTable((name) => table.has(name), weight), manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
+  return new Model(manifest.arch, weightTable((name) => table.has(name), weight, opts.wasm === false), manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
 }
 
 /** A level whose adapted weights are prefix slices (no query heads dropped inside a group) can be merged at load. */

@@ -44,5 +44,5 @@ export async function modelFromTensors(source: TensorReader, opts: { wasm?: bool
     if (!w) throw new LlmcError(`tensor "${name}" is not part of the model`);
     return w;
   };
-  return new Model(spec, weightTable((name) => weights.has(name), weight));
+  return new Model(spec, weightTable((name) => weights.has(name), weight, opts.wasm === false));
 }

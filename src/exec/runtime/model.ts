@@ -57,8 +57,9 @@ export interface GenerateOptions extends SamplingOptions {
 }
 
 /** A WeightTable over a lookup of weights; a vector is the weight's rows dequantized. */
-export function weightTable(has: (name: string) => boolean, weight: (name: string) => Weight): WeightTable {
+export function weightTable(has: (name: string) => boolean, weight: (name: string) => Weight, jsOnly = false): WeightTable {
   return {
+    jsOnly,
     has,
     weight,
     vector: (name) => {

@@ -9,6 +9,9 @@ import type { ByteSource } from './bytes.js';
 import { MANIFEST_FILE, WEIGHTS_FILE } from './format.js';
 import { load, parseManifest, type ArtifactSource, type LoadOptions } from './load.js';
 import type { Model } from './model.js';
+import { installKernelFiles } from './kernel-files.js';
+
+installKernelFiles();
 
 /** A file read with positioned reads; the handle opens lazily and closes with `close()`. */
 export function fileSource(file: string): ByteSource & { close(): Promise<void> } {

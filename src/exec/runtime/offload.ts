@@ -244,7 +244,7 @@ export async function loadOffloaded(
   opts: OffloadOptions,
   wasm: boolean,
   where: string,
-): Promise<{ weight: (name: string) => Weight; vector: (name: string) => Float32Array; has: (name: string) => boolean; experts: ExpertStore }> {
+): Promise<{ weight: (name: string) => Weight; vector: (name: string) => Float32Array; has: (name: string) => boolean; experts: ExpertStore; jsOnly: boolean }> {
   const { moeLayers, names } = offloadedTensors(manifest);
   const offloaded = new Set(names.flat().flatMap((x) => [x.gate, x.up, x.down]));
   const layouts: Layout[][] = names.map((layer) =>
@@ -292,5 +292,6 @@ export async function loadOffloaded(
     weight,
     vector: (name) => dequantAll(weight(name)),
     experts,
+    jsOnly: !wasm,
   };
 }

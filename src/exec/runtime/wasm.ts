@@ -9,16 +9,24 @@
  */
 import { f16Table } from '../../core/util/half.js';
 import { F32, I32, section, sleb, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import { kernelModule } from './kernel-store.js';
+
+/**
+ * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
+ * into large ones made assembling cost tens of milliseconds of start-up.
+ */
+type Bytes = (number | Bytes)[];
+const flatten = (b: Bytes): number[] => (b as unknown[]).flat(Infinity) as number[];
 
 const op = {
   block: [0x02, 0x40],
   loop: [0x03, 0x40],
   end: [0x0b],
-  br: (d: number) => [0x0c, ...uleb(d)],
-  brIf: (d: number) => [0x0d, ...uleb(d)],
-  get: (i: number) => [0x20, ...uleb(i)],
-  set: (i: number) => [0x21, ...uleb(i)],
-  i32: (v: number) => [0x41, ...sleb(v)],
+  br: (d: number) => [0x0c, uleb(d)],
+  brIf: (d: number) => [0x0d, uleb(d)],
+  get: (i: number) => [0x20, uleb(i)],
+  set: (i: number) => [0x21, uleb(i)],
+  i32: (v: number) => [0x41, sleb(v)],
   f32: (v: number) => [0x43, ...new Uint8Array(new Float32Array([v]).buffer)],
   i32Add: [0x6a],
   i32Mul: [0x6c],
@@ -27,14 +35,14 @@ const op = {
   i32GeU: [0x4f],
   f32Add: [0x92],
   f32Mul: [0x94],
-  f32Load: (off = 0) => [0x2a, 2, ...uleb(off)],
-  f32Store: (off = 0) => [0x38, 2, ...uleb(off)],
-  i32Load16U: (off = 0) => [0x2f, 1, ...uleb(off)],
-  simd: (code: number, ...imm: number[]) => [0xfd, ...uleb(code), ...imm],
+  f32Load: (off = 0) => [0x2a, 2, uleb(off)],
+  f32Store: (off = 0) => [0x38, 2, uleb(off)],
+  i32Load16U: (off = 0) => [0x2f, 1, uleb(off)],
+  simd: (code: number, ...imm: Bytes): Bytes => [0xfd, uleb(code), imm],
 };
 const v = {
-  load: (off = 0) => op.simd(0x00, 0, ...uleb(off)), // align 2^0: addresses need not be 16-aligned
-  load8x8s: (off = 0) => op.simd(0x01, 0, ...uleb(off)),
+  load: (off = 0) => op.simd(0x00, 0, uleb(off)), // align 2^0: addresses need not be 16-aligned
+  load8x8s: (off = 0) => op.simd(0x01, 0, uleb(off)),
   zero: () => op.simd(0x0c, ...new Array(16).fill(0)),
   f32x4Splat: () => op.simd(0x13),
   f32x4Lane: (l: number) => op.simd(0x1f, l),
@@ -60,86 +68,86 @@ const v = {
 };
 
 /** `for (; a < limit; ) { body }` where the caller's body advances `a`. */
-const whileLt = (a: number[], limit: number[], body: number[]): number[] => [
-  ...op.block,
-  ...op.loop,
-  ...a,
-  ...limit,
-  ...op.i32GeU,
-  ...op.brIf(1),
-  ...body,
-  ...op.br(0),
-  ...op.end,
-  ...op.end,
+const whileLt = (a: Bytes, limit: Bytes, body: Bytes): Bytes => [
+  op.block,
+  op.loop,
+  a,
+  limit,
+  op.i32GeU,
+  op.brIf(1),
+  body,
+  op.br(0),
+  op.end,
+  op.end,
 ];
 
 /** Horizontal sum of a v128 local into the f32 stack. */
-const hsum = (l: number): number[] => [
-  ...op.get(l), ...v.f32x4Lane(0),
-  ...op.get(l), ...v.f32x4Lane(1), ...op.f32Add,
-  ...op.get(l), ...v.f32x4Lane(2), ...op.f32Add,
-  ...op.get(l), ...v.f32x4Lane(3), ...op.f32Add,
+const hsum = (l: number): Bytes => [
+  op.get(l), v.f32x4Lane(0),
+  op.get(l), v.f32x4Lane(1), op.f32Add,
+  op.get(l), v.f32x4Lane(2), op.f32Add,
+  op.get(l), v.f32x4Lane(3), op.f32Add,
 ];
 
 /**
  * matmul_f32(w, wStride, x, xStride, y, yStride, nRows, nCols, T):
  * y[t*yStride + 4r] = Σ_c w[r*wStride + 4c] · x[t*xStride + 4c]  (strides in bytes).
  */
-function matmulF32Body(): number[] {
+function matmulF32Body(): Bytes {
   // params 0..8; locals: 9 r, 10 t, 11 wrow, 12 xp, 13 c, 14 n16, 15 p, 16 s(f32), 17..20 acc(v128)
   const [W, WS, X, XS, Y, YS, NR, NC, T] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
   const [R, TT, WROW, XP, C, N16, P, S] = [9, 10, 11, 12, 13, 14, 15, 16];
   const A = [17, 18, 19, 20];
   const fma = (acc: number, off: number) => [
-    ...op.get(acc),
-    ...op.get(WROW), ...op.get(P), ...op.i32Add, ...v.load(off),
-    ...op.get(XP), ...op.get(P), ...op.i32Add, ...v.load(off),
-    ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(acc),
+    op.get(acc),
+    op.get(WROW), op.get(P), op.i32Add, v.load(off),
+    op.get(XP), op.get(P), op.i32Add, v.load(off),
+    v.f32x4Mul(), v.f32x4Add(), op.set(acc),
   ];
   const inner = [
-    ...A.flatMap((a) => [...v.zero(), ...op.set(a)]),
-    ...op.i32(0), ...op.set(C),
-    ...whileLt(op.get(C), op.get(N16), [
-      ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.set(P),
-      ...fma(A[0], 0), ...fma(A[1], 16), ...fma(A[2], 32), ...fma(A[3], 48),
-      ...op.get(C), ...op.i32(16), ...op.i32Add, ...op.set(C),
+    A.map((a) => [v.zero(), op.set(a)]),
+    op.i32(0), op.set(C),
+    whileLt(op.get(C), op.get(N16), [
+      op.get(C), op.i32(2), op.i32Shl, op.set(P),
+      fma(A[0], 0), fma(A[1], 16), fma(A[2], 32), fma(A[3], 48),
+      op.get(C), op.i32(16), op.i32Add, op.set(C),
     ]),
-    ...op.get(A[0]), ...op.get(A[1]), ...v.f32x4Add(), ...op.get(A[2]), ...v.f32x4Add(), ...op.get(A[3]), ...v.f32x4Add(), ...op.set(A[0]),
-    ...hsum(A[0]), ...op.set(S),
-    ...whileLt(op.get(C), op.get(NC), [
-      ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.set(P),
-      ...op.get(S),
-      ...op.get(WROW), ...op.get(P), ...op.i32Add, ...op.f32Load(),
-      ...op.get(XP), ...op.get(P), ...op.i32Add, ...op.f32Load(),
-      ...op.f32Mul, ...op.f32Add, ...op.set(S),
-      ...op.get(C), ...op.i32(1), ...op.i32Add, ...op.set(C),
+    op.get(A[0]), op.get(A[1]), v.f32x4Add(), op.get(A[2]), v.f32x4Add(), op.get(A[3]), v.f32x4Add(), op.set(A[0]),
+    hsum(A[0]), op.set(S),
+    whileLt(op.get(C), op.get(NC), [
+      op.get(C), op.i32(2), op.i32Shl, op.set(P),
+      op.get(S),
+      op.get(WROW), op.get(P), op.i32Add, op.f32Load(),
+      op.get(XP), op.get(P), op.i32Add, op.f32Load(),
+      op.f32Mul, op.f32Add, op.set(S),
+      op.get(C), op.i32(1), op.i32Add, op.set(C),
     ]),
     // y + t*yStride + r*4
-    ...op.get(Y), ...op.get(TT), ...op.get(YS), ...op.i32Mul, ...op.i32Add, ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
-    ...op.get(S), ...op.f32Store(),
+    op.get(Y), op.get(TT), op.get(YS), op.i32Mul, op.i32Add, op.get(R), op.i32(2), op.i32Shl, op.i32Add,
+    op.get(S), op.f32Store(),
   ];
   const body = [
-    ...op.get(NC), ...op.i32(-16), ...op.i32And, ...op.set(N16),
-    ...op.i32(0), ...op.set(R),
-    ...whileLt(op.get(R), op.get(NR), [
-      ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(WROW),
-      ...op.i32(0), ...op.set(TT),
-      ...whileLt(op.get(TT), op.get(T), [
-        ...op.get(X), ...op.get(TT), ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XP),
-        ...inner,
-        ...op.get(TT), ...op.i32(1), ...op.i32Add, ...op.set(TT),
+    op.get(NC), op.i32(-16), op.i32And, op.set(N16),
+    op.i32(0), op.set(R),
+    whileLt(op.get(R), op.get(NR), [
+      op.get(W), op.get(R), op.get(WS), op.i32Mul, op.i32Add, op.set(WROW),
+      op.i32(0), op.set(TT),
+      whileLt(op.get(TT), op.get(T), [
+        op.get(X), op.get(TT), op.get(XS), op.i32Mul, op.i32Add, op.set(XP),
+        inner,
+        op.get(TT), op.i32(1), op.i32Add, op.set(TT),
       ]),
-      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+      op.get(R), op.i32(1), op.i32Add, op.set(R),
     ]),
   ];
-  return [...vec([[7, I32], [1, F32], [4, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+  return [vec([[7, I32], [1, F32], [4, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
 /**
  * matmul4_f32(w, wStride, x, xStride, y, yStride, nRows, nCols, G): like matmul_f32 for T = 4G tokens,
  * four tokens per pass over a weight row, so each weight vector loaded feeds four dot products (prefill).
  */
-function matmul4F32Body(): number[] {
+function matmul4F32Body(): Bytes {
   const [W, WS, X, XS, Y, YS, NR, NC, G] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
   const [R, GG, WROW, C, N8, P, CC] = [9, 10, 11, 12, 13, 14, 15];
   const XK = [16, 17, 18, 19];
@@ -147,57 +155,57 @@ function matmul4F32Body(): number[] {
   const [W0, W1] = [21, 22];
   const ACC = [23, 24, 25, 26, 27, 28, 29, 30]; // token k: ACC[2k], ACC[2k+1]
   const fma = (acc: number, wv: number, xk: number, off: number) => [
-    ...op.get(acc), ...op.get(wv),
-    ...op.get(xk), ...op.get(P), ...op.i32Add, ...v.load(off),
-    ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(acc),
+    op.get(acc), op.get(wv),
+    op.get(xk), op.get(P), op.i32Add, v.load(off),
+    v.f32x4Mul(), v.f32x4Add(), op.set(acc),
   ];
   const finish = (k: number) => [
-    ...op.get(ACC[2 * k]), ...op.get(ACC[2 * k + 1]), ...v.f32x4Add(), ...op.set(ACC[2 * k]),
-    ...hsum(ACC[2 * k]), ...op.set(S),
-    ...op.get(N8), ...op.set(CC),
-    ...whileLt(op.get(CC), op.get(NC), [
-      ...op.get(CC), ...op.i32(2), ...op.i32Shl, ...op.set(P),
-      ...op.get(S),
-      ...op.get(WROW), ...op.get(P), ...op.i32Add, ...op.f32Load(),
-      ...op.get(XK[k]), ...op.get(P), ...op.i32Add, ...op.f32Load(),
-      ...op.f32Mul, ...op.f32Add, ...op.set(S),
-      ...op.get(CC), ...op.i32(1), ...op.i32Add, ...op.set(CC),
+    op.get(ACC[2 * k]), op.get(ACC[2 * k + 1]), v.f32x4Add(), op.set(ACC[2 * k]),
+    hsum(ACC[2 * k]), op.set(S),
+    op.get(N8), op.set(CC),
+    whileLt(op.get(CC), op.get(NC), [
+      op.get(CC), op.i32(2), op.i32Shl, op.set(P),
+      op.get(S),
+      op.get(WROW), op.get(P), op.i32Add, op.f32Load(),
+      op.get(XK[k]), op.get(P), op.i32Add, op.f32Load(),
+      op.f32Mul, op.f32Add, op.set(S),
+      op.get(CC), op.i32(1), op.i32Add, op.set(CC),
     ]),
     // y + (4g + k) * yStride + r * 4
-    ...op.get(Y), ...op.get(GG), ...op.i32(2), ...op.i32Shl, ...op.i32(k), ...op.i32Add, ...op.get(YS), ...op.i32Mul, ...op.i32Add,
-    ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
-    ...op.get(S), ...op.f32Store(),
+    op.get(Y), op.get(GG), op.i32(2), op.i32Shl, op.i32(k), op.i32Add, op.get(YS), op.i32Mul, op.i32Add,
+    op.get(R), op.i32(2), op.i32Shl, op.i32Add,
+    op.get(S), op.f32Store(),
   ];
   const group = [
-    ...op.get(X), ...op.get(GG), ...op.i32(2), ...op.i32Shl, ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XK[0]),
-    ...op.get(XK[0]), ...op.get(XS), ...op.i32Add, ...op.set(XK[1]),
-    ...op.get(XK[1]), ...op.get(XS), ...op.i32Add, ...op.set(XK[2]),
-    ...op.get(XK[2]), ...op.get(XS), ...op.i32Add, ...op.set(XK[3]),
-    ...ACC.flatMap((a) => [...v.zero(), ...op.set(a)]),
-    ...op.i32(0), ...op.set(C),
-    ...whileLt(op.get(C), op.get(N8), [
-      ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.set(P),
-      ...op.get(WROW), ...op.get(P), ...op.i32Add, ...v.load(0), ...op.set(W0),
-      ...op.get(WROW), ...op.get(P), ...op.i32Add, ...v.load(16), ...op.set(W1),
-      ...[0, 1, 2, 3].flatMap((k) => [...fma(ACC[2 * k], W0, XK[k], 0), ...fma(ACC[2 * k + 1], W1, XK[k], 16)]),
-      ...op.get(C), ...op.i32(8), ...op.i32Add, ...op.set(C),
+    op.get(X), op.get(GG), op.i32(2), op.i32Shl, op.get(XS), op.i32Mul, op.i32Add, op.set(XK[0]),
+    op.get(XK[0]), op.get(XS), op.i32Add, op.set(XK[1]),
+    op.get(XK[1]), op.get(XS), op.i32Add, op.set(XK[2]),
+    op.get(XK[2]), op.get(XS), op.i32Add, op.set(XK[3]),
+    ACC.map((a) => [v.zero(), op.set(a)]),
+    op.i32(0), op.set(C),
+    whileLt(op.get(C), op.get(N8), [
+      op.get(C), op.i32(2), op.i32Shl, op.set(P),
+      op.get(WROW), op.get(P), op.i32Add, v.load(0), op.set(W0),
+      op.get(WROW), op.get(P), op.i32Add, v.load(16), op.set(W1),
+      [0, 1, 2, 3].map((k) => [fma(ACC[2 * k], W0, XK[k], 0), fma(ACC[2 * k + 1], W1, XK[k], 16)]),
+      op.get(C), op.i32(8), op.i32Add, op.set(C),
     ]),
-    ...[0, 1, 2, 3].flatMap(finish),
+    [0, 1, 2, 3].map(finish),
   ];
   const body = [
-    ...op.get(NC), ...op.i32(-8), ...op.i32And, ...op.set(N8),
-    ...op.i32(0), ...op.set(R),
-    ...whileLt(op.get(R), op.get(NR), [
-      ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(WROW),
-      ...op.i32(0), ...op.set(GG),
-      ...whileLt(op.get(GG), op.get(G), [
-        ...group,
-        ...op.get(GG), ...op.i32(1), ...op.i32Add, ...op.set(GG),
+    op.get(NC), op.i32(-8), op.i32And, op.set(N8),
+    op.i32(0), op.set(R),
+    whileLt(op.get(R), op.get(NR), [
+      op.get(W), op.get(R), op.get(WS), op.i32Mul, op.i32Add, op.set(WROW),
+      op.i32(0), op.set(GG),
+      whileLt(op.get(GG), op.get(G), [
+        group,
+        op.get(GG), op.i32(1), op.i32Add, op.set(GG),
       ]),
-      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+      op.get(R), op.i32(1), op.i32Add, op.set(R),
     ]),
   ];
-  return [...vec([[11, I32], [1, F32], [10, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+  return [vec([[11, I32], [1, F32], [10, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
 /**
@@ -209,203 +217,203 @@ function matmul4F32Body(): number[] {
  * (w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table). `blockSum` leaves Σ q·x of the
  * block (before × d) in the v128 local S, reading the block at BP and x at XB.
  */
-function blockKernelBody(blockBytes: number, blockSum: (l: { S: number; Q: number; Q2: number; BP: number; XB: number }) => number[]): number[] {
+function blockKernelBody(blockBytes: number, blockSum: (l: { S: number; Q: number; Q2: number; BP: number; XB: number }) => Bytes): Bytes {
   const [W, WS, X, XS, Y, YS, NR, NB, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
   const [R, TT, BP, XB, B] = [10, 11, 12, 13, 14];
   const [ACC, S, Q, Q2] = [15, 16, 17, 18]; // v128
   const block = [
-    ...v.zero(), ...op.set(S),
-    ...blockSum({ S, Q, Q2, BP, XB }),
+    v.zero(), op.set(S),
+    blockSum({ S, Q, Q2, BP, XB }),
     // acc += s * splat(table[f16 bits])
-    ...op.get(ACC), ...op.get(S),
-    ...op.get(TAB), ...op.get(BP), ...op.i32Load16U(), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load(), ...v.f32x4Splat(),
-    ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(ACC),
-    ...op.get(BP), ...op.i32(blockBytes), ...op.i32Add, ...op.set(BP),
-    ...op.get(XB), ...op.i32(128), ...op.i32Add, ...op.set(XB),
-    ...op.get(B), ...op.i32(1), ...op.i32Add, ...op.set(B),
+    op.get(ACC), op.get(S),
+    op.get(TAB), op.get(BP), op.i32Load16U(), op.i32(2), op.i32Shl, op.i32Add, op.f32Load(), v.f32x4Splat(),
+    v.f32x4Mul(), v.f32x4Add(), op.set(ACC),
+    op.get(BP), op.i32(blockBytes), op.i32Add, op.set(BP),
+    op.get(XB), op.i32(128), op.i32Add, op.set(XB),
+    op.get(B), op.i32(1), op.i32Add, op.set(B),
   ];
   const body = [
-    ...op.i32(0), ...op.set(R),
-    ...whileLt(op.get(R), op.get(NR), [
-      ...op.i32(0), ...op.set(TT),
-      ...whileLt(op.get(TT), op.get(T), [
-        ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(BP),
-        ...op.get(X), ...op.get(TT), ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XB),
-        ...v.zero(), ...op.set(ACC),
-        ...op.i32(0), ...op.set(B),
-        ...whileLt(op.get(B), op.get(NB), block),
-        ...op.get(Y), ...op.get(TT), ...op.get(YS), ...op.i32Mul, ...op.i32Add, ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
-        ...hsum(ACC), ...op.f32Store(),
-        ...op.get(TT), ...op.i32(1), ...op.i32Add, ...op.set(TT),
+    op.i32(0), op.set(R),
+    whileLt(op.get(R), op.get(NR), [
+      op.i32(0), op.set(TT),
+      whileLt(op.get(TT), op.get(T), [
+        op.get(W), op.get(R), op.get(WS), op.i32Mul, op.i32Add, op.set(BP),
+        op.get(X), op.get(TT), op.get(XS), op.i32Mul, op.i32Add, op.set(XB),
+        v.zero(), op.set(ACC),
+        op.i32(0), op.set(B),
+        whileLt(op.get(B), op.get(NB), block),
+        op.get(Y), op.get(TT), op.get(YS), op.i32Mul, op.i32Add, op.get(R), op.i32(2), op.i32Shl, op.i32Add,
+        hsum(ACC), op.f32Store(),
+        op.get(TT), op.i32(1), op.i32Add, op.set(TT),
       ]),
-      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+      op.get(R), op.i32(1), op.i32Add, op.set(R),
     ]),
   ];
-  return [...vec([[5, I32], [4, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+  return [vec([[5, I32], [4, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
 /** S += f32(i16 lanes of local `q16`, low or high half) · x[XB + off ..]. */
 const fmaI16 = (S: number, q16: number, hi: boolean, XB: number, off: number) => [
-  ...op.get(S),
-  ...op.get(q16), ...(hi ? v.i32x4HighI16() : v.i32x4LowI16()), ...v.f32x4FromI32(),
-  ...op.get(XB), ...v.load(off),
-  ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(S),
+  op.get(S),
+  op.get(q16), (hi ? v.i32x4HighI16() : v.i32x4LowI16()), v.f32x4FromI32(),
+  op.get(XB), v.load(off),
+  v.f32x4Mul(), v.f32x4Add(), op.set(S),
 ];
 
 /** Q8_0 (34-byte blocks: f16 d, 32 × int8). */
-function matmulQ8Body(): number[] {
+function matmulQ8Body(): Bytes {
   return blockKernelBody(34, ({ S, Q, BP, XB }) =>
-    [0, 1, 2, 3].flatMap((k) => [...op.get(BP), ...v.load8x8s(2 + 8 * k), ...op.set(Q), ...fmaI16(S, Q, false, XB, 32 * k), ...fmaI16(S, Q, true, XB, 32 * k + 16)]),
+    [0, 1, 2, 3].map((k) => [op.get(BP), v.load8x8s(2 + 8 * k), op.set(Q), fmaI16(S, Q, false, XB, 32 * k), fmaI16(S, Q, true, XB, 32 * k + 16)]),
   );
 }
 
 /** Q4_0 (18-byte blocks: f16 d, 16 bytes of nibbles; low nibbles are elements 0..15, high 16..31; q − 8). */
-function matmulQ4Body(): number[] {
+function matmulQ4Body(): Bytes {
   return blockKernelBody(18, ({ S, Q, Q2, BP, XB }) => {
-    const half = (nib: number[], xoff: number) => [
+    const half = (nib: Bytes, xoff: number) => [
       // Q2 = signed nibbles (q − 8) as int8 lanes; then widen to i16 and on to f32 in four groups of 4
-      ...nib, ...op.i32(8), ...v.i8x16Splat(), ...v.i8x16Sub(), ...op.set(Q2),
-      ...op.get(Q2), ...v.i16x8LowI8(), ...op.set(Q),
-      ...fmaI16(S, Q, false, XB, xoff), ...fmaI16(S, Q, true, XB, xoff + 16),
-      ...op.get(Q2), ...v.i16x8HighI8(), ...op.set(Q),
-      ...fmaI16(S, Q, false, XB, xoff + 32), ...fmaI16(S, Q, true, XB, xoff + 48),
+      nib, op.i32(8), v.i8x16Splat(), v.i8x16Sub(), op.set(Q2),
+      op.get(Q2), v.i16x8LowI8(), op.set(Q),
+      fmaI16(S, Q, false, XB, xoff), fmaI16(S, Q, true, XB, xoff + 16),
+      op.get(Q2), v.i16x8HighI8(), op.set(Q),
+      fmaI16(S, Q, false, XB, xoff + 32), fmaI16(S, Q, true, XB, xoff + 48),
     ];
-    const raw = [...op.get(BP), ...v.load(2)];
+    const raw = [op.get(BP), v.load(2)];
     return [
-      ...half([...raw, ...op.i32(15), ...v.i8x16Splat(), ...v.and()], 0),
-      ...half([...raw, ...op.i32(4), ...v.i8x16ShrU()], 64),
+      half([raw, op.i32(15), v.i8x16Splat(), v.and()], 0),
+      half([raw, op.i32(4), v.i8x16ShrU()], 64),
     ];
   });
 }
 
 /** matmul4_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, G, table): four tokens per pass (prefill). */
-function matmul4Q8Body(): number[] {
+function matmul4Q8Body(): Bytes {
   const [W, WS, X, XS, Y, YS, NR, NB, G, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
   const [R, GG, BP, B, XOFF] = [10, 11, 12, 13, 14];
   const XK = [15, 16, 17, 18];
   const [Q, WLO, WHI, D] = [19, 20, 21, 22]; // v128
   const SK = [23, 24, 25, 26];
   const ACC = [27, 28, 29, 30];
-  const addr = (k: number) => [...op.get(XK[k]), ...op.get(XOFF), ...op.i32Add];
+  const addr = (k: number) => [op.get(XK[k]), op.get(XOFF), op.i32Add];
   const block = [
-    ...SK.flatMap((sk) => [...v.zero(), ...op.set(sk)]),
-    ...[0, 1, 2, 3].flatMap((k) => [
-      ...op.get(BP), ...v.load8x8s(2 + 8 * k), ...op.set(Q),
-      ...op.get(Q), ...v.i32x4LowI16(), ...v.f32x4FromI32(), ...op.set(WLO),
-      ...op.get(Q), ...v.i32x4HighI16(), ...v.f32x4FromI32(), ...op.set(WHI),
-      ...[0, 1, 2, 3].flatMap((j) => [
-        ...op.get(SK[j]),
-        ...op.get(WLO), ...addr(j), ...v.load(32 * k), ...v.f32x4Mul(), ...v.f32x4Add(),
-        ...op.get(WHI), ...addr(j), ...v.load(32 * k + 16), ...v.f32x4Mul(), ...v.f32x4Add(),
-        ...op.set(SK[j]),
+    SK.map((sk) => [v.zero(), op.set(sk)]),
+    [0, 1, 2, 3].map((k) => [
+      op.get(BP), v.load8x8s(2 + 8 * k), op.set(Q),
+      op.get(Q), v.i32x4LowI16(), v.f32x4FromI32(), op.set(WLO),
+      op.get(Q), v.i32x4HighI16(), v.f32x4FromI32(), op.set(WHI),
+      [0, 1, 2, 3].map((j) => [
+        op.get(SK[j]),
+        op.get(WLO), addr(j), v.load(32 * k), v.f32x4Mul(), v.f32x4Add(),
+        op.get(WHI), addr(j), v.load(32 * k + 16), v.f32x4Mul(), v.f32x4Add(),
+        op.set(SK[j]),
       ]),
     ]),
-    ...op.get(TAB), ...op.get(BP), ...op.i32Load16U(), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load(), ...v.f32x4Splat(), ...op.set(D),
-    ...[0, 1, 2, 3].flatMap((j) => [...op.get(ACC[j]), ...op.get(SK[j]), ...op.get(D), ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(ACC[j])]),
-    ...op.get(BP), ...op.i32(34), ...op.i32Add, ...op.set(BP),
-    ...op.get(XOFF), ...op.i32(128), ...op.i32Add, ...op.set(XOFF),
-    ...op.get(B), ...op.i32(1), ...op.i32Add, ...op.set(B),
+    op.get(TAB), op.get(BP), op.i32Load16U(), op.i32(2), op.i32Shl, op.i32Add, op.f32Load(), v.f32x4Splat(), op.set(D),
+    [0, 1, 2, 3].map((j) => [op.get(ACC[j]), op.get(SK[j]), op.get(D), v.f32x4Mul(), v.f32x4Add(), op.set(ACC[j])]),
+    op.get(BP), op.i32(34), op.i32Add, op.set(BP),
+    op.get(XOFF), op.i32(128), op.i32Add, op.set(XOFF),
+    op.get(B), op.i32(1), op.i32Add, op.set(B),
   ];
   const store = (j: number) => [
-    ...op.get(Y), ...op.get(GG), ...op.i32(2), ...op.i32Shl, ...op.i32(j), ...op.i32Add, ...op.get(YS), ...op.i32Mul, ...op.i32Add,
-    ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
-    ...hsum(ACC[j]), ...op.f32Store(),
+    op.get(Y), op.get(GG), op.i32(2), op.i32Shl, op.i32(j), op.i32Add, op.get(YS), op.i32Mul, op.i32Add,
+    op.get(R), op.i32(2), op.i32Shl, op.i32Add,
+    hsum(ACC[j]), op.f32Store(),
   ];
   const body = [
-    ...op.i32(0), ...op.set(R),
-    ...whileLt(op.get(R), op.get(NR), [
-      ...op.i32(0), ...op.set(GG),
-      ...whileLt(op.get(GG), op.get(G), [
-        ...op.get(X), ...op.get(GG), ...op.i32(2), ...op.i32Shl, ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XK[0]),
-        ...op.get(XK[0]), ...op.get(XS), ...op.i32Add, ...op.set(XK[1]),
-        ...op.get(XK[1]), ...op.get(XS), ...op.i32Add, ...op.set(XK[2]),
-        ...op.get(XK[2]), ...op.get(XS), ...op.i32Add, ...op.set(XK[3]),
-        ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(BP),
-        ...ACC.flatMap((a) => [...v.zero(), ...op.set(a)]),
-        ...op.i32(0), ...op.set(B),
-        ...op.i32(0), ...op.set(XOFF),
-        ...whileLt(op.get(B), op.get(NB), block),
-        ...[0, 1, 2, 3].flatMap(store),
-        ...op.get(GG), ...op.i32(1), ...op.i32Add, ...op.set(GG),
+    op.i32(0), op.set(R),
+    whileLt(op.get(R), op.get(NR), [
+      op.i32(0), op.set(GG),
+      whileLt(op.get(GG), op.get(G), [
+        op.get(X), op.get(GG), op.i32(2), op.i32Shl, op.get(XS), op.i32Mul, op.i32Add, op.set(XK[0]),
+        op.get(XK[0]), op.get(XS), op.i32Add, op.set(XK[1]),
+        op.get(XK[1]), op.get(XS), op.i32Add, op.set(XK[2]),
+        op.get(XK[2]), op.get(XS), op.i32Add, op.set(XK[3]),
+        op.get(W), op.get(R), op.get(WS), op.i32Mul, op.i32Add, op.set(BP),
+        ACC.map((a) => [v.zero(), op.set(a)]),
+        op.i32(0), op.set(B),
+        op.i32(0), op.set(XOFF),
+        whileLt(op.get(B), op.get(NB), block),
+        [0, 1, 2, 3].map(store),
+        op.get(GG), op.i32(1), op.i32Add, op.set(GG),
       ]),
-      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+      op.get(R), op.i32(1), op.i32Add, op.set(R),
     ]),
   ];
-  return [...vec([[9, I32], [12, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+  return [vec([[9, I32], [12, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
 /**
  * Q4_K (144-byte super-blocks of 256: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of
  * nibbles), one token per pass: Σ over sub-blocks s of d·sc_s·(q·x)_s − dmin·m_s·(Σx)_s.
  */
-function matmulQ4KBody(): number[] {
+function matmulQ4KBody(): Bytes {
   const [W, WS, X, XS_, Y, YS, NR, NB, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
   const [R, TT, BP, XB, B] = [10, 11, 12, 13, 14];
   const [D, DM] = [15, 16]; // f32
   const [ACC, S, SX, Q, Q2, RAW0, RAW1] = [17, 18, 19, 20, 21, 22, 23]; // v128
-  const u8 = (off: number) => [...op.get(BP), 0x2d, 0, ...uleb(off)]; // i32.load8_u
+  const u8 = (off: number) => [op.get(BP), 0x2d, 0, uleb(off)]; // i32.load8_u
   const shrU = [0x76];
   const or = [0x72];
   const f32FromU32 = [0xb3];
-  const f16 = (off: number) => [...op.get(TAB), ...op.get(BP), ...op.i32Load16U(off), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load()];
+  const f16 = (off: number) => [op.get(TAB), op.get(BP), op.i32Load16U(off), op.i32(2), op.i32Shl, op.i32Add, op.f32Load()];
   // 6-bit scale and min of sub-block i (ggml get_scale_min_k4), scales at BP+4
   const sc = (i: number) =>
     i < 4
-      ? [...u8(4 + i), ...op.i32(63), ...op.i32And]
-      : [...u8(4 + i + 4), ...op.i32(15), ...op.i32And, ...u8(4 + i - 4), ...op.i32(6), ...shrU, ...op.i32(4), ...op.i32Shl, ...or];
+      ? [u8(4 + i), op.i32(63), op.i32And]
+      : [u8(4 + i + 4), op.i32(15), op.i32And, u8(4 + i - 4), op.i32(6), shrU, op.i32(4), op.i32Shl, or];
   const mn = (i: number) =>
     i < 4
-      ? [...u8(4 + i + 4), ...op.i32(63), ...op.i32And]
-      : [...u8(4 + i + 4), ...op.i32(4), ...shrU, ...u8(4 + i), ...op.i32(6), ...shrU, ...op.i32(4), ...op.i32Shl, ...or];
-  const addX = (off: number) => [...op.get(SX), ...op.get(XB), ...v.load(off), ...v.f32x4Add(), ...op.set(SX)];
+      ? [u8(4 + i + 4), op.i32(63), op.i32And]
+      : [u8(4 + i + 4), op.i32(4), shrU, u8(4 + i), op.i32(6), shrU, op.i32(4), op.i32Shl, or];
+  const addX = (off: number) => [op.get(SX), op.get(XB), v.load(off), v.f32x4Add(), op.set(SX)];
   /** Sub-block i: its 32 nibbles are the low (i even) or high (i odd) halves of the 32 bytes of chunk i >> 1. */
   const sub = (i: number) => {
     const xoff = 128 * i; // 32 floats per sub-block
-    const nib = (raw: number) => (i & 1 ? [...op.get(raw), ...op.i32(4), ...v.i8x16ShrU()] : [...op.get(raw), ...op.i32(15), ...v.i8x16Splat(), ...v.and()]);
+    const nib = (raw: number) => (i & 1 ? [op.get(raw), op.i32(4), v.i8x16ShrU()] : [op.get(raw), op.i32(15), v.i8x16Splat(), v.and()]);
     const half = (raw: number, o: number) => [
-      ...nib(raw), ...op.set(Q2),
-      ...op.get(Q2), ...v.i16x8LowU8(), ...op.set(Q),
-      ...fmaI16(S, Q, false, XB, o), ...fmaI16(S, Q, true, XB, o + 16),
-      ...op.get(Q2), ...v.i16x8HighU8(), ...op.set(Q),
-      ...fmaI16(S, Q, false, XB, o + 32), ...fmaI16(S, Q, true, XB, o + 48),
-      ...addX(o), ...addX(o + 16), ...addX(o + 32), ...addX(o + 48),
+      nib(raw), op.set(Q2),
+      op.get(Q2), v.i16x8LowU8(), op.set(Q),
+      fmaI16(S, Q, false, XB, o), fmaI16(S, Q, true, XB, o + 16),
+      op.get(Q2), v.i16x8HighU8(), op.set(Q),
+      fmaI16(S, Q, false, XB, o + 32), fmaI16(S, Q, true, XB, o + 48),
+      addX(o), addX(o + 16), addX(o + 32), addX(o + 48),
     ];
     return [
-      ...v.zero(), ...op.set(S), ...v.zero(), ...op.set(SX),
-      ...(i % 2 === 0 ? [...op.get(BP), ...v.load(16 + 16 * i), ...op.set(RAW0), ...op.get(BP), ...v.load(16 + 16 * i + 16), ...op.set(RAW1)] : []),
-      ...half(RAW0, xoff), ...half(RAW1, xoff + 64),
+      v.zero(), op.set(S), v.zero(), op.set(SX),
+      (i % 2 === 0 ? [op.get(BP), v.load(16 + 16 * i), op.set(RAW0), op.get(BP), v.load(16 + 16 * i + 16), op.set(RAW1)] : []),
+      half(RAW0, xoff), half(RAW1, xoff + 64),
       // acc += S·(d·sc) − SX·(dmin·m)
-      ...op.get(ACC),
-      ...op.get(S), ...op.get(D), ...sc(i), ...f32FromU32, ...op.f32Mul, ...v.f32x4Splat(), ...v.f32x4Mul(), ...v.f32x4Add(),
-      ...op.get(SX), ...op.get(DM), ...mn(i), ...f32FromU32, ...op.f32Mul, ...v.f32x4Splat(), ...v.f32x4Mul(), ...v.f32x4Sub(),
-      ...op.set(ACC),
+      op.get(ACC),
+      op.get(S), op.get(D), sc(i), f32FromU32, op.f32Mul, v.f32x4Splat(), v.f32x4Mul(), v.f32x4Add(),
+      op.get(SX), op.get(DM), mn(i), f32FromU32, op.f32Mul, v.f32x4Splat(), v.f32x4Mul(), v.f32x4Sub(),
+      op.set(ACC),
     ];
   };
   const block = [
-    ...f16(0), ...op.set(D), ...f16(2), ...op.set(DM),
-    ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap(sub),
-    ...op.get(BP), ...op.i32(144), ...op.i32Add, ...op.set(BP),
-    ...op.get(XB), ...op.i32(1024), ...op.i32Add, ...op.set(XB),
-    ...op.get(B), ...op.i32(1), ...op.i32Add, ...op.set(B),
+    f16(0), op.set(D), f16(2), op.set(DM),
+    [0, 1, 2, 3, 4, 5, 6, 7].map(sub),
+    op.get(BP), op.i32(144), op.i32Add, op.set(BP),
+    op.get(XB), op.i32(1024), op.i32Add, op.set(XB),
+    op.get(B), op.i32(1), op.i32Add, op.set(B),
   ];
   const body = [
-    ...op.i32(0), ...op.set(R),
-    ...whileLt(op.get(R), op.get(NR), [
-      ...op.i32(0), ...op.set(TT),
-      ...whileLt(op.get(TT), op.get(T), [
-        ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(BP),
-        ...op.get(X), ...op.get(TT), ...op.get(XS_), ...op.i32Mul, ...op.i32Add, ...op.set(XB),
-        ...v.zero(), ...op.set(ACC),
-        ...op.i32(0), ...op.set(B),
-        ...whileLt(op.get(B), op.get(NB), block),
-        ...op.get(Y), ...op.get(TT), ...op.get(YS), ...op.i32Mul, ...op.i32Add, ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
-        ...hsum(ACC), ...op.f32Store(),
-        ...op.get(TT), ...op.i32(1), ...op.i32Add, ...op.set(TT),
+    op.i32(0), op.set(R),
+    whileLt(op.get(R), op.get(NR), [
+      op.i32(0), op.set(TT),
+      whileLt(op.get(TT), op.get(T), [
+        op.get(W), op.get(R), op.get(WS), op.i32Mul, op.i32Add, op.set(BP),
+        op.get(X), op.get(TT), op.get(XS_), op.i32Mul, op.i32Add, op.set(XB),
+        v.zero(), op.set(ACC),
+        op.i32(0), op.set(B),
+        whileLt(op.get(B), op.get(NB), block),
+        op.get(Y), op.get(TT), op.get(YS), op.i32Mul, op.i32Add, op.get(R), op.i32(2), op.i32Shl, op.i32Add,
+        hsum(ACC), op.f32Store(),
+        op.get(TT), op.i32(1), op.i32Add, op.set(TT),
       ]),
-      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+      op.get(R), op.i32(1), op.i32Add, op.set(R),
     ]),
   ];
-  return [...vec([[5, I32], [2, F32], [7, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+  return [vec([[5, I32], [2, F32], [7, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
 /**
@@ -413,54 +421,54 @@ function matmulQ4KBody(): number[] {
  * in SIMD: f32 bits of |h| are (h & 0x7fff) << 13 scaled by 2^112 (exact for normals and subnormals;
  * weights hold no inf/nan), then the sign bit is or-ed back.
  */
-function matmulF16Body(): number[] {
+function matmulF16Body(): Bytes {
   const [W, WS, X, XS, Y, YS, NR, NC, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
   const [R, TT, WROW, XP, C, N8] = [10, 11, 12, 13, 14, 15];
   const S = 16; // f32
   const [ACC, H, V] = [17, 18, 19]; // v128
   const widen = (hi: boolean) => [
-    ...op.get(H), ...(hi ? v.i32x4HighU16() : v.i32x4LowU16()), ...op.set(V),
-    ...op.get(V), ...op.i32(0x7fff), ...v.i32x4Splat(), ...v.and(), ...op.i32(13), ...v.i32x4Shl(),
-    ...op.f32(2 ** 112), ...v.f32x4Splat(), ...v.f32x4Mul(),
-    ...op.get(V), ...op.i32(0x8000), ...v.i32x4Splat(), ...v.and(), ...op.i32(16), ...v.i32x4Shl(),
-    ...v.or(),
+    op.get(H), (hi ? v.i32x4HighU16() : v.i32x4LowU16()), op.set(V),
+    op.get(V), op.i32(0x7fff), v.i32x4Splat(), v.and(), op.i32(13), v.i32x4Shl(),
+    op.f32(2 ** 112), v.f32x4Splat(), v.f32x4Mul(),
+    op.get(V), op.i32(0x8000), v.i32x4Splat(), v.and(), op.i32(16), v.i32x4Shl(),
+    v.or(),
   ];
   const fma = (hi: boolean) => [
-    ...op.get(ACC), ...widen(hi),
-    ...op.get(XP), ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...v.load(hi ? 16 : 0),
-    ...v.f32x4Mul(), ...v.f32x4Add(), ...op.set(ACC),
+    op.get(ACC), widen(hi),
+    op.get(XP), op.get(C), op.i32(2), op.i32Shl, op.i32Add, v.load(hi ? 16 : 0),
+    v.f32x4Mul(), v.f32x4Add(), op.set(ACC),
   ];
   const body = [
-    ...op.get(NC), ...op.i32(-8), ...op.i32And, ...op.set(N8),
-    ...op.i32(0), ...op.set(R),
-    ...whileLt(op.get(R), op.get(NR), [
-      ...op.get(W), ...op.get(R), ...op.get(WS), ...op.i32Mul, ...op.i32Add, ...op.set(WROW),
-      ...op.i32(0), ...op.set(TT),
-      ...whileLt(op.get(TT), op.get(T), [
-        ...op.get(X), ...op.get(TT), ...op.get(XS), ...op.i32Mul, ...op.i32Add, ...op.set(XP),
-        ...v.zero(), ...op.set(ACC),
-        ...op.i32(0), ...op.set(C),
-        ...whileLt(op.get(C), op.get(N8), [
-          ...op.get(WROW), ...op.get(C), ...op.i32(1), ...op.i32Shl, ...op.i32Add, ...v.load(0), ...op.set(H),
-          ...fma(false), ...fma(true),
-          ...op.get(C), ...op.i32(8), ...op.i32Add, ...op.set(C),
+    op.get(NC), op.i32(-8), op.i32And, op.set(N8),
+    op.i32(0), op.set(R),
+    whileLt(op.get(R), op.get(NR), [
+      op.get(W), op.get(R), op.get(WS), op.i32Mul, op.i32Add, op.set(WROW),
+      op.i32(0), op.set(TT),
+      whileLt(op.get(TT), op.get(T), [
+        op.get(X), op.get(TT), op.get(XS), op.i32Mul, op.i32Add, op.set(XP),
+        v.zero(), op.set(ACC),
+        op.i32(0), op.set(C),
+        whileLt(op.get(C), op.get(N8), [
+          op.get(WROW), op.get(C), op.i32(1), op.i32Shl, op.i32Add, v.load(0), op.set(H),
+          fma(false), fma(true),
+          op.get(C), op.i32(8), op.i32Add, op.set(C),
         ]),
-        ...hsum(ACC), ...op.set(S),
-        ...whileLt(op.get(C), op.get(NC), [
-          ...op.get(S),
-          ...op.get(TAB), ...op.get(WROW), ...op.get(C), ...op.i32(1), ...op.i32Shl, ...op.i32Add, ...op.i32Load16U(), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load(),
-          ...op.get(XP), ...op.get(C), ...op.i32(2), ...op.i32Shl, ...op.i32Add, ...op.f32Load(),
-          ...op.f32Mul, ...op.f32Add, ...op.set(S),
-          ...op.get(C), ...op.i32(1), ...op.i32Add, ...op.set(C),
+        hsum(ACC), op.set(S),
+        whileLt(op.get(C), op.get(NC), [
+          op.get(S),
+          op.get(TAB), op.get(WROW), op.get(C), op.i32(1), op.i32Shl, op.i32Add, op.i32Load16U(), op.i32(2), op.i32Shl, op.i32Add, op.f32Load(),
+          op.get(XP), op.get(C), op.i32(2), op.i32Shl, op.i32Add, op.f32Load(),
+          op.f32Mul, op.f32Add, op.set(S),
+          op.get(C), op.i32(1), op.i32Add, op.set(C),
         ]),
-        ...op.get(Y), ...op.get(TT), ...op.get(YS), ...op.i32Mul, ...op.i32Add, ...op.get(R), ...op.i32(2), ...op.i32Shl, ...op.i32Add,
-        ...op.get(S), ...op.f32Store(),
-        ...op.get(TT), ...op.i32(1), ...op.i32Add, ...op.set(TT),
+        op.get(Y), op.get(TT), op.get(YS), op.i32Mul, op.i32Add, op.get(R), op.i32(2), op.i32Shl, op.i32Add,
+        op.get(S), op.f32Store(),
+        op.get(TT), op.i32(1), op.i32Add, op.set(TT),
       ]),
-      ...op.get(R), ...op.i32(1), ...op.i32Add, ...op.set(R),
+      op.get(R), op.i32(1), op.i32Add, op.set(R),
     ]),
   ];
-  return [...vec([[6, I32], [1, F32], [3, V128]].map(([n, t]) => [n, t])), ...body, ...op.end];
+  return [vec([[6, I32], [1, F32], [3, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
 function moduleBytes(): Uint8Array<ArrayBuffer> {
@@ -471,21 +479,15 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   const names = ['matmul_f32', 'matmul_q8_0', 'matmul4_f32', 'matmul4_q8_0', 'matmul_q4_0', 'matmul_q4_k', 'matmul_f16'];
   const exports = section(7, vec(names.map((n, i) => [...str(n), 0x00, i])));
   const bodies = [matmulF32Body(), matmulQ8Body(), matmul4F32Body(), matmul4Q8Body(), matmulQ4Body(), matmulQ4KBody(), matmulF16Body()];
-  const code = section(10, vec(bodies.map((b) => [...uleb(b.length), ...b])));
+  const code = section(10, vec(bodies.map((nested) => {
+    const b = flatten(nested);
+    return [...uleb(b.length), ...b];
+  })));
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
 }
 
-let MODULE: WebAssembly.Module | null | undefined;
 function wasmModule(): WebAssembly.Module | null {
-  if (MODULE === undefined) {
-    try {
-      const bytes = moduleBytes();
-      MODULE = typeof WebAssembly === 'object' && WebAssembly.validate(bytes) ? new WebAssembly.Module(bytes) : null;
-    } catch {
-      MODULE = null;
-    }
-  }
-  return MODULE;
+  return kernelModule('matmul', moduleBytes);
 }
 
 export function wasmSimdAvailable(): boolean {
@@ -543,7 +545,14 @@ export class WasmArena {
     this.q4k = inst.exports.matmul_q4_k as MatmulFn;
     this.f16 = inst.exports.matmul_f16 as MatmulFn;
     this.heap = new Float32Array(this.memory.buffer);
+  }
+
+  private hasF16Table = false;
+  /** Fill the f16 → f32 table the quantized and F16 kernels read (once, when such a weight arrives). */
+  useF16Table(): void {
+    if (this.hasF16Table) return;
     this.heap.set(f16Table(), 0);
+    this.hasF16Table = true;
   }
 
   /** null when WebAssembly SIMD is unavailable or the weights do not fit a 32-bit memory. */

@@ -2,9 +2,7 @@ import type { Command } from 'commander';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
 import type { ArtifactRunner, RunOptions } from '../../../core/pipeline/target.js';
-import { loadTokenizer } from '../../../core/tokenizer/index.js';
 import { ELASTIC_LEVELS, findRecord, levelJson, type ElasticLevels } from '../../../core/records/index.js';
-import { openCheckpointRunner } from '../../../exec/engine/generator.js';
 import { locate, verifyFiles } from '../../artifact.js';
 import { noteLine, printJson } from '../output.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
@@ -16,6 +14,7 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
     if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
     if (o.level !== undefined) throw new UsageError('--level needs an artifact compiled with --passes reorder (ts or gguf-levels); this is a checkpoint');
     if (o.chunk !== undefined) throw new UsageError('--chunk needs an artifact compiled with --passes chunk-partition (ts or cuda); this is a checkpoint');
+    const { openCheckpointRunner } = await import('../../../exec/engine/generator.js');
     return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }) };
   }
   await verifyFiles(where, { hash: Boolean(o.verify) });
@@ -73,7 +72,8 @@ export function registerRun(program: Command): void {
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
       const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk });
       try {
-        const codec = runner.tokenizerJson ? loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
+        // The tokenizer (and its schema library) loads only for models that have one.
+        const codec = runner.tokenizerJson ? (await import('../../../core/tokenizer/index.js')).loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
         let promptIds: number[];
         if (o.prompt !== undefined) {
           if (!codec) throw new LlmcError('--prompt needs a tokenizer.json; this model has none (use --prompt-ids)', modelPath);
