@@ -14,7 +14,7 @@ import { LlmcError } from '../src/core/errors.js';
 import { loadTokenizer } from '../src/core/tokenizer/index.js';
 import { bufferSource } from '../src/exec/runtime/bytes.js';
 import { load } from '../src/exec/runtime/load.js';
-import { loadProfile, saveProfile } from '../src/app/profile/store.js';
+import { loadProfile, saveProfile } from '../src/measure/store.js';
 import { parseManifestText } from '../src/app/artifact.js';
 import { buildTokenizer } from '../fixtures/tokenizer.js';
 import { checkGgufModel, readGgufHeader } from '../backends/gguf/read.js';

@@ -19,7 +19,7 @@ import { QnnRunner } from '../backends/qnn/run.js';
 import { delimitedSequences, plantMassiveTokens } from '../fixtures/massive-tokens.js';
 import { generateFixture } from '../fixtures/generate.js';
 import { measureLinears } from '../passes/outliers/measure.js';
-import { calibrationSet } from '../src/app/profile/calibration.js';
+import { calibrationSet } from '../src/measure/calibration.js';
 import { compile } from '../src/app/compile/compile.js';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import type { ModelSource } from '../src/core/checkpoint/source.js';

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import type { ModelSource } from '../src/core/checkpoint/source.js';
 import { compile } from '../src/app/compile/compile.js';
-import { calibrationSet } from '../src/app/profile/calibration.js';
+import { calibrationSet } from '../src/measure/calibration.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { Rng } from '../src/core/util/rng.js';

@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { compile } from '../src/app/compile/compile.js';
-import { calibrationSet } from '../src/app/profile/calibration.js';
+import { calibrationSet } from '../src/measure/calibration.js';
 import { findRecord, SPEC_TREE, type SpecTree } from '../src/core/records/index.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { Rng } from '../src/core/util/rng.js';

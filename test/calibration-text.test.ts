@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
 import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
-import { calibrationSet, textFileSpec } from '../src/app/profile/calibration.js';
+import { calibrationSet, textFileSpec } from '../src/measure/calibration.js';
 import { loadTokenizer } from '../src/core/tokenizer/index.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { heldOutSequences, selfGeneratedSequences, textSequences } from '../src/app/profile/sequences.js';
+import { heldOutSequences, selfGeneratedSequences, textSequences } from '../src/measure/sequences.js';
 import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { Llama64 } from './reference/llama64.js';

@@ -7,7 +7,7 @@ import { existsSync, promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { findProfiles } from '../src/app/profile/store.js';
+import { findProfiles } from '../src/measure/store.js';
 import { llmcInProcess } from './cli.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');

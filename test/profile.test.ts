@@ -3,7 +3,7 @@ import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cachedProfile, profileKey, profilePaths } from '../src/app/profile/store.js';
+import { cachedProfile, profileKey, profilePaths } from '../src/measure/store.js';
 
 let dir: string;
 beforeAll(async () => {

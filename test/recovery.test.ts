@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
 import { SafetensorsFile, toF32 } from '../src/core/checkpoint/safetensors.js';
 import { compile } from '../src/app/compile/compile.js';
-import { calibrationSet, textFileSpec, trainingSet } from '../src/app/profile/calibration.js';
+import { calibrationSet, textFileSpec, trainingSet } from '../src/measure/calibration.js';
 import { generateFixture } from '../fixtures/generate.js';
 import { loadTokenizer } from '../src/core/tokenizer/index.js';
 import { Engine } from '../src/exec/engine/index.js';

@@ -16,7 +16,7 @@ import { levelMasks, maskedLoss } from '../passes/reorder/masks.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { type LayerOrder, randomOrders } from '../passes/reorder/permute.js';
 import { planLevels } from '../passes/reorder/planner.js';
-import { calibrationSet } from '../src/app/profile/calibration.js';
+import { calibrationSet } from '../src/measure/calibration.js';
 import { findTarget } from '../src/app/compile/plan.js';
 
 const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');

@@ -7,7 +7,7 @@
  * Cached as a profile keyed by the checkpoint, the host and the chunk lengths.
  */
 import os from 'node:os';
-import { cachedProfile } from '../../src/app/profile/store.js';
+import { cachedProfile } from '../../src/measure/store.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ModelGraph } from '../../src/core/ir/ir.js';
 import { SUBGRAPH_KINDS, type Partition, type SubgraphKind } from '../../src/core/chunks/partition.js';

@@ -13,8 +13,8 @@
  *     (capabilities.perExpertFormats false) gets the best layer-proj plan, and the record says what
  *     a per-expert plan under the same budget would have saved.
  */
-import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/app/profile/calibration.js';
-import { cachedProfile } from '../../src/app/profile/store.js';
+import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/measure/calibration.js';
+import { cachedProfile } from '../../src/measure/store.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Pass, PassContext } from '../../src/core/pipeline/pass.js';

@@ -10,7 +10,7 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ModelGraph, TapPoint } from '../../src/core/ir/ir.js';
 import { Engine } from '../../src/exec/engine/index.js';
 import type { LinearInputStats } from '../../src/exec/engine/taps.js';
-import { cachedProfile, type ProfileCache } from '../../src/app/profile/store.js';
+import { cachedProfile, type ProfileCache } from '../../src/measure/store.js';
 import type { Progress } from '../../src/core/util/progress.js';
 
 export type Side = 'input' | 'output';

@@ -10,7 +10,7 @@ import type { Pass, PassContext } from '../../src/core/pipeline/pass.js';
 import { evolve, type CompileUnit, type TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import { activationScale } from '../../src/core/quant/w8a8.js';
 import { OUTLIER_SCALES, type LinearDecision, type LinearRole, type OutlierScales } from '../../src/core/records/outliers.js';
-import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/app/profile/calibration.js';
+import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/measure/calibration.js';
 import type { Progress } from '../../src/core/util/progress.js';
 import { silentProgress } from '../../src/core/util/progress.js';
 import { decide, sideStats, type MeasuredLinear } from './decide.js';

@@ -20,7 +20,7 @@ import { isMoeLayer } from '../../src/core/arch/spec.js';
 import { Rng } from '../../src/core/util/rng.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { TfModel, type LowRankTerm, type RunOptions } from '../../src/exec/autodiff/lower.js';
-import { cachedProfile, cacheHandle, loadProfile, saveProfile, type ProfileCache, type ProfileData } from '../../src/app/profile/store.js';
+import { cachedProfile, cacheHandle, loadProfile, saveProfile, type ProfileCache, type ProfileData } from '../../src/measure/store.js';
 import { sliceSource } from '../../src/core/pipeline/elastic.js';
 import type { LevelLayer } from '../../src/core/records/elastic.js';
 import { tf } from '../../src/exec/autodiff/tf.js';

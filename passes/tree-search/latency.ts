@@ -8,7 +8,7 @@
 import type { ProfileCacheRef } from '../../src/core/pipeline/pass.js';
 import os from 'node:os';
 import * as ort from 'onnxruntime-node';
-import { cachedProfile } from '../../src/app/profile/store.js';
+import { cachedProfile } from '../../src/measure/store.js';
 import type { Engine } from '../../src/exec/engine/engine.js';
 import type { Model, TreeAttention } from '../../src/exec/runtime/model.js';
 import type { Drafter } from '../../src/exec/runtime/speculative.js';

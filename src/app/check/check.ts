@@ -8,7 +8,7 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { openCheckpoint } from '../../core/checkpoint/index.js';
 import { LlmcError } from '../../core/errors.js';
 import type { Manifest } from '../../core/records/manifest.js';
-import type { ProfileCache } from '../profile/store.js';
+import type { ProfileCache } from '../../measure/store.js';
 import { evaluateArtifact, heldOutSet } from '../evaluate/artifact.js';
 import type { Artifact } from '../../core/pipeline/target.js';
 import { checkMeasurable, judge, type BudgetResult, type Budgets, type Metric } from './budgets.js';

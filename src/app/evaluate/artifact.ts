@@ -10,8 +10,8 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import type { Artifact, ArtifactRunner } from '../../core/pipeline/target.js';
 import { Engine } from '../../exec/engine/index.js';
-import { calibrationSet, textFileSpec, type CalibrationSpec } from '../profile/calibration.js';
-import type { ProfileCache } from '../profile/store.js';
+import { calibrationSet, textFileSpec, type CalibrationSpec } from '../../measure/calibration.js';
+import type { ProfileCache } from '../../measure/store.js';
 import { compareModels, type QualityFigures } from './quality.js';
 import { evaluableTargets } from './executors.js';
 

@@ -10,7 +10,7 @@ import { LlmcError } from '../../core/errors.js';
 import { MANIFEST_FILE, type Manifest, type PassRecord } from '../../core/records/manifest.js';
 import { readManifest } from '../compile/manifest.js';
 import { PROFILE_INDEX, readProfileIndex, type ProfileIndex } from '../profile/dir.js';
-import { findProfiles, type Profile } from '../profile/store.js';
+import { findProfiles, type Profile } from '../../measure/store.js';
 import { DTYPE_BYTES, numel, type DType } from '../../core/checkpoint/safetensors.js';
 import { tensorGroups } from '../../core/pipeline/summary.js';
 import type { ManifestSummary } from '../../core/records/manifest.js';

@@ -16,7 +16,7 @@ export interface PassContext {
   /**
    * The profile store (content-addressed): a directory, or a directory with the run's cache policy
    * (pass it on as it is); undefined disables caching. Passes measure
-   * through src/app/profile: `calibrationSet(source, spec, {cacheDir})` for the shared calibration /
+   * through src/measure: `calibrationSet(source, spec, {cacheDir})` for the shared calibration /
    * held-out ids, and `cachedProfile(cacheDir, kind, keyParts, compute)` for their own statistics
    * (keyParts must include the checkpoint identity, the calibration key and every option that
    * changes the result), so a profile is computed once and reused by later runs and `llmc report`.
@@ -59,7 +59,7 @@ export interface CacheHandle {
 }
 
 /**
- * A profile store as passes hand it to src/app/profile (`calibrationSet`, `cachedProfile`): a
+ * A profile store as passes hand it to src/measure (`calibrationSet`, `cachedProfile`): a
  * directory (policy `on`) or a handle.
  */
 export type ProfileCacheRef = string | CacheHandle;

@@ -7,7 +7,7 @@
 import { ELASTIC_LEVELS, type ElasticLevels } from '../../../core/records/elastic.js';
 import { fmtCount, fmtNum, type Block } from '../doc.js';
 import type { ReportContext } from '../context.js';
-import type { Profile } from '../../profile/store.js';
+import type { Profile } from '../../../measure/store.js';
 import { recordSection } from './types.js';
 
 /** Cumulative share of importance kept by the top units, at up to `points` evenly spaced prefix sizes. */

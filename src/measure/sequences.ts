@@ -3,10 +3,10 @@
  * (data-free calibration): start at BOS, sample with a fixed seed at temperature 1. A held-out
  * set comes from a different, derived seed so it never overlaps the calibration draw by design.
  */
-import { LlmcError, UsageError } from '../../core/errors.js';
-import type { Engine } from '../../exec/engine/engine.js';
-import { Sampler } from '../../exec/runtime/sampling.js';
-import { Rng } from '../../core/util/rng.js';
+import { LlmcError, UsageError } from '../core/errors.js';
+import type { Engine } from '../exec/engine/engine.js';
+import { Sampler } from '../exec/runtime/sampling.js';
+import { Rng } from '../core/util/rng.js';
 
 export interface SelfGeneratedOptions {
   /** Number of sequences (default 10). */

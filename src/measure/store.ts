@@ -12,11 +12,11 @@
 import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { stableJson } from '../../core/util/stable-json.js';
-import { LlmcError } from '../../core/errors.js';
-import { ensureOutputDir, writeFileAtomic } from '../../core/util/atomic.js';
-import { LLMC_VERSION } from '../../core/version.js';
-import type { CacheHandle, ProfileCacheRef } from '../../core/pipeline/pass.js';
+import { stableJson } from '../core/util/stable-json.js';
+import { LlmcError } from '../core/errors.js';
+import { ensureOutputDir, writeFileAtomic } from '../core/util/atomic.js';
+import { LLMC_VERSION } from '../core/version.js';
+import type { CacheHandle, ProfileCacheRef } from '../core/pipeline/pass.js';
 
 export const PROFILE_FORMAT = 'llmc-profile';
 export const PROFILE_VERSION = 1;
@@ -85,8 +85,8 @@ export async function saveProfile(cacheDir: string, kind: string, keyParts: Reco
   return { kind, key, keyParts, ...data, cached: false };
 }
 
-export type { CachePolicy, CacheHandle, StageEvent } from '../../core/pipeline/pass.js';
-export { CACHE_POLICIES } from '../../core/pipeline/pass.js';
+export type { CachePolicy, CacheHandle, StageEvent } from '../core/pipeline/pass.js';
+export { CACHE_POLICIES } from '../core/pipeline/pass.js';
 
 /** Where passes keep profiles: a directory (policy `on`), a handle, or undefined (no store). */
 export type ProfileCache = ProfileCacheRef;

@@ -1,14 +1,14 @@
 /**
  * Calibration and held-out token sequences as a cached profile, so every pass (and `llmc report`)
  * measures on the same ids. Without text they are sampled from the model itself (data-free
- * calibration, src/app/profile), the held-out set from a derived seed.
+ * calibration, src/measure), the held-out set from a derived seed.
  */
 import { heldOutSequences, idSequencesOf, idWindows, selfGeneratedSequences, textSequences } from './sequences.js';
-import type { Progress } from '../../core/util/progress.js';
-import type { ModelSource } from '../../core/checkpoint/source.js';
-import { Engine } from '../../exec/engine/index.js';
-import { LlmcError } from '../../core/errors.js';
-import { loadTokenizer } from '../../core/tokenizer/index.js';
+import type { Progress } from '../core/util/progress.js';
+import type { ModelSource } from '../core/checkpoint/source.js';
+import { Engine } from '../exec/engine/index.js';
+import { LlmcError } from '../core/errors.js';
+import { loadTokenizer } from '../core/tokenizer/index.js';
 import { cachedProfile, type ProfileCache } from './store.js';
 
 export interface CalibrationSpec {
@@ -60,7 +60,7 @@ export async function calibrationSet(source: ModelSource, spec: CalibrationSpec,
 
 /** A calibration text file's spec: its path and sha256 (so an edited file is a new profile). */
 export async function textFileSpec(file: string): Promise<{ text: string; sha256: string }> {
-  const { sha256Files } = await import('../../core/util/sha256.js');
+  const { sha256Files } = await import('../core/util/sha256.js');
   const sha256 = await sha256Files([file]).catch(() => {
     throw new LlmcError('cannot read calibration text', file);
   });
