@@ -110,14 +110,23 @@ async function prepare(out: string, opts: { force: boolean; singleFile: { extens
   if (stat && !stat.isDirectory()) throw new LlmcError('exists and is not a directory (give a new or existing directory as -o)', out);
   const entries = stat ? readdirSync(out) : null;
   if (!entries || entries.length === 0) {
-    // New or empty: write in place; a failure removes what this run added.
+    // New or empty: write in place; a failure removes what this run added. The marker says so to the
+    // next compile when this one is killed before its manifest (files already renamed into place).
     await ensureOutputDir(out);
     const manifestPath = path.join(out, MANIFEST_FILE);
+    const marker = path.join(out, `${WRITING}${process.pid}`);
+    await fsp.writeFile(marker, '', { flag: 'wx' }).catch((err: unknown) => {
+      throw ioError(err, out, 'write');
+    });
     const discard = () => {
       if (!entries) return rmSync(out, { recursive: true, force: true });
       for (const f of readdirSafe(out)) rmSync(path.join(out, f), { recursive: true, force: true });
     };
-    return watched({ workDir: out, singleFile: null, commit: (manifest) => writeFileAtomic(manifestPath, manifest), discard });
+    const commit = async (manifest: string) => {
+      await writeFileAtomic(manifestPath, manifest);
+      rmSync(marker, { force: true });
+    };
+    return watched({ workDir: out, singleFile: null, commit, discard });
   }
 
   const isArtifact = entries.includes(MANIFEST_FILE);
@@ -193,11 +202,17 @@ function removeLeftovers(out: string): void {
     const m = work.exec(f);
     if (m && !alive(Number(m[1]))) rmSync(path.join(parent, f), { recursive: true, force: true });
   }
-  for (const f of readdirSafe(out)) {
+  const inside = readdirSafe(out);
+  // A compile that wrote in place and died: everything there is its (the directory was empty).
+  const died = inside.some((f) => f.startsWith(WRITING) && !alive(Number(f.slice(WRITING.length))));
+  for (const f of inside) {
     const m = /^\..*\.(\d+)\.\d+\.tmp$/.exec(f);
-    if (m && !alive(Number(m[1]))) rmSync(path.join(out, f), { force: true });
+    if (died || (m && !alive(Number(m[1])))) rmSync(path.join(out, f), { recursive: true, force: true });
   }
 }
+
+/** `.llmc-writing-<pid>`: in a directory a compile writes in place, until its manifest is written. */
+const WRITING = '.llmc-writing-';
 
 const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
