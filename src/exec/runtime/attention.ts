@@ -9,12 +9,26 @@
  * speculative verification relies on (a token's row equals plain decoding's).
  */
 import { F32, I32, section, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
-import type { TreeAttention } from './interpreter.js';
 import { kernelModule } from './kernel-store.js';
 import {
   block, br, brIf, f32c, f32Load, f32Max, fAdd, fDiv, fExtract, fMax, fMul, fNearest, fShuffle, fSplat, fSub, get, i32Add, i32c, i32GeS,
   i32Load, i32LtS, i32Mul, i32Shl, i32Sub, iAdd, iConst, iLtS, iShl, iSplat, iTruncSat, loop, select, set, vBitselect, vload, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
+
+/**
+ * Which cached keys each new token attends to when the new tokens are a tree (speculative
+ * verification, or a draft decoding branches) instead of a causal run.
+ */
+export interface TreeAttention {
+  /** Cache slots [0, shared) every new token sees (the committed context). */
+  shared: number;
+  /** Per new token t: the slots ≥ shared it sees, ascending; its own slot (pos0 + t) included. */
+  visible: Int32Array[];
+  /** Per new token: its position (RoPE, sliding window). */
+  positions: Int32Array;
+  /** Position of every slot in [shared, pos0 + T) (sliding window). */
+  keyPositions: Int32Array;
+}
 
 /**
  * attend(q, k, v, stride, keys, n, scores, out, scale): for the n cache slots keys[0..n) (i32),

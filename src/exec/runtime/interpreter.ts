@@ -20,7 +20,9 @@ import { opInputs } from '../../core/ir/values.js';
 import { dequantRow, matmul, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
-import { KvMemory } from './attention.js';
+import { KvMemory, type TreeAttention } from './attention.js';
+
+export type { TreeAttention };
 import { RopeCache } from './rope-cache.js';
 
 /** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
@@ -103,21 +105,6 @@ export class KvCache {
     }
     this.length = from + slots.length;
   }
-}
-
-/**
- * Which cached keys each new token attends to when the new tokens are a tree (speculative
- * verification, or a draft decoding branches) instead of a causal run.
- */
-export interface TreeAttention {
-  /** Cache slots [0, shared) every new token sees (the committed context). */
-  shared: number;
-  /** Per new token t: the slots ≥ shared it sees, ascending; its own slot (pos0 + t) included. */
-  visible: Int32Array[];
-  /** Per new token: its position (RoPE, sliding window). */
-  positions: Int32Array;
-  /** Position of every slot in [shared, pos0 + T) (sliding window). */
-  keyPositions: Int32Array;
 }
 
 /** Options of one forward call beyond the causal default. */

@@ -33,7 +33,7 @@ function parseChunkOption(v: string): number | 'auto' {
 export function registerRun(program: Command): void {
   program
     .command('run')
-    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; gguf: llama.cpp)')
+    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; qnn: its graphs on onnxruntime with the shadow outliers on the CPU; gguf and gguf-levels: llama.cpp)')
     .argument('<model>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
     .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
