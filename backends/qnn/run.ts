@@ -13,6 +13,7 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import '../../src/exec/engine/ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
+import { artifactSessionOptions } from '../../src/exec/engine/session-options.js';
 import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
@@ -66,7 +67,7 @@ export class QnnRunner {
     const sg = await read('graph/subgraphs.json');
     if (sg.format !== 'llmc-qnn-subgraphs/1') throw new LlmcError(`is not llmc-qnn-subgraphs/1 (format ${JSON.stringify(sg.format)})`, path.join(dir, 'graph/subgraphs.json'));
     const subgraphs = sg.subgraphs as SubgraphEntry[];
-    const options: ort.InferenceSession.SessionOptions = { graphOptimizationLevel: 'all', executionMode: 'sequential', interOpNumThreads: 1, intraOpNumThreads: opts.threads ?? 1 };
+    const options = artifactSessionOptions(opts.threads ?? 1);
     const sessions = new Map<string, ort.InferenceSession>();
     for (const s of subgraphs) {
       if (!s.file) continue;

@@ -9,6 +9,7 @@
  */
 import './ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
+import { artifactSessionOptions } from './session-options.js';
 import { LlmcError } from '../../core/errors.js';
 import type { SubgraphKind } from '../../core/chunks/partition.js';
 import { ATTENTION_IO } from '../onnx/chunks.js';
@@ -43,13 +44,6 @@ export function cacheTensor(c: ChunkCache, data: CacheArray, n: number): ort.Ten
   return new ort.Tensor(c.dtype, out, [1, H, n, hd]);
 }
 
-const sessionOptions = (threads?: number): ort.InferenceSession.SessionOptions => ({
-  graphOptimizationLevel: 'all',
-  executionMode: 'sequential',
-  interOpNumThreads: 1,
-  ...(threads ? { intraOpNumThreads: threads } : {}),
-  extra: { session: { intra_op: { allow_spinning: '0' }, qdq_matmulnbits_accuracy_level: '0' } },
-});
 
 export class OrtChunkPrefill {
   private constructor(
@@ -84,7 +78,7 @@ export class OrtChunkPrefill {
     const open = async (name: string) => {
       const src = await load(name);
       try {
-        return typeof src === 'string' ? await ort.InferenceSession.create(src, sessionOptions(opts.threads)) : await ort.InferenceSession.create(src, sessionOptions(opts.threads));
+        return typeof src === 'string' ? await ort.InferenceSession.create(src, artifactSessionOptions(opts.threads)) : await ort.InferenceSession.create(src, artifactSessionOptions(opts.threads));
       } catch (err) {
         throw new LlmcError(`onnxruntime cannot load chunk graph ${name}: ${String((err as Error).message ?? err).split('\n')[0]}`, typeof src === 'string' ? src : undefined);
       }

@@ -9,6 +9,7 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import './ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
+import { artifactSessionOptions } from './session-options.js';
 import { normalizeConfig, type ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { Sampler, type SamplingOptions } from '../runtime/sampling.js';
@@ -40,12 +41,7 @@ export class OnnxDecoder {
   }
 
   private static async load(file: string, opts: { threads?: number }): Promise<OnnxDecoder> {
-    const options: ort.InferenceSession.SessionOptions = { graphOptimizationLevel: 'all', executionMode: 'sequential', interOpNumThreads: 1 };
-    if (opts.threads) options.intraOpNumThreads = opts.threads;
-    // accuracy level 0: onnxruntime's fusion of int4 DequantizeLinear + MatMul into MatMulNBits keeps
-    // float math (its default, 4, quantizes activations to int8), as the MatMulNBits encoding does.
-    options.extra = { session: { intra_op: { allow_spinning: '0' }, qdq_matmulnbits_accuracy_level: '0' } };
-    const session = await ort.InferenceSession.create(file, options);
+    const session = await ort.InferenceSession.create(file, artifactSessionOptions(opts.threads));
     try {
       return OnnxDecoder.describe(session, file);
     } catch (err) {
