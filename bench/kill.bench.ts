@@ -65,7 +65,9 @@ export const suite: BenchSuite = {
     const points = quick ? 5 : 20;
     const results: Record<string, unknown> = {};
     try {
-      for (const [target, opts] of Object.entries(COMPILES)) {
+      // LLMC_KILL_TARGETS=cuda,ts: those targets only.
+      const only = process.env.LLMC_KILL_TARGETS?.split(',');
+      for (const [target, opts] of Object.entries(COMPILES).filter(([t]) => !only || only.includes(t))) {
         const common = ['compile', model, ...opts, '--no-eval', '--cache-dir', path.join(tmp, 'cache')];
         const ref = path.join(tmp, `${target}-ref`);
         // Once to fill the profile cache (reorder), once timed: the kills spread over the timed run.
