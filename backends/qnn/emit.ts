@@ -29,7 +29,8 @@ import { BUILD_SCRIPT, buildScript, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, ty
 import { encodingsJson } from './encodings.js';
 import { lowerAttention, lowerEmbed, lowerHead, lowerStatic, type LoweredGraph } from './lower.js';
 import { QNN_SDK_VERSION, SOCS, type QnnOptions } from './options.js';
-import { chunkOf, qnnSubgraphs, quantLinears, valueChannels, type QLinear } from './plan.js';
+import { chunkOf, qnnSubgraphs, quantLinears, type QLinear } from './plan.js';
+import { valueChannels } from '../../src/core/ir/values.js';
 import { SHADOW_COLD, SHADOW_HOT, SHADOW_INDEX, ShadowWriter, type ShadowIndex } from './shadow.js';
 
 export const SCALES = 'quant/scales.json';

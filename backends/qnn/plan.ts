@@ -79,39 +79,3 @@ export function qnnSubgraphs(graph: ModelGraph, linears: ReadonlyMap<string, QLi
   return partitionModel(graph, shadowed);
 }
 
-/** Channels (last axis) of every value of the graph. */
-export function valueChannels(graph: ModelGraph): Map<V, number> {
-  const spec = graph.spec;
-  const ch = new Map<V, number>();
-  for (const op of graph.ops) {
-    switch (op.op) {
-      case 'embed':
-        ch.set(op.out, spec.hiddenSize);
-        break;
-      case 'rmsnorm':
-        ch.set(op.x, op.dim).set(op.out, op.dim);
-        break;
-      case 'linear':
-        ch.set(op.x, op.inFeatures).set(op.out, op.outFeatures);
-        break;
-      case 'rope':
-        ch.set(op.x, op.heads * op.headDim).set(op.out, op.heads * op.headDim);
-        break;
-      case 'attention':
-        ch.set(op.q, op.heads * op.headDim).set(op.k, op.kvHeads * op.headDim).set(op.v, op.kvHeads * op.headDim).set(op.out, op.heads * op.headDim);
-        break;
-      case 'silu':
-      case 'sigmoid':
-      case 'gatherPositions':
-        ch.set(op.out, ch.get(op.x)!);
-        break;
-      case 'mul':
-      case 'add':
-        ch.set(op.out, Math.max(ch.get(op.a) ?? 0, ch.get(op.b) ?? 0));
-        break;
-      default:
-        break;
-    }
-  }
-  return ch;
-}

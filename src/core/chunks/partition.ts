@@ -19,7 +19,7 @@
  */
 import { IO } from '../ir/build.js';
 import type { ModelGraph, Op, V } from '../ir/ir.js';
-import { opInputs, opOutputs } from '../ir/values.js';
+import { opInputs, opOutputs, valueChannels } from '../ir/values.js';
 import type { Template, TemplateEdge } from './schedule.js';
 
 export const SUBGRAPH_KINDS = ['embed', 'qkv', 'attention', 'mlp', 'shadow', 'head'] as const;
@@ -168,52 +168,6 @@ function reduce(edges: TemplateEdge[], M: number): TemplateEdge[] {
 /** The scheduling template of a partition with each subgraph on `deviceOf(kind)`. */
 export function templateOf(p: Partition, deviceOf: (kind: SubgraphKind) => string): Template {
   return { nodes: p.subgraphs.map((s) => ({ id: s.id, device: deviceOf(s.kind) })), edges: p.edges };
-}
-
-/** Channels of every value the ops write (the last axis of its [B, T, C] shape). */
-export function valueChannels(graph: ModelGraph): Map<V, number> {
-  const ch = new Map<V, number>();
-  const of = (v: V) => ch.get(v) ?? 0;
-  const spec = graph.spec;
-  for (const op of graph.ops) {
-    switch (op.op) {
-      case 'embed':
-        ch.set(op.out, spec.hiddenSize);
-        break;
-      case 'rmsnorm':
-        ch.set(op.out, op.dim);
-        break;
-      case 'linear':
-        ch.set(op.out, op.outFeatures);
-        break;
-      case 'rope':
-        ch.set(op.out, op.heads * op.headDim);
-        break;
-      case 'attention':
-        ch.set(op.out, op.heads * op.headDim);
-        break;
-      case 'silu':
-      case 'sigmoid':
-      case 'gatherPositions':
-        ch.set(op.out, of(op.x));
-        break;
-      case 'mul':
-      case 'add':
-        ch.set(op.out, Math.max(of(op.a), of(op.b)));
-        break;
-      case 'moe':
-        ch.set(op.out, op.hidden);
-        break;
-      case 'column':
-        ch.set(op.out, 1);
-        break;
-      case 'router':
-        ch.set(op.weights, op.numExperts);
-        ch.set(op.mask, op.numExperts);
-        break;
-    }
-  }
-  return ch;
 }
 
 export interface TensorShape {

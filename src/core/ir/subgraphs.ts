@@ -17,6 +17,7 @@
  * op list: a value crosses a cut when it is produced before and read after it. Browser-safe.
  */
 import type { ModelGraph, Op, V } from './ir.js';
+import { opInputs, opOutputs } from './values.js';
 
 export type Device = 'NPU' | 'CPU';
 export type Share = 'static' | 'dynamic';
@@ -45,42 +46,10 @@ export interface Subgraph {
 
 const isDynamic = (op: Op) => op.op === 'rope' || op.op === 'attention';
 
-export function inputsOf(op: Op): V[] {
-  switch (op.op) {
-    case 'embed':
-      return [op.ids];
-    case 'rmsnorm':
-    case 'linear':
-    case 'silu':
-    case 'sigmoid':
-    case 'column':
-      return [op.x];
-    case 'rope':
-      return [op.x, op.cos, op.sin];
-    case 'attention':
-      return [op.q, op.k, op.v, op.pastK, op.pastV];
-    case 'mul':
-    case 'add':
-      return [op.a, op.b];
-    case 'gatherPositions':
-      return [op.x, op.positions];
-    case 'router':
-      return [op.logits];
-    case 'moe':
-      return [op.x];
-  }
-}
-
-export function outputsOf(op: Op): V[] {
-  if (op.op === 'attention') return [op.out, op.presentK, op.presentV];
-  if (op.op === 'router') return [op.weights, op.mask];
-  return [op.out];
-}
-
 /** Which decoder layer an op belongs to (by the names it writes), or null (embed, head). */
 export function layerOfOp(op: Op): number | null {
   if (op.op === 'attention') return op.layer;
-  const out = outputsOf(op)[0];
+  const out = opOutputs(op)[0];
   const m = /^l(\d+)\.|^model\.layers\.(\d+)\./.exec(out);
   return m ? Number(m[1] ?? m[2]) : null;
 }
@@ -122,7 +91,7 @@ function staticGroup(ops: Op[], layer: number, j: number, name: string, shadowed
     pending = [];
   };
   for (const op of ops) {
-    if (pending.some((l) => inputsOf(op).includes(l.out))) {
+    if (pending.some((l) => opInputs(op).includes(l.out))) {
       closePart();
       flush();
     }
@@ -170,8 +139,8 @@ export function partitionModel(graph: ModelGraph, shadowed: ReadonlySet<string> 
     { id: 'head', kind: 'head', layer: L, j: 3 * L, part: 0, device: 'CPU', share: 'static', ops: head },
   ];
   // Liveness: what each reads (shadow nodes read the linear's input and output), what each writes.
-  const reads = drafts.map((d) => (d.shadow ? d.shadow.flatMap((s) => [s.x, s.y]) : d.ops.flatMap(inputsOf)));
-  const writes = drafts.map((d) => (d.shadow ? d.shadow.map((s) => s.y) : d.ops.flatMap(outputsOf)));
+  const reads = drafts.map((d) => (d.shadow ? d.shadow.flatMap((s) => [s.x, s.y]) : d.ops.flatMap(opInputs)));
+  const writes = drafts.map((d) => (d.shadow ? d.shadow.map((s) => s.y) : d.ops.flatMap(opOutputs)));
   const graphOutputs = new Set(graph.outputs);
   return drafts.map((d, i) => {
     const own = new Set(d.shadow ? [] : writes[i]);
