@@ -213,26 +213,15 @@ function matmul4F32Body(): Bytes {
  * whole 32-element blocks only (34 bytes: f16 scale via `table`, 32 × int8).
  */
 /**
- * A one-token-per-pass kernel over ggml blocks of 32 elements with an f16 scale `d` first:
- * (w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table). `blockSum` leaves Σ q·x of the
- * block (before × d) in the v128 local S, reading the block at BP and x at XB.
+ * The loop of the block kernels (locals as blockKernelBody's: w, wStride, x, xStride, y, yStride,
+ * nRows, nBlocks, T, table, then R, TT, BP, XB, B): for every row r and token t, BP = w + r·wStride,
+ * XB = x + t·xStride, the v128 `ACC` zeroed, `block` run for each of the nBlocks blocks (it advances
+ * BP, XB and B), and y[t·yStride + 4r] = the lanes of ACC summed.
  */
-function blockKernelBody(blockBytes: number, blockSum: (l: { S: number; Q: number; Q2: number; BP: number; XB: number }) => Bytes): Bytes {
-  const [W, WS, X, XS, Y, YS, NR, NB, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+function blockRowsByTokens(block: Bytes, ACC: number): Bytes {
+  const [W, WS, X, XS, Y, YS, NR, NB, T] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
   const [R, TT, BP, XB, B] = [10, 11, 12, 13, 14];
-  const [ACC, S, Q, Q2] = [15, 16, 17, 18]; // v128
-  const block = [
-    v.zero(), op.set(S),
-    blockSum({ S, Q, Q2, BP, XB }),
-    // acc += s * splat(table[f16 bits])
-    op.get(ACC), op.get(S),
-    op.get(TAB), op.get(BP), op.i32Load16U(), op.i32(2), op.i32Shl, op.i32Add, op.f32Load(), v.f32x4Splat(),
-    v.f32x4Mul(), v.f32x4Add(), op.set(ACC),
-    op.get(BP), op.i32(blockBytes), op.i32Add, op.set(BP),
-    op.get(XB), op.i32(128), op.i32Add, op.set(XB),
-    op.get(B), op.i32(1), op.i32Add, op.set(B),
-  ];
-  const body = [
+  return [
     op.i32(0), op.set(R),
     whileLt(op.get(R), op.get(NR), [
       op.i32(0), op.set(TT),
@@ -249,6 +238,29 @@ function blockKernelBody(blockBytes: number, blockSum: (l: { S: number; Q: numbe
       op.get(R), op.i32(1), op.i32Add, op.set(R),
     ]),
   ];
+}
+
+/**
+ * A one-token-per-pass kernel over ggml blocks of 32 elements with an f16 scale `d` first:
+ * (w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table). `blockSum` leaves Σ q·x of the
+ * block (before × d) in the v128 local S, reading the block at BP and x at XB.
+ */
+function blockKernelBody(blockBytes: number, blockSum: (l: { S: number; Q: number; Q2: number; BP: number; XB: number }) => Bytes): Bytes {
+  const TAB = 9; // the f16 → f32 table; the other parameters and R, TT (10, 11) belong to blockRowsByTokens
+  const [BP, XB, B] = [12, 13, 14];
+  const [ACC, S, Q, Q2] = [15, 16, 17, 18]; // v128
+  const block = [
+    v.zero(), op.set(S),
+    blockSum({ S, Q, Q2, BP, XB }),
+    // acc += s * splat(table[f16 bits])
+    op.get(ACC), op.get(S),
+    op.get(TAB), op.get(BP), op.i32Load16U(), op.i32(2), op.i32Shl, op.i32Add, op.f32Load(), v.f32x4Splat(),
+    v.f32x4Mul(), v.f32x4Add(), op.set(ACC),
+    op.get(BP), op.i32(blockBytes), op.i32Add, op.set(BP),
+    op.get(XB), op.i32(128), op.i32Add, op.set(XB),
+    op.get(B), op.i32(1), op.i32Add, op.set(B),
+  ];
+  const body = blockRowsByTokens(block, ACC);
   return [vec([[5, I32], [4, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
@@ -347,8 +359,8 @@ function matmul4Q8Body(): Bytes {
  * nibbles), one token per pass: Σ over sub-blocks s of d·sc_s·(q·x)_s − dmin·m_s·(Σx)_s.
  */
 function matmulQ4KBody(): Bytes {
-  const [W, WS, X, XS_, Y, YS, NR, NB, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
-  const [R, TT, BP, XB, B] = [10, 11, 12, 13, 14];
+  const TAB = 9; // the f16 → f32 table; the other parameters and R, TT (10, 11) belong to blockRowsByTokens
+  const [BP, XB, B] = [12, 13, 14];
   const [D, DM] = [15, 16]; // f32
   const [ACC, S, SX, Q, Q2, RAW0, RAW1] = [17, 18, 19, 20, 21, 22, 23]; // v128
   const u8 = (off: number) => [op.get(BP), 0x2d, 0, uleb(off)]; // i32.load8_u
@@ -396,23 +408,7 @@ function matmulQ4KBody(): Bytes {
     op.get(XB), op.i32(1024), op.i32Add, op.set(XB),
     op.get(B), op.i32(1), op.i32Add, op.set(B),
   ];
-  const body = [
-    op.i32(0), op.set(R),
-    whileLt(op.get(R), op.get(NR), [
-      op.i32(0), op.set(TT),
-      whileLt(op.get(TT), op.get(T), [
-        op.get(W), op.get(R), op.get(WS), op.i32Mul, op.i32Add, op.set(BP),
-        op.get(X), op.get(TT), op.get(XS_), op.i32Mul, op.i32Add, op.set(XB),
-        v.zero(), op.set(ACC),
-        op.i32(0), op.set(B),
-        whileLt(op.get(B), op.get(NB), block),
-        op.get(Y), op.get(TT), op.get(YS), op.i32Mul, op.i32Add, op.get(R), op.i32(2), op.i32Shl, op.i32Add,
-        hsum(ACC), op.f32Store(),
-        op.get(TT), op.i32(1), op.i32Add, op.set(TT),
-      ]),
-      op.get(R), op.i32(1), op.i32Add, op.set(R),
-    ]),
-  ];
+  const body = blockRowsByTokens(block, ACC);
   return [vec([[5, I32], [2, F32], [7, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
