@@ -159,6 +159,7 @@ export const tsTarget: Target = {
       await writeFileAtomic(path.join(ctx.outDir, name), text);
       files.push(name);
     }
+    const adapterNames = new Set(adapters.tensors.map((t) => t.name));
     const targetInfo: TsTargetInfo = {
       format: TS_FORMAT,
       version: TS_FORMAT_VERSION,
@@ -171,7 +172,7 @@ export const tsTarget: Target = {
     return {
       files,
       targetInfo: targetInfo as unknown as Record<string, unknown>,
-      tensors: tensors.map((e) => ({ name: e.name, sources: [e.name], format: e.format, bytes: e.bytes })),
+      tensors: tensors.map((e) => (adapterNames.has(e.name) ? { name: e.name, sources: [], format: e.format, bytes: e.bytes, group: 'adapters' } : { name: e.name, sources: [e.name], format: e.format, bytes: e.bytes })),
     };
   },
 };

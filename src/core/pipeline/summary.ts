@@ -13,6 +13,8 @@ export interface WrittenTensor {
   sources: string[];
   format: string;
   bytes: number;
+  /** The group of a tensor that holds no source tensor but one a pass made (recovery adapters). */
+  group?: string;
 }
 
 /** Bytes by group and format, largest groups first. */
@@ -20,7 +22,7 @@ export function tensorGroups(spec: ArchSpec, tensors: readonly WrittenTensor[]):
   const roles = tensorRoles(spec);
   const m = new Map<string, ManifestSummary['groups'][number]>();
   for (const t of tensors) {
-    const group = componentOf(t.sources.length ? roles.get(t.sources[0]) : undefined);
+    const group = t.group ?? componentOf(t.sources.length ? roles.get(t.sources[0]) : undefined);
     const k = `${group}\u0000${t.format}`;
     const e = m.get(k) ?? { group, format: t.format, tensors: 0, bytes: 0 };
     e.tensors++;
