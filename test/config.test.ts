@@ -148,6 +148,21 @@ describe('llmc compile --dry-run', () => {
     });
   }
 
+  it('ts after reorder with recovery: the adapters are in the dry run as the real compile writes them, a group of their own', async () => {
+    const out = path.join(tmp, 'dry-adapters');
+    const args = ['compile', STORIES, '-t', 'ts', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.recoverSteps=2', '--opt', 'reorder.recoverData=8', '--cache-dir', path.join(tmp, 'dry-adapters-cache'), '-o', out, '--json'];
+    const dry = await llmcInProcess(...args, '--dry-run');
+    expect(dry.code, dry.stderr).toBe(0);
+    const real = await llmcInProcess(...args);
+    expect(real.code, real.stderr).toBe(0);
+    const d = JSON.parse(dry.stdout);
+    const m = JSON.parse(real.stdout);
+    expect(d.files.find((f: { path: string }) => f.path === 'weights.bin').bytes).toBe(m.files.find((f: { path: string }) => f.path === 'weights.bin').size);
+    const adapters = m.targetInfo.tensors.filter((t: { name: string }) => t.name.startsWith('levels.'));
+    expect(adapters.length).toBeGreaterThan(0);
+    expect(d.groups.find((g: { group: string }) => g.group === 'adapters')).toMatchObject({ tensors: adapters.length, bytes: adapters.reduce((s: number, t: { bytes: number }) => s + t.bytes, 0) });
+  }, 120_000);
+
   it('text output: files, then bytes per group and format', async () => {
     const r = await llmcInProcess('compile', STORIES, '-t', 'ts', '-q', 'Q8_0', '--dry-run');
     expect(r.code, r.stderr).toBe(0);

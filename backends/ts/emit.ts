@@ -27,6 +27,7 @@ import {
 import { AtomicFile, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { tensorRoles, type TensorRole } from '../../src/core/arch/names.js';
 import { unmatchedPatterns, type EmitContext, type EmitResult, type Target } from '../../src/core/pipeline/target.js';
+import type { WrittenTensor } from '../../src/core/pipeline/summary.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { ChunkBuffers, tensorChunks, type RawDtype } from '../gguf/stream.js';
 import { ChunkEncoder } from '../gguf/encode.js';
@@ -101,8 +102,14 @@ export const tsTarget: Target = {
     const tensors = plan.map((p) => {
       const bytes = formatTensorBytes(p.format, p.meta.shape)!;
       size += alignUp(bytes);
-      return { name: p.meta.name, sources: [p.meta.name], format: p.format, bytes };
+      return { name: p.meta.name, sources: [p.meta.name], format: p.format, bytes } as WrittenTensor;
     });
+    // The levels' recovery adapters, F32 after the model's tensors, as emit writes them.
+    for (const t of levelAdapters(unit).tensors) {
+      const bytes = formatTensorBytes('F32', t.shape)!;
+      size += alignUp(bytes);
+      tensors.push({ name: t.name, sources: [], format: 'F32', bytes, group: 'adapters' });
+    }
     const files = [{ path: WEIGHTS_FILE, bytes: size }, ...carriedFiles(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) }))];
     return { files, tensors, notes };
   },
