@@ -5,6 +5,7 @@
  * `evaluateArtifact` is the one entry point (the end-of-compile summary, `llmc check`, `--check` and
  * `llmc report` use it).
  */
+import { silentProgress, type Progress } from '../../core/util/progress.js';
 import { TARGETS } from '../../../backends/index.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
@@ -61,6 +62,8 @@ export interface EvaluateOptions {
   /** Measure the decode speed over this many tokens. */
   speedTokens?: number;
   threads?: number;
+  /** One tick per held-out sequence (a big model takes minutes). */
+  progress?: Progress;
 }
 
 /** The artifact's runner, through its target's descriptor. */
@@ -100,7 +103,9 @@ export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQual
     throw e;
   });
   try {
-    const figures = await compareModels((ids) => engine.logits(ids), runner.logits!, o.sequences, o.source.spec.vocabSize);
+    const progress = o.progress ?? silentProgress;
+    progress.start(`quality: the artifact on ${runner.engine} against the source`, o.sequences.length);
+    const figures = await compareModels((ids) => engine.logits(ids), runner.logits!, o.sequences, o.source.spec.vocabSize, () => progress.tick()).finally(() => progress.done());
     const out: ArtifactQuality = { ...figures, executor: runner.engine, level: runner.level ?? null };
     if (o.speedTokens) out.tokensPerSecond = await decodeSpeed(runner, o.speedTokens);
     return out;
@@ -121,13 +126,13 @@ export type QuickEvaluation =
  * runner is missing here (node-llama-cpp for GGUF), has no figures and a reason instead: the compile
  * itself succeeded.
  */
-export async function quickEvaluation(artifact: Artifact, source: ModelSource, cacheDir?: ProfileCache): Promise<QuickEvaluation> {
+export async function quickEvaluation(artifact: Artifact, source: ModelSource, cacheDir?: ProfileCache, progress?: Progress): Promise<QuickEvaluation> {
   if (!TARGETS.find((t) => t.name === artifact.manifest.target)?.open) {
     return { measured: false, reason: `llmc does not run ${artifact.manifest.target} artifacts (it runs ${evaluableTargets().join(', ')})` };
   }
   try {
     const held = await heldOutSet(source, { cacheDir });
-    const quality = await evaluateArtifact({ artifact, source, sequences: held.sequences });
+    const quality = await evaluateArtifact({ artifact, source, sequences: held.sequences, progress });
     return { measured: true, quality, heldOut: { source: held.spec.source, sequences: held.sequences.length, length: held.spec.length, seed: held.spec.seed } };
   } catch (e) {
     if (!(e instanceof LlmcError)) throw e;

@@ -41,7 +41,7 @@ function argmax(row: Float64Array): number {
   return best;
 }
 
-export async function compareModels(reference: LogitsFn, candidate: LogitsFn, sequences: readonly number[][], vocabSize: number): Promise<QualityFigures> {
+export async function compareModels(reference: LogitsFn, candidate: LogitsFn, sequences: readonly number[][], vocabSize: number, onSequence: () => void = () => {}): Promise<QualityFigures> {
   const V = vocabSize;
   const p = new Float64Array(V);
   const q = new Float64Array(V);
@@ -73,6 +73,7 @@ export async function compareModels(reference: LogitsFn, candidate: LogitsFn, se
       if (argmax(p) === argmax(q)) agree++;
       positions++;
     }
+    onSequence();
   }
   if (positions === 0) throw new LlmcError('quality needs at least one sequence of 2 or more tokens');
   const referencePpl = Math.exp(nllRef / positions);

@@ -131,7 +131,7 @@ export function registerCompile(program: Command): void {
         let evaluation: QuickEvaluation | null = null;
         if (o.eval) {
           const { quickEvaluation } = await import('../../evaluate/artifact.js');
-          evaluation = await quickEvaluation(artifact, source, cacheDir);
+          evaluation = await quickEvaluation(artifact, source, cacheDir, common.progress);
         }
         const seconds = (performance.now() - started) / 1000;
         if (!json) process.stderr.write(compileSummary(out!, manifest, notes, seconds, evaluation));
