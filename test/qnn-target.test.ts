@@ -79,29 +79,32 @@ describe('qnn artifact on onnxruntime', () => {
       ['planted-all', planted, { 'outliers.keep': '1' }],
     ] as const) {
       const { dir, rec } = await compileQnn(name, source, { 'qnn.chunk': '8', ...opts });
-      const runner = await QnnRunner.open(dir, rec);
       const sim = await w8a8Reference(source, rec);
-      const f64 = await Llama64.load(source);
-      const ids = seqIds(21, 300, 3); // 3 chunks of 8, the last padded
-      const got = await runner.logits(ids);
-      const want = sim.forward(ids);
-      const flt = f64.forward(ids);
-      const V = 300;
-      let dSim = 0;
-      let dFloat = 0;
-      for (let t = 0; t < ids.length; t++) {
-        const row = got.subarray(t * V, (t + 1) * V);
-        dSim = Math.max(dSim, maxAbsDiff(row, want[t]));
-        dFloat = Math.max(dFloat, maxAbsDiff(row, flt[t]));
-        expect(argmax(row), `${name} position ${t}`).toBe(argmax(want[t]));
+      // The artifact's graphs on onnxruntime, and llmc's own simulation of them (backends/qnn/sim.ts).
+      for (const engine of ['onnxruntime', 'sim'] as const) {
+        const runner = await QnnRunner.open(dir, rec, { engine });
+        const f64 = await Llama64.load(source);
+        const ids = seqIds(21, 300, 3); // 3 chunks of 8, the last padded
+        const got = await runner.logits(ids);
+        const want = sim.forward(ids);
+        const flt = f64.forward(ids);
+        const V = 300;
+        let dSim = 0;
+        let dFloat = 0;
+        for (let t = 0; t < ids.length; t++) {
+          const row = got.subarray(t * V, (t + 1) * V);
+          dSim = Math.max(dSim, maxAbsDiff(row, want[t]));
+          dFloat = Math.max(dFloat, maxAbsDiff(row, flt[t]));
+          expect(argmax(row), `${name} ${engine} position ${t}`).toBe(argmax(want[t]));
+        }
+        // float32 on onnxruntime vs float64 here: a code at a rounding boundary may flip; none did on these.
+        expect(dSim, name).toBeLessThan(1e-3);
+        // The quantization is real (the artifact is not the float model).
+        expect(dFloat, name).toBeGreaterThan(100 * dSim);
+        if (name !== 'plain') expect(runner.stats.outliers + runner.stats.recomputed, name).toBeGreaterThan(0);
+        expect(runner.stats.chunks).toBe(3);
+        await runner.close();
       }
-      // float32 on onnxruntime vs float64 here: a code at a rounding boundary may flip; none did on these.
-      expect(dSim, name).toBeLessThan(1e-3);
-      // The quantization is real (the artifact is not the float model).
-      expect(dFloat, name).toBeGreaterThan(100 * dSim);
-      if (name !== 'plain') expect(runner.stats.outliers + runner.stats.recomputed, name).toBeGreaterThan(0);
-      expect(runner.stats.chunks).toBe(3);
-      await runner.close();
     }
   }, 60_000);
 

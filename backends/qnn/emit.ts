@@ -18,12 +18,14 @@ import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
 import type { Op } from '../../src/core/ir/ir.js';
 import { subgraphDeps, deviceSwitches, type Subgraph } from '../../src/core/ir/subgraphs.js';
-import type { EmitContext, EmitResult, Target, WrittenTensor } from '../../src/core/pipeline/target.js';
+import type { EmitContext, EmitPlan, EmitResult, Target, WrittenTensor } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { quantizeWeight, type QuantizedWeight } from '../../src/core/quant/w8a8.js';
 import { findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
-import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core/util/atomic.js';
+import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
+import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { writeOnnx } from '../../src/exec/onnx/external.js';
+import { splicedModel } from '../../src/exec/onnx/lower.js';
 import { DT_INT8 } from '../../src/exec/onnx/proto.js';
 import { BUILD_SCRIPT, buildScript, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
 import { encodingsJson } from './encodings.js';
@@ -121,14 +123,68 @@ function outliersJson(rec: OutlierScales, rowBytes: (weight: string, side: 'inpu
   };
 }
 
+/** Where the artifact goes: its directory (emit), or a list of files and sizes (plan, --dry-run). */
+interface Output {
+  onnx(file: string, g: LoweredGraph): Promise<void>;
+  text(file: string, text: string): Promise<void>;
+  shadow(): Promise<ShadowWriter>;
+  /** The shadow files are complete (their index and its text). */
+  shadowWritten(index: ShadowIndex, indexText: string): void;
+}
+
+function diskOutput(dir: string): Output {
+  return {
+    onnx: async (file, g) => void (await writeOnnx(path.join(dir, file), g, null)),
+    text: (file, text) => writeFileAtomic(path.join(dir, file), text),
+    shadow: async () => {
+      for (const d of ['npu', 'cpu', 'quant', 'graph', 'weights']) await ensureOutputDir(path.join(dir, d));
+      return ShadowWriter.create(dir);
+    },
+    shadowWritten: () => {},
+  };
+}
+
+/** Sizes of what `emit` writes, from the same code path; reads no weight data (a shadowed linear's bias aside). */
+function plannedOutput(sizes: Map<string, number>): Output {
+  return {
+    onnx: async (file, g) => void sizes.set(file, splicedModel({ ...g.model }, g.graph, g.tensors).total),
+    text: async (file, text) => void sizes.set(file, Buffer.byteLength(text)),
+    shadow: async () => ShadowWriter.planned(),
+    shadowWritten: (index, indexText) => {
+      sizes.set(SHADOW_HOT, index.hotBytes);
+      sizes.set(SHADOW_COLD, index.coldBytes);
+      sizes.set(SHADOW_INDEX, Buffer.byteLength(indexText));
+    },
+  };
+}
+
 export const qnnTarget: Target<QnnOptions> = {
   async emit(unit: CompileUnit, ctx: EmitContext<QnnOptions>): Promise<EmitResult> {
-    const o = ctx.options;
-    const rec = findRecord(unit.records, OUTLIER_SCALES);
-    if (!rec) throw new LlmcError('internal: --target qnn without the outliers record (the pass manager requires it)');
-    if (o.build && !process.env.QNN_SDK_ROOT) {
+    if (ctx.options.build && !process.env.QNN_SDK_ROOT) {
       throw new LlmcError(`qnn.build=true needs the QNN SDK ${QNN_SDK_VERSION}: export QNN_SDK_ROOT=/path/to/qairt/<version>, or compile without qnn.build and run build-qnn.sh where the SDK is`);
     }
+    const result = await lay(unit, ctx.options, diskOutput(ctx.outDir), ctx.progress, ctx.note);
+    await fsp.chmod(path.join(ctx.outDir, BUILD_SCRIPT), 0o755);
+    if (ctx.options.build) result.files.push(...(await buildContexts(ctx.outDir, result.npu)));
+    return result;
+  },
+
+  async plan(unit, ctx): Promise<EmitPlan> {
+    const sizes = new Map<string, number>();
+    const notes: string[] = [];
+    const r = await lay(unit, ctx.options, plannedOutput(sizes), silentProgress, (n) => notes.push(n));
+    if (ctx.options.build) notes.push(`qnn.build=true: build-qnn.sh then writes ctx/<graph>.bin for the ${r.npu.length} NPU graphs (sizes known only after the QNN SDK runs)`);
+    return { files: r.files.map((f) => ({ path: f, bytes: sizes.get(f)! })), tensors: r.tensors ?? [], notes };
+  },
+};
+
+/** The artifact through `out`: every file emit writes, in order; NPU graph ids for the context build. */
+async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Progress, note: (m: string) => void): Promise<EmitResult & { npu: string[] }> {
+  {
+    // (a block: emit's former body, kept at its indentation)
+    const ctx = { progress, note };
+    const rec = findRecord(unit.records, OUTLIER_SCALES);
+    if (!rec) throw new LlmcError('internal: --target qnn without the outliers record (the pass manager requires it)');
     const { source, graph } = unit;
     const spec = source.spec;
     const chunk = chunkOf(spec, o.chunk);
@@ -137,13 +193,12 @@ export const qnnTarget: Target<QnnOptions> = {
     const subgraphs = qnnSubgraphs(graph, linears);
     const channels = valueChannels(graph);
     const decisions = new Map(rec.linears.map((l) => [l.weight, l]));
-    for (const dir of ['npu', 'cpu', 'quant', 'graph', 'weights']) await ensureOutputDir(path.join(ctx.outDir, dir));
 
     const files: string[] = [];
     const tensors: WrittenTensor[] = [];
     const entries: SubgraphEntry[] = [];
     const scriptGraphs: ScriptGraph[] = [];
-    const shadow = await ShadowWriter.create(ctx.outDir);
+    const shadow = await out.shadow();
     let weightBytes = 0;
     let index: ShadowIndex;
     try {
@@ -172,10 +227,10 @@ export const qnnTarget: Target<QnnOptions> = {
         else if (sg.kind === 'static') lowered = lowerStatic(source, graph, sg, linears, quantized, chunk, channels);
         const encRefs = new Set(lowered?.encodings.filter((e) => e.kind === 'activation').map((e) => e.name) ?? []);
         if (lowered && where) {
-          await writeOnnx(path.join(ctx.outDir, where.onnx), lowered, null);
+          await out.onnx(where.onnx, lowered);
           files.push(where.onnx);
           if (where.encodings) {
-            await writeFileAtomic(path.join(ctx.outDir, where.encodings), JSON.stringify(encodingsJson(lowered.encodings, o.encodings), null, 1) + '\n');
+            await out.text(where.encodings, JSON.stringify(encodingsJson(lowered.encodings, o.encodings), null, 1) + '\n');
             files.push(where.encodings);
             scriptGraphs.push({ id: sg.id, onnx: where.onnx, encodings: where.encodings, inputs: lowered.inputs });
           }
@@ -188,7 +243,7 @@ export const qnnTarget: Target<QnnOptions> = {
           if (!lin.inShadow && !lin.outShadow) continue;
           const d = decisions.get(op.weight)!;
           const bias = lin.bias ? await source.readF32(lin.bias) : null;
-          await shadow.add(lin, await quantized(op.weight), { input: d.input.hot, output: d.output.hot }, bias);
+          await shadow.add(lin, () => quantized(op.weight), { input: d.input.hot, output: d.output.hot }, bias);
         }
         const io = (x: { name: string; shape: (number | string)[]; dtype: string }) => ({ ...x, encodingRef: encRefs.has(x.name) ? x.name : null });
         entries.push({
@@ -216,10 +271,11 @@ export const qnnTarget: Target<QnnOptions> = {
       await shadow.abort();
       throw err;
     }
+    out.shadowWritten(index, shadow.indexText());
     files.push(SHADOW_HOT, SHADOW_COLD, SHADOW_INDEX);
     const rowBytes = (w: string, side: 'input' | 'output') => index.entries.find((e) => e.weight === w && e.side === side)?.rowBytes ?? 0;
     const write = async (file: string, value: unknown) => {
-      await writeFileAtomic(path.join(ctx.outDir, file), JSON.stringify(value, null, 1) + '\n');
+      await out.text(file, JSON.stringify(value, null, 1) + '\n');
       files.push(file);
     };
     await write(SCALES, scalesJson(rec));
@@ -227,20 +283,21 @@ export const qnnTarget: Target<QnnOptions> = {
     await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries });
     await write(DEPS, { format: 'llmc-qnn-deps/1', ...subgraphDeps(subgraphs) });
     const npu = subgraphs.filter((s) => s.device === 'NPU').map((s) => s.id);
-    await writeFileAtomic(path.join(ctx.outDir, HTP_EXT), htpExtJson());
-    await writeFileAtomic(path.join(ctx.outDir, HTP_CONFIG), htpJson(o.soc, npu));
-    const script = path.join(ctx.outDir, BUILD_SCRIPT);
-    await writeFileAtomic(script, buildScript(scriptGraphs, o.soc));
-    await fsp.chmod(script, 0o755);
+    await out.text(HTP_EXT, htpExtJson());
+    await out.text(HTP_CONFIG, htpJson(o.soc, npu));
+    await out.text(BUILD_SCRIPT, buildScript(scriptGraphs, o.soc));
     files.push(HTP_EXT, HTP_CONFIG, BUILD_SCRIPT);
-    files.push(...(await writeModelFiles(ctx.outDir, unit)));
-    if (o.build) files.push(...(await buildContexts(ctx.outDir, npu)));
+    for (const [file, text] of modelFiles(unit)) {
+      await out.text(file, text);
+      files.push(file);
+    }
 
     const syncs = deviceSwitches(subgraphs.filter((s) => s.kind !== 'embed' && s.kind !== 'head'));
     const hotPct = weightBytes ? (100 * index.hotBytes) / weightBytes : 0;
     ctx.note(`qnn: ${npu.length} NPU graphs, ${subgraphs.length - npu.length} CPU steps, chunk ${chunk.c} as [1, ${chunk.a}, ${chunk.b}, ·]; shadow rows resident ${(index.hotBytes / 1e3).toFixed(1)} kB (${hotPct.toFixed(2)}% of the int8 weights), ${(index.coldBytes / 1e3).toFixed(1)} kB on demand; ${syncs} CPU↔NPU switches per chunk`);
     const s = SOCS[o.soc];
     return {
+      npu,
       files,
       tensors,
       targetInfo: {
@@ -259,17 +316,19 @@ export const qnnTarget: Target<QnnOptions> = {
         shadow: { hotBytes: index.hotBytes, coldBytes: index.coldBytes, weightBytes, residentPercentOfWeights: hotPct, sides: index.entries.length },
       },
     };
-  },
-};
+  }
+}
 
 /** config.json and the tokenizer files the source carries (the runner's prompt text). */
-async function writeModelFiles(outDir: string, unit: CompileUnit): Promise<string[]> {
+function modelFiles(unit: CompileUnit): [string, string][] {
   const a = unit.source.assets;
-  return writeTextFiles(outDir, [
-    ['config.json', JSON.stringify(a.config, null, 2) + '\n'],
-    ['tokenizer.json', a.tokenizer],
-    ['tokenizer_config.json', a.tokenizerConfig],
-  ]);
+  return (
+    [
+      ['config.json', JSON.stringify(a.config, null, 2) + '\n'],
+      ['tokenizer.json', a.tokenizer],
+      ['tokenizer_config.json', a.tokenizerConfig],
+    ] as [string, string | undefined][]
+  ).filter((f): f is [string, string] => f[1] !== undefined);
 }
 
 /** `--opt qnn.build=true`: build-qnn.sh through execa; its last line on failure. */

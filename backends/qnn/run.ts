@@ -1,9 +1,10 @@
 /**
  * `llmc run` (and quality evaluation) on a qnn artifact: the artifact's own graphs, in the order of
  * graph/subgraphs.json, the way a device runs a chunked prefill:
- *   - every ONNX subgraph (the static QDQ graphs of the NPU, the CPU attention, embed and head graphs)
- *     on onnxruntime, at its static chunk shape [1, a, b, C]: the prompt in chunks of c tokens, the
- *     last one padded (pads masked out of attention, their KV dropped);
+ *   - every subgraph (the static QDQ graphs of the NPU, the CPU attention, embed and head graphs) at
+ *     its static chunk shape [1, a, b, C]: the prompt in chunks of c tokens, the last one padded (pads
+ *     masked out of attention, their KV dropped). Engine `sim` (default): ./sim.ts, the device's
+ *     integer arithmetic in TS from the artifact's files; `onnxruntime`: the ONNX files on onnxruntime;
  *   - the shadow nodes on the CPU in TS (./shadow-exec.ts) from weights/shadow_{hot,cold}.bin.
  * So perplexity and agreement measured through it are the artifact's (its QDQ rounding, its clipping,
  * its shadow), not a float approximation. Decoding runs one padded chunk per new token (the static
@@ -24,6 +25,30 @@ import type { Chunk, QLinear } from './plan.js';
 import { linearOf } from './plan.js';
 import { applyShadow, type ShadowWork } from './shadow-exec.js';
 import { ShadowStore } from './shadow.js';
+import { openSimulation, type SubgraphExecutor } from './sim.js';
+
+export type QnnEngine = 'sim' | 'onnxruntime';
+
+/** The artifact's ONNX files on onnxruntime. */
+export async function openOnnxruntime(dir: string, subgraphs: readonly SubgraphEntry[], threads: number): Promise<SubgraphExecutor> {
+  const options = artifactSessionOptions(threads);
+  const sessions = new Map<string, ort.InferenceSession>();
+  for (const s of subgraphs) {
+    if (!s.file) continue;
+    const file = path.join(dir, s.file);
+    try {
+      sessions.set(s.id, await ort.InferenceSession.create(file, options));
+    } catch (err) {
+      throw new LlmcError(`onnxruntime cannot load the graph: ${String((err as Error).message ?? err).split('\n')[0]}`, file);
+    }
+  }
+  return {
+    run: (sg, feeds) => sessions.get(sg.id)!.run(feeds),
+    close: async () => {
+      for (const s of sessions.values()) await s.release();
+    },
+  };
+}
 
 interface Kv {
   /** Per layer [1, kvHeads, length, headDim] of real positions only. */
@@ -49,13 +74,13 @@ export class QnnRunner {
     readonly spec: ArchSpec,
     readonly chunk: Chunk,
     private readonly subgraphs: SubgraphEntry[],
-    private readonly sessions: Map<string, ort.InferenceSession>,
+    private readonly exec: SubgraphExecutor,
     private readonly linears: Map<string, QLinear>,
     private readonly shadow: ShadowStore,
     private readonly kvShape: { layer: number; heads: number; headDim: number }[],
   ) {}
 
-  static async open(dir: string, rec: OutlierScales, opts: { threads?: number } = {}): Promise<QnnRunner> {
+  static async open(dir: string, rec: OutlierScales, opts: { threads?: number; engine?: QnnEngine } = {}): Promise<QnnRunner> {
     const read = async (file: string) => {
       try {
         return JSON.parse(await fsp.readFile(path.join(dir, file), 'utf8')) as Record<string, unknown>;
@@ -67,17 +92,7 @@ export class QnnRunner {
     const sg = await read('graph/subgraphs.json');
     if (sg.format !== 'llmc-qnn-subgraphs/1') throw new LlmcError(`is not llmc-qnn-subgraphs/1 (format ${JSON.stringify(sg.format)})`, path.join(dir, 'graph/subgraphs.json'));
     const subgraphs = sg.subgraphs as SubgraphEntry[];
-    const options = artifactSessionOptions(opts.threads ?? 1);
-    const sessions = new Map<string, ort.InferenceSession>();
-    for (const s of subgraphs) {
-      if (!s.file) continue;
-      const file = path.join(dir, s.file);
-      try {
-        sessions.set(s.id, await ort.InferenceSession.create(file, options));
-      } catch (err) {
-        throw new LlmcError(`onnxruntime cannot load the graph: ${String((err as Error).message ?? err).split('\n')[0]}`, file);
-      }
-    }
+    const exec = opts.engine === 'onnxruntime' ? await openOnnxruntime(dir, subgraphs, opts.threads ?? 1) : openSimulation(dir, subgraphs);
     const shadow = new ShadowStore(dir);
     const decisions = new Map(rec.linears.map((l) => [l.weight, l]));
     const linears = new Map<string, QLinear>();
@@ -94,7 +109,7 @@ export class QnnRunner {
         const k = s.inputs.find((i) => /^past_key_values\.\d+\.key$/.test(i.name))!;
         return { layer: Number(/\.(\d+)\./.exec(k.name)![1]), heads: Number(k.shape[1]), headDim: Number(k.shape[3]) };
       });
-    return new QnnRunner(spec, sg.chunk as Chunk, subgraphs, sessions, linears, shadow, kvShape);
+    return new QnnRunner(spec, sg.chunk as Chunk, subgraphs, exec, linears, shadow, kvShape);
   }
 
   emptyKv(): Kv {
@@ -142,14 +157,13 @@ export class QnnRunner {
         }
         continue;
       }
-      const session = this.sessions.get(s.id)!;
       const feeds: Record<string, ort.Tensor> = {};
       for (const i of s.inputs) {
         const v = values.get(i.name);
         if (!v) throw new Error(`internal: ${s.id} reads ${i.name}, which nothing wrote`);
         feeds[i.name] = v;
       }
-      const out = await session.run(feeds);
+      const out = await this.exec.run(s, feeds);
       for (const o of s.outputs) values.set(o.name, out[o.name]);
     }
     this.stats.chunks++;
@@ -213,7 +227,7 @@ export class QnnRunner {
 
   async close(): Promise<void> {
     this.shadow.close();
-    for (const s of this.sessions.values()) await s.release();
+    await this.exec.close();
   }
 }
 
@@ -223,11 +237,12 @@ export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRu
   if (opts.level !== undefined) throw new UsageError('--level: a qnn artifact has no elastic levels');
   const rec = findRecord(a.manifest.passes, OUTLIER_SCALES, a.dir);
   if (!rec) throw new LlmcError('the manifest has no outlier-scales/1 record (written by pass outliers)', a.dir);
-  const runner = await QnnRunner.open(a.dir, rec, { threads: opts.threads });
+  const engine = opts.engine ?? 'sim';
+  const runner = await QnnRunner.open(a.dir, rec, { threads: opts.threads, engine });
   const c = runner.chunk;
   return {
     spec: runner.spec,
-    engine: 'onnxruntime (qnn subgraphs) + TS shadow',
+    engine: engine === 'sim' ? 'TS simulation of the NPU integer pipeline (qnn subgraphs) + TS shadow' : 'onnxruntime (qnn subgraphs) + TS shadow',
     notes: [`chunked prefill: ${c.c} tokens per chunk as [1, ${c.a}, ${c.b}, C]; shadow outliers on the CPU`],
     tokenizerJson: await readOptional(path.join(a.dir, 'tokenizer.json')),
     tokenizerConfigJson: await readOptional(path.join(a.dir, 'tokenizer_config.json')),

@@ -48,15 +48,14 @@ function rowOf(w: QuantizedWeight, side: 'input' | 'output', k: number): Int8Arr
   return col;
 }
 
-/** Writes the shadow files as linears come (one weight in memory at a time). */
+/**
+ * Writes the shadow files as linears come (one weight in memory at a time); `planned()` lays out the
+ * same index without files or weights (--dry-run).
+ */
 export class ShadowWriter {
   private readonly index: ShadowIndex = { format: 'llmc-qnn-shadow/1', entries: [], biases: {}, hotBytes: 0, coldBytes: 0 };
 
-  private constructor(
-    private readonly dir: string,
-    private readonly hot: AtomicFile,
-    private readonly cold: AtomicFile,
-  ) {}
+  private constructor(private readonly files: { dir: string; hot: AtomicFile; cold: AtomicFile } | null) {}
 
   static async create(dir: string): Promise<ShadowWriter> {
     const hot = await AtomicFile.open(path.join(dir, SHADOW_HOT));
@@ -64,42 +63,57 @@ export class ShadowWriter {
       await hot.abort();
       throw e;
     });
-    return new ShadowWriter(dir, hot, cold);
+    return new ShadowWriter({ dir, hot, cold });
   }
 
-  async add(lin: QLinear, w: QuantizedWeight, hot: { input: number[]; output: number[] }, bias: Float32Array | null): Promise<void> {
+  static planned(): ShadowWriter {
+    return new ShadowWriter(null);
+  }
+
+  /** `w` is read only when rows are written. */
+  async add(lin: QLinear, w: () => Promise<QuantizedWeight>, hot: { input: number[]; output: number[] }, bias: Float32Array | null): Promise<void> {
     for (const side of ['input', 'output'] as const) {
       if (side === 'input' ? !lin.inShadow : !lin.outShadow) continue;
-      const rows = side === 'input' ? w.inFeatures : w.outFeatures;
-      const rowBytes = side === 'input' ? w.outFeatures : w.inFeatures;
+      const rows = side === 'input' ? lin.inFeatures : lin.outFeatures;
+      const rowBytes = side === 'input' ? lin.outFeatures : lin.inFeatures;
       const hotSet = new Set(hot[side]);
       const entry: ShadowEntry = { weight: lin.weight, side, rows, rowBytes, hot: hot[side], hotOffset: this.index.hotBytes, coldOffset: this.index.coldBytes };
-      for (const k of hot[side]) await this.hot.write(new Uint8Array(rowOf(w, side, k).slice().buffer));
-      const cold = new Uint8Array((rows - hotSet.size) * rowBytes);
-      let at = 0;
-      for (let k = 0; k < rows; k++) {
-        if (hotSet.has(k)) continue;
-        cold.set(new Uint8Array(rowOf(w, side, k).slice().buffer), at);
-        at += rowBytes;
+      if (this.files) {
+        const q = await w();
+        for (const k of hot[side]) await this.files.hot.write(new Uint8Array(rowOf(q, side, k).slice().buffer));
+        const cold = new Uint8Array((rows - hotSet.size) * rowBytes);
+        let at = 0;
+        for (let k = 0; k < rows; k++) {
+          if (hotSet.has(k)) continue;
+          cold.set(new Uint8Array(rowOf(q, side, k).slice().buffer), at);
+          at += rowBytes;
+        }
+        await this.files.cold.write(cold);
       }
-      await this.cold.write(cold);
       this.index.hotBytes += hotSet.size * rowBytes;
-      this.index.coldBytes += cold.length;
+      this.index.coldBytes += (rows - hotSet.size) * rowBytes;
       this.index.entries.push(entry);
     }
     if (bias && (lin.inShadow || lin.outShadow)) this.index.biases[lin.weight] = Array.from(bias);
   }
 
+  /** shadow_index.json's text. */
+  indexText(): string {
+    return JSON.stringify(this.index) + '\n';
+  }
+
   async commit(): Promise<ShadowIndex> {
-    await this.hot.commit();
-    await this.cold.commit();
-    await writeFileAtomic(path.join(this.dir, SHADOW_INDEX), JSON.stringify(this.index) + '\n');
+    if (this.files) {
+      await this.files.hot.commit();
+      await this.files.cold.commit();
+      await writeFileAtomic(path.join(this.files.dir, SHADOW_INDEX), this.indexText());
+    }
     return this.index;
   }
 
   async abort(): Promise<void> {
-    await this.hot.abort();
-    await this.cold.abort();
+    await this.files?.hot.abort();
+    await this.files?.cold.abort();
   }
 }
 

@@ -151,6 +151,8 @@ export interface RunOptions {
   speculative?: { draft?: string };
   /** Chunked prefill through the artifact's chunk plan (record chunk-schedule/1): this chunk length, or the one predicted fastest per prompt. */
   chunk?: number | 'auto';
+  /** qnn artifacts: `sim` (default) the TS simulation of the device's integer pipeline, or `onnxruntime` on the QDQ graphs. */
+  engine?: 'sim' | 'onnxruntime';
 }
 
 export interface TargetDescriptor<O = unknown> {

@@ -13,12 +13,14 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
   if (where.kind === 'checkpoint') {
     if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
     if (o.level !== undefined) throw new UsageError('--level needs an artifact compiled with --passes reorder (ts or gguf-levels); this is a checkpoint');
+    if (o.engine !== undefined) throw new UsageError('--engine chooses how a qnn artifact runs (llmc compile --target qnn); this is a checkpoint');
     if (o.chunk !== undefined) throw new UsageError('--chunk needs an artifact compiled with --passes chunk-partition (ts or cuda); this is a checkpoint');
     const { openCheckpointRunner } = await import('../../../exec/engine/generator.js');
     return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }) };
   }
   await verifyFiles(where, { hash: Boolean(o.verify) });
   if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
+  if (o.engine !== undefined && where.target.name !== 'qnn') throw new UsageError(`--engine chooses how a qnn artifact runs; this is a ${where.target.name} artifact`);
   if (o.chunk !== undefined && !where.target.capabilities.chunkGraphs) throw new UsageError(`--chunk runs artifacts with chunk graphs (ts, cuda); ${where.target.name} has none`);
   return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined };
 }
@@ -30,10 +32,15 @@ function parseChunkOption(v: string): number | 'auto' {
   return Number(v);
 }
 
+function parseEngineOption(v: string): 'sim' | 'onnxruntime' {
+  if (v !== 'sim' && v !== 'onnxruntime') throw new UsageError(`--engine must be sim or onnxruntime; got "${v}"`);
+  return v;
+}
+
 export function registerRun(program: Command): void {
   program
     .command('run')
-    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; qnn: its graphs on onnxruntime with the shadow outliers on the CPU; gguf and gguf-levels: llama.cpp)')
+    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; qnn: a TS simulation of its NPU integer pipeline, or its graphs on onnxruntime with --engine onnxruntime, with the shadow outliers on the CPU; gguf and gguf-levels: llama.cpp)')
     .argument('<model>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
     .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
@@ -52,6 +59,7 @@ export function registerRun(program: Command): void {
     .option('--speculative', 'ts artifact compiled with --passes tree-search: greedy speculative decoding with its verification tree (same tokens as plain greedy decoding)')
     .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
     .option('--chunk <c>', 'artifact compiled with --passes chunk-partition: prefill in chunks of c tokens through its chunk graphs in the scheduled order (ts: TS runtime, cuda: onnxruntime), or auto (the length predicted fastest for the prompt)', parseChunkOption)
+    .option('--engine <engine>', 'qnn artifact: sim (default; the NPU integer pipeline simulated in TS from the artifact) or onnxruntime (its QDQ graphs)', parseEngineOption)
     .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "level"?, "warning"?, "expert_cache"?, "speculative"?} as JSON')
     .addHelpText(
       'after',
@@ -70,7 +78,7 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
-      const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk });
+      const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
       try {
         // The tokenizer (and its schema library) loads only for models that have one.
         const codec = runner.tokenizerJson ? (await import('../../../core/tokenizer/index.js')).loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
