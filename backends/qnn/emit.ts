@@ -21,11 +21,12 @@ import { subgraphDeps, deviceSwitches, type Subgraph } from '../../src/core/ir/s
 import type { EmitContext, EmitResult, Target, WrittenTensor } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { quantizeWeight, type QuantizedWeight } from '../../src/core/quant/w8a8.js';
-import { findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
+import { CHUNK_SCHEDULE, findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
 import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core/util/atomic.js';
 import { writeOnnx } from '../../src/exec/onnx/external.js';
 import { DT_INT8 } from '../../src/exec/onnx/proto.js';
 import { BUILD_SCRIPT, buildScript, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
+import { chunkDeps, recordChunkLength, writeQnnChunkGraphs, type QnnChunked, type QnnChunkMemory } from './chunks.js';
 import { encodingsJson } from './encodings.js';
 import { lowerAttention, lowerEmbed, lowerHead, lowerStatic, type LoweredGraph } from './lower.js';
 import { QNN_SDK_VERSION, SOCS, type QnnOptions } from './options.js';
@@ -131,7 +132,9 @@ export const qnnTarget: Target<QnnOptions> = {
     }
     const { source, graph } = unit;
     const spec = source.spec;
-    const chunk = chunkOf(spec, o.chunk);
+    // Under chunk-partition the record decides the chunk length (./chunks.ts).
+    const chunkRec = findRecord(unit.records, CHUNK_SCHEDULE);
+    const chunk = chunkOf(spec, chunkRec ? recordChunkLength(chunkRec, o.chunk, source.description) : o.chunk);
     if (chunk.c > spec.maxPositions) throw new LlmcError(`qnn.chunk ${chunk.c} is longer than the model's context (${spec.maxPositions})`, source.description, 2);
     const linears = quantLinears(graph, rec);
     const subgraphs = qnnSubgraphs(graph, linears);
@@ -224,8 +227,15 @@ export const qnnTarget: Target<QnnOptions> = {
     };
     await write(SCALES, scalesJson(rec));
     await write(OUTLIERS, outliersJson(rec, rowBytes));
-    await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries });
-    await write(DEPS, { format: 'llmc-qnn-deps/1', ...subgraphDeps(subgraphs) });
+    let chunked: { chunked: QnnChunked; memory: QnnChunkMemory } | null = null;
+    if (chunkRec) {
+      const staticFiles = entries.filter((e) => e.file && e.kind !== 'attention').map((e) => e.file!);
+      const w = await writeQnnChunkGraphs(chunkRec, source, graph, subgraphs, staticFiles, chunk, channels, ctx.outDir, ctx.progress);
+      files.push(...w.files);
+      chunked = w;
+    }
+    await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries, ...(chunked ? { chunked: chunked.chunked } : {}) });
+    await write(DEPS, { format: 'llmc-qnn-deps/1', ...subgraphDeps(subgraphs), ...(chunkRec ? { chunks: chunkDeps(chunkRec) } : {}) });
     const npu = subgraphs.filter((s) => s.device === 'NPU').map((s) => s.id);
     await writeFileAtomic(path.join(ctx.outDir, HTP_EXT), htpExtJson());
     await writeFileAtomic(path.join(ctx.outDir, HTP_CONFIG), htpJson(o.soc, npu));
@@ -239,6 +249,10 @@ export const qnnTarget: Target<QnnOptions> = {
     const syncs = deviceSwitches(subgraphs.filter((s) => s.kind !== 'embed' && s.kind !== 'head'));
     const hotPct = weightBytes ? (100 * index.hotBytes) / weightBytes : 0;
     ctx.note(`qnn: ${npu.length} NPU graphs, ${subgraphs.length - npu.length} CPU steps, chunk ${chunk.c} as [1, ${chunk.a}, ${chunk.b}, ·]; shadow rows resident ${(index.hotBytes / 1e3).toFixed(1)} kB (${hotPct.toFixed(2)}% of the int8 weights), ${(index.coldBytes / 1e3).toFixed(1)} kB on demand; ${syncs} CPU↔NPU switches per chunk`);
+    if (chunked) {
+      const row = chunked.memory.rows.at(-1)!;
+      ctx.note(`qnn: chunk graphs for c = ${chunk.c}: static graphs once (${(chunked.memory.staticGraphBytes / 1e3).toFixed(1)} kB), ${chunked.chunked.attentionGraphs} attention graphs per layer; at ${row.N} chunks ${(row.shared / 1e3).toFixed(1)} kB against ${(row.naive / 1e3).toFixed(1)} kB as one graph set per chunk (${(100 * row.saved).toFixed(1)}% saved)`);
+    }
     const s = SOCS[o.soc];
     return {
       files,
@@ -256,6 +270,7 @@ export const qnnTarget: Target<QnnOptions> = {
         subgraphs: SUBGRAPHS,
         graphs: { npu: npu.length, cpu: entries.filter((e) => e.file?.startsWith('cpu/')).length, shadowNodes: subgraphs.filter((x) => x.kind === 'shadow').length },
         syncsPerChunk: syncs,
+        ...(chunked ? { chunks: [chunked.memory] } : {}),
         shadow: { hotBytes: index.hotBytes, coldBytes: index.coldBytes, weightBytes, residentPercentOfWeights: hotPct, sides: index.entries.length },
       },
     };

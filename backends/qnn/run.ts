@@ -25,7 +25,7 @@ import { linearOf } from './plan.js';
 import { applyShadow, type ShadowWork } from './shadow-exec.js';
 import { ShadowStore } from './shadow.js';
 
-interface Kv {
+export interface Kv {
   /** Per layer [1, kvHeads, length, headDim] of real positions only. */
   keys: ort.Tensor[];
   values: ort.Tensor[];
@@ -127,34 +127,9 @@ export class QnnRunner {
         if (last && last !== s.device) this.stats.syncs++;
         last = s.device;
       }
-      if (s.device === 'NPU') this.stats.npuRuns++;
-      else this.stats.cpuRuns++;
-      if (s.shadow) {
-        for (const sh of s.shadow) {
-          const lin = this.linears.get(sh.weight)!;
-          const x = values.get(sh.x)!.data as Float32Array;
-          const yT = values.get(sh.y)!;
-          const y = (yT.data as Float32Array).slice();
-          const work = applyShadow(lin, x, y, n, (side, k) => this.shadow.row(sh.weight, side, k), this.shadow.bias(sh.weight));
-          this.stats.outliers += work.outliers;
-          this.stats.recomputed += work.recomputed;
-          values.set(sh.y, new ort.Tensor('float32', y, yT.dims));
-        }
-        continue;
-      }
-      const session = this.sessions.get(s.id)!;
-      const feeds: Record<string, ort.Tensor> = {};
-      for (const i of s.inputs) {
-        const v = values.get(i.name);
-        if (!v) throw new Error(`internal: ${s.id} reads ${i.name}, which nothing wrote`);
-        feeds[i.name] = v;
-      }
-      const out = await session.run(feeds);
-      for (const o of s.outputs) values.set(o.name, out[o.name]);
+      await this.runSubgraph(s, values, n);
     }
     this.stats.chunks++;
-    this.stats.coldRows = this.shadow.stats.coldRows;
-    this.stats.hotRows = this.shadow.stats.hotRows;
     // Keep the KV of real positions only: the next chunk's mask then needs no pad holes.
     const trim = (t: ort.Tensor, heads: number, hd: number) => {
       const total = Number(t.dims[2]);
@@ -171,6 +146,43 @@ export class QnnRunner {
     };
     const V = this.spec.vocabSize;
     return { logits: (values.get('logits')!.data as Float32Array).slice(0, n * V), kv: next };
+  }
+
+  /** The artifact's subgraph `s` on one chunk's `values` (n real tokens); `session` runs a graph not in subgraphs.json (chunk graphs). */
+  async runSubgraph(s: Pick<SubgraphEntry, 'id' | 'device' | 'shadow'> & { inputs: readonly { name: string }[]; outputs: readonly { name: string }[] }, values: Map<string, ort.Tensor>, n: number, session?: ort.InferenceSession): Promise<void> {
+    if (s.device === 'NPU') this.stats.npuRuns++;
+    else this.stats.cpuRuns++;
+    if (s.shadow) {
+      for (const sh of s.shadow) {
+        const lin = this.linears.get(sh.weight)!;
+        const x = values.get(sh.x)!.data as Float32Array;
+        const yT = values.get(sh.y)!;
+        const y = (yT.data as Float32Array).slice();
+        const work = applyShadow(lin, x, y, n, (side, k) => this.shadow.row(sh.weight, side, k), this.shadow.bias(sh.weight));
+        this.stats.outliers += work.outliers;
+        this.stats.recomputed += work.recomputed;
+        values.set(sh.y, new ort.Tensor('float32', y, yT.dims));
+      }
+      this.stats.coldRows = this.shadow.stats.coldRows;
+      this.stats.hotRows = this.shadow.stats.hotRows;
+      return;
+    }
+    const run = session ?? this.sessions.get(s.id)!;
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const i of s.inputs) {
+      const v = values.get(i.name);
+      if (!v) throw new Error(`internal: ${s.id} reads ${i.name}, which nothing wrote`);
+      feeds[i.name] = v;
+    }
+    const out = await run.run(feeds);
+    for (const o of s.outputs) values.set(o.name, out[o.name]);
+  }
+
+  /** The entry of graph/subgraphs.json named `id`. */
+  entry(id: string): SubgraphEntry {
+    const s = this.subgraphs.find((x) => x.id === id);
+    if (!s) throw new LlmcError(`graph/subgraphs.json has no subgraph ${id}`);
+    return s;
   }
 
   /** Logits [T, V] at every position of `ids` from an empty context, chunk by chunk. */
@@ -225,7 +237,7 @@ export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRu
   if (!rec) throw new LlmcError('the manifest has no outlier-scales/1 record (written by pass outliers)', a.dir);
   const runner = await QnnRunner.open(a.dir, rec, { threads: opts.threads });
   const c = runner.chunk;
-  return {
+  const base: ArtifactRunner = {
     spec: runner.spec,
     engine: 'onnxruntime (qnn subgraphs) + TS shadow',
     notes: [`chunked prefill: ${c.c} tokens per chunk as [1, ${c.a}, ${c.b}, C]; shadow outliers on the CPU`],
@@ -235,4 +247,13 @@ export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRu
     generate: (ids, o) => runner.generate(ids, o),
     close: () => runner.close(),
   };
+  if (opts.chunk === undefined) return base;
+  // --chunk: prefill through the chunk graphs in the chunk-schedule record's order (./run-chunks.ts).
+  const sg = JSON.parse(await fsp.readFile(path.join(a.dir, 'graph/subgraphs.json'), 'utf8')) as { chunked?: import('./chunks.js').QnnChunked };
+  try {
+    return await (await import('./run-chunks.js')).chunkedQnnRunner(a, opts, runner, base, sg.chunked);
+  } catch (err) {
+    await runner.close();
+    throw err;
+  }
 }
