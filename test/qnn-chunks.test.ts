@@ -144,7 +144,7 @@ describe('qnn chunk graphs (chunk-partition)', () => {
     const staticFiles = [...(await fsp.readdir(path.join(dir, 'npu'))).filter((f) => f.endsWith('.onnx')).map((f) => `npu/${f}`), ...(await fsp.readdir(path.join(dir, 'cpu'))).filter((f) => f.endsWith('.onnx') && !f.endsWith('_attn.onnx')).map((f) => `cpu/${f}`)];
     let W = 0;
     for (const f of staticFiles) W += await size(f);
-    const mem = manifest.targetInfo.chunks[0];
+    const mem = manifest.targetInfo.chunks[0].memory;
     expect(mem.staticGraphBytes).toBe(W);
     let dyn = 0;
     for (const row of mem.rows) {
@@ -153,7 +153,12 @@ describe('qnn chunk graphs (chunk-partition)', () => {
       expect(row.shared).toBe(W + dyn);
     }
     expect(mem.rows[3].saved).toBeGreaterThan(0.7); // ≈ (N − 1)/N at N = 4: the attention graphs are small
-  });
+    // The report's chunk section shows the table.
+    const rep = await llmc('report', dir, '--json', '--no-quality');
+    expect(rep.code, rep.stderr).toBe(0);
+    const section = JSON.parse(rep.stdout).sections.find((x: { id: string }) => x.id === 'chunk-schedule');
+    expect(section.data.chunks[0].memory).toEqual(mem.rows);
+  }, 30_000);
 
   it('refuses a qnn.chunk that conflicts with the record, and several lengths: one line, exit 2, nothing written', async () => {
     const out = path.join(tmp, 'bad');

@@ -87,11 +87,11 @@ export interface QnnChunked {
   schedules: { N: number; makespanMs: number; inOrderMs: number; lowerBoundMs: number; order: [number, number][] }[];
 }
 
+/** targetInfo.chunks[] (the shape the cuda target writes and the report reads). */
 export interface QnnChunkMemory {
   c: number;
-  staticGraphBytes: number;
-  attentionGraphBytes: number[];
-  rows: ChunkMemoryRow[];
+  attentionGraphs: number;
+  memory: { staticGraphBytes: number; attentionGraphBytes: number[]; rows: ChunkMemoryRow[] };
 }
 
 /** The qnn subgraphs of each record subgraph (same layers, same split; RoPE moves to the end of qkv). */
@@ -198,7 +198,7 @@ export async function writeQnnChunkGraphs(
       order: r.order.map((t): [number, number] => [Math.floor(t / M), t % M]),
     })),
   };
-  return { files, chunked, memory: { c: chunk.c, staticGraphBytes, attentionGraphBytes, rows } };
+  return { files, chunked, memory: { c: chunk.c, attentionGraphs: count, memory: { staticGraphBytes, attentionGraphBytes, rows } } };
 }
 
 /** graph/deps.json's `chunks` part: the record's template edges (Eq. 3 intra, Eq. 2 cross) over its groups. */

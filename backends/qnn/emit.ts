@@ -250,8 +250,8 @@ export const qnnTarget: Target<QnnOptions> = {
     const hotPct = weightBytes ? (100 * index.hotBytes) / weightBytes : 0;
     ctx.note(`qnn: ${npu.length} NPU graphs, ${subgraphs.length - npu.length} CPU steps, chunk ${chunk.c} as [1, ${chunk.a}, ${chunk.b}, ·]; shadow rows resident ${(index.hotBytes / 1e3).toFixed(1)} kB (${hotPct.toFixed(2)}% of the int8 weights), ${(index.coldBytes / 1e3).toFixed(1)} kB on demand; ${syncs} CPU↔NPU switches per chunk`);
     if (chunked) {
-      const row = chunked.memory.rows.at(-1)!;
-      ctx.note(`qnn: chunk graphs for c = ${chunk.c}: static graphs once (${(chunked.memory.staticGraphBytes / 1e3).toFixed(1)} kB), ${chunked.chunked.attentionGraphs} attention graphs per layer; at ${row.N} chunks ${(row.shared / 1e3).toFixed(1)} kB against ${(row.naive / 1e3).toFixed(1)} kB as one graph set per chunk (${(100 * row.saved).toFixed(1)}% saved)`);
+      const row = chunked.memory.memory.rows.at(-1)!;
+      ctx.note(`qnn: chunk graphs for c = ${chunk.c}: static graphs once (${(chunked.memory.memory.staticGraphBytes / 1e3).toFixed(1)} kB), ${chunked.chunked.attentionGraphs} attention graphs per layer; at ${row.N} chunks ${(row.shared / 1e3).toFixed(1)} kB against ${(row.naive / 1e3).toFixed(1)} kB as one graph set per chunk (${(100 * row.saved).toFixed(1)}% saved)`);
     }
     const s = SOCS[o.soc];
     return {
