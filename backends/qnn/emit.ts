@@ -9,6 +9,7 @@
  *   graph/subgraphs.json, graph/deps.json    the subgraphs (device, share, I/O, files) and their dependencies
  *   htp_ext.json, htp.json, build-qnn.sh     QNN SDK configs and the context-binary build
  *   config.json (+ tokenizer files)
+ *   cpu/l<ℓ>_rope.onnx, cpu/chunk<c>/…       with chunk-partition: the chunk graphs (./chunks.ts)
  *
  * Weights are read and quantized one subgraph at a time; W_q is written to the graph and its shadow rows
  * from the same bytes.
