@@ -118,7 +118,7 @@ describe('qnn chunk graphs (chunk-partition)', () => {
     expect(chunked.attentionGraphs).toBe(count);
     // Attention of chunk index 2: past 2·c, mask and present 3·c positions, no weights.
     const m = onnx.ModelProto.decode(await fsp.readFile(path.join(dir, 'cpu/chunk16/l1_attn.2.onnx')));
-    const dims = (vs: typeof m.graph.input) => Object.fromEntries(vs!.map((v) => [v.name, v.type!.tensorType!.shape!.dim!.map((x) => Number(x.dimValue))]));
+    const dims = (vs: NonNullable<typeof m.graph>["input"]) => Object.fromEntries(vs!.map((v) => [v.name, v.type!.tensorType!.shape!.dim!.map((x) => Number(x.dimValue))]));
     expect(dims(m.graph!.input)['past_key_values.1.key']).toEqual([1, 4, 2 * C, 8]);
     expect(dims(m.graph!.input).attention_mask).toEqual([1, 3 * C]);
     expect(dims(m.graph!.output)['present.1.value']).toEqual([1, 4, 3 * C, 8]);
