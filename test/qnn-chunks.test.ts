@@ -14,7 +14,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { QnnChunkPrefill, type ChunkOrder } from '../backends/qnn/run-chunks.js';
 import { QnnRunner } from '../backends/qnn/run.js';
-import type { QnnChunked, QnnChunkMemory } from '../backends/qnn/chunks.js';
+import type { QnnChunked, QnnChunkInfo } from '../backends/qnn/chunks.js';
 import { CHUNK_SCHEDULE, findRecord, OUTLIER_SCALES } from '../src/core/records/index.js';
 import type { ChunkSchedule } from '../src/core/records/chunk-schedule.js';
 import { onnx } from '../src/exec/onnx/proto.js';
@@ -35,7 +35,7 @@ const OPTS = ['--opt', 'outliers.calib=4', '--opt', 'outliers.calibLength=32', '
 let tmp: string;
 let dir: string;
 let costs: string;
-let manifest: { passes: unknown[]; targetInfo: { chunks: QnnChunkMemory[] } };
+let manifest: { passes: unknown[]; targetInfo: { chunks: QnnChunkInfo[] } };
 let rec: ChunkSchedule;
 let chunked: QnnChunked;
 let runner: QnnRunner;

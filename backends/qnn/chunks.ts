@@ -88,7 +88,7 @@ export interface QnnChunked {
 }
 
 /** targetInfo.chunks[] (the shape the cuda target writes and the report reads). */
-export interface QnnChunkMemory {
+export interface QnnChunkInfo {
   c: number;
   attentionGraphs: number;
   memory: { staticGraphBytes: number; attentionGraphBytes: number[]; rows: ChunkMemoryRow[] };
@@ -146,7 +146,7 @@ export async function writeQnnChunkGraphs(
   channels: ReadonlyMap<V, number>,
   outDir: string,
   progress: Progress,
-): Promise<{ files: string[]; chunked: QnnChunked; memory: QnnChunkMemory }> {
+): Promise<{ files: string[]; chunked: QnnChunked; info: QnnChunkInfo }> {
   const plan = rec.chunks.find((p) => p.c === chunk.c)!;
   const count = Math.ceil(graph.spec.maxPositions / chunk.c);
   const attentionSgs = subgraphs.filter((s) => s.kind === 'attention').map(splitAttention);
@@ -198,7 +198,7 @@ export async function writeQnnChunkGraphs(
       order: r.order.map((t): [number, number] => [Math.floor(t / M), t % M]),
     })),
   };
-  return { files, chunked, memory: { c: chunk.c, attentionGraphs: count, memory: { staticGraphBytes, attentionGraphBytes, rows } } };
+  return { files, chunked, info: { c: chunk.c, attentionGraphs: count, memory: { staticGraphBytes, attentionGraphBytes, rows } } };
 }
 
 /** graph/deps.json's `chunks` part: the record's template edges (Eq. 3 intra, Eq. 2 cross) over its groups. */

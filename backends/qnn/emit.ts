@@ -27,7 +27,7 @@ import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core
 import { writeOnnx } from '../../src/exec/onnx/external.js';
 import { DT_INT8 } from '../../src/exec/onnx/proto.js';
 import { BUILD_SCRIPT, buildScript, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
-import { chunkDeps, recordChunkLength, writeQnnChunkGraphs, type QnnChunked, type QnnChunkMemory } from './chunks.js';
+import { chunkDeps, recordChunkLength, writeQnnChunkGraphs, type QnnChunked, type QnnChunkInfo } from './chunks.js';
 import { encodingsJson } from './encodings.js';
 import { lowerAttention, lowerEmbed, lowerHead, lowerStatic, type LoweredGraph } from './lower.js';
 import { QNN_SDK_VERSION, SOCS, type QnnOptions } from './options.js';
@@ -228,7 +228,7 @@ export const qnnTarget: Target<QnnOptions> = {
     };
     await write(SCALES, scalesJson(rec));
     await write(OUTLIERS, outliersJson(rec, rowBytes));
-    let chunked: { chunked: QnnChunked; memory: QnnChunkMemory } | null = null;
+    let chunked: { chunked: QnnChunked; info: QnnChunkInfo } | null = null;
     if (chunkRec) {
       const staticFiles = entries.filter((e) => e.file && e.kind !== 'attention').map((e) => e.file!);
       const w = await writeQnnChunkGraphs(chunkRec, source, graph, subgraphs, staticFiles, chunk, channels, ctx.outDir, ctx.progress);
@@ -251,8 +251,8 @@ export const qnnTarget: Target<QnnOptions> = {
     const hotPct = weightBytes ? (100 * index.hotBytes) / weightBytes : 0;
     ctx.note(`qnn: ${npu.length} NPU graphs, ${subgraphs.length - npu.length} CPU steps, chunk ${chunk.c} as [1, ${chunk.a}, ${chunk.b}, ·]; shadow rows resident ${(index.hotBytes / 1e3).toFixed(1)} kB (${hotPct.toFixed(2)}% of the int8 weights), ${(index.coldBytes / 1e3).toFixed(1)} kB on demand; ${syncs} CPU↔NPU switches per chunk`);
     if (chunked) {
-      const row = chunked.memory.memory.rows.at(-1)!;
-      ctx.note(`qnn: chunk graphs for c = ${chunk.c}: static graphs once (${(chunked.memory.memory.staticGraphBytes / 1e3).toFixed(1)} kB), ${chunked.chunked.attentionGraphs} attention graphs per layer; at ${row.N} chunks ${(row.shared / 1e3).toFixed(1)} kB against ${(row.naive / 1e3).toFixed(1)} kB as one graph set per chunk (${(100 * row.saved).toFixed(1)}% saved)`);
+      const row = chunked.info.memory.rows.at(-1)!;
+      ctx.note(`qnn: chunk graphs for c = ${chunk.c}: static graphs once (${(chunked.info.memory.staticGraphBytes / 1e3).toFixed(1)} kB), ${chunked.chunked.attentionGraphs} attention graphs per layer; at ${row.N} chunks ${(row.shared / 1e3).toFixed(1)} kB against ${(row.naive / 1e3).toFixed(1)} kB as one graph set per chunk (${(100 * row.saved).toFixed(1)}% saved)`);
     }
     const s = SOCS[o.soc];
     return {
@@ -271,7 +271,7 @@ export const qnnTarget: Target<QnnOptions> = {
         subgraphs: SUBGRAPHS,
         graphs: { npu: npu.length, cpu: entries.filter((e) => e.file?.startsWith('cpu/')).length, shadowNodes: subgraphs.filter((x) => x.kind === 'shadow').length },
         syncsPerChunk: syncs,
-        ...(chunked ? { chunks: [chunked.memory] } : {}),
+        ...(chunked ? { chunks: [chunked.info] } : {}),
         shadow: { hotBytes: index.hotBytes, coldBytes: index.coldBytes, weightBytes, residentPercentOfWeights: hotPct, sides: index.entries.length },
       },
     };
