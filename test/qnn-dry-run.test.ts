@@ -1,7 +1,8 @@
 /**
  * `llmc compile --target qnn --dry-run`: the files and sizes the real compile then writes (NPU and CPU
  * graphs, encodings, shadow files, scales/outliers/subgraphs/deps, HTP configs, build script), the
- * tensors it lists, its note (NPU/CPU steps, shadow bytes); nothing written.
+ * tensors it lists, its note (NPU/CPU steps, shadow bytes), under chunk-partition the RoPE and chunk
+ * attention graphs too; nothing written.
  */
 import { existsSync, promises as fsp } from 'node:fs';
 import os from 'node:os';
@@ -14,6 +15,9 @@ let tmp: string;
 
 beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-qnndry-'));
+  // Device costs for chunk-partition (a host has one processor): NPU static work, CPU attention.
+  const subgraphs = { embed: { device: 'CPU', ms: 0.1 }, qkv: { device: 'NPU', ms: 1 }, attention: { device: 'CPU', ms: 0.5, msPerChunk: 0.6 }, mlp: { device: 'NPU', ms: 2 }, head: { device: 'CPU', ms: 1 } };
+  await fsp.writeFile(path.join(tmp, 'costs.json'), JSON.stringify({ format: 'llmc-chunk-costs/1', device: 'test', chunks: [{ c: 32, subgraphs }] }));
 });
 afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
@@ -23,10 +27,12 @@ describe('llmc compile --target qnn --dry-run', () => {
   for (const [name, opts] of [
     ['default pruning, legacy encodings', []],
     ['shadow on every linear with outliers, aimet1 encodings, chunk 24', ['--opt', 'outliers.mode=threshold', '--opt', 'outliers.tau=1', '--opt', 'qnn.encodings=aimet1', '--opt', 'qnn.chunk=24']],
+    ['chunk-partition: chunk 32, its RoPE and chunk attention graphs', ['--passes', 'outliers,chunk-partition', '--opt', 'chunk-partition.chunk=32', '--opt', 'chunk-partition.nMax=2', '--opt', 'chunk-partition.costs=COSTS']],
   ] as const) {
     it(`${name}: the files and sizes the real compile writes; nothing written`, async () => {
       const out = path.join(tmp, name.replace(/\W+/g, '-'));
-      const args = ['compile', STORIES, '-t', 'qnn', '--passes', 'outliers', '--opt', 'outliers.calib=4', '--opt', 'outliers.calibLength=32', '--opt', 'outliers.heldOut=0', ...opts, '--cache-dir', path.join(tmp, 'cache'), '-o', out, '--json'];
+      const more = opts.map((o) => o.replace('COSTS', path.join(tmp, 'costs.json')));
+      const args = ['compile', STORIES, '-t', 'qnn', '--passes', 'outliers', '--opt', 'outliers.calib=4', '--opt', 'outliers.calibLength=32', '--opt', 'outliers.heldOut=0', ...more, '--cache-dir', path.join(tmp, 'cache'), '-o', out, '--json'];
       const dry = await llmcInProcess(...args, '--dry-run');
       expect(dry.code, dry.stderr).toBe(0);
       expect(existsSync(out)).toBe(false);
@@ -38,6 +44,7 @@ describe('llmc compile --target qnn --dry-run', () => {
       expect(sizes(d.files)).toEqual(sizes(m.files));
       expect(d.files.filter((f: { path: string }) => f.path.startsWith('npu/')).length).toBe(2 * m.targetInfo.graphs.npu);
       expect(d.files.some((f: { path: string; bytes: number }) => f.path === 'weights/shadow_cold.bin' && f.bytes > 0)).toBe(true);
+      if (name.startsWith('chunk-partition')) expect(d.files.filter((f: { path: string }) => f.path.startsWith('cpu/chunk32/')).length).toBeGreaterThan(0);
       expect(d.totalBytes).toBe(m.files.reduce((s: number, f: { size: number }) => s + f.size, 0));
       // Tensors per group and format as the manifest's summary of the written ones.
       expect(d.groups).toEqual(m.summary.groups);

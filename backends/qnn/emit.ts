@@ -9,6 +9,7 @@
  *   graph/subgraphs.json, graph/deps.json    the subgraphs (device, share, I/O, files) and their dependencies
  *   htp_ext.json, htp.json, build-qnn.sh     QNN SDK configs and the context-binary build
  *   config.json (+ tokenizer files)
+ *   cpu/l<ℓ>_rope.onnx, cpu/chunk<c>/…       with chunk-partition: the chunk graphs (./chunks.ts)
  *
  * Weights are read and quantized one subgraph at a time; W_q is written to the graph and its shadow rows
  * from the same bytes.
@@ -21,19 +22,18 @@ import { subgraphDeps, deviceSwitches, type Subgraph } from '../../src/core/ir/s
 import type { EmitContext, EmitPlan, EmitResult, Target, WrittenTensor } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { quantizeWeight, type QuantizedWeight } from '../../src/core/quant/w8a8.js';
-import { findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
-import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
+import { CHUNK_SCHEDULE, findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
-import { writeOnnx } from '../../src/exec/onnx/external.js';
-import { splicedModel } from '../../src/exec/onnx/lower.js';
 import { DT_INT8 } from '../../src/exec/onnx/proto.js';
 import { BUILD_SCRIPT, buildScript, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
+import { chunkDeps, recordChunkLength, writeQnnChunkGraphs, type QnnChunked, type QnnChunkInfo } from './chunks.js';
 import { encodingsJson } from './encodings.js';
+import { diskOutput, plannedOutput, type Output } from './output.js';
 import { lowerAttention, lowerEmbed, lowerHead, lowerStatic, type LoweredGraph } from './lower.js';
 import { QNN_SDK_VERSION, SOCS, type QnnOptions } from './options.js';
 import { chunkOf, qnnSubgraphs, quantLinears, type QLinear } from './plan.js';
 import { valueChannels } from '../../src/core/ir/values.js';
-import { SHADOW_COLD, SHADOW_HOT, SHADOW_INDEX, ShadowWriter, type ShadowIndex } from './shadow.js';
+import { SHADOW_COLD, SHADOW_HOT, SHADOW_INDEX, type ShadowIndex } from './shadow.js';
 
 export const SCALES = 'quant/scales.json';
 export const OUTLIERS = 'quant/outliers.json';
@@ -123,41 +123,6 @@ function outliersJson(rec: OutlierScales, rowBytes: (weight: string, side: 'inpu
   };
 }
 
-/** Where the artifact goes: its directory (emit), or a list of files and sizes (plan, --dry-run). */
-interface Output {
-  onnx(file: string, g: LoweredGraph): Promise<void>;
-  text(file: string, text: string): Promise<void>;
-  shadow(): Promise<ShadowWriter>;
-  /** The shadow files are complete (their index and its text). */
-  shadowWritten(index: ShadowIndex, indexText: string): void;
-}
-
-function diskOutput(dir: string): Output {
-  return {
-    onnx: async (file, g) => void (await writeOnnx(path.join(dir, file), g, null)),
-    text: (file, text) => writeFileAtomic(path.join(dir, file), text),
-    shadow: async () => {
-      for (const d of ['npu', 'cpu', 'quant', 'graph', 'weights']) await ensureOutputDir(path.join(dir, d));
-      return ShadowWriter.create(dir);
-    },
-    shadowWritten: () => {},
-  };
-}
-
-/** Sizes of what `emit` writes, from the same code path; reads no weight data (a shadowed linear's bias aside). */
-function plannedOutput(sizes: Map<string, number>): Output {
-  return {
-    onnx: async (file, g) => void sizes.set(file, splicedModel({ ...g.model }, g.graph, g.tensors).total),
-    text: async (file, text) => void sizes.set(file, Buffer.byteLength(text)),
-    shadow: async () => ShadowWriter.planned(),
-    shadowWritten: (index, indexText) => {
-      sizes.set(SHADOW_HOT, index.hotBytes);
-      sizes.set(SHADOW_COLD, index.coldBytes);
-      sizes.set(SHADOW_INDEX, Buffer.byteLength(indexText));
-    },
-  };
-}
-
 export const qnnTarget: Target<QnnOptions> = {
   async emit(unit: CompileUnit, ctx: EmitContext<QnnOptions>): Promise<EmitResult> {
     if (ctx.options.build && !process.env.QNN_SDK_ROOT) {
@@ -187,7 +152,9 @@ async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Prog
     if (!rec) throw new LlmcError('internal: --target qnn without the outliers record (the pass manager requires it)');
     const { source, graph } = unit;
     const spec = source.spec;
-    const chunk = chunkOf(spec, o.chunk);
+    // Under chunk-partition the record decides the chunk length (./chunks.ts).
+    const chunkRec = findRecord(unit.records, CHUNK_SCHEDULE);
+    const chunk = chunkOf(spec, chunkRec ? recordChunkLength(chunkRec, o.chunk, source.description) : o.chunk);
     if (chunk.c > spec.maxPositions) throw new LlmcError(`qnn.chunk ${chunk.c} is longer than the model's context (${spec.maxPositions})`, source.description, 2);
     const linears = quantLinears(graph, rec);
     const subgraphs = qnnSubgraphs(graph, linears);
@@ -280,8 +247,15 @@ async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Prog
     };
     await write(SCALES, scalesJson(rec));
     await write(OUTLIERS, outliersJson(rec, rowBytes));
-    await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries });
-    await write(DEPS, { format: 'llmc-qnn-deps/1', ...subgraphDeps(subgraphs) });
+    let chunked: { chunked: QnnChunked; info: QnnChunkInfo } | null = null;
+    if (chunkRec) {
+      const staticFiles = entries.filter((e) => e.file && e.kind !== 'attention').map((e) => e.file!);
+      const w = await writeQnnChunkGraphs(chunkRec, source, graph, subgraphs, staticFiles, chunk, channels, out, ctx.progress);
+      files.push(...w.files);
+      chunked = w;
+    }
+    await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries, ...(chunked ? { chunked: chunked.chunked } : {}) });
+    await write(DEPS, { format: 'llmc-qnn-deps/1', ...subgraphDeps(subgraphs), ...(chunkRec ? { chunks: chunkDeps(chunkRec) } : {}) });
     const npu = subgraphs.filter((s) => s.device === 'NPU').map((s) => s.id);
     await out.text(HTP_EXT, htpExtJson());
     await out.text(HTP_CONFIG, htpJson(o.soc, npu));
@@ -295,6 +269,10 @@ async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Prog
     const syncs = deviceSwitches(subgraphs.filter((s) => s.kind !== 'embed' && s.kind !== 'head'));
     const hotPct = weightBytes ? (100 * index.hotBytes) / weightBytes : 0;
     ctx.note(`qnn: ${npu.length} NPU graphs, ${subgraphs.length - npu.length} CPU steps, chunk ${chunk.c} as [1, ${chunk.a}, ${chunk.b}, ·]; shadow rows resident ${(index.hotBytes / 1e3).toFixed(1)} kB (${hotPct.toFixed(2)}% of the int8 weights), ${(index.coldBytes / 1e3).toFixed(1)} kB on demand; ${syncs} CPU↔NPU switches per chunk`);
+    if (chunked) {
+      const row = chunked.info.memory.rows.at(-1)!;
+      ctx.note(`qnn: chunk graphs for c = ${chunk.c}: static graphs once (${(chunked.info.memory.staticGraphBytes / 1e3).toFixed(1)} kB), ${chunked.chunked.attentionGraphs} attention graphs per layer; at ${row.N} chunks ${(row.shared / 1e3).toFixed(1)} kB against ${(row.naive / 1e3).toFixed(1)} kB as one graph set per chunk (${(100 * row.saved).toFixed(1)}% saved)`);
+    }
     const s = SOCS[o.soc];
     return {
       npu,
@@ -313,6 +291,7 @@ async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Prog
         subgraphs: SUBGRAPHS,
         graphs: { npu: npu.length, cpu: entries.filter((e) => e.file?.startsWith('cpu/')).length, shadowNodes: subgraphs.filter((x) => x.kind === 'shadow').length },
         syncsPerChunk: syncs,
+        ...(chunked ? { chunks: [chunked.info] } : {}),
         shadow: { hotBytes: index.hotBytes, coldBytes: index.coldBytes, weightBytes, residentPercentOfWeights: hotPct, sides: index.entries.length },
       },
     };

@@ -159,16 +159,25 @@ const floatMode = (mask: LoweringMode['mask']): LoweringMode => ({ opset: OPSET,
 /** Reshape a [1, a, b, C] input to [1, c, C] (its name inside the graph). */
 const flatten = (b: OnnxGraphBuilder, v: V, chunk: Chunk, C: number) => b.node('Reshape', [v, b.i64([1, chunk.c, C])], [], `${v}.seq`);
 
-/** The attention subgraph of a layer: RoPE from position_ids, KV append, masked attention; KV cache as I/O. */
-export function lowerAttention(source: ModelSource, graph: ModelGraph, sg: Subgraph, chunk: Chunk, channels: ReadonlyMap<V, number>): LoweredGraph {
+/** cos/sin of `position_ids` from tables baked into the graph (RoPE with positions as an input). */
+function ropeFromPositions(b: OnnxGraphBuilder, graph: ModelGraph): void {
   const spec = graph.spec;
-  const b = new OnnxGraphBuilder(source, floatMode(paddedCausalMask(DECODER_IO.attentionMask)));
-  const half = spec.headDim / 2;
   const tables = ropeTables(spec, 0, spec.maxPositions);
   for (const which of ['cos', 'sin'] as const) {
-    const table = b.constFloat(`${which}_cache`, tables[which], [spec.maxPositions, half]);
+    const table = b.constFloat(`${which}_cache`, tables[which], [spec.maxPositions, spec.headDim / 2]);
     b.node('Gather', [table, DECODER_IO.positionIds], [attr('axis', 0)], which === 'cos' ? IO.cos : IO.sin);
   }
+}
+
+/**
+ * The attention subgraph of a layer: RoPE from position_ids (when its ops hold it), KV append, masked
+ * attention; KV cache as I/O. `pastLength`: the static past of a chunk-index graph (i·c positions);
+ * without it the past is dynamic (the decode graph).
+ */
+export function lowerAttention(source: ModelSource, graph: ModelGraph, sg: Subgraph, chunk: Chunk, channels: ReadonlyMap<V, number>, pastLength?: number): LoweredGraph {
+  const b = new OnnxGraphBuilder(source, floatMode(paddedCausalMask(DECODER_IO.attentionMask)));
+  const roped = sg.ops.some((o) => o.op === 'rope');
+  if (roped) ropeFromPositions(b, graph);
   const acts = sg.inputs.filter((v) => channels.has(v));
   const renamed = new Map(acts.map((v) => [v, flatten(b, v, chunk, channels.get(v)!)]));
   const r = (v: V) => renamed.get(v) ?? v;
@@ -181,16 +190,31 @@ export function lowerAttention(source: ModelSource, graph: ModelGraph, sg: Subgr
   });
   lowerOps(b, graph, ops);
   b.node('Reshape', [`${att.out}.seq`, b.i64(view(chunk, channels.get(att.out)!))], [], att.out);
-  const kv = (name: string, len: string) => ({ name, shape: [1, att.kvHeads, len, att.headDim], dtype: 'float32' });
+  const past = pastLength ?? DECODER_IO.past;
+  const total = pastLength === undefined ? DECODER_IO.total : pastLength + chunk.c;
+  const kv = (name: string, len: string | number) => ({ name, shape: [1, att.kvHeads, len, att.headDim], dtype: 'float32' });
   const inputs = [
     ...acts.map((v) => ({ name: v, shape: view(chunk, channels.get(v)!), dtype: 'float32' })),
-    { name: DECODER_IO.positionIds, shape: [1, chunk.c], dtype: 'int64' },
-    { name: DECODER_IO.attentionMask, shape: [1, DECODER_IO.total], dtype: 'int64' },
-    kv(DECODER_IO.pastKey(l), DECODER_IO.past),
-    kv(DECODER_IO.pastValue(l), DECODER_IO.past),
+    ...(roped ? [{ name: DECODER_IO.positionIds, shape: [1, chunk.c], dtype: 'int64' }] : []),
+    { name: DECODER_IO.attentionMask, shape: [1, total], dtype: 'int64' },
+    kv(DECODER_IO.pastKey(l), past),
+    kv(DECODER_IO.pastValue(l), past),
   ];
-  const outputs = [{ name: att.out, shape: view(chunk, channels.get(att.out)!), dtype: 'float32' }, kv(DECODER_IO.presentKey(l), DECODER_IO.total), kv(DECODER_IO.presentValue(l), DECODER_IO.total)];
-  return { ...model(b, sg.id, OPSET, inputs, outputs, `${sg.id}: dynamic CPU subgraph (RoPE, KV append, attention) of ${source.description}`), encodings: [] };
+  const outputs = [{ name: att.out, shape: view(chunk, channels.get(att.out)!), dtype: 'float32' }, kv(DECODER_IO.presentKey(l), total), kv(DECODER_IO.presentValue(l), total)];
+  const what = pastLength === undefined ? 'dynamic CPU subgraph (RoPE, KV append, attention)' : `CPU subgraph of chunk index ${pastLength / chunk.c} (KV append over ${pastLength} past positions, attention)`;
+  return { ...model(b, sg.id, OPSET, inputs, outputs, `${sg.id}: ${what} of ${source.description}`), encodings: [] };
+}
+
+/** RoPE of a layer's q and k alone ([1, a, b, C] in and out, positions as an input): static, shared by every chunk. */
+export function lowerRope(source: ModelSource, graph: ModelGraph, sg: Subgraph, chunk: Chunk, channels: ReadonlyMap<V, number>): LoweredGraph {
+  const b = new OnnxGraphBuilder(source, floatMode(() => ''));
+  ropeFromPositions(b, graph);
+  const ropes = sg.ops as Extract<Op, { op: 'rope' }>[];
+  lowerOps(b, graph, ropes.map((op) => ({ ...op, x: flatten(b, op.x, chunk, channels.get(op.x)!), out: `${op.out}.seq` })));
+  for (const op of ropes) b.node('Reshape', [`${op.out}.seq`, b.i64(view(chunk, channels.get(op.out)!))], [], op.out);
+  const io = (v: V) => ({ name: v, shape: view(chunk, channels.get(v)!), dtype: 'float32' });
+  const inputs = [...ropes.map((op) => io(op.x)), { name: DECODER_IO.positionIds, shape: [1, chunk.c], dtype: 'int64' }];
+  return { ...model(b, sg.id, OPSET, inputs, ropes.map((op) => io(op.out)), `${sg.id}: RoPE of q and k (positions as an input) of ${source.description}`), encodings: [] };
 }
 
 /** Token ids [1, c] → h0 as [1, a, b, D] (float table, on the CPU). */

@@ -50,7 +50,7 @@ export async function openOnnxruntime(dir: string, subgraphs: readonly SubgraphE
   };
 }
 
-interface Kv {
+export interface Kv {
   /** Per layer [1, kvHeads, length, headDim] of real positions only. */
   keys: ort.Tensor[];
   values: ort.Tensor[];
@@ -142,33 +142,9 @@ export class QnnRunner {
         if (last && last !== s.device) this.stats.syncs++;
         last = s.device;
       }
-      if (s.device === 'NPU') this.stats.npuRuns++;
-      else this.stats.cpuRuns++;
-      if (s.shadow) {
-        for (const sh of s.shadow) {
-          const lin = this.linears.get(sh.weight)!;
-          const x = values.get(sh.x)!.data as Float32Array;
-          const yT = values.get(sh.y)!;
-          const y = (yT.data as Float32Array).slice();
-          const work = applyShadow(lin, x, y, n, (side, k) => this.shadow.row(sh.weight, side, k), this.shadow.bias(sh.weight));
-          this.stats.outliers += work.outliers;
-          this.stats.recomputed += work.recomputed;
-          values.set(sh.y, new ort.Tensor('float32', y, yT.dims));
-        }
-        continue;
-      }
-      const feeds: Record<string, ort.Tensor> = {};
-      for (const i of s.inputs) {
-        const v = values.get(i.name);
-        if (!v) throw new Error(`internal: ${s.id} reads ${i.name}, which nothing wrote`);
-        feeds[i.name] = v;
-      }
-      const out = await this.exec.run(s, feeds);
-      for (const o of s.outputs) values.set(o.name, out[o.name]);
+      await this.runSubgraph(s, values, n);
     }
     this.stats.chunks++;
-    this.stats.coldRows = this.shadow.stats.coldRows;
-    this.stats.hotRows = this.shadow.stats.hotRows;
     // Keep the KV of real positions only: the next chunk's mask then needs no pad holes.
     const trim = (t: ort.Tensor, heads: number, hd: number) => {
       const total = Number(t.dims[2]);
@@ -185,6 +161,43 @@ export class QnnRunner {
     };
     const V = this.spec.vocabSize;
     return { logits: (values.get('logits')!.data as Float32Array).slice(0, n * V), kv: next };
+  }
+
+  /** The artifact's subgraph `s` on one chunk's `values` (n real tokens); `session` runs a graph not in subgraphs.json (chunk graphs). */
+  async runSubgraph(s: Pick<SubgraphEntry, 'id' | 'device' | 'shadow'> & { inputs: readonly { name: string }[]; outputs: readonly { name: string }[] }, values: Map<string, ort.Tensor>, n: number, session?: ort.InferenceSession): Promise<void> {
+    if (s.device === 'NPU') this.stats.npuRuns++;
+    else this.stats.cpuRuns++;
+    if (s.shadow) {
+      for (const sh of s.shadow) {
+        const lin = this.linears.get(sh.weight)!;
+        const x = values.get(sh.x)!.data as Float32Array;
+        const yT = values.get(sh.y)!;
+        const y = (yT.data as Float32Array).slice();
+        const work = applyShadow(lin, x, y, n, (side, k) => this.shadow.row(sh.weight, side, k), this.shadow.bias(sh.weight));
+        this.stats.outliers += work.outliers;
+        this.stats.recomputed += work.recomputed;
+        values.set(sh.y, new ort.Tensor('float32', y, yT.dims));
+      }
+      this.stats.coldRows = this.shadow.stats.coldRows;
+      this.stats.hotRows = this.shadow.stats.hotRows;
+      return;
+    }
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const i of s.inputs) {
+      const v = values.get(i.name);
+      if (!v) throw new Error(`internal: ${s.id} reads ${i.name}, which nothing wrote`);
+      feeds[i.name] = v;
+    }
+    // The artifact's subgraphs run on the chosen engine; chunk graphs (float CPU steps) on their session.
+    const out = session ? await session.run(feeds) : await this.exec.run(this.entry(s.id), feeds);
+    for (const o of s.outputs) values.set(o.name, out[o.name]);
+  }
+
+  /** The entry of graph/subgraphs.json named `id`. */
+  entry(id: string): SubgraphEntry {
+    const s = this.subgraphs.find((x) => x.id === id);
+    if (!s) throw new LlmcError(`graph/subgraphs.json has no subgraph ${id}`);
+    return s;
   }
 
   /** Logits [T, V] at every position of `ids` from an empty context, chunk by chunk. */
@@ -240,7 +253,7 @@ export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRu
   const engine = opts.engine ?? 'sim';
   const runner = await QnnRunner.open(a.dir, rec, { threads: opts.threads, engine });
   const c = runner.chunk;
-  return {
+  const base: ArtifactRunner = {
     spec: runner.spec,
     engine: engine === 'sim' ? 'TS simulation of the NPU integer pipeline (qnn subgraphs) + TS shadow' : 'onnxruntime (qnn subgraphs) + TS shadow',
     notes: [`chunked prefill: ${c.c} tokens per chunk as [1, ${c.a}, ${c.b}, C]; shadow outliers on the CPU`],
@@ -250,4 +263,13 @@ export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRu
     generate: (ids, o) => runner.generate(ids, o),
     close: () => runner.close(),
   };
+  if (opts.chunk === undefined) return base;
+  // --chunk: prefill through the chunk graphs in the chunk-schedule record's order (./run-chunks.ts).
+  const sg = JSON.parse(await fsp.readFile(path.join(a.dir, 'graph/subgraphs.json'), 'utf8')) as { chunked?: import('./chunks.js').QnnChunked };
+  try {
+    return await (await import('./run-chunks.js')).chunkedQnnRunner(a, opts, runner, base, sg.chunked);
+  } catch (err) {
+    await runner.close();
+    throw err;
+  }
 }

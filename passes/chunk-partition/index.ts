@@ -18,7 +18,7 @@ export const chunkPartition: PassDescriptor<ChunkPartitionOptions> = {
   requires: [],
   produces: CHUNK_SCHEDULE,
   check(options, target) {
-    if (!target.capabilities.chunkGraphs) throw new UsageError(`chunk-partition needs a target that runs prompt chunks (ts, cuda); ${target.name} does not`);
+    if (!target.capabilities.chunkGraphs) throw new UsageError(`chunk-partition needs a target that runs prompt chunks (ts, cuda, qnn); ${target.name} does not`);
     // The files are read and checked before any work.
     if (typeof options.costs === 'object') readCostFile(options.costs.file, ['embed', 'qkv', 'attention', 'mlp', 'head', ...(options.shadowLayers.length ? (['shadow'] as const) : [])]);
     if (options.deps) readDepsFile(options.deps);
