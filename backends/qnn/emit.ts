@@ -145,157 +145,154 @@ export const qnnTarget: Target<QnnOptions> = {
 
 /** The artifact through `out`: every file emit writes, in order; NPU graph ids for the context build. */
 async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Progress, note: (m: string) => void): Promise<EmitResult & { npu: string[] }> {
-  {
-    // (a block: emit's former body, kept at its indentation)
-    const ctx = { progress, note };
-    const rec = findRecord(unit.records, OUTLIER_SCALES);
-    if (!rec) throw new LlmcError('internal: --target qnn without the outliers record (the pass manager requires it)');
-    const { source, graph } = unit;
-    const spec = source.spec;
-    // Under chunk-partition the record decides the chunk length (./chunks.ts).
-    const chunkRec = findRecord(unit.records, CHUNK_SCHEDULE);
-    const chunk = chunkOf(spec, chunkRec ? recordChunkLength(chunkRec, o.chunk, source.description) : o.chunk);
-    if (chunk.c > spec.maxPositions) throw new LlmcError(`qnn.chunk ${chunk.c} is longer than the model's context (${spec.maxPositions})`, source.description, 2);
-    const linears = quantLinears(graph, rec);
-    const subgraphs = qnnSubgraphs(graph, linears);
-    const channels = valueChannels(graph);
-    const decisions = new Map(rec.linears.map((l) => [l.weight, l]));
+  const ctx = { progress, note };
+  const rec = findRecord(unit.records, OUTLIER_SCALES);
+  if (!rec) throw new LlmcError('internal: --target qnn without the outliers record (the pass manager requires it)');
+  const { source, graph } = unit;
+  const spec = source.spec;
+  // Under chunk-partition the record decides the chunk length (./chunks.ts).
+  const chunkRec = findRecord(unit.records, CHUNK_SCHEDULE);
+  const chunk = chunkOf(spec, chunkRec ? recordChunkLength(chunkRec, o.chunk, source.description) : o.chunk);
+  if (chunk.c > spec.maxPositions) throw new LlmcError(`qnn.chunk ${chunk.c} is longer than the model's context (${spec.maxPositions})`, source.description, 2);
+  const linears = quantLinears(graph, rec);
+  const subgraphs = qnnSubgraphs(graph, linears);
+  const channels = valueChannels(graph);
+  const decisions = new Map(rec.linears.map((l) => [l.weight, l]));
 
-    const files: string[] = [];
-    const tensors: WrittenTensor[] = [];
-    const entries: SubgraphEntry[] = [];
-    const scriptGraphs: ScriptGraph[] = [];
-    const shadow = await out.shadow();
-    let weightBytes = 0;
-    let index: ShadowIndex;
-    try {
-      ctx.progress.start('qnn: writing subgraphs', subgraphs.length);
-      for (const sg of subgraphs) {
-        const where = subgraphFiles(sg);
-        // W_q of this subgraph's linears, quantized once for its graph and its shadow rows.
-        const cache = new Map<string, Promise<QuantizedWeight>>();
-        const quantized = (w: string) => {
-          let p = cache.get(w);
-          if (!p) {
-            const lin = linears.get(w)!;
-            p = source.readF32(w).then((data) => {
-              const q = quantizeWeight(data, lin.outFeatures, lin.inFeatures);
-              if (q.scale !== lin.sw) throw new LlmcError(`weight scale of ${w} is ${q.scale}, the outliers record says ${lin.sw}: the record is not of these weights`, source.description);
-              return q;
-            });
-            cache.set(w, p);
-          }
-          return p;
-        };
-        let lowered: LoweredGraph | null = null;
-        if (sg.kind === 'embed') lowered = lowerEmbed(source, graph, sg, chunk);
-        else if (sg.kind === 'head') lowered = lowerHead(source, graph, sg, chunk);
-        else if (sg.kind === 'attention') lowered = lowerAttention(source, graph, sg, chunk, channels);
-        else if (sg.kind === 'static') lowered = lowerStatic(source, graph, sg, linears, quantized, chunk, channels);
-        const encRefs = new Set(lowered?.encodings.filter((e) => e.kind === 'activation').map((e) => e.name) ?? []);
-        if (lowered && where) {
-          await out.onnx(where.onnx, lowered);
-          files.push(where.onnx);
-          if (where.encodings) {
-            await out.text(where.encodings, JSON.stringify(encodingsJson(lowered.encodings, o.encodings), null, 1) + '\n');
-            files.push(where.encodings);
-            scriptGraphs.push({ id: sg.id, onnx: where.onnx, encodings: where.encodings, inputs: lowered.inputs });
-          }
-          for (const t of lowered.tensors) tensors.push({ name: `${sg.id}/${t.name}`, sources: t.source ? [t.source] : [t.name], format: t.dataType === DT_INT8 ? 'int8' : 'f32', bytes: t.byteLength });
+  const files: string[] = [];
+  const tensors: WrittenTensor[] = [];
+  const entries: SubgraphEntry[] = [];
+  const scriptGraphs: ScriptGraph[] = [];
+  const shadow = await out.shadow();
+  let weightBytes = 0;
+  let index: ShadowIndex;
+  try {
+    ctx.progress.start('qnn: writing subgraphs', subgraphs.length);
+    for (const sg of subgraphs) {
+      const where = subgraphFiles(sg);
+      // W_q of this subgraph's linears, quantized once for its graph and its shadow rows.
+      const cache = new Map<string, Promise<QuantizedWeight>>();
+      const quantized = (w: string) => {
+        let p = cache.get(w);
+        if (!p) {
+          const lin = linears.get(w)!;
+          p = source.readF32(w).then((data) => {
+            const q = quantizeWeight(data, lin.outFeatures, lin.inFeatures);
+            if (q.scale !== lin.sw) throw new LlmcError(`weight scale of ${w} is ${q.scale}, the outliers record says ${lin.sw}: the record is not of these weights`, source.description);
+            return q;
+          });
+          cache.set(w, p);
         }
-        for (const op of sg.ops) {
-          if (op.op !== 'linear' || !linears.has(op.weight)) continue;
-          const lin = linears.get(op.weight)!;
-          weightBytes += lin.inFeatures * lin.outFeatures;
-          if (!lin.inShadow && !lin.outShadow) continue;
-          const d = decisions.get(op.weight)!;
-          const bias = lin.bias ? await source.readF32(lin.bias) : null;
-          await shadow.add(lin, () => quantized(op.weight), { input: d.input.hot, output: d.output.hot }, bias);
+        return p;
+      };
+      let lowered: LoweredGraph | null = null;
+      if (sg.kind === 'embed') lowered = lowerEmbed(source, graph, sg, chunk);
+      else if (sg.kind === 'head') lowered = lowerHead(source, graph, sg, chunk);
+      else if (sg.kind === 'attention') lowered = lowerAttention(source, graph, sg, chunk, channels);
+      else if (sg.kind === 'static') lowered = lowerStatic(source, graph, sg, linears, quantized, chunk, channels);
+      const encRefs = new Set(lowered?.encodings.filter((e) => e.kind === 'activation').map((e) => e.name) ?? []);
+      if (lowered && where) {
+        await out.onnx(where.onnx, lowered);
+        files.push(where.onnx);
+        if (where.encodings) {
+          await out.text(where.encodings, JSON.stringify(encodingsJson(lowered.encodings, o.encodings), null, 1) + '\n');
+          files.push(where.encodings);
+          scriptGraphs.push({ id: sg.id, onnx: where.onnx, encodings: where.encodings, inputs: lowered.inputs });
         }
-        const io = (x: { name: string; shape: (number | string)[]; dtype: string }) => ({ ...x, encodingRef: encRefs.has(x.name) ? x.name : null });
-        entries.push({
-          id: sg.id,
-          kind: sg.kind,
-          layer: sg.layer,
-          j: sg.j,
-          part: sg.part,
-          device: sg.device,
-          share: sg.share,
-          ops: sg.ops,
-          inputs: lowered ? lowered.inputs.map(io) : sg.inputs.map((v) => ({ name: v, shape: [1, chunk.a, chunk.b, channels.get(v)!], dtype: 'float32', encodingRef: null })),
-          outputs: lowered ? lowered.outputs.map(io) : sg.outputs.map((v) => ({ name: v, shape: [1, chunk.a, chunk.b, channels.get(v)!], dtype: 'float32', encodingRef: null })),
-          file: where?.onnx ?? null,
-          encodings: where?.encodings ?? null,
-          qnnGraphName: sg.device === 'NPU' ? sg.id : null,
-          ctxFile: sg.device === 'NPU' ? `ctx/${sg.id}.bin` : null,
-          ...(sg.shadow ? { shadow: sg.shadow } : {}),
-        });
-        ctx.progress.tick();
+        for (const t of lowered.tensors) tensors.push({ name: `${sg.id}/${t.name}`, sources: t.source ? [t.source] : [t.name], format: t.dataType === DT_INT8 ? 'int8' : 'f32', bytes: t.byteLength });
       }
-      ctx.progress.done();
-      index = await shadow.commit();
-    } catch (err) {
-      await shadow.abort();
-      throw err;
+      for (const op of sg.ops) {
+        if (op.op !== 'linear' || !linears.has(op.weight)) continue;
+        const lin = linears.get(op.weight)!;
+        weightBytes += lin.inFeatures * lin.outFeatures;
+        if (!lin.inShadow && !lin.outShadow) continue;
+        const d = decisions.get(op.weight)!;
+        const bias = lin.bias ? await source.readF32(lin.bias) : null;
+        await shadow.add(lin, () => quantized(op.weight), { input: d.input.hot, output: d.output.hot }, bias);
+      }
+      const io = (x: { name: string; shape: (number | string)[]; dtype: string }) => ({ ...x, encodingRef: encRefs.has(x.name) ? x.name : null });
+      entries.push({
+        id: sg.id,
+        kind: sg.kind,
+        layer: sg.layer,
+        j: sg.j,
+        part: sg.part,
+        device: sg.device,
+        share: sg.share,
+        ops: sg.ops,
+        inputs: lowered ? lowered.inputs.map(io) : sg.inputs.map((v) => ({ name: v, shape: [1, chunk.a, chunk.b, channels.get(v)!], dtype: 'float32', encodingRef: null })),
+        outputs: lowered ? lowered.outputs.map(io) : sg.outputs.map((v) => ({ name: v, shape: [1, chunk.a, chunk.b, channels.get(v)!], dtype: 'float32', encodingRef: null })),
+        file: where?.onnx ?? null,
+        encodings: where?.encodings ?? null,
+        qnnGraphName: sg.device === 'NPU' ? sg.id : null,
+        ctxFile: sg.device === 'NPU' ? `ctx/${sg.id}.bin` : null,
+        ...(sg.shadow ? { shadow: sg.shadow } : {}),
+      });
+      ctx.progress.tick();
     }
-    out.shadowWritten(index, shadow.indexText());
-    files.push(SHADOW_HOT, SHADOW_COLD, SHADOW_INDEX);
-    const rowBytes = (w: string, side: 'input' | 'output') => index.entries.find((e) => e.weight === w && e.side === side)?.rowBytes ?? 0;
-    const write = async (file: string, value: unknown) => {
-      await out.text(file, JSON.stringify(value, null, 1) + '\n');
-      files.push(file);
-    };
-    await write(SCALES, scalesJson(rec));
-    await write(OUTLIERS, outliersJson(rec, rowBytes));
-    let chunked: { chunked: QnnChunked; info: QnnChunkInfo } | null = null;
-    if (chunkRec) {
-      const staticFiles = entries.filter((e) => e.file && e.kind !== 'attention').map((e) => e.file!);
-      const w = await writeQnnChunkGraphs(chunkRec, source, graph, subgraphs, staticFiles, chunk, channels, out, ctx.progress);
-      files.push(...w.files);
-      chunked = w;
-    }
-    await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries, ...(chunked ? { chunked: chunked.chunked } : {}) });
-    await write(DEPS, { format: 'llmc-qnn-deps/1', ...subgraphDeps(subgraphs), ...(chunkRec ? { chunks: chunkDeps(chunkRec) } : {}) });
-    const npu = subgraphs.filter((s) => s.device === 'NPU').map((s) => s.id);
-    await out.text(HTP_EXT, htpExtJson());
-    await out.text(HTP_CONFIG, htpJson(o.soc, npu));
-    await out.text(BUILD_SCRIPT, buildScript(scriptGraphs, o.soc));
-    files.push(HTP_EXT, HTP_CONFIG, BUILD_SCRIPT);
-    for (const [file, text] of modelFiles(unit)) {
-      await out.text(file, text);
-      files.push(file);
-    }
-
-    const syncs = deviceSwitches(subgraphs.filter((s) => s.kind !== 'embed' && s.kind !== 'head'));
-    const hotPct = weightBytes ? (100 * index.hotBytes) / weightBytes : 0;
-    ctx.note(`qnn: ${npu.length} NPU graphs, ${subgraphs.length - npu.length} CPU steps, chunk ${chunk.c} as [1, ${chunk.a}, ${chunk.b}, ·]; shadow rows resident ${(index.hotBytes / 1e3).toFixed(1)} kB (${hotPct.toFixed(2)}% of the int8 weights), ${(index.coldBytes / 1e3).toFixed(1)} kB on demand; ${syncs} CPU↔NPU switches per chunk`);
-    if (chunked) {
-      const row = chunked.info.memory.rows.at(-1)!;
-      ctx.note(`qnn: chunk graphs for c = ${chunk.c}: static graphs once (${(chunked.info.memory.staticGraphBytes / 1e3).toFixed(1)} kB), ${chunked.chunked.attentionGraphs} attention graphs per layer; at ${row.N} chunks ${(row.shared / 1e3).toFixed(1)} kB against ${(row.naive / 1e3).toFixed(1)} kB as one graph set per chunk (${(100 * row.saved).toFixed(1)}% saved)`);
-    }
-    const s = SOCS[o.soc];
-    return {
-      npu,
-      files,
-      tensors,
-      targetInfo: {
-        format: 'qnn',
-        soc: o.soc,
-        dspArch: s.dspArch,
-        socId: s.socId,
-        qnnSdk: QNN_SDK_VERSION,
-        encodings: o.encodings,
-        rounding: rec.rounding,
-        chunk,
-        nMax: Math.ceil(spec.maxPositions / chunk.c),
-        subgraphs: SUBGRAPHS,
-        graphs: { npu: npu.length, cpu: entries.filter((e) => e.file?.startsWith('cpu/')).length, shadowNodes: subgraphs.filter((x) => x.kind === 'shadow').length },
-        syncsPerChunk: syncs,
-        ...(chunked ? { chunks: [chunked.info] } : {}),
-        shadow: { hotBytes: index.hotBytes, coldBytes: index.coldBytes, weightBytes, residentPercentOfWeights: hotPct, sides: index.entries.length },
-      },
-    };
+    ctx.progress.done();
+    index = await shadow.commit();
+  } catch (err) {
+    await shadow.abort();
+    throw err;
   }
+  out.shadowWritten(index, shadow.indexText());
+  files.push(SHADOW_HOT, SHADOW_COLD, SHADOW_INDEX);
+  const rowBytes = (w: string, side: 'input' | 'output') => index.entries.find((e) => e.weight === w && e.side === side)?.rowBytes ?? 0;
+  const write = async (file: string, value: unknown) => {
+    await out.text(file, JSON.stringify(value, null, 1) + '\n');
+    files.push(file);
+  };
+  await write(SCALES, scalesJson(rec));
+  await write(OUTLIERS, outliersJson(rec, rowBytes));
+  let chunked: { chunked: QnnChunked; info: QnnChunkInfo } | null = null;
+  if (chunkRec) {
+    const staticFiles = entries.filter((e) => e.file && e.kind !== 'attention').map((e) => e.file!);
+    const w = await writeQnnChunkGraphs(chunkRec, source, graph, subgraphs, staticFiles, chunk, channels, out, ctx.progress);
+    files.push(...w.files);
+    chunked = w;
+  }
+  await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries, ...(chunked ? { chunked: chunked.chunked } : {}) });
+  await write(DEPS, { format: 'llmc-qnn-deps/1', ...subgraphDeps(subgraphs), ...(chunkRec ? { chunks: chunkDeps(chunkRec) } : {}) });
+  const npu = subgraphs.filter((s) => s.device === 'NPU').map((s) => s.id);
+  await out.text(HTP_EXT, htpExtJson());
+  await out.text(HTP_CONFIG, htpJson(o.soc, npu));
+  await out.text(BUILD_SCRIPT, buildScript(scriptGraphs, o.soc));
+  files.push(HTP_EXT, HTP_CONFIG, BUILD_SCRIPT);
+  for (const [file, text] of modelFiles(unit)) {
+    await out.text(file, text);
+    files.push(file);
+  }
+
+  const syncs = deviceSwitches(subgraphs.filter((s) => s.kind !== 'embed' && s.kind !== 'head'));
+  const hotPct = weightBytes ? (100 * index.hotBytes) / weightBytes : 0;
+  ctx.note(`qnn: ${npu.length} NPU graphs, ${subgraphs.length - npu.length} CPU steps, chunk ${chunk.c} as [1, ${chunk.a}, ${chunk.b}, ·]; shadow rows resident ${(index.hotBytes / 1e3).toFixed(1)} kB (${hotPct.toFixed(2)}% of the int8 weights), ${(index.coldBytes / 1e3).toFixed(1)} kB on demand; ${syncs} CPU↔NPU switches per chunk`);
+  if (chunked) {
+    const row = chunked.info.memory.rows.at(-1)!;
+    ctx.note(`qnn: chunk graphs for c = ${chunk.c}: static graphs once (${(chunked.info.memory.staticGraphBytes / 1e3).toFixed(1)} kB), ${chunked.chunked.attentionGraphs} attention graphs per layer; at ${row.N} chunks ${(row.shared / 1e3).toFixed(1)} kB against ${(row.naive / 1e3).toFixed(1)} kB as one graph set per chunk (${(100 * row.saved).toFixed(1)}% saved)`);
+  }
+  const s = SOCS[o.soc];
+  return {
+    npu,
+    files,
+    tensors,
+    targetInfo: {
+      format: 'qnn',
+      soc: o.soc,
+      dspArch: s.dspArch,
+      socId: s.socId,
+      qnnSdk: QNN_SDK_VERSION,
+      encodings: o.encodings,
+      rounding: rec.rounding,
+      chunk,
+      nMax: Math.ceil(spec.maxPositions / chunk.c),
+      subgraphs: SUBGRAPHS,
+      graphs: { npu: npu.length, cpu: entries.filter((e) => e.file?.startsWith('cpu/')).length, shadowNodes: subgraphs.filter((x) => x.kind === 'shadow').length },
+      syncsPerChunk: syncs,
+      ...(chunked ? { chunks: [chunked.info] } : {}),
+      shadow: { hotBytes: index.hotBytes, coldBytes: index.coldBytes, weightBytes, residentPercentOfWeights: hotPct, sides: index.entries.length },
+    },
+  };
 }
 
 /** config.json and the tokenizer files the source carries (the runner's prompt text). */
