@@ -24,7 +24,7 @@ const PROMPT = 128;
 const QUANTS = ['F32', 'Q8_0'] as const;
 
 /** Always recompiled (seconds): a cached artifact from an older build would measure old code. */
-export async function compileTsArtifact(modelDir: string, out: string, quant: string): Promise<void> {
+async function compileTsArtifact(modelDir: string, out: string, quant: string): Promise<void> {
   const source = await openCheckpoint(modelDir);
   try {
     await compile({ source, target: 'ts', outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
