@@ -1,6 +1,7 @@
 /**
- * Matrix–matrix kernels for T > 1 tokens (prefill, chunked prefill, speculative verification) in
- * WebAssembly SIMD, a module of its own over the arena's memory (./wasm.ts instantiates it).
+ * Matrix–matrix kernels for T > 1 tokens (prefill, chunked prefill; speculative verification's
+ * `rowwise` calls keep the one-token kernels' sums) in WebAssembly SIMD, a module of its own over the
+ * arena's memory (./wasm.ts instantiates it).
  *
  * gemm_f32(w, wStride, x, xStride, y, yStride, nRows, nCols, T), strides in bytes:
  * y[t·yStride + 4r] = Σ_c w[r·wStride + 4c] · x[t·xStride + 4c] for r < nRows, t < T. A register tile
@@ -8,8 +9,8 @@
  * RB, so the loop does RB + TB loads per RB·TB multiply-adds (the one-row kernels do 1 + TB).
  * Requires nRows % RB = 0, T % TB = 0 (GEMM_TILE), F32 nCols % 4 = 0: the caller runs the rest on the other kernels.
  * Each output sums its columns in four lanes (column c in lane c mod 4, in column order), then the
- * lanes (0 + 1) + 2 + 3: a fixed order that does not depend on T or on the row range, so splitting
- * rows across workers gives the same bits.
+ * lanes (0 + 1) + 2 + 3: a fixed order that does not depend on T or on the row range, so rows split
+ * across workers at multiples of GEMM_TILE[format].rows give the same bits as one call.
  *
  * gemm_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table): the same tile over Q8_0
  * rows (34-byte blocks: f16 d, 32 × int8): each weight becomes the f32 product q·d once per tile
@@ -24,7 +25,7 @@ import { kernelModule } from './kernel-store.js';
 /**
  * Rows × tokens of each kernel's register tile, the fastest measured here (x86 has 16 xmm registers:
  * F32 holds 12 accumulators + 4 weights + 1 x; Q8_0 8 accumulators + 3 per row for the scale and the
- * widened weights + 1 x). 4 × 3 ran F32 at 1.35× the one-token kernel, 2 × 4 Q8_0 at 1.6×.
+ * widened weights + 1 x). 4 × 3 ran F32 at ~1.35× the one-token kernel, 2 × 4 Q8_0 at ~1.5×.
  */
 export const GEMM_TILE = { F32: { rows: 4, tokens: 3 }, Q8_0: { rows: 2, tokens: 4 } } as const;
 
