@@ -116,7 +116,7 @@ async function benchModel(label: string, modelDir: string, promptLen: number, de
 /**
  * The kernel optimizations, before and after, in the same run: GFLOP/s of one [1376 × 512] matmul (the
  * 30M model's gate_proj) for plain JS (the first version), wasm SIMD one token per weight pass, and
- * wasm SIMD four tokens per pass (prefill; F32 and Q8_0 have it, Q4_0 / Q4_K run one token per pass).
+ * wasm SIMD with T = 16 in one call (prefill: F32 and Q8_0 run the register-tiled kernels of gemm.ts, Q4_0 / Q4_K one token per pass).
  */
 function kernelSteps(reps: number): Record<string, Record<string, number>> {
   const R = 1376;
@@ -150,7 +150,7 @@ function kernelSteps(reps: number): Record<string, Record<string, number>> {
       'wasm prefill, 1 token per pass (16 calls) GFLOP/s': gflops(() => {
         for (let t = 0; t < T; t++) matmul(wasm, x.subarray(t * C), 1, C, y.subarray(t * R), R);
       }, T),
-      'wasm prefill, 4 tokens per pass (T=16) GFLOP/s': gflops(() => matmul(wasm, x, T, C, y, R), T),
+      'wasm prefill, one call (T=16; F32 / Q8_0 tiled) GFLOP/s': gflops(() => matmul(wasm, x, T, C, y, R), T),
     };
   }
   return out;

@@ -10,6 +10,7 @@
 import { f16Table } from '../../core/util/half.js';
 import { F32, I32, section, sleb, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { kernelModule } from './kernel-store.js';
+import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
 
 /**
  * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
@@ -518,6 +519,8 @@ export class WasmArena {
   private readonly yBase: number;
   private heap: Float32Array;
   private readonly chunk: number;
+  /** Matrix–matrix kernels for T ≥ 4 tokens (./gemm.ts); null: the four-token kernels below. */
+  private readonly gemm: GemmKernels | null;
 
   private constructor(
     mod: WebAssembly.Module,
@@ -540,6 +543,7 @@ export class WasmArena {
     this.q4 = inst.exports.matmul_q4_0 as MatmulFn;
     this.q4k = inst.exports.matmul_q4_k as MatmulFn;
     this.f16 = inst.exports.matmul_f16 as MatmulFn;
+    this.gemm = gemmKernels(this.memory);
     this.heap = new Float32Array(this.memory.buffer);
   }
 
@@ -581,6 +585,10 @@ export class WasmArena {
     for (let t0 = 0; t0 < T; t0 += this.chunk) {
       const n = Math.min(this.chunk, T - t0);
       for (let t = 0; t < n; t++) heap.set(x.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), xo + t * nCols);
+      if (!rowwise && this.gemm && this.tiles(format, wp, rowBytes, nRows, nCols, n)) {
+        for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
+        continue;
+      }
       // Groups of four tokens share each weight load (prefill); the rest go one by one (all of them when rowwise).
       const g = rowwise ? 0 : n >> 2;
       const rest = n - 4 * g;
@@ -601,5 +609,28 @@ export class WasmArena {
       }
       for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
     }
+  }
+
+  /**
+   * The register-tiled kernels over the n tokens in the x scratch (F32 with nCols % 4 = 0, Q8_0):
+   * whole tiles of GEMM_TILE rows × tokens there, the leftover rows and tokens one token per
+   * pass. False (nothing done) where the tile kernels do not apply.
+   */
+  private tiles(format: WasmFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number): boolean {
+    const gemm = this.gemm!;
+    const f32 = format === 'F32';
+    if (!(f32 ? nCols % 4 === 0 : format === 'Q8_0')) return false;
+    const tile = GEMM_TILE[f32 ? 'F32' : 'Q8_0'];
+    if (n < tile.tokens) return false;
+    const rows = nRows - (nRows % tile.rows);
+    const toks = n - (n % tile.tokens);
+    const [xs, ys] = [nCols * 4, nRows * 4];
+    const cols = f32 ? nCols : nCols >> 5;
+    const one = f32 ? this.f32 : this.q8;
+    const table = f32 ? [] : [0];
+    if (rows) (f32 ? gemm.f32 : gemm.q8)(wp, rowBytes, this.xBase, xs, this.yBase, ys, rows, cols, toks, ...table);
+    if (rows < nRows) one(wp + rows * rowBytes, rowBytes, this.xBase, xs, this.yBase + rows * 4, ys, nRows - rows, cols, n, ...table);
+    if (toks < n && rows) one(wp, rowBytes, this.xBase + toks * xs, xs, this.yBase + toks * ys, ys, rows, cols, n - toks, ...table);
+    return true;
   }
 }

@@ -1,0 +1,134 @@
+/**
+ * Warm decode against llama.cpp (issue 16): the TS runtime (one thread) and llama.cpp through
+ * node-llama-cpp (one thread, CPU) greedy-decoding the llama-30M and llama-100M fixtures from the same
+ * 16-token prompt, for F32, Q8_0 and Q4_K: the ts artifact of a type against the gguf target's file of
+ * that type, both compiled here from the same checkpoint. Each round prefills the prompt (not timed)
+ * and times `steps` decode steps (forward + argmax for the TS runtime; node-llama-cpp's evaluate
+ * loop with temperature 0 for llama.cpp); rounds alternate the two after a warm-up of each, and the
+ * ratio is the median over rounds of each round's ts / llama.cpp tokens/s.
+ *
+ * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/llamacpp.bench.js [--quick]`.
+ */
+import { promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Token } from 'node-llama-cpp';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { compile } from '../src/app/compile/compile.js';
+import { loadDir } from '../src/exec/runtime/node.js';
+import type { Model } from '../src/exec/runtime/model.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { cachedFixture, round, runIfMain, type BenchSuite } from './harness.js';
+
+const WORK = path.join(os.tmpdir(), 'llmc-bench-llamacpp');
+const TYPES = ['F32', 'Q8_0', 'Q4_K'] as const;
+const FIXTURES = ['llama-30M', 'llama-100M'] as const;
+
+async function compileTo(modelDir: string, target: 'ts' | 'gguf', quant: string, out: string): Promise<void> {
+  const source = await openCheckpoint(modelDir);
+  try {
+    await compile({ source, target, outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
+  } finally {
+    await source.close();
+  }
+}
+
+const argmax = (a: Float32Array) => {
+  let best = 0;
+  for (let i = 1; i < a.length; i++) if (a[i] > a[best]) best = i;
+  return best;
+};
+
+/** Decode `steps` tokens after the prompt; tokens/s of the steps and the ids. */
+function tsDecode(model: Model, prompt: number[], steps: number): { tokPerSec: number; ids: number[] } {
+  const cache = model.newCache();
+  let next = argmax(model.forward(prompt, cache, { lastOnly: true }));
+  const ids = [next];
+  const t0 = performance.now();
+  for (let i = 0; i < steps; i++) {
+    next = argmax(model.forward([next], cache, { lastOnly: true }));
+    ids.push(next);
+  }
+  return { tokPerSec: steps / ((performance.now() - t0) / 1000), ids };
+}
+
+type Sequence = import('node-llama-cpp').LlamaContextSequence;
+
+/** The same for llama.cpp: the first token (after the prompt) starts the clock. */
+async function llamaDecode(seq: Sequence, prompt: number[], steps: number): Promise<{ tokPerSec: number; ids: number[] }> {
+  await seq.clearHistory();
+  const ids: number[] = [];
+  let t0 = 0;
+  for await (const token of seq.evaluate(prompt as Token[], { temperature: 0 })) {
+    if (ids.length === 0) t0 = performance.now();
+    ids.push(token as number);
+    if (ids.length > steps) break;
+  }
+  return { tokPerSec: steps / ((performance.now() - t0) / 1000), ids };
+}
+
+const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
+
+export const suite: BenchSuite = {
+  name: 'llamacpp',
+  description: 'TS runtime warm decode vs llama.cpp (node-llama-cpp), one thread, llama-30M and llama-100M, F32 / Q8_0 / Q4_K',
+  async run(opts) {
+    const quick = Boolean(opts.quick);
+    const rounds = quick ? 3 : 7;
+    const steps = quick ? 32 : 96;
+    const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
+    const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+    await fsp.mkdir(WORK, { recursive: true });
+    const results: Record<string, Record<string, unknown>> = {};
+    const ratios: Record<string, number> = {};
+    for (const fixture of FIXTURES) {
+      const { dir } = await cachedFixture(fixture, { arch: 'llama', seed: 1, tokenizer: 'none', planted: false });
+      const prompt = Array.from({ length: 16 }, (_, i) => ((i * 37 + 1) % 8000) + 3);
+      results[fixture] = {};
+      for (const type of TYPES) {
+        const tsDir = path.join(WORK, `${fixture}-${type}-ts`);
+        const ggufDir = path.join(WORK, `${fixture}-${type}-gguf`);
+        await compileTo(dir, 'ts', type, tsDir);
+        await compileTo(dir, 'gguf', type, ggufDir);
+        const model = await loadDir(tsDir);
+        const lm = await llama.loadModel({ modelPath: path.join(ggufDir, 'model.gguf') });
+        const ctx = await lm.createContext({ contextSize: 256, threads: 1 });
+        try {
+          const seq = ctx.getSequence();
+          tsDecode(model, prompt, steps); // warm-up
+          await llamaDecode(seq, prompt, steps);
+          const ts: number[] = [];
+          const cpp: number[] = [];
+          let sameIds = true;
+          for (let r = 0; r < rounds; r++) {
+            const a = tsDecode(model, prompt, steps);
+            const b = await llamaDecode(seq, prompt, steps);
+            ts.push(a.tokPerSec);
+            cpp.push(b.tokPerSec);
+            sameIds &&= a.ids.slice(0, 8).join() === b.ids.slice(0, 8).join();
+          }
+          const ratio = round(median(ts.map((t, i) => t / cpp[i])));
+          ratios[`${fixture} ${type}: ts / llama.cpp`] = ratio;
+          results[fixture][type] = {
+            'ts tokens/s (best, median)': [round(Math.max(...ts), 1), round(median(ts), 1)],
+            'llama.cpp tokens/s (best, median)': [round(Math.max(...cpp), 1), round(median(cpp), 1)],
+            ratio,
+            firstEightIdsAgree: sameIds,
+          };
+        } finally {
+          await ctx.dispose();
+          await lm.dispose();
+          await model.close();
+        }
+      }
+    }
+    return {
+      setup: `one thread each, warm, greedy, 16-token prompt then ${steps} decode steps, ${rounds} interleaved rounds`,
+      results,
+      ratios,
+      targets: { 'decode ts >= 1.0x llama.cpp (every fixture and type)': Object.values(ratios).every((r) => r >= 1) },
+    };
+  },
+};
+
+runIfMain(import.meta.url, suite);

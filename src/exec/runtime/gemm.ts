@@ -1,0 +1,175 @@
+/**
+ * Matrix–matrix kernels for T > 1 tokens (prefill, chunked prefill; speculative verification's
+ * `rowwise` calls keep the one-token kernels' sums) in WebAssembly SIMD, a module of its own over the
+ * arena's memory (./wasm.ts instantiates it).
+ *
+ * gemm_f32(w, wStride, x, xStride, y, yStride, nRows, nCols, T), strides in bytes:
+ * y[t·yStride + 4r] = Σ_c w[r·wStride + 4c] · x[t·xStride + 4c] for r < nRows, t < T. A register tile
+ * of RB weight rows × TB tokens: every weight vector loaded feeds TB dot products and every x vector
+ * RB, so the loop does RB + TB loads per RB·TB multiply-adds (the one-row kernels do 1 + TB).
+ * Requires nRows % RB = 0, T % TB = 0 (GEMM_TILE), F32 nCols % 4 = 0: the caller runs the rest on the other kernels.
+ * Each output sums its columns in four lanes (column c in lane c mod 4, in column order), then the
+ * lanes (0 + 1) + 2 + 3: a fixed order that does not depend on T or on the row range, so rows split
+ * across workers at multiples of GEMM_TILE[format].rows give the same bits as one call.
+ *
+ * gemm_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table): the same tile over Q8_0
+ * rows (34-byte blocks: f16 d, 32 × int8): each weight becomes the f32 product q·d once per tile
+ * (then shared by its TB tokens), and the outputs sum (q·d)·x in four lanes as gemm_f32 does.
+ */
+import { I32, section, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import {
+  block, br, brIf, f32Add, f32Load, fAdd, fExtract, fFromI32, fMul, fSplat, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Shl, loop, set, simd, vload, vZero,
+} from '../../core/util/wasm-ops.js';
+import { kernelModule } from './kernel-store.js';
+
+/**
+ * Rows × tokens of each kernel's register tile (x86 has 16 xmm registers: F32 holds 12 accumulators +
+ * 3 weights + 1 x; Q8_0 8 accumulators + 3 per row for the scale and the widened weights + 1 x).
+ * Measured on a [1376 × 512] weight with 64 tokens, F32 ran ~1.35× the one-token kernel at 3 × 4 and
+ * 4 × 3, ~1.15× at 2 × 4; Q8_0 ~1.5× at 2 × 4. Both group tokens by four as the kernels before them
+ * did, so a call's tokens 4k..4k+3 get the same bits whatever T is (the tokens past the last whole
+ * group run one by one, on the one-token kernels' sums).
+ */
+export const GEMM_TILE = { F32: { rows: 3, tokens: 4 }, Q8_0: { rows: 2, tokens: 4 } } as const;
+
+const f32Store = (off = 0) => [0x38, 2, ...uleb(off)];
+const i32Load16U = (off = 0) => [0x2f, 1, ...uleb(off)];
+const load8x8s = (off: number) => simd(0x01, 0, ...uleb(off));
+const iLowI16 = simd(0xa7); // i32x4.extend_low_i16x8_s
+const iHighI16 = simd(0xa8);
+
+/** while (get(a) < limit) { body } (unsigned compare; body advances a). */
+const whileLt = (a: number, limit: number[], body: number[]) => block(loop([...get(a), ...limit, ...i32GeU, ...brIf(1), ...body, ...br(0)]));
+const inc = (l: number, by: number[]) => [...get(l), ...by, ...i32Add, ...set(l)];
+const hsum = (l: number) => [...get(l), ...fExtract(0), ...get(l), ...fExtract(1), ...f32Add, ...get(l), ...fExtract(2), ...f32Add, ...get(l), ...fExtract(3), ...f32Add];
+const range = (n: number) => Array.from({ length: n }, (_, i) => i);
+
+/** The loops shared by both kernels: row tiles, token tiles, accumulators zeroed, `inner` over the columns, the outputs stored. */
+function tiled(L: { R: number; TT: number; WP: number[]; XP: number[]; ACC: number[][] }, inner: number[]): number[] {
+  const [W, WS, X, XS, Y, YS, NR, , T] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+  const { R, TT, WP, XP, ACC } = L;
+  const store = (i: number, j: number) => [
+    // y + (TT + j)·yStride + (R + i)·4
+    ...get(Y), ...get(TT), ...i32c(j), ...i32Add, ...get(YS), ...i32Mul, ...i32Add, ...get(R), ...i32c(i), ...i32Add, ...i32c(2), ...i32Shl, ...i32Add,
+    ...hsum(ACC[i][j]), ...f32Store(),
+  ];
+  return [
+    ...i32c(0), ...set(R),
+    ...whileLt(R, get(NR), [
+      ...i32c(0), ...set(TT),
+      ...whileLt(TT, get(T), [
+        ...WP.flatMap((wp, i) => [...get(W), ...get(R), ...i32c(i), ...i32Add, ...get(WS), ...i32Mul, ...i32Add, ...set(wp)]),
+        ...XP.flatMap((xp, j) => [...get(X), ...get(TT), ...i32c(j), ...i32Add, ...get(XS), ...i32Mul, ...i32Add, ...set(xp)]),
+        ...ACC.flat().flatMap((a) => [...vZero, ...set(a)]),
+        ...inner,
+        ...range(ACC.length).flatMap((i) => range(ACC[0].length).flatMap((j) => store(i, j))),
+        ...inc(TT, i32c(ACC[0].length)),
+      ]),
+      ...inc(R, i32c(ACC.length)),
+    ]),
+  ];
+}
+
+function locals(nParams: number, RB: number, TB: number, v128: number) {
+  let n = nParams;
+  const take = () => n++;
+  const R = take();
+  const TT = take();
+  const C = take();
+  const END = take();
+  const XO = take();
+  const WP = range(RB).map(take);
+  const XP = range(TB).map(take);
+  const i32Count = n - nParams;
+  const ACC = range(RB).map(() => range(TB).map(take));
+  const V = range(v128).map(take);
+  return { R, TT, C, END, XO, WP, XP, ACC, V, decl: vec([[i32Count, I32], [RB * TB + v128, V128]]) };
+}
+
+function gemmF32Body(RB: number, TB: number): number[] {
+  const NC = 7;
+  const L = locals(9, RB, TB, RB + 1);
+  const { END, WP, XP, ACC, V } = L;
+  const WV = V.slice(0, RB);
+  const XV = V[RB];
+  // The row and token pointers advance together; immediate offsets address the unrolled steps.
+  const step = (off: number) => [
+    ...WP.flatMap((wp, i) => [...get(wp), ...vload(off), ...set(WV[i])]),
+    ...XP.flatMap((xp, j) => [
+      ...get(xp), ...vload(off), ...set(XV),
+      ...range(RB).flatMap((i) => [...get(ACC[i][j]), ...get(WV[i]), ...get(XV), ...fMul, ...fAdd, ...set(ACC[i][j])]),
+    ]),
+  ];
+  const bump = (by: number) => [...WP, ...XP].flatMap((p) => inc(p, i32c(by)));
+  const endAt = (cols: number[]) => [...get(WP[0]), ...cols, ...i32c(2), ...i32Shl, ...i32Add, ...set(END)];
+  const inner = [
+    ...endAt([...get(NC), ...i32c(-16), ...i32And]),
+    ...whileLt(WP[0], get(END), [...step(0), ...step(16), ...step(32), ...step(48), ...bump(64)]),
+    ...endAt([...get(NC), ...i32c(15), ...i32And]),
+    ...whileLt(WP[0], get(END), [...step(0), ...bump(16)]),
+  ];
+  return [...L.decl, ...tiled(L, inner), 0x0b];
+}
+
+function gemmQ8Body(RB: number, TB: number): number[] {
+  const [NB, TAB] = [7, 9];
+  const L = locals(10, RB, TB, 3 * RB + 1);
+  const { C, END, XO, WP, XP, ACC, V } = L;
+  // Per row: the block's scale d (splat), the f32 weights q·d of the current 8 elements (lo, hi); one x vector.
+  const D = V.slice(0, RB);
+  const WLO = V.slice(RB, 2 * RB);
+  const WHI = V.slice(2 * RB, 3 * RB);
+  const XV = V[3 * RB];
+  // C is the block's byte offset within each row (the same for every row of the tile), XO its x byte offset.
+  const group = (k: number) => [
+    ...WP.flatMap((wp, i) => [
+      ...get(wp), ...get(C), ...i32Add, ...load8x8s(2 + 8 * k), ...set(WHI[i]),
+      ...get(WHI[i]), ...iLowI16, ...fFromI32, ...get(D[i]), ...fMul, ...set(WLO[i]),
+      ...get(WHI[i]), ...iHighI16, ...fFromI32, ...get(D[i]), ...fMul, ...set(WHI[i]),
+    ]),
+    ...XP.flatMap((xp, j) => [0, 16].flatMap((half) => [
+      ...get(xp), ...get(XO), ...i32Add, ...vload(32 * k + half), ...set(XV),
+      ...range(RB).flatMap((i) => [...get(ACC[i][j]), ...get(half ? WHI[i] : WLO[i]), ...get(XV), ...fMul, ...fAdd, ...set(ACC[i][j])]),
+    ])),
+  ];
+  const scale = (i: number) => [...get(TAB), ...get(WP[i]), ...get(C), ...i32Add, ...i32Load16U(), ...i32c(2), ...i32Shl, ...i32Add, ...f32Load(), ...fSplat];
+  const inner = [
+    ...i32c(0), ...set(C),
+    ...i32c(0), ...set(XO),
+    ...get(NB), ...i32c(34), ...i32Mul, ...set(END),
+    ...whileLt(C, get(END), [
+      ...range(RB).flatMap((i) => [...scale(i), ...set(D[i])]),
+      ...[0, 1, 2, 3].flatMap(group),
+      ...inc(C, i32c(34)),
+      ...inc(XO, i32c(128)),
+    ]),
+  ];
+  return [...L.decl, ...tiled(L, inner), 0x0b];
+}
+
+function moduleBytes(): Uint8Array<ArrayBuffer> {
+  const fnType = (n: number) => [0x60, ...vec(new Array(n).fill([I32])), ...vec([])];
+  const types = section(1, vec([fnType(9), fnType(10)]));
+  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x00, ...uleb(1)]]));
+  const funcs = section(3, vec([[0], [1]]));
+  const names = ['gemm_f32', 'gemm_q8_0'];
+  const exports = section(7, vec(names.map((n, i) => [...str(n), 0x00, i])));
+  const bodies = [gemmF32Body(GEMM_TILE.F32.rows, GEMM_TILE.F32.tokens), gemmQ8Body(GEMM_TILE.Q8_0.rows, GEMM_TILE.Q8_0.tokens)];
+  const code = section(10, vec(bodies.map((b) => [...uleb(b.length), ...b])));
+  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
+}
+
+type Kernel = (...args: number[]) => void;
+export interface GemmKernels {
+  f32: Kernel;
+  q8: Kernel;
+}
+
+/** The kernels over `memory`, or null where WebAssembly SIMD is unavailable. */
+export function gemmKernels(memory: WebAssembly.Memory): GemmKernels | null {
+  const mod = kernelModule('gemm', moduleBytes);
+  if (!mod) return null;
+  const inst = new WebAssembly.Instance(mod, { env: { memory } });
+  return { f32: inst.exports.gemm_f32 as Kernel, q8: inst.exports.gemm_q8_0 as Kernel };
+}
+
