@@ -15,6 +15,7 @@ import { suite as decode } from './decode.bench.js';
 import { suite as kill } from './kill.bench.js';
 import { suite as recovery } from './recovery.bench.js';
 import { suite as outliers } from './outliers.bench.js';
+import { suite as pool } from './pool.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -38,4 +39,5 @@ export const SUITES: SuiteEntry[] = [
   kill,
   recovery,
   outliers,
+  pool,
 ];
