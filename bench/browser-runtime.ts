@@ -35,6 +35,8 @@ export interface PageResult {
   crossOriginIsolated: boolean;
   /** Decode tokens/s of each round. */
   tokensPerSecond: number[];
+  /** Row chunks the pool's workers ran (0 without a pool). */
+  workerChunks: number;
 }
 
 /**
@@ -57,7 +59,9 @@ window.llmcRun = async (run) => {
       for (let s = 0; s < run.steps; s++) token = rt.argmax(model.forward([token], cache, { lastOnly: true }));
       tokensPerSecond.push((run.steps * 1000) / (performance.now() - t0));
     }
-    return { ids, crossOriginIsolated: self.crossOriginIsolated, tokensPerSecond };
+    // The pool's counts, through a weight's arena (the Model keeps its weight table private).
+    const stats = model.table.weight('model.embed_tokens.weight').arena?.poolStats() ?? null;
+    return { ids, crossOriginIsolated: self.crossOriginIsolated, tokensPerSecond, workerChunks: stats ? stats.workerChunks : 0 };
   } finally {
     await model.close();
   }

@@ -7,6 +7,10 @@
  * same ids (checked). The load average is reported beside: on a shared 2-core machine a second
  * thread only helps when a core is idle.
  *
+ * Browser: the stories260K ts artifact decoded (256 tokens from BOS) in headless Chromium through
+ * the bundled runtime (bench/browser-runtime.ts), one thread and the pool, beside the same loop in
+ * Node; skipped with the reason where Chromium is absent.
+ *
  * The fixture and artifacts are kept in $LLMC_BENCH_POOL_DIR (default /dev/shm/llmc-bench-pool, else
  * the temp dir). LLMC_BENCH_THREADS (default 2) sets the pool's size.
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/pool.bench.js [--quick]`.
@@ -20,7 +24,8 @@ import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
-import { round, runIfMain, type BenchSuite } from './harness.js';
+import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
+import { browserUnavailable, decodeTokensPerSecond, runInChromium } from './browser-runtime.js';
 
 const WORK = process.env.LLMC_BENCH_POOL_DIR ?? (existsSync('/dev/shm') ? '/dev/shm/llmc-bench-pool' : path.join(os.tmpdir(), 'llmc-bench-pool'));
 
@@ -90,6 +95,39 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
   }
 }
 
+/** stories260K decode tokens/s in headless Chromium and in Node, one thread and `threads`. */
+async function browserVsNode(threads: number, rounds: number, steps: number): Promise<Record<string, unknown>> {
+  const why = browserUnavailable();
+  if (why) return { skipped: why };
+  const dir = path.join(WORK, 'stories260K-F32');
+  if (!existsSync(path.join(dir, 'llmc-manifest.json'))) {
+    const source = await openCheckpoint(path.join(REPO_ROOT, 'fixtures/models/stories260K'));
+    try {
+      await compile({ source, target: 'ts', outDir: dir, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+  }
+  const out: Record<string, unknown> = { model: 'stories260K F32', steps };
+  for (const t of [1, threads]) {
+    const model = await loadDir(dir, { threads: t });
+    try {
+      decodeTokensPerSecond(model, steps); // warm-up, as the page's generate before its rounds
+      out[`node_tokens_per_s_${t}_thread${t > 1 ? 's' : ''}`] = round(median(Array.from({ length: rounds }, () => decodeTokensPerSecond(model, steps))), 1);
+    } finally {
+      await model.close();
+    }
+  }
+  const run = { prompt: [1], maxTokens: steps, steps, rounds };
+  const [one, pooled] = await runInChromium(dir, [{ ...run, threads: 1 }, { ...run, threads }]);
+  out.browser_cross_origin_isolated = one.crossOriginIsolated && pooled.crossOriginIsolated;
+  out.browser_tokens_per_s_1_thread = round(median(one.tokensPerSecond), 1);
+  out[`browser_tokens_per_s_${threads}_threads`] = round(median(pooled.tokensPerSecond), 1);
+  out.browser_same_ids = one.ids.join() === pooled.ids.join();
+  out.browser_over_node_1_thread = round((out.browser_tokens_per_s_1_thread as number) / (out.node_tokens_per_s_1_thread as number), 3);
+  return out;
+}
+
 export const suite: BenchSuite = {
   name: 'pool',
   description: 'TS runtime worker pool: llama-100M decode (F32, Q8_0), N threads vs one, interleaved rounds',
@@ -99,6 +137,7 @@ export const suite: BenchSuite = {
     const steps = quick ? 8 : 24;
     const out: Record<string, unknown> = { cores: os.cpus().length, threads, rounds, tokens_per_round: steps, loadAverageBefore: os.loadavg().map((x) => round(x, 2)) };
     for (const quant of ['F32', 'Q8_0']) out[quant] = await measure(quant, threads, rounds, steps);
+    out.browser = await browserVsNode(threads, rounds, quick ? 64 : 256);
     out.loadAverageAfter = os.loadavg().map((x) => round(x, 2));
     return out;
   },

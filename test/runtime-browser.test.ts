@@ -36,6 +36,8 @@ describe('TS runtime in headless Chromium', () => {
         expect(r.ids).toEqual(ref.greedy_ids);
         expect(r.tokensPerSecond[0]).toBeGreaterThan(0);
       }
+      expect(one.workerChunks).toBe(0);
+      expect(pooled.workerChunks).toBeGreaterThan(0); // the Web Workers ran part of the rows
     } finally {
       await fsp.rm(tmp, { recursive: true, force: true });
     }

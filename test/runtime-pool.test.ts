@@ -13,6 +13,11 @@ import { compile } from '../src/app/compile/compile.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { generateFixture } from '../fixtures/generate.js';
+import type { Model } from '../src/exec/runtime/model.js';
+import type { WeightTable } from '../src/exec/runtime/interpreter.js';
+
+/** The pool's counts, through a weight's arena (the Model keeps its weight table private). */
+const poolStats = (m: Model) => (m as unknown as { table: WeightTable }).table.weight('model.embed_tokens.weight').arena!.poolStats();
 
 const ROOT = path.resolve(__dirname, '..');
 const STORIES = path.join(ROOT, 'fixtures/models/stories260K');
@@ -48,6 +53,10 @@ describe('worker pool', () => {
       const out: number[] = [];
       for await (const id of model.generate(ref.prompt_ids, { maxTokens: ref.greedy_ids.length, stopTokens: [] })) out.push(id);
       expect(out).toEqual(ref.greedy_ids);
+      // The calling thread claims chunks too: the workers must have run some of them.
+      const stats = poolStats(model)!;
+      expect(stats.splitCalls).toBeGreaterThan(100);
+      expect(stats.workerChunks).toBeGreaterThan(0);
     } finally {
       await model.close();
     }

@@ -1,10 +1,10 @@
 /**
  * A worker pool for the matmul kernels (optional: `LoadOptions.threads`). The kernels' WebAssembly
  * memory is shared (weights, x and y live in one SharedArrayBuffer); every worker instantiates the
- * same kernel module over it. A kernel call is split by output rows: the calling thread runs rows
- * [0, r1) itself while the workers run the rest, so each row's dot product is the same code on the
- * same bytes as on one thread (bit-identical outputs). Workers wait on a shared control block with
- * Atomics.wait / notify, so a matmul costs two atomic wake-ups, not a postMessage.
+ * same kernel module over it. A kernel call is split by output rows, and each row's dot product is
+ * the same code on the same bytes as on one thread (bit-identical outputs). Workers wait on a shared control block with
+ * Atomics.wait / notify (after a short spin), so a matmul costs an atomic wake-up, not a postMessage;
+ * its rows are cut into chunks that free threads claim, the calling thread included.
  *
  * Browser-safe. The worker's code is a string run by a tiny adapter (`SpawnWorker`): Node's
  * worker_threads (./node.ts, `nodeWorker`) or a browser Web Worker from a Blob URL (`webWorker`),
@@ -28,27 +28,60 @@ export interface PoolOptions {
   minWork?: number;
 }
 
-// The control block (Int32 slots): a generation counter the workers wait on, the workers still busy,
-// the kernel's index, a quit flag, then the kernel's arguments.
+// The control block (Int32 slots). SEQ: the current job's generation (16 bits), which sleeping workers
+// wait on. NEXT: generation << 12 | the next unclaimed chunk. DONE: chunks finished. Then the kernel's
+// index, the job's chunk count, a quit flag and the kernel's arguments.
 const SEQ = 0;
-const PENDING = 1;
-const FN = 2;
-const QUIT = 3;
-const ARGS = 4;
+const NEXT = 1;
+const DONE = 2;
+const FN = 3;
+const CHUNKS = 4;
+const QUIT = 5;
+const ARGS = 6;
 const MAX_ARGS = 12;
+/** Chunks the workers ran (for tests and benches: the pool really shares the work). */
+const WORKER_CHUNKS = ARGS + MAX_ARGS;
+/** Chunks of rows per thread: whoever is free claims the next, so a thread the OS deschedules (a loaded machine) holds up little. */
+const CHUNKS_PER_THREAD = 4;
 /** Polls of the control block before sleeping: a wake-up from Atomics.wait costs tens of microseconds. */
 const SPINS = 20000;
 
 /**
- * The kernels' arguments all start (w, wStride, x, xStride, y, yStride, nRows, ...): rows [r0, r1)
- * are w + r0·wStride and y + 4·r0. Thread k of n takes rows [⌊k·nRows/n⌋, ⌊(k+1)·nRows/n⌋).
+ * Claim chunks of job `gen` (compare-and-swap on NEXT) and run them until none is left; every thread
+ * of the pool runs this, so no thread waits for a worker that has not woken up. Chunk c of n is rows
+ * [⌊c·nRows/n⌋, ⌊(c+1)·nRows/n⌋); the kernels' arguments all start (w, wStride, x, xStride, y,
+ * yStride, nRows, ...), so those rows are w + r0·wStride and y + 4·r0. The job is read before a claim:
+ * a claim only succeeds while NEXT still holds `gen` with chunks left, and the caller closes NEXT
+ * before it writes the next job, so a successful claim always ran on its own job's arguments.
+ * Embedded in the workers' code by its source text: it references nothing outside itself (slot
+ * numbers are the constants above).
  */
+function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => void, gen: number, worker: boolean): void {
+  const g = (gen & 0xffff) << 12;
+  const fn = kernel(Atomics.load(ctl, 3));
+  const n = Atomics.load(ctl, 4);
+  const a: number[] = [];
+  for (let i = 0; i < 12; i++) a.push(Atomics.load(ctl, 6 + i));
+  for (;;) {
+    const cur = Atomics.load(ctl, 1);
+    if (cur - (cur & 0xfff) !== g || (cur & 0xfff) >= n) return;
+    if (Atomics.compareExchange(ctl, 1, cur, cur + 1) !== cur) continue;
+    const c = cur & 0xfff;
+    const r0 = Math.floor((c * a[6]) / n);
+    const r1 = Math.floor(((c + 1) * a[6]) / n);
+    if (r1 > r0) fn(a[0] + r0 * a[1], a[1], a[2], a[3], a[4] + 4 * r0, a[5], r1 - r0, a[7], a[8], a[9], a[10], a[11]);
+    if (worker) Atomics.add(ctl, 18, 1);
+    if (Atomics.add(ctl, 2, 1) + 1 === n) Atomics.notify(ctl, 2);
+  }
+}
+
 const WORKER_BODY = `function serve(init, post) {
-  const { module, memory, control, names, index, threads } = init;
+  const runChunks = ${runChunks.toString()};
+  const { module, memory, control, names } = init;
   const exp = new WebAssembly.Instance(module, { env: { memory } }).exports;
   const fns = names.map((n) => exp[n]);
+  const kernel = (i) => fns[i];
   const ctl = new Int32Array(control);
-  const a = new Array(${MAX_ARGS}).fill(0);
   let seen = Atomics.load(ctl, ${SEQ});
   post('ready');
   for (;;) {
@@ -58,12 +91,7 @@ const WORKER_BODY = `function serve(init, post) {
     if (s === seen) continue;
     seen = s;
     if (Atomics.load(ctl, ${QUIT})) return;
-    for (let i = 0; i < ${MAX_ARGS}; i++) a[i] = ctl[${ARGS} + i];
-    const nRows = a[6];
-    const r0 = Math.floor((index * nRows) / threads);
-    const r1 = Math.floor(((index + 1) * nRows) / threads);
-    if (r1 > r0) fns[ctl[${FN}]](a[0] + r0 * a[1], a[1], a[2], a[3], a[4] + 4 * r0, a[5], r1 - r0, a[7], a[8], a[9], a[10], a[11]);
-    if (Atomics.sub(ctl, ${PENDING}, 1) === 1) Atomics.notify(ctl, ${PENDING});
+    runChunks(ctl, kernel, s, true);
   }
 }`;
 
@@ -126,7 +154,7 @@ export class MatmulPool {
    */
   static async start(module: WebAssembly.Module, memory: WebAssembly.Memory, names: readonly string[], threads: number, opts: PoolOptions): Promise<MatmulPool> {
     if (!(memory.buffer instanceof SharedArrayBuffer)) throw new Error('the worker pool needs a shared WebAssembly memory');
-    const control = new SharedArrayBuffer((ARGS + MAX_ARGS) * 4);
+    const control = new SharedArrayBuffer((WORKER_CHUNKS + 1) * 4);
     const workers: PoolWorker[] = [];
     try {
       const ready: Promise<void>[] = [];
@@ -134,7 +162,7 @@ export class MatmulPool {
         const w = opts.spawn();
         workers.push(w);
         ready.push(new Promise<void>((resolve, reject) => w.onReady((err) => (err ? reject(err) : resolve()))));
-        w.postMessage({ module, memory, control, names, index, threads });
+        w.postMessage({ module, memory, control, names });
       }
       await Promise.all(ready);
     } catch (err) {
@@ -151,27 +179,39 @@ export class MatmulPool {
     this.run(this.index.get(name)!, kernel, a);
   }
 
+  private gen = 0;
+  private calls = 0;
+
+  /** Kernel calls split so far, and the chunks of them the workers ran. */
+  stats(): { splitCalls: number; workerChunks: number } {
+    return { splitCalls: this.calls, workerChunks: Atomics.load(this.ctl, WORKER_CHUNKS) };
+  }
+
   private run(fn: number, kernel: Kernel, a: number[]): void {
     const ctl = this.ctl;
-    const n = this.threads;
-    ctl[FN] = fn;
-    for (let i = 0; i < a.length; i++) ctl[ARGS + i] = a[i];
-    Atomics.store(ctl, PENDING, n - 1);
-    Atomics.add(ctl, SEQ, 1);
+    const gen = (this.gen = (this.gen + 1) & 0xffff);
+    const n = Math.min(CHUNKS_PER_THREAD * this.threads, a[6]);
+    Atomics.store(ctl, NEXT, (gen << 12) | 0xfff); // closed while the job is written
+    Atomics.store(ctl, FN, fn);
+    Atomics.store(ctl, CHUNKS, n);
+    for (let i = 0; i < MAX_ARGS; i++) Atomics.store(ctl, ARGS + i, a[i] ?? 0);
+    Atomics.store(ctl, DONE, 0);
+    Atomics.store(ctl, NEXT, gen << 12);
+    Atomics.store(ctl, SEQ, gen);
     Atomics.notify(ctl, SEQ);
-    const r1 = Math.floor(a[6] / n);
-    if (r1 > 0) kernel(a[0], a[1], a[2], a[3], a[4], a[5], r1, ...a.slice(7));
+    this.calls++;
+    runChunks(ctl, () => kernel, gen, false);
     for (let i = 0; ; i++) {
-      const p = Atomics.load(ctl, PENDING);
-      if (p === 0) return;
-      if (this.canWait && i > SPINS) Atomics.wait(ctl, PENDING, p);
+      const done = Atomics.load(ctl, DONE);
+      if (done === n) return;
+      if (this.canWait && i > SPINS) Atomics.wait(ctl, DONE, done);
     }
   }
 
   /** Ends the workers (the pool must not be used after). */
   close(): void {
     Atomics.store(this.ctl, QUIT, 1);
-    Atomics.add(this.ctl, SEQ, 1);
+    Atomics.store(this.ctl, SEQ, 0x10000); // no generation: every worker wakes and quits
     Atomics.notify(this.ctl, SEQ);
     for (const w of this.workers) w.terminate();
     this.workers.length = 0;

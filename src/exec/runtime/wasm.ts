@@ -577,6 +577,11 @@ export class WasmArena {
     return this.pool?.threads ?? 1;
   }
 
+  /** The pool's counts (null without a pool): see MatmulPool.stats. */
+  poolStats(): ReturnType<MatmulPool['stats']> | null {
+    return this.pool?.stats() ?? null;
+  }
+
   /** End the pool's workers; the kernels run on this thread after. */
   closePool(): void {
     this.pool?.close();
