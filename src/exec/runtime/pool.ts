@@ -11,6 +11,8 @@
  * which needs a cross-origin isolated page (SharedArrayBuffer).
  */
 
+import { LlmcError } from '../../core/errors.js';
+
 /** What a pool needs of a worker: send it the start message, be told it is ready, end it. */
 export interface PoolWorker {
   postMessage(msg: unknown): void;
@@ -103,6 +105,7 @@ export const WEB_WORKER_CODE = `self.onmessage = (e) => { self.onmessage = null;
 
 /** The browser adapter: a Web Worker from a Blob URL (the page must be cross-origin isolated). */
 export const webWorker: SpawnWorker = () => {
+  if (typeof Worker === 'undefined') throw new LlmcError('no Web Workers here for the worker pool; in Node, load with pool: { spawn: nodeWorker } (src/exec/runtime/node.ts) or use loadDir');
   const url = URL.createObjectURL(new Blob([WEB_WORKER_CODE], { type: 'text/javascript' }));
   const w = new Worker(url);
   URL.revokeObjectURL(url);
@@ -153,7 +156,7 @@ export class MatmulPool {
    * once every worker waits for work.
    */
   static async start(module: WebAssembly.Module, memory: WebAssembly.Memory, names: readonly string[], threads: number, opts: PoolOptions): Promise<MatmulPool> {
-    if (!(memory.buffer instanceof SharedArrayBuffer)) throw new Error('the worker pool needs a shared WebAssembly memory');
+    if (!(memory.buffer instanceof SharedArrayBuffer)) throw new LlmcError('the worker pool needs a shared WebAssembly memory');
     const control = new SharedArrayBuffer((WORKER_CHUNKS + 1) * 4);
     const workers: PoolWorker[] = [];
     try {
