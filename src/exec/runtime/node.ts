@@ -11,7 +11,7 @@ import { MANIFEST_FILE, WEIGHTS_FILE } from './format.js';
 import { load, parseManifest, type ArtifactSource, type LoadOptions } from './load.js';
 import type { Model } from './model.js';
 import { installKernelFiles } from './kernel-files.js';
-import { NODE_WORKER_CODE, type SpawnWorker } from './pool.js';
+import { WORKER_BODY, type SpawnWorker } from './pool.js';
 
 installKernelFiles();
 
@@ -101,6 +101,9 @@ export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: str
  * The worker pool's Node adapter (./pool.ts): a worker_threads worker running the pool's code. It
  * does not keep the process alive (a model that is never closed does not hang the exit).
  */
+const NODE_WORKER_CODE = `const { parentPort } = require('node:worker_threads');
+parentPort.once('message', (m) => (${WORKER_BODY})(m, (x) => parentPort.postMessage(x)));`;
+
 export const nodeWorker: SpawnWorker = () => {
   const w = new Worker(NODE_WORKER_CODE, { eval: true });
   w.unref();

@@ -20,7 +20,7 @@ export interface PoolWorker {
   onReady(fn: (err?: Error) => void): void;
   terminate(): void;
 }
-/** Starts a worker running NODE_WORKER_CODE or WEB_WORKER_CODE (they read one start message). */
+/** Starts a worker running WORKER_BODY on its first message (node.ts's nodeWorker, webWorker). */
 export type SpawnWorker = () => PoolWorker;
 
 export interface PoolOptions {
@@ -77,7 +77,8 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
   }
 }
 
-const WORKER_BODY = `function serve(init, post) {
+/** The workers' code: `serve(startMessage, post)`; an adapter calls it with the first message it gets. */
+export const WORKER_BODY = `function serve(init, post) {
   const runChunks = ${runChunks.toString()};
   const { module, memory, control, names } = init;
   const exp = new WebAssembly.Instance(module, { env: { memory } }).exports;
@@ -97,9 +98,6 @@ const WORKER_BODY = `function serve(init, post) {
   }
 }`;
 
-/** A Node worker_threads script (eval'd, CommonJS). */
-export const NODE_WORKER_CODE = `const { parentPort } = require('node:worker_threads');
-parentPort.once('message', (m) => (${WORKER_BODY})(m, (x) => parentPort.postMessage(x)));`;
 /** A Web Worker script. */
 export const WEB_WORKER_CODE = `self.onmessage = (e) => { self.onmessage = null; (${WORKER_BODY})(e.data, (x) => self.postMessage(x)); };`;
 
