@@ -17,6 +17,7 @@ import { suite as recovery } from './recovery.bench.js';
 import { suite as outliers } from './outliers.bench.js';
 import { suite as prefill } from './prefill.bench.js';
 import { suite as llamacpp } from './llamacpp.bench.js';
+import { suite as pool } from './pool.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -42,4 +43,5 @@ export const SUITES: SuiteEntry[] = [
   outliers,
   prefill,
   llamacpp,
+  pool,
 ];

@@ -18,7 +18,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
       if (on) throw new UsageError(`--chunk and ${flag} do not combine`);
     }
   }
-  if (opts.threads !== undefined) notes.push('--threads has no effect on the TS runtime (it runs on one thread)');
+  if (opts.threads !== undefined && opts.threads > 1 && opts.experts) notes.push('--threads has no effect with --expert-cache (the TS runtime runs it on one thread)');
   // --level runs one level: its recovery adapters merged into F32 copies of its slices at load (decode
   // 3–5× faster than low-rank terms per token on stories260K, bench/recovery.bench.ts), the rest of
   // the weights shared as they are; low-rank terms where the level cannot be merged.
@@ -26,7 +26,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
   const picked = opts.level === undefined ? undefined : selectLevel(record?.levels ?? null, opts.level, a.path);
   const hasAdapters = picked !== undefined && (a.manifest.targetInfo as { adapters?: Record<string, unknown> }).adapters?.[picked.id] !== undefined;
   const mergeLevel = hasAdapters && !opts.experts && canMergeLevel(picked, a.manifest.arch) ? picked.id : undefined;
-  const model = await loadDir(a.dir, { verifyChecksums: opts.verify, experts: opts.experts, mergeLevel });
+  const model = await loadDir(a.dir, { verifyChecksums: opts.verify, experts: opts.experts, mergeLevel, threads: opts.experts ? 1 : opts.threads });
   let run: RunnableLevel | undefined;
   if (opts.level !== undefined) {
     try {

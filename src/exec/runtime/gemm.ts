@@ -147,10 +147,12 @@ function gemmQ8Body(RB: number, TB: number): number[] {
   return [...L.decl, ...tiled(L, inner), 0x0b];
 }
 
-function moduleBytes(): Uint8Array<ArrayBuffer> {
+/** `shared`: the memory import is a shared memory (the worker pool's arena), as ./wasm.ts's kernels. */
+function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
   const fnType = (n: number) => [0x60, ...vec(new Array(n).fill([I32])), ...vec([])];
   const types = section(1, vec([fnType(9), fnType(10)]));
-  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x00, ...uleb(1)]]));
+  const limits = shared ? [0x03, ...uleb(1), ...uleb(65536)] : [0x00, ...uleb(1)];
+  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, ...limits]]));
   const funcs = section(3, vec([[0], [1]]));
   const names = ['gemm_f32', 'gemm_q8_0'];
   const exports = section(7, vec(names.map((n, i) => [...str(n), 0x00, i])));
@@ -166,8 +168,8 @@ export interface GemmKernels {
 }
 
 /** The kernels over `memory`, or null where WebAssembly SIMD is unavailable. */
-export function gemmKernels(memory: WebAssembly.Memory): GemmKernels | null {
-  const mod = kernelModule('gemm', moduleBytes);
+export function gemmKernels(memory: WebAssembly.Memory, shared = false): GemmKernels | null {
+  const mod = shared ? kernelModule('gemm-shared', () => moduleBytes(true)) : kernelModule('gemm', moduleBytes);
   if (!mod) return null;
   const inst = new WebAssembly.Instance(mod, { env: { memory } });
   return { f32: inst.exports.gemm_f32 as Kernel, q8: inst.exports.gemm_q8_0 as Kernel };

@@ -12,3 +12,4 @@ export { bufferSource, urlSource, type ByteSource } from './bytes.js';
 export { Weight, matmul, dequantRow } from './kernels.js';
 export * from './format.js';
 export { Sampler, argmax, type SamplingOptions } from './sampling.js';
+export { webWorker, type PoolOptions, type PoolWorker, type SpawnWorker } from './pool.js';

@@ -34,6 +34,7 @@ import { findRecord } from '../../core/records/types.js';
 export type { ArtifactManifest };
 import { WasmArena } from './wasm.js';
 import { loadOffloaded, type OffloadOptions } from './offload.js';
+import { webWorker, type PoolOptions } from './pool.js';
 
 /** What `load` reads: the manifest's text and the bytes of weights.bin. */
 export interface ArtifactSource {
@@ -61,6 +62,14 @@ export interface LoadOptions {
    * cache (./offload.ts); the ByteSource must stay readable while the model runs.
    */
   experts?: OffloadOptions;
+  /**
+   * Threads for the WebAssembly matmuls: above 1, the weights load into a shared memory and a worker
+   * pool splits each matmul's rows (./pool.ts; bit-identical outputs). Needs SharedArrayBuffer (in a
+   * browser: a cross-origin isolated page). Default 1.
+   */
+  threads?: number;
+  /** How the pool's workers start and which calls it splits (default: Web Workers; ./node.ts's loadDir passes worker_threads). */
+  pool?: Partial<PoolOptions>;
 }
 
 
@@ -235,7 +244,10 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
 
   // With WebAssembly, the weights live in the kernels' memory (copied in once); else in plain buffers.
   const maxDim = Math.max(...[...table.values()].flatMap((e) => e.shape));
-  const arena = opts.wasm === false ? null : WasmArena.create(alignUp(size) + mergedBytes, maxDim);
+  const threads = opts.threads ?? 1;
+  if (threads > 1 && typeof SharedArrayBuffer === 'undefined') throw new LlmcError(`${threads} threads need SharedArrayBuffer (in a browser: a cross-origin isolated page); load with threads: 1`, wfile);
+  const arena = opts.wasm === false ? null : WasmArena.create(alignUp(size) + mergedBytes, maxDim, threads > 1);
+  if (arena && threads > 1) await arena.startPool(threads, { spawn: opts.pool?.spawn ?? webWorker, minWork: opts.pool?.minWork });
   const data = new Map<string, Uint8Array>();
   let spare: Uint8Array | null = null;
   if (arena) {
@@ -284,7 +296,9 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
       weights.set(name, new Weight(name, 'F32', rows, cols, bytes, arena));
     }
   }
-  return new Model(manifest.arch, weightTable((name) => table.has(name), weight, opts.wasm === false), manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
+  const model = new Model(manifest.arch, weightTable((name) => table.has(name), weight, opts.wasm === false), manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
+  if (arena && arena.threads > 1) model.onClose(async () => arena.closePool());
+  return model;
 }
 
 /** A level whose adapted weights are prefix slices (no query heads dropped inside a group) can be merged at load. */

@@ -4,12 +4,14 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
+import { Worker } from 'node:worker_threads';
 import { LlmcError } from '../../core/errors.js';
 import type { ByteSource } from './bytes.js';
 import { MANIFEST_FILE, WEIGHTS_FILE } from './format.js';
 import { load, parseManifest, type ArtifactSource, type LoadOptions } from './load.js';
 import type { Model } from './model.js';
 import { installKernelFiles } from './kernel-files.js';
+import { WORKER_BODY, type SpawnWorker } from './pool.js';
 
 installKernelFiles();
 
@@ -69,6 +71,7 @@ export async function artifactDirSource(dir: string): Promise<ArtifactSource & {
 
 /** Load an artifact directory into a Model (weights are read into memory; the file is closed after). */
 export async function loadDir(dir: string, opts: LoadOptions = {}): Promise<Model> {
+  if ((opts.threads ?? 1) > 1 && !opts.pool?.spawn) opts = { ...opts, pool: { ...opts.pool, spawn: nodeWorker } };
   const src = await artifactDirSource(dir);
   if (opts.experts) {
     // Experts are read from the file as the model runs: it stays open until model.close().
@@ -93,3 +96,23 @@ export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: str
   const read = (f: string) => fsp.readFile(path.join(dir, f), 'utf8').catch(() => undefined);
   return { tokenizerJson: await read('tokenizer.json'), tokenizerConfigJson: await read('tokenizer_config.json') };
 }
+
+/**
+ * The worker pool's Node adapter (./pool.ts): a worker_threads worker running the pool's code. It
+ * does not keep the process alive (a model that is never closed does not hang the exit).
+ */
+const NODE_WORKER_CODE = `const { parentPort } = require('node:worker_threads');
+parentPort.once('message', (m) => (${WORKER_BODY})(m, (x) => parentPort.postMessage(x)));`;
+
+export const nodeWorker: SpawnWorker = () => {
+  const w = new Worker(NODE_WORKER_CODE, { eval: true });
+  w.unref();
+  return {
+    postMessage: (m) => w.postMessage(m),
+    onReady: (fn) => {
+      w.once('message', () => fn());
+      w.once('error', (e) => fn(e));
+    },
+    terminate: () => void w.terminate(),
+  };
+};

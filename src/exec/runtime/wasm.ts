@@ -11,6 +11,7 @@ import { f16Table } from '../../core/util/half.js';
 import { F32, I32, section, sleb, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
+import { MatmulPool, type PoolOptions } from './pool.js';
 
 /**
  * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
@@ -468,10 +469,12 @@ function matmulF16Body(): Bytes {
   return [vec([[6, I32], [1, F32], [3, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
-function moduleBytes(): Uint8Array<ArrayBuffer> {
+/** `shared`: the memory import is a shared memory (the worker pool's), up to 4 GiB. */
+function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
   const fnType = (params: number[]) => [0x60, ...vec(params.map((p) => [p])), ...vec([])];
   const types = section(1, vec([fnType(new Array(9).fill(I32)), fnType(new Array(10).fill(I32))]));
-  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x00, ...uleb(1)]]));
+  const limits = shared ? [0x03, ...uleb(1), ...uleb(65536)] : [0x00, ...uleb(1)];
+  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, ...limits]]));
   const funcs = section(3, vec([[0], [1], [0], [1], [1], [1], [1]]));
   const names = ['matmul_f32', 'matmul_q8_0', 'matmul4_f32', 'matmul4_q8_0', 'matmul_q4_0', 'matmul_q4_k', 'matmul_f16'];
   const exports = section(7, vec(names.map((n, i) => [...str(n), 0x00, i])));
@@ -483,8 +486,8 @@ function moduleBytes(): Uint8Array<ArrayBuffer> {
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
 }
 
-function wasmModule(): WebAssembly.Module | null {
-  return kernelModule('matmul', moduleBytes);
+function wasmModule(shared = false): WebAssembly.Module | null {
+  return shared ? kernelModule('matmul-shared', () => moduleBytes(true)) : kernelModule('matmul', moduleBytes);
 }
 
 export function wasmSimdAvailable(): boolean {
@@ -523,10 +526,11 @@ export class WasmArena {
   private readonly gemm: GemmKernels | null;
 
   private constructor(
-    mod: WebAssembly.Module,
+    private readonly mod: WebAssembly.Module,
     weightsBytes: number,
     /** Largest vector length a matmul reads or writes (max of every tensor dimension). */
     readonly maxDim: number,
+    shared: boolean,
   ) {
     this.chunk = chunkFor(maxDim);
     const scratch = this.chunk * maxDim * 4;
@@ -534,16 +538,23 @@ export class WasmArena {
     this.yBase = this.xBase + scratch;
     this.weightsBase = Math.ceil((this.yBase + scratch) / 64) * 64;
     const pages = Math.ceil((this.weightsBase + weightsBytes) / PAGE);
-    this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages });
+    this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared });
     const inst = new WebAssembly.Instance(mod, { env: { memory: this.memory } });
-    this.f32 = inst.exports.matmul_f32 as MatmulFn;
-    this.q8 = inst.exports.matmul_q8_0 as MatmulFn;
-    this.f32x4tok = inst.exports.matmul4_f32 as MatmulFn;
-    this.q8x4tok = inst.exports.matmul4_q8_0 as MatmulFn;
-    this.q4 = inst.exports.matmul_q4_0 as MatmulFn;
-    this.q4k = inst.exports.matmul_q4_k as MatmulFn;
-    this.f16 = inst.exports.matmul_f16 as MatmulFn;
-    this.gemm = gemmKernels(this.memory);
+    // In a shared memory every kernel goes through the worker pool once one is started (startPool).
+    const k = (name: string): MatmulFn => {
+      const fn = inst.exports[name] as MatmulFn;
+      return shared ? (...a: number[]) => (this.pool ? this.pool.call(name, fn, a) : fn(...a)) : fn;
+    };
+    this.f32 = k('matmul_f32');
+    this.q8 = k('matmul_q8_0');
+    this.f32x4tok = k('matmul4_f32');
+    this.q8x4tok = k('matmul4_q8_0');
+    this.q4 = k('matmul_q4_0');
+    this.q4k = k('matmul_q4_k');
+    this.f16 = k('matmul_f16');
+    // The tiled kernels run on the calling thread (the pool's cuts would fall inside tiles and change
+    // the sums' order); their leftover rows and tokens go through the pooled kernels above.
+    this.gemm = gemmKernels(this.memory, shared);
     this.heap = new Float32Array(this.memory.buffer);
   }
 
@@ -555,14 +566,45 @@ export class WasmArena {
     this.hasF16Table = true;
   }
 
-  /** null when WebAssembly SIMD is unavailable or the weights do not fit a 32-bit memory. */
-  static create(weightsBytes: number, maxDim: number): WasmArena | null {
-    const mod = wasmModule();
+  private pool: MatmulPool | null = null;
+
+  /**
+   * Split the kernels' rows over `threads` threads (this one and threads − 1 workers); the arena must
+   * have been created `shared`. Outputs are bit-identical to one thread.
+   */
+  async startPool(threads: number, opts: PoolOptions): Promise<void> {
+    if (this.pool || threads < 2) return;
+    const names = WebAssembly.Module.exports(this.mod).map((e) => e.name);
+    this.pool = await MatmulPool.start(this.mod, this.memory, names, threads, opts);
+  }
+
+  /** Threads the kernels run on (1 without a pool). */
+  get threads(): number {
+    return this.pool?.threads ?? 1;
+  }
+
+  /** The pool's counts (null without a pool): see MatmulPool.stats. */
+  poolStats(): ReturnType<MatmulPool['stats']> | null {
+    return this.pool?.stats() ?? null;
+  }
+
+  /** End the pool's workers; the kernels run on this thread after. */
+  closePool(): void {
+    this.pool?.close();
+    this.pool = null;
+  }
+
+  /**
+   * null when WebAssembly SIMD is unavailable or the weights do not fit a 32-bit memory. `shared`: the
+   * memory is a SharedArrayBuffer, for a worker pool (where the platform has SharedArrayBuffer).
+   */
+  static create(weightsBytes: number, maxDim: number, shared = false): WasmArena | null {
+    const mod = wasmModule(shared);
     if (!mod) return null;
     const total = TABLE_BYTES + 2 * chunkFor(maxDim) * maxDim * 4 + weightsBytes + 64;
     if (total > 4 * 1024 ** 3 - PAGE) return null;
     try {
-      return new WasmArena(mod, weightsBytes, maxDim);
+      return new WasmArena(mod, weightsBytes, maxDim, shared);
     } catch {
       return null; // e.g. the memory cannot be allocated
     }

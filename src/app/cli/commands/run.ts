@@ -48,7 +48,7 @@ export function registerRun(program: Command): void {
     .option('--temperature <t>', 'sampling temperature; 0 = greedy', parseFloatOption('--temperature', 0), 0)
     .option('--top-p <p>', 'nucleus sampling mass in (0, 1]', parseFloatOption('--top-p', 0, 1), 1)
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
-    .option('--threads <n>', 'CPU threads of onnxruntime / llama.cpp (default: all cores; llama.cpp uses one for a GGUF under 64 MB; the TS runtime uses one)', parseIntOption('--threads', 1))
+    .option('--threads <n>', 'CPU threads of onnxruntime / llama.cpp (default: all cores; llama.cpp uses one for a GGUF under 64 MB); the TS runtime uses one unless given (N > 1: a worker pool splits each matmul\'s rows, same outputs)', parseIntOption('--threads', 1))
     .option('--level <level>', 'elastic level of an artifact compiled with --passes reorder (ts, cuda, gguf-levels): an id (L3) or a size fraction (0.5)')
     .option('--verify', "check every file's sha256 against the manifest before running (sizes are always checked)")
     .option('--allow-overflow', "generate past the model's context length")

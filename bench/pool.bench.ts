@@ -1,0 +1,164 @@
+/**
+ * The TS runtime's worker pool (issue 16, goal "2 threads ≥ 1.6× one thread on the 100M fixture
+ * decode"): the llama-100M fixture compiled to ts F32 and Q8_0, loaded once with one thread and once
+ * with a pool of N threads, greedy decode of the same tokens in interleaved rounds (one thread, then
+ * the pool, per round) so a loaded machine slows both alike. Two summaries: `median` (per round the
+ * median ms per token; tokens/s from the median round, speed-up = the median of the rounds' ratios)
+ * and `fastest` (per token position the fastest of the rounds, as bench/decode.bench.ts: what each
+ * runs at when the machine lets it; on a loaded machine the fairer estimate of what a second core gives). Both must produce the
+ * same ids (checked). The load average is reported beside: on a shared 2-core machine a second
+ * thread only helps when a core is idle.
+ *
+ * Browser: the stories260K ts artifact decoded (256 tokens from BOS) in headless Chromium through
+ * the bundled runtime (bench/browser-runtime.ts), one thread and the pool, beside the same loop in
+ * Node; skipped with the reason where Chromium is absent.
+ *
+ * The fixture and artifacts are kept in $LLMC_BENCH_POOL_DIR (default /dev/shm/llmc-bench-pool, else
+ * the temp dir). LLMC_BENCH_THREADS (default 2) sets the pool's size.
+ * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/pool.bench.js [--quick]`.
+ */
+import { existsSync, promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { compile } from '../src/app/compile/compile.js';
+import { loadDir } from '../src/exec/runtime/node.js';
+import type { Model } from '../src/exec/runtime/model.js';
+import type { WeightTable } from '../src/exec/runtime/interpreter.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
+import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
+import { browserUnavailable, decodeTokensPerSecond, runInChromium } from './browser-runtime.js';
+
+const WORK = process.env.LLMC_BENCH_POOL_DIR ?? (existsSync('/dev/shm') ? '/dev/shm/llmc-bench-pool' : path.join(os.tmpdir(), 'llmc-bench-pool'));
+
+/** The llama-100M fixture (BF16 source, halving its size) and its ts artifact of `quant`, built once. */
+export async function artifact100M(quant: string): Promise<string> {
+  const src = path.join(WORK, 'llama-100M');
+  if (!existsSync(path.join(src, 'fixture-truth.json'))) {
+    await generateFixture(src, { arch: 'llama', dtype: 'BF16', tokenizer: 'none', planted: false, dims: FIXTURE_PRESETS['llama-100M'] });
+  }
+  const out = path.join(WORK, `ts-${quant}`);
+  if (!existsSync(path.join(out, 'llmc-manifest.json'))) {
+    const source = await openCheckpoint(src);
+    try {
+      await compile({ source, target: 'ts', outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+  }
+  return out;
+}
+
+/** Greedy decode of `steps` tokens after `prompt`; ms per decoded token and the ids. */
+function decode(model: Model, prompt: number[], steps: number): { ms: number[]; ids: number[] } {
+  const cache = model.newCache();
+  const V = model.spec.vocabSize;
+  let logits = model.forward(prompt, cache, { lastOnly: true });
+  const ids: number[] = [];
+  const ms: number[] = [];
+  for (let s = 0; s < steps; s++) {
+    let next = 0;
+    for (let i = 1; i < V; i++) if (logits[i] > logits[next]) next = i;
+    ids.push(next);
+    const t0 = performance.now();
+    logits = model.forward([next], cache, { lastOnly: true });
+    ms.push(performance.now() - t0);
+  }
+  return { ms, ids };
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function measure(quant: string, threads: number, rounds: number, steps: number): Promise<Record<string, unknown>> {
+  const dir = await artifact100M(quant);
+  const one = await loadDir(dir);
+  const pooled = await loadDir(dir, { threads });
+  try {
+    const prompt = [1, 17, 300, 42];
+    const per: { one: number; pool: number }[] = [];
+    const fastOne = new Array<number>(steps).fill(Infinity);
+    const fastPool = new Array<number>(steps).fill(Infinity);
+    for (let r = 0; r < rounds; r++) {
+      const a = decode(one, prompt, steps);
+      const b = decode(pooled, prompt, steps);
+      if (a.ids.join() !== b.ids.join()) throw new Error(`${quant}: the pool's ids differ from one thread's`);
+      per.push({ one: median(a.ms), pool: median(b.ms) });
+      for (let s = 0; s < steps; s++) {
+        fastOne[s] = Math.min(fastOne[s], a.ms[s]);
+        fastPool[s] = Math.min(fastPool[s], b.ms[s]);
+      }
+    }
+    const oneMs = median(per.map((p) => p.one));
+    const poolMs = median(per.map((p) => p.pool));
+    const sum = (xs: number[]) => xs.reduce((x, y) => x + y, 0);
+    return {
+      median: {
+        tokens_per_s_1_thread: round(1000 / oneMs, 2),
+        [`tokens_per_s_${threads}_threads`]: round(1000 / poolMs, 2),
+        speedup: round(median(per.map((p) => p.one / p.pool)), 3),
+        speedup_per_round: per.map((p) => round(p.one / p.pool, 3)),
+      },
+      fastest: {
+        tokens_per_s_1_thread: round((1000 * steps) / sum(fastOne), 2),
+        [`tokens_per_s_${threads}_threads`]: round((1000 * steps) / sum(fastPool), 2),
+        speedup: round(sum(fastOne) / sum(fastPool), 3),
+      },
+      pool_worker_chunks: (pooled as unknown as { table: WeightTable }).table.weight('model.embed_tokens.weight').arena?.poolStats()?.workerChunks ?? 0,
+      same_ids: true,
+    };
+  } finally {
+    await one.close();
+    await pooled.close();
+  }
+}
+
+/** stories260K decode tokens/s in headless Chromium and in Node, one thread and `threads`. */
+async function browserVsNode(threads: number, rounds: number, steps: number): Promise<Record<string, unknown>> {
+  const why = browserUnavailable();
+  if (why) return { skipped: why };
+  const dir = path.join(WORK, 'stories260K-F32');
+  if (!existsSync(path.join(dir, 'llmc-manifest.json'))) {
+    const source = await openCheckpoint(path.join(REPO_ROOT, 'fixtures/models/stories260K'));
+    try {
+      await compile({ source, target: 'ts', outDir: dir, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+  }
+  const out: Record<string, unknown> = { model: 'stories260K F32', steps };
+  for (const t of [1, threads]) {
+    const model = await loadDir(dir, { threads: t });
+    try {
+      decodeTokensPerSecond(model, steps); // warm-up, as the page's generate before its rounds
+      out[`node_tokens_per_s_${t}_thread${t > 1 ? 's' : ''}`] = round(median(Array.from({ length: rounds }, () => decodeTokensPerSecond(model, steps))), 1);
+    } finally {
+      await model.close();
+    }
+  }
+  const run = { prompt: [1], maxTokens: steps, steps, rounds };
+  const [one, pooled] = await runInChromium(dir, [{ ...run, threads: 1 }, { ...run, threads }]);
+  out.browser_cross_origin_isolated = one.crossOriginIsolated && pooled.crossOriginIsolated;
+  out.browser_tokens_per_s_1_thread = round(median(one.tokensPerSecond), 1);
+  out[`browser_tokens_per_s_${threads}_threads`] = round(median(pooled.tokensPerSecond), 1);
+  out.browser_same_ids = one.ids.join() === pooled.ids.join();
+  out.browser_over_node_1_thread = round((out.browser_tokens_per_s_1_thread as number) / (out.node_tokens_per_s_1_thread as number), 3);
+  return out;
+}
+
+export const suite: BenchSuite = {
+  name: 'pool',
+  description: 'TS runtime worker pool: llama-100M decode (F32, Q8_0), N threads vs one, interleaved rounds',
+  async run({ quick }) {
+    const threads = Number(process.env.LLMC_BENCH_THREADS ?? 2);
+    const rounds = quick ? 3 : 7;
+    const steps = quick ? 8 : 24;
+    const out: Record<string, unknown> = { cores: os.cpus().length, threads, rounds, tokens_per_round: steps, loadAverageBefore: os.loadavg().map((x) => round(x, 2)) };
+    for (const quant of ['F32', 'Q8_0']) out[quant] = await measure(quant, threads, rounds, steps);
+    out.browser = await browserVsNode(threads, rounds, quick ? 64 : 256);
+    out.loadAverageAfter = os.loadavg().map((x) => round(x, 2));
+    return out;
+  },
+};
+
+runIfMain(import.meta.url, suite);

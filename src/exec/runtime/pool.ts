@@ -1,0 +1,220 @@
+/**
+ * A worker pool for the matmul kernels (optional: `LoadOptions.threads`). The kernels' WebAssembly
+ * memory is shared (weights, x and y live in one SharedArrayBuffer); every worker instantiates the
+ * same kernel module over it. A kernel call is split by output rows, and each row's dot product is
+ * the same code on the same bytes as on one thread (bit-identical outputs). Workers wait on a shared control block with
+ * Atomics.wait / notify (after a short spin), so a matmul costs an atomic wake-up, not a postMessage;
+ * its rows are cut into chunks that free threads claim, the calling thread included.
+ *
+ * Browser-safe. The worker's code is a string run by a tiny adapter (`SpawnWorker`): Node's
+ * worker_threads (./node.ts, `nodeWorker`) or a browser Web Worker from a Blob URL (`webWorker`),
+ * which needs a cross-origin isolated page (SharedArrayBuffer).
+ */
+
+import { LlmcError } from '../../core/errors.js';
+
+/** What a pool needs of a worker: send it the start message, be told it is ready, end it. */
+export interface PoolWorker {
+  postMessage(msg: unknown): void;
+  /** Called once with the worker's first message ('ready') or error. */
+  onReady(fn: (err?: Error) => void): void;
+  terminate(): void;
+}
+/** Starts a worker running WORKER_BODY on its first message (node.ts's nodeWorker, webWorker). */
+export type SpawnWorker = () => PoolWorker;
+
+export interface PoolOptions {
+  /** How a worker is started (Node: ./node.ts's nodeWorker; browsers: webWorker). */
+  spawn: SpawnWorker;
+  /** Calls that read fewer weight bytes × tokens than this run on the calling thread alone. Default 64 KiB. */
+  minWork?: number;
+}
+
+// The control block (Int32 slots). SEQ: the current job's generation (16 bits), which sleeping workers
+// wait on. NEXT: generation << 12 | the next unclaimed chunk. DONE: chunks finished. Then the kernel's
+// index, the job's chunk count, a quit flag and the kernel's arguments.
+const SEQ = 0;
+const NEXT = 1;
+const DONE = 2;
+const FN = 3;
+const CHUNKS = 4;
+const QUIT = 5;
+const ARGS = 6;
+const MAX_ARGS = 12;
+/** Chunks the workers ran (for tests and benches: the pool really shares the work). */
+const WORKER_CHUNKS = ARGS + MAX_ARGS;
+/** Chunks of rows per thread: whoever is free claims the next, so a thread the OS deschedules (a loaded machine) holds up little. */
+const CHUNKS_PER_THREAD = 4;
+/** Polls of the control block before sleeping: a wake-up from Atomics.wait costs tens of microseconds. */
+const SPINS = 20000;
+
+/**
+ * Claim chunks of job `gen` (compare-and-swap on NEXT) and run them until none is left; every thread
+ * of the pool runs this, so no thread waits for a worker that has not woken up. Chunk c of n is rows
+ * [⌊c·nRows/n⌋, ⌊(c+1)·nRows/n⌋); the kernels' arguments all start (w, wStride, x, xStride, y,
+ * yStride, nRows, ...), so those rows are w + r0·wStride and y + 4·r0. The job is read before a claim:
+ * a claim only succeeds while NEXT still holds `gen` with chunks left, and the caller closes NEXT
+ * before it writes the next job, so a successful claim always ran on its own job's arguments.
+ * Embedded in the workers' code by its source text: it references nothing outside itself (slot
+ * numbers are the constants above).
+ */
+function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => void, gen: number, worker: boolean): void {
+  const g = (gen & 0xffff) << 12;
+  const fn = kernel(Atomics.load(ctl, 3));
+  const n = Atomics.load(ctl, 4);
+  const a: number[] = [];
+  for (let i = 0; i < 12; i++) a.push(Atomics.load(ctl, 6 + i));
+  for (;;) {
+    const cur = Atomics.load(ctl, 1);
+    if (cur - (cur & 0xfff) !== g || (cur & 0xfff) >= n) return;
+    if (Atomics.compareExchange(ctl, 1, cur, cur + 1) !== cur) continue;
+    const c = cur & 0xfff;
+    const r0 = Math.floor((c * a[6]) / n);
+    const r1 = Math.floor(((c + 1) * a[6]) / n);
+    if (r1 > r0) fn(a[0] + r0 * a[1], a[1], a[2], a[3], a[4] + 4 * r0, a[5], r1 - r0, a[7], a[8], a[9], a[10], a[11]);
+    if (worker) Atomics.add(ctl, 18, 1);
+    if (Atomics.add(ctl, 2, 1) + 1 === n) Atomics.notify(ctl, 2);
+  }
+}
+
+/** The workers' code: `serve(startMessage, post)`; an adapter calls it with the first message it gets. */
+export const WORKER_BODY = `function serve(init, post) {
+  const runChunks = ${runChunks.toString()};
+  const { module, memory, control, names } = init;
+  const exp = new WebAssembly.Instance(module, { env: { memory } }).exports;
+  const fns = names.map((n) => exp[n]);
+  const kernel = (i) => fns[i];
+  const ctl = new Int32Array(control);
+  let seen = Atomics.load(ctl, ${SEQ});
+  post('ready');
+  for (;;) {
+    for (let i = 0; i < ${SPINS} && Atomics.load(ctl, ${SEQ}) === seen; i++);
+    Atomics.wait(ctl, ${SEQ}, seen);
+    const s = Atomics.load(ctl, ${SEQ});
+    if (s === seen) continue;
+    seen = s;
+    if (Atomics.load(ctl, ${QUIT})) return;
+    runChunks(ctl, kernel, s, true);
+  }
+}`;
+
+/** A Web Worker script. */
+export const WEB_WORKER_CODE = `self.onmessage = (e) => { self.onmessage = null; (${WORKER_BODY})(e.data, (x) => self.postMessage(x)); };`;
+
+/** The browser adapter: a Web Worker from a Blob URL (the page must be cross-origin isolated). */
+export const webWorker: SpawnWorker = () => {
+  if (typeof Worker === 'undefined') throw new LlmcError('no Web Workers here for the worker pool; in Node, load with pool: { spawn: nodeWorker } (src/exec/runtime/node.ts) or use loadDir');
+  const url = URL.createObjectURL(new Blob([WEB_WORKER_CODE], { type: 'text/javascript' }));
+  const w = new Worker(url);
+  URL.revokeObjectURL(url);
+  return {
+    postMessage: (m) => w.postMessage(m),
+    onReady: (fn) => {
+      w.onmessage = () => fn();
+      w.onerror = (e) => fn(new Error(e.message || 'worker failed to start'));
+    },
+    terminate: () => w.terminate(),
+  };
+};
+
+type Kernel = (...args: number[]) => void;
+
+export class MatmulPool {
+  private readonly ctl: Int32Array;
+  private readonly minWork: number;
+  private readonly index: Map<string, number>;
+  /** Atomics.wait is refused on a browser's main thread: spin there instead. */
+  private readonly canWait: boolean;
+
+  private constructor(
+    private readonly workers: PoolWorker[],
+    control: SharedArrayBuffer,
+    names: readonly string[],
+    minWork: number,
+  ) {
+    this.ctl = new Int32Array(control);
+    this.index = new Map(names.map((n, i) => [n, i]));
+    this.minWork = minWork;
+    let canWait = true;
+    try {
+      Atomics.wait(this.ctl, QUIT, 1, 0); // QUIT is 0: returns at once where waiting is allowed
+    } catch {
+      canWait = false;
+    }
+    this.canWait = canWait;
+  }
+
+  /** Threads in all, the calling one included. */
+  get threads(): number {
+    return this.workers.length + 1;
+  }
+
+  /**
+   * Starts `threads − 1` workers over `memory` (shared) running `module`'s exports `names`. Resolves
+   * once every worker waits for work.
+   */
+  static async start(module: WebAssembly.Module, memory: WebAssembly.Memory, names: readonly string[], threads: number, opts: PoolOptions): Promise<MatmulPool> {
+    if (!(memory.buffer instanceof SharedArrayBuffer)) throw new LlmcError('the worker pool needs a shared WebAssembly memory');
+    const control = new SharedArrayBuffer((WORKER_CHUNKS + 1) * 4);
+    const workers: PoolWorker[] = [];
+    try {
+      const ready: Promise<void>[] = [];
+      for (let index = 1; index < threads; index++) {
+        const w = opts.spawn();
+        workers.push(w);
+        ready.push(new Promise<void>((resolve, reject) => w.onReady((err) => (err ? reject(err) : resolve()))));
+        w.postMessage({ module, memory, control, names });
+      }
+      await Promise.all(ready);
+    } catch (err) {
+      for (const w of workers) w.terminate();
+      throw err;
+    }
+    return new MatmulPool(workers, control, names, opts.minWork ?? 64 << 10);
+  }
+
+  /** Run kernel `name` (an export of the pool's module, `kernel` here): across the pool when worth it. */
+  call(name: string, kernel: Kernel, a: number[]): void {
+    const nRows = a[6];
+    if (nRows < 2 || a[1] * nRows * a[8] < this.minWork) return kernel(...a);
+    this.run(this.index.get(name)!, kernel, a);
+  }
+
+  private gen = 0;
+  private calls = 0;
+
+  /** Kernel calls split so far, and the chunks of them the workers ran. */
+  stats(): { splitCalls: number; workerChunks: number } {
+    return { splitCalls: this.calls, workerChunks: Atomics.load(this.ctl, WORKER_CHUNKS) };
+  }
+
+  private run(fn: number, kernel: Kernel, a: number[]): void {
+    const ctl = this.ctl;
+    const gen = (this.gen = (this.gen + 1) & 0xffff);
+    const n = Math.min(CHUNKS_PER_THREAD * this.threads, a[6]);
+    Atomics.store(ctl, NEXT, (gen << 12) | 0xfff); // closed while the job is written
+    Atomics.store(ctl, FN, fn);
+    Atomics.store(ctl, CHUNKS, n);
+    for (let i = 0; i < MAX_ARGS; i++) Atomics.store(ctl, ARGS + i, a[i] ?? 0);
+    Atomics.store(ctl, DONE, 0);
+    Atomics.store(ctl, NEXT, gen << 12);
+    Atomics.store(ctl, SEQ, gen);
+    Atomics.notify(ctl, SEQ);
+    this.calls++;
+    runChunks(ctl, () => kernel, gen, false);
+    for (let i = 0; ; i++) {
+      const done = Atomics.load(ctl, DONE);
+      if (done === n) return;
+      if (this.canWait && i > SPINS) Atomics.wait(ctl, DONE, done);
+    }
+  }
+
+  /** Ends the workers (the pool must not be used after). */
+  close(): void {
+    Atomics.store(this.ctl, QUIT, 1);
+    Atomics.store(this.ctl, SEQ, 0x10000); // no generation: every worker wakes and quits
+    Atomics.notify(this.ctl, SEQ);
+    for (const w of this.workers) w.terminate();
+    this.workers.length = 0;
+  }
+}
