@@ -485,7 +485,7 @@ function q8Body(): number[] {
   return [...locals([[5, I32], [17, V128]]), ...body, 0x0b];
 }
 
-/** The module for a memory of `pages`, shared or not (the import's flags must match the memory). */
+/** The module for a memory of `pages`, shared or not (the flags of its memory import must match). */
 function moduleBytes(shared: boolean, pages: number): Uint8Array<ArrayBuffer> {
   const type = [0x60, ...vec([[I32], [I32], [I32]]), ...vec([[I32]])];
   const types = section(1, vec([type]));
