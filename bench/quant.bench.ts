@@ -12,7 +12,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { closeQuantWorkers, quantize, quantizeInto, quantizeParallel, QUANT_TYPES, rowBytes, type QuantType } from '../src/core/quant/index.js';
+import { closeQuantWorkers, defaultQuantThreads, quantize, quantizeInto, quantizeParallel, QUANT_TYPES, rowBytes, type QuantType } from '../src/core/quant/index.js';
 import { useWasmKernels } from '../src/core/quant/kquants.js';
 import { Rng } from '../src/core/util/rng.js';
 import { ggmlQuantizeSeconds } from './ggml-quant.js';
@@ -93,6 +93,7 @@ export const suite: Suite = {
         }),
         parallel_mb_per_s: +parallel.toFixed(1),
         parallel_speedup: +(parallel / single).toFixed(2),
+        default_threads: defaultQuantThreads(t),
         default_threads_mb_per_s: +byDefault.toFixed(1),
         default_threads_speedup: +(byDefault / single).toFixed(2),
         single_thread_into_mb_per_s: +singleInto.toFixed(1),

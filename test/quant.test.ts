@@ -9,7 +9,7 @@ import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, test } from 'vitest';
 import { LlmcError } from '../src/core/errors.js';
 import {
-  closeQuantWorkers, dequantize, fallbackType, isQuantType, quantize, quantizeParallel, QUANT_TYPES, quantTypeFromGgml,
+  closeQuantWorkers, defaultQuantThreads, dequantize, fallbackType, isQuantType, quantize, quantizeParallel, QUANT_TYPES, quantTypeFromGgml,
   resolveWorkerScript, rowBytes, type QuantType,
 } from '../src/core/quant/index.js';
 import { Rng } from '../src/core/util/rng.js';
@@ -324,12 +324,18 @@ describe('determinism, row independence, parallel', () => {
   });
 
   test('quantizeParallel: concurrent calls, small inputs, bad shapes', async () => {
-    const [a, b] = await Promise.all([quantizeParallel('Q4_K', x, 1024), quantizeParallel('Q8_0', x, 1024)]);
+    const [a, b] = await Promise.all([quantizeParallel('Q4_K', x, 1024, { threads: 2 }), quantizeParallel('Q8_0', x, 1024, { threads: 2 })]);
     expect(hex(a) === hex(quantize('Q4_K', x, 1024))).toBe(true);
     expect(hex(b) === hex(quantize('Q8_0', x, 1024))).toBe(true);
     const small = x.subarray(0, 512);
     expect(hex(await quantizeParallel('Q6_K', small, 256))).toBe(hex(quantize('Q6_K', small, 256)));
     await expect(quantizeParallel('Q4_K', x, 1000)).rejects.toThrow(LlmcError);
+  });
+
+  test('default threads by the machine: one for the GB/s types and under four cores, else all cores but one', () => {
+    expect([2, 3, 4, 16].map((cores) => defaultQuantThreads('Q4_K', cores))).toEqual([1, 1, 3, 15]);
+    expect(defaultQuantThreads('Q8_0', 16)).toBe(1);
+    expect(defaultQuantThreads('F16', 16)).toBe(1);
   });
 
   test('compiled dist: quantizeParallel works and idle workers do not keep the process alive', () => {

@@ -7,7 +7,7 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError } from '../errors.js';
 import { ioError } from '../util/atomic.js';
-import { sha256Files } from '../util/sha256.js';
+import { cachedSha256Files } from '../util/digest-cache.js';
 import { expectedTensorCount, expectedTensors } from '../arch/names.js';
 import { SafetensorsFile, toF32, type TensorInfo } from './safetensors.js';
 import { matrixOf, type ModelAssets, type ModelSource, type StoredLayout, type TensorMeta } from './source.js';
@@ -229,9 +229,12 @@ export class Checkpoint implements ModelSource {
     return toF32(await this.readRaw(name), info.dtype, name);
   }
 
-  /** sha256 over config.json and every shard's bytes (big checkpoints on a worker thread, see sha256Files). */
+  /**
+   * sha256 over config.json and every shard's bytes (big checkpoints on a worker thread, see sha256Files;
+   * remembered across runs while the files are unchanged, see digest-cache.ts).
+   */
   identity(): Promise<string> {
-    this.hash ??= sha256Files(this.files.map((f) => f.path), JSON.stringify(this.assets.config)).catch((err) => {
+    this.hash ??= cachedSha256Files(this.files.map((f) => f.path), JSON.stringify(this.assets.config)).catch((err) => {
       this.hash = undefined;
       throw ioError(err, this.dir, 'read');
     });

@@ -2,4 +2,4 @@
 export { QUANT_TYPES, fallbackType, isQuantType, quantTypeFromGgml, rowBytes } from './types.js';
 export type { QuantType, QuantTypeInfo } from './types.js';
 export { dequantize, quantize, quantizeInto } from './quantize.js';
-export { closeQuantWorkers, quantizeParallel, resolveWorkerScript } from './parallel.js';
+export { closeQuantWorkers, defaultQuantThreads, quantizeParallel, resolveWorkerScript } from './parallel.js';

@@ -10,7 +10,7 @@
 import { f16Table } from '../util/half.js';
 import { fr, getF16, GROUP_MAX_EPS, i8, nearestInt, putF16 } from './common.js';
 import { makeQ3Quants, makeQkx2Quants, makeQxQuants } from './kmake.js';
-import { K_LB, K_OD, K_ODM, K_OM, K_OS, K_RAW, K_RES, kquantKernels } from './kwasm.js';
+import { K_LB, K_OD, K_ODM, K_OM, K_OS, K_Q3OUT, K_RAW, K_RES, kquantKernels } from './kwasm.js';
 
 const QK_K = 256;
 const L = new Uint8Array(QK_K);
@@ -49,6 +49,13 @@ function toWasm(x: Float32Array, xo: number, n: number, mode: number): boolean {
   if (!KW) return false;
   KW.f32.set(x.subarray(xo, xo + QK_K), K_RAW / 4);
   return KW.prep(QK_K / n / 4, n, mode) === 1;
+}
+
+/** The search kernel's int32 codes for group j (n elements) into RES, in natural order. */
+function searchCodesToRes(j: number, n: number): void {
+  const i32 = KW!.i32;
+  const base = K_LB / 4 + (j >> 2) * n * 4 + (j & 3);
+  for (let i = 0; i < n; i++) i32[K_RES / 4 + n * j + i] = i32[base + 4 * i];
 }
 
 /** After requant: group j's codes into dst from RES, or the search's codes where d_j was 0 (ggml keeps them). */
@@ -183,7 +190,11 @@ export function quantizeQ3_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
     }
     if (wasm) {
       KW!.requant(16, 16, -4, 3, 4);
-      codesAfterRequant(16, 16, L8, false);
+      // where d_j was 0 the search's codes stay (ggml keeps them)
+      for (let j = 0; j < 16; j++) if (KW!.f32[K_OD / 4 + j] === 0) searchCodesToRes(j, 16);
+      KW!.pack3();
+      y.set(KW!.u8.subarray(K_Q3OUT, K_Q3OUT + 96), yo);
+      continue;
     }
     // high bit of code j goes to hmask[j % 32], bit j / 32
     for (let m = 0; m < 32; m++) y[yo + m] = 0;

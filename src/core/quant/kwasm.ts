@@ -33,6 +33,9 @@ export const K_RAW = 8192;
 export const K_OD = 9216;
 export const K_ODM = 9280;
 export const K_RES = 9344;
+/** pack3's bytes: the codes as bytes (scratch), then the block's hmask (32 bytes) and qs (64 bytes). */
+const K_CODES8 = 10368;
+export const K_Q3OUT = 10624;
 /** Inputs with |x| below this (and finite) take the wasm path; anything wilder stays on the JS transcription. */
 export const K_WASM_SAFE_ABS = 1e15;
 
@@ -486,18 +489,54 @@ function requantBody(): number[] {
   return [...locals, ...body, 0x0b];
 }
 
+/**
+ * pack3(): Q3_K's hmask and qs from the 256 codes (0..7, int32, natural order) in RES, to Q3OUT:
+ * the high bit of code j goes to hmask[j % 32] as bit j / 32; byte l of each 32-byte run of qs holds
+ * the low two bits of codes l, l + 32, l + 64, l + 96 of its 128 (quantize_row_q3_K_ref's packing).
+ */
+function pack3Body(): number[] {
+  const [bGtU, bNarrowU, hNarrowS, bShl, bSplat, vOr] = [simd(0x28), simd(0x66), simd(0x85), simd(0x6b), simd(0x0f), simd(0x50)];
+  const [THREE, ACC] = [0, 1];
+  const res = (v: number) => [...i32c(0), ...vload(K_RES + 16 * v)];
+  const codes = (b: number) => [...i32c(0), ...vload(K_CODES8 + b)];
+  const low2 = (b: number) => [...codes(b), ...get(THREE), ...vAnd];
+  const body = [
+    ...i32c(3), ...bSplat, ...set(THREE),
+    // the codes as bytes (all in 0..7: no saturation)
+    ...Array.from({ length: 16 }, (_, v) => [
+      ...i32c(0), ...res(4 * v), ...res(4 * v + 1), ...hNarrowS, ...res(4 * v + 2), ...res(4 * v + 3), ...hNarrowS, ...bNarrowU,
+      ...vstore(K_CODES8 + 16 * v),
+    ]).flat(),
+    ...[0, 16].flatMap((h) => [
+      ...vZero, ...set(ACC),
+      ...Array.from({ length: 8 }, (_, k) => [
+        ...get(ACC), ...codes(32 * k + h), ...get(THREE), ...bGtU, ...i32c(1 << k), ...bSplat, ...vAnd, ...vOr, ...set(ACC),
+      ]).flat(),
+      ...i32c(0), ...get(ACC), ...vstore(K_Q3OUT + h),
+    ]),
+    ...[0, 128].flatMap((j) => [0, 16].flatMap((l) => [
+      ...i32c(0),
+      ...low2(j + l), ...low2(j + l + 32), ...i32c(2), ...bShl, ...vOr,
+      ...low2(j + l + 64), ...i32c(4), ...bShl, ...vOr, ...low2(j + l + 96), ...i32c(6), ...bShl, ...vOr,
+      ...vstore(K_Q3OUT + 32 + j / 4 + l),
+    ])),
+  ];
+  return [...vec([[2, V128]].map(([c, t]) => [...uleb(c), t])), ...body, 0x0b];
+}
+
 function moduleBytes(): Uint8Array<ArrayBuffer> {
   const type = [0x60, ...vec([[I32], [I32], [I32], [F32], [F32], [I32]]), ...vec([])];
   const typeQx = [0x60, ...vec([[I32], [I32], [I32]]), ...vec([])];
   const typeRq = [0x60, ...vec([[I32], [I32], [I32], [I32], [I32]]), ...vec([])];
   const typePrep = [0x60, ...vec([[I32], [I32], [I32]]), ...vec([[I32]])];
-  const types = section(1, vec([type, typeQx, typeRq, typePrep]));
-  const funcs = section(3, vec([[0], [0], [1], [1], [3], [2]]));
+  const typeVoid = [0x60, ...vec([]), ...vec([])];
+  const types = section(1, vec([type, typeQx, typeRq, typePrep, typeVoid]));
+  const funcs = section(3, vec([[0], [0], [1], [1], [3], [2], [4]]));
   const mem = section(5, vec([[0x00, 1]]));
   const exports = section(7, vec([
-    [...str('qkx2'), 0x00, 0], [...str('qkx2_mad'), 0x00, 1], [...str('qx'), 0x00, 2], [...str('q3'), 0x00, 3], [...str('prep'), 0x00, 4], [...str('requant'), 0x00, 5], [...str('memory'), 0x02, 0],
+    [...str('qkx2'), 0x00, 0], [...str('qkx2_mad'), 0x00, 1], [...str('qx'), 0x00, 2], [...str('q3'), 0x00, 3], [...str('prep'), 0x00, 4], [...str('requant'), 0x00, 5], [...str('pack3'), 0x00, 6], [...str('memory'), 0x02, 0],
   ]));
-  const bodies = [qkx2Body(false, 32), qkx2Body(true, 16), qxBody(), q3Body(), prepBody(), requantBody()];
+  const bodies = [qkx2Body(false, 32), qkx2Body(true, 16), qxBody(), q3Body(), prepBody(), requantBody(), pack3Body()];
   const code = section(10, vec(bodies.map((b) => [...uleb(b.length), ...b])));
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...funcs, ...mem, ...exports, ...code]);
 }
@@ -517,7 +556,10 @@ export interface KQuantKernels {
   prep: (nGroups4: number, n: number, mode: number) => number;
   /** requant(nGroups, n, lo, hi, off): codes of RAW for the d/dm in OD/ODM into RES */
   requant: (nGroups: number, n: number, lo: number, hi: number, off: number) => void;
+  /** pack3(): Q3_K's hmask and qs from RES to Q3OUT */
+  pack3: () => void;
   f32: Float32Array;
+  u8: Uint8Array;
   i32: Int32Array;
 }
 
@@ -539,7 +581,9 @@ export function kquantKernels(): KQuantKernels | null {
           q3: ex.q3 as KQuantKernels['qx'],
           prep: ex.prep as KQuantKernels['prep'],
           requant: ex.requant as KQuantKernels['requant'],
+          pack3: ex.pack3 as KQuantKernels['pack3'],
           f32: new Float32Array(mem.buffer),
+          u8: new Uint8Array(mem.buffer),
           i32: new Int32Array(mem.buffer),
         };
       }

@@ -24,6 +24,16 @@ import { rowBytes, type QuantType } from './types.js';
  * hundreds of MB/s and gain from workers.
  */
 const SINGLE_THREAD_TYPES: ReadonlySet<QuantType> = new Set(['F32', 'F16', 'BF16', 'Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1']);
+/**
+ * Threads for the K-quants, by the machine: with fewer than four cores, one. A compile's second core
+ * already hashes the artifact and serves the writes, and workers measured 0.5-1.1x of one thread on
+ * 2 cores (bench quant, a loaded machine, K-quants after the wasm packing); from four cores, all but one
+ * (left to hashing and I/O).
+ */
+export function defaultQuantThreads(type: QuantType, cores = os.availableParallelism()): number {
+  if (SINGLE_THREAD_TYPES.has(type) || cores < 4) return 1;
+  return cores - 1;
+}
 /** Below this many elements the hand-off costs more than it saves. */
 const MIN_PARALLEL_ELEMENTS = 1 << 16;
 /** Elements per chunk handed out (4 MB of f32): bounds the copies in flight. */
@@ -172,8 +182,8 @@ function run(slot: Slot, type: QuantType, rows: Float32Array, rowLength: number)
 }
 
 /**
- * Same as quantize but split across worker_threads for large tensors (by default all cores for the K-quants,
- * one thread for the GB/s types: SINGLE_THREAD_TYPES); identical bytes.
+ * Same as quantize but split across worker_threads for large tensors (by default defaultQuantThreads: one
+ * thread for the GB/s types and on machines of under four cores); identical bytes.
  * The rows go out in chunks of about CHUNK_ELEMENTS from a shared queue: each worker holds at most two chunks
  * (copies, transferred; or views, when `data` is in shared memory), the calling thread takes chunks too, so extra memory stays a few chunks whatever the
  * tensor size, and a core that is busy with something else simply takes fewer chunks.
@@ -183,7 +193,7 @@ export async function quantizeParallel(
   opts: { threads?: number; /** elements per chunk handed out (tests use small ones) */ chunkElements?: number } = {},
 ): Promise<Uint8Array> {
   const rows = checkRows(type, data.length, rowLength);
-  const threads = Math.max(1, Math.min(opts.threads ?? (SINGLE_THREAD_TYPES.has(type) ? 1 : os.availableParallelism()), rows));
+  const threads = Math.max(1, Math.min(opts.threads ?? defaultQuantThreads(type), rows));
   // F32 is a copy: handing it to a worker would cost more than doing it
   if (threads < 2 || data.length < MIN_PARALLEL_ELEMENTS || type === 'F32') return quantize(type, data, rowLength);
   const script = resolveWorkerScript();

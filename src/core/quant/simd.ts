@@ -12,7 +12,7 @@
  * Every kernel reports an Inf or NaN input (exponent all ones) through its return value; what it
  * wrote is then unspecified (the f32 quantizers' callers then take the JS path, which follows C).
  * Arrays in the module's own (shared) memory, the arena, are used in place; others are copied
- * through a scratch area. The module is assembled here byte by byte, like kwasm.ts.
+ * through the scratch area of a second instance on a private memory. The module is assembled here byte by byte, like kwasm.ts.
  */
 import { F32, I32, section, str, uleb, V128, vec } from '../util/wasm-asm.js';
 import {
@@ -151,20 +151,21 @@ function h2fBody(): number[] {
 
 /**
  * The bits of max |x| over the 32 floats at local `p` (finite non-negative floats order like their
- * bits, so an integer max is exact), left as an i32; `bad` (v128) collects lanes holding Inf or NaN.
- * Uses v128 locals `x` and `m`.
+ * bits, so an integer max is exact), left as an i32, and stored in i32 local `a`; v128 local `bad`
+ * gets all ones when a lane held Inf or NaN (the max then is >= 0x7f800000: Inf's bits, or a NaN's).
+ * Uses v128 local `m`; `abs` holds 0x7fffffff in every lane.
  */
-function absMaxBits(p: number, x: number, m: number, bad: number): number[] {
+function absMaxBits(p: number, abs: number, m: number, a: number, bad: number): number[] {
   return [
-    ...vZero, ...set(m),
-    ...[0, 16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
-      ...get(p), ...vload(off), ...i32c(0x7fffffff), ...iSplat, ...vAnd, ...tee(x),
-      ...get(m), ...iMaxS, ...set(m),
-      ...get(bad), ...get(x), ...i32c(0x7f800000), ...iSplat, ...iGeS, ...vOr, ...set(bad),
+    ...get(p), ...vload(0), ...get(abs), ...vAnd, ...set(m),
+    ...[16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
+      ...get(p), ...vload(off), ...get(abs), ...vAnd, ...get(m), ...iMaxS, ...set(m),
     ]),
     ...shuffleSelf(m, [8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]), ...get(m), ...iMaxS, ...set(m),
     ...shuffleSelf(m, [4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]), ...get(m), ...iMaxS,
-    ...simd(0x1b, 0), // i32x4.extract_lane 0
+    ...simd(0x1b, 0), ...set(a), // i32x4.extract_lane 0
+    ...get(bad), ...get(a), ...i32c(0x7f800000), ...[0x4f], ...iSplat, ...vOr, ...set(bad), // i32.ge_u: 0 or 1
+    ...get(a),
   ];
 }
 
@@ -193,6 +194,11 @@ const fPmin = simd(0xea);
 const fPmax = simd(0xeb);
 const iGtS = simd(0x3b);
 const hNarrowU = simd(0x86); // i16x8.narrow_i32x4_u
+const bNarrowU = simd(0x66); // i8x16.narrow_i16x8_u
+const f32Mul = [0x94];
+const f32Le = [0x5f];
+/** The block type of an if/else that leaves nothing. */
+const EMPTY = 0x40;
 const i32x4 = (v: number) => [...i32c(v), ...iSplat];
 
 /**
@@ -249,6 +255,7 @@ function q8fBody(): number[] {
   const [M, ID, BAD, T, PROD, S, X] = [8, 9, 10, 11, 12, 13, 14];
   const [D] = [15]; // f32
   const Q0 = 16; // 4 v128: the codes of vector pairs, as i16x8
+  const ABS = 20;
   const select = [0x1b];
   /** roundf(|x| * id) with x's sign, for the 4 floats at P + off, as i32x4 (0 where not finite). */
   const code = (off: number) => [
@@ -259,10 +266,11 @@ function q8fBody(): number[] {
     ...get(X), ...i32c(31), ...iShrS, ...tee(S), ...vXor, ...get(S), ...iSub,
   ];
   const body = [
+    ...i32x4(0x7fffffff), ...set(ABS),
     ...loop([
       ...get(B), ...i32c(128), ...i32Mul, ...get(SRC), ...i32Add, ...set(P),
       ...get(B), ...i32c(34), ...i32Mul, ...get(DST), ...i32Add, ...set(Q),
-      ...absMaxBits(P, X, M, BAD),
+      ...absMaxBits(P, ABS, M, A, BAD),
       ...[0xbe], // f32.reinterpret_i32
       ...f32c(127), ...[0x95], ...set(D), // d = amax / 127
       // id = d ? 1 / d : 0
@@ -276,7 +284,7 @@ function q8fBody(): number[] {
     ]),
     ...get(BAD), ...vAnyTrue,
   ];
-  return [...locals([[5, I32], [7, V128], [1, F32], [4, V128]]), ...body, 0x0b];
+  return [...locals([[5, I32], [7, V128], [1, F32], [5, V128]]), ...body, 0x0b];
 }
 
 /** The four other 32-value block types: where their fields sit and how codes are made. */
@@ -303,8 +311,10 @@ function legacyBody(type: LegacyType): number[] {
   const t = LEGACY[type];
   const offsetType = t.m >= 0;
   const [SRC, DST, NB, B, P, Q, A, MASK] = [0, 1, 2, 3, 4, 5, 6, 7];
-  const [M, ID, BAD, X, LO, HI, BIAS] = [8, 9, 10, 11, 12, 13, 14];
-  const [D, MAX, MIN] = [15, 16, 17]; // f32
+  const [M, ID, BAD, X, LO, HI, BIAS, MINV, CAP, MAGIC, ABS, C16, ABOVE] = [8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20];
+  const [D, MAX, MIN, IDS] = [21, 22, 23, 24]; // f32
+  /** Q4_1 checks for Inf and NaN along its codes (fast path) or in slowCodes, Q5_1 here; the _0 types by amax's bits. */
+  const fast = t.qh < 0;
   const select = [0x1b];
   const i32Ctz = [0x68];
   const [f32Sub, f32Div, f32Ne, f32Eq] = [[0x93], [0x95], [0x5c], [0x5b]];
@@ -323,6 +333,45 @@ function legacyBody(type: LegacyType): number[] {
   const codes16 = (off: number) => [
     ...code(off), ...code(off + 16), ...hNarrowS, ...code(off + 32), ...code(off + 48), ...hNarrowS, ...bNarrowS,
   ];
+  /**
+   * The fast path of the 4-bit types, for a block whose every v = x·id + bias (or (x - min)·id + 0.5)
+   * is known to lie in [0, 17): (int8_t)v is then trunc(v), so a code is MIN(15, trunc(v)) as a
+   * float, and the packed byte code(x[j]) + 16·code(x[j + 16]) is exact in f32 (<= 255); adding 2^23
+   * leaves it in the low mantissa bits.
+   */
+  const codeFast = (off: number) => [
+    ...get(P), ...vload(off), ...(offsetType ? [...get(MINV), ...fSub] : []),
+    ...get(ID), ...fMul, ...get(BIAS), ...fAdd, ...fTrunc, ...get(CAP), ...fPmin,
+  ];
+  const byteFast = (k: number) => [
+    ...codeFast(64 + 16 * k), ...get(C16), ...fMul, ...codeFast(16 * k), ...fAdd,
+    ...get(MAGIC), ...fAdd, ...get(MAGIC), ...iSub, ...set(k === 0 ? LO : k === 1 ? HI : k === 2 ? X : M),
+  ];
+  /**
+   * The 16 packed bytes; an Inf or NaN input the min/max missed (pseudo-min/max pass NaNs by)
+   * makes its byte NaN, whose bits minus 2^23's are far above 255: that marks the block bad.
+   */
+  const packedFast = [
+    ...[0, 1, 2, 3].flatMap(byteFast),
+    ...(offsetType
+      ? [...get(LO), ...get(HI), ...vOr, ...get(X), ...vOr, ...get(M), ...vOr, ...get(ABOVE), ...vAnd, ...get(BAD), ...vOr, ...set(BAD)]
+      : []),
+    ...get(Q), ...get(LO), ...get(HI), ...hNarrowU, ...get(X), ...get(M), ...hNarrowU, ...bNarrowU, ...vstore(t.qs),
+  ];
+  /** BAD gets all ones in lanes where x - x is NaN (x is Inf or NaN). */
+  const finiteCheck = [
+    ...get(P), ...vload(0), ...tee(X), ...get(X), ...fSub, ...set(M),
+    ...[16, 32, 48, 64, 80, 96, 112].flatMap((off) => [...get(P), ...vload(off), ...tee(X), ...get(X), ...fSub, ...get(M), ...fAdd, ...set(M)]),
+    ...get(M), ...get(M), ...fNe, ...get(BAD), ...vOr, ...set(BAD),
+  ];
+  /**
+   * Whether the block may take the fast path: every |x·id| (or (x - min)·id) is at most
+   * fl(amax·|id|) (or fl((max - min)·id)), as rounding is monotonic, so that bound (false when NaN)
+   * keeps v in [0, 17).
+   */
+  const fastOk = offsetType
+    ? [...get(MAX), ...get(MIN), ...f32Sub, ...get(IDS), ...f32Mul, ...f32c(16), ...f32Le]
+    : [...get(MAX), ...get(IDS), ...f32Mul, ...[0x8b], ...f32c(8.25), ...f32Le]; // f32.abs
   /** The first x equal to the f32 in `local` (as a float: +0 == -0), loaded into it. */
   const firstEqual = (local: number, eq: (k: number) => number[]) => [
     ...i32c(0), ...set(MASK),
@@ -341,36 +390,41 @@ function legacyBody(type: LegacyType): number[] {
   const scales = offsetType
     ? [
       // min and max in one pass over the block (LO and HI are free until the codes), with the
-      // pseudo-min/max (b < a ? b : a: one instruction each). The finite check: M sums x - x, which
-      // is 0 for finite x and NaN for Inf or NaN.
-      ...get(P), ...vload(0), ...tee(LO), ...tee(HI), ...get(HI), ...fSub, ...set(M),
+      // pseudo-min/max (b < a ? b : a: one instruction each)
+      ...get(P), ...vload(0), ...tee(LO), ...set(HI),
       ...[16, 32, 48, 64, 80, 96, 112].flatMap((off) => [
-        ...get(P), ...vload(off), ...tee(X), ...get(X), ...fSub, ...get(M), ...fAdd, ...set(M),
+        ...get(P), ...vload(off), ...set(X),
         ...get(LO), ...get(X), ...fPmin, ...set(LO),
         ...get(HI), ...get(X), ...fPmax, ...set(HI),
       ]),
-      ...get(M), ...get(M), ...fNe, ...get(BAD), ...vOr, ...set(BAD),
+      ...(fast ? [] : finiteCheck),
       ...reduce(0xea, LO, MIN), ...reduce(0xeb, HI, MAX),
       ...get(MAX), ...get(MIN), ...f32Sub, ...f32c(t.nmax), ...f32Div, ...set(D),
     ]
     : [
-      ...absMaxBits(P, X, M, BAD), ...tee(A), ...iSplat, ...set(M),
+      ...absMaxBits(P, ABS, M, A, BAD), ...iSplat, ...set(M),
       // max = the first x reaching amax, or +0 when the block is all zeros
       ...firstEqual(MAX, (k) => [...get(P), ...vload(16 * k), ...i32c(0x7fffffff), ...iSplat, ...vAnd, ...get(M), ...iEq]),
       ...get(MAX), ...f32c(0), ...get(A), ...select, ...set(MAX),
       ...get(MAX), ...f32c(-(t.nmax + 1) / 2), ...f32Div, ...set(D),
     ];
+  const slowCodes = [
+    ...(fast && offsetType ? finiteCheck : []),
+    ...codes16(0), ...set(LO), ...codes16(64), ...set(HI),
+    ...get(Q), ...get(LO), ...(t.qh >= 0 ? [...i32c(0x0f), ...bSplat, ...vAnd] : []), ...get(HI), ...i32c(4), ...bShl, ...vOr, ...vstore(t.qs),
+  ];
   const body = [
     ...f32x4(offsetType ? 0.5 : (t.nmax + 1) / 2 + 0.5), ...set(BIAS),
+    ...f32x4(t.nmax), ...set(CAP), ...f32x4(2 ** 23), ...set(MAGIC), ...i32x4(0x7fffffff), ...set(ABS),
+    ...f32x4(16), ...set(C16), ...i32x4(~0xff), ...set(ABOVE),
     ...loop([
       ...get(B), ...i32c(128), ...i32Mul, ...get(SRC), ...i32Add, ...set(P),
       ...get(B), ...i32c(t.bytes), ...i32Mul, ...get(DST), ...i32Add, ...set(Q),
       ...scales,
-      ...f32c(1), ...get(D), ...f32Div, ...f32c(0), ...get(D), ...f32c(0), ...f32Ne, ...select, ...fSplat, ...set(ID),
+      ...f32c(1), ...get(D), ...f32Div, ...f32c(0), ...get(D), ...f32c(0), ...f32Ne, ...select, ...tee(IDS), ...fSplat, ...set(ID),
       ...get(Q), ...f16Of(D, A), ...[0x3b, 0, 0], // d (i32.store16, unaligned)
-      ...(offsetType ? [...get(Q), ...f16Of(MIN, A), ...[0x3b, 0, t.m]] : []), // m
-      ...codes16(0), ...set(LO), ...codes16(64), ...set(HI),
-      ...get(Q), ...get(LO), ...(t.qh >= 0 ? [...i32c(0x0f), ...bSplat, ...vAnd] : []), ...get(HI), ...i32c(4), ...bShl, ...vOr, ...vstore(t.qs),
+      ...(offsetType ? [...get(Q), ...f16Of(MIN, A), ...[0x3b, 0, t.m], ...get(MIN), ...fSplat, ...set(MINV)] : []), // m
+      ...(fast ? [...fastOk, ...ifElse(EMPTY, packedFast, slowCodes)] : slowCodes),
       ...(t.qh >= 0
         ? [
           ...get(Q),
@@ -383,7 +437,7 @@ function legacyBody(type: LegacyType): number[] {
     ]),
     ...get(BAD), ...vAnyTrue,
   ];
-  return [...locals([[5, I32], [7, V128], [3, F32]]), ...body, 0x0b];
+  return [...locals([[5, I32], [13, V128], [4, F32]]), ...body, 0x0b];
 }
 
 /**
@@ -431,12 +485,11 @@ function q8Body(): number[] {
   return [...locals([[5, I32], [17, V128]]), ...body, 0x0b];
 }
 
-function moduleBytes(): Uint8Array<ArrayBuffer> {
+/** The module for a memory of `pages`, shared or not (the flags of its memory import must match). */
+function moduleBytes(shared: boolean, pages: number): Uint8Array<ArrayBuffer> {
   const type = [0x60, ...vec([[I32], [I32], [I32]]), ...vec([[I32]])];
   const types = section(1, vec([type]));
-  // The memory is imported and shared, so its buffer is a SharedArrayBuffer: arena buffers can be
-  // handed to a hashing worker without a copy.
-  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x03, ...uleb(PAGES), ...uleb(PAGES)]]));
+  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, shared ? 0x03 : 0x01, ...uleb(pages), ...uleb(pages)]]));
   const bodies = {
     f16: f16Body(), q8: q8Body(), f32: f32Body(), h2f: h2fBody(), h2h: h2hBody(), q8f: q8fBody(),
     Q4_0: legacyBody('Q4_0'), Q5_0: legacyBody('Q5_0'), Q4_1: legacyBody('Q4_1'), Q5_1: legacyBody('Q5_1'),
@@ -497,23 +550,33 @@ export function instantiateSimdKernels(tables: () => Q8Tables): SimdKernels | nu
   if (KERNELS !== undefined) return KERNELS;
   KERNELS = null;
   try {
-    const bytes = moduleBytes();
-    if (typeof WebAssembly !== 'object' || !WebAssembly.validate(bytes)) return null;
-    const memory = new WebAssembly.Memory({ initial: PAGES, maximum: PAGES, shared: true });
-    const ex = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { memory } }).exports;
-    const buf = memory.buffer;
+    const sharedBytes = moduleBytes(true, PAGES);
+    if (typeof WebAssembly !== 'object' || !WebAssembly.validate(sharedBytes)) return null;
     const { d, id } = tables();
-    new Uint16Array(buf, D_TAB, 0x8000).set(d);
-    new Float32Array(buf, ID_TAB, 0x8000).set(id);
-    const scratchIn = new Uint8Array(buf, IN, SLICE * 2);
-    const scratchOut = new Uint8Array(buf, OUT, SLICE * 2);
+    const instance = (shared: boolean, pages: number) => {
+      const memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared });
+      const bytes = shared ? sharedBytes : moduleBytes(false, pages);
+      const ex = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { memory } }).exports;
+      new Uint16Array(memory.buffer, D_TAB, 0x8000).set(d);
+      new Float32Array(memory.buffer, ID_TAB, 0x8000).set(id);
+      return { ex: ex as Record<string, Kernel>, buf: memory.buffer };
+    };
+    // Two instances of the module: one on a shared memory holding the arena (whose buffers can be
+    // handed to a hashing worker without a copy), and one on a small private memory for inputs
+    // copied through its scratch area (copies into a SharedArrayBuffer run at half memcpy's speed).
+    const arena = instance(true, PAGES);
+    const local = instance(false, ARENA / 0x10000);
+    const buf = arena.buf;
+    const scratchIn = new Uint8Array(local.buf, IN, SLICE * 2);
+    const scratchOut = new Uint8Array(local.buf, OUT, SLICE * 2);
     const bytesOf = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
     /**
-     * Runs `kernel` over `n` items (inBytes / outBytes each): in place when both arrays live in the
-     * arena, else copied through the scratch area a slice at a time.
+     * Runs kernel `name` over `n` items (inBytes / outBytes each): in place when both arrays live in the
+     * arena, else copied through the private instance's scratch area a slice at a time.
      */
-    const run = (kernel: Kernel, src: ArrayBufferView, dst: ArrayBufferView, n: number, inBytes: number, outBytes: number): number => {
-      if (src.buffer === buf && dst.buffer === buf) return kernel(src.byteOffset, dst.byteOffset, n);
+    const run = (name: string, src: ArrayBufferView, dst: ArrayBufferView, n: number, inBytes: number, outBytes: number): number => {
+      if (src.buffer === buf && dst.buffer === buf) return arena.ex[name](src.byteOffset, dst.byteOffset, n);
+      const kernel = local.ex[name];
       const from = bytesOf(src);
       const to = bytesOf(dst);
       const per = (SLICE * 2) / Math.max(inBytes, outBytes);
@@ -527,33 +590,27 @@ export function instantiateSimdKernels(tables: () => Q8Tables): SimdKernels | nu
       return bad;
     };
     /** A kernel over vectors of 8 values (`outSize` bytes each out): whole vectors, then the tail padded. */
-    const vectors = (kernel: Kernel, src: Uint16Array, dst: Uint16Array | Float32Array, outSize: number): boolean => {
+    const vectors = (name: string, src: Uint16Array, dst: Uint16Array | Float32Array, outSize: number): boolean => {
       const whole = src.length & ~7;
-      let bad = whole ? run(kernel, src.subarray(0, whole), dst.subarray(0, whole), whole >>> 3, 16, 8 * outSize) : 0;
+      let bad = whole ? run(name, src.subarray(0, whole), dst.subarray(0, whole), whole >>> 3, 16, 8 * outSize) : 0;
       if (whole < src.length) {
         scratchIn.fill(0, 0, 16);
         scratchIn.set(bytesOf(src.subarray(whole)));
-        bad |= kernel(IN, OUT, 1);
+        bad |= local.ex[name](IN, OUT, 1);
         bytesOf(dst).set(scratchOut.subarray(0, (src.length - whole) * outSize), whole * outSize);
       }
       return bad === 0;
     };
     let arenaHeld = false;
-    const f16 = ex.f16 as Kernel;
-    const q8 = ex.q8 as Kernel;
-    const f32 = ex.f32 as Kernel;
-    const h2f = ex.h2f as Kernel;
-    const h2h = ex.h2h as Kernel;
-    const q8f = ex.q8f as Kernel;
     KERNELS = {
-      toF16: (src, dst) => vectors(f16, src, dst, 2),
-      toQ8_0: (src, y) => run(q8, src, y, src.length >>> 5, 64, 34) === 0,
-      toF32: (src, dst) => vectors(f32, src, dst, 4),
-      f16ToF32: (src, dst) => vectors(h2f, src, dst, 4),
-      copyF16: (src, dst) => vectors(h2h, src, dst, 2),
-      f32ToQ8_0: (src, y) => run(q8f, src, y, src.length >>> 5, 128, 34) === 0,
-      f32ToLegacy: (type, src, y) => run(ex[type] as Kernel, src, y, src.length >>> 5, 128, LEGACY[type].bytes) === 0,
-      f32ToHalf: (type, src, y) => void run(ex[type] as Kernel, src, y, src.length >>> 3, 32, 16),
+      toF16: (src, dst) => vectors('f16', src, dst, 2),
+      toQ8_0: (src, y) => run('q8', src, y, src.length >>> 5, 64, 34) === 0,
+      toF32: (src, dst) => vectors('f32', src, dst, 4),
+      f16ToF32: (src, dst) => vectors('h2f', src, dst, 4),
+      copyF16: (src, dst) => vectors('h2h', src, dst, 2),
+      f32ToQ8_0: (src, y) => run('q8f', src, y, src.length >>> 5, 128, 34) === 0,
+      f32ToLegacy: (type, src, y) => run(type, src, y, src.length >>> 5, 128, LEGACY[type].bytes) === 0,
+      f32ToHalf: (type, src, y) => void run(type, src, y, src.length >>> 3, 32, 16),
       acquireArena() {
         if (arenaHeld) return null;
         arenaHeld = true;
