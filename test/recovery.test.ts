@@ -38,7 +38,7 @@ const ROOT = path.resolve(__dirname, '..');
 
 const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435];
 /** Short training: enough to move every level a long way, small enough for the suite. */
-const RECOVER = { importance: 'activation', levels: '0.5,1', recoverSteps: '30', recoverData: '32', recoverBatch: '4' };
+const RECOVER = { importance: 'activation', levels: '0.5,1', recoverSteps: '30', recoverData: '32', recoverBatch: '4', recoverLr: '1e-2' };
 let tmp: string;
 let cache: string;
 let src: Checkpoint;
