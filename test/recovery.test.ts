@@ -168,7 +168,7 @@ describe('recovery in the reorder pass', () => {
     const c = record.calibration;
     const calib = await calibrationSet(src, { source: c.source, count: c.count, length: c.length, seed: c.seed, heldOut: c.heldOut }, { cacheDir: cache });
     const run = model.level('0.5');
-    expect(run.adapters?.size).toBe(35);
+    expect(run.adapters?.size).toBe(10); // o and down of five layers
     const withAdapters = runtimePpl(model, calib.heldOut, { widths: run.widths, adapters: run.adapters });
     const without = runtimePpl(model, calib.heldOut, { widths: run.widths });
     expect(Math.abs(withAdapters / run.level.heldOutPpl! - 1)).toBeLessThan(1e-3);
@@ -267,9 +267,9 @@ describe('determinism', () => {
     const [a, b] = await Promise.all([fsp.readFile(path.join(cli, 'weights.bin')), fsp.readFile(path.join(lib, 'weights.bin'))]);
     expect(a.equals(b)).toBe(true);
     const ma = JSON.parse(await fsp.readFile(path.join(cli, 'llmc-manifest.json'), 'utf8'));
-    expect(ma.targetInfo.adapters.L0.tensors).toHaveLength(35); // two levels were recovered
+    expect(ma.targetInfo.adapters.L0.tensors).toHaveLength(10); // two levels were recovered
     expect(Object.keys(ma.targetInfo.adapters)).toEqual(['L0', 'L1']);
-  }, 120_000);
+  }, 240_000); // a CLI compile and an in-process one, on a shared 2-core machine
 });
 
 describe('records and options', () => {
