@@ -150,7 +150,7 @@ describe('llmc compile --dry-run', () => {
 
   it('ts after reorder with recovery: the adapters are in the dry run as the real compile writes them, a group of their own', async () => {
     const out = path.join(tmp, 'dry-adapters');
-    const args = ['compile', STORIES, '-t', 'ts', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.recoverSteps=2', '--opt', 'reorder.recoverData=8', '--cache-dir', path.join(tmp, 'dry-adapters-cache'), '-o', out, '--json'];
+    const args = ['compile', STORIES, '-t', 'ts', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.recoverSteps=4', '--opt', 'reorder.recoverData=16', '--opt', 'reorder.recoverBatch=4', '--opt', 'reorder.recoverLr=1e-2', '--cache-dir', path.join(tmp, 'dry-adapters-cache'), '-o', out, '--json'];
     const dry = await llmcInProcess(...args, '--dry-run');
     expect(dry.code, dry.stderr).toBe(0);
     const real = await llmcInProcess(...args);

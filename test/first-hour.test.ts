@@ -171,7 +171,7 @@ describe('4. help from the registries, with examples that run', () => {
       }
     }
     expect(ran).toBeGreaterThanOrEqual(6);
-  }, 240_000); // the reorder examples train a LoRA per level (recovery)
+  }, 360_000); // the reorder examples train a LoRA per level (recovery: 80 steps of 16 sequences each)
 });
 
 describe('5. one error style', () => {

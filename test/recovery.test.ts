@@ -38,7 +38,7 @@ const ROOT = path.resolve(__dirname, '..');
 
 const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435];
 /** Short training: enough to move every level a long way, small enough for the suite. */
-const RECOVER = { importance: 'activation', levels: '0.5,1', recoverSteps: '30', recoverData: '32', recoverBatch: '4' };
+const RECOVER = { importance: 'activation', levels: '0.5,1', recoverSteps: '30', recoverData: '32', recoverBatch: '4', recoverLr: '1e-2' };
 let tmp: string;
 let cache: string;
 let src: Checkpoint;
@@ -126,14 +126,14 @@ describe('recovery in the reorder pass', () => {
   it('records each level before and after; recovery lowers perplexity and raises agreement', () => {
     expect(record.format).toBe('elastic-prefix/2');
     expect(record.recovery).toMatchObject({ method: 'lora', rank: 8, alpha: 16, steps: 30, batch: 4 });
-    expect(record.recovery!.targets).toEqual(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']);
+    expect(record.recovery!.targets).toEqual(['o_proj', 'down_proj']);
     const [half, full] = record.levels;
     expect(full.unrecovered).toBeUndefined();
     expect(full.heldOutPpl).toBeCloseTo(record.heldOutPpl!, 6);
     expect(half.unrecovered!.heldOutPpl).toBeGreaterThan(1000); // the reordering alone
     expect(half.heldOutPpl!).toBeLessThan(half.unrecovered!.heldOutPpl / 4);
     expect(half.heldOutPpl!).toBeLessThan(src.spec.vocabSize);
-    expect(half.adapters).toMatchObject({ rank: 8, tensors: 70 });
+    expect(half.adapters).toMatchObject({ rank: 8, tensors: 20 });
   });
 
   it('trains on data disjoint from the held-out set (self-generated and text)', async () => {
@@ -168,7 +168,7 @@ describe('recovery in the reorder pass', () => {
     const c = record.calibration;
     const calib = await calibrationSet(src, { source: c.source, count: c.count, length: c.length, seed: c.seed, heldOut: c.heldOut }, { cacheDir: cache });
     const run = model.level('0.5');
-    expect(run.adapters?.size).toBe(35);
+    expect(run.adapters?.size).toBe(10); // o and down of five layers
     const withAdapters = runtimePpl(model, calib.heldOut, { widths: run.widths, adapters: run.adapters });
     const without = runtimePpl(model, calib.heldOut, { widths: run.widths });
     expect(Math.abs(withAdapters / run.level.heldOutPpl! - 1)).toBeLessThan(1e-3);
@@ -212,17 +212,17 @@ describe('recovery in the reorder pass', () => {
     expect(m.files.some((f) => f.path.startsWith('adapters/L1/'))).toBe(false); // the full level has none
     const config = JSON.parse(await fsp.readFile(path.join(out, 'adapters', lv.id, 'adapter_config.json'), 'utf8'));
     expect(config).toMatchObject({ peft_type: 'LORA', task_type: 'CAUSAL_LM', r: 8, lora_alpha: 16, bias: 'none', fan_in_fan_out: false, use_rslora: false });
-    expect(config.target_modules).toEqual(['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']);
+    expect(config.target_modules).toEqual(['o_proj', 'down_proj']);
     const file = path.join(out, 'adapters', lv.id, 'adapter_model.safetensors');
     const st = await SafetensorsFile.open(file);
     const adapter = new Map<string, Float32Array>();
     for (const [name, info] of st.tensors) adapter.set(name, toF32(await st.readRaw(info), info.dtype, name));
     await st.close();
     // PeftModel.save_pretrained's keys for LlamaForCausalLM (docs/source/developer_guides/checkpoint.md).
-    expect(st.tensors.get('base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight')).toMatchObject({ dtype: 'F32', shape: [8, 64] });
-    expect(st.tensors.get('base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight')).toMatchObject({ dtype: 'F32', shape: [64, 8] });
+    expect(st.tensors.get('base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight')).toMatchObject({ dtype: 'F32', shape: [8, 64] });
+    expect(st.tensors.get('base_model.model.model.layers.0.self_attn.o_proj.lora_B.weight')).toMatchObject({ dtype: 'F32', shape: [64, 8] });
     expect(st.tensors.get('base_model.model.model.layers.4.mlp.down_proj.lora_A.weight')).toMatchObject({ shape: [8, 172] });
-    expect(st.tensors.size).toBe(70);
+    expect(st.tensors.size).toBe(20);
     expect(st.metadata).toEqual({ format: 'pt' });
     // Functional: the checkpoint + this adapter (merged) with the level's units masked = the TS runtime's level.
     const hf = await openCheckpoint(out);
@@ -267,9 +267,9 @@ describe('determinism', () => {
     const [a, b] = await Promise.all([fsp.readFile(path.join(cli, 'weights.bin')), fsp.readFile(path.join(lib, 'weights.bin'))]);
     expect(a.equals(b)).toBe(true);
     const ma = JSON.parse(await fsp.readFile(path.join(cli, 'llmc-manifest.json'), 'utf8'));
-    expect(ma.targetInfo.adapters.L0.tensors).toHaveLength(35); // two levels were recovered
+    expect(ma.targetInfo.adapters.L0.tensors).toHaveLength(10); // two levels were recovered
     expect(Object.keys(ma.targetInfo.adapters)).toEqual(['L0', 'L1']);
-  }, 120_000);
+  }, 240_000); // a CLI compile and an in-process one, on a shared 2-core machine
 });
 
 describe('records and options', () => {
@@ -285,6 +285,9 @@ describe('records and options', () => {
   it('recover options: defaults, and bad values are usage errors', () => {
     expect(parseReorderOptions({}).recover).toMatchObject({ rank: 8, alpha: 16, seed: 42 });
     expect(parseReorderOptions({ seed: '7' }).recover!.seed).toBe(7);
+    expect(parseReorderOptions({}).recover!.targets).toEqual(['o', 'down']);
+    expect(parseReorderOptions({ recoverTargets: 'down, q,o' }).recover!.targets).toEqual(['q', 'o', 'down']);
+    expect(() => parseReorderOptions({ recoverTargets: 'q,proj' })).toThrow(/recoverTargets/);
     expect(parseReorderOptions({ recover: 'none' }).recover).toBeNull();
     expect(() => parseReorderOptions({ recover: 'full' })).toThrow(/lora or none/);
     expect(() => parseReorderOptions({ recoverRank: '0' })).toThrow(/recoverRank/);

@@ -250,7 +250,7 @@ export async function analyzeReorder(
         recovery = {
           method: 'lora',
           ...settings,
-          targets: [...new Set(adapterTargets(permuted).map((t) => t.weight.split('.').slice(-2, -1)[0]))],
+          targets: [...new Set(adapterTargets(permuted, settings.targets).map((t) => t.weight.split('.').slice(-2, -1)[0]))],
           data: { source: calib.spec.source, count: data.seqs.length, length: calib.spec.length, profile: data.key },
         };
       }

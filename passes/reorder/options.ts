@@ -2,6 +2,10 @@
 import { UsageError } from '../../src/core/errors.js';
 import type { OptionSchema, OptionSpec } from '../../src/core/pipeline/options.js';
 
+/** A layer's linears by role (recovery adapters): attention q/k/v/o, the MLP's gate/up/down. */
+export const PROJECTIONS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
+export type Projection = (typeof PROJECTIONS)[number];
+
 /** Unit importance sources. */
 export const PROVIDERS = ['taylor', 'activation', 'magnitude'] as const;
 export type ProviderName = (typeof PROVIDERS)[number];
@@ -45,9 +49,11 @@ export interface RecoverOptions {
   ce: number;
   /** Levels trained at once on worker threads; null: the cores, at most 4. Does not change the result. */
   threads: number | null;
+  /** The projections that get adapters. */
+  targets: readonly Projection[];
 }
 
-export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1e-2, data: 256, batch: 4, ce: 0 } as const;
+export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 2e-2, data: 1024, batch: 16, ce: 0, targets: ['o', 'down'] as readonly Projection[] } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
@@ -70,6 +76,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverData', help: 'training sequences of calibLength tokens (self-generated, or text windows; never held-out ones)', default: String(RECOVER_DEFAULTS.data) },
   { key: 'recoverBatch', help: 'sequences per training step', default: String(RECOVER_DEFAULTS.batch) },
   { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (results do not depend on it)', default: 'the cores, at most 4' },
+  { key: 'recoverTargets', help: `projections that get adapters, a list of ${PROJECTIONS.join(', ')}`, default: RECOVER_DEFAULTS.targets.join(',') },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
 ];
 
@@ -138,6 +145,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
           batch: raw.recoverBatch !== undefined ? int('recoverBatch', raw.recoverBatch, 1) : d.batch,
           ce: num('recoverCe', raw.recoverCe, d.ce, 0),
           threads: raw.recoverThreads !== undefined ? int('recoverThreads', raw.recoverThreads, 1) : null,
+          targets: raw.recoverTargets !== undefined ? projections(raw.recoverTargets) : d.targets,
         };
   const sizeBy = raw.sizeBy ?? 'total';
   if (sizeBy !== 'total' && sizeBy !== 'blocks') throw new UsageError(`reorder.sizeBy must be total or blocks, got "${sizeBy}"`);
@@ -164,4 +172,12 @@ export function checkUniformAnchors(o: ReorderOptions, target: string): void {
   if (Array.isArray(o.anchors) ? o.anchors.length > 0 : o.anchors !== 'default' && o.anchors > 0) {
     throw new UsageError(`--target ${target} needs one width for all layers: reorder.anchors must be 0`);
   }
+}
+
+/** `reorder.recoverTargets`: a comma list of projections, each once, kept in the model's order. */
+function projections(v: string): Projection[] {
+  const want = v.split(',').map((x) => x.trim()).filter(Boolean);
+  const bad = want.find((x) => !(PROJECTIONS as readonly string[]).includes(x));
+  if (bad !== undefined || !want.length) throw new UsageError(`reorder.recoverTargets must list projections of ${PROJECTIONS.join(', ')}, got "${v}"`);
+  return PROJECTIONS.filter((p) => want.includes(p));
 }

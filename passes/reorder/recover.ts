@@ -24,6 +24,7 @@ import { cachedProfile, cacheHandle, loadProfile, saveProfile, type ProfileCache
 import { sliceSource } from '../../src/core/pipeline/elastic.js';
 import type { LevelLayer } from '../../src/core/records/elastic.js';
 import { tf } from '../../src/exec/autodiff/tf.js';
+import { PROJECTIONS, type Projection } from './options.js';
 
 export interface RecoverSettings {
   rank: number;
@@ -36,6 +37,8 @@ export interface RecoverSettings {
   batch: number;
   /** Weight of the next-token cross-entropy beside the KL term. */
   ce: number;
+  /** The projections that get adapters. */
+  targets: readonly Projection[];
 }
 
 /** One linear's adapter at the level's shapes: A [rank, in], B [out, rank], row-major. */
@@ -48,17 +51,19 @@ export interface Adapter {
 }
 
 /**
- * The linears that get adapters: attention q/k/v/o of every layer and the dense MLPs' gate/up/down
- * (as ELMS: all seven projections, anchors included), at the shapes `source` has (a level's slice).
+ * The linears that get adapters: the `projections` of every layer (ELMS: all seven; anchors included),
+ * attention q/k/v/o and the dense MLPs' gate/up/down, at the shapes `source` has (a level's slice).
  * MoE experts get none (the paper has no MoE; their runtime path is the moe op, not a linear).
  */
-export function adapterTargets(source: ModelSource): { weight: string; inFeatures: number; outFeatures: number }[] {
+export function adapterTargets(source: ModelSource, projections: readonly Projection[] = PROJECTIONS): { weight: string; inFeatures: number; outFeatures: number }[] {
   const spec = source.spec;
   const names: string[] = [];
+  const attn = (['q', 'k', 'v', 'o'] as const).filter((p) => projections.includes(p));
+  const mlp = (['gate', 'up', 'down'] as const).filter((p) => projections.includes(p));
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
-    names.push(n.q, n.k, n.v, n.o);
-    if (!isMoeLayer(spec, l)) for (const m of mlpsOf(spec, l)) names.push(m.gate, m.up, m.down);
+    for (const p of attn) names.push(n[p]);
+    if (!isMoeLayer(spec, l)) for (const m of mlpsOf(spec, l)) for (const p of mlp) names.push(m[p]);
   }
   return names.map((weight) => {
     const shape = source.meta(weight)?.shape;
@@ -215,7 +220,7 @@ class Adam {
 /**
  * Train one level's adapters on `student`, the level's sub-model (a slice of the reordered weights),
  * against `teacher` (whose batches are `train`, then `validation`). The validation loss is taken at
- * the start, every quarter of the steps and at the end; the best point's adapters are kept, none
+ * the start, every eighth of the steps and at the end; the best point's adapters are kept, none
  * when no point beats the start (the level ships as it is). Deterministic for a seed (the init and
  * the batch order; tfjs's kernels are). Adapters train transposed (at = Aᵀ [in, r], bt = Bᵀ [r, out]).
  */
@@ -229,7 +234,7 @@ export async function trainLevel(
 ): Promise<{ adapters: Adapter[] | null; validation: { step: number; loss: number }[]; bestStep: number }> {
   const rng = new Rng(levelSeed);
   const scale = s.alpha / s.rank;
-  const targets = adapterTargets(student.source);
+  const targets = adapterTargets(student.source, s.targets);
   // A ~ U(-1/√in, 1/√in) (PEFT's kaiming_uniform(a=√5)), B = 0: training starts from the level as it is.
   const params: Float32Array[] = [];
   for (const t of targets) {
@@ -259,7 +264,7 @@ export async function trainLevel(
     if (loss < best.loss) best = { step, loss, params: step === 0 ? null : params.map((p) => p.slice()) };
   };
   await checkpoint(0);
-  const every = Math.max(1, Math.round(s.steps / 4));
+  const every = Math.max(1, Math.round(s.steps / 8));
   const adam = new Adam(params);
   for (let step = 0; step < s.steps; step++) {
     const bi = step % split.train;
@@ -472,7 +477,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
         continue;
       }
       const sliced = sliceSource(req.model, lv.layers, 'level');
-      const adapters = adapterTargets(sliced).map((t) => ({ ...t, a: Float32Array.from(p.arrays[`a:${t.weight}`]), b: Float32Array.from(p.arrays[`b:${t.weight}`]) }));
+      const adapters = adapterTargets(sliced, s!.targets).map((t) => ({ ...t, a: Float32Array.from(p.arrays[`a:${t.weight}`]), b: Float32Array.from(p.arrays[`b:${t.weight}`]) }));
       out.set(lv.id, { before: meta.before, after: meta.after, adapters, bestStep: meta.bestStep });
     }
     return { full, levels: out };
