@@ -53,7 +53,7 @@ export interface RecoverOptions {
   targets: readonly Projection[];
 }
 
-export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 2e-2, data: 1024, batch: 16, ce: 0, targets: ['o', 'down'] as readonly Projection[] } as const;
+export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1.5e-2, data: 512, batch: 8, ce: 0, targets: ['o', 'down'] as readonly Projection[] } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
