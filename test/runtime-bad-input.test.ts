@@ -5,13 +5,11 @@ import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
 import { LlmcError } from '../src/core/errors.js';
 import { bufferSource } from '../src/exec/runtime/bytes.js';
 import { load } from '../src/exec/runtime/load.js';
 import { loadDir } from '../src/exec/runtime/node.js';
-import { silentProgress } from '../src/core/util/progress.js';
+import { compileTs } from './ts-artifact.js';
 
 const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
 
@@ -23,9 +21,7 @@ let weights: Uint8Array;
 beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-runtime-bad-'));
   dir = path.join(tmp, 'art');
-  const source = await openCheckpoint(STORIES);
-  await compile({ source, target: 'ts', outDir: dir, passes: [], quant: 'Q8_0', progress: silentProgress, note: () => {} });
-  await source.close();
+  await compileTs(STORIES, dir, 'Q8_0');
   manifestText = readFileSync(path.join(dir, 'llmc-manifest.json'), 'utf8');
   weights = new Uint8Array(readFileSync(path.join(dir, 'weights.bin')));
 });

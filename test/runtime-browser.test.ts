@@ -8,9 +8,7 @@ import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
-import { silentProgress } from '../src/core/util/progress.js';
+import { compileTs } from './ts-artifact.js';
 import { browserUnavailable, runInChromium } from '../bench/browser-runtime.js';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -23,12 +21,7 @@ describe('TS runtime in headless Chromium', () => {
   it.skipIf(why !== null)('generates the stories260K reference ids, single-threaded and with the worker pool (cross-origin isolated)', async () => {
     const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-browser-art-'));
     try {
-      const source = await openCheckpoint(STORIES);
-      try {
-        await compile({ source, target: 'ts', outDir: tmp, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
-      } finally {
-        await source.close();
-      }
+      await compileTs(STORIES, tmp);
       const run = { prompt: ref.prompt_ids, maxTokens: ref.greedy_ids.length, steps: 16, rounds: 1 };
       const [one, pooled] = await runInChromium(tmp, [{ ...run, threads: 1 }, { ...run, threads: 2, minWork: 0 }]);
       for (const r of [one, pooled]) {

@@ -9,14 +9,12 @@ import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { compile } from '../src/app/compile/compile.js';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { dequantize, quantize } from '../src/core/quant/quantize.js';
 import { Rng } from '../src/core/util/rng.js';
-import { silentProgress } from '../src/core/util/progress.js';
 import { GEMM_TILE } from '../src/exec/runtime/gemm.js';
 import { matmul, Weight } from '../src/exec/runtime/kernels.js';
 import { loadDir } from '../src/exec/runtime/node.js';
+import { compileTs } from './ts-artifact.js';
 import { WasmArena } from '../src/exec/runtime/wasm.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
@@ -83,12 +81,7 @@ describe('stories260K through a batched prefill', () => {
     const ref = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { prompt_ids: number[]; greedy_ids: number[] };
     const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-gemm-'));
     try {
-      const source = await openCheckpoint(STORIES);
-      try {
-        await compile({ source, target: 'ts', outDir: tmp, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
-      } finally {
-        await source.close();
-      }
+      await compileTs(STORIES, tmp);
       const model = await loadDir(tmp);
       const seq = [...ref.prompt_ids, ...ref.greedy_ids.slice(0, -1)];
       const logits = model.forward(seq);

@@ -8,12 +8,10 @@ import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
 import { loadDir } from '../src/exec/runtime/node.js';
-import { silentProgress } from '../src/core/util/progress.js';
 import { generateFixture } from '../fixtures/generate.js';
 import type { Model } from '../src/exec/runtime/model.js';
+import { compileTs } from './ts-artifact.js';
 import type { WeightTable } from '../src/exec/runtime/interpreter.js';
 
 /** The pool's counts, through a weight's arena (the Model keeps its weight table private). */
@@ -22,15 +20,6 @@ const poolStats = (m: Model) => (m as unknown as { table: WeightTable }).table.w
 const ROOT = path.resolve(__dirname, '..');
 const STORIES = path.join(ROOT, 'fixtures/models/stories260K');
 const ref = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { prompt_ids: number[]; greedy_ids: number[] };
-
-async function compileTs(modelDir: string, outDir: string, quant: string) {
-  const source = await openCheckpoint(modelDir);
-  try {
-    await compile({ source, target: 'ts', outDir, passes: [], quant, progress: silentProgress, note: () => {} });
-  } finally {
-    await source.close();
-  }
-}
 
 let tmp: string;
 beforeAll(async () => {

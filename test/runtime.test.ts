@@ -8,30 +8,20 @@ import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
 import { Engine } from '../src/exec/engine/engine.js';
 import { Sampler } from '../src/exec/runtime/sampling.js';
 import { urlSource } from '../src/exec/runtime/bytes.js';
 import { load } from '../src/exec/runtime/load.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
-import { silentProgress } from '../src/core/util/progress.js';
 import { relErr } from './numeric.js';
 import { ensureBuilt } from './build-once.js';
+import { compileTs } from './ts-artifact.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
 const ref = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { prompt_ids: number[]; greedy_ids: number[] };
-
-async function compileTs(modelDir: string, outDir: string, quant = 'F32') {
-  const source = await openCheckpoint(modelDir);
-  try {
-    return await compile({ source, target: 'ts', outDir, passes: [], quant, progress: silentProgress, note: () => {} });
-  } finally {
-    await source.close();
-  }
-}
 
 let tmp: string;
 let dir: string;
