@@ -23,5 +23,5 @@ export const qnn: TargetDescriptor<QnnOptions> = {
     }
   },
   load: async () => (await import('./emit.js')).qnnTarget,
-  open: async (a, o) => (await import('./run.js')).openQnn(a, o),
+  open: async (a, o) => (await import('./open.js')).openQnn(a, o),
 };
