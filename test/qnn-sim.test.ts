@@ -22,6 +22,7 @@ import type { ModelSource } from '../src/core/checkpoint/source.js';
 import { findRecord, OUTLIER_SCALES, type OutlierScales } from '../src/core/records/index.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { llmcInProcess } from './cli.js';
+import { compileTs } from './ts-artifact.js';
 
 const ROOT = path.resolve(__dirname, '..');
 let tmp: string;
@@ -170,5 +171,11 @@ describe('qnn simulation = onnxruntime on the emitted QDQ graphs', () => {
     const bad = await run('--engine', 'npu');
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--engine must be sim or onnxruntime/);
+    // A target with one engine (capabilities.engines absent) refuses the choice.
+    const ts = path.join(tmp, 'ts-engine');
+    await compileTs(path.resolve(__dirname, '..', 'fixtures/models/stories260K'), ts);
+    const refused = await llmcInProcess('run', ts, '--prompt-ids', '1', '-n', '2', '--engine', 'onnxruntime');
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/--engine onnxruntime: a ts artifact runs on one engine/);
   });
 });

@@ -14,7 +14,7 @@ export const qnn: TargetDescriptor<QnnOptions> = {
   description: 'Qualcomm QNN (HTP NPU): static W8A8 QDQ subgraphs + encodings JSON, CPU attention graphs, shadow outlier weights, htp.json, build-qnn.sh',
   formats: { quant: QNN_FORMATS, default: 'w8a8', tensorTypes: null },
   options: QNN_OPTIONS,
-  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: true, chunkGraphs: true },
+  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: true, chunkGraphs: true, engines: ['sim', 'onnxruntime'] },
   quantBlock: () => 1,
   requires: [OUTLIER_SCALES],
   checkArch(spec) {

@@ -34,6 +34,9 @@ export interface TargetFormats {
 /** Elastic levels in the artifact: any per-layer widths, one width for all layers (and why), or none (the full model only). */
 export type ElasticSupport = { kind: 'per-layer' } | { kind: 'uniform'; why: string } | { kind: 'none' };
 
+/** An engine `llmc run --engine` can name. */
+export type RunEngine = 'sim' | 'onnxruntime';
+
 export interface TargetCapabilities {
   elasticWidths: ElasticSupport;
   /** A format a pass chose per tensor (TensorAnnotation.format) is written as chosen. */
@@ -44,6 +47,8 @@ export interface TargetCapabilities {
   qdq: boolean;
   /** Fixed-shape prompt-chunk subgraphs. */
   chunkGraphs: boolean;
+  /** The engines `llmc run --engine` may choose between for its artifacts (the first is the default); absent: one engine, no choice. */
+  engines?: readonly RunEngine[];
   /**
    * Per-level low-rank adapters (TensorAnnotation.adapters) reach the artifact: carried beside the
    * weights, merged into each level's file, or written as adapter files. Absent: false (a pass need
@@ -151,8 +156,8 @@ export interface RunOptions {
   speculative?: { draft?: string };
   /** Chunked prefill through the artifact's chunk plan (record chunk-schedule/1): this chunk length, or the one predicted fastest per prompt. */
   chunk?: number | 'auto';
-  /** qnn artifacts: `sim` (default) the TS simulation of the device's integer pipeline, or `onnxruntime` on the QDQ graphs. */
-  engine?: 'sim' | 'onnxruntime';
+  /** Where a target offers a choice (capabilities.engines); qnn: `sim` the TS simulation of the device's integer pipeline, or `onnxruntime` on the QDQ graphs. */
+  engine?: RunEngine;
 }
 
 export interface TargetDescriptor<O = unknown> {

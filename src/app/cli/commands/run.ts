@@ -20,7 +20,8 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
   }
   await verifyFiles(where, { hash: Boolean(o.verify) });
   if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
-  if (o.engine !== undefined && where.target.name !== 'qnn') throw new UsageError(`--engine chooses how a qnn artifact runs; this is a ${where.target.name} artifact`);
+  const engines = where.target.capabilities.engines;
+  if (o.engine !== undefined && !engines?.includes(o.engine)) throw new UsageError(`--engine ${o.engine}: a ${where.target.name} artifact runs on ${engines ? engines.join(' or ') : 'one engine, with no choice'}`);
   if (o.chunk !== undefined && !where.target.capabilities.chunkGraphs) throw new UsageError(`--chunk runs artifacts with chunk graphs (ts, cuda, qnn); ${where.target.name} has none`);
   return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined };
 }
