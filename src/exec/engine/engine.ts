@@ -115,6 +115,11 @@ export class Engine {
           routerBias: this.opts.routerBias,
         });
         const options: ort.InferenceSession.SessionOptions = { graphOptimizationLevel: 'all', executionMode: 'sequential', interOpNumThreads: 1 };
+        // A tap session runs a few times (a profile is one or a few batches): onnxruntime's arena and
+        // memory pattern, which pay off over many runs, made its first two runs ≈ 3× its later ones
+        // (first-touch allocation: the arena grows, then the pattern's block); without them every run
+        // costs about what a warm one did (docs/outliers.md). Allocation only: the results are bit-identical.
+        if (key !== MAIN) Object.assign(options, { enableCpuMemArena: false, enableMemPattern: false });
         if (this.opts.threads) options.intraOpNumThreads = this.opts.threads;
         if (!this.opts.spin) options.extra = { session: { intra_op: { allow_spinning: '0' } } };
         const session = await ort.InferenceSession.create(lowered.bytes, options);
