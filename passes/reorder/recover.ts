@@ -24,6 +24,7 @@ import { cachedProfile, cacheHandle, loadProfile, saveProfile, type ProfileCache
 import { sliceSource } from '../../src/core/pipeline/elastic.js';
 import type { LevelLayer } from '../../src/core/records/elastic.js';
 import { tf } from '../../src/exec/autodiff/tf.js';
+import { letEventLoopTurn } from '../../src/core/util/interrupt.js';
 import { PROJECTIONS, type Projection } from './options.js';
 
 export interface RecoverSettings {
@@ -277,6 +278,7 @@ export async function trainLevel(
     adam.step(g, lrAt(step, s.steps, s.lr));
     progress.tick();
     if ((step + 1) % every === 0 || step + 1 === s.steps) await checkpoint(step + 1);
+    await letEventLoopTurn();
   }
   // Without validation data: the last step's adapters.
   const kept = split.validation ? best.params : params;

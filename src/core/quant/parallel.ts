@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { LlmcError } from '../errors.js';
 import { checkRows, quantize, quantizeInto } from './quantize.js';
+import { letEventLoopTurn } from '../util/interrupt.js';
 import { rowBytes, type QuantType } from './types.js';
 
 /**
@@ -229,7 +230,7 @@ export async function quantizeParallel(
   for (let chunk = take(); chunk && !failure; chunk = take()) {
     const [r0, r1] = chunk;
     quantizeInto(type, data.subarray(r0 * rowLength, r1 * rowLength), rowLength, out, r0 * bytesPerRow);
-    await new Promise((resolve) => setImmediate(resolve));
+    await letEventLoopTurn();
   }
   await Promise.all(lanes);
   if (failure) throw failure;

@@ -32,3 +32,10 @@ export function installInterruptHandlers(): void {
     });
   }
 }
+
+/**
+ * Lets the event loop turn (signals, I/O, worker and test-runner messages) inside long work that
+ * only awaits already-settled promises: those resume as microtasks, which never give the loop a
+ * turn, so Ctrl-C would wait for the work's end. A macrotask does.
+ */
+export const letEventLoopTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
