@@ -380,7 +380,7 @@ describe('10. no silently ignored option', () => {
     }
   });
 
-  it('--threads on a ts artifact runs the worker pool, with the same output as one thread', async () => {
+  it('--threads on a ts artifact: the same output as one thread; a model too small to split says it runs on one', async () => {
     const art = out('threads');
     expect((await llmc('compile', STORIES, '--target', 'ts', '-o', art)).code).toBe(0);
     const one = await llmc('run', art, '--prompt-ids', '1', '-n', '8');
@@ -388,5 +388,7 @@ describe('10. no silently ignored option', () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toBe(one.stdout);
     expect(r.stderr).not.toMatch(/no effect/);
+    // stories260K's largest matmul (131 kB) is under the pool's split size (test/runtime-pool.test.ts splits it with minWork 0).
+    expect(r.stderr).toMatch(/--threads 2: every matmul of this model is too small to split across threads/);
   });
 });

@@ -9,6 +9,7 @@ import { canMergeLevel } from '../../src/exec/runtime/load.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
 import { loadDir, tokenizerFiles } from '../../src/exec/runtime/node.js';
 import type { Model, RunnableLevel } from '../../src/exec/runtime/model.js';
+import { DEFAULT_MIN_WORK } from '../../src/exec/runtime/pool.js';
 import { drafterFor, SpeculativeDecoder, treeFor } from '../../src/exec/runtime/speculative.js';
 
 export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
@@ -27,6 +28,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
   const hasAdapters = picked !== undefined && (a.manifest.targetInfo as { adapters?: Record<string, unknown> }).adapters?.[picked.id] !== undefined;
   const mergeLevel = hasAdapters && !opts.experts && canMergeLevel(picked, a.manifest.arch) ? picked.id : undefined;
   const model = await loadDir(a.dir, { verifyChecksums: opts.verify, experts: opts.experts, mergeLevel, threads: opts.experts ? 1 : opts.threads });
+  if ((opts.threads ?? 1) > 1 && !opts.experts && model.threads === 1) notes.push(`--threads ${opts.threads}: every matmul of this model is too small to split across threads (under ${DEFAULT_MIN_WORK >> 10} KiB of weights); it runs on one thread`);
   let run: RunnableLevel | undefined;
   if (opts.level !== undefined) {
     try {

@@ -34,7 +34,7 @@ import { findRecord } from '../../core/records/types.js';
 export type { ArtifactManifest };
 import { WasmArena } from './wasm.js';
 import { loadOffloaded, type OffloadOptions } from './offload.js';
-import { webWorker, type PoolOptions } from './pool.js';
+import { DEFAULT_MIN_WORK, webWorker, type PoolOptions } from './pool.js';
 
 /** What `load` reads: the manifest's text and the bytes of weights.bin. */
 export interface ArtifactSource {
@@ -65,7 +65,8 @@ export interface LoadOptions {
   /**
    * Threads for the WebAssembly matmuls: above 1, the weights load into a shared memory and a worker
    * pool splits each matmul's rows (./pool.ts; bit-identical outputs). Needs SharedArrayBuffer (in a
-   * browser: a cross-origin isolated page). Default 1.
+   * browser: a cross-origin isolated page). Default 1. A model none of whose weights reaches the pool's
+   * minWork runs on one thread (Model.threads says which).
    */
   threads?: number;
   /** How the pool's workers start and which calls it splits (default: Web Workers; ./node.ts's loadDir passes worker_threads). */
@@ -244,7 +245,9 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
 
   // With WebAssembly, the weights live in the kernels' memory (copied in once); else in plain buffers.
   const maxDim = Math.max(...[...table.values()].flatMap((e) => e.shape));
-  const threads = opts.threads ?? 1;
+  // A pool only where some matmul is large enough to split: otherwise its shared memory and workers only cost.
+  const splittable = Math.max(0, ...[...table.values()].map((e) => e.bytes)) >= (opts.pool?.minWork ?? DEFAULT_MIN_WORK);
+  const threads = splittable ? (opts.threads ?? 1) : 1;
   if (threads > 1 && typeof SharedArrayBuffer === 'undefined') throw new LlmcError(`${threads} threads need SharedArrayBuffer (in a browser: a cross-origin isolated page); load with threads: 1`, wfile);
   const arena = opts.wasm === false ? null : WasmArena.create(alignUp(size) + mergedBytes, maxDim, threads > 1);
   if (arena && threads > 1) await arena.startPool(threads, { spawn: opts.pool?.spawn ?? webWorker, minWork: opts.pool?.minWork });
@@ -297,7 +300,10 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     }
   }
   const model = new Model(manifest.arch, weightTable((name) => table.has(name), weight, opts.wasm === false), manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
-  if (arena && arena.threads > 1) model.onClose(async () => arena.closePool());
+  if (arena && arena.threads > 1) {
+    model.threads = arena.threads;
+    model.onClose(async () => arena.closePool());
+  }
   return model;
 }
 

@@ -76,6 +76,8 @@ export class Model {
   private readonly interpreter: Interpreter;
   /** Routed experts read on demand (LoadOptions.experts), or null when every weight is resident. */
   readonly experts: ExpertStore | null;
+  /** Threads its matmuls run on (LoadOptions.threads; 1 where no matmul is large enough to split). */
+  threads = 1;
   private closers: (() => Promise<void>)[] = [];
 
   constructor(
