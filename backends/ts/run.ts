@@ -74,7 +74,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
         const cache = model.newCache();
         const sampler = new Sampler(o);
         const stop = new Set(model.spec.eosTokenIds);
-        let logits = chunks.prefill(promptIds, cache, 'last');
+        let logits = chunks.prefill(promptIds, cache, 'last', p);
         for (;;) {
           const next = sampler.next(logits);
           out.push(next);
