@@ -17,12 +17,10 @@ import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
-import { silentProgress } from '../src/core/util/progress.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
+import { compilePlain } from './compile-plain.js';
 import { buildLlama2c, runLlama2c, writeLlama2c, type CDecode } from './llama2c.js';
 
 const STORIES = path.join(REPO_ROOT, 'fixtures/models/stories260K');
@@ -60,15 +58,6 @@ function profile(ns: number[]) {
   );
 }
 
-async function compileTs(out: string): Promise<void> {
-  const source = await openCheckpoint(STORIES);
-  try {
-    await compile({ source, target: 'ts', outDir: out, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
-  } finally {
-    await source.close();
-  }
-}
-
 const exec = promisify(execFile);
 
 /** `llmc run` in a fresh process: wall ms of the whole command. */
@@ -96,7 +85,7 @@ export const suite: BenchSuite = {
     const rounds = quick ? 3 : 9;
     await fsp.mkdir(WORK, { recursive: true });
     const artifact = path.join(WORK, 'stories260K-ts');
-    await compileTs(artifact);
+    await compilePlain(STORIES, artifact, 'F32');
     const model = await loadDir(artifact);
     const bin = path.join(WORK, 'stories260K.bin');
     await writeLlama2c(STORIES, bin);
