@@ -19,6 +19,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
+import { argmax } from '../src/exec/runtime/sampling.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 import { compilePlain } from './compile-plain.js';
 import { buildLlama2c, runLlama2c, writeLlama2c, type CDecode } from './llama2c.js';
@@ -32,7 +33,6 @@ const WINDOW = 32;
 /** One greedy decode from BOS through the runtime's KV cache: ids and per-position forward time (ns). */
 function decodeTs(model: Model, steps: number): CDecode {
   const cache = model.newCache();
-  const V = model.spec.vocabSize;
   const ids: number[] = [];
   const ns: number[] = [];
   let token = 1;
@@ -40,8 +40,7 @@ function decodeTs(model: Model, steps: number): CDecode {
     const t0 = process.hrtime.bigint();
     const logits = model.forward([token], cache, { lastOnly: true });
     ns.push(Number(process.hrtime.bigint() - t0));
-    let next = 0;
-    for (let i = 1; i < V; i++) if (logits[i] > logits[next]) next = i;
+    const next = argmax(logits);
     ids.push(next);
     token = next;
   }

@@ -15,18 +15,13 @@ import path from 'node:path';
 import type { Token } from 'node-llama-cpp';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
+import { argmax } from '../src/exec/runtime/sampling.js';
 import { cachedFixture, round, runIfMain, type BenchSuite } from './harness.js';
 import { compilePlain } from './compile-plain.js';
 
 const WORK = path.join(os.tmpdir(), 'llmc-bench-llamacpp');
 const TYPES = ['F32', 'Q8_0', 'Q4_K'] as const;
 const FIXTURES = ['llama-30M', 'llama-100M'] as const;
-
-const argmax = (a: Float32Array) => {
-  let best = 0;
-  for (let i = 1; i < a.length; i++) if (a[i] > a[best]) best = i;
-  return best;
-};
 
 /** Decode `steps` tokens after the prompt; tokens/s of the steps and the ids. */
 function tsDecode(model: Model, prompt: number[], steps: number): { tokPerSec: number; ids: number[] } {

@@ -23,6 +23,7 @@ import path from 'node:path';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import type { WeightTable } from '../src/exec/runtime/interpreter.js';
+import { argmax } from '../src/exec/runtime/sampling.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 import { compilePlain } from './compile-plain.js';
@@ -44,13 +45,11 @@ export async function artifact100M(quant: string): Promise<string> {
 /** Greedy decode of `steps` tokens after `prompt`; ms per decoded token and the ids. */
 function decode(model: Model, prompt: number[], steps: number): { ms: number[]; ids: number[] } {
   const cache = model.newCache();
-  const V = model.spec.vocabSize;
   let logits = model.forward(prompt, cache, { lastOnly: true });
   const ids: number[] = [];
   const ms: number[] = [];
   for (let s = 0; s < steps; s++) {
-    let next = 0;
-    for (let i = 1; i < V; i++) if (logits[i] > logits[next]) next = i;
+    const next = argmax(logits);
     ids.push(next);
     const t0 = performance.now();
     logits = model.forward([next], cache, { lastOnly: true });
