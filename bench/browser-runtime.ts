@@ -10,6 +10,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
+import { argmax } from '../src/exec/runtime/sampling.js';
 import { REPO_ROOT } from './harness.js';
 
 export const CHROMIUM = process.env.LLMC_CHROMIUM ?? '/usr/bin/chromium';
@@ -74,10 +75,7 @@ export function decodeTokensPerSecond(model: { newCache(): unknown; forward(ids:
   let token = 1;
   const t0 = performance.now();
   for (let s = 0; s < steps; s++) {
-    const l = model.forward([token], cache, { lastOnly: true });
-    let best = 0;
-    for (let i = 1; i < l.length; i++) if (l[i] > l[best]) best = i;
-    token = best;
+    token = argmax(model.forward([token], cache, { lastOnly: true }));
   }
   return (steps * 1000) / (performance.now() - t0);
 }

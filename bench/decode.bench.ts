@@ -17,12 +17,11 @@ import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
-import { silentProgress } from '../src/core/util/progress.js';
+import { argmax } from '../src/exec/runtime/sampling.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
+import { compilePlain } from './compile-plain.js';
 import { buildLlama2c, runLlama2c, writeLlama2c, type CDecode } from './llama2c.js';
 
 const STORIES = path.join(REPO_ROOT, 'fixtures/models/stories260K');
@@ -34,7 +33,6 @@ const WINDOW = 32;
 /** One greedy decode from BOS through the runtime's KV cache: ids and per-position forward time (ns). */
 function decodeTs(model: Model, steps: number): CDecode {
   const cache = model.newCache();
-  const V = model.spec.vocabSize;
   const ids: number[] = [];
   const ns: number[] = [];
   let token = 1;
@@ -42,8 +40,7 @@ function decodeTs(model: Model, steps: number): CDecode {
     const t0 = process.hrtime.bigint();
     const logits = model.forward([token], cache, { lastOnly: true });
     ns.push(Number(process.hrtime.bigint() - t0));
-    let next = 0;
-    for (let i = 1; i < V; i++) if (logits[i] > logits[next]) next = i;
+    const next = argmax(logits);
     ids.push(next);
     token = next;
   }
@@ -58,15 +55,6 @@ function profile(ns: number[]) {
   return Object.fromEntries(
     CONTEXTS.filter((c) => c <= ns.length).map((c) => [c, { upTo: round(tokPerSec(ns, 0, c), 1), window: round(tokPerSec(ns, c - WINDOW, c), 1) }]),
   );
-}
-
-async function compileTs(out: string): Promise<void> {
-  const source = await openCheckpoint(STORIES);
-  try {
-    await compile({ source, target: 'ts', outDir: out, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
-  } finally {
-    await source.close();
-  }
 }
 
 const exec = promisify(execFile);
@@ -96,7 +84,7 @@ export const suite: BenchSuite = {
     const rounds = quick ? 3 : 9;
     await fsp.mkdir(WORK, { recursive: true });
     const artifact = path.join(WORK, 'stories260K-ts');
-    await compileTs(artifact);
+    await compilePlain(STORIES, artifact, 'F32');
     const model = await loadDir(artifact);
     const bin = path.join(WORK, 'stories260K.bin');
     await writeLlama2c(STORIES, bin);

@@ -13,31 +13,15 @@ import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Token } from 'node-llama-cpp';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
-import { silentProgress } from '../src/core/util/progress.js';
+import { argmax } from '../src/exec/runtime/sampling.js';
 import { cachedFixture, round, runIfMain, type BenchSuite } from './harness.js';
+import { compilePlain } from './compile-plain.js';
 
 const WORK = path.join(os.tmpdir(), 'llmc-bench-llamacpp');
 const TYPES = ['F32', 'Q8_0', 'Q4_K'] as const;
 const FIXTURES = ['llama-30M', 'llama-100M'] as const;
-
-async function compileTo(modelDir: string, target: 'ts' | 'gguf', quant: string, out: string): Promise<void> {
-  const source = await openCheckpoint(modelDir);
-  try {
-    await compile({ source, target, outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
-  } finally {
-    await source.close();
-  }
-}
-
-const argmax = (a: Float32Array) => {
-  let best = 0;
-  for (let i = 1; i < a.length; i++) if (a[i] > a[best]) best = i;
-  return best;
-};
 
 /** Decode `steps` tokens after the prompt; tokens/s of the steps and the ids. */
 function tsDecode(model: Model, prompt: number[], steps: number): { tokPerSec: number; ids: number[] } {
@@ -88,8 +72,8 @@ export const suite: BenchSuite = {
       for (const type of TYPES) {
         const tsDir = path.join(WORK, `${fixture}-${type}-ts`);
         const ggufDir = path.join(WORK, `${fixture}-${type}-gguf`);
-        await compileTo(dir, 'ts', type, tsDir);
-        await compileTo(dir, 'gguf', type, ggufDir);
+        await compilePlain(dir, tsDir, type);
+        await compilePlain(dir, ggufDir, type, 'gguf');
         const model = await loadDir(tsDir);
         const lm = await llama.loadModel({ modelPath: path.join(ggufDir, 'model.gguf') });
         const ctx = await lm.createContext({ contextSize: 256, threads: 1 });

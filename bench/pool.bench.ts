@@ -20,14 +20,13 @@
 import { existsSync, promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import type { WeightTable } from '../src/exec/runtime/interpreter.js';
-import { silentProgress } from '../src/core/util/progress.js';
+import { argmax } from '../src/exec/runtime/sampling.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
+import { compilePlain } from './compile-plain.js';
 import { browserUnavailable, decodeTokensPerSecond, runInChromium } from './browser-runtime.js';
 
 const WORK = process.env.LLMC_BENCH_POOL_DIR ?? (existsSync('/dev/shm') ? '/dev/shm/llmc-bench-pool' : path.join(os.tmpdir(), 'llmc-bench-pool'));
@@ -39,27 +38,18 @@ export async function artifact100M(quant: string): Promise<string> {
     await generateFixture(src, { arch: 'llama', dtype: 'BF16', tokenizer: 'none', planted: false, dims: FIXTURE_PRESETS['llama-100M'] });
   }
   const out = path.join(WORK, `ts-${quant}`);
-  if (!existsSync(path.join(out, 'llmc-manifest.json'))) {
-    const source = await openCheckpoint(src);
-    try {
-      await compile({ source, target: 'ts', outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
-    } finally {
-      await source.close();
-    }
-  }
+  if (!existsSync(path.join(out, 'llmc-manifest.json'))) await compilePlain(src, out, quant);
   return out;
 }
 
 /** Greedy decode of `steps` tokens after `prompt`; ms per decoded token and the ids. */
 function decode(model: Model, prompt: number[], steps: number): { ms: number[]; ids: number[] } {
   const cache = model.newCache();
-  const V = model.spec.vocabSize;
   let logits = model.forward(prompt, cache, { lastOnly: true });
   const ids: number[] = [];
   const ms: number[] = [];
   for (let s = 0; s < steps; s++) {
-    let next = 0;
-    for (let i = 1; i < V; i++) if (logits[i] > logits[next]) next = i;
+    const next = argmax(logits);
     ids.push(next);
     const t0 = performance.now();
     logits = model.forward([next], cache, { lastOnly: true });
@@ -118,14 +108,7 @@ async function browserVsNode(threads: number, rounds: number, steps: number): Pr
   const why = browserUnavailable();
   if (why) return { skipped: why };
   const dir = path.join(WORK, 'stories260K-F32');
-  if (!existsSync(path.join(dir, 'llmc-manifest.json'))) {
-    const source = await openCheckpoint(path.join(REPO_ROOT, 'fixtures/models/stories260K'));
-    try {
-      await compile({ source, target: 'ts', outDir: dir, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
-    } finally {
-      await source.close();
-    }
-  }
+  if (!existsSync(path.join(dir, 'llmc-manifest.json'))) await compilePlain(path.join(REPO_ROOT, 'fixtures/models/stories260K'), dir, 'F32');
   const out: Record<string, unknown> = { model: 'stories260K F32', steps };
   for (const t of [1, threads]) {
     const model = await loadDir(dir, { threads: t });

@@ -13,25 +13,14 @@ import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
 import { Engine } from '../src/exec/engine/engine.js';
 import { loadDir } from '../src/exec/runtime/node.js';
-import { silentProgress } from '../src/core/util/progress.js';
 import { cachedFixture, round, runIfMain, type BenchSuite } from './harness.js';
+import { compilePlain } from './compile-plain.js';
 
 const WORK = path.join(os.tmpdir(), 'llmc-bench-prefill');
 const PROMPT = 128;
 const QUANTS = ['F32', 'Q8_0'] as const;
-
-/** Always recompiled (seconds): a cached artifact from an older build would measure old code. */
-async function compileTsArtifact(modelDir: string, out: string, quant: string): Promise<void> {
-  const source = await openCheckpoint(modelDir);
-  try {
-    await compile({ source, target: 'ts', outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
-  } finally {
-    await source.close();
-  }
-}
 
 const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 
@@ -51,7 +40,7 @@ export const suite: BenchSuite = {
       };
       for (const q of QUANTS) {
         const out = path.join(WORK, `llama-30M-${q}`);
-        await compileTsArtifact(dir, out, q);
+        await compilePlain(dir, out, q); // always recompiled (seconds): a cached artifact from an older build would measure old code
         const model = await loadDir(out);
         runners[`ts-${q}`] = () => model.forward(prompt, model.newCache(), { lastOnly: true });
       }

@@ -10,14 +10,13 @@ import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { compile } from '../src/app/compile/compile.js';
 import { Engine } from '../src/exec/engine/engine.js';
 import { quantize } from '../src/core/quant/quantize.js';
 import { matmul, Weight } from '../src/exec/runtime/kernels.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { WasmArena } from '../src/exec/runtime/wasm.js';
-import { silentProgress } from '../src/core/util/progress.js';
 import { cachedFixture, REPO_ROOT, runIfMain, type BenchSuite } from './harness.js';
+import { compilePlain } from './compile-plain.js';
 
 const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');
 const WORK = path.join(os.tmpdir(), 'llmc-bench-runtime');
@@ -62,16 +61,6 @@ async function race(reps: number, prompt: number[], decode: number, runners: Rec
   return best;
 }
 
-/** Always recompiled (a few seconds): a cached artifact from an older build would measure old code. */
-async function compileTs(modelDir: string, out: string, quant: string): Promise<void> {
-  const source = await openCheckpoint(modelDir);
-  try {
-    await compile({ source, target: 'ts', outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
-  } finally {
-    await source.close();
-  }
-}
-
 async function benchModel(label: string, modelDir: string, promptLen: number, decode: number, reps: number) {
   const prompt = Array.from({ length: promptLen }, (_, i) => (i * 37 + 1) % 250 + 3);
   const ck = await openCheckpoint(modelDir);
@@ -89,7 +78,7 @@ async function benchModel(label: string, modelDir: string, promptLen: number, de
     }
     for (const quant of ['F32', 'Q8_0', 'Q4_0']) {
       const out = path.join(WORK, `${label}-${quant}`);
-      await compileTs(modelDir, out, quant);
+      await compilePlain(modelDir, out, quant); // always recompiled (a few seconds): a cached artifact from an older build would measure old code
       const model = await loadDir(out);
       runners[`ts-${quant}`] = () => {
         const cache = model.newCache();

@@ -64,6 +64,7 @@ describe('worker pool', () => {
       for (const threads of [2, 3]) {
         const pooled = await loadDir(path.join(tmp, dir), { threads, pool: { minWork: 0 } });
         try {
+          expect(pooled.threads).toBe(threads); // a pool really runs (else the comparison is with itself)
           const got = run(pooled);
           for (let i = 0; i < 2; i++) expect(Buffer.from(got[i].buffer, got[i].byteOffset, got[i].byteLength).equals(Buffer.from(expected[i].buffer, expected[i].byteOffset, expected[i].byteLength))).toBe(true);
         } finally {

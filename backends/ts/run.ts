@@ -6,9 +6,8 @@ import { UsageError } from '../../src/core/errors.js';
 import { CHUNK_SCHEDULE, ELASTIC_LEVELS, findRecord, levelNotes, MANIFEST_FILE, requireChunkSchedule, requireSpecTree, selectLevel, SPEC_TREE } from '../../src/core/records/index.js';
 import { RecordChunks } from '../../src/exec/runtime/chunked.js';
 import { canMergeLevel } from '../../src/exec/runtime/load.js';
-import { Sampler } from '../../src/exec/runtime/sampling.js';
 import { loadDir, tokenizerFiles } from '../../src/exec/runtime/node.js';
-import type { Model, RunnableLevel } from '../../src/exec/runtime/model.js';
+import type { KvCache, Model, RunnableLevel } from '../../src/exec/runtime/model.js';
 import { DEFAULT_MIN_WORK } from '../../src/exec/runtime/pool.js';
 import { drafterFor, SpeculativeDecoder, treeFor } from '../../src/exec/runtime/speculative.js';
 
@@ -67,22 +66,14 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
         };
         return r.tokens;
       }
-      const out: number[] = [];
+      let prefill: ((ids: ArrayLike<number>, cache: KvCache) => Float32Array) | undefined;
       if (chunks) {
         const p = chunks.planFor(promptIds.length);
         notes.push(`prompt of ${promptIds.length} tokens: ${p.N} chunk(s) of ${p.plan.c}, ${p.tabulated ? 'tabulated' : 'online heuristic'} schedule (predicted ${p.predictedMs.toPrecision(4)} ms)`);
-        const cache = model.newCache();
-        const sampler = new Sampler(o);
-        const stop = new Set(model.spec.eosTokenIds);
-        let logits = chunks.prefill(promptIds, cache, 'last');
-        for (;;) {
-          const next = sampler.next(logits);
-          out.push(next);
-          if (out.length >= o.maxTokens || stop.has(next)) return out;
-          logits = model.forward([next], cache, { lastOnly: true });
-        }
+        prefill = (ids, cache) => chunks.prefill(ids, cache, 'last', p);
       }
-      for await (const id of model.generate(promptIds, { ...o, ...level })) out.push(id);
+      const out: number[] = [];
+      for await (const id of model.generate(promptIds, { ...o, ...level, prefill })) out.push(id);
       return out;
     },
     speculativeStats: () => stats,

@@ -8,7 +8,8 @@
  * One kernel for causal and tree attention: the same keys in the same order give the same bits, which
  * speculative verification relies on (a token's row equals plain decoding's).
  */
-import { F32, I32, section, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import { F32, I32, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import {
   block, br, brIf, f32c, f32Load, f32Max, fAdd, fDiv, fExtract, fMax, fMul, fNearest, fShuffle, fSplat, fSub, get, i32Add, i32c, i32GeS,
@@ -122,14 +123,7 @@ function attendBody(hd: number): number[] {
 }
 
 function moduleBytes(hd: number): Uint8Array<ArrayBuffer> {
-  const type = [0x60, ...vec([...new Array(8).fill([I32]), [F32]]), ...vec([])];
-  const types = section(1, vec([type]));
-  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, 0x00, ...uleb(1)]]));
-  const funcs = section(3, vec([[0]]));
-  const exports = section(7, vec([[...str('attend'), 0x00, 0]]));
-  const body = attendBody(hd);
-  const code = section(10, vec([[...uleb(body.length), ...body]]));
-  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
+  return kernelModuleBytes([{ name: 'attend', params: [...new Array(8).fill(I32), F32], body: attendBody(hd) }]);
 }
 
 /** The compiled module for head size hd (a multiple of 4, at most 256), or null without WebAssembly SIMD. */

@@ -55,9 +55,10 @@ export class ChunkedPrefill {
 
   /**
    * Prefill `ids` after what `cache` holds; the cache then holds them (and no pad token). Logits of
-   * every prompt position ([P, V] row-major) or of the last ([V]).
+   * every prompt position ([P, V] row-major) or of the last ([V]). `order`: the plan's order for these
+   * N chunks when the caller already has it.
    */
-  prefill(ids: ArrayLike<number>, cache: KvCache = this.model.newCache(), logits: PrefillLogits = 'last'): Float32Array {
+  prefill(ids: ArrayLike<number>, cache: KvCache = this.model.newCache(), logits: PrefillLogits = 'last', order?: ArrayLike<number>): Float32Array {
     const { c, subgraphs } = this.plan;
     const P = ids.length;
     if (P === 0) throw new LlmcError('forward: no input ids');
@@ -77,7 +78,7 @@ export class ChunkedPrefill {
       calls.push(this.pool[i].stage(chunk, cache, rows, { pos0: base + i * c }));
     }
     const next = new Int32Array(N); // the next subgraph each chunk runs
-    const order = this.plan.order(N);
+    order ??= this.plan.order(N);
     if (order.length !== N * M) throw new LlmcError(`chunk order has ${order.length} tasks for ${N} chunks of ${M} subgraphs`);
     for (let n = 0; n < order.length; n++) {
       const i = Math.floor(order[n] / M);
@@ -104,6 +105,18 @@ export class ChunkedPrefill {
   }
 }
 
+/** A prompt's chunk plan (RecordChunks.planFor). */
+export interface PlannedPrompt {
+  plan: ChunkPlanRecord;
+  /** Chunks of the prompt. */
+  N: number;
+  /** The N chunks' tasks in dispatch order. */
+  order: ArrayLike<number>;
+  /** The order came from the record's table (else the heuristic, online). */
+  tabulated: boolean;
+  predictedMs: number;
+}
+
 /**
  * The runtime's side of record chunk-schedule/1: a prefill per chunk length (the record's subgraphs
  * must tile the model's graph), each prompt on the asked length or, with 'auto', the one the record
@@ -125,22 +138,23 @@ export class RecordChunks {
     if (!same) throw new LlmcError("the chunk plan's subgraphs are not this model's (record chunk-schedule/1 was made for another graph)", where);
   }
 
-  /** The plan a prompt of P tokens runs on, and how its order was found. */
-  planFor(P: number): { plan: ChunkPlanRecord; N: number; tabulated: boolean; predictedMs: number } {
+  /** The plan a prompt of P tokens runs on, its order, and how that order was found. */
+  planFor(P: number): PlannedPrompt {
     const plan = this.chunk === 'auto' ? pickChunkPlan(this.rec, P) : chunkPlanOf(this.rec, this.chunk);
     const N = Math.ceil(P / plan.c);
     const o = chunkOrderFor(this.rec, plan, N);
-    return { plan, N, tabulated: o.tabulated, predictedMs: o.makespan };
+    return { plan, N, order: o.order, tabulated: o.tabulated, predictedMs: o.makespan };
   }
 
-  prefill(ids: ArrayLike<number>, cache: KvCache, logits: PrefillLogits = 'last'): Float32Array {
-    const { plan } = this.planFor(ids.length);
+  /** `planned`: planFor(ids.length) when the caller already has it (past the record's table the order is searched online). */
+  prefill(ids: ArrayLike<number>, cache: KvCache, logits: PrefillLogits = 'last', planned: PlannedPrompt = this.planFor(ids.length)): Float32Array {
+    const { plan } = planned;
     let p = this.prefills.get(plan.c);
     if (!p) {
       const rec = this.rec;
       p = new ChunkedPrefill(this.model, { c: plan.c, subgraphs: rec.subgraphs, order: (N) => chunkOrderFor(rec, plan, N).order });
       this.prefills.set(plan.c, p);
     }
-    return p.prefill(ids, cache, logits);
+    return p.prefill(ids, cache, logits, planned.order);
   }
 }

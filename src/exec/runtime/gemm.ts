@@ -16,7 +16,8 @@
  * rows (34-byte blocks: f16 d, 32 × int8): each weight becomes the f32 product q·d once per tile
  * (then shared by its TB tokens), and the outputs sum (q·d)·x in four lanes as gemm_f32 does.
  */
-import { I32, section, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import { I32, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import { kernelModuleBytes } from './kernel-module.js';
 import {
   block, br, brIf, f32Add, f32Load, fAdd, fExtract, fFromI32, fMul, fSplat, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Shl, loop, set, simd, vload, vZero,
 } from '../../core/util/wasm-ops.js';
@@ -149,16 +150,11 @@ function gemmQ8Body(RB: number, TB: number): number[] {
 
 /** `shared`: the memory import is a shared memory (the worker pool's arena), as ./wasm.ts's kernels. */
 function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
-  const fnType = (n: number) => [0x60, ...vec(new Array(n).fill([I32])), ...vec([])];
-  const types = section(1, vec([fnType(9), fnType(10)]));
-  const limits = shared ? [0x03, ...uleb(1), ...uleb(65536)] : [0x00, ...uleb(1)];
-  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, ...limits]]));
-  const funcs = section(3, vec([[0], [1]]));
-  const names = ['gemm_f32', 'gemm_q8_0'];
-  const exports = section(7, vec(names.map((n, i) => [...str(n), 0x00, i])));
-  const bodies = [gemmF32Body(GEMM_TILE.F32.rows, GEMM_TILE.F32.tokens), gemmQ8Body(GEMM_TILE.Q8_0.rows, GEMM_TILE.Q8_0.tokens)];
-  const code = section(10, vec(bodies.map((b) => [...uleb(b.length), ...b])));
-  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
+  const { F32: f, Q8_0: q } = GEMM_TILE;
+  return kernelModuleBytes([
+    { name: 'gemm_f32', params: new Array(9).fill(I32), body: gemmF32Body(f.rows, f.tokens) },
+    { name: 'gemm_q8_0', params: new Array(10).fill(I32), body: gemmQ8Body(q.rows, q.tokens) },
+  ], shared);
 }
 
 type Kernel = (...args: number[]) => void;

@@ -54,6 +54,8 @@ export interface GenerateOptions extends SamplingOptions {
   stopTokens?: number[];
   widths?: LayerWidth[];
   adapters?: LevelAdapters;
+  /** Fills the cache with the prompt and returns its last position's logits [V] (default: one forward; chunked prefill passes its own). */
+  prefill?: (ids: ArrayLike<number>, cache: KvCache) => Float32Array;
 }
 
 /** A WeightTable over a lookup of weights; a vector is the weight's rows dequantized. */
@@ -166,7 +168,7 @@ export class Model {
     const cache = this.newCache();
     const fopts = { widths: options.widths, adapters: options.adapters, lastOnly: true };
     const step = (x: ArrayLike<number>) => (this.experts ? this.forwardAsync(x, cache, fopts) : this.forward(x, cache, fopts));
-    let logits = await step(ids);
+    let logits = options.prefill ? options.prefill(ids, cache) : await step(ids);
     for (let n = 0; n < max; n++) {
       const next = sampler.next(logits);
       yield next;

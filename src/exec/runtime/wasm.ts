@@ -8,7 +8,8 @@
  * memory never grows after setup, so typed-array views over it stay valid.
  */
 import { f16Table } from '../../core/util/half.js';
-import { F32, I32, section, sleb, str, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import { F32, I32, sleb, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
 import { MatmulPool, type PoolOptions } from './pool.js';
@@ -469,21 +470,20 @@ function matmulF16Body(): Bytes {
   return [vec([[6, I32], [1, F32], [3, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
-/** `shared`: the memory import is a shared memory (the worker pool's), up to 4 GiB. */
+const I32S = (n: number) => new Array(n).fill(I32);
+
+/** `shared`: the memory import is a shared memory (the worker pool's). */
 function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
-  const fnType = (params: number[]) => [0x60, ...vec(params.map((p) => [p])), ...vec([])];
-  const types = section(1, vec([fnType(new Array(9).fill(I32)), fnType(new Array(10).fill(I32))]));
-  const limits = shared ? [0x03, ...uleb(1), ...uleb(65536)] : [0x00, ...uleb(1)];
-  const imports = section(2, vec([[...str('env'), ...str('memory'), 0x02, ...limits]]));
-  const funcs = section(3, vec([[0], [1], [0], [1], [1], [1], [1]]));
-  const names = ['matmul_f32', 'matmul_q8_0', 'matmul4_f32', 'matmul4_q8_0', 'matmul_q4_0', 'matmul_q4_k', 'matmul_f16'];
-  const exports = section(7, vec(names.map((n, i) => [...str(n), 0x00, i])));
-  const bodies = [matmulF32Body(), matmulQ8Body(), matmul4F32Body(), matmul4Q8Body(), matmulQ4Body(), matmulQ4KBody(), matmulF16Body()];
-  const code = section(10, vec(bodies.map((nested) => {
-    const b = flatten(nested);
-    return [...uleb(b.length), ...b];
-  })));
-  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, ...types, ...imports, ...funcs, ...exports, ...code]);
+  const fns: [string, number, () => Bytes][] = [
+    ['matmul_f32', 9, matmulF32Body],
+    ['matmul_q8_0', 10, matmulQ8Body],
+    ['matmul4_f32', 9, matmul4F32Body],
+    ['matmul4_q8_0', 10, matmul4Q8Body],
+    ['matmul_q4_0', 10, matmulQ4Body],
+    ['matmul_q4_k', 10, matmulQ4KBody],
+    ['matmul_f16', 10, matmulF16Body],
+  ];
+  return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
 
 function wasmModule(shared = false): WebAssembly.Module | null {
