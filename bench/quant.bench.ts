@@ -113,7 +113,7 @@ export const suite: Suite = {
       for (const build of Object.keys(ggml)) {
         const ratio = (r: Record<string, number>) => r[`into_vs_ggml_ref ${build}`];
         const slower = Object.entries(results.types as Record<string, Record<string, number>>).filter(([, r]) => ratio(r) !== undefined && ratio(r) < 1);
-        results[`slower_than_ggml_ref ${build}`] = slower.map(([t]) => `${t} ${ratio(slower.find(([u]) => u === t)![1])}`);
+        results[`slower_than_ggml_ref ${build}`] = slower.map(([t, r]) => `${t} ${ratio(r)}`);
       }
     }
     await closeQuantWorkers();

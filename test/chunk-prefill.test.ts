@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture, type FixtureArch } from '../fixtures/generate.js';
-import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { partitionGraph, templateOf, DEFAULT_DEVICE, type Partition } from '../src/core/chunks/partition.js';
 import { buildProblem, heuristic } from '../src/core/chunks/schedule.js';
 import { buildModel } from '../src/core/ir/build.js';
@@ -20,10 +20,10 @@ import { ChunkedPrefill } from '../src/exec/runtime/chunked.js';
 import { modelFromTensors } from '../src/exec/runtime/memory.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import { OrtChunkPrefill } from '../src/exec/engine/chunks.js';
-import { Engine } from '../src/exec/engine/engine.js';
 import { inlineBytes, lowerChunkGraphs } from '../src/exec/onnx/chunks.js';
 import { llmcInProcess as llmc } from './cli.js';
 import { relErr } from './numeric.js';
+import { storiesEngine } from './stories-engine.js';
 
 const STORIES = 'fixtures/models/stories260K';
 const REFERENCE = JSON.parse(await fsp.readFile(path.join(STORIES, 'reference.json'), 'utf8')) as { prompt_ids: number[]; greedy_ids: number[] };
@@ -90,18 +90,10 @@ describe('chunked prefill on the TS runtime equals whole-prompt prefill', () => 
 });
 
 describe('chunk graphs on onnxruntime equal the whole-prompt graph', () => {
-  let ck: Checkpoint;
-  let engine: Engine;
-  beforeAll(async () => {
-    ck = await openCheckpoint(STORIES);
-    engine = await Engine.open(ck, { threads: 1 });
-  });
-  afterAll(async () => {
-    await engine.close();
-    await ck.close();
-  });
+  const stories = storiesEngine();
 
   it('stories260K, c = 4: P ∈ {3, 4, 5, 17}, in order and out of order', async () => {
+    const { ck, engine } = stories;
     const spec = ck.spec;
     const graph = buildModel(spec);
     const p = partitionGraph(graph);

@@ -15,6 +15,11 @@ describe('llmc --help / --version', () => {
     expect(help).toContain(`output target: ${TARGETS.map((t) => t.name).sort().join(', ')}`);
   });
 
+  it('compile --help names the environment it reads (the source digest cache and how to turn it off)', () => {
+    const help = llmc('compile', '--help').stdout;
+    expect(help).toMatch(/LLMC_DIGEST_CACHE .*\n.*\n.*off: hash the checkpoint every time/);
+  });
+
   it('--version prints package.json version', async () => {
     const pkg = (await import('../package.json', { with: { type: 'json' } })).default as { version: string };
     const r = llmc('--version');

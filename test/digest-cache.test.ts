@@ -49,11 +49,36 @@ test('small inputs and LLMC_DIGEST_CACHE=off are hashed every time and leave no 
   const before = fs.existsSync(path.join(tmp, 'cache')) ? fs.readdirSync(path.join(tmp, 'cache')).length : 0;
   expect(await cachedSha256Files([file])).toBe(expected('', bytes));
   expect(fs.readdirSync(path.join(tmp, 'cache'))).toHaveLength(before);
+  // Planted digests under every key: `off` must neither read them nor add one.
+  const cache = path.join(tmp, 'cache');
+  for (const f of fs.readdirSync(cache)) fs.writeFileSync(path.join(cache, f), 'b'.repeat(64));
+  const big = path.join(tmp, 'model.safetensors');
   process.env.LLMC_DIGEST_CACHE = 'off';
   try {
-    const big = path.join(tmp, 'model.safetensors');
     expect(await cachedSha256Files([big], 'cfg')).toBe(expected('cfg', fs.readFileSync(big)));
+    expect(await cachedSha256Files([big], 'cfg3')).toBe(expected('cfg3', fs.readFileSync(big)));
+  } finally {
+    process.env.LLMC_DIGEST_CACHE = cache;
+  }
+  expect(fs.readdirSync(cache).length).toBe(before);
+  // With the cache on again, the planted entry is what comes back: the check above could fail.
+  expect(await cachedSha256Files([big], 'cfg')).toBe('b'.repeat(64));
+});
+
+test('a cache directory that cannot be made (under a file, or in /proc) only means hashing: no error, no hang', async () => {
+  const big = path.join(tmp, 'other.safetensors');
+  const bytes = Buffer.alloc(WORKER_MIN_BYTES, 3);
+  fs.writeFileSync(big, bytes);
+  const want = expected('cfg4', bytes);
+  const notADir = path.join(tmp, 'a-file');
+  fs.writeFileSync(notADir, '');
+  const unusable = [path.join(notADir, 'cache'), ...(fs.existsSync('/proc/self') ? ['/proc/llmc-digest-test/cache'] : [])];
+  try {
+    for (const dir of unusable) {
+      process.env.LLMC_DIGEST_CACHE = dir;
+      expect(await cachedSha256Files([big], 'cfg4')).toBe(want);
+    }
   } finally {
     process.env.LLMC_DIGEST_CACHE = path.join(tmp, 'cache');
   }
-});
+}, 30_000);

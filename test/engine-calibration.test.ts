@@ -1,31 +1,20 @@
 /** Data-free calibration: sequences sampled from the model itself, seeded. */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { heldOutSequences, selfGeneratedSequences, textSequences } from '../src/measure/sequences.js';
-import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
-import { Engine } from '../src/exec/engine/index.js';
 import { Llama64 } from './reference/llama64.js';
+import { STORIES, storiesEngine } from './stories-engine.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
 const reference = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { greedy_ids: number[] };
 
 describe('self-generated calibration on stories260K', () => {
-  let ck: Checkpoint;
-  let engine: Engine;
-  beforeAll(async () => {
-    ck = await openCheckpoint(STORIES);
-    engine = await Engine.open(ck, { threads: 1 });
-  });
-  afterAll(async () => {
-    await engine.close();
-    await ck.close();
-  });
+  const stories = storiesEngine();
 
   test('default size is 10 × 64, every sequence starts at BOS, same seed → same ids, held-out differs', async () => {
-    const a = await selfGeneratedSequences(engine, { seed: 5 });
-    const b = await selfGeneratedSequences(engine, { seed: 5 });
-    const h = await heldOutSequences(engine, { seed: 5 });
+    const a = await selfGeneratedSequences(stories.engine, { seed: 5 });
+    const b = await selfGeneratedSequences(stories.engine, { seed: 5 });
+    const h = await heldOutSequences(stories.engine, { seed: 5 });
     expect(a.length).toBe(10);
     for (const s of [...a, ...h]) {
       expect(s.length).toBe(64);
@@ -39,18 +28,18 @@ describe('self-generated calibration on stories260K', () => {
   });
 
   test('temperature 0 gives the greedy continuation from reference.json', async () => {
-    const [s] = await selfGeneratedSequences(engine, { count: 1, length: 21, temperature: 0 });
+    const [s] = await selfGeneratedSequences(stories.engine, { count: 1, length: 21, temperature: 0 });
     expect(s).toEqual([1, ...reference.greedy_ids.slice(0, 20)]);
   });
 
   test('first sampled tokens follow the model distribution (float64 reference probabilities)', async () => {
-    const ref = await Llama64.load(ck);
+    const ref = await Llama64.load(stories.ck);
     const logits = ref.forward([1])[0];
     const mx = Math.max(...logits);
     const z = logits.reduce((acc, v) => acc + Math.exp(v - mx), 0);
     const p = logits.map((v) => Math.exp(v - mx) / z);
     const n = 400;
-    const seqs = await selfGeneratedSequences(engine, { count: n, length: 2, seed: 11 });
+    const seqs = await selfGeneratedSequences(stories.engine, { count: n, length: 2, seed: 11 });
     const counts = new Map<number, number>();
     for (const s of seqs) counts.set(s[1], (counts.get(s[1]) ?? 0) + 1);
     // The most likely tokens: observed frequency within 4 standard deviations of the binomial.

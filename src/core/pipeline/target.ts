@@ -34,8 +34,9 @@ export interface TargetFormats {
 /** Elastic levels in the artifact: any per-layer widths, one width for all layers (and why), or none (the full model only). */
 export type ElasticSupport = { kind: 'per-layer' } | { kind: 'uniform'; why: string } | { kind: 'none' };
 
-/** An engine `llmc run --engine` can name. */
-export type RunEngine = 'sim' | 'onnxruntime';
+/** The engines `llmc run --engine` can name (its parser checks against this list). */
+export const RUN_ENGINES = ['sim', 'onnxruntime'] as const;
+export type RunEngine = (typeof RUN_ENGINES)[number];
 
 export interface TargetCapabilities {
   elasticWidths: ElasticSupport;

@@ -35,7 +35,7 @@ export function useWasmKernels(on: boolean): boolean {
 }
 
 /** Copy the search kernel's codes for group j (n elements, layout of kwasm.ts; floats from qkx2, int32 from qx/q3) into dst[n*j ..). */
-function codesFromWasm(j: number, n: number, dst: Uint8Array | Int8Array, floatCodes: boolean): void {
+function codesFromWasm(j: number, n: number, dst: Uint8Array | Int8Array | Int32Array, floatCodes: boolean): void {
   const codes = floatCodes ? KW!.f32 : KW!.i32;
   const base = K_LB / 4 + (j >> 2) * n * 4 + (j & 3);
   for (let i = 0; i < n; i++) dst[n * j + i] = codes[base + 4 * i];
@@ -49,13 +49,6 @@ function toWasm(x: Float32Array, xo: number, n: number, mode: number): boolean {
   if (!KW) return false;
   KW.f32.set(x.subarray(xo, xo + QK_K), K_RAW / 4);
   return KW.prep(QK_K / n / 4, n, mode) === 1;
-}
-
-/** The search kernel's int32 codes for group j (n elements) into RES, in natural order. */
-function searchCodesToRes(j: number, n: number): void {
-  const i32 = KW!.i32;
-  const base = K_LB / 4 + (j >> 2) * n * 4 + (j & 3);
-  for (let i = 0; i < n; i++) i32[K_RES / 4 + n * j + i] = i32[base + 4 * i];
 }
 
 /** After requant: group j's codes into dst from RES, or the search's codes where d_j was 0 (ggml keeps them). */
@@ -190,8 +183,8 @@ export function quantizeQ3_K(x: Float32Array, xo: number, nb: number, y: Uint8Ar
     }
     if (wasm) {
       KW!.requant(16, 16, -4, 3, 4);
-      // where d_j was 0 the search's codes stay (ggml keeps them)
-      for (let j = 0; j < 16; j++) if (KW!.f32[K_OD / 4 + j] === 0) searchCodesToRes(j, 16);
+      // where d_j was 0 the search's codes stay (ggml keeps them): into RES, which pack3 reads
+      for (let j = 0; j < 16; j++) if (KW!.f32[K_OD / 4 + j] === 0) codesFromWasm(j, 16, KW!.i32.subarray(K_RES / 4), false);
       KW!.pack3();
       y.set(KW!.u8.subarray(K_Q3OUT, K_Q3OUT + 96), yo);
       continue;

@@ -16,8 +16,9 @@
 
 import { F32, I32, section, str, uleb, V128, vec } from '../util/wasm-asm.js';
 import {
-  brIf, f32Add, f32c, f32FromI32, f32Mul, fAbs, fAdd, fDiv, fEq, fFromI32, fGt, fLt, fMul, fNeg, fSplat, fSub, get, i32Add, i32c, i32LeS,
-  i32LtS, i32Mul, ifThen, iMaxS, iMinS, iSplat, iSub, loop, set, simd, vAnd, vAnyTrue, vBitselect, vload, vstore, vZero,
+  bNarrowU, brIf, bShl, bSplat, f32Add, f32c, f32FromI32, f32Mul, fAbs, fAdd, fDiv, fEq, fFromI32, fGt, fLt, fMul, fNeg, fSplat, fSub, get,
+  hNarrowS, i32Add, i32c, i32LeS, i32LtS, i32Mul, ifThen, iMaxS, iMinS, iSplat, iSub, loop, set, simd, vAnd, vAnyTrue, vBitselect, vload,
+  vOr, vstore, vZero,
 } from '../util/wasm-ops.js';
 
 // byte offsets of the regions
@@ -495,7 +496,7 @@ function requantBody(): number[] {
  * the low two bits of codes l, l + 32, l + 64, l + 96 of its 128 (quantize_row_q3_K_ref's packing).
  */
 function pack3Body(): number[] {
-  const [bGtU, bNarrowU, hNarrowS, bShl, bSplat, vOr] = [simd(0x28), simd(0x66), simd(0x85), simd(0x6b), simd(0x0f), simd(0x50)];
+  const bGtU = simd(0x28); // i8x16.gt_u
   const [THREE, ACC] = [0, 1];
   const res = (v: number) => [...i32c(0), ...vload(K_RES + 16 * v)];
   const codes = (b: number) => [...i32c(0), ...vload(K_CODES8 + b)];

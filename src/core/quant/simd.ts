@@ -16,9 +16,9 @@
  */
 import { F32, I32, section, str, uleb, V128, vec } from '../util/wasm-asm.js';
 import {
-  bBitmask, bNarrowS, brIf, bShl, bSplat, f32c, fAbs, fAdd, fEq, fFromI32, fGe, fLt, fMul, fNearest, fSplat, fSub,
-  fTrunc, get, hAllTrue, hGeU, hMaxU, hNarrowS, hShl, hShrS, hSplat, hSub, i32Add, i32And, i32c, i32LtS, i32Mul, i32Or,
-  i32Shl, iAdd, iBitmask, iEq, iExtHighU, iExtLowU, ifElse, ifThen, iGeS, iMaxS, iMinS, iShl, iShrS, iSplat, iSub,
+  bBitmask, bNarrowS, bNarrowU, brIf, bShl, bSplat, f32c, f32Mul, fAbs, fAdd, fEq, fFromI32, fGe, fLt, fMul, fNearest, fSplat, fSub,
+  fTrunc, get, hAllTrue, hGeU, hMaxU, hNarrowS, hNarrowU, hShl, hShrS, hSplat, hSub, i32Add, i32And, i32c, i32LtS, i32Mul, i32Or,
+  i32Shl, iAdd, iBitmask, iEq, iExtHighU, iExtLowU, ifElse, ifThen, iGeS, iLtS, iMaxS, iMinS, iShl, iShrS, iSplat, iSub,
   iTruncSat, loop, set, simd, tee, vAnd, vAnyTrue, vBitselect, vload, vOr, vstore, vXor, vZero,
 } from '../util/wasm-ops.js';
 
@@ -193,9 +193,6 @@ const fNe = simd(0x42);
 const fPmin = simd(0xea);
 const fPmax = simd(0xeb);
 const iGtS = simd(0x3b);
-const hNarrowU = simd(0x86); // i16x8.narrow_i32x4_u
-const bNarrowU = simd(0x66); // i8x16.narrow_i16x8_u
-const f32Mul = [0x94];
 const f32Le = [0x5f];
 /** The block type of an if/else that leaves nothing. */
 const EMPTY = 0x40;
@@ -223,11 +220,11 @@ function halfBody(kind: 'F16' | 'BF16'): number[] {
     // below the f16 normals: nearest(|x| * 2^24), exact; else the rebias
     ...get(A), ...f32x4(2 ** 24), ...fMul, ...fNearest, ...iTruncSat,
     ...get(A), ...i32x4(0x38000000), ...iSub, ...i32x4(0xfff), ...iAdd, ...get(A), ...i32c(13), ...iShrU, ...i32x4(1), ...vAnd, ...iAdd, ...i32c(13), ...iShrU,
-    ...get(A), ...i32x4(0x38800000), ...simd(0x39), // i32x4.lt_s
+    ...get(A), ...i32x4(0x38800000), ...iLtS,
     ...vBitselect,
     // from 65520 up: Inf, or NaN
     ...i32x4(0x7e00), ...i32x4(0x7c00), ...get(A), ...i32x4(0x7f800000), ...iGtS, ...vBitselect,
-    ...get(A), ...i32x4(0x477ff000), ...simd(0x39), ...vBitselect,
+    ...get(A), ...i32x4(0x477ff000), ...iLtS, ...vBitselect,
     ...get(V), ...i32c(16), ...iShrU, ...i32x4(0x8000), ...vAnd, ...vOr,
   ];
   const lanes = (off: number) => [...get(SRC), ...get(IP), ...i32Add, ...vload(off), ...set(V), ...(kind === 'F16' ? f16 : bf16)];

@@ -178,19 +178,20 @@ export async function ensureOutputDir(dir: string): Promise<void> {
 }
 
 /**
- * mkdir -p, one level at a time. Node's own `recursive: true` spins forever under a parent that
- * refuses new entries with ENOENT (any path in /proc), so a bad -o would hang instead of failing.
+ * mkdir -p, one level at a time (each new level with `mode`, as mkdir's). Node's own `recursive: true`
+ * spins forever under a parent that refuses new entries with ENOENT (any path in /proc), so a bad -o
+ * would hang instead of failing.
  */
-async function mkdirs(dir: string): Promise<void> {
+export async function mkdirs(dir: string, mode?: number): Promise<void> {
   try {
-    await fsp.mkdir(dir);
+    await fsp.mkdir(dir, mode);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EEXIST' && (await fsp.stat(dir)).isDirectory()) return;
     const parent = path.dirname(dir);
     if (code !== 'ENOENT' || parent === dir || (await fsp.stat(parent).then(() => true, () => false))) throw err;
-    await mkdirs(parent);
-    await fsp.mkdir(dir);
+    await mkdirs(parent, mode);
+    await fsp.mkdir(dir, mode);
   }
 }
 

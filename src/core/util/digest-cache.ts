@@ -11,6 +11,7 @@ import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { mkdirs, writeFileAtomic } from './atomic.js';
 import { sha256Files, WORKER_MIN_BYTES } from './sha256.js';
 
 function cacheDir(): string | null {
@@ -44,13 +45,10 @@ export async function cachedSha256Files(files: string[], prefix = ''): Promise<s
   const known = await fsp.readFile(file, 'utf8').catch(() => '');
   if (/^[0-9a-f]{64}$/.test(known)) return known;
   const digest = await sha256Files(files, prefix);
-  // Only if no file changed while it was read; written under a temp name, then renamed.
+  // Only if no file changed while it was read. mkdirs, not mkdir's `recursive`, which spins forever
+  // under /proc; writeFileAtomic: a temp name of its own (one per call), removed on failure or Ctrl-C.
   if ((await keyOf(files, prefix).catch(() => null))?.key === key) {
-    const tmp = `${file}.${process.pid}.tmp`;
-    await fsp.mkdir(dir, { recursive: true, mode: 0o700 })
-      .then(() => fsp.writeFile(tmp, digest))
-      .then(() => fsp.rename(tmp, file))
-      .catch(() => fsp.rm(tmp, { force: true }).catch(() => {}));
+    await mkdirs(path.resolve(dir), 0o700).then(() => writeFileAtomic(file, digest)).catch(() => {});
   }
   return digest;
 }

@@ -81,6 +81,10 @@ export function registerCompile(program: Command): void {
         '  llmc compile fixtures/models/stories260K --target ts --passes reorder --levels 0.5,0.75,1 -o out/stories-elastic\n' +
         '  llmc compile fixtures/models/stories260K --target hf --quant F16 -o out/stories-f16\n' +
         '  llmc compile fixtures/models/stories260K --target ts --quant Q4_0 --dry-run\n\n' +
+        'Environment:\n' +
+        "  LLMC_DIGEST_CACHE  where the source checkpoint's sha256 (the manifest's source identity) is remembered\n" +
+        '                     between compiles while its files are unchanged (default $XDG_CACHE_HOME/llmc/sha256,\n' +
+        '                     else ~/.cache/llmc/sha256); off: hash the checkpoint every time\n\n' +
         `${describeTargets()}\n\n${describePasses()}\n`,
     )
     .action(async (modelArg: string | undefined, o) => {

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
-import type { ArtifactRunner, RunOptions } from '../../../core/pipeline/target.js';
+import { RUN_ENGINES, type ArtifactRunner, type RunEngine, type RunOptions } from '../../../core/pipeline/target.js';
 import { ELASTIC_LEVELS, findRecord, levelJson, type ElasticLevels } from '../../../core/records/index.js';
 import { locate, verifyFiles } from '../../artifact.js';
 import { noteLine, printJson } from '../output.js';
@@ -33,9 +33,10 @@ function parseChunkOption(v: string): number | 'auto' {
   return Number(v);
 }
 
-function parseEngineOption(v: string): 'sim' | 'onnxruntime' {
-  if (v !== 'sim' && v !== 'onnxruntime') throw new UsageError(`--engine must be sim or onnxruntime; got "${v}"`);
-  return v;
+function parseEngineOption(v: string): RunEngine {
+  const engine = RUN_ENGINES.find((e) => e === v);
+  if (!engine) throw new UsageError(`--engine must be ${RUN_ENGINES.join(' or ')}; got "${v}"`);
+  return engine;
 }
 
 export function registerRun(program: Command): void {
