@@ -246,14 +246,16 @@ export async function trainLevel(
   const lowRankOf = (ps: tf.Tensor[]) => new Map<string, LowRankTerm>(targets.map((t, i) => [t.weight, { at: ps[2 * i] as tf.Tensor2D, bt: ps[2 * i + 1] as tf.Tensor2D, scale }]));
   const validationLoss = async (): Promise<number> => {
     let sum = 0;
+    const tensors = params.map((p, i) => tf.tensor2d(p, shapes[i]));
+    const lowRank = lowRankOf(tensors);
     for (let v = 0; v < split.validation; v++) {
       const { probs, owned } = teacher.probs(split.train + v);
-      const tensors = params.map((p, i) => tf.tensor2d(p, shapes[i]));
-      const l = tf.tidy(() => distillLoss(student, teacher.batches[split.train + v], { lowRank: lowRankOf(tensors) }, probs, s.ce));
+      const l = tf.tidy(() => distillLoss(student, teacher.batches[split.train + v], { lowRank }, probs, s.ce));
       sum += (await l.data())[0];
-      tf.dispose([l, ...tensors]);
+      l.dispose();
       if (!owned) probs.dispose();
     }
+    tf.dispose(tensors);
     return sum / split.validation;
   };
   const validation: { step: number; loss: number }[] = [];
