@@ -11,22 +11,19 @@
  *             prefill, switch / load cost and extra bytes.
  * Standalone: `npx tsc -p tsconfig.json && node dist/bench/recovery.bench.js [--quick]`.
  */
-import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import type { ModelSource } from '../src/core/checkpoint/source.js';
 import { compile } from '../src/app/compile/compile.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { silentProgress } from '../src/core/util/progress.js';
-import { Rng } from '../src/core/util/rng.js';
 import { analyzeReorder } from '../passes/reorder/analyze.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { findTarget } from '../src/app/compile/plan.js';
 import { selectLevel, type Level } from '../src/core/records/index.js';
-import { cachedFixture, REPO_ROOT, repeat, round, runIfMain, type BenchSuite } from './harness.js';
+import { repeat, round, runIfMain, type BenchSuite } from './harness.js';
+import { llama30M, randomPrompt, STORIES, withCheckpoint, withTmpDir } from './scoped.js';
 
-const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');
 const cpuMs = (c: NodeJS.CpuUsage) => (c.user + c.system) / 1000;
 
 /** Share of the full model's gap a level's recovery closes: in log-perplexity and in perplexity. */
@@ -83,9 +80,7 @@ async function recoveryRun(src: ModelSource, cacheDir: string, options: Record<s
 export async function runtimeModes(src: ModelSource, outDir: string, cacheDir: string, options: Record<string, string>, request: string, quick: boolean) {
   await compile({ source: src, target: 'ts', outDir, passes: [{ name: 'reorder', options }], quant: 'F32', progress: silentProgress, note: () => {}, cacheDir });
   const reps = quick ? 3 : 7;
-  const rng = new Rng(1);
-  const T = Math.min(128, src.spec.maxPositions);
-  const prompt = Array.from({ length: T }, () => rng.int(src.spec.vocabSize));
+  const prompt = randomPrompt(src.spec);
   const load0 = await repeat(reps, () => loadDir(outDir));
   const lowRank = await loadDir(outDir);
   const switchMs = await repeat(reps * 10, () => lowRank.level(request));
@@ -140,23 +135,17 @@ export const suite: BenchSuite = {
   description: 'reorder recovery (LoRA per level): held-out quality before/after per importance source, quality bars, recovery time, runtime low-rank vs merged',
   async run(opts = { quick: false }) {
     const quick = Boolean(opts.quick);
-    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-bench-recovery-'));
-    const out: Record<string, unknown> = { cores: os.cpus().length, loadAverage: os.loadavg().map((x) => round(x, 2)) };
-    try {
-      const stories = await openCheckpoint(STORIES);
-      try {
+    return withTmpDir('llmc-bench-recovery-', async (tmp) => {
+      const out: Record<string, unknown> = { cores: os.cpus().length, loadAverage: os.loadavg().map((x) => round(x, 2)) };
+      await withCheckpoint(STORIES, async (stories) => {
         const providers = quick ? ['activation'] : ['activation', 'taylor', 'magnitude'];
         const byProvider: Record<string, unknown> = {};
         for (const p of providers) byProvider[p] = await recoveryRun(stories, path.join(tmp, `cache-stories-${p}`), { importance: p, ...(quick ? { levels: '0.5,0.75,1' } : {}) });
         out.stories260K = byProvider;
         out.runtimeStories260K = await runtimeModes(stories, path.join(tmp, 'ts-stories'), path.join(tmp, 'cache-stories-activation'), { importance: 'activation', ...(quick ? { levels: '0.5,0.75,1' } : {}) }, '0.5', quick);
-      } finally {
-        await stories.close();
-      }
+      });
       if (!quick) {
-        const fx = await cachedFixture('llama-30M', { arch: 'llama', seed: 1 });
-        const m30 = await openCheckpoint(fx.dir);
-        try {
+        await withCheckpoint(await llama30M(), async (m30) => {
           // 256 sequences, not the default 1024: their teacher distributions (8192-token vocabulary) would
           // not fit the kept-probabilities budget either way, and a step's teacher forward is then recomputed.
           out.llama30M = {
@@ -164,14 +153,10 @@ export const suite: BenchSuite = {
             ...(await recoveryRun(m30, path.join(tmp, 'cache-30m'), { importance: 'activation', levels: '0.5,0.75,1', recoverData: '256' })),
           };
           out.runtimeLlama30M = await runtimeModes(m30, path.join(tmp, 'ts-30m'), path.join(tmp, 'cache-30m-rt'), { importance: 'activation', levels: '0.5,1', recoverSteps: '2', recoverData: '8' }, '0.5', quick);
-        } finally {
-          await m30.close();
-        }
+        });
       }
       return out;
-    } finally {
-      await fsp.rm(tmp, { recursive: true, force: true });
-    }
+    });
   },
 };
 

@@ -4,16 +4,12 @@
  * 128-token prefill (target < 1%).
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/reorder.bench.js [--quick]`.
  */
-import { promises as fsp } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import type { ModelSource } from '../src/core/checkpoint/source.js';
 import { compile } from '../src/app/compile/compile.js';
 import { calibrationSet } from '../src/measure/calibration.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { silentProgress } from '../src/core/util/progress.js';
-import { Rng } from '../src/core/util/rng.js';
 import { analyzeReorder } from '../passes/reorder/analyze.js';
 import { ELASTIC_LEVELS, findRecord, levelWidths, selectLevel as selectLevelOf, type PassRecord } from '../src/core/records/index.js';
 
@@ -21,10 +17,9 @@ const selectLevel = (passes: PassRecord[] | undefined, request: string) => selec
 import { levelMasks, maskedLoss } from '../passes/reorder/masks.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { randomOrders } from '../passes/reorder/permute.js';
-import { cachedFixture, REPO_ROOT, repeat, round, runIfMain, type BenchSuite } from './harness.js';
+import { repeat, round, runIfMain, type BenchSuite } from './harness.js';
+import { llama30M, randomPrompt, STORIES, withCheckpoint, withTmpDir } from './scoped.js';
 import { findTarget } from '../src/app/compile/plan.js';
-
-const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');
 
 /** Perplexity table: rows = levels, columns = providers (+ random median of 3, + auto's pick). */
 async function providerTable(src: ModelSource, cacheDir: string, quick: boolean) {
@@ -69,9 +64,7 @@ async function switchCost(src: ModelSource, outDir: string, cacheDir: string, qu
     cacheDir,
   });
   const model = await loadDir(outDir);
-  const T = Math.min(128, src.spec.maxPositions);
-  const rng = new Rng(1);
-  const prompt = Array.from({ length: T }, () => rng.int(src.spec.vocabSize));
+  const prompt = randomPrompt(src.spec);
   const reps = quick ? 3 : 7;
   model.forward(prompt, model.newCache(), { lastOnly: true }); // warm-up (JIT, wasm kernels)
   const prefill = await repeat(reps, () => model.forward(prompt, model.newCache(), { lastOnly: true }));
@@ -101,29 +94,17 @@ export const suite: BenchSuite = {
   description: 'reorder pass: level × importance-provider perplexity, provider times, runtime level-switch cost',
   async run(opts = { quick: false }) {
     const quick = Boolean(opts.quick);
-    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-bench-reorder-'));
-    try {
-      const stories = await openCheckpoint(STORIES);
+    return withTmpDir('llmc-bench-reorder-', async (tmp) => {
       const out: Record<string, unknown> = {};
-      try {
+      await withCheckpoint(STORIES, async (stories) => {
         out.stories260K = await providerTable(stories, path.join(tmp, 'cache-stories'), quick);
         out.switchStories260K = await switchCost(stories, path.join(tmp, 'ts-stories'), path.join(tmp, 'cache-stories'), quick);
-      } finally {
-        await stories.close();
-      }
+      });
       if (!quick) {
-        const fx = await cachedFixture('llama-30M', { arch: 'llama', seed: 1 });
-        const m30 = await openCheckpoint(fx.dir);
-        try {
-          out.switchLlama30M = await switchCost(m30, path.join(tmp, 'ts-30m'), path.join(tmp, 'cache-30m'), quick);
-        } finally {
-          await m30.close();
-        }
+        out.switchLlama30M = await withCheckpoint(await llama30M(), (m30) => switchCost(m30, path.join(tmp, 'ts-30m'), path.join(tmp, 'cache-30m'), quick));
       }
       return out;
-    } finally {
-      await fsp.rm(tmp, { recursive: true, force: true });
-    }
+    });
   },
 };
 

@@ -20,7 +20,7 @@ import { isMoeLayer } from '../../src/core/arch/spec.js';
 import { Rng } from '../../src/core/util/rng.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { TfModel, type LowRankTerm, type RunOptions } from '../../src/exec/autodiff/lower.js';
-import { cachedProfile, cacheHandle, loadProfile, saveProfile, type ProfileCache, type ProfileData } from '../../src/measure/store.js';
+import { cachedProfile, cacheHandle, loadProfile, readsCache, saveProfile, writesCache, type ProfileCache, type ProfileData } from '../../src/measure/store.js';
 import { sliceSource } from '../../src/core/pipeline/elastic.js';
 import type { LevelLayer } from '../../src/core/records/elastic.js';
 import { tf } from '../../src/exec/autodiff/tf.js';
@@ -246,14 +246,16 @@ export async function trainLevel(
   const lowRankOf = (ps: tf.Tensor[]) => new Map<string, LowRankTerm>(targets.map((t, i) => [t.weight, { at: ps[2 * i] as tf.Tensor2D, bt: ps[2 * i + 1] as tf.Tensor2D, scale }]));
   const validationLoss = async (): Promise<number> => {
     let sum = 0;
+    const tensors = params.map((p, i) => tf.tensor2d(p, shapes[i]));
+    const lowRank = lowRankOf(tensors);
     for (let v = 0; v < split.validation; v++) {
       const { probs, owned } = teacher.probs(split.train + v);
-      const tensors = params.map((p, i) => tf.tensor2d(p, shapes[i]));
-      const l = tf.tidy(() => distillLoss(student, teacher.batches[split.train + v], { lowRank: lowRankOf(tensors) }, probs, s.ce));
+      const l = tf.tidy(() => distillLoss(student, teacher.batches[split.train + v], { lowRank }, probs, s.ce));
       sum += (await l.data())[0];
-      tf.dispose([l, ...tensors]);
+      l.dispose();
       if (!owned) probs.dispose();
     }
+    tf.dispose(tensors);
     return sum / split.validation;
   };
   const validation: { step: number; loss: number }[] = [];
@@ -438,7 +440,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
     }));
     const full = fullProfile.meta as unknown as Quality;
     const todo = req.levels.filter((lv) => !isFull(req.model, lv.layers));
-    // Levels are looked up first and trained in parallel, so not through cachedProfile: the same policy by hand.
+    // Levels are looked up first and trained in parallel, so not through cachedProfile (the same policy).
     const cache = cacheHandle(req.cacheDir);
     const keyOf = async (lv: (typeof todo)[number]) => ({
       level: await sliceSource(req.model, lv.layers, 'level').identity(),
@@ -448,7 +450,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
     const profiles = new Map<string, LevelProfile>();
     const missing: typeof todo = [];
     for (const lv of todo) {
-      const hit = cache && (cache.policy === 'on' || cache.policy === 'readonly') ? await loadProfile(cache.dir, 'level-recovery', await keyOf(lv)) : undefined;
+      const hit = readsCache(cache) ? await loadProfile(cache.dir, 'level-recovery', await keyOf(lv)) : undefined;
       if (hit) profiles.set(lv.id, hit);
       else missing.push(lv);
     }
@@ -458,7 +460,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
     progress.tick((todo.length - missing.length) * unit);
     const save = async (lv: (typeof todo)[number], data: LevelProfile) => {
       profiles.set(lv.id, data);
-      if (cache && (cache.policy === 'on' || cache.policy === 'redo')) await saveProfile(cache.dir, 'level-recovery', await keyOf(lv), data);
+      if (writesCache(cache)) await saveProfile(cache.dir, 'level-recovery', await keyOf(lv), data);
       if (!s) progress.tick();
     };
     const threads = Math.min(req.threads ?? Math.min(4, os.availableParallelism()), missing.length);

@@ -42,8 +42,7 @@ export async function calibrationSet(source: ModelSource, spec: CalibrationSpec,
       const { calib, held } = await textCalibration(source, spec, spec.source.text);
       return { meta: { ...spec }, arrays: { calib: Float64Array.from(calib.flat()), heldOut: Float64Array.from(held.flat()) } };
     }
-    const engine = opts.engine ? await opts.engine() : await Engine.open(source);
-    try {
+    return withEngine(source, opts.engine, async (engine) => {
       const progress = opts.progress;
       const gen = { count: spec.count, length: spec.length, seed: spec.seed, onStep: progress ? () => progress.tick() : undefined };
       progress?.start('calibration: sampling from the model', (spec.length - 1) * (spec.heldOut > 0 ? 2 : 1));
@@ -51,11 +50,20 @@ export async function calibrationSet(source: ModelSource, spec: CalibrationSpec,
       const held = spec.heldOut > 0 ? await heldOutSequences(engine, { ...gen, count: spec.heldOut }) : [];
       progress?.done();
       return { meta: { ...spec }, arrays: { calib: Float64Array.from(calib.flat()), heldOut: Float64Array.from(held.flat()) } };
-    } finally {
-      if (!opts.engine) await engine.close();
-    }
+    });
   });
   return { spec, calib: split(profile.arrays.calib, spec.length), heldOut: split(profile.arrays.heldOut, spec.length), key: profile.key };
+}
+
+/** Run `fn` on the caller's shared engine, or on one opened for `source` and closed after. */
+async function withEngine<R>(source: ModelSource, shared: (() => Promise<Engine>) | undefined, fn: (engine: Engine) => Promise<R>): Promise<R> {
+  if (shared) return fn(await shared());
+  const engine = await Engine.open(source);
+  try {
+    return await fn(engine);
+  } finally {
+    await engine.close();
+  }
 }
 
 /** A calibration text file's spec: its path and sha256 (so an edited file is a new profile). */
@@ -128,12 +136,7 @@ export async function trainingSet(source: ModelSource, calib: CalibrationSet, co
       const windows = await textWindows(source, spec.length, spec.source.text);
       seqs = [...windows.slice(0, spec.count), ...windows.slice(spec.count + spec.heldOut)].slice(0, count);
     } else {
-      const engine = opts.engine ? await opts.engine() : await Engine.open(source);
-      try {
-        seqs = await selfGeneratedSequences(engine, { count, length: spec.length, seed: trainingSeed(seed), batch: Math.min(count, 64) });
-      } finally {
-        if (!opts.engine) await engine.close();
-      }
+      seqs = await withEngine(source, opts.engine, (engine) => selfGeneratedSequences(engine, { count, length: spec.length, seed: trainingSeed(seed), batch: Math.min(count, 64) }));
     }
     const held = new Set(calib.heldOut.map((s) => s.join(',')));
     const kept = seqs.filter((s) => !held.has(s.join(',')));

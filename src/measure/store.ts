@@ -93,6 +93,11 @@ export type ProfileCache = ProfileCacheRef;
 
 export const cacheHandle = (c: ProfileCache | undefined): CacheHandle | undefined => (typeof c === 'string' ? { dir: c, policy: 'on' } : c);
 
+/** The cache's policy lets stored profiles be read (`on`, `readonly`). */
+export const readsCache = (h: CacheHandle | undefined): h is CacheHandle => h !== undefined && (h.policy === 'on' || h.policy === 'readonly');
+/** The cache's policy lets computed profiles be stored (`on`, `redo`). */
+export const writesCache = (h: CacheHandle | undefined): h is CacheHandle => h !== undefined && (h.policy === 'on' || h.policy === 'redo');
+
 /**
  * The one entry point passes use: the stored profile if present, else compute it and store it,
  * as the cache's policy says. Without a cache it just computes.
@@ -106,7 +111,7 @@ export async function cachedProfile(
   if (!/^[a-z0-9-]+$/.test(kind)) throw new LlmcError(`bad profile kind "${kind}"`);
   const h = cacheHandle(cache);
   const key = profileKey(kind, keyParts);
-  if (h && (h.policy === 'on' || h.policy === 'readonly')) {
+  if (readsCache(h)) {
     const hit = await loadProfile(h.dir, kind, keyParts);
     if (hit) {
       h.onStage?.({ kind, key, cached: true, stored: false, ms: 0 });
@@ -115,7 +120,7 @@ export async function cachedProfile(
   }
   const t0 = performance.now();
   const data = await compute();
-  const store = h !== undefined && (h.policy === 'on' || h.policy === 'redo');
+  const store = writesCache(h);
   const p = store ? await saveProfile(h.dir, kind, keyParts, data) : { kind, key, keyParts, ...data, cached: false };
   h?.onStage?.({ kind, key, cached: false, stored: store, ms: performance.now() - t0 });
   return p;

@@ -5,6 +5,7 @@
  * (uniform guessing) is flagged.
  */
 import { levelPrefixes } from '../../core/pipeline/elastic.js';
+import { formatBytes } from './output.js';
 import { ELASTIC_LEVELS, findRecord, formatLevelFraction as pct, formatPerplexity as ppl, levelWidths, worseThanUniform, type ElasticLevels, type Level, type Manifest } from '../../core/records/index.js';
 
 export interface LevelRow {
@@ -68,8 +69,6 @@ function levelBytes(manifest: Manifest, record: ElasticLevels): (lv: Level) => {
   return (lv) => ({ bytes: Math.round((total * lv.params) / record.full.params), bytesExact: false });
 }
 
-const human = (b: number) => (b >= 1e9 ? `${(b / 1e9).toFixed(2)} GB` : b >= 1e6 ? `${(b / 1e6).toFixed(2)} MB` : `${(b / 1e3).toFixed(1)} kB`);
-
 /** The table as text (stderr at the end of `llmc compile`). */
 export function formatLevelTable(record: ElasticLevels, rows: LevelRow[], vocabSize: number): string {
   const recovered = rows.some((r) => r.unrecovered);
@@ -77,7 +76,7 @@ export function formatLevelTable(record: ElasticLevels, rows: LevelRow[], vocabS
   const body = rows.map((r) => [
     r.id,
     pct(r.paramFrac),
-    (r.bytesExact ? '' : '≈') + human(r.bytes),
+    (r.bytesExact ? '' : '≈') + formatBytes(r.bytes),
     ppl(r.heldOutPpl) + (r.worseThanUniform ? ' !' : ''),
     pct(r.agreement),
     ...(recovered ? [ppl(r.unrecovered?.heldOutPpl), pct(r.unrecovered?.agreement)] : []),

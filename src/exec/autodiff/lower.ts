@@ -40,6 +40,8 @@ export interface LowRankTerm {
 export class TfModel {
   /** The graph's ops with the moe op expanded (tfjs runs every expert on every token). */
   private readonly ops: Op[];
+  /** rope's rotate-half as a matrix (one head), made once: every rope op of every forward uses it. */
+  private readonly rotate: tf.Tensor2D;
 
   private constructor(
     readonly source: ModelSource,
@@ -48,6 +50,7 @@ export class TfModel {
     readonly backend: string,
   ) {
     this.ops = primitiveOps(graph);
+    this.rotate = rotateHalf(source.spec.headDim);
   }
 
   static async load(source: ModelSource, note?: (m: string) => void): Promise<TfModel> {
@@ -80,6 +83,7 @@ export class TfModel {
   dispose(): void {
     for (const t of this.weights.values()) t.dispose();
     this.weights.clear();
+    this.rotate.dispose();
   }
 
   /** Logits [B·T, V] for every position of equal-length sequences (call inside tf.tidy). */
@@ -191,17 +195,6 @@ export class TfModel {
     return d;
   }
 
-  /** P with x·P = rotate_half(x) = [-x2, x1] over one head of `hd` channels. */
-  private rotateHalf(hd: number): tf.Tensor2D {
-    const half = hd / 2;
-    const p = new Float32Array(hd * hd);
-    for (let i = 0; i < half; i++) {
-      p[(i + half) * hd + i] = -1;
-      p[i * hd + i + half] = 1;
-    }
-    return tf.tensor2d(p, [hd, hd]);
-  }
-
   /** Additive causal (and sliding-window) mask over [R·Tn query rows, Tn keys]: 0 visible, -1e30 not. */
   private causalBias(Tn: number, R: number, window: number | null): T {
     const bias = new Float32Array(R * Tn * Tn);
@@ -276,7 +269,7 @@ export class TfModel {
         // and the backward is the transposed matmul. out = x·cos + rot·sin, cos/sin over the full head.
         const x = get(op.x);
         const n = x.shape[2]! / hd;
-        const rot = tf.reshape(tf.matMul(tf.reshape(x, [-1, hd]) as tf.Tensor2D, this.rotateHalf(hd)), [B, Tn, n, hd]);
+        const rot = tf.reshape(tf.matMul(tf.reshape(x, [-1, hd]) as tf.Tensor2D, this.rotate), [B, Tn, n, hd]);
         const c = tf.reshape(get(op.cos), [1, Tn, 1, hd]);
         const s = tf.reshape(get(op.sin), [1, Tn, 1, hd]);
         env.set(op.out, tf.reshape(tf.add(tf.mul(tf.reshape(x, [B, Tn, n, hd]), c), tf.mul(rot, s)), [B, Tn, n * hd]));
@@ -292,7 +285,10 @@ export class TfModel {
         const qg = tf.reshape(tf.transpose(tf.reshape(q, [B, Tn, G, R, hd]), [0, 2, 3, 1, 4]), [B, G, R * Tn, hd]);
         const kT = tf.transpose(tf.reshape(get(op.k), [B, Tn, G, hd]), [0, 2, 3, 1]);
         const vh = tf.transpose(tf.reshape(get(op.v), [B, Tn, G, hd]), [0, 2, 1, 3]);
-        const scores = tf.add(tf.mul(tf.matMul(qg, kT), 1 / Math.sqrt(hd)), this.causalBias(Tn, R, op.slidingWindow));
+        // The mask depends on (R, window) only: built once per forward, kept in env for the other layers.
+        const maskKey = `#causal-bias:${R}:${op.slidingWindow}`;
+        if (!env.has(maskKey)) env.set(maskKey, this.causalBias(Tn, R, op.slidingWindow));
+        const scores = tf.add(tf.mul(tf.matMul(qg, kT), 1 / Math.sqrt(hd)), get(maskKey));
         const out = tf.matMul(tf.softmax(scores), vh); // [B, G, R·Tn, hd]
         env.set(op.out, tf.reshape(tf.transpose(tf.reshape(out, [B, G, R, Tn, hd]), [0, 3, 1, 2, 4]), [B, Tn, H * hd]));
         return;
@@ -353,4 +349,15 @@ function W(weights: Map<string, T>, name: string): T {
   const t = weights.get(name);
   if (!t) throw new LlmcError(`tfjs lowering: no weight "${name}"`);
   return t;
+}
+
+/** P with x·P = rotate_half(x) = [-x2, x1] over one head of `hd` channels. */
+function rotateHalf(hd: number): tf.Tensor2D {
+  const half = hd / 2;
+  const p = new Float32Array(hd * hd);
+  for (let i = 0; i < half; i++) {
+    p[(i + half) * hd + i] = -1;
+    p[i * hd + i + half] = 1;
+  }
+  return tf.tensor2d(p, [hd, hd]);
 }
