@@ -16,6 +16,7 @@ import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { CHUNK_SCHEDULE, findRecord, MANIFEST_FILE, requireChunkSchedule } from '../../src/core/records/index.js';
 import { chunkOrderFor, chunkPlanOf, type ChunkSchedule } from '../../src/core/records/chunk-schedule.js';
+import { appendChunkRows, leadingSlots } from '../../src/exec/engine/chunks.js';
 import { artifactSessionOptions } from '../../src/exec/engine/session-options.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
 import { chunkAttentionFile, type ChunkGroup, type QnnChunked } from './chunks.js';
@@ -115,8 +116,8 @@ export class QnnChunkPrefill {
         // KV append: the chunk's RoPE'd keys and its values into slots [i·c, (i+1)·c).
         const a = layers.findIndex((x) => x.layer === rope.layer);
         const [, k, v] = layers[a].inputs;
-        append(bufK[a], m.get(k)!.data as Float32Array, i, c, H, d, T);
-        append(bufV[a], m.get(v)!.data as Float32Array, i, c, H, d, T);
+        appendChunkRows(bufK[a], m.get(k)!.data as Float32Array, i, c, H, d, T);
+        appendChunkRows(bufV[a], m.get(v)!.data as Float32Array, i, c, H, d, T);
       }
       done.add(i * M + j);
     }
@@ -124,7 +125,7 @@ export class QnnChunkPrefill {
     const V = spec.vocabSize;
     const logits = new Float32Array(P * V);
     values.forEach(({ m, n }, i) => logits.set((m.get('logits')!.data as Float32Array).subarray(0, n * V), i * c * V));
-    const cache = (buf: Float32Array) => new ort.Tensor('float32', slots(buf, H, T, P, d), [1, H, P, d]);
+    const cache = (buf: Float32Array) => new ort.Tensor('float32', leadingSlots(buf, H, T, P, d), [1, H, P, d]);
     return { logits, kv: { keys: bufK.map(cache), values: bufV.map(cache), length: P } };
   }
 
@@ -138,8 +139,8 @@ export class QnnChunkPrefill {
     const entry = this.chunked.attention[a];
     const T = bufK[a].length / (H * d);
     const past = i * c;
-    m.set(`past_key_values.${layer}.key`, new ort.Tensor('float32', slots(bufK[a], H, T, past, d), [1, H, past, d]));
-    m.set(`past_key_values.${layer}.value`, new ort.Tensor('float32', slots(bufV[a], H, T, past, d), [1, H, past, d]));
+    m.set(`past_key_values.${layer}.key`, new ort.Tensor('float32', leadingSlots(bufK[a], H, T, past, d), [1, H, past, d]));
+    m.set(`past_key_values.${layer}.value`, new ort.Tensor('float32', leadingSlots(bufV[a], H, T, past, d), [1, H, past, d]));
     const mask = new BigInt64Array(past + c).fill(1n);
     mask.fill(0n, Math.min(P, past + c)); // the last chunk's pads
     m.set('attention_mask', new ort.Tensor('int64', mask, [1, past + c]));
@@ -151,18 +152,6 @@ export class QnnChunkPrefill {
   async close(): Promise<void> {
     for (const s of this.sessions.values()) await (await s).release();
   }
-}
-
-/** Chunk i's [c, H·d] rows into slots [i·c, (i+1)·c) of a [H, T, d] buffer. */
-function append(buf: Float32Array, x: Float32Array, i: number, c: number, H: number, d: number, T: number): void {
-  for (let t = 0; t < c; t++) for (let h = 0; h < H; h++) buf.set(x.subarray((t * H + h) * d, (t * H + h + 1) * d), (h * T + i * c + t) * d);
-}
-
-/** The first `keep` slots of a [H, T, d] buffer as [H, keep, d]. */
-function slots(buf: Float32Array, H: number, T: number, keep: number, d: number): Float32Array {
-  const out = new Float32Array(H * keep * d);
-  for (let h = 0; h < H; h++) out.set(buf.subarray(h * T * d, (h * T + keep) * d), h * keep * d);
-  return out;
 }
 
 /** The qnn runner with chunked prefill in the record's order (`--chunk c`; `auto` is the one length a qnn artifact ships). */
