@@ -170,9 +170,9 @@ export async function chunkedQnnRunner(a: Artifact, opts: RunOptions, runner: Qn
       for (const id of promptIds) if (!Number.isInteger(id) || id < 0 || id >= V) throw new UsageError(`token id ${id} is outside the vocabulary [0, ${V})`);
       const out: number[] = [];
       if (o.maxTokens <= 0) return out;
-      const { tabulated } = prefill.scheduleFor(promptIds.length);
+      const { order, tabulated } = prefill.scheduleFor(promptIds.length);
       notes.push(`prompt of ${promptIds.length} tokens: ${Math.ceil(promptIds.length / chunked.c)} chunk(s) of ${chunked.c}, ${tabulated ? 'tabulated' : 'online heuristic'} schedule`);
-      const first = await prefill.prefill(promptIds);
+      const first = await prefill.prefill(promptIds, order);
       const sampler = new Sampler(o);
       const stop = new Set(runner.spec.eosTokenIds);
       let logits = first.logits.subarray(first.logits.length - V);
