@@ -17,7 +17,7 @@ import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeli
 import { CHUNK_SCHEDULE, findRecord, MANIFEST_FILE, requireChunkSchedule } from '../../src/core/records/index.js';
 import { chunkOrderFor, chunkPlanOf, type ChunkSchedule } from '../../src/core/records/chunk-schedule.js';
 import { appendChunkRows, leadingSlots } from '../../src/exec/engine/chunks.js';
-import { artifactSessionOptions } from '../../src/exec/engine/session-options.js';
+import { openArtifactSession } from '../../src/exec/engine/session-options.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
 import { chunkAttentionFile, type ChunkGroup, type QnnChunked } from './chunks.js';
 import type { Kv, QnnRunner } from './run.js';
@@ -48,10 +48,7 @@ export class QnnChunkPrefill {
   private session(file: string): Promise<ort.InferenceSession> {
     let s = this.sessions.get(file);
     if (!s) {
-      const full = path.join(this.dir, file);
-      s = ort.InferenceSession.create(full, artifactSessionOptions(this.threads ?? 1)).catch((err: unknown) => {
-        throw new LlmcError(`onnxruntime cannot load the graph: ${String((err as Error).message ?? err).split('\n')[0]}`, full);
-      });
+      s = openArtifactSession(path.join(this.dir, file), this.threads ?? 1);
       this.sessions.set(file, s);
     }
     return s;

@@ -15,7 +15,7 @@ import path from 'node:path';
 import '../../src/exec/engine/ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
 import { leadingSlots } from '../../src/exec/engine/chunks.js';
-import { artifactSessionOptions } from '../../src/exec/engine/session-options.js';
+import { openArtifactSession } from '../../src/exec/engine/session-options.js';
 import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { OutlierScales } from '../../src/core/records/index.js';
@@ -31,17 +31,8 @@ export type QnnEngine = 'sim' | 'onnxruntime';
 
 /** The artifact's ONNX files on onnxruntime. */
 export async function openOnnxruntime(dir: string, subgraphs: readonly SubgraphEntry[], threads: number): Promise<SubgraphExecutor> {
-  const options = artifactSessionOptions(threads);
   const sessions = new Map<string, ort.InferenceSession>();
-  for (const s of subgraphs) {
-    if (!s.file) continue;
-    const file = path.join(dir, s.file);
-    try {
-      sessions.set(s.id, await ort.InferenceSession.create(file, options));
-    } catch (err) {
-      throw new LlmcError(`onnxruntime cannot load the graph: ${String((err as Error).message ?? err).split('\n')[0]}`, file);
-    }
-  }
+  for (const s of subgraphs) if (s.file) sessions.set(s.id, await openArtifactSession(path.join(dir, s.file), threads));
   return {
     run: (sg, feeds) => sessions.get(sg.id)!.run(feeds),
     close: async () => {

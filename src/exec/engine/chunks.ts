@@ -9,7 +9,7 @@
  */
 import './ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
-import { artifactSessionOptions } from './session-options.js';
+import { openArtifactSession } from './session-options.js';
 import { LlmcError } from '../../core/errors.js';
 import type { SubgraphKind } from '../../core/chunks/partition.js';
 import { ATTENTION_IO } from '../onnx/chunks.js';
@@ -84,14 +84,7 @@ export class OrtChunkPrefill {
     dims: { kvHeads: number; headDim: number; vocab: number; maxPositions: number },
     opts: { threads?: number } = {},
   ): Promise<OrtChunkPrefill> {
-    const open = async (name: string) => {
-      const src = await load(name);
-      try {
-        return typeof src === 'string' ? await ort.InferenceSession.create(src, artifactSessionOptions(opts.threads)) : await ort.InferenceSession.create(src, artifactSessionOptions(opts.threads));
-      } catch (err) {
-        throw new LlmcError(`onnxruntime cannot load chunk graph ${name}: ${String((err as Error).message ?? err).split('\n')[0]}`, typeof src === 'string' ? src : undefined);
-      }
-    };
+    const open = async (name: string) => openArtifactSession(await load(name), opts.threads, `chunk graph ${name}`);
     const statics = new Map<string, ort.InferenceSession>();
     for (const s of subgraphs) if (s.kind !== 'attention' && s.kind !== 'shadow') statics.set(s.id, await open(s.id));
     // Attention graphs open on first use (a prompt of N chunks needs N of them).
