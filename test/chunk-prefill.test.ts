@@ -171,7 +171,7 @@ describe('llmc run --chunk', () => {
     expect(rec.chunks.map((p) => p.c)).toEqual([4, 16]);
     expect(rec.costs.source).toMatch(/onnxruntime/);
     expect(rec.chunks[0].schedules.map((r) => r.N)).toEqual([1, 2, 3, 4, 5, 6]);
-    const info = manifest.targetInfo.chunks as { c: number; graphs: { file: string; i: number | null; graphBytes: number }[]; memory: { rows: { N: number; naive: number; shared: number; saved: number }[] } }[];
+    const info = manifest.targetInfo.chunks as { c: number; graphs: { file: string; i: number | null; graphBytes: number }[]; memory: { rows: { N: number; naive: number; shared: number; saved: number; modelNaive: number; modelShared: number; modelSaved: number }[] } }[];
     const set = info.find((s) => s.c === 4)!;
     const size = async (f: string) => (await fsp.stat(path.join(cuda, f))).size;
     let staticBytes = 0;
@@ -188,6 +188,12 @@ describe('llmc run --chunk', () => {
     expect(row.naive).toBe(4 * (row.shared - dyn) + dyn);
     expect(row.saved).toBeGreaterThan(0.6);
     expect(row.saved).toBeLessThan(0.75);
+    // SPEC §1.6's model adds the record's activation buffers: A_stat per graph set, A_dyn per chunk index.
+    const act = rec.chunks[0].memory;
+    const dynAct = act.dynamicActivationBytes.slice(0, 4).reduce((a, b) => a + b, 0);
+    expect(row.modelNaive).toBe(row.naive + 4 * act.staticActivationBytes + dynAct);
+    expect(row.modelShared).toBe(row.shared + act.staticActivationBytes + dynAct);
+    expect(row.modelSaved).toBeCloseTo(1 - row.modelShared / row.modelNaive, 12);
     // The report's section shows the schedules and the saving.
     const r = await llmc('report', cuda, '--json', '--no-quality');
     expect(r.code, r.stderr).toBe(0);

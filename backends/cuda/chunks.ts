@@ -7,6 +7,7 @@
  */
 import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
+import { chunkMemoryRows, type ChunkMemoryRow } from '../../src/core/chunks/memory.js';
 import { partitionGraph } from '../../src/core/chunks/partition.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import type { ChunkSchedule } from '../../src/core/records/chunk-schedule.js';
@@ -36,13 +37,8 @@ export interface ChunkGraphInfo {
   ownBytes: number;
 }
 
-export interface ChunkMemoryRow {
-  N: number;
-  /** Bytes of graphs + weights: one graph set per chunk, against the static graphs once and an attention graph per chunk. */
-  naive: number;
-  shared: number;
-  saved: number;
-  /** SPEC §1.6 with activation buffers (the record's A_stat, A_dyn) and W = the static graphs' real bytes. */
+/** Bytes of graphs + weights (chunkMemoryRows), and SPEC §1.6's model with activation buffers (the record's A_stat, A_dyn) and W = the static graphs' real bytes. */
+export interface CudaChunkMemoryRow extends ChunkMemoryRow {
   modelNaive: number;
   modelShared: number;
   modelSaved: number;
@@ -53,7 +49,7 @@ export interface ChunkSetInfo {
   /** Attention graphs for chunk indices 0..attentionGraphs−1 (prompts up to attentionGraphs·c tokens). */
   attentionGraphs: number;
   graphs: ChunkGraphInfo[];
-  memory: { staticGraphBytes: number; staticWeightBytes: number; attentionGraphBytes: number[]; rows: ChunkMemoryRow[] };
+  memory: { staticGraphBytes: number; staticWeightBytes: number; attentionGraphBytes: number[]; rows: CudaChunkMemoryRow[] };
 }
 
 const sameBytes = (a: Uint8Array, b: Uint8Array) => a.length === b.length && Buffer.from(a.buffer, a.byteOffset, a.length).equals(Buffer.from(b.buffer, b.byteOffset, b.length));
@@ -101,19 +97,9 @@ export async function writeChunkGraphs(
     const staticWeightBytes = [...refsUsed.values()].reduce((a, b) => a + b, 0);
     const attentionGraphBytes = graphs.filter((g) => g.i !== null).map((g) => g.graphBytes);
     const W = staticGraphBytes + staticWeightBytes;
-    const A = plan.memory.staticActivationBytes;
-    const rows: ChunkMemoryRow[] = [];
-    let dyn = 0;
-    let dynAct = 0;
-    for (let N = 1; N <= Math.min(count, plan.nMax); N++) {
-      dyn += attentionGraphBytes[N - 1];
-      dynAct += plan.memory.dynamicActivationBytes[N - 1];
-      const naive = N * W + dyn;
-      const shared = W + dyn;
-      const modelNaive = N * (W + A) + dyn + dynAct;
-      const modelShared = W + A + dyn + dynAct;
-      rows.push({ N, naive, shared, saved: 1 - shared / naive, modelNaive, modelShared, modelSaved: 1 - modelShared / modelNaive });
-    }
+    const n = Math.min(count, plan.nMax);
+    const model = chunkMemoryRows(W + plan.memory.staticActivationBytes, attentionGraphBytes.slice(0, n).map((b, i) => b + plan.memory.dynamicActivationBytes[i]), n);
+    const rows: CudaChunkMemoryRow[] = chunkMemoryRows(W, attentionGraphBytes, n).map((r, k) => ({ ...r, modelNaive: model[k].naive, modelShared: model[k].shared, modelSaved: model[k].saved }));
     info.push({ c: plan.c, attentionGraphs: count, graphs, memory: { staticGraphBytes, staticWeightBytes, attentionGraphBytes, rows } });
   }
   return { files, info };

@@ -15,6 +15,7 @@
  * graph/subgraphs.json gets the groups and the schedule table per N, graph/deps.json the record's
  * edges; the memory the sharing saves is computed from the written files' sizes.
  */
+import { chunkMemoryRows, type ChunkMemoryRow } from '../../src/core/chunks/memory.js';
 import { LlmcError } from '../../src/core/errors.js';
 import type { ModelGraph, Op, V } from '../../src/core/ir/ir.js';
 import type { Subgraph } from '../../src/core/ir/subgraphs.js';
@@ -60,14 +61,6 @@ export interface ChunkGroup {
   run: string[];
   /** attention groups: the layer whose chunk-index graphs run. */
   attentionLayer?: number;
-}
-
-export interface ChunkMemoryRow {
-  N: number;
-  /** Bytes of the graphs (their weights inline): one graph set per chunk, against the static graphs once and an attention graph per chunk. */
-  naive: number;
-  shared: number;
-  saved: number;
 }
 
 /** `chunked` in graph/subgraphs.json. */
@@ -168,14 +161,8 @@ export async function writeQnnChunkGraphs(
   progress.done();
   let staticGraphBytes = 0;
   for (const f of [...staticFiles, ...ropes.map((r) => r.file)]) staticGraphBytes += await out.size(f);
-  const rows: ChunkMemoryRow[] = [];
-  let dyn = 0;
-  for (let N = 1; N <= Math.min(count, plan.nMax); N++) {
-    dyn += attentionGraphBytes[N - 1];
-    const naive = N * staticGraphBytes + dyn;
-    const shared = staticGraphBytes + dyn;
-    rows.push({ N, naive, shared, saved: 1 - shared / naive });
-  }
+  // The graphs carry their weights inline: W is the static graphs' bytes.
+  const rows = chunkMemoryRows(staticGraphBytes, attentionGraphBytes, Math.min(count, plan.nMax));
   const M = rec.subgraphs.length;
   const chunked: QnnChunked = {
     format: 'llmc-qnn-chunked/1',

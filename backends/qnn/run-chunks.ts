@@ -16,7 +16,8 @@ import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { CHUNK_SCHEDULE, findRecord, MANIFEST_FILE, requireChunkSchedule } from '../../src/core/records/index.js';
 import { chunkOrderFor, chunkPlanOf, type ChunkSchedule } from '../../src/core/records/chunk-schedule.js';
-import { artifactSessionOptions } from '../../src/exec/engine/session-options.js';
+import { appendChunkRows, leadingSlots } from '../../src/exec/engine/chunks.js';
+import { openArtifactSession } from '../../src/exec/engine/session-options.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
 import { chunkAttentionFile, type ChunkGroup, type QnnChunked } from './chunks.js';
 import type { Kv, QnnRunner } from './run.js';
@@ -47,10 +48,7 @@ export class QnnChunkPrefill {
   private session(file: string): Promise<ort.InferenceSession> {
     let s = this.sessions.get(file);
     if (!s) {
-      const full = path.join(this.dir, file);
-      s = ort.InferenceSession.create(full, artifactSessionOptions(this.threads ?? 1)).catch((err: unknown) => {
-        throw new LlmcError(`onnxruntime cannot load the graph: ${String((err as Error).message ?? err).split('\n')[0]}`, full);
-      });
+      s = openArtifactSession(path.join(this.dir, file), this.threads ?? 1);
       this.sessions.set(file, s);
     }
     return s;
@@ -115,8 +113,8 @@ export class QnnChunkPrefill {
         // KV append: the chunk's RoPE'd keys and its values into slots [i·c, (i+1)·c).
         const a = layers.findIndex((x) => x.layer === rope.layer);
         const [, k, v] = layers[a].inputs;
-        append(bufK[a], m.get(k)!.data as Float32Array, i, c, H, d, T);
-        append(bufV[a], m.get(v)!.data as Float32Array, i, c, H, d, T);
+        appendChunkRows(bufK[a], m.get(k)!.data as Float32Array, i, c, H, d, T);
+        appendChunkRows(bufV[a], m.get(v)!.data as Float32Array, i, c, H, d, T);
       }
       done.add(i * M + j);
     }
@@ -124,7 +122,7 @@ export class QnnChunkPrefill {
     const V = spec.vocabSize;
     const logits = new Float32Array(P * V);
     values.forEach(({ m, n }, i) => logits.set((m.get('logits')!.data as Float32Array).subarray(0, n * V), i * c * V));
-    const cache = (buf: Float32Array) => new ort.Tensor('float32', slots(buf, H, T, P, d), [1, H, P, d]);
+    const cache = (buf: Float32Array) => new ort.Tensor('float32', leadingSlots(buf, H, T, P, d), [1, H, P, d]);
     return { logits, kv: { keys: bufK.map(cache), values: bufV.map(cache), length: P } };
   }
 
@@ -138,8 +136,8 @@ export class QnnChunkPrefill {
     const entry = this.chunked.attention[a];
     const T = bufK[a].length / (H * d);
     const past = i * c;
-    m.set(`past_key_values.${layer}.key`, new ort.Tensor('float32', slots(bufK[a], H, T, past, d), [1, H, past, d]));
-    m.set(`past_key_values.${layer}.value`, new ort.Tensor('float32', slots(bufV[a], H, T, past, d), [1, H, past, d]));
+    m.set(`past_key_values.${layer}.key`, new ort.Tensor('float32', leadingSlots(bufK[a], H, T, past, d), [1, H, past, d]));
+    m.set(`past_key_values.${layer}.value`, new ort.Tensor('float32', leadingSlots(bufV[a], H, T, past, d), [1, H, past, d]));
     const mask = new BigInt64Array(past + c).fill(1n);
     mask.fill(0n, Math.min(P, past + c)); // the last chunk's pads
     m.set('attention_mask', new ort.Tensor('int64', mask, [1, past + c]));
@@ -151,18 +149,6 @@ export class QnnChunkPrefill {
   async close(): Promise<void> {
     for (const s of this.sessions.values()) await (await s).release();
   }
-}
-
-/** Chunk i's [c, H·d] rows into slots [i·c, (i+1)·c) of a [H, T, d] buffer. */
-function append(buf: Float32Array, x: Float32Array, i: number, c: number, H: number, d: number, T: number): void {
-  for (let t = 0; t < c; t++) for (let h = 0; h < H; h++) buf.set(x.subarray((t * H + h) * d, (t * H + h + 1) * d), (h * T + i * c + t) * d);
-}
-
-/** The first `keep` slots of a [H, T, d] buffer as [H, keep, d]. */
-function slots(buf: Float32Array, H: number, T: number, keep: number, d: number): Float32Array {
-  const out = new Float32Array(H * keep * d);
-  for (let h = 0; h < H; h++) out.set(buf.subarray(h * T * d, (h * T + keep) * d), h * keep * d);
-  return out;
 }
 
 /** The qnn runner with chunked prefill in the record's order (`--chunk c`; `auto` is the one length a qnn artifact ships). */
@@ -181,9 +167,9 @@ export async function chunkedQnnRunner(a: Artifact, opts: RunOptions, runner: Qn
       for (const id of promptIds) if (!Number.isInteger(id) || id < 0 || id >= V) throw new UsageError(`token id ${id} is outside the vocabulary [0, ${V})`);
       const out: number[] = [];
       if (o.maxTokens <= 0) return out;
-      const { tabulated } = prefill.scheduleFor(promptIds.length);
+      const { order, tabulated } = prefill.scheduleFor(promptIds.length);
       notes.push(`prompt of ${promptIds.length} tokens: ${Math.ceil(promptIds.length / chunked.c)} chunk(s) of ${chunked.c}, ${tabulated ? 'tabulated' : 'online heuristic'} schedule`);
-      const first = await prefill.prefill(promptIds);
+      const first = await prefill.prefill(promptIds, order);
       const sampler = new Sampler(o);
       const stop = new Set(runner.spec.eosTokenIds);
       let logits = first.logits.subarray(first.logits.length - V);

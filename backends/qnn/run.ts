@@ -14,7 +14,8 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import '../../src/exec/engine/ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
-import { artifactSessionOptions } from '../../src/exec/engine/session-options.js';
+import { leadingSlots } from '../../src/exec/engine/chunks.js';
+import { openArtifactSession } from '../../src/exec/engine/session-options.js';
 import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { OutlierScales } from '../../src/core/records/index.js';
@@ -30,17 +31,8 @@ export type QnnEngine = 'sim' | 'onnxruntime';
 
 /** The artifact's ONNX files on onnxruntime. */
 export async function openOnnxruntime(dir: string, subgraphs: readonly SubgraphEntry[], threads: number): Promise<SubgraphExecutor> {
-  const options = artifactSessionOptions(threads);
   const sessions = new Map<string, ort.InferenceSession>();
-  for (const s of subgraphs) {
-    if (!s.file) continue;
-    const file = path.join(dir, s.file);
-    try {
-      sessions.set(s.id, await ort.InferenceSession.create(file, options));
-    } catch (err) {
-      throw new LlmcError(`onnxruntime cannot load the graph: ${String((err as Error).message ?? err).split('\n')[0]}`, file);
-    }
-  }
+  for (const s of subgraphs) if (s.file) sessions.set(s.id, await openArtifactSession(path.join(dir, s.file), threads));
   return {
     run: (sg, feeds) => sessions.get(sg.id)!.run(feeds),
     close: async () => {
@@ -145,14 +137,8 @@ export class QnnRunner {
     }
     this.stats.chunks++;
     // Keep the KV of real positions only: the next chunk's mask then needs no pad holes.
-    const trim = (t: ort.Tensor, heads: number, hd: number) => {
-      const total = Number(t.dims[2]);
-      const keep = kv.length + n;
-      const src = t.data as Float32Array;
-      const dst = new Float32Array(heads * keep * hd);
-      for (let h = 0; h < heads; h++) dst.set(src.subarray(h * total * hd, (h * total + keep) * hd), h * keep * hd);
-      return new ort.Tensor('float32', dst, [1, heads, keep, hd]);
-    };
+    const keep = kv.length + n;
+    const trim = (t: ort.Tensor, heads: number, hd: number) => new ort.Tensor('float32', leadingSlots(t.data as Float32Array, heads, Number(t.dims[2]), keep, hd), [1, heads, keep, hd]);
     const next: Kv = {
       keys: this.kvShape.map((s) => trim(values.get(`present.${s.layer}.key`)!, s.heads, s.headDim)),
       values: this.kvShape.map((s) => trim(values.get(`present.${s.layer}.value`)!, s.heads, s.headDim)),

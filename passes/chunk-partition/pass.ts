@@ -13,7 +13,7 @@ import { improve } from '../../src/core/chunks/improve.js';
 import { buildProblem, heuristic, inOrder, lowerBound, serialMakespan, type Template } from '../../src/core/chunks/schedule.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { Pass } from '../../src/core/pipeline/pass.js';
-import { type ChunkPlanRecord, type ChunkSchedule, type KindCost, type ScheduleRow } from '../../src/core/records/chunk-schedule.js';
+import { chunkDuration, type ChunkPlanRecord, type ChunkSchedule, type ScheduleRow } from '../../src/core/records/chunk-schedule.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { candidateCosts, chooseSet, describePrompts, expectedCost, promptSamples } from './choose.js';
 import { findCycle, readCostFile, readDepsFile, type CostTable } from './files.js';
@@ -97,11 +97,7 @@ function dynamicBytes(graph: ModelGraph, c: number, i: number): number {
   return 4 * (att.heads * c * keys + 2 * att.kvHeads * att.headDim * keys + c * att.heads * att.headDim);
 }
 
-function scheduleTable(template: Template, costs: Record<string, KindCost>, kindOf: SubgraphKind[], nMax: number, o: ChunkPartitionOptions, progress: Progress): ScheduleRow[] {
-  const dur = (i: number, j: number) => {
-    const k = costs[kindOf[j]];
-    return k.ms + k.msPerChunk * (i + 1);
-  };
+function scheduleTable(template: Template, dur: (i: number, j: number) => number, nMax: number, o: ChunkPartitionOptions, progress: Progress): ScheduleRow[] {
   const rows: ScheduleRow[] = [];
   for (let N = 1; N <= nMax; N++) {
     const p = buildProblem(template, N, dur);
@@ -162,7 +158,7 @@ export async function plan(source: ModelSource, graph: ModelGraph, o: ChunkParti
   const samples = promptSamples(o.prompts, context);
   const expected = lengths.map((c) => {
     const table = costs.byChunk.get(c)!;
-    const f = candidateCosts(template, (i, j) => table[p.subgraphs[j].kind].ms + table[p.subgraphs[j].kind].msPerChunk * (i + 1), o.heuristic);
+    const f = candidateCosts(template, chunkDuration(p, { costs: table }), o.heuristic);
     return { c, serial: { c, cost: f.serial }, makespan: { c, cost: f.makespan } };
   });
   const chosen = o.chunk === 'auto' ? chooseSet(samples, expected.map((e) => e[o.objective]), o.lengths).sort((a, b) => a - b) : o.chunk;
@@ -178,7 +174,7 @@ export async function plan(source: ModelSource, graph: ModelGraph, o: ChunkParti
       c,
       nMax: rows[k],
       costs: Object.fromEntries(kinds.map((kind) => [kind, table[kind]])),
-      schedules: scheduleTable(template, table, p.subgraphs.map((s) => s.kind), rows[k], o, ctx.progress),
+      schedules: scheduleTable(template, chunkDuration(p, { costs: table }), rows[k], o, ctx.progress),
       memory: {
         staticWeightBytes: wBytes,
         staticActivationBytes: p.subgraphs.filter((s) => s.share === 'static').reduce((a, s) => a + activationBytes(graph, s, c), 0),

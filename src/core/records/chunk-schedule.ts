@@ -87,8 +87,8 @@ export function chunkTemplate(rec: Pick<ChunkSchedule, 'subgraphs' | 'edges'>): 
   return { nodes: rec.subgraphs.map((s) => ({ id: s.id, device: s.device })), edges: rec.edges };
 }
 
-/** Duration of G(i, j) at chunk length `plan.c`. */
-export function chunkDuration(rec: Pick<ChunkSchedule, 'subgraphs'>, plan: Pick<ChunkPlanRecord, 'costs'>): (i: number, j: number) => number {
+/** Duration of G(i, j) at chunk length `plan.c`: the kind's ms plus msPerChunk per chunk up to i (SPEC's cost model; the pass tabulates with it too). */
+export function chunkDuration(rec: { subgraphs: readonly { kind: string }[] }, plan: { costs: Readonly<Record<string, KindCost>> }): (i: number, j: number) => number {
   return (i, j) => {
     const k = plan.costs[rec.subgraphs[j].kind];
     return k.ms + k.msPerChunk * (i + 1);

@@ -9,7 +9,7 @@
  */
 import './ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
-import { artifactSessionOptions } from './session-options.js';
+import { openArtifactSession } from './session-options.js';
 import { LlmcError } from '../../core/errors.js';
 import type { SubgraphKind } from '../../core/chunks/partition.js';
 import { ATTENTION_IO } from '../onnx/chunks.js';
@@ -36,12 +36,21 @@ export interface ChunkCache {
   v: CacheArray[];
 }
 
+/** Slots [0, n) of a [H, capacity, hd] cache buffer as [H, n, hd]. */
+export function leadingSlots<T extends CacheArray>(data: T, H: number, capacity: number, n: number, hd: number): T {
+  const out = (data instanceof Uint16Array ? new Uint16Array(H * n * hd) : new Float32Array(H * n * hd)) as T;
+  for (let h = 0; h < H; h++) out.set(data.subarray(h * capacity * hd, (h * capacity + n) * hd), h * n * hd);
+  return out;
+}
+
+/** The KV append: chunk i's rows [c, H·hd] into slots [i·c, (i+1)·c) of every head of a [H, capacity, hd] buffer. */
+export function appendChunkRows<T extends CacheArray>(dst: T, src: T, i: number, c: number, H: number, hd: number, capacity: number): void {
+  for (let t = 0; t < c; t++) for (let h = 0; h < H; h++) dst.set(src.subarray((t * H + h) * hd, (t * H + h + 1) * hd), (h * capacity + i * c + t) * hd);
+}
+
 /** Slots [0, n) of a layer's cache as a [1, Hkv, n, hd] tensor. */
 export function cacheTensor(c: ChunkCache, data: CacheArray, n: number): ort.Tensor {
-  const { kvHeads: H, headDim: hd, capacity } = c;
-  const out = c.dtype === 'float16' ? new Uint16Array(H * n * hd) : new Float32Array(H * n * hd);
-  for (let h = 0; h < H; h++) out.set(data.subarray(h * capacity * hd, (h * capacity + n) * hd), h * n * hd);
-  return new ort.Tensor(c.dtype, out, [1, H, n, hd]);
+  return new ort.Tensor(c.dtype, leadingSlots(data, c.kvHeads, c.capacity, n, c.headDim), [1, c.kvHeads, n, c.headDim]);
 }
 
 
@@ -75,14 +84,7 @@ export class OrtChunkPrefill {
     dims: { kvHeads: number; headDim: number; vocab: number; maxPositions: number },
     opts: { threads?: number } = {},
   ): Promise<OrtChunkPrefill> {
-    const open = async (name: string) => {
-      const src = await load(name);
-      try {
-        return typeof src === 'string' ? await ort.InferenceSession.create(src, artifactSessionOptions(opts.threads)) : await ort.InferenceSession.create(src, artifactSessionOptions(opts.threads));
-      } catch (err) {
-        throw new LlmcError(`onnxruntime cannot load chunk graph ${name}: ${String((err as Error).message ?? err).split('\n')[0]}`, typeof src === 'string' ? src : undefined);
-      }
-    };
+    const open = async (name: string) => openArtifactSession(await load(name), opts.threads, `chunk graph ${name}`);
     const statics = new Map<string, ort.InferenceSession>();
     for (const s of subgraphs) if (s.kind !== 'attention' && s.kind !== 'shadow') statics.set(s.id, await open(s.id));
     // Attention graphs open on first use (a prompt of N chunks needs N of them).
@@ -152,9 +154,8 @@ export class OrtChunkPrefill {
     if (s.kind === 'qkv') {
       // The KV append: the chunk's roped keys and values [1, c, Hkv·hd] into slots i·c.. of every head.
       const [, k, v] = this.kvInputs.get(s.layer!)!;
-      for (const [src, dst] of [[out[k].data as CacheArray, cache.k[s.layer!]], [out[v].data as CacheArray, cache.v[s.layer!]]] as const) {
-        for (let t = 0; t < c; t++) for (let h = 0; h < H; h++) dst.set(src.subarray((t * H + h) * hd, (t * H + h + 1) * hd), (h * capacity + i * c + t) * hd);
-      }
+      appendChunkRows(cache.k[s.layer!], out[k].data as CacheArray, i, c, H, hd, capacity);
+      appendChunkRows(cache.v[s.layer!], out[v].data as CacheArray, i, c, H, hd, capacity);
     }
     if (s.kind === 'head') logits.set((out.logits.data as Float32Array).subarray(0, real(i) * V), i * c * V);
   }

@@ -4,7 +4,9 @@
  * onnxruntime's own log silenced below fatal, because llmc reports a load or run failure itself in one
  * line (a damaged graph otherwise printed onnxruntime's coloured error lines too).
  */
-import type * as ort from 'onnxruntime-node';
+import './ort-env.js'; // before onnxruntime-node loads
+import * as ort from 'onnxruntime-node';
+import { LlmcError } from '../../core/errors.js';
 
 export function artifactSessionOptions(threads?: number): ort.InferenceSession.SessionOptions {
   return {
@@ -17,4 +19,13 @@ export function artifactSessionOptions(threads?: number): ort.InferenceSession.S
     // float math (its default, 4, quantizes activations to int8), as the MatMulNBits encoding does.
     extra: { session: { intra_op: { allow_spinning: '0' }, qdq_matmulnbits_accuracy_level: '0' } },
   };
+}
+
+/** A session over an artifact's graph (its file, or its bytes); a load failure is one line naming `what` and the file. */
+export async function openArtifactSession(src: string | Uint8Array, threads?: number, what = 'the graph'): Promise<ort.InferenceSession> {
+  try {
+    return typeof src === 'string' ? await ort.InferenceSession.create(src, artifactSessionOptions(threads)) : await ort.InferenceSession.create(src, artifactSessionOptions(threads));
+  } catch (err) {
+    throw new LlmcError(`onnxruntime cannot load ${what}: ${String((err as Error).message ?? err).split('\n')[0]}`, typeof src === 'string' ? src : undefined);
+  }
 }

@@ -2,18 +2,12 @@
  * The chunk-partition section (record chunk-schedule/1): how the chunk length was chosen, the cost
  * table, and per chunk length the tabulated schedules — makespan of in-order dispatch, the paper's
  * heuristic and the improved schedule against the lower bound, for N = 1..nMax chunks — plus, for a
- * cuda artifact, what sharing the static chunk graphs saves (targetInfo.chunks, from written sizes).
+ * cuda or qnn artifact, what sharing the static chunk graphs saves (targetInfo.chunks, from written sizes).
  */
+import type { ChunkMemoryRow } from '../../../core/chunks/memory.js';
 import { CHUNK_SCHEDULE, type ChunkSchedule } from '../../../core/records/index.js';
 import { fmtBytes, fmtNum, type Block } from '../doc.js';
 import { recordSection } from './types.js';
-
-interface MemoryRow {
-  N: number;
-  naive: number;
-  shared: number;
-  saved: number;
-}
 
 export const chunkScheduleSection = recordSection<ChunkSchedule>({
   record: CHUNK_SCHEDULE,
@@ -40,7 +34,7 @@ export const chunkScheduleSection = recordSection<ChunkSchedule>({
         rows: record.choice.expected.map((e) => [e.c, fmtNum(e.serialMs, 4), fmtNum(e.makespanMs, 4), record.choice.chosen.includes(e.c) ? 'yes' : '']),
       });
     }
-    const sets = (ctx.manifest?.targetInfo.chunks as { c: number; memory: { rows: MemoryRow[] } }[] | undefined) ?? [];
+    const sets = (ctx.manifest?.targetInfo.chunks as { c: number; memory: { rows: ChunkMemoryRow[] } }[] | undefined) ?? [];
     for (const plan of record.chunks) {
       blocks.push({
         kind: 'table',
