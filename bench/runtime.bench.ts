@@ -18,7 +18,7 @@ import { WasmArena } from '../src/exec/runtime/wasm.js';
 import { cachedFixture, REPO_ROOT, runIfMain, type BenchSuite } from './harness.js';
 import { compilePlain } from './compile-plain.js';
 
-const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');
+const STORIES = path.resolve(REPO_ROOT, 'fixtures/models/stories260K');
 const WORK = path.join(os.tmpdir(), 'llmc-bench-runtime');
 
 interface Speed {

@@ -26,7 +26,7 @@ import { existsSync } from 'node:fs';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 
-const STORIES = path.resolve(REPO_ROOT, '../shared/models/stories260K');
+const STORIES = path.resolve(REPO_ROOT, 'fixtures/models/stories260K');
 const PHONE = path.resolve(REPO_ROOT, 'docs/latency/phone-cpu-llmcad.json');
 const WORK = path.join(os.tmpdir(), 'llmc-bench-tree-search');
 

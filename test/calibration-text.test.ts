@@ -8,7 +8,7 @@ import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js
 import { calibrationSet, textFileSpec } from '../src/measure/calibration.js';
 import { loadTokenizer } from '../src/core/tokenizer/index.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 const TEXT = Array.from({ length: 40 }, (_, i) => `Once upon a time, story number ${i} began with a small red fox who liked to run.`).join('\n');
 
 let dir: string;

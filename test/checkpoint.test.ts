@@ -11,7 +11,7 @@ import { generateFixture } from '../fixtures/generate.js';
 import { LlmcError } from '../src/core/errors.js';
 import { openCheckpoint, SafetensorsFile, writeSafetensors } from '../src/core/checkpoint/index.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 let tmp: string;
 beforeAll(() => {
   tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-checkpoint-'));

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { llmcInProcess } from './cli.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 let tmp: string;
 beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-driver-'));

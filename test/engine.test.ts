@@ -14,7 +14,7 @@ import { onnx } from '../src/exec/onnx/proto.js';
 import { argmax64, Llama64, newTrace } from './reference/llama64.js';
 import { maxRelError, relErr } from './numeric.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 const reference = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { prompt_ids: number[]; greedy_ids: number[] };
 
 describe('stories260K on onnxruntime', () => {

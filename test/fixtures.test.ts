@@ -18,7 +18,7 @@ import { isMoeLayer } from '../src/core/arch/spec.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../src/core/util/half.js';
 import { ensureBuilt } from './build-once.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 const ARCHS: FixtureArch[] = ['llama', 'mistral', 'qwen2', 'mixtral', 'qwen2_moe'];
 let tmp: string;
 

@@ -6,7 +6,7 @@ import { silentProgress } from '../src/core/util/progress.js';
 import type { Manifest } from '../src/core/records/manifest.js';
 
 export const ROOT = path.resolve(__dirname, '..');
-export const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
+export const STORIES = path.resolve(ROOT, 'fixtures/models/stories260K');
 
 export async function compileGguf(
   source: string | ModelSource,

@@ -22,7 +22,7 @@ import { compileGguf } from './gguf-helpers.js';
 import { hasGcc, LLAMA_BINS } from './native.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
+const STORIES = path.resolve(ROOT, 'fixtures/models/stories260K');
 const BINS = LLAMA_BINS;
 const LIB = fs.existsSync(BINS) ? fs.readdirSync(BINS).find((f) => /^libllama\.v[\d.]+\.so$/.test(f)) : undefined;
 

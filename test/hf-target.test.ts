@@ -17,7 +17,7 @@ import type { ReorderMetadata } from '../passes/reorder/analyze.js';
 import { permuteSource } from '../passes/reorder/permute.js';
 import { sliceSource } from '../src/core/pipeline/elastic.js';
 
-const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
+const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');
 let tmp: string;
 let src: Checkpoint;
 

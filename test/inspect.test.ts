@@ -11,7 +11,7 @@ import { generateFixture } from '../fixtures/generate.js';
 import { ensureBuilt } from './build-once.js';
 
 const ROOT = path.resolve(__dirname, '..');
-const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
+const STORIES = path.resolve(ROOT, 'fixtures/models/stories260K');
 let tmp: string;
 
 beforeAll(async () => {

@@ -21,7 +21,7 @@ import { silentProgress } from '../src/core/util/progress.js';
 import { llmcInProcess } from './cli.js';
 
 const ROOT = path.resolve(__dirname, '..');
-const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
+const STORIES = path.resolve(ROOT, 'fixtures/models/stories260K');
 let tmp: string;
 beforeAll(async () => {
   tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-pipeline-'));

@@ -20,7 +20,7 @@ import { Rng } from '../src/core/util/rng.js';
 import { hasGcc, LLAMA_BINS } from './native.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
+const STORIES = path.resolve(ROOT, 'fixtures/models/stories260K');
 const LIB = path.join(LLAMA_BINS, 'libggml-base.so');
 const TYPES = Object.keys(QUANT_TYPES) as QuantType[];
 

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
 import { planLevels } from '../passes/reorder/planner.js';
 
-const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
+const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');
 let ckpt: Checkpoint;
 beforeAll(async () => {
   ckpt = await openCheckpoint(MODEL);

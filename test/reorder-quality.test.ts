@@ -19,7 +19,7 @@ import { planLevels } from '../passes/reorder/planner.js';
 import { calibrationSet } from '../src/measure/calibration.js';
 import { findTarget } from '../src/app/compile/plan.js';
 
-const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
+const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');
 
 let tmp: string;
 beforeAll(async () => {

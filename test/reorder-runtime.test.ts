@@ -21,7 +21,7 @@ import type { ModelSource } from '../src/core/checkpoint/source.js';
 import { relErr } from './numeric.js';
 import { llmcInProcess } from './cli.js';
 
-const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
+const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');
 const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435, 299, 362, 409, 283, 264];
 let tmp: string;
 let src: Checkpoint;

@@ -17,7 +17,7 @@ import { findTarget } from '../src/app/compile/plan.js';
 import { argmax } from '../src/exec/runtime/sampling.js';
 import { relErr } from './numeric.js';
 
-const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
+const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');
 let ckpt: Checkpoint;
 beforeAll(async () => {
   ckpt = await openCheckpoint(MODEL);

@@ -31,7 +31,7 @@ import { planLevels } from '../passes/reorder/planner.js';
 import { relErr } from './numeric.js';
 import { findTarget } from '../src/app/compile/plan.js';
 
-const MODEL = path.resolve(__dirname, '../../shared/models/stories260K');
+const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');
 const reference = async () => JSON.parse(await fsp.readFile(path.join(MODEL, 'reference.json'), 'utf8')) as { greedy_ids: number[] };
 
 let ckpt: Checkpoint;

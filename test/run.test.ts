@@ -7,7 +7,7 @@ import { generateFixture } from '../fixtures/generate.js';
 import { loadTokenizer } from '../src/core/tokenizer/index.js';
 import { llmcInProcess } from './cli.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 const reference = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { greedy_ids: number[] };
 
 const llmc = llmcInProcess;

@@ -11,7 +11,7 @@ import { load } from '../src/exec/runtime/load.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { compileTs } from './ts-artifact.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 
 let tmp: string;
 let dir: string;

@@ -20,7 +20,7 @@ import { compileTs } from './ts-artifact.js';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 
 const ROOT = path.resolve(__dirname, '..');
-const STORIES = path.resolve(ROOT, '../shared/models/stories260K');
+const STORIES = path.resolve(ROOT, 'fixtures/models/stories260K');
 const ref = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')) as { prompt_ids: number[]; greedy_ids: number[] };
 
 let tmp: string;

@@ -22,7 +22,7 @@ import { loadDir } from '../src/exec/runtime/node.js';
 import { OracleVerifier, SpeculativeDecoder, drafterFor } from '../src/exec/runtime/speculative.js';
 import { llmcInProcess as llmc } from './cli.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 const REF = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')).greedy_ids as number[];
 const PHONE = path.resolve(__dirname, '../docs/latency/phone-cpu-llmcad.json');
 let tmp: string;

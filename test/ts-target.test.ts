@@ -20,7 +20,7 @@ import type { TsTargetInfo } from '../src/exec/runtime/format.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { relErr } from './numeric.js';
 
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 
 async function compileTs(modelDir: string, outDir: string, quant = 'F32', tensorTypes: { pattern: RegExp; type: string }[] = []) {
   const source = await openCheckpoint(modelDir);
