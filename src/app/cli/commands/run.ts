@@ -60,7 +60,7 @@ export function registerRun(program: Command): void {
     .option('--expert-preload <m>', "experts preloaded per MoE layer (default: the expert-bits record's; 0 = none)", parseIntOption('--expert-preload', 0))
     .option('--speculative', 'ts artifact compiled with --passes tree-search: greedy speculative decoding with its verification tree (same tokens as plain greedy decoding)')
     .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
-    .option('--chunk <c>', 'artifact compiled with --passes chunk-partition: prefill in chunks of c tokens through its chunk graphs in the scheduled order (ts: TS runtime, cuda: onnxruntime), or auto (the length predicted fastest for the prompt)', parseChunkOption)
+    .option('--chunk <c>', 'artifact compiled with --passes chunk-partition: prefill in chunks of c tokens through its chunk graphs in the scheduled order (ts: TS runtime, cuda: onnxruntime, qnn: its engine), or auto (the length predicted fastest for the prompt)', parseChunkOption)
     .option('--engine <engine>', 'qnn artifact: sim (default; the NPU integer pipeline simulated in TS from the artifact) or onnxruntime (its QDQ graphs)', parseEngineOption)
     .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "level"?, "warning"?, "expert_cache"?, "speculative"?} as JSON')
     .addHelpText(
