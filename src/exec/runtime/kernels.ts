@@ -255,7 +255,7 @@ export function matmul(
   const nRows = args.nRows ?? w.rows - rowStart;
   const nCols = args.nCols ?? w.cols;
   if (w.arena) {
-    const whole = w.format === 'F32' || w.format === 'F16' ? nCols : w.format === 'Q4_K' ? nCols & ~255 : nCols & ~31;
+    const whole = w.format === 'F32' || w.format === 'F16' ? nCols : FORMAT_BLOCK[w.format].blockSize === 256 ? nCols & ~255 : nCols & ~31;
     w.arena.matmul(w.format as WasmFormat, w.ptr, w.rowBytes, rowStart, nRows, whole, x, T, xStride, y, yStride, args.rowwise);
     if (whole !== nCols) {
       for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += tailDot(w, rowStart + r, x, t * xStride, nCols);

@@ -1,10 +1,11 @@
 /**
- * WebAssembly SIMD matmul kernels (F32, F16, Q8_0, Q4_0, Q4_K; Q5_0 stays on JS), assembled here byte by byte so the runtime stays
+ * WebAssembly SIMD matmul kernels (F32, F16, Q8_0, Q4_0, Q4_K, Q5_0, Q6_K; the quantized ones on integer
+ * activations as llama.cpp, ./qdot.ts), assembled here byte by byte so the runtime stays
  * dependency-free and browser-safe. Scalar JS reaches ~1/4 of onnxruntime's single-thread matvec
  * speed on a 30M model; f32x4 lanes close most of that gap.
  *
  * Memory layout of one instance (one per loaded model): [0, 256 KiB) f16 → f32 table (Q8_0 scales),
- * then the x and y scratch buffers, then weights.bin copied in at a 64-byte aligned base. The
+ * then the x and y scratch buffers, the quantized-x scratch, then weights.bin copied in at a 64-byte aligned base. The
  * memory never grows after setup, so typed-array views over it stay valid.
  */
 import { f16Table } from '../../core/util/half.js';
@@ -13,6 +14,7 @@ import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
 import { MatmulPool, type PoolOptions } from './pool.js';
+import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, quantizeQ8_0, quantizeQ8_K, type QdotFormat } from './qdot.js';
 
 /**
  * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
@@ -282,25 +284,6 @@ function matmulQ8Body(): Bytes {
   );
 }
 
-/** Q4_0 (18-byte blocks: f16 d, 16 bytes of nibbles; low nibbles are elements 0..15, high 16..31; q − 8). */
-function matmulQ4Body(): Bytes {
-  return blockKernelBody(18, ({ S, Q, Q2, BP, XB }) => {
-    const half = (nib: Bytes, xoff: number) => [
-      // Q2 = signed nibbles (q − 8) as int8 lanes; then widen to i16 and on to f32 in four groups of 4
-      nib, op.i32(8), v.i8x16Splat(), v.i8x16Sub(), op.set(Q2),
-      op.get(Q2), v.i16x8LowI8(), op.set(Q),
-      fmaI16(S, Q, false, XB, xoff), fmaI16(S, Q, true, XB, xoff + 16),
-      op.get(Q2), v.i16x8HighI8(), op.set(Q),
-      fmaI16(S, Q, false, XB, xoff + 32), fmaI16(S, Q, true, XB, xoff + 48),
-    ];
-    const raw = [op.get(BP), v.load(2)];
-    return [
-      half([raw, op.i32(15), v.i8x16Splat(), v.and()], 0),
-      half([raw, op.i32(4), v.i8x16ShrU()], 64),
-    ];
-  });
-}
-
 /** matmul4_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, G, table): four tokens per pass (prefill). */
 function matmul4Q8Body(): Bytes {
   const [W, WS, X, XS, Y, YS, NR, NB, G, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
@@ -355,64 +338,6 @@ function matmul4Q8Body(): Bytes {
     ]),
   ];
   return [vec([[9, I32], [12, V128]].map(([n, t]) => [n, t])), body, op.end];
-}
-
-/**
- * Q4_K (144-byte super-blocks of 256: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of
- * nibbles), one token per pass: Σ over sub-blocks s of d·sc_s·(q·x)_s − dmin·m_s·(Σx)_s.
- */
-function matmulQ4KBody(): Bytes {
-  const TAB = 9; // the f16 → f32 table; the other parameters and R, TT (10, 11) belong to blockRowsByTokens
-  const [BP, XB, B] = [12, 13, 14];
-  const [D, DM] = [15, 16]; // f32
-  const [ACC, S, SX, Q, Q2, RAW0, RAW1] = [17, 18, 19, 20, 21, 22, 23]; // v128
-  const u8 = (off: number) => [op.get(BP), 0x2d, 0, uleb(off)]; // i32.load8_u
-  const shrU = [0x76];
-  const or = [0x72];
-  const f32FromU32 = [0xb3];
-  const f16 = (off: number) => [op.get(TAB), op.get(BP), op.i32Load16U(off), op.i32(2), op.i32Shl, op.i32Add, op.f32Load()];
-  // 6-bit scale and min of sub-block i (ggml get_scale_min_k4), scales at BP+4
-  const sc = (i: number) =>
-    i < 4
-      ? [u8(4 + i), op.i32(63), op.i32And]
-      : [u8(4 + i + 4), op.i32(15), op.i32And, u8(4 + i - 4), op.i32(6), shrU, op.i32(4), op.i32Shl, or];
-  const mn = (i: number) =>
-    i < 4
-      ? [u8(4 + i + 4), op.i32(63), op.i32And]
-      : [u8(4 + i + 4), op.i32(4), shrU, u8(4 + i), op.i32(6), shrU, op.i32(4), op.i32Shl, or];
-  const addX = (off: number) => [op.get(SX), op.get(XB), v.load(off), v.f32x4Add(), op.set(SX)];
-  /** Sub-block i: its 32 nibbles are the low (i even) or high (i odd) halves of the 32 bytes of chunk i >> 1. */
-  const sub = (i: number) => {
-    const xoff = 128 * i; // 32 floats per sub-block
-    const nib = (raw: number) => (i & 1 ? [op.get(raw), op.i32(4), v.i8x16ShrU()] : [op.get(raw), op.i32(15), v.i8x16Splat(), v.and()]);
-    const half = (raw: number, o: number) => [
-      nib(raw), op.set(Q2),
-      op.get(Q2), v.i16x8LowU8(), op.set(Q),
-      fmaI16(S, Q, false, XB, o), fmaI16(S, Q, true, XB, o + 16),
-      op.get(Q2), v.i16x8HighU8(), op.set(Q),
-      fmaI16(S, Q, false, XB, o + 32), fmaI16(S, Q, true, XB, o + 48),
-      addX(o), addX(o + 16), addX(o + 32), addX(o + 48),
-    ];
-    return [
-      v.zero(), op.set(S), v.zero(), op.set(SX),
-      (i % 2 === 0 ? [op.get(BP), v.load(16 + 16 * i), op.set(RAW0), op.get(BP), v.load(16 + 16 * i + 16), op.set(RAW1)] : []),
-      half(RAW0, xoff), half(RAW1, xoff + 64),
-      // acc += S·(d·sc) − SX·(dmin·m)
-      op.get(ACC),
-      op.get(S), op.get(D), sc(i), f32FromU32, op.f32Mul, v.f32x4Splat(), v.f32x4Mul(), v.f32x4Add(),
-      op.get(SX), op.get(DM), mn(i), f32FromU32, op.f32Mul, v.f32x4Splat(), v.f32x4Mul(), v.f32x4Sub(),
-      op.set(ACC),
-    ];
-  };
-  const block = [
-    f16(0), op.set(D), f16(2), op.set(DM),
-    [0, 1, 2, 3, 4, 5, 6, 7].map(sub),
-    op.get(BP), op.i32(144), op.i32Add, op.set(BP),
-    op.get(XB), op.i32(1024), op.i32Add, op.set(XB),
-    op.get(B), op.i32(1), op.i32Add, op.set(B),
-  ];
-  const body = blockRowsByTokens(block, ACC);
-  return [vec([[5, I32], [2, F32], [7, V128]].map(([n, t]) => [n, t])), body, op.end];
 }
 
 /**
@@ -479,9 +404,8 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
     ['matmul_q8_0', 10, matmulQ8Body],
     ['matmul4_f32', 9, matmul4F32Body],
     ['matmul4_q8_0', 10, matmul4Q8Body],
-    ['matmul_q4_0', 10, matmulQ4Body],
-    ['matmul_q4_k', 10, matmulQ4KBody],
     ['matmul_f16', 10, matmulF16Body],
+    ...Object.values(QDOT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
   ];
   return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
@@ -497,8 +421,8 @@ export function wasmSimdAvailable(): boolean {
 type MatmulFn = (...args: number[]) => void;
 
 /** The formats with wasm kernels (the others run on the JS kernels). */
-export type WasmFormat = 'F32' | 'F16' | 'Q8_0' | 'Q4_0' | 'Q4_K';
-export const WASM_FORMATS: readonly string[] = ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K'];
+export type WasmFormat = 'F32' | 'F16' | QdotFormat;
+export const WASM_FORMATS: readonly string[] = ['F32', 'F16', ...QDOT_FORMATS];
 
 const TABLE_BYTES = 65536 * 4;
 const PAGE = 65536;
@@ -506,6 +430,8 @@ const PAGE = 65536;
 const SCRATCH_BYTES = 8 << 20;
 /** Tokens per kernel call: more tokens per pass over a weight row means less weight traffic. */
 const chunkFor = (maxDim: number) => Math.max(4, Math.min(64, Math.floor(SCRATCH_BYTES / 4 / maxDim)));
+/** Bytes of quantized x for a chunk of tokens (q8_0 blocks are the larger per value). */
+const qScratchFor = (maxDim: number) => chunkFor(maxDim) * Math.ceil(maxDim / 32) * Q8_0_BYTES;
 
 /** One model's wasm memory: f16 table, x/y scratch, and the weights. */
 export class WasmArena {
@@ -515,10 +441,13 @@ export class WasmArena {
   private readonly q8: MatmulFn;
   private readonly f32x4tok: MatmulFn;
   private readonly q8x4tok: MatmulFn;
-  private readonly q4: MatmulFn;
-  private readonly q4k: MatmulFn;
   private readonly f16: MatmulFn;
+  private readonly qdot: Record<QdotFormat, MatmulFn>;
   private readonly xBase: number;
+  /** Quantized x (./qdot.ts) and views of the memory to write it. */
+  private readonly qBase: number;
+  private readonly i8: Int8Array;
+  private readonly i16: Int16Array;
   private readonly yBase: number;
   private heap: Float32Array;
   private readonly chunk: number;
@@ -536,7 +465,8 @@ export class WasmArena {
     const scratch = this.chunk * maxDim * 4;
     this.xBase = TABLE_BYTES;
     this.yBase = this.xBase + scratch;
-    this.weightsBase = Math.ceil((this.yBase + scratch) / 64) * 64;
+    this.qBase = this.yBase + scratch;
+    this.weightsBase = Math.ceil((this.qBase + qScratchFor(maxDim)) / 64) * 64;
     const pages = Math.ceil((this.weightsBase + weightsBytes) / PAGE);
     this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared });
     const inst = new WebAssembly.Instance(mod, { env: { memory: this.memory } });
@@ -549,13 +479,14 @@ export class WasmArena {
     this.q8 = k('matmul_q8_0');
     this.f32x4tok = k('matmul4_f32');
     this.q8x4tok = k('matmul4_q8_0');
-    this.q4 = k('matmul_q4_0');
-    this.q4k = k('matmul_q4_k');
     this.f16 = k('matmul_f16');
+    this.qdot = Object.fromEntries(Object.entries(QDOT_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QdotFormat, MatmulFn>;
     // The tiled kernels run on the calling thread (the pool's cuts would fall inside tiles and change
     // the sums' order); their leftover rows and tokens go through the pooled kernels above.
     this.gemm = gemmKernels(this.memory, shared);
     this.heap = new Float32Array(this.memory.buffer);
+    this.i8 = new Int8Array(this.memory.buffer);
+    this.i16 = new Int16Array(this.memory.buffer);
   }
 
   private hasF16Table = false;
@@ -601,7 +532,7 @@ export class WasmArena {
   static create(weightsBytes: number, maxDim: number, shared = false): WasmArena | null {
     const mod = wasmModule(shared);
     if (!mod) return null;
-    const total = TABLE_BYTES + 2 * chunkFor(maxDim) * maxDim * 4 + weightsBytes + 64;
+    const total = TABLE_BYTES + 2 * chunkFor(maxDim) * maxDim * 4 + qScratchFor(maxDim) + weightsBytes + 64;
     if (total > 4 * 1024 ** 3 - PAGE) return null;
     try {
       return new WasmArena(mod, weightsBytes, maxDim, shared);
@@ -617,7 +548,9 @@ export class WasmArena {
 
   /**
    * y[t*yStride + r] = W[rowStart + r, :nCols] · x[t*xStride ..] for t < T, W at byte `ptr` with rows of
-   * `rowBytes`. F32 / F16: any nCols; Q8_0 / Q4_0: nCols a multiple of 32, Q4_K of 256 (the caller adds a cut block's tail).
+   * `rowBytes`. F32 / F16: any nCols; Q8_0 / Q4_0 / Q5_0: nCols a multiple of 32, Q4_K / Q6_K of 256 (the caller adds a cut block's tail).
+   * Quantized weights take x quantized as llama.cpp does (./qdot.ts), but for Q8_0 calls of four tokens or more that
+   * are not `rowwise` (prefill), which keep the f32 tiled kernels (./gemm.ts).
    */
   matmul(format: WasmFormat, ptr: number, rowBytes: number, rowStart: number, nRows: number, nCols: number, x: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, rowwise = false): void {
     const heap = this.heap;
@@ -633,6 +566,11 @@ export class WasmArena {
       }
       // Groups of four tokens share each weight load (prefill); the rest go one by one (all of them when rowwise).
       const g = rowwise ? 0 : n >> 2;
+      if (format !== 'F32' && format !== 'F16' && !(format === 'Q8_0' && g)) {
+        this.qdotCall(format, wp, rowBytes, nRows, nCols, n);
+        for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
+        continue;
+      }
       const rest = n - 4 * g;
       const xs = this.xBase + 4 * g * nCols * 4;
       const ys = this.yBase + 4 * g * nRows * 4;
@@ -641,16 +579,26 @@ export class WasmArena {
         if (rest) this.f32(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols, rest);
       } else if (format === 'F16') {
         this.f16(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, n, 0);
-      } else if (format === 'Q4_K') {
-        this.q4k(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols >> 8, n, 0);
-      } else if (format === 'Q4_0') {
-        this.q4(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols >> 5, n, 0);
       } else {
         if (g) this.q8x4tok(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols >> 5, g, 0);
         if (rest) this.q8(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols >> 5, rest, 0);
       }
       for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
     }
+  }
+
+  /** Quantize the n tokens of the x scratch (./qdot.ts), then run `format`'s integer-activation kernel. */
+  private qdotCall(format: QdotFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number): void {
+    const act = QDOT_ACT[format];
+    const nb = nCols / act.block;
+    const stride = nb * act.bytes;
+    const xo = this.xBase >> 2;
+    for (let t = 0; t < n; t++) {
+      const o = this.qBase + t * stride;
+      if (act.block === 32) quantizeQ8_0(this.heap, xo + t * nCols, nb, this.heap, this.i8, o);
+      else quantizeQ8_K(this.heap, xo + t * nCols, nb, this.heap, this.i16, this.i8, o);
+    }
+    this.qdot[format](wp, rowBytes, this.qBase, stride, this.yBase, nRows * 4, nRows, nb, n, 0);
   }
 
   /**
