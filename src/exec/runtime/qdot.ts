@@ -100,11 +100,9 @@ const bEq = simd(0x23);
 const bShl = simd(0x6b);
 const bShrU = simd(0x6d);
 const bSub = simd(0x71);
-const iPairwiseH = simd(0x7e); // i32x4.extadd_pairwise_i16x8_s
+const hExtLowS = simd(0x87); // i16x8.extend_low_i8x16_s
+const hExtHighS = simd(0x88);
 const hExtHighU = simd(0x8a); // i16x8.extend_high_i8x16_u
-const hAdd = simd(0x8e);
-const hMulLow = simd(0x9c); // i16x8.extmul_low_i8x16_s
-const hMulHigh = simd(0x9d);
 const iMul = simd(0xb5);
 const iDot = simd(0xba); // i32x4.dot_i16x8_s
 
@@ -112,7 +110,7 @@ const iDot = simd(0xba); // i32x4.dot_i16x8_s
 const [W, WS, X, XS, Y, YS, NR, NB, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
 const [R, TT, BP, XB, B, U0, U1, U2] = [10, 11, 12, 13, 14, 15, 16, 17];
 const V = (i: number) => 24 + i;
-const [ACC, IACC, MACC, IS, P, Q] = [V(0), V(1), V(2), V(3), V(4), V(5)];
+const [ACC, IACC, MACC, IS, Q] = [V(0), V(1), V(2), V(3), V(5)];
 /** Free v128 locals for a kernel's own use. */
 const TMP = [V(6), V(7), V(8), V(9), V(10), V(11), V(12), V(13)];
 const LOCALS = [...uleb(3), ...uleb(10), 0x7f, ...uleb(4), 0x7d, ...uleb(16), 0x7b];
@@ -126,8 +124,16 @@ const f16At = (off: number) => [...get(TAB), ...get(BP), ...i32Load16U(off), ...
 const scaleInto = (acc: number, off: number, minus = false) => [
   ...get(ACC), ...get(acc), ...fFromI32, ...f16At(off), ...get(XB), ...f32Load(), ...f32Mul, ...fSplat, ...fMul, ...(minus ? fSub : fAdd), ...set(ACC),
 ];
-/** i32x4 Σ of products of int8 vectors a·b (16 lanes; each |a·b| summed in pairs must fit i16). */
-const mul16 = (a: number[], b: number[]) => [...a, ...set(Q), ...b, ...set(P), ...get(Q), ...get(P), ...hMulLow, ...get(Q), ...get(P), ...hMulHigh, ...hAdd];
+/**
+ * i32x4 Σ of the products of the 16 int8 lanes of `w` with the int8 x at XB + off: both widened to
+ * i16 (x by its load), then i32x4.dot_i16x8_s (one pmaddwd on x64; i8×i8 extmuls cost more).
+ */
+const dot16 = (w: number[], off: number) => [
+  ...w, ...set(Q),
+  ...get(Q), ...hExtLowS, ...get(XB), ...load8x8S(off), ...iDot,
+  ...get(Q), ...hExtHighS, ...get(XB), ...load8x8S(off + 8), ...iDot,
+  ...iAdd,
+];
 
 /**
  * A kernel: for each row r and token t, ACC zeroed, `blk` run for each of the nBlocks blocks (it reads
@@ -166,7 +172,7 @@ function q8_0Body(): number[] {
 
 /** Q4_0 / Q5_0 × q8_0: signed 4- or 5-bit values (lo: elements 0..15, hi: 16..31) against x's 32. */
 function legacyBody(wBytes: number, lo: number[], hi: number[], setup: number[] = []): number[] {
-  const blk = [...mul16(lo, [...get(XB), ...vload(4)]), ...mul16(hi, [...get(XB), ...vload(20)]), ...hAdd, ...iPairwiseH, ...set(IS), ...scaleInto(IS, 0)];
+  const blk = [...dot16(lo, 4), ...dot16(hi, 20), ...iAdd, ...set(IS), ...scaleInto(IS, 0)];
   return kernel(wBytes, Q8_0_BYTES, blk, setup);
 }
 
@@ -224,7 +230,7 @@ function q4_KBody(): number[] {
     return [
       ...(s & 1 ? [] : [...get(BP), ...vload(16 + 32 * j), ...set(RAW0), ...get(BP), ...vload(32 + 32 * j), ...set(RAW1)]),
       ...get(IACC),
-      ...mul16(nib(RAW0), [...get(XB), ...vload(xo)]), ...mul16(nib(RAW1), [...get(XB), ...vload(xo + 16)]), ...hAdd, ...iPairwiseH,
+      ...dot16(nib(RAW0), xo), ...dot16(nib(RAW1), xo + 16), ...iAdd,
       ...get(SC), ...bExtractU(s), ...iSplat, ...iMul, ...iAdd, ...set(IACC),
     ];
   };
@@ -253,7 +259,7 @@ function q6_KBody(): number[] {
       const hi = [...get(QH[k & 1]), ...(sh > 0 ? [...i32c(sh), ...bShl] : sh < 0 ? [...i32c(-sh), ...bShrU] : []), ...splatB(0x30), ...vAnd];
       return [
         ...get(IACC),
-        ...mul16([...lo, ...hi, ...vOr, ...splatB(32), ...bSub], [...get(XB), ...vload(52 + 128 * h + 16 * k)]), ...iPairwiseH,
+        ...dot16([...lo, ...hi, ...vOr, ...splatB(32), ...bSub], 52 + 128 * h + 16 * k),
         ...get(BP), ...i32Load8S(192 + 8 * h + k), ...iSplat, ...iMul, ...iAdd, ...set(IACC),
       ];
     };
