@@ -32,14 +32,14 @@ function arenaWeight(format: 'F32' | 'Q8_0', rows: number, cols: number, rng: Rn
 }
 
 describe('tiled T > 1 matmul kernels (WebAssembly SIMD)', () => {
-  for (const format of ['F32', 'Q8_0'] as const) {
+  // Quantized weights take integer activations, prefill included (test/runtime-qdot.test.ts), not the tiles.
+  for (const format of ['F32'] as const) {
     it(`${format}: every output within 1e-6 of a float64 reference (relative to Σ|w·x|), leftover rows and tokens included`, () => {
       const rng = new Rng(11);
       const rows = 3 * 2 * 2 + 1; // whole tiles of both shapes and a leftover row
       const cols = format === 'F32' ? 68 : 96;
       const { w, ref } = arenaWeight(format, rows, cols, rng);
-      // Q8_0 calls under 4 tokens take integer activations (test/runtime-qdot.test.ts), not these kernels.
-      for (const T of [2, 3, 4, 5, 7, 12, 13].filter((T) => format === 'F32' || T >= 4)) {
+      for (const T of [2, 3, 4, 5, 7, 12, 13]) {
         const x = Float32Array.from({ length: T * cols }, () => rng.normal());
         const y = new Float32Array(T * rows);
         matmul(w, x, T, cols, y, rows);

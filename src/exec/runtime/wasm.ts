@@ -549,8 +549,9 @@ export class WasmArena {
   /**
    * y[t*yStride + r] = W[rowStart + r, :nCols] · x[t*xStride ..] for t < T, W at byte `ptr` with rows of
    * `rowBytes`. F32 / F16: any nCols; Q8_0 / Q4_0 / Q5_0: nCols a multiple of 32, Q4_K / Q6_K of 256 (the caller adds a cut block's tail).
-   * Quantized weights take x quantized as llama.cpp does (./qdot.ts), but for Q8_0 calls of four tokens or more that
-   * are not `rowwise` (prefill), which keep the f32 tiled kernels (./gemm.ts).
+   * Quantized weights take x quantized as llama.cpp does (./qdot.ts), prefill included: the int8 one-token
+   * kernel beats the f32 tiled Q8_0 kernel of ./gemm.ts (28 vs 22 GFLOP/s, [1376 × 512], 64 tokens), which
+   * is no longer called.
    */
   matmul(format: WasmFormat, ptr: number, rowBytes: number, rowStart: number, nRows: number, nCols: number, x: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, rowwise = false): void {
     const heap = this.heap;
@@ -560,17 +561,17 @@ export class WasmArena {
     for (let t0 = 0; t0 < T; t0 += this.chunk) {
       const n = Math.min(this.chunk, T - t0);
       for (let t = 0; t < n; t++) heap.set(x.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), xo + t * nCols);
+      if (format !== 'F32' && format !== 'F16') {
+        this.qdotCall(format, wp, rowBytes, nRows, nCols, n);
+        for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
+        continue;
+      }
       if (!rowwise && this.gemm && this.tiles(format, wp, rowBytes, nRows, nCols, n)) {
         for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
         continue;
       }
       // Groups of four tokens share each weight load (prefill); the rest go one by one (all of them when rowwise).
       const g = rowwise ? 0 : n >> 2;
-      if (format !== 'F32' && format !== 'F16' && !(format === 'Q8_0' && g)) {
-        this.qdotCall(format, wp, rowBytes, nRows, nCols, n);
-        for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
-        continue;
-      }
       const rest = n - 4 * g;
       const xs = this.xBase + 4 * g * nCols * 4;
       const ys = this.yBase + 4 * g * nRows * 4;
