@@ -90,6 +90,7 @@ const i32Load16U = (off: number) => mem(0x2f, 1, off);
 const f32Store = [0x38, 2, 0];
 const i32ShrU = [0x76];
 const load8x8S = (off: number) => simd(0x01, 0, ...uleb(off));
+const load8x8U = (off: number) => simd(0x02, 0, ...uleb(off));
 const load32Splat = (off: number) => simd(0x09, 0, ...uleb(off));
 const vConst = (bytes: number[]) => simd(0x0c, ...bytes);
 const bSwizzle = simd(0x0e);
@@ -103,6 +104,9 @@ const bSub = simd(0x71);
 const hExtLowS = simd(0x87); // i16x8.extend_low_i8x16_s
 const hExtHighS = simd(0x88);
 const hExtHighU = simd(0x8a); // i16x8.extend_high_i8x16_u
+const hShrU = simd(0x8d);
+const hSub = simd(0x91);
+const hSplat = simd(0x10);
 const iMul = simd(0xb5);
 const iDot = simd(0xba); // i32x4.dot_i16x8_s
 
@@ -134,6 +138,11 @@ const dot16 = (w: number[], off: number) => [
   ...get(Q), ...hExtHighS, ...get(XB), ...load8x8S(off + 8), ...iDot,
   ...iAdd,
 ];
+/** i32x4 Σ of the products of the i16 lanes of `w` (8 values) with the int8 x at XB + off. */
+const dot8 = (w: number[], off: number) => [...w, ...get(XB), ...load8x8S(off), ...iDot];
+/** Nibbles as i16 lanes: bytes widened by their load, then the low (`& 15`) or high (`>> 4`) half. */
+const lowNib = (l: number) => [...get(l), ...splatB(15), ...vAnd];
+const highNib = (l: number) => [...get(l), ...i32c(4), ...hShrU];
 
 /**
  * A kernel: for each row r and token t, ACC zeroed, `blk` run for each of the nBlocks blocks (it reads
@@ -176,10 +185,16 @@ function legacyBody(wBytes: number, lo: number[], hi: number[], setup: number[] 
   return kernel(wBytes, Q8_0_BYTES, blk, setup);
 }
 
-/** Q4_0 (18 bytes: f16 d, 16 bytes of nibbles): q − 8. */
+/** Q4_0 (18 bytes: f16 d, 16 bytes of nibbles): q − 8, in i16 lanes (bytes 0..7 and 8..15 widened by their loads). */
 function q4_0Body(): number[] {
-  const raw = [...get(BP), ...vload(2)];
-  return legacyBody(18, [...raw, ...splatB(15), ...vAnd, ...splatB(8), ...bSub], [...raw, ...i32c(4), ...bShrU, ...splatB(8), ...bSub]);
+  const [C0, C1] = [TMP[0], TMP[1]];
+  const m8 = (nib: number[]) => [...nib, ...i32c(8), ...hSplat, ...hSub];
+  return kernel(18, Q8_0_BYTES, [
+    ...get(BP), ...load8x8U(2), ...set(C0), ...get(BP), ...load8x8U(10), ...set(C1),
+    ...dot8(m8(lowNib(C0)), 4), ...dot8(m8(lowNib(C1)), 12), ...iAdd,
+    ...dot8(m8(highNib(C0)), 20), ...iAdd, ...dot8(m8(highNib(C1)), 28), ...iAdd,
+    ...set(IS), ...scaleInto(IS, 0),
+  ]);
 }
 
 /**
@@ -223,14 +238,16 @@ function q4_KBody(): number[] {
     ...u(U2, 4, 0x0f0f0f0f), ...u(U1, 6, 0x03030303), ...i32c(4), ...i32Shl, ...i32Or, ...iReplace(3),
     ...set(SC),
   ];
+  // Sub-blocks 2j and 2j+1 are the low and high nibbles of bytes 32j..32j+31, read as four i16 vectors of 8.
+  const C = [RAW0, RAW1, TMP[3], TMP[4]];
   const sub = (s: number) => {
     const j = s >> 1;
-    const nib = (raw: number) => (s & 1 ? [...get(raw), ...i32c(4), ...bShrU] : [...get(raw), ...splatB(15), ...vAnd]);
+    const nib = s & 1 ? highNib : lowNib;
     const xo = 52 + 32 * s;
     return [
-      ...(s & 1 ? [] : [...get(BP), ...vload(16 + 32 * j), ...set(RAW0), ...get(BP), ...vload(32 + 32 * j), ...set(RAW1)]),
+      ...(s & 1 ? [] : C.flatMap((c, i) => [...get(BP), ...load8x8U(16 + 32 * j + 8 * i), ...set(c)])),
       ...get(IACC),
-      ...dot16(nib(RAW0), xo), ...dot16(nib(RAW1), xo + 16), ...iAdd,
+      ...dot8(nib(C[0]), xo), ...dot8(nib(C[1]), xo + 8), ...iAdd, ...dot8(nib(C[2]), xo + 16), ...iAdd, ...dot8(nib(C[3]), xo + 24), ...iAdd,
       ...get(SC), ...bExtractU(s), ...iSplat, ...iMul, ...iAdd, ...set(IACC),
     ];
   };
