@@ -191,7 +191,9 @@ describe('quantized artifacts end to end: runtime = engine on the round-tripped 
       const entries = new Map(info.tensors.map((t) => [t.name, t]));
       expect([...entries.values()].map((e) => e.format)).toContain(quant);
       const bin = readFileSync(path.join(out, 'weights.bin'));
-      const model = await loadDir(out);
+      // The JS kernels (f32 activations) run the artifact's bytes as they are; the wasm kernels quantize
+      // the activations as llama.cpp does (test/runtime-qdot.test.ts checks them against ggml and llama.cpp).
+      const model = await loadDir(out, { wasm: false });
       const ck = await openCheckpoint(src);
       // The reference: every tensor replaced by src/core/quant's dequantize() of the artifact's own bytes, run on onnxruntime.
       const rounded = transformSource(ck, {
