@@ -9,11 +9,12 @@
  *
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/llamacpp.bench.js [--quick]`.
  */
-import { promises as fsp } from 'node:fs';
+import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Token } from 'node-llama-cpp';
 import { loadDir } from '../src/exec/runtime/node.js';
+import { MANIFEST_FILE } from '../src/exec/runtime/format.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import { argmax } from '../src/exec/runtime/sampling.js';
 import { cachedFixture, round, runIfMain, type BenchSuite } from './harness.js';
@@ -51,6 +52,14 @@ async function llamaDecode(seq: Sequence, prompt: number[], steps: number): Prom
   return { tokPerSec: steps / ((performance.now() - t0) / 1000), ids };
 }
 
+/** The ts artifact's weight bytes per format (a plain --quant still mixes formats: fallbacks, F32 norms). */
+function tensorBytesByFormat(dir: string): Record<string, number> {
+  const m = JSON.parse(readFileSync(path.join(dir, MANIFEST_FILE), 'utf8')) as { targetInfo: { tensors: { format: string; bytes: number }[] } };
+  const out: Record<string, number> = {};
+  for (const t of m.targetInfo.tensors) out[t.format] = (out[t.format] ?? 0) + t.bytes;
+  return out;
+}
+
 const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 
 export const suite: BenchSuite = {
@@ -75,6 +84,7 @@ export const suite: BenchSuite = {
         await compilePlain(dir, tsDir, type);
         await compilePlain(dir, ggufDir, type, 'gguf');
         const model = await loadDir(tsDir);
+        const tsFormats = tensorBytesByFormat(tsDir);
         const lm = await llama.loadModel({ modelPath: path.join(ggufDir, 'model.gguf') });
         const ctx = await lm.createContext({ contextSize: 256, threads: 1 });
         try {
@@ -98,6 +108,7 @@ export const suite: BenchSuite = {
             'llama.cpp tokens/s (best, median)': [round(Math.max(...cpp), 1), round(median(cpp), 1)],
             ratio,
             firstEightIdsAgree: sameIds,
+            'ts weight bytes by format': tsFormats,
           };
         } finally {
           await ctx.dispose();

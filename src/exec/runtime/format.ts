@@ -19,7 +19,8 @@ export const TENSOR_ALIGNMENT = 64;
 
 /**
  * Q5_0 is there because ggml's row-length fallback turns Q4_K into it (rows of 32k, not 256k); Q2_K,
- * Q3_K and Q6_K for per-expert bit widths (pass expert-bits), on the generic decode-then-dot path.
+ * Q3_K and Q6_K for per-expert bit widths (pass expert-bits). Q2_K and Q3_K run on the JS
+ * decode-then-dot path; the others have WebAssembly kernels.
  */
 export type WeightFormat = 'F32' | 'F16' | 'Q8_0' | 'Q4_0' | 'Q4_K' | 'Q5_0' | 'Q2_K' | 'Q3_K' | 'Q6_K';
 export const WEIGHT_FORMATS: readonly WeightFormat[] = ['F32', 'F16', 'Q8_0', 'Q4_0', 'Q4_K', 'Q5_0', 'Q2_K', 'Q3_K', 'Q6_K'];

@@ -1,6 +1,8 @@
 /**
  * Matmul kernels over a weight stored as F32, F16 or ggml blocks (Q8_0, Q4_0, Q4_K; Q5_0, Q2_K, Q3_K,
- * Q6_K on the generic decode-then-dot path), read in place:
+ * Q6_K on the generic decode-then-dot path), read in place. These JS kernels keep x in f32; weights in a
+ * WebAssembly arena run ./wasm.ts's kernels instead (quantized ones on integer x as llama.cpp, ./qdot.ts;
+ * Q2_K and Q3_K stay here):
  * quantized blocks are decoded inside the dot product, never into a dequantized copy of the matrix.
  *
  * A weight is [rows, cols] row-major (Hugging Face [out, in]). Every kernel takes a row range and a
