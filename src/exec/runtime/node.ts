@@ -3,8 +3,8 @@
  * file that imports node:fs (the core stays browser-safe).
  */
 import { promises as fsp } from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
-import { Worker } from 'node:worker_threads';
 import { LlmcError } from '../../core/errors.js';
 import type { ByteSource } from './bytes.js';
 import { MANIFEST_FILE, WEIGHTS_FILE } from './format.js';
@@ -105,6 +105,8 @@ const NODE_WORKER_CODE = `const { parentPort } = require('node:worker_threads');
 parentPort.once('message', (m) => (${WORKER_BODY})(m, (x) => parentPort.postMessage(x)));`;
 
 export const nodeWorker: SpawnWorker = () => {
+  // Loaded on first use: worker_threads costs a one-thread `llmc run` several ms of start-up.
+  const { Worker } = createRequire(import.meta.url)('node:worker_threads') as typeof import('node:worker_threads');
   const w = new Worker(NODE_WORKER_CODE, { eval: true });
   w.unref();
   return {
