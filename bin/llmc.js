@@ -2,6 +2,7 @@
 // The compiled CLI lives in dist/ (built by `npm install` via the prepare script). `llmc run` starts
 // from dist/llmc-run.mjs, its path in one file (scripts/bundle-run.mjs), while that is up to date.
 import { readFileSync, statSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 
 const argv = process.argv.slice(2);
 
@@ -9,11 +10,10 @@ const argv = process.argv.slice(2);
 function runBundle() {
   if (argv.find((a) => !a.startsWith('-')) !== 'run' || process.env.LLMC_RUN_BUNDLE === 'off') return null;
   try {
-    const dist = new URL('../dist/', import.meta.url);
-    const { built, inputs } = JSON.parse(readFileSync(new URL('llmc-run.json', dist), 'utf8'));
-    const root = new URL('../', import.meta.url);
-    for (const f of inputs) if (statSync(new URL(f, root)).mtimeMs > built) return null;
-    return new URL('llmc-run.mjs', dist).href;
+    const root = fileURLToPath(new URL('../', import.meta.url));
+    const { built, inputs } = JSON.parse(readFileSync(`${root}dist/llmc-run.json`, 'utf8'));
+    for (const f of inputs) if (statSync(root + f).mtimeMs > built) return null;
+    return new URL('../dist/llmc-run.mjs', import.meta.url).href;
   } catch {
     return null;
   }

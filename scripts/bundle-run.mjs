@@ -53,6 +53,18 @@ const result = await esbuild.build({
   define: { LLMC_BUNDLED_KERNEL_KEY: JSON.stringify(kernelFingerprint(path.join(DIST, 'src/exec/runtime/kernel-files.js'))) },
   plugins: [
     {
+      // commander requires child_process at load for executable subcommands, which llmc has none of:
+      // loading it (with net, dgram and streams) costs ~10 ms; here it loads on first use instead.
+      name: 'lazy-child-process',
+      setup(b) {
+        b.onResolve({ filter: /^(node:)?child_process$/ }, (a) => (a.importer.includes(`${path.sep}commander${path.sep}`) ? { path: 'child_process', namespace: 'lazy-builtin' } : undefined));
+        b.onLoad({ filter: /.*/, namespace: 'lazy-builtin' }, () => ({
+          contents: "let m; const get = () => (m ??= require('node:child_process')); module.exports = new Proxy({}, { get: (_, k) => get()[k], has: (_, k) => k in get() });",
+          loader: 'js',
+        }));
+      },
+    },
+    {
       name: 'llmc-run-path',
       setup(b) {
         b.onResolve({ filter: /^\./ }, (a) => {
@@ -65,6 +77,7 @@ const result = await esbuild.build({
   ],
 });
 renameSync(`${OUT}.tmp`, OUT);
-const inputs = Object.keys(result.metafile.inputs).map((f) => path.relative(ROOT, path.resolve(f)).split(path.sep).join('/'));
+// Files only (not the lazy child_process shim, which lives in the plugin's namespace).
+const inputs = Object.keys(result.metafile.inputs).filter((f) => !f.includes(':')).map((f) => path.relative(ROOT, path.resolve(f)).split(path.sep).join('/'));
 writeFileSync(INDEX, `${JSON.stringify({ built, inputs })}\n`);
 console.error(`bundle-run: ${path.relative(ROOT, OUT)} (${inputs.length} modules, ${(statSync(OUT).size / 1024).toFixed(0)} KiB)`);

@@ -34,20 +34,25 @@ export function fileSource(file: string): ByteSource & { close(): Promise<void> 
       throw new LlmcError(`cannot open: ${(e as Error).message}`, file);
     }
   };
+  const readInto = async (offset: number, into: Uint8Array): Promise<void> => {
+    const h = await open();
+    const length = into.length;
+    let done = 0;
+    while (done < length) {
+      const { bytesRead } = await h.read(into, done, length - done, offset + done);
+      if (bytesRead === 0) throw new LlmcError(`short read: wanted ${length} bytes at ${offset}, the file ends first`, file);
+      done += bytesRead;
+    }
+  };
   return {
     name: file,
     size: async () => (await (await open()).stat()).size,
     async read(offset, length) {
-      const h = await open();
       const out = new Uint8Array(length); // its own aligned buffer (not Buffer's shared pool)
-      let done = 0;
-      while (done < length) {
-        const { bytesRead } = await h.read(out, done, length - done, offset + done);
-        if (bytesRead === 0) throw new LlmcError(`short read: wanted ${length} bytes at ${offset}, the file ends first`, file);
-        done += bytesRead;
-      }
+      await readInto(offset, out);
       return out;
     },
+    readInto,
     async close() {
       await handle?.close();
       handle = null;
