@@ -47,6 +47,9 @@ const result = await esbuild.build({
   outfile: `${OUT}.tmp`,
   metafile: true,
   logLevel: 'warning',
+  // Without comments the file is ASCII and a third smaller: Node decodes (UTF-8 → string) and V8
+  // parses a one-byte source faster (decoding the 392 KiB with comments took 2× as long). Names stay.
+  minifyWhitespace: true,
   // commander is CommonJS: its require() of node builtins needs a require in an ES module.
   banner: { js: "import { createRequire as __llmcRequire } from 'node:module'; const require = __llmcRequire(import.meta.url);" },
   // The kernel cache's key, from the sources beside kernel-files.js (the bundle has none beside it).
