@@ -40,6 +40,8 @@ export function ensureBuilt(): void {
   try {
     // Errors in files other than the ones under test must not stop the build: tsc still emits.
     spawnSync('npx', ['tsc', '-p', 'tsconfig.json'], { cwd: ROOT, stdio: 'ignore' });
+    // `llmc run`'s one-file bundle (bin/llmc.js falls back to dist/ while it is stale).
+    spawnSync('node', ['scripts/bundle-run.mjs'], { cwd: ROOT, stdio: 'ignore' });
   } finally {
     rmSync(lock, { recursive: true, force: true });
   }

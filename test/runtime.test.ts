@@ -2,11 +2,12 @@
  * The TS runtime on the real stories260K model: exact greedy ids from reference.json, logits against
  * the onnxruntime engine, KV-cache consistency, seeded sampling, and `llmc run` on the artifact dir.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import http from 'node:http';
 import { promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/exec/engine/engine.js';
 import { Sampler } from '../src/exec/runtime/sampling.js';
@@ -156,5 +157,23 @@ describe('TS runtime on stories260K (f32)', () => {
     ensureBuilt();
     const out = execFileSync('node', [bin, 'run', dir, '--prompt-ids', '1', '--max-tokens', '32', '--json'], { encoding: 'utf8' });
     expect(JSON.parse(out).generated_ids).toEqual(ref.greedy_ids);
+  });
+
+  it('`llmc run` starts from its one-file bundle (scripts/bundle-run.mjs) and prints what dist/ prints', async () => {
+    ensureBuilt();
+    // A module hook that names every file the process loads.
+    await fsp.writeFile(path.join(tmp, 'hooks.mjs'), "export async function load(url, c, next) { if (url.startsWith('file:')) console.error('loaded ' + url); return next(url, c); }\n");
+    await fsp.writeFile(path.join(tmp, 'register.mjs'), "import { register } from 'node:module'; register('./hooks.mjs', import.meta.url);\n");
+    const run = (env: Record<string, string>) =>
+      spawnSync('node', ['--import', path.join(tmp, 'register.mjs'), path.join(ROOT, 'bin/llmc.js'), 'run', dir, '--prompt-ids', '1', '--max-tokens', '8'], { encoding: 'utf8', env: { ...process.env, ...env } });
+    const bundled = run({});
+    const plain = run({ LLMC_RUN_BUNDLE: 'off' });
+    const loaded = (r: typeof bundled) => r.stderr.split('\n').filter((l) => l.startsWith('loaded ')).map((l) => path.relative(ROOT, fileURLToPath(l.slice(7))));
+    expect(loaded(bundled)).toContain('dist/llmc-run.mjs');
+    expect(loaded(bundled)).not.toContain('dist/src/exec/runtime/load.js');
+    expect(loaded(plain)).toContain('dist/src/exec/runtime/load.js');
+    expect([bundled.status, plain.status]).toEqual([0, 0]);
+    expect(bundled.stdout).toBe(plain.stdout);
+    expect(bundled.stdout).toBe(`${ref.greedy_ids.slice(0, 8).join(' ')}\n`);
   });
 });

@@ -4,9 +4,14 @@
  * (read from the page cache) and the artifact's bytes (handed over as written) while the main thread
  * converts. Small inputs are hashed inline (a worker costs tens of milliseconds to start).
  */
-import { createHash } from 'node:crypto';
 import { createReadStream, promises as fsp } from 'node:fs';
-import { Worker } from 'node:worker_threads';
+import { createRequire } from 'node:module';
+import type { Worker } from 'node:worker_threads';
+
+// node:crypto and node:worker_threads load on first use: every command imports this module (through
+// ./atomic.ts) and loading them costs `llmc run`, which hashes nothing, ~15 ms of start-up.
+const builtin = createRequire(import.meta.url);
+const createHash = (algorithm: string) => (builtin('node:crypto') as typeof import('node:crypto')).createHash(algorithm);
 
 /** Below this many bytes a worker is not worth starting. */
 export const WORKER_MIN_BYTES = 64 << 20;
@@ -48,7 +53,8 @@ if (workerData.ring) {
 `;
 
 function startWorker(workerData: { files?: string[]; prefix?: string; ring?: SharedArrayBuffer }): Worker {
-  const worker = new Worker(WORKER_CODE, { eval: true, workerData });
+  const { Worker: NodeWorker } = builtin('node:worker_threads') as typeof import('node:worker_threads');
+  const worker = new NodeWorker(WORKER_CODE, { eval: true, workerData });
   worker.unref();
   return worker;
 }

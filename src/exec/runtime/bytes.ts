@@ -9,6 +9,8 @@ export interface ByteSource {
   size(): Promise<number>;
   /** Exactly `length` bytes from `offset` (a short read is an error). */
   read(offset: number, length: number): Promise<Uint8Array>;
+  /** Optional: exactly `into.length` bytes from `offset` into `into` (load reads weights straight into the kernels' memory). */
+  readInto?(offset: number, into: Uint8Array): Promise<void>;
   /** For messages. */
   readonly name?: string;
 }

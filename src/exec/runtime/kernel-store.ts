@@ -19,6 +19,14 @@ export function setKernelStore(s: KernelStore | undefined): void {
 
 const modules = new Map<string, WebAssembly.Module | null>();
 
+function compileOrNull(bytes: Uint8Array): WebAssembly.Module | null {
+  try {
+    return new WebAssembly.Module(bytes as Uint8Array<ArrayBuffer>);
+  } catch {
+    return null;
+  }
+}
+
 /** The module `assemble` builds (from the store when it holds valid bytes), or null without WebAssembly (SIMD). */
 export function kernelModule(name: string, assemble: () => Uint8Array): WebAssembly.Module | null {
   let m = modules.get(name);
@@ -26,14 +34,16 @@ export function kernelModule(name: string, assemble: () => Uint8Array): WebAssem
   m = null;
   try {
     if (typeof WebAssembly === 'object') {
-      let bytes = store?.read(name);
-      if (bytes && !WebAssembly.validate(bytes as Uint8Array<ArrayBuffer>)) bytes = undefined;
-      if (!bytes) {
-        bytes = assemble();
-        if (WebAssembly.validate(bytes as Uint8Array<ArrayBuffer>)) store?.write(name, bytes);
-        else bytes = undefined;
+      // Stored bytes are compiled as they are (compiling checks them; a separate validate decodes them twice).
+      const stored = store?.read(name);
+      m = stored ? compileOrNull(stored) : null;
+      if (!m) {
+        const bytes = assemble();
+        if (WebAssembly.validate(bytes as Uint8Array<ArrayBuffer>)) {
+          store?.write(name, bytes);
+          m = new WebAssembly.Module(bytes as Uint8Array<ArrayBuffer>);
+        }
       }
-      if (bytes) m = new WebAssembly.Module(bytes as Uint8Array<ArrayBuffer>);
     }
   } catch {
     m = null;

@@ -230,7 +230,10 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     return new Model(manifest.arch, offloaded, manifest, { get: levelAdapterLookup(manifest, offloaded.weight) });
   }
   let whole: Uint8Array | null = null;
-  if (size <= (opts.singleReadLimit ?? 1 << 30)) whole = aligned(await source.weights.read(0, size));
+  const single = size <= (opts.singleReadLimit ?? 1 << 30);
+  // Without a checksum to compute first, the file is read straight into the kernels' memory (no copy).
+  const direct = single && !opts.verifyChecksums && opts.wasm !== false && source.weights.readInto !== undefined;
+  if (single && !direct) whole = aligned(await source.weights.read(0, size));
   if (opts.verifyChecksums) {
     const bytes = whole ?? (await source.weights.read(0, size));
     const got = await sha256Hex(bytes);
@@ -257,6 +260,7 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     const all = arena.weights(alignUp(size) + mergedBytes);
     const mem = all.subarray(0, size);
     if (whole) mem.set(whole);
+    else if (direct) await source.weights.readInto!(0, mem);
     else for (const e of table.values()) mem.set(await source.weights.read(e.offset, e.bytes), e.offset);
     whole = mem;
     spare = all.subarray(alignUp(size));

@@ -3,8 +3,8 @@
  * file that imports node:fs (the core stays browser-safe).
  */
 import { promises as fsp } from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
-import { Worker } from 'node:worker_threads';
 import { LlmcError } from '../../core/errors.js';
 import type { ByteSource } from './bytes.js';
 import { MANIFEST_FILE, WEIGHTS_FILE } from './format.js';
@@ -34,20 +34,25 @@ export function fileSource(file: string): ByteSource & { close(): Promise<void> 
       throw new LlmcError(`cannot open: ${(e as Error).message}`, file);
     }
   };
+  const readInto = async (offset: number, into: Uint8Array): Promise<void> => {
+    const h = await open();
+    const length = into.length;
+    let done = 0;
+    while (done < length) {
+      const { bytesRead } = await h.read(into, done, length - done, offset + done);
+      if (bytesRead === 0) throw new LlmcError(`short read: wanted ${length} bytes at ${offset}, the file ends first`, file);
+      done += bytesRead;
+    }
+  };
   return {
     name: file,
     size: async () => (await (await open()).stat()).size,
     async read(offset, length) {
-      const h = await open();
       const out = new Uint8Array(length); // its own aligned buffer (not Buffer's shared pool)
-      let done = 0;
-      while (done < length) {
-        const { bytesRead } = await h.read(out, done, length - done, offset + done);
-        if (bytesRead === 0) throw new LlmcError(`short read: wanted ${length} bytes at ${offset}, the file ends first`, file);
-        done += bytesRead;
-      }
+      await readInto(offset, out);
       return out;
     },
+    readInto,
     async close() {
       await handle?.close();
       handle = null;
@@ -105,6 +110,8 @@ const NODE_WORKER_CODE = `const { parentPort } = require('node:worker_threads');
 parentPort.once('message', (m) => (${WORKER_BODY})(m, (x) => parentPort.postMessage(x)));`;
 
 export const nodeWorker: SpawnWorker = () => {
+  // Loaded on first use: worker_threads costs a one-thread `llmc run` several ms of start-up.
+  const { Worker } = createRequire(import.meta.url)('node:worker_threads') as typeof import('node:worker_threads');
   const w = new Worker(NODE_WORKER_CODE, { eval: true });
   w.unref();
   return {

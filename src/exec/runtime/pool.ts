@@ -52,6 +52,14 @@ const MAX_ARGS = 12;
 const WORKER_CHUNKS = ARGS + MAX_ARGS;
 /** Chunks of rows per thread: whoever is free claims the next, so a thread the OS deschedules (a loaded machine) holds up little. */
 const CHUNKS_PER_THREAD = 4;
+/**
+ * Large calls get up to this many chunks per thread, each still reading ≥ CHUNK_MIN_WORK weight bytes
+ * (×tokens): a call ends when its last chunk does, and the other threads idle for about half a chunk
+ * then — 4 chunks per thread of llama-100M's F32 gate (6.3 MB) are ~40 µs each, 16 are ~10 µs; a claim
+ * (one compare-and-swap on a shared line) costs well under 1 µs, so 128 KiB chunks keep it under ~3%.
+ */
+const CHUNKS_PER_THREAD_MAX = 16;
+const CHUNK_MIN_WORK = 128 << 10;
 /** Polls of the control block before sleeping: a wake-up from Atomics.wait costs tens of microseconds. */
 const SPINS = 20000;
 
@@ -183,8 +191,10 @@ export class MatmulPool {
   /** Run kernel `name` (an export of the pool's module, `kernel` here): across the pool when worth it. */
   call(name: string, kernel: Kernel, a: number[]): void {
     const nRows = a[6];
-    if (nRows < 2 || a[1] * nRows * a[8] < this.minWork) return kernel(...a);
-    this.run(this.index.get(name)!, kernel, a);
+    const work = a[1] * nRows * a[8];
+    if (nRows < 2 || work < this.minWork) return kernel(...a);
+    const t = this.threads;
+    this.run(this.index.get(name)!, kernel, a, Math.min(nRows, Math.max(CHUNKS_PER_THREAD * t, Math.min(CHUNKS_PER_THREAD_MAX * t, Math.floor(work / CHUNK_MIN_WORK)))));
   }
 
   private gen = 0;
@@ -195,10 +205,9 @@ export class MatmulPool {
     return { splitCalls: this.calls, workerChunks: Atomics.load(this.ctl, WORKER_CHUNKS) };
   }
 
-  private run(fn: number, kernel: Kernel, a: number[]): void {
+  private run(fn: number, kernel: Kernel, a: number[], n: number): void {
     const ctl = this.ctl;
     const gen = (this.gen = (this.gen + 1) & 0xffff);
-    const n = Math.min(CHUNKS_PER_THREAD * this.threads, a[6]);
     Atomics.store(ctl, NEXT, (gen << 12) | 0xfff); // closed while the job is written
     Atomics.store(ctl, FN, fn);
     Atomics.store(ctl, CHUNKS, n);
