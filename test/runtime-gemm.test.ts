@@ -11,7 +11,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { dequantize, quantize } from '../src/core/quant/quantize.js';
 import { Rng } from '../src/core/util/rng.js';
-import { GEMM_TILE } from '../src/exec/runtime/gemm.js';
+import { GEMM_TILE, gemmUsesFma, relaxedSimd } from '../src/exec/runtime/gemm.js';
 import { matmul, Weight } from '../src/exec/runtime/kernels.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { compileTs } from './ts-artifact.js';
@@ -32,6 +32,12 @@ function arenaWeight(format: 'F32' | 'Q8_0', rows: number, cols: number, rng: Rn
 }
 
 describe('tiled T > 1 matmul kernels (WebAssembly SIMD)', () => {
+  it('in Node the kernels use relaxed SIMD multiply-adds (node.ts turns the flag on in Node 20), so the tests below check those', () => {
+    arenaWeight('F32', 4, 8, new Rng(1));
+    expect(relaxedSimd()).toBe(true);
+    expect(gemmUsesFma()).toBe(true);
+  });
+
   for (const format of ['F32', 'Q8_0'] as const) {
     it(`${format}: every output within 1e-6 of a float64 reference (relative to Σ|w·x|), leftover rows and tokens included`, () => {
       const rng = new Rng(11);

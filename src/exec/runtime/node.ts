@@ -4,6 +4,7 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
+import v8 from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import { LlmcError } from '../../core/errors.js';
 import type { ByteSource } from './bytes.js';
@@ -12,8 +13,25 @@ import { load, parseManifest, type ArtifactSource, type LoadOptions } from './lo
 import type { Model } from './model.js';
 import { installKernelFiles } from './kernel-files.js';
 import { WORKER_BODY, type SpawnWorker } from './pool.js';
+import { relaxedSimd } from './gemm.js';
 
 installKernelFiles();
+enableRelaxedSimd();
+
+/**
+ * Node 20 runs WebAssembly relaxed SIMD behind --experimental-wasm-relaxed-simd (on by default from
+ * Node 22, and in Chromium): turn it on before the first kernel module is compiled (they are compiled
+ * lazily), so the tiled prefill kernels use f32x4.relaxed_madd. The flag only lets modules use the
+ * relaxed opcodes; LLMC_RELAXED_SIMD=off keeps it off (the kernels without it are used).
+ */
+function enableRelaxedSimd(): void {
+  if (process.env.LLMC_RELAXED_SIMD === 'off' || relaxedSimd()) return;
+  try {
+    v8.setFlagsFromString('--experimental-wasm-relaxed-simd');
+  } catch {
+    // an embedder that refuses flags: the kernels without relaxed SIMD
+  }
+}
 
 /** A file read with positioned reads; the handle opens lazily and closes with `close()`. */
 export function fileSource(file: string): ByteSource & { close(): Promise<void> } {
