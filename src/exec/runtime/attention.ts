@@ -9,11 +9,12 @@
  * speculative verification relies on (a token's row equals plain decoding's).
  */
 import { F32, I32, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import { expLanes } from './activation.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import {
-  block, br, brIf, f32c, f32Load, f32Max, fAdd, fDiv, fExtract, fMax, fMul, fNearest, fShuffle, fSplat, fSub, get, i32Add, i32c, i32GeS,
-  i32Load, i32LtS, i32Mul, i32Shl, i32Sub, iAdd, iConst, iLtS, iShl, iSplat, iTruncSat, loop, select, set, vBitselect, vload, vstore, vZero,
+  block, br, brIf, f32c, f32Load, f32Max, fAdd, fDiv, fExtract, fMax, fMul, fShuffle, fSplat, fSub, get, i32Add, i32c, i32GeS,
+  i32Load, i32LtS, i32Mul, i32Shl, i32Sub, iConst, iLtS, iSplat, loop, select, set, vBitselect, vload, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
 
 /**
@@ -59,16 +60,7 @@ function attendBody(hd: number): number[] {
     ...block(loop([...get(K), ...get(N), ...i32GeS, ...brIf(1), ...body, ...get(K), ...i32c(step), ...i32Add, ...set(K), ...br(0)])),
   ];
   /** e^X for X ≤ 0 (Cephes expf: 2^n · p(r), |error| ≤ 2 ulp; below −87.3 it is ~1e-38, never 0). */
-  const exp = [
-    ...get(X), ...f32c(-87.33654), ...fSplat, ...fMax, ...set(X),
-    ...get(X), ...f32c(Math.LOG2E), ...fSplat, ...fMul, ...fNearest, ...set(FX),
-    ...get(X), ...get(FX), ...f32c(0.693359375), ...fSplat, ...fMul, ...fSub,
-    ...get(FX), ...f32c(-2.12194440e-4), ...fSplat, ...fMul, ...fSub, ...set(X),
-    ...f32c(1.9875691500e-4), ...fSplat,
-    ...[1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1].flatMap((c) => [...get(X), ...fMul, ...f32c(c), ...fSplat, ...fAdd]),
-    ...get(X), ...get(X), ...fMul, ...fMul, ...get(X), ...fAdd, ...f32c(1), ...fSplat, ...fAdd,
-    ...get(FX), ...iTruncSat, ...i32c(127), ...iSplat, ...iAdd, ...i32c(23), ...iShl, ...fMul,
-  ];
+  const exp = expLanes(X, FX);
   const hsum = (v: number, op: number[]) => [...get(v), ...fExtract(0), ...get(v), ...fExtract(1), ...op, ...get(v), ...fExtract(2), ...op, ...get(v), ...fExtract(3), ...op];
   const f32AddScalar = [0x92];
 

@@ -24,6 +24,7 @@ import { KvMemory, type TreeAttention } from './attention.js';
 
 export type { TreeAttention };
 import { RopeCache } from './rope-cache.js';
+import { SiluMul } from './activation.js';
 
 /** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
 export interface LayerWidth {
@@ -183,6 +184,8 @@ export class Interpreter {
   /** The step that runs each op (a fused silu·mul pair shares one). */
   private readonly stepOf: number[] = [];
   private readonly rope: RopeCache;
+  /** The SIMD silu·mul, shared by every MLP (null: the JS loop). */
+  private readonly simdSilu: SiluMul | null;
 
   constructor(
     readonly spec: ArchSpec,
@@ -191,6 +194,7 @@ export class Interpreter {
   ) {
     this.nrep = spec.numHeads / spec.numKvHeads;
     this.rope = new RopeCache(spec);
+    this.simdSilu = table.jsOnly ? null : SiluMul.create();
     const uses = new Map<V, number>();
     for (const op of graph.ops) for (const v of opInputs(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
     const ops = graph.ops;
@@ -486,7 +490,7 @@ export class Interpreter {
     };
   }
 
-  /** silu(g) · u in one loop, over the kept neurons. */
+  /** silu(g) · u in one loop, over the kept neurons (in WebAssembly SIMD unless every kernel is JS). */
   private siluMul(g: V, u: V, outName: V): Step {
     const G = this.buffer(g);
     const U = this.buffer(u);
@@ -494,6 +498,7 @@ export class Interpreter {
     return (f) => {
       const n = this.rowCount(g, f) * G.channels;
       const o = out.rows(this.rowCount(g, f));
+      if (this.simdSilu) return this.simdSilu.run(G.data, U.data, o, n);
       const gd = G.data;
       const ud = U.data;
       for (let i = 0; i < n; i++) {

@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { setKernelStore } from './kernel-store.js';
 
 /** The modules whose code decides the kernels' bytes, relative to this file. */
-const ASSEMBLERS = ['./wasm', './gemm', './attention', './kernel-module', '../../core/util/wasm-asm', '../../core/util/wasm-ops'];
+const ASSEMBLERS = ['./wasm', './gemm', './attention', './activation', './kernel-module', '../../core/util/wasm-asm', '../../core/util/wasm-ops'];
 
 export function installKernelFiles(): void {
   const setting = process.env.LLMC_KERNEL_CACHE;
