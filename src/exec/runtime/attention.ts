@@ -207,11 +207,12 @@ export class KvMemory {
   /**
    * Causal attention of the T new rows of q ([T, qDim], positions pos0 …) into att, for the first qpg
    * heads of each of the first G KV groups (head h = g·nrep + hh reads group g); a sliding window
-   * keeps the last `window` positions.
+   * keeps the last `window` positions. `tokens`: row r of q is new token tokens[r] (a layer that
+   * needs only some positions' outputs); default row r is token r.
    */
-  attendCausal(layer: number, q: Float32Array, att: Float32Array, T: number, pos0: number, G: number, qpg: number, nrep: number, scale: number, window: number | null): void {
-    this.rows(layer, q, att, T, G, qpg, nrep, scale, (t) => {
-      const p = pos0 + t;
+  attendCausal(layer: number, q: Float32Array, att: Float32Array, T: number, pos0: number, G: number, qpg: number, nrep: number, scale: number, window: number | null, tokens: ArrayLike<number> | null = null): void {
+    this.rows(layer, q, att, T, G, qpg, nrep, scale, (r) => {
+      const p = pos0 + (tokens ? tokens[r] : r);
       const first = window ? Math.max(0, p - window + 1) : 0;
       this.nKeys = p - first + 1;
       return this.runOff + 4 * first;
@@ -219,10 +220,11 @@ export class KvMemory {
   }
 
   /** Tree attention (see TreeAttention): token t sees the shared slots, then its visible ones, in slot order. */
-  attendTree(layer: number, q: Float32Array, att: Float32Array, T: number, tree: TreeAttention, G: number, qpg: number, nrep: number, scale: number, window: number | null): void {
+  attendTree(layer: number, q: Float32Array, att: Float32Array, T: number, tree: TreeAttention, G: number, qpg: number, nrep: number, scale: number, window: number | null, tokens: ArrayLike<number> | null = null): void {
     const i32 = this.i32;
     const list = this.listOff >> 2;
-    this.rows(layer, q, att, T, G, qpg, nrep, scale, (t) => {
+    this.rows(layer, q, att, T, G, qpg, nrep, scale, (r) => {
+      const t = tokens ? tokens[r] : r;
       const p = tree.positions[t];
       const first = window ? p - window + 1 : 0;
       let n = 0;
@@ -235,7 +237,7 @@ export class KvMemory {
 
   private nKeys = 0;
 
-  /** Rows of q staged ROWS at a time; `keys(t)` gives the byte address of row t's slot list and sets nKeys. */
+  /** Rows of q staged ROWS at a time; `keys(r)` gives the byte address of row r's slot list and sets nKeys. */
   private rows(layer: number, q: Float32Array, att: Float32Array, T: number, G: number, qpg: number, nrep: number, scale: number, keys: (t: number) => number): void {
     const { qDim, kvDim, headDim: hd } = this;
     const f32 = this.f32;
