@@ -11,7 +11,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { dequantize, quantize } from '../src/core/quant/quantize.js';
 import { Rng } from '../src/core/util/rng.js';
-import { GEMM_TILE } from '../src/exec/runtime/gemm.js';
+import { GEMM_TILE, gemmUsesFma, relaxedSimd } from '../src/exec/runtime/gemm.js';
 import { matmul, Weight } from '../src/exec/runtime/kernels.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { compileTs } from './ts-artifact.js';

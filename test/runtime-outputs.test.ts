@@ -13,6 +13,8 @@ import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { compile } from '../src/app/compile/compile.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { loadDir } from '../src/exec/runtime/node.js';
+import { positionRows } from '../src/exec/runtime/interpreter.js';
+import { buildModel } from '../src/core/ir/build.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import { generateFixture, type FixtureArch } from '../fixtures/generate.js';
 import { Llama64 } from './reference/llama64.js';
@@ -88,6 +90,12 @@ describe('runtime outputs: F32 logits at every position', () => {
       expect(maxRelError(js, reference)).toBeLessThan(VS_FLOAT64);
       expect(relErr(stepped, whole)).toBeLessThan(BETWEEN_PATHS);
       expect(relErr(js, whole)).toBeLessThan(BETWEEN_PATHS);
+      // Some rows only (unordered, repeated): the last layer past its K/V projections runs on those rows.
+      const rows = [ids.length - 1, 2, 2, 9];
+      for (const m of [model, plain]) {
+        const some = m.forward(ids, m.newCache(), { logitRows: rows });
+        expect(maxRelError(some, rows.map((t) => reference[t]))).toBeLessThan(VS_FLOAT64);
+      }
       // Greedy choices at every position are the float64 reference's (no near-ties on these inputs).
       const V = reference[0].length;
       reference.forEach((row, t) => {
@@ -99,6 +107,16 @@ describe('runtime outputs: F32 logits at every position', () => {
       });
     }, 60_000);
   }
+
+  it('the last layer past its K/V projections, and the head, run at the logit rows only', async () => {
+    const ck = await openCheckpoint(STORIES);
+    const L = ck.spec.numLayers - 1;
+    const rows = positionRows(buildModel(ck.spec).ops);
+    await ck.close();
+    const last = ['q', 'q_rot', 'attn', 'o', 'resid1', 'mlp_in', 'out'].map((v) => `l${L}.${v}`);
+    const mlp = ['gate', 'up', 'act', 'h', 'down'].map((v) => `model.layers.${L}.mlp.${v}`);
+    expect([...rows].sort()).toEqual([...last, ...mlp, 'h_last', 'h_final', 'logits'].sort());
+  });
 
   it("stories260K: greedy decoding gives reference.json's ids exactly", async () => {
     const dir = path.join(tmp, 'stories260K-ts');

@@ -9,11 +9,12 @@
  * speculative verification relies on (a token's row equals plain decoding's).
  */
 import { F32, I32, uleb, V128, vec } from '../../core/util/wasm-asm.js';
+import { expLanes } from './activation.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import {
-  block, br, brIf, f32c, f32Load, f32Max, fAdd, fDiv, fExtract, fMax, fMul, fNearest, fShuffle, fSplat, fSub, get, i32Add, i32c, i32GeS,
-  i32Load, i32LtS, i32Mul, i32Shl, i32Sub, iAdd, iConst, iLtS, iShl, iSplat, iTruncSat, loop, select, set, vBitselect, vload, vstore, vZero,
+  block, br, brIf, f32c, f32Load, f32Max, fAdd, fDiv, fExtract, fMax, fMul, fShuffle, fSplat, fSub, get, i32Add, i32c, i32GeS,
+  i32Load, i32LtS, i32Mul, i32Shl, i32Sub, iConst, iLtS, iSplat, loop, select, set, vBitselect, vload, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
 
 /**
@@ -59,16 +60,7 @@ function attendBody(hd: number): number[] {
     ...block(loop([...get(K), ...get(N), ...i32GeS, ...brIf(1), ...body, ...get(K), ...i32c(step), ...i32Add, ...set(K), ...br(0)])),
   ];
   /** e^X for X ≤ 0 (Cephes expf: 2^n · p(r), |error| ≤ 2 ulp; below −87.3 it is ~1e-38, never 0). */
-  const exp = [
-    ...get(X), ...f32c(-87.33654), ...fSplat, ...fMax, ...set(X),
-    ...get(X), ...f32c(Math.LOG2E), ...fSplat, ...fMul, ...fNearest, ...set(FX),
-    ...get(X), ...get(FX), ...f32c(0.693359375), ...fSplat, ...fMul, ...fSub,
-    ...get(FX), ...f32c(-2.12194440e-4), ...fSplat, ...fMul, ...fSub, ...set(X),
-    ...f32c(1.9875691500e-4), ...fSplat,
-    ...[1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1].flatMap((c) => [...get(X), ...fMul, ...f32c(c), ...fSplat, ...fAdd]),
-    ...get(X), ...get(X), ...fMul, ...fMul, ...get(X), ...fAdd, ...f32c(1), ...fSplat, ...fAdd,
-    ...get(FX), ...iTruncSat, ...i32c(127), ...iSplat, ...iAdd, ...i32c(23), ...iShl, ...fMul,
-  ];
+  const exp = expLanes(X, FX);
   const hsum = (v: number, op: number[]) => [...get(v), ...fExtract(0), ...get(v), ...fExtract(1), ...op, ...get(v), ...fExtract(2), ...op, ...get(v), ...fExtract(3), ...op];
   const f32AddScalar = [0x92];
 
@@ -215,11 +207,12 @@ export class KvMemory {
   /**
    * Causal attention of the T new rows of q ([T, qDim], positions pos0 …) into att, for the first qpg
    * heads of each of the first G KV groups (head h = g·nrep + hh reads group g); a sliding window
-   * keeps the last `window` positions.
+   * keeps the last `window` positions. `tokens`: row r of q is new token tokens[r] (a layer that
+   * needs only some positions' outputs); default row r is token r.
    */
-  attendCausal(layer: number, q: Float32Array, att: Float32Array, T: number, pos0: number, G: number, qpg: number, nrep: number, scale: number, window: number | null): void {
-    this.rows(layer, q, att, T, G, qpg, nrep, scale, (t) => {
-      const p = pos0 + t;
+  attendCausal(layer: number, q: Float32Array, att: Float32Array, T: number, pos0: number, G: number, qpg: number, nrep: number, scale: number, window: number | null, tokens: ArrayLike<number> | null = null): void {
+    this.rows(layer, q, att, T, G, qpg, nrep, scale, (r) => {
+      const p = pos0 + (tokens ? tokens[r] : r);
       const first = window ? Math.max(0, p - window + 1) : 0;
       this.nKeys = p - first + 1;
       return this.runOff + 4 * first;
@@ -227,10 +220,11 @@ export class KvMemory {
   }
 
   /** Tree attention (see TreeAttention): token t sees the shared slots, then its visible ones, in slot order. */
-  attendTree(layer: number, q: Float32Array, att: Float32Array, T: number, tree: TreeAttention, G: number, qpg: number, nrep: number, scale: number, window: number | null): void {
+  attendTree(layer: number, q: Float32Array, att: Float32Array, T: number, tree: TreeAttention, G: number, qpg: number, nrep: number, scale: number, window: number | null, tokens: ArrayLike<number> | null = null): void {
     const i32 = this.i32;
     const list = this.listOff >> 2;
-    this.rows(layer, q, att, T, G, qpg, nrep, scale, (t) => {
+    this.rows(layer, q, att, T, G, qpg, nrep, scale, (r) => {
+      const t = tokens ? tokens[r] : r;
       const p = tree.positions[t];
       const first = window ? p - window + 1 : 0;
       let n = 0;
@@ -243,7 +237,7 @@ export class KvMemory {
 
   private nKeys = 0;
 
-  /** Rows of q staged ROWS at a time; `keys(t)` gives the byte address of row t's slot list and sets nKeys. */
+  /** Rows of q staged ROWS at a time; `keys(r)` gives the byte address of row r's slot list and sets nKeys. */
   private rows(layer: number, q: Float32Array, att: Float32Array, T: number, G: number, qpg: number, nrep: number, scale: number, keys: (t: number) => number): void {
     const { qDim, kvDim, headDim: hd } = this;
     const f32 = this.f32;

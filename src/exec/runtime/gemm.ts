@@ -15,6 +15,12 @@
  * gemm_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table): the same tile over Q8_0
  * rows (34-byte blocks: f16 d, 32 × int8): each weight becomes the f32 product q·d once per tile
  * (then shared by its TB tokens), and the outputs sum (q·d)·x in four lanes as gemm_f32 does.
+ *
+ * When asked (`preferRelaxedSimd`, LLMC_RELAXED_SIMD=on) and WebAssembly relaxed SIMD validates
+ * (Chromium, Node ≥ 22; Node 20 once ./node.ts sets its flag) each acc += w·x is one f32x4.relaxed_madd: a fused multiply-add on x86 with FMA and on arm64,
+ * a multiply then an add elsewhere, so results may differ in the last bits between machines (never
+ * between row ranges or threads of one process: the choice is made once per process). Measured
+ * ~1.06–1.09× for F32 on a Zen 5 core, whose separate add pipes already overlap the unfused form.
  */
 import { I32, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { kernelModuleBytes } from './kernel-module.js';
@@ -38,6 +44,12 @@ const i32Load16U = (off = 0) => [0x2f, 1, ...uleb(off)];
 const load8x8s = (off: number) => simd(0x01, 0, ...uleb(off));
 const iLowI16 = simd(0xa7); // i32x4.extend_low_i16x8_s
 const iHighI16 = simd(0xa8);
+/** f32x4.relaxed_madd(a, b, c) = a·b + c, fused or not as the platform does it (relaxed SIMD). */
+const fMadd = simd(0x105);
+
+/** acc += w · x: one relaxed multiply-add, or a multiply then an add (today's rounding). */
+const mulAdd = (fma: boolean, acc: number, w: number, x: number) =>
+  fma ? [...get(w), ...get(x), ...get(acc), ...fMadd, ...set(acc)] : [...get(acc), ...get(w), ...get(x), ...fMul, ...fAdd, ...set(acc)];
 
 /** while (get(a) < limit) { body } (unsigned compare; body advances a). */
 const whileLt = (a: number, limit: number[], body: number[]) => block(loop([...get(a), ...limit, ...i32GeU, ...brIf(1), ...body, ...br(0)]));
@@ -87,7 +99,7 @@ function locals(nParams: number, RB: number, TB: number, v128: number) {
   return { R, TT, C, END, XO, WP, XP, ACC, V, decl: vec([[i32Count, I32], [RB * TB + v128, V128]]) };
 }
 
-function gemmF32Body(RB: number, TB: number): number[] {
+function gemmF32Body(RB: number, TB: number, fma: boolean): number[] {
   const NC = 7;
   const L = locals(9, RB, TB, RB + 1);
   const { END, WP, XP, ACC, V } = L;
@@ -98,7 +110,7 @@ function gemmF32Body(RB: number, TB: number): number[] {
     ...WP.flatMap((wp, i) => [...get(wp), ...vload(off), ...set(WV[i])]),
     ...XP.flatMap((xp, j) => [
       ...get(xp), ...vload(off), ...set(XV),
-      ...range(RB).flatMap((i) => [...get(ACC[i][j]), ...get(WV[i]), ...get(XV), ...fMul, ...fAdd, ...set(ACC[i][j])]),
+      ...range(RB).flatMap((i) => mulAdd(fma, ACC[i][j], WV[i], XV)),
     ]),
   ];
   const bump = (by: number) => [...WP, ...XP].flatMap((p) => inc(p, i32c(by)));
@@ -112,7 +124,7 @@ function gemmF32Body(RB: number, TB: number): number[] {
   return [...L.decl, ...tiled(L, inner), 0x0b];
 }
 
-function gemmQ8Body(RB: number, TB: number): number[] {
+function gemmQ8Body(RB: number, TB: number, fma: boolean): number[] {
   const [NB, TAB] = [7, 9];
   const L = locals(10, RB, TB, 3 * RB + 1);
   const { C, END, XO, WP, XP, ACC, V } = L;
@@ -130,7 +142,7 @@ function gemmQ8Body(RB: number, TB: number): number[] {
     ]),
     ...XP.flatMap((xp, j) => [0, 16].flatMap((half) => [
       ...get(xp), ...get(XO), ...i32Add, ...vload(32 * k + half), ...set(XV),
-      ...range(RB).flatMap((i) => [...get(ACC[i][j]), ...get(half ? WHI[i] : WLO[i]), ...get(XV), ...fMul, ...fAdd, ...set(ACC[i][j])]),
+      ...range(RB).flatMap((i) => mulAdd(fma, ACC[i][j], half ? WHI[i] : WLO[i], XV)),
     ])),
   ];
   const scale = (i: number) => [...get(TAB), ...get(WP[i]), ...get(C), ...i32Add, ...i32Load16U(), ...i32c(2), ...i32Shl, ...i32Add, ...f32Load(), ...fSplat];
@@ -149,13 +161,46 @@ function gemmQ8Body(RB: number, TB: number): number[] {
 }
 
 /** `shared`: the memory import is a shared memory (the worker pool's arena), as ./wasm.ts's kernels. */
-function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
+/** The bytes of both kernels at the given tile shapes, with relaxed multiply-adds (`fma`) or without. */
+export function gemmModuleBytes(fma: boolean, shared = false): Uint8Array<ArrayBuffer> {
   const { F32: f, Q8_0: q } = GEMM_TILE;
   return kernelModuleBytes([
-    { name: 'gemm_f32', params: new Array(9).fill(I32), body: gemmF32Body(f.rows, f.tokens) },
-    { name: 'gemm_q8_0', params: new Array(10).fill(I32), body: gemmQ8Body(q.rows, q.tokens) },
+    { name: 'gemm_f32', params: new Array(9).fill(I32), body: gemmF32Body(f.rows, f.tokens, fma) },
+    { name: 'gemm_q8_0', params: new Array(10).fill(I32), body: gemmQ8Body(q.rows, q.tokens, fma) },
   ], shared);
 }
+
+/** (module (func (param v128 v128 v128) (result v128) local.get 0 local.get 1 local.get 2 f32x4.relaxed_madd)) */
+const RELAXED_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+  0x01, 0x08, 0x01, 0x60, 0x03, 0x7b, 0x7b, 0x7b, 0x01, 0x7b,
+  0x03, 0x02, 0x01, 0x00,
+  0x0a, 0x0d, 0x01, 0x0b, 0x00, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfd, 0x85, 0x02, 0x0b,
+]);
+
+/**
+ * Whether this platform runs WebAssembly relaxed SIMD (f32x4.relaxed_madd): Chromium and Node ≥ 22
+ * do; Node 20 only with --experimental-wasm-relaxed-simd (./node.ts turns it on).
+ */
+export function relaxedSimd(): boolean {
+  try {
+    return typeof WebAssembly === 'object' && WebAssembly.validate(RELAXED_PROBE);
+  } catch {
+    return false;
+  }
+}
+
+/** Relaxed multiply-adds only when asked (./node.ts: LLMC_RELAXED_SIMD=on): by default every platform gets the same bits. */
+let fmaWanted = false;
+export function preferRelaxedSimd(): void {
+  fmaWanted = true;
+}
+
+/** Decided once, at the first kernels built, so every arena of a process sums the same way. */
+let useFma: boolean | undefined;
+
+/** Whether the kernels built so far use relaxed multiply-adds (undefined before the first). */
+export const gemmUsesFma = (): boolean | undefined => useFma;
 
 type Kernel = (...args: number[]) => void;
 export interface GemmKernels {
@@ -165,7 +210,10 @@ export interface GemmKernels {
 
 /** The kernels over `memory`, or null where WebAssembly SIMD is unavailable. */
 export function gemmKernels(memory: WebAssembly.Memory, shared = false): GemmKernels | null {
-  const mod = shared ? kernelModule('gemm-shared', () => moduleBytes(true)) : kernelModule('gemm', moduleBytes);
+  useFma ??= fmaWanted && relaxedSimd();
+  const fma = useFma;
+  const name = `gemm${fma ? '-fma' : ''}${shared ? '-shared' : ''}`;
+  const mod = kernelModule(name, () => gemmModuleBytes(fma, shared));
   if (!mod) return null;
   const inst = new WebAssembly.Instance(mod, { env: { memory } });
   return { f32: inst.exports.gemm_f32 as Kernel, q8: inst.exports.gemm_q8_0 as Kernel };

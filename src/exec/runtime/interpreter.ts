@@ -24,6 +24,7 @@ import { KvMemory, type TreeAttention } from './attention.js';
 
 export type { TreeAttention };
 import { RopeCache } from './rope-cache.js';
+import { SiluMul } from './activation.js';
 
 /** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
 export interface LayerWidth {
@@ -183,6 +184,8 @@ export class Interpreter {
   /** The step that runs each op (a fused silu·mul pair shares one). */
   private readonly stepOf: number[] = [];
   private readonly rope: RopeCache;
+  /** The SIMD silu·mul, shared by every MLP (null: the JS loop). */
+  private readonly simdSilu: SiluMul | null;
 
   constructor(
     readonly spec: ArchSpec,
@@ -191,10 +194,12 @@ export class Interpreter {
   ) {
     this.nrep = spec.numHeads / spec.numKvHeads;
     this.rope = new RopeCache(spec);
+    this.simdSilu = table.jsOnly ? null : SiluMul.create();
     const uses = new Map<V, number>();
     for (const op of graph.ops) for (const v of opInputs(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
     const ops = graph.ops;
     for (const op of ops) if ('out' in op) this.producer.set(op.out, op);
+    const atPositions = positionRows(ops);
     for (let i = 0; i < ops.length; i++) {
       const op = ops[i];
       const next = ops[i + 1];
@@ -202,12 +207,40 @@ export class Interpreter {
       this.stepOf[i] = this.steps.length;
       if (op.op === 'silu' && next?.op === 'mul' && next.a === op.out && uses.get(op.out) === 1) {
         this.stepOf[i + 1] = this.steps.length;
-        this.steps.push(this.siluMul(op.x, next.b, next.out));
+        this.steps.push(this.gathering(atPositions.has(next.out) ? [op.x, next.b] : [], () => this.siluMul(op.x, next.b, next.out)));
         i++;
         continue;
       }
-      this.steps.push(this.compile(op));
+      this.steps.push(this.gathering('out' in op && atPositions.has(op.out) ? rowInputs(op) : [], () => this.compile(op)));
     }
+  }
+
+  /**
+   * `build`'s step reading the logit positions' rows of `inputs` (those computed for every new token
+   * are gathered first, into buffers of their own; the op's output then has those rows only).
+   */
+  private gathering(inputs: V[], build: () => Step): Step {
+    const swaps = inputs
+      .filter((v) => this.buffers.has(v) && this.rowsOf.get(v) === 'T')
+      .map((v) => ({ v, all: this.buffers.get(v)!, rows: new Buffer2D(this.buffers.get(v)!.channels) }));
+    for (const w of swaps) {
+      this.buffers.set(w.v, w.rows);
+      this.rowsOf.set(w.v, 'N');
+    }
+    const step = build();
+    for (const w of swaps) {
+      this.buffers.set(w.v, w.all);
+      this.rowsOf.set(w.v, 'T');
+    }
+    if (!swaps.length) return step;
+    return (f) => {
+      for (const { all, rows } of swaps) {
+        const C = all.channels;
+        const o = rows.rows(f.positions.length);
+        f.positions.forEach((p, i) => o.set(all.data.subarray(p * C, (p + 1) * C), i * C));
+      }
+      return step(f);
+    };
   }
 
   newCache(): KvCache {
@@ -278,6 +311,7 @@ export class Interpreter {
       const id = ids[t];
       if (!Number.isInteger(id) || id < 0 || id >= s.vocabSize) throw new LlmcError(`token id ${id} is outside the vocabulary (0..${s.vocabSize - 1})`);
     }
+    for (const p of positions) if (!Number.isInteger(p) || p < 0 || p >= T) throw new LlmcError(`forward: logit row ${p} is outside the ${T} new tokens`);
     const pos0 = opts.pos0 ?? cache.length;
     cache.reserve(pos0 + T);
     if (opts.tree) checkTree(opts.tree, T, pos0);
@@ -310,6 +344,12 @@ export class Interpreter {
     this.buffers.set(v, b);
     this.rowsOf.set(v, rows);
     return b;
+  }
+
+  /** v's row count in a call, by v's rows as the op being compiled reads them (a step closes over it). */
+  private counter(v: V): (f: Frame) => number {
+    const atPositions = this.rowsOf.get(v) === 'N';
+    return (f) => (atPositions ? f.positions.length : f.T);
   }
 
   private rowCount(v: V, f: Frame): number {
@@ -363,8 +403,9 @@ export class Interpreter {
         const w = this.table.vector(op.weight);
         const x = this.buffer(op.x);
         const out = this.define(op.out, op.dim, this.rowsOf.get(op.x));
+        const count = this.counter(op.x);
         return (f) => {
-          const n = this.rowCount(op.x, f);
+          const n = count(f);
           rmsNorm(x.data, w, out.rows(n), n, op.dim, op.eps);
         };
       }
@@ -374,17 +415,20 @@ export class Interpreter {
         // In place: the roped value shares the unroped one's buffer (nothing else reads it). The
         // heads kept are the rows the producing linear kept.
         const x = this.buffer(op.x);
+        const atPositions = this.rowsOf.get(op.x) === 'N';
         this.buffers.set(op.out, x);
-        this.rowsOf.set(op.out, 'T');
+        this.rowsOf.set(op.out, atPositions ? 'N' : 'T');
         const hd = op.headDim;
         const C = op.heads * hd;
         const from = this.producer.get(op.x);
         const axis = from?.op === 'linear' ? from.elastic?.rows : undefined;
         return (f) => {
           const e = this.extent(axis, C, f);
-          for (let t = 0; t < f.T; t++) {
+          const n = atPositions ? f.positions.length : f.T;
+          for (let r = 0; r < n; r++) {
+            const t = atPositions ? f.positions[r] : r;
             for (let g = 0; g < e.count; g++) {
-              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, t * C + c, hd, f.cos, f.sin, f.ropeRow ? f.ropeRow[t] : f.ropeBase + t);
+              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, r * C + c, hd, f.cos, f.sin, f.ropeRow ? f.ropeRow[t] : f.ropeBase + t);
             }
           }
         };
@@ -394,18 +438,20 @@ export class Interpreter {
       case 'silu': {
         const x = this.buffer(op.x);
         const out = this.define(op.out, x.channels, this.rowsOf.get(op.x));
+        const count = this.counter(op.x);
         return (f) => {
-          const n = this.rowCount(op.x, f) * x.channels;
-          const o = out.rows(this.rowCount(op.x, f));
+          const n = count(f) * x.channels;
+          const o = out.rows(count(f));
           for (let i = 0; i < n; i++) o[i] = x.data[i] / (1 + Math.exp(-x.data[i]));
         };
       }
       case 'sigmoid': {
         const x = this.buffer(op.x);
         const out = this.define(op.out, x.channels, this.rowsOf.get(op.x));
+        const count = this.counter(op.x);
         return (f) => {
-          const n = this.rowCount(op.x, f) * x.channels;
-          const o = out.rows(this.rowCount(op.x, f));
+          const n = count(f) * x.channels;
+          const o = out.rows(count(f));
           for (let i = 0; i < n; i++) o[i] = 1 / (1 + Math.exp(-x.data[i]));
         };
       }
@@ -416,6 +462,12 @@ export class Interpreter {
         return this.table.experts ? this.moeOffloaded(op, this.table.experts) : this.moe(op);
       case 'gatherPositions': {
         const x = this.buffer(op.x);
+        if (this.rowsOf.get(op.x) === 'N') {
+          // computed at the positions already (positionRows): the same rows
+          this.buffers.set(op.out, x);
+          this.rowsOf.set(op.out, 'N');
+          return () => {};
+        }
         const out = this.define(op.out, x.channels, 'N');
         return (f) => {
           const C = x.channels;
@@ -441,6 +493,7 @@ export class Interpreter {
     return (f) => {
       const n = rowsKind === 'N' ? f.positions.length : f.T;
       const y = out.rows(n);
+      if (n === 0) return;
       const rows = f.widths && op.elastic?.rows ? this.extent(op.elastic.rows, op.outFeatures, f) : allRows;
       const cols = f.widths && op.elastic?.cols ? this.extent(op.elastic.cols, op.inFeatures, f) : allCols;
       // Columns with gaps (some query heads of each group) are read over their whole span: the
@@ -465,8 +518,9 @@ export class Interpreter {
     const B = this.buffer(b);
     const C = Math.max(A.channels, B.channels);
     const out = this.define(outName, C, this.rowsOf.get(a));
+    const count = this.counter(a);
     return (f) => {
-      const rows = this.rowCount(a, f);
+      const rows = count(f);
       const o = out.rows(rows);
       const x = A.data;
       const y = B.data;
@@ -486,14 +540,16 @@ export class Interpreter {
     };
   }
 
-  /** silu(g) · u in one loop, over the kept neurons. */
+  /** silu(g) · u in one loop, over the kept neurons (in WebAssembly SIMD unless every kernel is JS). */
   private siluMul(g: V, u: V, outName: V): Step {
     const G = this.buffer(g);
     const U = this.buffer(u);
     const out = this.define(outName, G.channels, this.rowsOf.get(g));
+    const count = this.counter(g);
     return (f) => {
-      const n = this.rowCount(g, f) * G.channels;
-      const o = out.rows(this.rowCount(g, f));
+      const n = count(f) * G.channels;
+      const o = out.rows(count(f));
+      if (this.simdSilu) return this.simdSilu.run(G.data, U.data, o, n);
       const gd = G.data;
       const ud = U.data;
       for (let i = 0; i < n; i++) {
@@ -512,7 +568,9 @@ export class Interpreter {
     const Q = this.buffer(op.q);
     const K = this.buffer(op.k);
     const Vb = this.buffer(op.v);
-    const out = this.define(op.out, qDim);
+    // Queries at the logit positions only (positionRows): row r is new token f.positions[r].
+    const atPositions = this.rowsOf.get(op.q) === 'N';
+    const out = this.define(op.out, qDim, atPositions ? 'N' : 'T');
     const scale = 1 / Math.sqrt(hd);
     const window = op.slidingWindow;
     let scores = new Float32Array(0);
@@ -528,18 +586,20 @@ export class Interpreter {
         kc.set(K.data.subarray(t * kvDim, t * kvDim + G * hd), (f.pos0 + t) * kvDim);
         vc.set(Vb.data.subarray(t * kvDim, t * kvDim + G * hd), (f.pos0 + t) * kvDim);
       }
-      const att = out.rows(T);
+      const n = atPositions ? f.positions.length : T;
+      const tokens = atPositions ? f.positions : null;
+      const att = out.rows(n);
       // Dropped heads stay zero, so o_proj's column span ignores them.
-      if (qpg !== nrep) att.fill(0, 0, T * qDim);
+      if (qpg !== nrep) att.fill(0, 0, n * qDim);
       const mem = f.cache.memory;
       if (mem) {
-        if (f.tree) mem.attendTree(op.layer, q, att, T, f.tree, G, qpg, nrep, scale, window);
-        else mem.attendCausal(op.layer, q, att, T, f.pos0, G, qpg, nrep, scale, window);
+        if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, window, tokens);
+        else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, window, tokens);
         return;
       }
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
-      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, T, G, qpg, nrep, hd, qDim, kvDim, scale, window);
-      else attend(q, kc, vc, att, scores, T, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
+      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, n, tokens, G, qpg, nrep, hd, qDim, kvDim, scale, window);
+      else attend(q, kc, vc, att, scores, n, tokens, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
     };
   }
 
@@ -550,7 +610,8 @@ export class Interpreter {
     const X = this.buffer(op.x);
     const router = this.table.weight(op.router);
     const logits = new Float32Array(E);
-    const out = this.define(op.out, D);
+    const out = this.define(op.out, D, this.rowsOf.get(op.x));
+    const count = this.counter(op.x);
     const bind = (m: MoeMlp) => ({
       m,
       gate: this.table.weight(m.gate),
@@ -568,7 +629,7 @@ export class Interpreter {
     const sel = new Int32Array(op.topK);
     const gates = new Float64Array(op.topK);
     return (f) => {
-      const T = f.T;
+      const T = count(f);
       const w = f.widths?.[op.layer];
       const o = out.rows(T);
       o.fill(0, 0, T * D);
@@ -606,7 +667,8 @@ export class Interpreter {
     const n = store.layerIndex(op.layer);
     const X = this.buffer(op.x);
     const router = this.table.weight(op.router);
-    const out = this.define(op.out, D);
+    const out = this.define(op.out, D, this.rowsOf.get(op.x));
+    const count = this.counter(op.x);
     const bias = (m: MoeMlp, w: 'gate' | 'up' | 'down') => (m.bias ? this.table.vector(biasOf(m[w])) : null);
     const biases = op.experts.map((m) => ({ gateBias: bias(m, 'gate'), upBias: bias(m, 'up'), downBias: bias(m, 'down') }));
     const sharedMlp = op.shared?.mlp;
@@ -624,7 +686,7 @@ export class Interpreter {
     let gates = new Float64Array(0);
     let outs = new Float32Array(0);
     return async (f) => {
-      const T = f.T;
+      const T = count(f);
       const w = f.widths?.[op.layer];
       if (sel.length < T * K) {
         sel = new Int32Array(T * K);
@@ -701,6 +763,41 @@ export class Interpreter {
   }
 }
 
+/** Ops whose output row r depends only on row r of their inputs (attention: of its queries). */
+const ROWWISE = new Set<Op['op']>(['linear', 'rmsnorm', 'rope', 'silu', 'sigmoid', 'mul', 'add', 'moe', 'attention']);
+
+/**
+ * The values of which only the logit positions' rows are ever read, so they are computed for those
+ * rows alone: everything between the last gatherPositions and the ops that also feed other rows. In
+ * the IR's decoder that is the last layer past its K/V projections (its queries, attention, o_proj,
+ * residuals and MLP), and all of the head. Walks the ops backwards: a row-wise op's output qualifies
+ * when every op reading it does and reads it row-wise (attention: as its queries; its keys and
+ * values go to the cache for every token).
+ */
+export function positionRows(ops: readonly Op[]): Set<V> {
+  const readers = new Map<V, Op[]>();
+  for (const op of ops) for (const v of opInputs(op)) readers.set(v, [...(readers.get(v) ?? []), op]);
+  const rows = new Set<V>();
+  const readsRows = (op: Op, v: V) => op.op === 'gatherPositions' || (ROWWISE.has(op.op) && 'out' in op && rows.has(op.out) && (op.op !== 'attention' || v === op.q));
+  for (let i = ops.length - 1; i >= 0; i--) {
+    const op = ops[i];
+    if (op.op === 'gatherPositions') rows.add(op.out);
+    else if (ROWWISE.has(op.op) && 'out' in op) {
+      // The logits are the positions' (the graph's output); other values nothing reads keep every row.
+      const r = readers.get(op.out) ?? [];
+      if (op.out === IO.logits || (r.length && r.every((c) => readsRows(c, op.out)))) rows.add(op.out);
+    }
+  }
+  return rows;
+}
+
+/** The inputs an op computed at the logit positions reads at those rows (not attention's keys and values). */
+function rowInputs(op: Op): V[] {
+  if (op.op === 'gatherPositions') return [];
+  if (op.op === 'attention') return [op.q];
+  return opInputs(op);
+}
+
 /**
  * Top-k routing of one token from its router logits: softmax in float64, the k most probable experts
  * (lower index first on ties, as torch.topk on CPU) into sel[at..at+k) and their routing weights
@@ -733,11 +830,11 @@ function route(logits: Float32Array, K: number, mode: 'softmax-topk-renorm' | 's
  */
 function attend(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array,
-  T: number, pos0: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
+  T: number, tokens: ArrayLike<number> | null, pos0: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
   scale: number, window: number | null,
 ): void {
   for (let t = 0; t < T; t++) {
-    const p = pos0 + t;
+    const p = pos0 + (tokens ? tokens[t] : t);
     const pStart = window ? Math.max(0, p - window + 1) : 0;
     for (let g = 0; g < G; g++) {
       for (let hh = 0; hh < qpg; hh++) {
@@ -773,16 +870,17 @@ function attend(
  */
 function attendTree(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array, tree: TreeAttention,
-  T: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
+  T: number, tokens: ArrayLike<number> | null, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
   scale: number, window: number | null,
 ): void {
   const keys = new Int32Array(scores.length);
   for (let t = 0; t < T; t++) {
-    const p = tree.positions[t];
+    const tok = tokens ? tokens[t] : t;
+    const p = tree.positions[tok];
     const first = window ? p - window + 1 : 0;
     let nk = 0;
     for (let j = Math.max(0, first); j < tree.shared; j++) keys[nk++] = j;
-    for (const j of tree.visible[t]) if (tree.keyPositions[j - tree.shared] >= first) keys[nk++] = j;
+    for (const j of tree.visible[tok]) if (tree.keyPositions[j - tree.shared] >= first) keys[nk++] = j;
     for (let g = 0; g < G; g++) {
       for (let hh = 0; hh < qpg; hh++) {
         const h = g * nrep + hh;

@@ -12,8 +12,29 @@ import { load, parseManifest, type ArtifactSource, type LoadOptions } from './lo
 import type { Model } from './model.js';
 import { installKernelFiles } from './kernel-files.js';
 import { WORKER_BODY, type SpawnWorker } from './pool.js';
+import { preferRelaxedSimd, relaxedSimd } from './gemm.js';
 
 installKernelFiles();
+enableRelaxedSimd();
+
+/**
+ * LLMC_RELAXED_SIMD=on: the tiled prefill kernels use f32x4.relaxed_madd (fused or not as the CPU
+ * does it, so logits may differ in the last bits between machines; measured 1.06–1.09× on the F32
+ * kernel alone, within the noise of a whole prefill). Off by default, so every platform computes the
+ * same bits. Node 20 admits relaxed SIMD only behind --experimental-wasm-relaxed-simd, set here
+ * before the first kernel module is compiled (they compile lazily).
+ */
+function enableRelaxedSimd(): void {
+  if (process.env.LLMC_RELAXED_SIMD !== 'on') return;
+  if (!relaxedSimd()) {
+    try {
+      (createRequire(import.meta.url)('node:v8') as typeof import('node:v8')).setFlagsFromString('--experimental-wasm-relaxed-simd');
+    } catch {
+      // an embedder that refuses flags: the kernels without relaxed SIMD
+    }
+  }
+  preferRelaxedSimd();
+}
 
 /** A file read with positioned reads; the handle opens lazily and closes with `close()`. */
 export function fileSource(file: string): ByteSource & { close(): Promise<void> } {
