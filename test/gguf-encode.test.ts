@@ -300,7 +300,8 @@ describe('hashing off the main thread', () => {
     const r = rng(3);
     let total = 0;
     while (total < WORKER_MIN_BYTES + (5 << 20)) {
-      const piece = Buffer.alloc(1 + ((r() * (9 << 20)) | 0), (total >>> 20) & 0xff); // pieces span ring slots
+      const piece = Buffer.alloc(1 + ((r() * (9 << 20)) | 0)); // pieces span ring slots and write pieces
+      for (let i = 0; i < piece.length; i++) piece[i] = (total + i) % 251; // a misplaced byte shows
       h.update(piece);
       // Some pieces live in shared memory, as the arena's do: those are lent to the worker, not copied.
       const shared = r() < 0.5 ? new Uint8Array(new SharedArrayBuffer(piece.length + 3), 3, piece.length) : null;
@@ -311,6 +312,7 @@ describe('hashing off the main thread', () => {
     await f.commit();
     const want = h.digest('hex');
     expect(await knownSha256(file)).toBe(want);
+    expect(createHash('sha256').update(readFileSync(file)).digest('hex')).toBe(want); // the bytes on disk
     appendFileSync(file, 'x');
     expect(await knownSha256(file)).toBeUndefined();
   });

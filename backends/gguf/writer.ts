@@ -62,32 +62,44 @@ export interface GgufTensorInfo {
 
 /** A growable little-endian byte buffer. */
 class ByteSink {
-  private buf = new Uint8Array(1 << 16);
-  private view = new DataView(this.buf.buffer);
+  private buf = Buffer.alloc(1 << 16);
   length = 0;
 
   private reserve(n: number): void {
     if (this.length + n <= this.buf.length) return;
     let cap = this.buf.length * 2;
     while (cap < this.length + n) cap *= 2;
-    const next = new Uint8Array(cap);
-    next.set(this.buf.subarray(0, this.length));
+    const next = Buffer.alloc(cap);
+    this.buf.copy(next, 0, 0, this.length);
     this.buf = next;
-    this.view = new DataView(next.buffer);
   }
-  u8(v: number) { this.reserve(1); this.view.setUint8(this.length, v); this.length += 1; }
-  i8(v: number) { this.reserve(1); this.view.setInt8(this.length, v); this.length += 1; }
-  u16(v: number) { this.reserve(2); this.view.setUint16(this.length, v, true); this.length += 2; }
-  i16(v: number) { this.reserve(2); this.view.setInt16(this.length, v, true); this.length += 2; }
-  u32(v: number) { this.reserve(4); this.view.setUint32(this.length, v, true); this.length += 4; }
-  i32(v: number) { this.reserve(4); this.view.setInt32(this.length, v, true); this.length += 4; }
-  f32(v: number) { this.reserve(4); this.view.setFloat32(this.length, v, true); this.length += 4; }
-  f64(v: number) { this.reserve(8); this.view.setFloat64(this.length, v, true); this.length += 8; }
-  u64(v: number | bigint) { this.reserve(8); this.view.setBigUint64(this.length, BigInt(v), true); this.length += 8; }
-  i64(v: number | bigint) { this.reserve(8); this.view.setBigInt64(this.length, BigInt(v), true); this.length += 8; }
+  u8(v: number) { this.reserve(1); this.length = this.buf.writeUInt8(v, this.length); }
+  i8(v: number) { this.reserve(1); this.length = this.buf.writeInt8(v, this.length); }
+  u16(v: number) { this.reserve(2); this.length = this.buf.writeUInt16LE(v, this.length); }
+  i16(v: number) { this.reserve(2); this.length = this.buf.writeInt16LE(v, this.length); }
+  u32(v: number) { this.reserve(4); this.length = this.buf.writeUInt32LE(v, this.length); }
+  i32(v: number) { this.reserve(4); this.length = this.buf.writeInt32LE(v, this.length); }
+  f32(v: number) { this.reserve(4); this.length = this.buf.writeFloatLE(v, this.length); }
+  f64(v: number) { this.reserve(8); this.length = this.buf.writeDoubleLE(v, this.length); }
+  u64(v: number | bigint) {
+    this.reserve(8);
+    // A safe integer as two u32 halves: no BigInt per value (a vocabulary writes one per token).
+    if (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) {
+      this.buf.writeUInt32LE(v % 0x100000000, this.length);
+      this.length = this.buf.writeUInt32LE(Math.floor(v / 0x100000000), this.length + 4);
+    } else {
+      this.length = this.buf.writeBigUInt64LE(BigInt(v), this.length);
+    }
+  }
+  i64(v: number | bigint) { this.reserve(8); this.length = this.buf.writeBigInt64LE(BigInt(v), this.length); }
   bytes(b: Uint8Array) { this.reserve(b.length); this.buf.set(b, this.length); this.length += b.length; }
   /** gguf_string: u64 byte length, UTF-8 bytes, no terminator. */
-  string(s: string) { const b = Buffer.from(s, 'utf8'); this.u64(b.length); this.bytes(b); }
+  string(s: string) {
+    const n = Buffer.byteLength(s, 'utf8');
+    this.u64(n);
+    this.reserve(n);
+    this.length += this.buf.write(s, this.length, n, 'utf8');
+  }
   padTo(alignment: number) { const pad = (alignment - (this.length % alignment)) % alignment; this.bytes(new Uint8Array(pad)); }
   result(): Uint8Array { return this.buf.subarray(0, this.length); }
 }
@@ -113,6 +125,21 @@ function writeScalar(out: ByteSink, key: string, kind: ScalarKind, v: number | b
     case 'STRING': return out.string(String(v));
     case 'UINT64': return out.u64(typeof v === 'bigint' ? v : BigInt(checkInt(key, v, 0, Number.MAX_SAFE_INTEGER)));
     case 'INT64': return out.i64(typeof v === 'bigint' ? v : BigInt(checkInt(key, v, -Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER)));
+  }
+}
+
+/**
+ * An array's items. Vocabularies are the bulk of a header (tokens, scores, types: 32,000+ each, written
+ * once per compile, so mostly by unoptimized code): those three kinds go in one pass each.
+ */
+function writeArray(out: ByteSink, key: string, kind: ScalarKind, values: readonly (number | bigint | boolean | string)[]): void {
+  if (kind === 'STRING') {
+    for (const v of values) out.string(String(v));
+  } else if (kind === 'FLOAT32' || kind === 'INT32') {
+    const items = kind === 'FLOAT32' ? Float32Array.from(values, Number) : Int32Array.from(values, (v) => checkInt(key, v, -0x80000000, 0x7fffffff));
+    out.bytes(new Uint8Array(items.buffer)); // little-endian, as every platform Node runs on
+  } else {
+    for (const v of values) writeScalar(out, key, kind, v);
   }
 }
 
@@ -161,7 +188,7 @@ export function layoutGguf(kvs: readonly GgufKv[], tensors: readonly GgufTensorI
     if (value.kind === 'ARRAY') {
       out.u32(GGUF_TYPE[value.itemKind]);
       out.u64(value.values.length);
-      for (const v of value.values) writeScalar(out, key, value.itemKind, v);
+      writeArray(out, key, value.itemKind, value.values);
     } else {
       writeScalar(out, key, value.kind, value.value);
     }

@@ -120,7 +120,10 @@ export const tsTarget: Target = {
     for (const n of notes) ctx.note(n);
 
     const adapters = levelAdapters(unit);
-    const out = await AtomicFile.open(path.join(ctx.outDir, WEIGHTS_FILE));
+    // The size up front lets a big file be hashed as it is written (the manifest then need not read it again).
+    const size = [...plan.map((p) => [p.format, p.meta.shape] as const), ...adapters.tensors.map((t) => ['F32' as const, t.shape] as const)]
+      .reduce((a, [format, shape]) => a + alignUp(formatTensorBytes(format, shape)!), 0);
+    const out = await AtomicFile.open(path.join(ctx.outDir, WEIGHTS_FILE), { expectedSize: size });
     const buffers = new ChunkBuffers();
     const encoder = new ChunkEncoder(buffers);
     const tensors: TensorEntry[] = [];
