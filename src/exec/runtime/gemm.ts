@@ -10,11 +10,10 @@
  * Requires nRows % RB = 0, T % TB = 0 (GEMM_TILE), F32 nCols % 4 = 0: the caller runs the rest on the other kernels.
  * Each output sums its columns in four lanes (column c in lane c mod 4, in column order), then the
  * lanes (0 + 1) + 2 + 3: a fixed order that does not depend on T or on the row range, so rows split
- * across workers at multiples of GEMM_TILE[format].rows give the same bits as one call.
+ * across workers at multiples of GEMM_TILE.rows give the same bits as one call.
  *
- * gemm_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table): the same tile over Q8_0
- * rows (34-byte blocks: f16 d, 32 × int8): each weight becomes the f32 product q·d once per tile
- * (then shared by its TB tokens), and the outputs sum (q·d)·x in four lanes as gemm_f32 does.
+ * Quantized weights do not come here: they take integer activations (./qdot.ts), whose one-token
+ * kernel beat an f32 tile over Q8_0 (28 vs 22 GFLOP/s) and keeps prefill's numerics those of decode.
  *
  * When asked (`preferRelaxedSimd`, LLMC_RELAXED_SIMD=on) and WebAssembly relaxed SIMD validates
  * (Chromium, Node ≥ 22; Node 20 once ./node.ts sets its flag) each acc += w·x is one f32x4.relaxed_madd: a fused multiply-add on x86 with FMA and on arm64,
@@ -30,14 +29,14 @@ import {
 import { kernelModule } from './kernel-store.js';
 
 /**
- * Rows × tokens of each kernel's register tile (x86 has 16 xmm registers: F32 holds 12 accumulators +
- * 3 weights + 1 x; Q8_0 8 accumulators + 3 per row for the scale and the widened weights + 1 x).
+ * Rows × tokens of the register tile (x86 has 16 xmm registers: F32 holds 12 accumulators +
+ * 3 weights + 1 x).
  * Measured on a [1376 × 512] weight with 64 tokens, F32 ran ~1.35× the one-token kernel at 3 × 4 and
- * 4 × 3, ~1.15× at 2 × 4; Q8_0 ~1.5× at 2 × 4. Both group tokens by four as the kernels before them
+ * 4 × 3, ~1.15× at 2 × 4. It groups tokens by four as the kernels before them
  * did, so a call's tokens 4k..4k+3 get the same bits whatever T is (the tokens past the last whole
  * group run one by one, on the one-token kernels' sums).
  */
-export const GEMM_TILE = { F32: { rows: 3, tokens: 4 }, Q8_0: { rows: 2, tokens: 4 } } as const;
+export const GEMM_TILE = { rows: 3, tokens: 4 } as const;
 
 const f32Store = (off = 0) => [0x38, 2, ...uleb(off)];
 const i32Load16U = (off = 0) => [0x2f, 1, ...uleb(off)];
@@ -57,7 +56,7 @@ const inc = (l: number, by: number[]) => [...get(l), ...by, ...i32Add, ...set(l)
 const hsum = (l: number) => [...get(l), ...fExtract(0), ...get(l), ...fExtract(1), ...f32Add, ...get(l), ...fExtract(2), ...f32Add, ...get(l), ...fExtract(3), ...f32Add];
 const range = (n: number) => Array.from({ length: n }, (_, i) => i);
 
-/** The loops shared by both kernels: row tiles, token tiles, accumulators zeroed, `inner` over the columns, the outputs stored. */
+/** The tile loops: row tiles, token tiles, accumulators zeroed, `inner` over the columns, the outputs stored. */
 function tiled(L: { R: number; TT: number; WP: number[]; XP: number[]; ACC: number[][] }, inner: number[]): number[] {
   const [W, WS, X, XS, Y, YS, NR, , T] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
   const { R, TT, WP, XP, ACC } = L;
@@ -124,50 +123,10 @@ function gemmF32Body(RB: number, TB: number, fma: boolean): number[] {
   return [...L.decl, ...tiled(L, inner), 0x0b];
 }
 
-function gemmQ8Body(RB: number, TB: number, fma: boolean): number[] {
-  const [NB, TAB] = [7, 9];
-  const L = locals(10, RB, TB, 3 * RB + 1);
-  const { C, END, XO, WP, XP, ACC, V } = L;
-  // Per row: the block's scale d (splat), the f32 weights q·d of the current 8 elements (lo, hi); one x vector.
-  const D = V.slice(0, RB);
-  const WLO = V.slice(RB, 2 * RB);
-  const WHI = V.slice(2 * RB, 3 * RB);
-  const XV = V[3 * RB];
-  // C is the block's byte offset within each row (the same for every row of the tile), XO its x byte offset.
-  const group = (k: number) => [
-    ...WP.flatMap((wp, i) => [
-      ...get(wp), ...get(C), ...i32Add, ...load8x8s(2 + 8 * k), ...set(WHI[i]),
-      ...get(WHI[i]), ...iLowI16, ...fFromI32, ...get(D[i]), ...fMul, ...set(WLO[i]),
-      ...get(WHI[i]), ...iHighI16, ...fFromI32, ...get(D[i]), ...fMul, ...set(WHI[i]),
-    ]),
-    ...XP.flatMap((xp, j) => [0, 16].flatMap((half) => [
-      ...get(xp), ...get(XO), ...i32Add, ...vload(32 * k + half), ...set(XV),
-      ...range(RB).flatMap((i) => mulAdd(fma, ACC[i][j], half ? WHI[i] : WLO[i], XV)),
-    ])),
-  ];
-  const scale = (i: number) => [...get(TAB), ...get(WP[i]), ...get(C), ...i32Add, ...i32Load16U(), ...i32c(2), ...i32Shl, ...i32Add, ...f32Load(), ...fSplat];
-  const inner = [
-    ...i32c(0), ...set(C),
-    ...i32c(0), ...set(XO),
-    ...get(NB), ...i32c(34), ...i32Mul, ...set(END),
-    ...whileLt(C, get(END), [
-      ...range(RB).flatMap((i) => [...scale(i), ...set(D[i])]),
-      ...[0, 1, 2, 3].flatMap(group),
-      ...inc(C, i32c(34)),
-      ...inc(XO, i32c(128)),
-    ]),
-  ];
-  return [...L.decl, ...tiled(L, inner), 0x0b];
-}
-
 /** `shared`: the memory import is a shared memory (the worker pool's arena), as ./wasm.ts's kernels. */
-/** The bytes of both kernels at the given tile shapes, with relaxed multiply-adds (`fma`) or without. */
+/** The kernel's bytes at the tile shape, with relaxed multiply-adds (`fma`) or without. */
 export function gemmModuleBytes(fma: boolean, shared = false): Uint8Array<ArrayBuffer> {
-  const { F32: f, Q8_0: q } = GEMM_TILE;
-  return kernelModuleBytes([
-    { name: 'gemm_f32', params: new Array(9).fill(I32), body: gemmF32Body(f.rows, f.tokens, fma) },
-    { name: 'gemm_q8_0', params: new Array(10).fill(I32), body: gemmQ8Body(q.rows, q.tokens, fma) },
-  ], shared);
+  return kernelModuleBytes([{ name: 'gemm_f32', params: new Array(9).fill(I32), body: gemmF32Body(GEMM_TILE.rows, GEMM_TILE.tokens, fma) }], shared);
 }
 
 /** (module (func (param v128 v128 v128) (result v128) local.get 0 local.get 1 local.get 2 f32x4.relaxed_madd)) */
@@ -205,7 +164,6 @@ export const gemmUsesFma = (): boolean | undefined => useFma;
 type Kernel = (...args: number[]) => void;
 export interface GemmKernels {
   f32: Kernel;
-  q8: Kernel;
 }
 
 /** The kernels over `memory`, or null where WebAssembly SIMD is unavailable. */
@@ -216,6 +174,6 @@ export function gemmKernels(memory: WebAssembly.Memory, shared = false): GemmKer
   const mod = kernelModule(name, () => gemmModuleBytes(fma, shared));
   if (!mod) return null;
   const inst = new WebAssembly.Instance(mod, { env: { memory } });
-  return { f32: inst.exports.gemm_f32 as Kernel, q8: inst.exports.gemm_q8_0 as Kernel };
+  return { f32: inst.exports.gemm_f32 as Kernel };
 }
 

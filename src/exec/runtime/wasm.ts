@@ -214,133 +214,6 @@ function matmul4F32Body(): Bytes {
 }
 
 /**
- * matmul_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table):
- * whole 32-element blocks only (34 bytes: f16 scale via `table`, 32 × int8).
- */
-/**
- * The loop of the block kernels (locals as blockKernelBody's: w, wStride, x, xStride, y, yStride,
- * nRows, nBlocks, T, table, then R, TT, BP, XB, B): for every row r and token t, BP = w + r·wStride,
- * XB = x + t·xStride, the v128 `ACC` zeroed, `block` run for each of the nBlocks blocks (it advances
- * BP, XB and B), and y[t·yStride + 4r] = the lanes of ACC summed.
- */
-function blockRowsByTokens(block: Bytes, ACC: number): Bytes {
-  const [W, WS, X, XS, Y, YS, NR, NB, T] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
-  const [R, TT, BP, XB, B] = [10, 11, 12, 13, 14];
-  return [
-    op.i32(0), op.set(R),
-    whileLt(op.get(R), op.get(NR), [
-      op.i32(0), op.set(TT),
-      whileLt(op.get(TT), op.get(T), [
-        op.get(W), op.get(R), op.get(WS), op.i32Mul, op.i32Add, op.set(BP),
-        op.get(X), op.get(TT), op.get(XS), op.i32Mul, op.i32Add, op.set(XB),
-        v.zero(), op.set(ACC),
-        op.i32(0), op.set(B),
-        whileLt(op.get(B), op.get(NB), block),
-        op.get(Y), op.get(TT), op.get(YS), op.i32Mul, op.i32Add, op.get(R), op.i32(2), op.i32Shl, op.i32Add,
-        hsum(ACC), op.f32Store(),
-        op.get(TT), op.i32(1), op.i32Add, op.set(TT),
-      ]),
-      op.get(R), op.i32(1), op.i32Add, op.set(R),
-    ]),
-  ];
-}
-
-/**
- * A one-token-per-pass kernel over ggml blocks of 32 elements with an f16 scale `d` first:
- * (w, wStride, x, xStride, y, yStride, nRows, nBlocks, T, table). `blockSum` leaves Σ q·x of the
- * block (before × d) in the v128 local S, reading the block at BP and x at XB.
- */
-function blockKernelBody(blockBytes: number, blockSum: (l: { S: number; Q: number; Q2: number; BP: number; XB: number }) => Bytes): Bytes {
-  const TAB = 9; // the f16 → f32 table; the other parameters and R, TT (10, 11) belong to blockRowsByTokens
-  const [BP, XB, B] = [12, 13, 14];
-  const [ACC, S, Q, Q2] = [15, 16, 17, 18]; // v128
-  const block = [
-    v.zero(), op.set(S),
-    blockSum({ S, Q, Q2, BP, XB }),
-    // acc += s * splat(table[f16 bits])
-    op.get(ACC), op.get(S),
-    op.get(TAB), op.get(BP), op.i32Load16U(), op.i32(2), op.i32Shl, op.i32Add, op.f32Load(), v.f32x4Splat(),
-    v.f32x4Mul(), v.f32x4Add(), op.set(ACC),
-    op.get(BP), op.i32(blockBytes), op.i32Add, op.set(BP),
-    op.get(XB), op.i32(128), op.i32Add, op.set(XB),
-    op.get(B), op.i32(1), op.i32Add, op.set(B),
-  ];
-  const body = blockRowsByTokens(block, ACC);
-  return [vec([[5, I32], [4, V128]].map(([n, t]) => [n, t])), body, op.end];
-}
-
-/** S += f32(i16 lanes of local `q16`, low or high half) · x[XB + off ..]. */
-const fmaI16 = (S: number, q16: number, hi: boolean, XB: number, off: number) => [
-  op.get(S),
-  op.get(q16), (hi ? v.i32x4HighI16() : v.i32x4LowI16()), v.f32x4FromI32(),
-  op.get(XB), v.load(off),
-  v.f32x4Mul(), v.f32x4Add(), op.set(S),
-];
-
-/** Q8_0 (34-byte blocks: f16 d, 32 × int8). */
-function matmulQ8Body(): Bytes {
-  return blockKernelBody(34, ({ S, Q, BP, XB }) =>
-    [0, 1, 2, 3].map((k) => [op.get(BP), v.load8x8s(2 + 8 * k), op.set(Q), fmaI16(S, Q, false, XB, 32 * k), fmaI16(S, Q, true, XB, 32 * k + 16)]),
-  );
-}
-
-/** matmul4_q8_0(w, wStride, x, xStride, y, yStride, nRows, nBlocks, G, table): four tokens per pass (prefill). */
-function matmul4Q8Body(): Bytes {
-  const [W, WS, X, XS, Y, YS, NR, NB, G, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
-  const [R, GG, BP, B, XOFF] = [10, 11, 12, 13, 14];
-  const XK = [15, 16, 17, 18];
-  const [Q, WLO, WHI, D] = [19, 20, 21, 22]; // v128
-  const SK = [23, 24, 25, 26];
-  const ACC = [27, 28, 29, 30];
-  const addr = (k: number) => [op.get(XK[k]), op.get(XOFF), op.i32Add];
-  const block = [
-    SK.map((sk) => [v.zero(), op.set(sk)]),
-    [0, 1, 2, 3].map((k) => [
-      op.get(BP), v.load8x8s(2 + 8 * k), op.set(Q),
-      op.get(Q), v.i32x4LowI16(), v.f32x4FromI32(), op.set(WLO),
-      op.get(Q), v.i32x4HighI16(), v.f32x4FromI32(), op.set(WHI),
-      [0, 1, 2, 3].map((j) => [
-        op.get(SK[j]),
-        op.get(WLO), addr(j), v.load(32 * k), v.f32x4Mul(), v.f32x4Add(),
-        op.get(WHI), addr(j), v.load(32 * k + 16), v.f32x4Mul(), v.f32x4Add(),
-        op.set(SK[j]),
-      ]),
-    ]),
-    op.get(TAB), op.get(BP), op.i32Load16U(), op.i32(2), op.i32Shl, op.i32Add, op.f32Load(), v.f32x4Splat(), op.set(D),
-    [0, 1, 2, 3].map((j) => [op.get(ACC[j]), op.get(SK[j]), op.get(D), v.f32x4Mul(), v.f32x4Add(), op.set(ACC[j])]),
-    op.get(BP), op.i32(34), op.i32Add, op.set(BP),
-    op.get(XOFF), op.i32(128), op.i32Add, op.set(XOFF),
-    op.get(B), op.i32(1), op.i32Add, op.set(B),
-  ];
-  const store = (j: number) => [
-    op.get(Y), op.get(GG), op.i32(2), op.i32Shl, op.i32(j), op.i32Add, op.get(YS), op.i32Mul, op.i32Add,
-    op.get(R), op.i32(2), op.i32Shl, op.i32Add,
-    hsum(ACC[j]), op.f32Store(),
-  ];
-  const body = [
-    op.i32(0), op.set(R),
-    whileLt(op.get(R), op.get(NR), [
-      op.i32(0), op.set(GG),
-      whileLt(op.get(GG), op.get(G), [
-        op.get(X), op.get(GG), op.i32(2), op.i32Shl, op.get(XS), op.i32Mul, op.i32Add, op.set(XK[0]),
-        op.get(XK[0]), op.get(XS), op.i32Add, op.set(XK[1]),
-        op.get(XK[1]), op.get(XS), op.i32Add, op.set(XK[2]),
-        op.get(XK[2]), op.get(XS), op.i32Add, op.set(XK[3]),
-        op.get(W), op.get(R), op.get(WS), op.i32Mul, op.i32Add, op.set(BP),
-        ACC.map((a) => [v.zero(), op.set(a)]),
-        op.i32(0), op.set(B),
-        op.i32(0), op.set(XOFF),
-        whileLt(op.get(B), op.get(NB), block),
-        [0, 1, 2, 3].map(store),
-        op.get(GG), op.i32(1), op.i32Add, op.set(GG),
-      ]),
-      op.get(R), op.i32(1), op.i32Add, op.set(R),
-    ]),
-  ];
-  return [vec([[9, I32], [12, V128]].map(([n, t]) => [n, t])), body, op.end];
-}
-
-/**
  * F16 (w, wStride, x, xStride, y, yStride, nRows, nCols, T, table), one token per pass. Halves widen
  * in SIMD: f32 bits of |h| are (h & 0x7fff) << 13 scaled by 2^112 (exact for normals and subnormals;
  * weights hold no inf/nan), then the sign bit is or-ed back.
@@ -401,9 +274,7 @@ const I32S = (n: number) => new Array(n).fill(I32);
 function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
   const fns: [string, number, () => Bytes][] = [
     ['matmul_f32', 9, matmulF32Body],
-    ['matmul_q8_0', 10, matmulQ8Body],
     ['matmul4_f32', 9, matmul4F32Body],
-    ['matmul4_q8_0', 10, matmul4Q8Body],
     ['matmul_f16', 10, matmulF16Body],
     ...Object.values(QDOT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
   ];
@@ -438,9 +309,7 @@ export class WasmArena {
   readonly memory: WebAssembly.Memory;
   readonly weightsBase: number;
   private readonly f32: MatmulFn;
-  private readonly q8: MatmulFn;
   private readonly f32x4tok: MatmulFn;
-  private readonly q8x4tok: MatmulFn;
   private readonly f16: MatmulFn;
   private readonly qdot: Record<QdotFormat, MatmulFn>;
   private readonly xBase: number;
@@ -476,9 +345,7 @@ export class WasmArena {
       return shared ? (...a: number[]) => (this.pool ? this.pool.call(name, fn, a) : fn(...a)) : fn;
     };
     this.f32 = k('matmul_f32');
-    this.q8 = k('matmul_q8_0');
     this.f32x4tok = k('matmul4_f32');
-    this.q8x4tok = k('matmul4_q8_0');
     this.f16 = k('matmul_f16');
     this.qdot = Object.fromEntries(Object.entries(QDOT_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QdotFormat, MatmulFn>;
     // The tiled kernels run on the calling thread (the pool's cuts would fall inside tiles and change
@@ -578,11 +445,8 @@ export class WasmArena {
       if (format === 'F32') {
         if (g) this.f32x4tok(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, g);
         if (rest) this.f32(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols, rest);
-      } else if (format === 'F16') {
-        this.f16(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, n, 0);
       } else {
-        if (g) this.q8x4tok(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols >> 5, g, 0);
-        if (rest) this.q8(wp, rowBytes, xs, nCols * 4, ys, nRows * 4, nRows, nCols >> 5, rest, 0);
+        this.f16(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, n, 0);
       }
       for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
     }
@@ -603,25 +467,19 @@ export class WasmArena {
   }
 
   /**
-   * The register-tiled kernels over the n tokens in the x scratch (F32 with nCols % 4 = 0, Q8_0):
-   * whole tiles of GEMM_TILE rows × tokens there, the leftover rows and tokens one token per
-   * pass. False (nothing done) where the tile kernels do not apply.
+   * The register-tiled F32 kernel over the n tokens in the x scratch (nCols % 4 = 0): whole tiles of
+   * GEMM_TILE rows × tokens there, the leftover rows and tokens one token per pass. False (nothing
+   * done) where the tile kernel does not apply.
    */
   private tiles(format: WasmFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number): boolean {
-    const gemm = this.gemm!;
-    const f32 = format === 'F32';
-    if (!(f32 ? nCols % 4 === 0 : format === 'Q8_0')) return false;
-    const tile = GEMM_TILE[f32 ? 'F32' : 'Q8_0'];
-    if (n < tile.tokens) return false;
-    const rows = nRows - (nRows % tile.rows);
-    const toks = n - (n % tile.tokens);
+    if (format !== 'F32' || nCols % 4 !== 0 || n < GEMM_TILE.tokens) return false;
+    const rows = nRows - (nRows % GEMM_TILE.rows);
+    const toks = n - (n % GEMM_TILE.tokens);
     const [xs, ys] = [nCols * 4, nRows * 4];
-    const cols = f32 ? nCols : nCols >> 5;
-    const one = f32 ? this.f32 : this.q8;
-    const table = f32 ? [] : [0];
-    if (rows) (f32 ? gemm.f32 : gemm.q8)(wp, rowBytes, this.xBase, xs, this.yBase, ys, rows, cols, toks, ...table);
-    if (rows < nRows) one(wp + rows * rowBytes, rowBytes, this.xBase, xs, this.yBase + rows * 4, ys, nRows - rows, cols, n, ...table);
-    if (toks < n && rows) one(wp, rowBytes, this.xBase + toks * xs, xs, this.yBase + toks * ys, ys, rows, cols, n - toks, ...table);
+    if (rows) this.gemm!.f32(wp, rowBytes, this.xBase, xs, this.yBase, ys, rows, nCols, toks);
+    if (rows < nRows) this.f32(wp + rows * rowBytes, rowBytes, this.xBase, xs, this.yBase + rows * 4, ys, nRows - rows, nCols, n);
+    if (toks < n && rows) this.f32(wp, rowBytes, this.xBase + toks * xs, xs, this.yBase + toks * ys, ys, rows, nCols, n - toks);
     return true;
   }
+
 }
