@@ -58,8 +58,6 @@ export async function fitAdapters(student: TfModel, batches: number[][][], full:
       const n = t.outFeatures;
       const xx = new Float64Array(k * k);
       const xr = new Float64Array(k * n);
-      let rr = 0;
-      let yy = 0;
       for (let b = 0; b < batches.length; b++) {
         tf.tidy(() => {
           student.logits(batches[b], {
@@ -71,21 +69,11 @@ export async function fitAdapters(student: TfModel, batches: number[][][], full:
               const xt = tf.transpose(x);
               addInto(xx, tf.matMul(xt, x).dataSync());
               addInto(xr, tf.matMul(xt, r).dataSync());
-              rr += tf.sum(tf.square(r)).dataSync()[0];
-              yy += tf.sum(tf.square(yf)).dataSync()[0];
             },
           });
         });
       }
       const { at, bt } = reducedRankFit(xx, xr, k, n, rank, scale);
-      if (process.env.LLMC_DEBUG) {
-        // explained = 2 tr(Δ XᵀR) − tr(Δ XᵀX Δᵀ), Δᵀ = at·bt·scale
-        const d = new Float64Array(k * n);
-        for (let a = 0; a < k; a++) for (let j = 0; j < rank; j++) for (let c = 0; c < n; c++) d[a * n + c] += at[a * rank + j] * bt[j * n + c] * scale;
-        let e1 = 0; for (let q = 0; q < k * n; q++) e1 += d[q] * xr[q];
-        let e2 = 0; for (let a = 0; a < k; a++) for (let b2 = 0; b2 < k; b2++) { const x = xx[a * k + b2]; if (!x) continue; for (let c = 0; c < n; c++) e2 += d[a * n + c] * x * d[b2 * n + c]; }
-        console.error(t.weight, k, n, 'resid/y', (rr / yy).toFixed(3), 'explained', ((2 * e1 - e2) / rr).toFixed(3));
-      }
       params[2 * i] = at;
       params[2 * i + 1] = bt;
       terms.set(t.weight, { at: tf.tensor2d(at, [k, rank]), bt: tf.tensor2d(bt, [rank, n]), scale });

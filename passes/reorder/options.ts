@@ -51,11 +51,11 @@ export interface RecoverOptions {
   threads: number | null;
   /** The projections that get adapters. */
   targets: readonly Projection[];
-  /** The adapters' start: a rank-r least-squares fit toward the full model, or B = 0. */
+  /** The adapters' start: the next larger level's (chain), B = 0 (zero), or a rank-r least-squares fit toward the full model (fit). */
   init: 'fit' | 'zero' | 'chain';
 }
 
-export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1.5e-2, data: 512, batch: 8, ce: 0, targets: ['o', 'down'] as readonly Projection[], init: 'fit' } as const;
+export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1.5e-2, data: 512, batch: 8, ce: 0, targets: ['o', 'down'] as readonly Projection[], init: 'chain' } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
@@ -79,7 +79,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverBatch', help: 'sequences per training step', default: String(RECOVER_DEFAULTS.batch) },
   { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (results do not depend on it)', default: 'the cores, at most 4' },
   { key: 'recoverTargets', help: `projections that get adapters, a list of ${PROJECTIONS.join(', ')}`, default: RECOVER_DEFAULTS.targets.join(',') },
-  { key: 'recoverInit', help: "the adapters' start: fit (rank-r least-squares correction toward the full model) | zero (LoRA's B = 0)", default: RECOVER_DEFAULTS.init },
+  { key: 'recoverInit', help: "the adapters' start: chain (levels train largest first in two chains, each from the next larger level's adapters) | zero (LoRA's B = 0) | fit (rank-r least-squares correction toward the full model)", default: RECOVER_DEFAULTS.init },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
 ];
 

@@ -41,7 +41,11 @@ export interface RecoverSettings {
   ce: number;
   /** The projections that get adapters. */
   targets: readonly Projection[];
-  /** The adapters' start: `fit` (rank-r least-squares correction toward the full model, fit-init.ts) or `zero` (B = 0, LoRA's). */
+  /**
+   * The adapters' start: `chain` (levels train largest first in CHAINS fixed chains, each from the
+   * next larger level's adapters; a chain's first level from zero), `zero` (B = 0, LoRA's), or `fit`
+   * (rank-r least-squares correction toward the full model, fit-init.ts).
+   */
   init: 'fit' | 'zero' | 'chain';
 }
 
@@ -178,7 +182,7 @@ export function trainingBatches(seqs: number[][], batch: number, seed: number): 
 }
 
 /** Sequences the adapters' least-squares start is fitted on (recoverInit=fit): the first training batches. */
-export const FIT_SEQUENCES = Number(process.env.LLMC_FIT_SEQ ?? 64);
+export const FIT_SEQUENCES = 64;
 
 function fitBatches(train: number[][][]): number[][][] {
   const out: number[][][] = [];
@@ -190,7 +194,7 @@ function fitBatches(train: number[][][]): number[][][] {
 }
 
 /** Cosine decay from lr to lr/10 after a short linear warm-up. */
-function lrAt(step: number, steps: number, lr: number): number {
+export function lrAt(step: number, steps: number, lr: number): number {
   const warm = Math.max(1, Math.round(steps * 0.05));
   if (step < warm) return (lr * (step + 1)) / warm;
   const p = (step - warm) / Math.max(1, steps - warm);
@@ -201,7 +205,7 @@ function lrAt(step: number, steps: number, lr: number): number {
  * Adam over plain Float32Arrays (one update loop instead of ~10 tfjs kernels per parameter tensor:
  * with 70 small adapter tensors the kernels' overhead dominated the step).
  */
-class Adam {
+export class Adam {
   private readonly m: Float32Array[];
   private readonly v: Float32Array[];
   private t = 0;
@@ -280,7 +284,6 @@ export async function trainLevel(
   const validation: { step: number; loss: number }[] = [];
   // The level as it is is the bar every point must beat (with B = 0 that is step 0 itself).
   let best: { step: number; loss: number; params: Float32Array[] | null } = { step: 0, loss: init && split.validation ? await validationLoss(false) : Infinity, params: null };
-  if (process.env.LLMC_DEBUG) console.error('base', best.loss);
   const checkpoint = async (step: number) => {
     if (!split.validation) return;
     const loss = await validationLoss();
@@ -306,7 +309,6 @@ export async function trainLevel(
   // Without validation data: the last step's adapters.
   const kept = split.validation ? best.params : params;
   const adapters = kept && targets.map((t, i) => ({ ...t, a: transpose(kept[2 * i], t.inFeatures, s.rank), b: transpose(kept[2 * i + 1], s.rank, t.outFeatures) }));
-  if (process.env.LLMC_DEBUG) console.error(JSON.stringify({ init: !!init, base: init ? 'measured' : 'step0', validation: validation.map((v) => `${v.step}:${v.loss.toFixed(4)}`).join(' '), best: best.step }));
   return { adapters, validation, bestStep: split.validation ? best.step : s.steps };
 }
 
@@ -349,7 +351,7 @@ export function lowRankTerms(adapters: readonly Adapter[], rank: number, scale: 
 }
 
 /** Soft cross-entropy against the teacher's probabilities (= KL + the teacher's entropy) + ce · data CE. */
-function distillLoss(model: TfModel, ids: number[][], opts: RunOptions, teacherProbs: tf.Tensor2D, ce: number): tf.Scalar {
+export function distillLoss(model: TfModel, ids: number[][], opts: RunOptions, teacherProbs: tf.Tensor2D, ce: number): tf.Scalar {
   const B = ids.length;
   const T = ids[0].length;
   const logits = model.logits(ids, opts);
@@ -573,15 +575,21 @@ export interface Job {
 export const CHAINS = 2;
 
 /**
- * The order levels train in. With `chain`: by size, largest first, dealt into CHAINS chains (every
- * level starts from the adapters of the next larger level in its chain); else each level alone.
+ * The order levels train in. With `chain`: by size, largest first, cut into CHAINS contiguous runs
+ * (the larger levels' run one shorter: their steps cost more); every level starts from the adapters
+ * of the next larger level, its nearest neighbour. Else each level alone.
  */
 function recoveryChains<L extends { id: string; layers: LevelLayer[] }>(model: ModelSource, levels: readonly L[], chain: boolean): L[][] {
   if (!chain) return levels.map((lv) => [lv]);
   const size = (lv: L) => sliceSource(model, lv.layers, 'level').tensors.reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0);
   const bySize = [...levels].map((lv) => ({ lv, n: size(lv) })).sort((a, b) => b.n - a.n || (a.lv.id < b.lv.id ? -1 : 1));
-  const out: L[][] = Array.from({ length: Math.min(CHAINS, levels.length) }, () => []);
-  bySize.forEach(({ lv }, i) => out[i % out.length].push(lv));
+  const chains = Math.min(CHAINS, levels.length);
+  const out: L[][] = [];
+  for (let c = 0, at = 0; c < chains; c++) {
+    const len = Math.floor((levels.length + c) / chains);
+    out.push(bySize.slice(at, at + len).map((x) => x.lv));
+    at += len;
+  }
   return out;
 }
 
