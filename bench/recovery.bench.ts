@@ -6,6 +6,8 @@
  *             ≥ 80% at 75% of the parameters, ≥ 50% at 50%, every level below uniform guessing.
  *   speed     recovery wall and CPU time for all levels of stories260K (goal: < 60 s on 2 cores),
  *             per-step time on stories260K and the 30M fixture (scaling with size).
+ *   nested    the nested-training baseline at equal training steps (one adapter set shared by all
+ *             levels, a level drawn per step; passes/reorder/nested.ts) against per-level recovery.
  *   runtime   the TS runtime with a level's adapters as low-rank terms (zero-copy switching) vs
  *             merged into F32 copies of the level's slices at load: decode tokens/s, 128-token
  *             prefill, switch / load cost and extra bytes.

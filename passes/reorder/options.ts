@@ -77,7 +77,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverSeed', help: 'seed of the adapters\' init, the batch order and the training data', default: 'the calibration seed' },
   { key: 'recoverData', help: 'training sequences of calibLength tokens (self-generated, or text windows; never held-out ones)', default: String(RECOVER_DEFAULTS.data) },
   { key: 'recoverBatch', help: 'sequences per training step', default: String(RECOVER_DEFAULTS.batch) },
-  { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (results do not depend on it)', default: 'the cores, at most 4' },
+  { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (with recoverInit=chain: chains, two); results do not depend on it', default: 'the cores, at most 4' },
   { key: 'recoverTargets', help: `projections that get adapters, a list of ${PROJECTIONS.join(', ')}`, default: RECOVER_DEFAULTS.targets.join(',') },
   { key: 'recoverInit', help: "the adapters' start: chain (levels train largest first in two chains, each from the next larger level's adapters) | zero (LoRA's B = 0) | fit (rank-r least-squares correction toward the full model)", default: RECOVER_DEFAULTS.init },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
