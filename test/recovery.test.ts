@@ -32,7 +32,7 @@ import { llamaLogits, relRms, STORIES } from './gguf-helpers.js';
 import { relErr } from './numeric.js';
 import { llmcInProcess } from './cli.js';
 import { ensureBuilt } from './build-once.js';
-import { spawnSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 
 const ROOT = path.resolve(__dirname, '..');
 
@@ -258,7 +258,12 @@ describe('determinism', () => {
     const opts = { importance: 'activation', levels: '0.4,0.5,0.75,1', recoverSteps: '8', recoverData: '16', recoverBatch: '4' };
     const flags = Object.entries(opts).flatMap(([k, v]) => ['--opt', `reorder.${k}=${v}`]);
     const cli = path.join(tmp, 'det-cli');
-    const r = spawnSync('node', [path.join(ROOT, 'bin/llmc.js'), 'compile', STORIES, '--target', 'ts', '-q', 'F32', '--passes', 'reorder', ...flags, '--opt', 'reorder.recoverThreads=2', '--no-eval', '--cache-dir', path.join(tmp, 'det-cache-1'), '-o', cli], { encoding: 'utf8' });
+    // Asynchronously: a synchronous child blocks this worker past vitest's RPC timeout on a loaded machine.
+    const r = await new Promise<{ status: number | null; stderr: string }>((resolve) => {
+      const child = execFile('node', [path.join(ROOT, 'bin/llmc.js'), 'compile', STORIES, '--target', 'ts', '-q', 'F32', '--passes', 'reorder', ...flags, '--opt', 'reorder.recoverThreads=2', '--no-eval', '--cache-dir', path.join(tmp, 'det-cache-1'), '-o', cli], { encoding: 'utf8' }, (_err, _out, stderr) =>
+        resolve({ status: child.exitCode, stderr }),
+      );
+    });
     expect(r.status, r.stderr).toBe(0);
     // The same measurements and training data (cached), the levels trained again in this thread.
     const detCache = path.join(tmp, 'det-cache-1');
