@@ -6,6 +6,8 @@
  *             ≥ 80% at 75% of the parameters, ≥ 50% at 50%, every level below uniform guessing.
  *   speed     recovery wall and CPU time for all levels of stories260K (goal: < 60 s on 2 cores),
  *             per-step time on stories260K and the 30M fixture (scaling with size).
+ *   nested    the nested-training baseline at equal training steps (one adapter set shared by all
+ *             levels, a level drawn per step; passes/reorder/nested.ts) against per-level recovery.
  *   runtime   the TS runtime with a level's adapters as low-rank terms (zero-copy switching) vs
  *             merged into F32 copies of the level's slices at load: decode tokens/s, 128-token
  *             prefill, switch / load cost and extra bytes.
@@ -19,6 +21,8 @@ import { loadDir } from '../src/exec/runtime/node.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { analyzeReorder } from '../passes/reorder/analyze.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
+import { trainNested } from '../passes/reorder/nested.js';
+import { calibrationSet, trainingSet } from '../src/measure/calibration.js';
 import { findTarget } from '../src/app/compile/plan.js';
 import { selectLevel, type Level } from '../src/core/records/index.js';
 import { repeat, round, runIfMain, type BenchSuite } from './harness.js';
@@ -73,6 +77,37 @@ async function recoveryRun(src: ModelSource, cacheDir: string, options: Record<s
     },
     meanLogPplAfter: round(levels.reduce((s, l) => s + Math.log(l.after.ppl), 0) / levels.length, 4),
     time: { levelsTrained: trained, wallMs: Math.round(wallMs), cpuMs: Math.round(cpu), cpuMsPerStep: round(cpu / (trained * steps), 1), wallMsPerStep: round(wallMs / (trained * steps), 1), goalWallMs: 60_000 },
+  };
+}
+
+/**
+ * The nested-training baseline at equal training steps: one adapter set shared by all levels
+ * (MatFormer/Flextron style, passes/reorder/nested.ts), trained for (levels × recoverSteps) steps
+ * with a level drawn per step, against per-level recovery's (levels × recoverSteps) steps.
+ */
+export async function nestedRun(src: ModelSource, cacheDir: string, options: Record<string, string>) {
+  const target = findTarget('ts');
+  const o = parseReorderOptions(options);
+  const r = await analyzeReorder(src, parseReorderOptions({ ...Object.fromEntries(Object.entries(options).filter(([k]) => !k.startsWith('recover'))), recover: 'none', evaluate: 'true' }), { note: () => {}, cacheDir, target });
+  const calib = await calibrationSet(src, { source: 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut }, { cacheDir });
+  const data = await trainingSet(src, calib, o.recover!.data, o.recover!.seed, { cacheDir });
+  const levels = r.metadata.levels.filter((lv) => lv.paramFrac < 1);
+  const { data: _d, threads: _t, ...settings } = o.recover!;
+  const steps = levels.length * settings.steps;
+  const t0 = performance.now();
+  const c0 = process.cpuUsage();
+  const n = await trainNested(r.source, levels, calib.heldOut, data.seqs, settings, steps);
+  const cpu = cpuMs(process.cpuUsage(c0));
+  const full = n.full.heldOutPpl;
+  return {
+    steps,
+    draws: n.draws,
+    fullPpl: round(full, 3),
+    levels: levels.map((lv) => {
+      const q = n.levels.get(lv.id)!;
+      return { id: lv.id, paramFrac: lv.paramFrac, before: round(q.before.heldOutPpl, 2), after: { ppl: round(q.after.heldOutPpl, 2), agreement: round(q.after.agreement, 3) }, gapClosed: gapClosed(q.before.heldOutPpl, q.after.heldOutPpl, full) };
+    }),
+    time: { wallMs: Math.round(performance.now() - t0), cpuMs: Math.round(cpu), cpuMsPerStep: round(cpu / steps, 1) },
   };
 }
 
@@ -142,6 +177,8 @@ export const suite: BenchSuite = {
         const byProvider: Record<string, unknown> = {};
         for (const p of providers) byProvider[p] = await recoveryRun(stories, path.join(tmp, `cache-stories-${p}`), { importance: p, ...(quick ? { levels: '0.5,0.75,1' } : {}) });
         out.stories260K = byProvider;
+        // One adapter set for all levels, at equal training steps (the issue's nested-training baseline).
+        if (!quick) out.nestedStories260K = await nestedRun(stories, path.join(tmp, 'cache-stories-activation'), { importance: 'activation' });
         out.runtimeStories260K = await runtimeModes(stories, path.join(tmp, 'ts-stories'), path.join(tmp, 'cache-stories-activation'), { importance: 'activation', ...(quick ? { levels: '0.5,0.75,1' } : {}) }, '0.5', quick);
       });
       if (!quick) {

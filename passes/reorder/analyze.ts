@@ -264,7 +264,7 @@ export async function analyzeReorder(
       full.agreement = 1;
       for (const lv of levels) {
         const q = r.levels.get(lv.id)!;
-        if (training && q.bestStep === 0) notes.push(`recovery: no training step improved level ${lv.id} on the validation sequences; it ships without adapters`);
+        if (training && q.bestStep === 0 && !q.after) notes.push(`recovery: no training step improved level ${lv.id} on the validation sequences; it ships without adapters`);
         const shipped = q.after ?? q.before;
         lv.heldOutPpl = shipped === r.full ? heldOutPpl : shipped.heldOutPpl;
         lv.agreement = shipped.agreement;

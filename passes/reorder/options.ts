@@ -51,9 +51,11 @@ export interface RecoverOptions {
   threads: number | null;
   /** The projections that get adapters. */
   targets: readonly Projection[];
+  /** The adapters' start: the next larger level's (chain), B = 0 (zero), or a rank-r least-squares fit toward the full model (fit). */
+  init: 'fit' | 'zero' | 'chain';
 }
 
-export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1.5e-2, data: 512, batch: 8, ce: 0, targets: ['o', 'down'] as readonly Projection[] } as const;
+export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1.5e-2, data: 512, batch: 8, ce: 0, targets: ['o', 'down'] as readonly Projection[], init: 'chain' } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
@@ -75,8 +77,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverSeed', help: 'seed of the adapters\' init, the batch order and the training data', default: 'the calibration seed' },
   { key: 'recoverData', help: 'training sequences of calibLength tokens (self-generated, or text windows; never held-out ones)', default: String(RECOVER_DEFAULTS.data) },
   { key: 'recoverBatch', help: 'sequences per training step', default: String(RECOVER_DEFAULTS.batch) },
-  { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (results do not depend on it)', default: 'the cores, at most 4' },
+  { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (with recoverInit=chain: chains, two); results do not depend on it', default: 'the cores, at most 4' },
   { key: 'recoverTargets', help: `projections that get adapters, a list of ${PROJECTIONS.join(', ')}`, default: RECOVER_DEFAULTS.targets.join(',') },
+  { key: 'recoverInit', help: "the adapters' start: chain (levels train largest first in two chains, each from the next larger level's adapters) | zero (LoRA's B = 0) | fit (rank-r least-squares correction toward the full model)", default: RECOVER_DEFAULTS.init },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
 ];
 
@@ -146,6 +149,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
           ce: num('recoverCe', raw.recoverCe, d.ce, 0),
           threads: raw.recoverThreads !== undefined ? int('recoverThreads', raw.recoverThreads, 1) : null,
           targets: raw.recoverTargets !== undefined ? projections(raw.recoverTargets) : d.targets,
+          init: raw.recoverInit !== undefined ? initMode(raw.recoverInit) : d.init,
         };
   const sizeBy = raw.sizeBy ?? 'total';
   if (sizeBy !== 'total' && sizeBy !== 'blocks') throw new UsageError(`reorder.sizeBy must be total or blocks, got "${sizeBy}"`);
@@ -180,4 +184,10 @@ function projections(v: string): Projection[] {
   const bad = want.find((x) => !(PROJECTIONS as readonly string[]).includes(x));
   if (bad !== undefined || !want.length) throw new UsageError(`reorder.recoverTargets must list projections of ${PROJECTIONS.join(', ')}, got "${v}"`);
   return PROJECTIONS.filter((p) => want.includes(p));
+}
+
+function initMode(v: string): 'fit' | 'zero' | 'chain' {
+  const x = v.trim();
+  if (x !== 'fit' && x !== 'zero' && x !== 'chain') throw new UsageError(`reorder.recoverInit must be fit, zero or chain, got "${v}"`);
+  return x;
 }

@@ -5,7 +5,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { memorySource } from '../../src/core/checkpoint/source.js';
-import { LevelTrainer, type FromWorker, type ToWorker, type WorkerInit } from './recover.js';
+import { LevelTrainer, runChain, type FromWorker, type ToWorker, type WorkerInit } from './recover.js';
 
 const init = workerData as WorkerInit;
 const model = memorySource({ ...init, tensors: init.tensors.map((t) => ({ meta: t.meta, data: new Float32Array(t.buffer) })) });
@@ -19,7 +19,8 @@ parentPort!.on('message', async (m: ToWorker) => {
     process.exit(0);
   }
   try {
-    post({ done: m.job.id, profile: await trainer.level(m.job.layers, progress) });
+    await runChain(trainer, m.job, progress, async (lv, profile) => post({ done: lv.id, profile }));
+    post({ idle: true });
   } catch (err) {
     post({ error: (err as Error).message });
   }

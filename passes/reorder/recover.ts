@@ -26,6 +26,7 @@ import type { LevelLayer } from '../../src/core/records/elastic.js';
 import { tf } from '../../src/exec/autodiff/tf.js';
 import { letEventLoopTurn } from '../../src/core/util/interrupt.js';
 import { PROJECTIONS, type Projection } from './options.js';
+import { fitAdapters, teacherOutputs, type TeacherOutputs } from './fit-init.js';
 
 export interface RecoverSettings {
   rank: number;
@@ -40,6 +41,12 @@ export interface RecoverSettings {
   ce: number;
   /** The projections that get adapters. */
   targets: readonly Projection[];
+  /**
+   * The adapters' start: `chain` (levels train largest first in CHAINS fixed chains, each from the
+   * next larger level's adapters; a chain's first level from zero), `zero` (B = 0, LoRA's), or `fit`
+   * (rank-r least-squares correction toward the full model, fit-init.ts).
+   */
+  init: 'fit' | 'zero' | 'chain';
 }
 
 /** One linear's adapter at the level's shapes: A [rank, in], B [out, rank], row-major. */
@@ -174,8 +181,20 @@ export function trainingBatches(seqs: number[][], batch: number, seed: number): 
   return { validation: cut(order.slice(0, nVal)), train: cut(order.slice(nVal)) };
 }
 
+/** Sequences the adapters' least-squares start is fitted on (recoverInit=fit): the first training batches. */
+export const FIT_SEQUENCES = 64;
+
+function fitBatches(train: number[][][]): number[][][] {
+  const out: number[][][] = [];
+  for (let n = 0, i = 0; i < train.length && n < FIT_SEQUENCES; i++) {
+    out.push(train[i]);
+    n += train[i].length;
+  }
+  return out;
+}
+
 /** Cosine decay from lr to lr/10 after a short linear warm-up. */
-function lrAt(step: number, steps: number, lr: number): number {
+export function lrAt(step: number, steps: number, lr: number): number {
   const warm = Math.max(1, Math.round(steps * 0.05));
   if (step < warm) return (lr * (step + 1)) / warm;
   const p = (step - warm) / Math.max(1, steps - warm);
@@ -186,7 +205,7 @@ function lrAt(step: number, steps: number, lr: number): number {
  * Adam over plain Float32Arrays (one update loop instead of ~10 tfjs kernels per parameter tensor:
  * with 70 small adapter tensors the kernels' overhead dominated the step).
  */
-class Adam {
+export class Adam {
   private readonly m: Float32Array[];
   private readonly v: Float32Array[];
   private t = 0;
@@ -232,22 +251,26 @@ export async function trainLevel(
   s: RecoverSettings,
   levelSeed: number,
   progress: Progress = silentProgress,
+  init?: Float32Array[],
 ): Promise<{ adapters: Adapter[] | null; validation: { step: number; loss: number }[]; bestStep: number }> {
   const rng = new Rng(levelSeed);
   const scale = s.alpha / s.rank;
   const targets = adapterTargets(student.source, s.targets);
   // A ~ U(-1/√in, 1/√in) (PEFT's kaiming_uniform(a=√5)), B = 0: training starts from the level as it is.
-  const params: Float32Array[] = [];
-  for (const t of targets) {
-    const bound = 1 / Math.sqrt(t.inFeatures);
-    params.push(Float32Array.from({ length: t.inFeatures * s.rank }, () => (rng.next() * 2 - 1) * bound), new Float32Array(s.rank * t.outFeatures));
+  // With `init` (fitted adapters): those, training starts near the answer.
+  const params: Float32Array[] = init ? init.map((p) => p.slice()) : [];
+  if (!init) {
+    for (const t of targets) {
+      const bound = 1 / Math.sqrt(t.inFeatures);
+      params.push(Float32Array.from({ length: t.inFeatures * s.rank }, () => (rng.next() * 2 - 1) * bound), new Float32Array(s.rank * t.outFeatures));
+    }
   }
   const shapes = targets.flatMap((t) => [[t.inFeatures, s.rank] as [number, number], [s.rank, t.outFeatures] as [number, number]]);
   const lowRankOf = (ps: tf.Tensor[]) => new Map<string, LowRankTerm>(targets.map((t, i) => [t.weight, { at: ps[2 * i] as tf.Tensor2D, bt: ps[2 * i + 1] as tf.Tensor2D, scale }]));
-  const validationLoss = async (): Promise<number> => {
+  const validationLoss = async (withAdapters = true): Promise<number> => {
     let sum = 0;
-    const tensors = params.map((p, i) => tf.tensor2d(p, shapes[i]));
-    const lowRank = lowRankOf(tensors);
+    const tensors = withAdapters ? params.map((p, i) => tf.tensor2d(p, shapes[i])) : [];
+    const lowRank = withAdapters ? lowRankOf(tensors) : undefined;
     for (let v = 0; v < split.validation; v++) {
       const { probs, owned } = teacher.probs(split.train + v);
       const l = tf.tidy(() => distillLoss(student, teacher.batches[split.train + v], { lowRank }, probs, s.ce));
@@ -259,12 +282,13 @@ export async function trainLevel(
     return sum / split.validation;
   };
   const validation: { step: number; loss: number }[] = [];
-  let best: { step: number; loss: number; params: Float32Array[] | null } = { step: 0, loss: Infinity, params: null };
+  // The level as it is is the bar every point must beat (with B = 0 that is step 0 itself).
+  let best: { step: number; loss: number; params: Float32Array[] | null } = { step: 0, loss: init && split.validation ? await validationLoss(false) : Infinity, params: null };
   const checkpoint = async (step: number) => {
     if (!split.validation) return;
     const loss = await validationLoss();
     validation.push({ step, loss });
-    if (loss < best.loss) best = { step, loss, params: step === 0 ? null : params.map((p) => p.slice()) };
+    if (loss < best.loss) best = { step, loss, params: step === 0 && !init ? null : params.map((p) => p.slice()) };
   };
   await checkpoint(0);
   const every = Math.max(1, Math.round(s.steps / 8));
@@ -288,6 +312,27 @@ export async function trainLevel(
   return { adapters, validation, bestStep: split.validation ? best.step : s.steps };
 }
 
+/**
+ * trainLevel's parameters (at [in, r], bt [r, out]) from a larger level's adapters (profile arrays
+ * A [r, in'], B [out', r]): the level's units are a prefix of the larger level's, so its adapters are
+ * the prefix (rows of Aᵀ, columns of Bᵀ; zeros where the level is wider).
+ */
+function warmStart(targets: readonly { weight: string; inFeatures: number; outFeatures: number }[], warm: LevelProfile['arrays'], rank: number): Float32Array[] {
+  return targets.flatMap((t) => {
+    const a = warm[`a:${t.weight}`];
+    const b = warm[`b:${t.weight}`];
+    const at = new Float32Array(t.inFeatures * rank);
+    const bt = new Float32Array(rank * t.outFeatures);
+    if (a && b) {
+      const inPrev = a.length / rank;
+      const outPrev = b.length / rank;
+      for (let i = 0; i < Math.min(inPrev, t.inFeatures); i++) for (let j = 0; j < rank; j++) at[i * rank + j] = a[j * inPrev + i];
+      for (let j = 0; j < rank; j++) for (let o = 0; o < Math.min(outPrev, t.outFeatures); o++) bt[j * t.outFeatures + o] = b[o * rank + j];
+    }
+    return [at, bt];
+  });
+}
+
 /** [rows, cols] row-major → [cols, rows]. */
 function transpose(x: Float32Array, rows: number, cols: number): Float32Array {
   const out = new Float32Array(x.length);
@@ -306,7 +351,7 @@ export function lowRankTerms(adapters: readonly Adapter[], rank: number, scale: 
 }
 
 /** Soft cross-entropy against the teacher's probabilities (= KL + the teacher's entropy) + ce · data CE. */
-function distillLoss(model: TfModel, ids: number[][], opts: RunOptions, teacherProbs: tf.Tensor2D, ce: number): tf.Scalar {
+export function distillLoss(model: TfModel, ids: number[][], opts: RunOptions, teacherProbs: tf.Tensor2D, ce: number): tf.Scalar {
   const B = ids.length;
   const T = ids[0].length;
   const logits = model.logits(ids, opts);
@@ -366,6 +411,7 @@ export class LevelTrainer {
   private teacherModel: TfModel | undefined;
   private reference: Int32Array[] | undefined;
   private teacher: Teacher | undefined;
+  private fitOutputs: TeacherOutputs | undefined;
 
   constructor(
     readonly model: ModelSource,
@@ -386,7 +432,7 @@ export class LevelTrainer {
   }
 
   /** Measure the level, and with settings train its adapters and measure again. */
-  async level(layers: readonly LevelLayer[], progress: Progress = silentProgress): Promise<LevelProfile> {
+  async level(layers: readonly LevelLayer[], progress: Progress = silentProgress, warm: LevelProfile['arrays'] | null = null): Promise<LevelProfile> {
     const s = this.work.settings;
     const student = await TfModel.load(sliceSource(this.model, [...layers], 'level'));
     try {
@@ -396,7 +442,16 @@ export class LevelTrainer {
       this.teacher ??= Teacher.create(await this.tfModel(), [...train, ...val]);
       // The level's own seed follows its widths (as its cache key does), not its place in the list.
       const levelSeed = createHash('sha256').update(`${s.seed}:${JSON.stringify(layers.map((w) => [w.kvGroups, w.qHeadsPerGroup, w.ffn]))}`).digest().readUInt32LE(0);
-      const { adapters, validation, bestStep } = await trainLevel(student, this.teacher, { train: train.length, validation: val.length }, s, levelSeed, progress);
+      let init: Float32Array[] | undefined;
+      if (warm) init = warmStart(adapterTargets(student.source, s.targets), warm, s.rank);
+      else if (s.init === 'fit') {
+        // Fitted on the first training batches (the teacher's outputs there are shared by every level).
+        const batches = fitBatches(train);
+        const targets = adapterTargets(student.source, s.targets);
+        this.fitOutputs ??= await teacherOutputs(await this.tfModel(), batches, new Set(targets.map((t) => t.weight)));
+        init = await fitAdapters(student, batches, this.fitOutputs, targets, s.rank, s.alpha / s.rank);
+      }
+      const { adapters, validation, bestStep } = await trainLevel(student, this.teacher, { train: train.length, validation: val.length }, s, levelSeed, progress, init);
       if (!adapters) return { meta: { before, validation, bestStep }, arrays: {} };
       const terms = lowRankTerms(adapters, s.rank, s.alpha / s.rank);
       const after = await measure(student, this.work.heldOut, await this.ref(), { lowRank: terms });
@@ -442,30 +497,49 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
     const todo = req.levels.filter((lv) => !isFull(req.model, lv.layers));
     // Levels are looked up first and trained in parallel, so not through cachedProfile (the same policy).
     const cache = cacheHandle(req.cacheDir);
-    const keyOf = async (lv: (typeof todo)[number]) => ({
-      level: await sliceSource(req.model, lv.layers, 'level').identity(),
-      heldOut: req.heldOutKey,
-      training: req.training ? { data: req.training.key, settings: s } : null,
-    });
-    const profiles = new Map<string, LevelProfile>();
-    const missing: typeof todo = [];
-    for (const lv of todo) {
-      const hit = readsCache(cache) ? await loadProfile(cache.dir, 'level-recovery', await keyOf(lv)) : undefined;
-      if (hit) profiles.set(lv.id, hit);
-      else missing.push(lv);
+    const chains = s ? recoveryChains(req.model, todo, s.init === 'chain') : todo.map((lv) => [lv]);
+    const keys = new Map<string, Record<string, unknown>>();
+    for (const chain of chains) {
+      let prev: Record<string, unknown> | null = null;
+      for (const lv of chain) {
+        const key: Record<string, unknown> = {
+          level: await sliceSource(req.model, lv.layers, 'level').identity(),
+          heldOut: req.heldOutKey,
+          training: req.training ? { data: req.training.key, settings: s } : null,
+          ...(prev ? { warm: createHash('sha256').update(JSON.stringify(prev)).digest('hex') } : {}),
+        };
+        keys.set(lv.id, key);
+        prev = key;
+      }
     }
+    const profiles = new Map<string, LevelProfile>();
+    // Per chain, the levels from its first cache miss on, and the adapters they start from.
+    const jobs: Job[] = [];
+    for (const chain of chains) {
+      let warm: LevelProfile['arrays'] | null = null;
+      for (let i = 0; i < chain.length; i++) {
+        const hit = readsCache(cache) ? await loadProfile(cache.dir, 'level-recovery', keys.get(chain[i].id)!) : undefined;
+        if (!hit) {
+          jobs.push({ chain: chain.slice(i), warm });
+          break;
+        }
+        profiles.set(chain[i].id, hit);
+        if (chain.length > 1 && hit.meta.after) warm = hit.arrays;
+      }
+    }
+    const missing = jobs.reduce((n, j) => n + j.chain.length, 0);
     const unit = s ? s.steps : 1;
     if (s) progress.start(`reorder: recovering ${todo.length} levels (LoRA r=${s.rank}, ${s.steps} steps each)`, todo.length * unit);
     else progress.start('reorder: held-out quality per level', todo.length);
-    progress.tick((todo.length - missing.length) * unit);
-    const save = async (lv: (typeof todo)[number], data: LevelProfile) => {
+    progress.tick((todo.length - missing) * unit);
+    const save = async (lv: Job['chain'][number], data: LevelProfile) => {
       profiles.set(lv.id, data);
-      if (writesCache(cache)) await saveProfile(cache.dir, 'level-recovery', await keyOf(lv), data);
+      if (writesCache(cache)) await saveProfile(cache.dir, 'level-recovery', keys.get(lv.id)!, data);
       if (!s) progress.tick();
     };
-    const threads = Math.min(req.threads ?? Math.min(4, os.availableParallelism()), missing.length);
-    if (threads > 1 && s && workerScript()) await inWorkers(req.model, work, missing, threads, progress, save);
-    else for (const lv of missing) await save(lv, await local.level(lv.layers, progress));
+    const threads = Math.min(req.threads ?? Math.min(4, os.availableParallelism()), jobs.length);
+    if (threads > 1 && s && workerScript()) await inWorkers(req.model, work, jobs, threads, progress, save);
+    else for (const job of jobs) await runChain(local, job, progress, save);
     progress.done();
 
     const out = new Map<string, LevelRecovery>();
@@ -490,6 +564,45 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
   }
 }
 
+/** Levels trained one after another, each starting from the previous one's adapters (or one level, from scratch). */
+export interface Job {
+  chain: { id: string; layers: LevelLayer[] }[];
+  /** The adapters the first level starts from (a larger level's), or null. */
+  warm: LevelProfile['arrays'] | null;
+}
+
+/** Number of warm-start chains (reorder.recoverInit=chain): fixed, so the result does not depend on the threads. */
+export const CHAINS = 2;
+
+/**
+ * The order levels train in. With `chain`: by size, largest first, cut into CHAINS contiguous runs
+ * (the larger levels' run one shorter: their steps cost more); every level starts from the adapters
+ * of the next larger level, its nearest neighbour. Else each level alone.
+ */
+function recoveryChains<L extends { id: string; layers: LevelLayer[] }>(model: ModelSource, levels: readonly L[], chain: boolean): L[][] {
+  if (!chain) return levels.map((lv) => [lv]);
+  const size = (lv: L) => sliceSource(model, lv.layers, 'level').tensors.reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0);
+  const bySize = [...levels].map((lv) => ({ lv, n: size(lv) })).sort((a, b) => b.n - a.n || (a.lv.id < b.lv.id ? -1 : 1));
+  const chains = Math.min(CHAINS, levels.length);
+  const out: L[][] = [];
+  for (let c = 0, at = 0; c < chains; c++) {
+    const len = Math.floor((levels.length + c) / chains);
+    out.push(bySize.slice(at, at + len).map((x) => x.lv));
+    at += len;
+  }
+  return out;
+}
+
+/** Train a job's levels in order on `trainer`, each from the previous one's adapters. */
+export async function runChain(trainer: LevelTrainer, job: Job, progress: Progress, save: (lv: Job['chain'][number], data: LevelProfile) => Promise<void>): Promise<void> {
+  let warm = job.warm;
+  for (const lv of job.chain) {
+    const data = await trainer.level(lv.layers, progress, warm);
+    await save(lv, data);
+    if (job.chain.length > 1 && data.meta.after) warm = data.arrays;
+  }
+}
+
 /** The compiled worker script beside this module, or null when running from TypeScript sources (tests). */
 function workerScript(): URL | null {
   return import.meta.url.endsWith('.js') ? new URL('./recover-worker.js', import.meta.url) : null;
@@ -507,17 +620,17 @@ export interface WorkerInit {
   work: LevelWork;
 }
 
-export type ToWorker = { job: { id: string; layers: LevelLayer[] } } | { exit: true };
-export type FromWorker = { tick: number } | { done: string; profile: { meta: Record<string, unknown>; arrays: Record<string, Float64Array> } } | { error: string };
+export type ToWorker = { job: Job } | { exit: true };
+export type FromWorker = { tick: number } | { done: string; profile: { meta: Record<string, unknown>; arrays: Record<string, Float64Array> } } | { idle: true } | { error: string };
 
-/** Train `levels` on `threads` worker threads, each holding the model once (shared memory) and taking levels in turn. */
+/** Run `jobs` on `threads` worker threads, each holding the model once (shared memory) and taking jobs in turn. */
 async function inWorkers(
   model: ModelSource,
   work: LevelWork,
-  levels: readonly { id: string; layers: LevelLayer[] }[],
+  jobs: readonly Job[],
   threads: number,
   progress: Progress,
-  save: (lv: { id: string; layers: LevelLayer[] }, data: LevelProfile) => Promise<void>,
+  save: (lv: Job['chain'][number], data: LevelProfile) => Promise<void>,
 ): Promise<void> {
   const tensors: WorkerInit['tensors'] = [];
   for (const meta of model.tensors) {
@@ -527,7 +640,7 @@ async function inWorkers(
     tensors.push({ meta, buffer });
   }
   const init: WorkerInit = { spec: model.spec, assets: model.assets, description: model.description, dir: model.dir, identity: await model.identity(), allowNonFinite: model.allowNonFinite, tensors, work };
-  const queue = [...levels];
+  const queue = [...jobs];
   const pending: Promise<void>[] = [];
   const workers: Worker[] = [];
   try {
@@ -536,7 +649,8 @@ async function inWorkers(
       workers.push(worker);
       pending.push(
         new Promise<void>((resolve, reject) => {
-          let current: { id: string; layers: LevelLayer[] } | undefined;
+          let current: Job | undefined;
+          let saving = Promise.resolve();
           const next = () => {
             current = queue.shift();
             worker.postMessage(current ? ({ job: current } satisfies ToWorker) : ({ exit: true } satisfies ToWorker));
@@ -545,7 +659,8 @@ async function inWorkers(
           worker.on('message', (m: FromWorker) => {
             if ('tick' in m) progress.tick(m.tick);
             else if ('error' in m) reject(new LlmcError(`recovery worker: ${m.error}`));
-            else save(current!, m.profile).then(next, reject);
+            else if ('done' in m) saving = saving.then(() => save(current!.chain.find((lv) => lv.id === m.done)!, m.profile));
+            else saving.then(next, reject);
           });
           worker.on('error', reject);
           worker.on('exit', (code) => (code === 0 && !current ? resolve() : reject(new LlmcError(`recovery worker exited with code ${code}`))));

@@ -28,6 +28,11 @@ export interface RunOptions {
    * at = Aᵀ [in, r] and bt = Bᵀ [r, out] (LoRA). Gradients flow to at/bt through tfjs's autodiff.
    */
   lowRank?: ReadonlyMap<string, LowRankTerm>;
+  /**
+   * Observes every linear: its input [rows, in] and its output before low-rank terms and bias
+   * [rows, out] (valid until the enclosing tidy ends). Recovery fits adapters from these.
+   */
+  observeLinear?: (weight: string, x: tf.Tensor2D, y: tf.Tensor2D) => void;
 }
 
 /** One low-rank term (LoRA's A and B, transposed: the wasm backend's fast matMuls are untransposed). */
@@ -111,7 +116,7 @@ export class TfModel {
     };
     const trainable = (name: string) => override?.has(`${name}#T`) ?? false;
     for (const op of this.ops) {
-      this.run(op, env, get, W, B, Tn, trainable, opts.lowRank);
+      this.run(op, env, get, W, B, Tn, trainable, opts);
       const out = 'out' in op ? op.out : undefined;
       if (out && headTaps.has(out)) {
         const l = headTaps.get(out)!;
@@ -217,7 +222,7 @@ export class TfModel {
     B: number,
     Tn: number,
     trainable: (weight: string) => boolean,
-    lowRank: RunOptions['lowRank'],
+    { lowRank, observeLinear }: RunOptions,
   ): void {
     const hd = this.source.spec.headDim;
     switch (op.op) {
@@ -258,6 +263,7 @@ export class TfModel {
           });
           y = frozen(x2);
         }
+        observeLinear?.(op.weight, x2, y as tf.Tensor2D);
         const lr = lowRank?.get(op.weight);
         if (lr) y = tf.add(y, tf.mul(tf.matMul(tf.matMul(x2, lr.at), lr.bt), lr.scale));
         if (op.bias) y = tf.add(y, W(op.bias));
