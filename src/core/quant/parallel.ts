@@ -83,6 +83,15 @@ function isFresh(root: string, hash: string): boolean {
   }
 }
 
+/** Whether `b` exists with `a`'s bytes: such files stay as they are, so their mtimes keep saying dist/ is current (bin/llmc.js's run bundle checks them). */
+function sameBytes(a: string, b: string): boolean {
+  try {
+    return fs.readFileSync(a).equals(fs.readFileSync(b));
+  } catch {
+    return false;
+  }
+}
+
 /**
  * Compile src/core/quant (index.ts + worker.ts and their imports; not the whole project, whose other parts may be
  * mid-edit) into a scratch folder, then rename each file into dist/ so a concurrent reader never sees half a file.
@@ -101,7 +110,7 @@ function buildWorker(root: string, hash: string): void {
       for (const e of fs.readdirSync(path.join(scratch, rel), { withFileTypes: true })) {
         const r = path.join(rel, e.name);
         if (e.isDirectory()) move(r);
-        else {
+        else if (!sameBytes(path.join(scratch, r), path.join(dist, r))) {
           fs.mkdirSync(path.join(dist, rel), { recursive: true });
           fs.renameSync(path.join(scratch, r), path.join(dist, r));
         }
