@@ -68,7 +68,13 @@ export function registerRun(program: Command): void {
       '\nExamples (from a clone):\n  llmc run fixtures/models/stories260K --prompt-ids 1 --max-tokens 32\n' +
         '  llmc compile fixtures/models/stories260K --target ts --passes reorder --levels 0.5,0.75,1 -o out/elastic && llmc run out/elastic --prompt-ids 1 -n 32 --level 0.5\n' +
         '  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n' +
-        '  llmc run ./artifact --prompt-ids 1 -n 64 --speculative --json\n',
+        '  llmc run ./artifact --prompt-ids 1 -n 64 --speculative --json\n\n' +
+        'Environment (ts artifacts, the TS runtime):\n' +
+        '  LLMC_KERNEL_CACHE  where the assembled WebAssembly kernels are kept between runs (default\n' +
+        '                     $XDG_CACHE_HOME/llmc/kernels, else ~/.cache/llmc/kernels); off: assemble them every run\n' +
+        '  LLMC_RELAXED_SIMD  on: prefill kernels use relaxed-SIMD fused multiply-adds (logits may then differ in\n' +
+        '                     the last bits between machines); default off, the same bits everywhere\n' +
+        '  LLMC_RUN_BUNDLE    off: start from dist/ instead of the one-file bundle of the run path\n',
     )
     .action(async (modelPath: string, o) => {
       if ((o.promptIds === undefined) === (o.prompt === undefined)) throw new UsageError('give exactly one of --prompt-ids or --prompt');
