@@ -100,15 +100,7 @@ export function reducedRankFit(xx: Float64Array, xr: Float64Array, k: number, n:
   for (let i = 0; i < k; i++) c[i * k + i] += lambda;
   const full = solveSpd(c, xr, k, n); // Δ*ᵀ [k, n]
   // G = Δ*·XᵀX·Δ*ᵀ [n, n]
-  const cd = matmul(xx, full, k, k, n); // [k, n]
-  const g = new Float64Array(n * n);
-  for (let a = 0; a < k; a++) {
-    for (let i = 0; i < n; i++) {
-      const f = full[a * n + i];
-      if (f === 0) continue;
-      for (let j = 0; j < n; j++) g[i * n + j] += f * cd[a * n + j];
-    }
-  }
+  const g = matmul(transpose(full, k, n), matmul(xx, full, k, k, n), n, k, n);
   const r = Math.min(rank, n, k);
   const v = topEigenvectors(g, n, r); // [n, r] columns
   const p = matmul(full, v, k, n, r); // Δ*ᵀ·V_r [k, r]
@@ -126,6 +118,13 @@ export function reducedRankFit(xx: Float64Array, xr: Float64Array, k: number, n:
     for (let i = 0; i < n; i++) bt[j * n + i] = v[i * r + j] * beta;
   }
   return { at, bt };
+}
+
+/** aᵀ for a [m, n] (row-major). */
+function transpose(a: Float64Array, m: number, n: number): Float64Array {
+  const out = new Float64Array(n * m);
+  for (let i = 0; i < m; i++) for (let j = 0; j < n; j++) out[j * m + i] = a[i * n + j];
+  return out;
 }
 
 /** a [m, k] · b [k, n] (row-major, float64). */
