@@ -13,6 +13,7 @@
  * The kernels take the others' parameters (w, wStride, xq, xqStride, y, yStride, nRows, nBlocks, T,
  * table): y[t·yStride + 4r] = Σ over nBlocks whole blocks of row r and token t. Browser-safe.
  */
+import { fr, nearestInt } from '../../core/quant/common.js';
 import { f16ToF32, f32ToF16 } from '../../core/util/half.js';
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
@@ -33,7 +34,6 @@ export const QDOT_ACT: Record<QdotFormat, { block: number; bytes: number }> = {
   Q6_K: { block: 256, bytes: Q8_K_BYTES },
 };
 
-const fr = Math.fround;
 /** C's roundf: halves away from zero. */
 const roundf = (v: number) => (v < 0 ? -Math.round(-v) : Math.round(v));
 
@@ -71,7 +71,7 @@ export function quantizeQ8_K(x: Float32Array, xo: number, nBlocks: number, f32: 
       continue;
     }
     const iscale = fr(-127 / max);
-    for (let j = 0; j < 256; j++) i8[q + j] = Math.min(127, fr(fr(iscale * x[xo + j]) + 12582912) - 12582912); // ggml's nearest_int
+    for (let j = 0; j < 256; j++) i8[q + j] = Math.min(127, nearestInt(fr(iscale * x[xo + j])));
     for (let s = 0; s < 16; s++) {
       let sum = 0;
       for (let j = 0; j < 16; j++) sum += i8[q + 16 * s + j];
