@@ -39,10 +39,8 @@ export function kernelModule(name: string, assemble: () => Uint8Array): WebAssem
       m = stored ? compileOrNull(stored) : null;
       if (!m) {
         const bytes = assemble();
-        if (WebAssembly.validate(bytes as Uint8Array<ArrayBuffer>)) {
-          store?.write(name, bytes);
-          m = new WebAssembly.Module(bytes as Uint8Array<ArrayBuffer>);
-        }
+        m = compileOrNull(bytes);
+        if (m) store?.write(name, bytes);
       }
     }
   } catch {
