@@ -95,22 +95,20 @@ const carriedFiles = (unit: CompileUnit): [string, string][] =>
     ] as [string, string | undefined][]
   ).filter((f): f is [string, string] => f[1] !== undefined);
 
+/** weights.bin's size: the model's tensors in their formats, then the adapters in F32, each padded to the alignment. */
+function weightsFileBytes(plan: ReturnType<typeof planFormats>['plan'], adapters: readonly { shape: readonly number[] }[]): number {
+  const tensors = [...plan.map((p) => formatTensorBytes(p.format, p.meta.shape)!), ...adapters.map((t) => formatTensorBytes('F32', t.shape)!)];
+  return tensors.reduce((size, bytes) => size + alignUp(bytes), 0);
+}
+
 export const tsTarget: Target = {
   async plan(unit, ctx) {
     const { plan, notes } = planFormats(unit, ctx.formats);
-    let size = 0;
-    const tensors = plan.map((p) => {
-      const bytes = formatTensorBytes(p.format, p.meta.shape)!;
-      size += alignUp(bytes);
-      return { name: p.meta.name, sources: [p.meta.name], format: p.format, bytes } as WrittenTensor;
-    });
+    const adapters = levelAdapters(unit).tensors;
+    const tensors = plan.map((p) => ({ name: p.meta.name, sources: [p.meta.name], format: p.format, bytes: formatTensorBytes(p.format, p.meta.shape)! }) as WrittenTensor);
     // The levels' recovery adapters, F32 after the model's tensors, as emit writes them.
-    for (const t of levelAdapters(unit).tensors) {
-      const bytes = formatTensorBytes('F32', t.shape)!;
-      size += alignUp(bytes);
-      tensors.push({ name: t.name, sources: [], format: 'F32', bytes, group: 'adapters' });
-    }
-    const files = [{ path: WEIGHTS_FILE, bytes: size }, ...carriedFiles(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) }))];
+    for (const t of adapters) tensors.push({ name: t.name, sources: [], format: 'F32', bytes: formatTensorBytes('F32', t.shape)!, group: 'adapters' });
+    const files = [{ path: WEIGHTS_FILE, bytes: weightsFileBytes(plan, adapters) }, ...carriedFiles(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) }))];
     return { files, tensors, notes };
   },
 
@@ -121,9 +119,7 @@ export const tsTarget: Target = {
 
     const adapters = levelAdapters(unit);
     // The size up front lets a big file be hashed as it is written (the manifest then need not read it again).
-    const size = [...plan.map((p) => [p.format, p.meta.shape] as const), ...adapters.tensors.map((t) => ['F32' as const, t.shape] as const)]
-      .reduce((a, [format, shape]) => a + alignUp(formatTensorBytes(format, shape)!), 0);
-    const out = await AtomicFile.open(path.join(ctx.outDir, WEIGHTS_FILE), { expectedSize: size });
+    const out = await AtomicFile.open(path.join(ctx.outDir, WEIGHTS_FILE), { expectedSize: weightsFileBytes(plan, adapters.tensors) });
     const buffers = new ChunkBuffers();
     const encoder = new ChunkEncoder(buffers);
     const tensors: TensorEntry[] = [];
