@@ -506,7 +506,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
           level: await sliceSource(req.model, lv.layers, 'level').identity(),
           heldOut: req.heldOutKey,
           training: req.training ? { data: req.training.key, settings: s } : null,
-          ...(prev ? { warm: createHash('sha256').update(JSON.stringify(prev)).digest('hex') } : {}),
+          ...(prev ? { warm: prev } : {}), // the key of the level it starts from (the profile store hashes the whole key)
         };
         keys.set(lv.id, key);
         prev = key;
