@@ -149,7 +149,7 @@ describe('eviction', () => {
           }
         }
       }),
-      { numRuns: 200 },
+      { numRuns: 200, seed: 20261124 },
     );
   });
 

@@ -87,7 +87,7 @@ describe('W8A8 arithmetic', () => {
         const r = scatterResidual(d);
         for (let i = 0; i < u.length; i++) expect(r[i]).toBe(u[i] - d.q[i]);
       }),
-      { numRuns: 60 },
+      { numRuns: 60, seed: 20261124 },
     );
   });
 
@@ -107,6 +107,8 @@ describe('W8A8 arithmetic', () => {
         }
         let errShadow = 0;
         let errClip = 0;
+        // Whether an outlier meets a nonzero weight (an outlier channel whose weights quantize to 0 changes nothing).
+        let affected = false;
         for (let t = 0; t < c.T; t++) {
           for (let o = 0; o < c.O; o++) {
             let exact = 0;
@@ -116,12 +118,13 @@ describe('W8A8 arithmetic', () => {
             // Rows without an outlier element: the two paths agree exactly.
             const rowHas = [...Array(c.K).keys()].some((k) => u[t * c.K + k] !== d.q[t * c.K + k] && w.q[k * c.O + o] !== 0);
             if (!rowHas) expect(clipped[t * c.O + o]).toBe(shadow[t * c.O + o]);
+            else affected = true;
           }
         }
         expect(errShadow).toBeLessThanOrEqual(bound * (1 + 1e-9) + 1e-9);
-        if (d.channels.length) expect(errClip).toBeGreaterThan(errShadow);
+        if (affected) expect(errClip).toBeGreaterThan(errShadow);
       }),
-      { numRuns: 60 },
+      { numRuns: 60, seed: 20261124 },
     );
   });
 });
