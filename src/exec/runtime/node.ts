@@ -25,7 +25,12 @@ enableRelaxedSimd();
  * before the first kernel module is compiled (they compile lazily).
  */
 function enableRelaxedSimd(): void {
-  if (process.env.LLMC_RELAXED_SIMD !== 'on') return;
+  const setting = process.env.LLMC_RELAXED_SIMD;
+  if (setting !== 'on') {
+    // A typo ('1', 'yes') would otherwise look like a measured "no gain".
+    if (setting && setting !== 'off') process.stderr.write(`llmc: LLMC_RELAXED_SIMD=${setting} is neither on nor off; relaxed SIMD stays off\n`);
+    return;
+  }
   if (!relaxedSimd()) {
     try {
       (createRequire(import.meta.url)('node:v8') as typeof import('node:v8')).setFlagsFromString('--experimental-wasm-relaxed-simd');
