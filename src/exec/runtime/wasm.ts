@@ -14,7 +14,8 @@ import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
 import { MatmulPool, type PoolOptions } from './pool.js';
-import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, quantizeQ8_0, quantizeQ8_K, type QdotFormat } from './qdot.js';
+import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, type QdotFormat } from './qdot.js';
+import { QACT_KERNELS } from './qact.js';
 
 /**
  * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
@@ -277,6 +278,7 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
     ['matmul4_f32', 9, matmul4F32Body],
     ['matmul_f16', 10, matmulF16Body],
     ...Object.values(QDOT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
+    ...Object.values(QACT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 3, body]),
   ];
   return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
@@ -312,11 +314,12 @@ export class WasmArena {
   private readonly f32x4tok: MatmulFn;
   private readonly f16: MatmulFn;
   private readonly qdot: Record<QdotFormat, MatmulFn>;
+  /** x quantizers (./qact.ts): (x, out, nBlocks), on the calling thread. */
+  private readonly quantQ8_0: MatmulFn;
+  private readonly quantQ8_K: MatmulFn;
   private readonly xBase: number;
-  /** Quantized x (./qdot.ts) and views of the memory to write it. */
+  /** Quantized x (./qdot.ts's layout, written by ./qact.ts's quantizers). */
   private readonly qBase: number;
-  private readonly i8: Int8Array;
-  private readonly i16: Int16Array;
   private readonly yBase: number;
   private heap: Float32Array;
   private readonly chunk: number;
@@ -348,12 +351,12 @@ export class WasmArena {
     this.f32x4tok = k('matmul4_f32');
     this.f16 = k('matmul_f16');
     this.qdot = Object.fromEntries(Object.entries(QDOT_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QdotFormat, MatmulFn>;
+    this.quantQ8_0 = inst.exports[QACT_KERNELS.q8_0.name] as MatmulFn;
+    this.quantQ8_K = inst.exports[QACT_KERNELS.q8_K.name] as MatmulFn;
     // The tiled kernels run on the calling thread (the pool's cuts would fall inside tiles and change
     // the sums' order); their leftover rows and tokens go through the pooled kernels above.
     this.gemm = gemmKernels(this.memory, shared);
     this.heap = new Float32Array(this.memory.buffer);
-    this.i8 = new Int8Array(this.memory.buffer);
-    this.i16 = new Int16Array(this.memory.buffer);
   }
 
   private hasF16Table = false;
@@ -451,17 +454,13 @@ export class WasmArena {
     }
   }
 
-  /** Quantize the n tokens of the x scratch (./qdot.ts), then run `format`'s integer-activation kernel. */
+  /** Quantize the n tokens of the x scratch (./qact.ts), then run `format`'s integer-activation kernel. */
   private qdotCall(format: QdotFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number): void {
     const act = QDOT_ACT[format];
     const nb = nCols / act.block;
     const stride = nb * act.bytes;
-    const xo = this.xBase >> 2;
-    for (let t = 0; t < n; t++) {
-      const o = this.qBase + t * stride;
-      if (act.block === 32) quantizeQ8_0(this.heap, xo + t * nCols, nb, this.heap, this.i8, o);
-      else quantizeQ8_K(this.heap, xo + t * nCols, nb, this.heap, this.i16, this.i8, o);
-    }
+    // the n tokens' values and blocks are back to back: one call quantizes them all
+    (act.block === 32 ? this.quantQ8_0 : this.quantQ8_K)(this.xBase, this.qBase, nb * n);
     this.qdot[format](wp, rowBytes, this.qBase, stride, this.yBase, nRows * 4, nRows, nb, n, 0);
   }
 
