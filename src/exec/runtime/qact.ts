@@ -7,7 +7,7 @@
  * huge, Inf and NaN inputs), so the kernels' results do not change.
  *
  * (x, out, nBlocks): nBlocks blocks of f32 at byte x (tokens back to back) into blocks at byte out.
- * - q8_0: amax = max |x| (NaN-propagating, as Math.max), d = amax / 127, id = d > 0 ? 1 / d : 0 in f32,
+ * - q8_0: amax = max |x| (NaN wins, as in Math.max), d = amax / 127, id = d > 0 ? 1 / d : 0 in f32,
  *   d stored f16-rounded (nearest even) as f32, codes roundf(x · id) (halves away from zero) wrapped
  *   to int8 as a JS Int8Array store wraps (0 for Inf / NaN); only subnormal d can make a code leave ±127.
  * - q8_K: max = the first x of the largest |x| (NaN skipped), iscale = −127 / max, codes
@@ -17,7 +17,7 @@
  */
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, bNarrowU, brIf, f32c, f32Div, fAbs, fAdd, fExtract, fGe, fLt, fMax, fMul, fSplat, fSub, fTrunc, get, hNarrowU, i32Add, i32And, i32c, i32LtS, ifElse, iMinS,
+  block, bNarrowU, brIf, f32c, f32Div, fAbs, fAdd, fExtract, fGe, fShuffle, fLt, fMul, fSplat, fSub, fTrunc, get, hNarrowU, i32Add, i32And, i32c, i32LtS, ifElse, iMinS,
   iSplat, iSub, iTruncSat, loop, set, simd, tee, vAnd, vload, vOr, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
 import { Q8_0_BYTES, Q8_K_BYTES } from './qdot.js';
@@ -43,6 +43,7 @@ const f32Store = (off: number) => [0x38, 2, ...uleb(off)];
 const i32Store16 = (off: number) => [0x3b, 1, ...uleb(off)];
 const iExtract = (lane: number) => simd(0x1b, lane);
 const fPmin = simd(0xea);
+const iMaxS = simd(0xb8);
 const fPmax = simd(0xeb);
 const hPairs = simd(0x7c); // i16x8.extadd_pairwise_i8x16_s
 const iPairs = simd(0x7e); // i32x4.extadd_pairwise_i16x8_s
@@ -98,10 +99,13 @@ function q8_0Body(): number[] {
   ];
   const body = blocks(B, N, [
     ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [...get(X), ...vload(16 * k), ...set(V(k))]),
-    ...get(V(0)), ...fAbs, ...get(V(1)), ...fAbs, ...fMax,
-    ...[2, 3, 4, 5, 6, 7].flatMap((k) => [...get(V(k)), ...fAbs, ...fMax]),
-    ...set(ACC),
-    ...f32c(0), ...lanes(ACC, f32Max), ...f32Max, ...f32c(127), ...f32Div, ...set(D),
+    // amax as the integer max of |x|'s bits (a NaN's bits exceed every number's, so NaN wins as in
+    // Math.max); f32x4.max's NaN handling cost V8 ~2 ns a value
+    ...get(V(0)), ...fAbs, ...get(V(1)), ...fAbs, ...iMaxS,
+    ...[2, 3, 4, 5, 6, 7].flatMap((k) => [...get(V(k)), ...fAbs, ...iMaxS]),
+    ...set(ACC), ...get(ACC), ...get(ACC), ...get(ACC), ...fShuffle([2, 3, 0, 1]), ...iMaxS,
+    ...tee(ACC), ...get(ACC), ...get(ACC), ...fShuffle([1, 0, 3, 2]), ...iMaxS,
+    ...fExtract(0), ...f32c(127), ...f32Div, ...set(D),
     ...f32c(1), ...get(D), ...f32Div, ...f32c(0), ...get(D), ...f32c(0), ...f32Gt, ...[0x1b], ...tee(ID),
     ...fSplat, ...set(IDV),
     ...get(O), ...f16Round(D, BITS), ...f32Store(0),
