@@ -13,7 +13,7 @@ import { F32, I32, sleb, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
-import { MatmulPool, type PoolOptions } from './pool.js';
+import { MAX_GROUP, MatmulPool, type PoolOptions } from './pool.js';
 import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
 
@@ -306,6 +306,14 @@ const chunkFor = (maxDim: number) => Math.max(4, Math.min(64, Math.floor(SCRATCH
 /** Bytes of quantized x for a chunk of tokens (q8_0 blocks are the larger per value). */
 const qScratchFor = (maxDim: number) => chunkFor(maxDim) * Math.ceil(maxDim / 32) * Q8_0_BYTES;
 
+/** One output of WasmArena.matmulGroup: all rows of the weight at byte `ptr` into y. */
+export interface GroupOut {
+  ptr: number;
+  nRows: number;
+  y: Float32Array;
+  yStride: number;
+}
+
 /** One model's wasm memory: f16 table, x/y scratch, and the weights. */
 export class WasmArena {
   readonly memory: WebAssembly.Memory;
@@ -325,6 +333,8 @@ export class WasmArena {
   private readonly chunk: number;
   /** Matrix–matrix kernels for T ≥ 4 tokens (./gemm.ts); null: the four-token kernels below. */
   private readonly gemm: GemmKernels | null;
+  /** The module's exports themselves (not through the pool). */
+  private readonly exports: WebAssembly.Exports;
 
   private constructor(
     private readonly mod: WebAssembly.Module,
@@ -342,6 +352,7 @@ export class WasmArena {
     const pages = Math.ceil((this.weightsBase + weightsBytes) / PAGE);
     this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared });
     const inst = new WebAssembly.Instance(mod, { env: { memory: this.memory } });
+    this.exports = inst.exports;
     // In a shared memory every kernel goes through the worker pool once one is started (startPool).
     const k = (name: string): MatmulFn => {
       const fn = inst.exports[name] as MatmulFn;
@@ -451,6 +462,50 @@ export class WasmArena {
         this.f16(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, n, 0);
       }
       for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
+    }
+  }
+
+  /**
+   * matmul over 2..MAX_GROUP weights of one format and row size that read the same x (q, k, v; gate,
+   * up): x is copied and quantized once per pass of tokens, and a worker pool runs them as one job
+   * (one wake-up, one chunk queue). The outputs sit side by side in the y scratch, each row computed
+   * by the same kernel on the same bytes as matmul's (bit-identical). F32 / F16 over several tokens
+   * go to matmul one weight at a time (its tiled and four-token kernels).
+   */
+  matmulGroup(format: WasmFormat, rowBytes: number, nCols: number, x: Float32Array, T: number, xStride: number, outs: readonly GroupOut[], rowwise = false): void {
+    const quantized = format !== 'F32' && format !== 'F16';
+    if (outs.length < 2 || outs.length > MAX_GROUP || (!quantized && T > 1)) {
+      for (const o of outs) this.matmul(format, o.ptr, rowBytes, 0, o.nRows, nCols, x, T, xStride, o.y, o.yStride, rowwise);
+      return;
+    }
+    const heap = this.heap;
+    let R = 0;
+    for (const o of outs) R += o.nRows;
+    const act = quantized ? QDOT_ACT[format] : null;
+    const name = quantized ? QDOT_KERNELS[format].name : format === 'F32' ? 'matmul_f32' : 'matmul_f16';
+    const kernel = this.exports[name] as MatmulFn;
+    const [xArg, xs, cols] = act ? [this.qBase, (nCols / act.block) * act.bytes, nCols / act.block] : [this.xBase, nCols * 4, nCols];
+    const perPass = Math.max(1, Math.min(this.chunk, Math.floor((this.chunk * this.maxDim) / R))); // tokens whose R outputs fit the y scratch
+    for (let t0 = 0; t0 < T; t0 += perPass) {
+      const n = Math.min(perPass, T - t0);
+      const xo = this.xBase >> 2;
+      for (let t = 0; t < n; t++) heap.set(x.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), xo + t * nCols);
+      if (act) (act.block === 32 ? this.quantQ8_0 : this.quantQ8_K)(this.xBase, this.qBase, cols * n);
+      const a = [outs[0].ptr, rowBytes, xArg, xs, this.yBase, 4 * R, outs[0].nRows, cols, n, 0];
+      const more: [number, number, number][] = [];
+      for (let i = 1, off = outs[0].nRows; i < outs.length; off += outs[i++].nRows) more.push([outs[i].ptr, this.yBase + 4 * off, outs[i].nRows]);
+      if (this.pool) this.pool.callGroup(name, kernel, a, more);
+      else {
+        kernel(...a);
+        for (const [w, y, rows] of more) kernel(w, rowBytes, xArg, xs, y, 4 * R, rows, cols, n, 0);
+      }
+      const yo = this.yBase >> 2;
+      for (let t = 0; t < n; t++) {
+        for (let i = 0, off = 0; i < outs.length; off += outs[i++].nRows) {
+          const o = outs[i];
+          o.y.set(heap.subarray(yo + t * R + off, yo + t * R + off + o.nRows), (t0 + t) * o.yStride);
+        }
+      }
     }
   }
 
