@@ -58,10 +58,10 @@ export const MAX_GROUP = 3;
 /** Chunks of rows per thread: whoever is free claims the next, so a thread the OS deschedules (a loaded machine) holds up little. */
 const CHUNKS_PER_THREAD = 4;
 /**
- * Large calls get up to this many chunks per thread, each still reading ≥ CHUNK_MIN_WORK weight bytes
- * (×tokens): a call ends when its last chunk does, and the other threads idle for about half a chunk
- * then — 4 chunks per thread of llama-100M's F32 gate (6.3 MB) are ~40 µs each, 16 are ~10 µs; a claim
- * (one compare-and-swap on a shared line) costs well under 1 µs, so 128 KiB chunks keep it under ~3%.
+ * Large calls get up to this many chunks per thread, on average still reading ≥ CHUNK_MIN_WORK weight
+ * bytes (×tokens): a call ends when its last chunk does — 4 chunks per thread of llama-100M's F32 gate
+ * (6.3 MB) are ~40 µs each, 16 are ~10 µs (and runChunks makes the last ones smaller); a claim (one
+ * compare-and-swap on a shared line) costs well under 1 µs, so 128 KiB chunks keep it under ~3%.
  */
 const CHUNKS_PER_THREAD_MAX = 16;
 const CHUNK_MIN_WORK = 128 << 10;
@@ -72,7 +72,9 @@ const SPINS = 20000;
  * Claim chunks of job `gen` (compare-and-swap on NEXT) and run them until none is left; every thread
  * of the pool runs this, so no thread waits for a worker that has not woken up. A job covers one to
  * MAX_GROUP matrices of the same shape of row and the same x (q, k, v): their rows in a row, R in all.
- * Chunk c of n is rows [⌊c·R/n⌋, ⌊(c+1)·R/n⌋), cut where a matrix ends; the kernels' arguments all
+ * Chunk c of n starts at row R − ⌊R·(n−c)²/n²⌋, cut where a matrix ends: sizes fall linearly from
+ * 2R/n to R/n², so whoever takes the last chunk holds the others up for a sliver of the call, not half
+ * an average chunk (with equal chunks of a 1 MB q·k·v call that was ~12% of it on 2 threads); the kernels' arguments all
  * start (w, wStride, x, xStride, y, yStride, nRows, ...), so rows r0.. of a matrix are w + r0·wStride
  * and y + 4·r0. The job is read before a claim:
  * a claim only succeeds while NEXT still holds `gen` with chunks left, and the caller closes NEXT
@@ -101,8 +103,8 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
     if (cur - (cur & 0xfff) !== g || (cur & 0xfff) >= n) return;
     if (Atomics.compareExchange(ctl, 1, cur, cur + 1) !== cur) continue;
     const c = cur & 0xfff;
-    const r0 = Math.floor((c * total) / n);
-    const r1 = Math.floor(((c + 1) * total) / n);
+    const r0 = total - Math.floor(((n - c) * (n - c) * total) / (n * n));
+    const r1 = total - Math.floor(((n - c - 1) * (n - c - 1) * total) / (n * n));
     for (let m = 0, s = 0; m < rows.length && s < r1; s += rows[m++]) {
       const lo = Math.max(r0, s) - s;
       const hi = Math.min(r1, s + rows[m]) - s;
