@@ -221,12 +221,13 @@ export class Interpreter {
    * Consecutive linears that read the same x (q, k, v; gate, up) run as one matmulGroup: x is copied
    * and quantized once, and a worker pool wakes once for them all. The first one's step computes
    * every output; the others' steps skip in a frame where it did (staged ranges run in order, and
-   * nothing between them writes x). Linears whose outputs gather rows at the logit positions keep their own steps, and
-   * a frame with elastic widths or low-rank adapters on any of them runs them one by one.
+   * nothing between them writes x). Linears whose outputs gather rows at the logit positions keep
+   * their own steps, and a frame with elastic widths or low-rank adapters on any of them runs them one
+   * by one.
    */
   private groupLinears(ops: readonly Op[], atPositions: Set<V>): void {
     type Linear = Extract<Op, { op: 'linear' }>;
-    // outputs at the logit positions are computed from x's rows there (no gathering step around them) only when x has those rows alone
+    // an output at the logit positions is read off x's rows without a gathering step only where x has those rows alone
     const plain = (op: Op | undefined): op is Linear => op?.op === 'linear' && (!atPositions.has(op.out) || this.rowsOf.get(op.x) === 'N');
     for (let i = 0; i < ops.length; ) {
       const first = ops[i];
@@ -253,7 +254,13 @@ export class Interpreter {
         const ys = outs.map((o) => ({ y: o.buf.rows(n), yStride: o.stride, bias: o.bias }));
         if (n > 0) matmulGroup(W, x.data, n, first.inFeatures, ys, first.inFeatures, f.rowwise);
       };
-      for (let k = 1; k < members.length; k++) this.steps[this.stepOf[i + k]] = (f) => (doneFor === f ? undefined : own[k](f));
+      const last = members.length - 1;
+      for (let k = 1; k <= last; k++) {
+        this.steps[this.stepOf[i + k]] = (f) => {
+          if (doneFor !== f) return own[k](f);
+          if (k === last) doneFor = null; // holds no frame (and its cache) past the call
+        };
+      }
       i = j;
     }
   }
