@@ -74,9 +74,8 @@ const SPINS = 20000;
  * MAX_GROUP matrices of the same shape of row and the same x (q, k, v): their rows in a row, R in all.
  * Chunk c of n starts at row R − ⌊R·(n−c)²/n²⌋, cut where a matrix ends: sizes fall linearly from
  * 2R/n to R/n², so whoever takes the last chunk holds the others up for a sliver of the call, not half
- * an average chunk (with equal chunks of a 1 MB q·k·v call that was ~12% of it on 2 threads); the kernels' arguments all
- * start (w, wStride, x, xStride, y, yStride, nRows, ...), so rows r0.. of a matrix are w + r0·wStride
- * and y + 4·r0. The job is read before a claim:
+ * an average chunk. The kernels' arguments all start (w, wStride, x, xStride, y, yStride, nRows, ...),
+ * so rows r0.. of a matrix are w + r0·wStride and y + 4·r0. The job is read before a claim:
  * a claim only succeeds while NEXT still holds `gen` with chunks left, and the caller closes NEXT
  * before it writes the next job, so a successful claim always ran on its own job's arguments.
  * Embedded in the workers' code by its source text: it references nothing outside itself (slot

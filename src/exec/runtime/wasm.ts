@@ -485,7 +485,7 @@ export class WasmArena {
     const name = quantized ? QDOT_KERNELS[format].name : format === 'F32' ? 'matmul_f32' : 'matmul_f16';
     const kernel = this.exports[name] as MatmulFn;
     const [xArg, xs, cols] = act ? [this.qBase, (nCols / act.block) * act.bytes, nCols / act.block] : [this.xBase, nCols * 4, nCols];
-    const perPass = Math.max(1, Math.min(this.chunk, Math.floor((this.chunk * this.maxDim) / R))); // tokens whose R outputs fit the y scratch
+    const perPass = Math.max(1, Math.min(this.chunk, Math.floor((this.chunk * this.maxDim) / R))); // tokens whose R outputs fit the y scratch (R ≤ 3·maxDim: one always does)
     for (let t0 = 0; t0 < T; t0 += perPass) {
       const n = Math.min(perPass, T - t0);
       const xo = this.xBase >> 2;
