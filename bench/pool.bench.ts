@@ -58,6 +58,17 @@ function decode(model: Model, prompt: number[], steps: number): { ms: number[]; 
   return { ms, ids };
 }
 
+const poolStats = (m: Model) => (m as unknown as { table: WeightTable }).table.weight('model.embed_tokens.weight').arena?.poolStats() ?? null;
+
+/** Kernel calls split over the pool for one decoded token (each one wake-up of the workers). */
+function poolCallsPerToken(model: Model, prompt: number[]): number {
+  const cache = model.newCache();
+  const logits = model.forward(prompt, cache, { lastOnly: true });
+  const before = poolStats(model)?.splitCalls ?? 0;
+  model.forward([argmax(logits)], cache, { lastOnly: true });
+  return (poolStats(model)?.splitCalls ?? 0) - before;
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function measure(quant: string, threads: number, rounds: number, steps: number): Promise<Record<string, unknown>> {
@@ -94,7 +105,8 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
         [`tokens_per_s_${threads}_threads`]: round((1000 * steps) / sum(fastPool), 2),
         speedup: round(sum(fastOne) / sum(fastPool), 3),
       },
-      pool_worker_chunks: (pooled as unknown as { table: WeightTable }).table.weight('model.embed_tokens.weight').arena?.poolStats()?.workerChunks ?? 0,
+      pool_worker_chunks: poolStats(pooled)?.workerChunks ?? 0,
+      pool_calls_per_decode_token: poolCallsPerToken(pooled, prompt),
       same_ids: true,
     };
   } finally {

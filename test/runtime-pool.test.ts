@@ -13,6 +13,12 @@ import { generateFixture } from '../fixtures/generate.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import { compileTs } from './ts-artifact.js';
 import type { WeightTable } from '../src/exec/runtime/interpreter.js';
+import { nodeWorker } from '../src/exec/runtime/node.js';
+import { WasmArena } from '../src/exec/runtime/wasm.js';
+import { matmul, matmulGroup, Weight } from '../src/exec/runtime/kernels.js';
+import { quantize } from '../src/core/quant/quantize.js';
+import type { WeightFormat } from '../src/exec/runtime/format.js';
+import { Rng } from '../src/core/util/rng.js';
 
 /** The pool's counts, through a weight's arena (the Model keeps its weight table private). */
 const poolStats = (m: Model) => (m as unknown as { table: WeightTable }).table.weight('model.embed_tokens.weight').arena!.poolStats();
@@ -73,4 +79,65 @@ describe('worker pool', () => {
       }
     });
   }
+});
+
+describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
+  // Three weights of 13, 5 and 7 rows over the same x: chunks cut inside and across them.
+  const shapes: [WeightFormat, number][] = [['F32', 96], ['Q8_0', 288], ['Q4_K', 512], ['F16', 64]];
+  for (const [format, cols] of shapes) {
+    it(`${format}: matmulGroup equals one matmul per weight bit for bit, on one thread and with a pool of 2 and 3`, async () => {
+      const rng = new Rng(21);
+      const rows = [13, 5, 7];
+      const blobs = rows.map((r) => (format === 'F32' ? new Uint8Array(Float32Array.from({ length: r * cols }, () => rng.normal()).buffer) : quantize(format, Float32Array.from({ length: r * cols }, () => rng.normal()), cols)));
+      const size = blobs.reduce((n, b) => n + b.length + 64, 64);
+      for (const threads of [1, 2, 3]) {
+        const arena = WasmArena.create(size, cols, true)!;
+        await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+        try {
+          expect(arena.threads).toBe(threads);
+          const mem = arena.weights(size);
+          let at = 64;
+          const ws = blobs.map((b, i) => {
+            mem.set(b, at);
+            const w = new Weight(`w${i}`, format, rows[i], cols, mem.subarray(at, at + b.length), arena);
+            at += Math.ceil((b.length + 64) / 64) * 64;
+            return w;
+          });
+          const bias = Float32Array.from({ length: rows[1] }, () => rng.normal());
+          for (const T of [1, 3, 6]) {
+            const x = Float32Array.from({ length: T * cols }, () => rng.normal());
+            const want = ws.map((w, i) => {
+              const y = new Float32Array(T * rows[i]);
+              matmul(w, x, T, cols, y, rows[i], { bias: i === 1 ? bias : null });
+              return y;
+            });
+            const got = ws.map((_, i) => new Float32Array(T * rows[i]).fill(NaN));
+            const before = arena.poolStats()?.splitCalls ?? 0;
+            matmulGroup(ws, x, T, cols, got.map((y, i) => ({ y, yStride: rows[i], bias: i === 1 ? bias : null })), cols);
+            for (let i = 0; i < 3; i++) expect(Buffer.from(got[i].buffer).equals(Buffer.from(want[i].buffer))).toBe(true);
+            // one pool job for all three where the group path applies (F32 / F16 over several tokens take matmul's own kernels)
+            if (threads > 1 && (T === 1 || (format !== 'F32' && format !== 'F16'))) expect(arena.poolStats()!.splitCalls - before).toBe(1);
+          }
+        } finally {
+          arena.closePool();
+        }
+      }
+    });
+  }
+
+  it('a llama decode step wakes the pool once for q, k, v and once for gate, up in each layer', async () => {
+    const model = await loadDir(path.join(tmp, 'fx-q8'), { threads: 2, pool: { minWork: 0 } });
+    try {
+      const layers = (JSON.parse(readFileSync(path.join(tmp, 'fixture', 'config.json'), 'utf8')) as { num_hidden_layers: number }).num_hidden_layers;
+      const cache = model.newCache();
+      model.forward(prompt, cache);
+      const before = poolStats(model)!.splitCalls;
+      model.forward([3], cache);
+      // per layer q·k·v, o, gate·up, down; the last layer's q apart (its queries come from the logit
+      // positions' rows alone); lm_head — 7 per layer before
+      expect(poolStats(model)!.splitCalls - before).toBe(4 * layers + 2);
+    } finally {
+      await model.close();
+    }
+  });
 });

@@ -17,13 +17,14 @@ import { IO } from '../../core/ir/build.js';
 import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
 import { ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
-import { dequantRow, matmul, type Weight } from './kernels.js';
+import { dequantRow, matmul, matmulGroup, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
 import { KvMemory, type TreeAttention } from './attention.js';
 
 export type { TreeAttention };
 import { RopeCache } from './rope-cache.js';
+import { MAX_GROUP } from './pool.js';
 import { SiluMul } from './activation.js';
 
 /** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
@@ -212,6 +213,55 @@ export class Interpreter {
         continue;
       }
       this.steps.push(this.gathering('out' in op && atPositions.has(op.out) ? rowInputs(op) : [], () => this.compile(op)));
+    }
+    this.groupLinears(ops, atPositions);
+  }
+
+  /**
+   * Consecutive linears that read the same x (q, k, v; gate, up) run as one matmulGroup: x is copied
+   * and quantized once, and a worker pool wakes once for them all. The first one's step computes
+   * every output; the others' steps skip in a frame where it did (staged ranges run in order, and
+   * nothing between them writes x). Linears whose outputs gather rows at the logit positions keep
+   * their own steps, and a frame with elastic widths or low-rank adapters on any of them runs them one
+   * by one.
+   */
+  private groupLinears(ops: readonly Op[], atPositions: Set<V>): void {
+    type Linear = Extract<Op, { op: 'linear' }>;
+    // an output at the logit positions is read off x's rows without a gathering step only where x has those rows alone
+    const plain = (op: Op | undefined): op is Linear => op?.op === 'linear' && (!atPositions.has(op.out) || this.rowsOf.get(op.x) === 'N');
+    for (let i = 0; i < ops.length; ) {
+      const first = ops[i];
+      let j = i + 1;
+      if (plain(first)) while (j - i < MAX_GROUP && plain(ops[j]) && (ops[j] as Linear).x === first.x && (ops[j] as Linear).inFeatures === first.inFeatures) j++;
+      if (j - i < 2 || !plain(first)) {
+        i = j;
+        continue;
+      }
+      const members = ops.slice(i, j) as Linear[];
+      const own = members.map((_, k) => this.steps[this.stepOf[i + k]]);
+      const W = members.map((op) => this.table.weight(op.weight));
+      const outs = members.map((op) => ({ buf: this.buffer(op.out), bias: op.bias && this.table.has(op.bias) ? this.table.vector(op.bias) : null, stride: op.outFeatures }));
+      const x = this.buffer(first.x);
+      const count = this.counter(first.x);
+      let doneFor: Frame | null = null;
+      this.steps[this.stepOf[i]] = (f) => {
+        doneFor = f;
+        if ((f.widths && members.some((op) => op.elastic)) || (f.adapters && members.some((op) => f.adapters!.get(op.weight)))) {
+          for (const step of own) step(f);
+          return;
+        }
+        const n = count(f);
+        const ys = outs.map((o) => ({ y: o.buf.rows(n), yStride: o.stride, bias: o.bias }));
+        if (n > 0) matmulGroup(W, x.data, n, first.inFeatures, ys, first.inFeatures, f.rowwise);
+      };
+      const last = members.length - 1;
+      for (let k = 1; k <= last; k++) {
+        this.steps[this.stepOf[i + k]] = (f) => {
+          if (doneFor !== f) return own[k](f);
+          if (k === last) doneFor = null; // holds no frame (and its cache) past the call
+        };
+      }
+      i = j;
     }
   }
 

@@ -257,7 +257,7 @@ export function matmul(
   const nRows = args.nRows ?? w.rows - rowStart;
   const nCols = args.nCols ?? w.cols;
   if (w.arena) {
-    const whole = w.format === 'F32' || w.format === 'F16' ? nCols : FORMAT_BLOCK[w.format].blockSize === 256 ? nCols & ~255 : nCols & ~31;
+    const whole = wholeColumns(w, nCols);
     w.arena.matmul(w.format as WasmFormat, w.ptr, w.rowBytes, rowStart, nRows, whole, x, T, xStride, y, yStride, args.rowwise);
     if (whole !== nCols) {
       for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += tailDot(w, rowStart + r, x, t * xStride, nCols);
@@ -275,6 +275,36 @@ export function matmul(
   const bias = args.bias;
   if (bias) for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += bias[rowStart + r];
 }
+
+/** One output of matmulGroup: y[t*yStride + r] = W[r, :] · x[t] (+ bias[r]) over all of W's rows. */
+export interface GroupOutput {
+  y: Float32Array;
+  yStride: number;
+  bias?: Float32Array | null;
+}
+
+/**
+ * matmul of each of `ws` (all rows, columns [0, nCols)) over the same x (q, k, v; gate, up): where they
+ * share an arena, format and row size, one WasmArena.matmulGroup call (x quantized once, one pool job);
+ * else one matmul each. Outputs equal matmul's bit for bit.
+ */
+export function matmulGroup(ws: readonly Weight[], x: Float32Array, T: number, xStride: number, outs: readonly GroupOutput[], nCols: number, rowwise?: boolean): void {
+  const w0 = ws[0];
+  if (!w0.arena || ws.some((w) => w.arena !== w0.arena || w.format !== w0.format || w.rowBytes !== w0.rowBytes || w.cols !== w0.cols)) {
+    ws.forEach((w, i) => matmul(w, x, T, xStride, outs[i].y, outs[i].yStride, { nCols, bias: outs[i].bias, rowwise }));
+    return;
+  }
+  const whole = wholeColumns(w0, nCols);
+  w0.arena.matmulGroup(w0.format as WasmFormat, w0.rowBytes, whole, x, T, xStride, ws.map((w, i) => ({ ptr: w.ptr, nRows: w.rows, y: outs[i].y, yStride: outs[i].yStride })), rowwise);
+  ws.forEach((w, i) => {
+    const { y, yStride, bias } = outs[i];
+    if (whole !== nCols) for (let t = 0; t < T; t++) for (let r = 0; r < w.rows; r++) y[t * yStride + r] += tailDot(w, r, x, t * xStride, nCols);
+    if (bias) for (let t = 0; t < T; t++) for (let r = 0; r < w.rows; r++) y[t * yStride + r] += bias[r];
+  });
+}
+
+/** The columns of a prefix of nCols that the arena's kernels take: whole blocks (the caller adds the cut block's tail). */
+const wholeColumns = (w: Weight, nCols: number) => (w.format === 'F32' || w.format === 'F16' ? nCols : FORMAT_BLOCK[w.format].blockSize === 256 ? nCols & ~255 : nCols & ~31);
 
 function dot(a: Float32Array, ao: number, b: Float32Array, bo: number, n: number): number {
   let s0 = 0, s1 = 0, s2 = 0, s3 = 0;

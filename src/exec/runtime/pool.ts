@@ -39,7 +39,8 @@ export interface PoolOptions {
 
 // The control block (Int32 slots). SEQ: the current job's generation (16 bits), which sleeping workers
 // wait on. NEXT: generation << 12 | the next unclaimed chunk. DONE: chunks finished. Then the kernel's
-// index, the job's chunk count, a quit flag and the kernel's arguments.
+// index, the job's chunk count, a quit flag and the kernel's arguments; after the workers' chunk count,
+// the number of matrices in the job and (w, y, nRows) of each after the first (MatmulPool.callGroup).
 const SEQ = 0;
 const NEXT = 1;
 const DONE = 2;
@@ -50,13 +51,17 @@ const ARGS = 6;
 const MAX_ARGS = 12;
 /** Chunks the workers ran (for tests and benches: the pool really shares the work). */
 const WORKER_CHUNKS = ARGS + MAX_ARGS;
+const MATRICES = WORKER_CHUNKS + 1;
+const MORE = MATRICES + 1;
+/** Matrices one job may cover (q, k, v). */
+export const MAX_GROUP = 3;
 /** Chunks of rows per thread: whoever is free claims the next, so a thread the OS deschedules (a loaded machine) holds up little. */
 const CHUNKS_PER_THREAD = 4;
 /**
- * Large calls get up to this many chunks per thread, each still reading ≥ CHUNK_MIN_WORK weight bytes
- * (×tokens): a call ends when its last chunk does, and the other threads idle for about half a chunk
- * then — 4 chunks per thread of llama-100M's F32 gate (6.3 MB) are ~40 µs each, 16 are ~10 µs; a claim
- * (one compare-and-swap on a shared line) costs well under 1 µs, so 128 KiB chunks keep it under ~3%.
+ * Large calls get up to this many chunks per thread, on average still reading ≥ CHUNK_MIN_WORK weight
+ * bytes (×tokens): a call ends when its last chunk does — 4 chunks per thread of llama-100M's F32 gate
+ * (6.3 MB) are ~40 µs each, 16 are ~10 µs (and runChunks makes the last ones smaller); a claim (one
+ * compare-and-swap on a shared line) costs well under 1 µs, so 128 KiB chunks keep it under ~3%.
  */
 const CHUNKS_PER_THREAD_MAX = 16;
 const CHUNK_MIN_WORK = 128 << 10;
@@ -65,9 +70,12 @@ const SPINS = 20000;
 
 /**
  * Claim chunks of job `gen` (compare-and-swap on NEXT) and run them until none is left; every thread
- * of the pool runs this, so no thread waits for a worker that has not woken up. Chunk c of n is rows
- * [⌊c·nRows/n⌋, ⌊(c+1)·nRows/n⌋); the kernels' arguments all start (w, wStride, x, xStride, y,
- * yStride, nRows, ...), so those rows are w + r0·wStride and y + 4·r0. The job is read before a claim:
+ * of the pool runs this, so no thread waits for a worker that has not woken up. A job covers one to
+ * MAX_GROUP matrices of the same shape of row and the same x (q, k, v): their rows in a row, R in all.
+ * Chunk c of n starts at row R − ⌊R·(n−c)²/n²⌋, cut where a matrix ends: sizes fall linearly from
+ * 2R/n to R/n², so whoever takes the last chunk holds the others up for a sliver of the call, not half
+ * an average chunk. The kernels' arguments all start (w, wStride, x, xStride, y, yStride, nRows, ...),
+ * so rows r0.. of a matrix are w + r0·wStride and y + 4·r0. The job is read before a claim:
  * a claim only succeeds while NEXT still holds `gen` with chunks left, and the caller closes NEXT
  * before it writes the next job, so a successful claim always ran on its own job's arguments.
  * Embedded in the workers' code by its source text: it references nothing outside itself (slot
@@ -79,14 +87,28 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
   const n = Atomics.load(ctl, 4);
   const a: number[] = [];
   for (let i = 0; i < 12; i++) a.push(Atomics.load(ctl, 6 + i));
+  const w = [a[0]];
+  const y = [a[4]];
+  const rows = [a[6]];
+  for (let m = 1, k = Atomics.load(ctl, 19); m < k; m++) {
+    w.push(Atomics.load(ctl, 17 + 3 * m));
+    y.push(Atomics.load(ctl, 18 + 3 * m));
+    rows.push(Atomics.load(ctl, 19 + 3 * m));
+  }
+  let total = 0;
+  for (const r of rows) total += r;
   for (;;) {
     const cur = Atomics.load(ctl, 1);
     if (cur - (cur & 0xfff) !== g || (cur & 0xfff) >= n) return;
     if (Atomics.compareExchange(ctl, 1, cur, cur + 1) !== cur) continue;
     const c = cur & 0xfff;
-    const r0 = Math.floor((c * a[6]) / n);
-    const r1 = Math.floor(((c + 1) * a[6]) / n);
-    if (r1 > r0) fn(a[0] + r0 * a[1], a[1], a[2], a[3], a[4] + 4 * r0, a[5], r1 - r0, a[7], a[8], a[9], a[10], a[11]);
+    const r0 = total - Math.floor(((n - c) * (n - c) * total) / (n * n));
+    const r1 = total - Math.floor(((n - c - 1) * (n - c - 1) * total) / (n * n));
+    for (let m = 0, s = 0; m < rows.length && s < r1; s += rows[m++]) {
+      const lo = Math.max(r0, s) - s;
+      const hi = Math.min(r1, s + rows[m]) - s;
+      if (hi > lo) fn(w[m] + lo * a[1], a[1], a[2], a[3], y[m] + 4 * lo, a[5], hi - lo, a[7], a[8], a[9], a[10], a[11]);
+    }
     if (worker) Atomics.add(ctl, 18, 1);
     if (Atomics.add(ctl, 2, 1) + 1 === n) Atomics.notify(ctl, 2);
   }
@@ -133,6 +155,7 @@ export const webWorker: SpawnWorker = () => {
 };
 
 type Kernel = (...args: number[]) => void;
+const NO_MORE: readonly (readonly [number, number, number])[] = [];
 
 export class MatmulPool {
   private readonly ctl: Int32Array;
@@ -170,7 +193,7 @@ export class MatmulPool {
    */
   static async start(module: WebAssembly.Module, memory: WebAssembly.Memory, names: readonly string[], threads: number, opts: PoolOptions): Promise<MatmulPool> {
     if (!(memory.buffer instanceof SharedArrayBuffer)) throw new LlmcError('the worker pool needs a shared WebAssembly memory');
-    const control = new SharedArrayBuffer((WORKER_CHUNKS + 1) * 4);
+    const control = new SharedArrayBuffer((MORE + 3 * (MAX_GROUP - 1)) * 4);
     const workers: PoolWorker[] = [];
     try {
       const ready: Promise<void>[] = [];
@@ -190,11 +213,26 @@ export class MatmulPool {
 
   /** Run kernel `name` (an export of the pool's module, `kernel` here): across the pool when worth it. */
   call(name: string, kernel: Kernel, a: number[]): void {
-    const nRows = a[6];
+    this.callGroup(name, kernel, a, NO_MORE);
+  }
+
+  /**
+   * `call` over more matrices at once (up to MAX_GROUP in all): `a` is the first's arguments, `more`
+   * each other's (w, y, nRows), the other arguments shared (the same x, row bytes, y stride). One
+   * wake-up and one chunk queue cover them all.
+   */
+  callGroup(name: string, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[]): void {
+    if (more.length >= MAX_GROUP) throw new LlmcError(`internal: a pool job covers at most ${MAX_GROUP} matrices`);
+    let nRows = a[6];
+    for (const m of more) nRows += m[2];
     const work = a[1] * nRows * a[8];
-    if (nRows < 2 || work < this.minWork) return kernel(...a);
+    if (nRows < 2 || work < this.minWork) {
+      kernel(...a);
+      for (const [w, y, rows] of more) kernel(w, a[1], a[2], a[3], y, a[5], rows, a[7], a[8], a[9], a[10], a[11]);
+      return;
+    }
     const t = this.threads;
-    this.run(this.index.get(name)!, kernel, a, Math.min(nRows, Math.max(CHUNKS_PER_THREAD * t, Math.min(CHUNKS_PER_THREAD_MAX * t, Math.floor(work / CHUNK_MIN_WORK)))));
+    this.run(this.index.get(name)!, kernel, a, more, Math.min(nRows, Math.max(CHUNKS_PER_THREAD * t, Math.min(CHUNKS_PER_THREAD_MAX * t, Math.floor(work / CHUNK_MIN_WORK)))));
   }
 
   private gen = 0;
@@ -205,13 +243,15 @@ export class MatmulPool {
     return { splitCalls: this.calls, workerChunks: Atomics.load(this.ctl, WORKER_CHUNKS) };
   }
 
-  private run(fn: number, kernel: Kernel, a: number[], n: number): void {
+  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], n: number): void {
     const ctl = this.ctl;
     const gen = (this.gen = (this.gen + 1) & 0xffff);
     Atomics.store(ctl, NEXT, (gen << 12) | 0xfff); // closed while the job is written
     Atomics.store(ctl, FN, fn);
     Atomics.store(ctl, CHUNKS, n);
     for (let i = 0; i < MAX_ARGS; i++) Atomics.store(ctl, ARGS + i, a[i] ?? 0);
+    Atomics.store(ctl, MATRICES, more.length + 1);
+    for (let i = 0; i < more.length; i++) for (let k = 0; k < 3; k++) Atomics.store(ctl, MORE + 3 * i + k, more[i][k]);
     Atomics.store(ctl, DONE, 0);
     Atomics.store(ctl, NEXT, gen << 12);
     Atomics.store(ctl, SEQ, gen);

@@ -13,8 +13,9 @@ import { F32, I32, sleb, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
-import { MatmulPool, type PoolOptions } from './pool.js';
-import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, quantizeQ8_0, quantizeQ8_K, type QdotFormat } from './qdot.js';
+import { MAX_GROUP, MatmulPool, type PoolOptions } from './pool.js';
+import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, type QdotFormat } from './qdot.js';
+import { QACT_KERNELS } from './qact.js';
 
 /**
  * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
@@ -277,6 +278,7 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
     ['matmul4_f32', 9, matmul4F32Body],
     ['matmul_f16', 10, matmulF16Body],
     ...Object.values(QDOT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
+    ...Object.values(QACT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 3, body]),
   ];
   return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
@@ -304,6 +306,14 @@ const chunkFor = (maxDim: number) => Math.max(4, Math.min(64, Math.floor(SCRATCH
 /** Bytes of quantized x for a chunk of tokens (q8_0 blocks are the larger per value). */
 const qScratchFor = (maxDim: number) => chunkFor(maxDim) * Math.ceil(maxDim / 32) * Q8_0_BYTES;
 
+/** One output of WasmArena.matmulGroup: all rows of the weight at byte `ptr` into y. */
+export interface GroupOut {
+  ptr: number;
+  nRows: number;
+  y: Float32Array;
+  yStride: number;
+}
+
 /** One model's wasm memory: f16 table, x/y scratch, and the weights. */
 export class WasmArena {
   readonly memory: WebAssembly.Memory;
@@ -312,16 +322,19 @@ export class WasmArena {
   private readonly f32x4tok: MatmulFn;
   private readonly f16: MatmulFn;
   private readonly qdot: Record<QdotFormat, MatmulFn>;
+  /** x quantizers (./qact.ts): (x, out, nBlocks), on the calling thread. */
+  private readonly quantQ8_0: MatmulFn;
+  private readonly quantQ8_K: MatmulFn;
   private readonly xBase: number;
-  /** Quantized x (./qdot.ts) and views of the memory to write it. */
+  /** Quantized x (./qdot.ts's layout, written by ./qact.ts's quantizers). */
   private readonly qBase: number;
-  private readonly i8: Int8Array;
-  private readonly i16: Int16Array;
   private readonly yBase: number;
   private heap: Float32Array;
   private readonly chunk: number;
   /** Matrix–matrix kernels for T ≥ 4 tokens (./gemm.ts); null: the four-token kernels below. */
   private readonly gemm: GemmKernels | null;
+  /** The module's exports themselves (not through the pool). */
+  private readonly exports: WebAssembly.Exports;
 
   private constructor(
     private readonly mod: WebAssembly.Module,
@@ -339,6 +352,7 @@ export class WasmArena {
     const pages = Math.ceil((this.weightsBase + weightsBytes) / PAGE);
     this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared });
     const inst = new WebAssembly.Instance(mod, { env: { memory: this.memory } });
+    this.exports = inst.exports;
     // In a shared memory every kernel goes through the worker pool once one is started (startPool).
     const k = (name: string): MatmulFn => {
       const fn = inst.exports[name] as MatmulFn;
@@ -348,12 +362,12 @@ export class WasmArena {
     this.f32x4tok = k('matmul4_f32');
     this.f16 = k('matmul_f16');
     this.qdot = Object.fromEntries(Object.entries(QDOT_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QdotFormat, MatmulFn>;
+    this.quantQ8_0 = inst.exports[QACT_KERNELS.q8_0.name] as MatmulFn;
+    this.quantQ8_K = inst.exports[QACT_KERNELS.q8_K.name] as MatmulFn;
     // The tiled kernels run on the calling thread (the pool's cuts would fall inside tiles and change
     // the sums' order); their leftover rows and tokens go through the pooled kernels above.
     this.gemm = gemmKernels(this.memory, shared);
     this.heap = new Float32Array(this.memory.buffer);
-    this.i8 = new Int8Array(this.memory.buffer);
-    this.i16 = new Int16Array(this.memory.buffer);
   }
 
   private hasF16Table = false;
@@ -451,17 +465,57 @@ export class WasmArena {
     }
   }
 
-  /** Quantize the n tokens of the x scratch (./qdot.ts), then run `format`'s integer-activation kernel. */
+  /**
+   * matmul over 2..MAX_GROUP weights of one format and row size that read the same x (q, k, v; gate,
+   * up): x is copied and quantized once per pass of tokens, and a worker pool runs them as one job
+   * (one wake-up, one chunk queue). The outputs sit side by side in the y scratch, each row computed
+   * by the same kernel on the same bytes as matmul's (bit-identical). F32 / F16 over several tokens
+   * go to matmul one weight at a time (its tiled and four-token kernels).
+   */
+  matmulGroup(format: WasmFormat, rowBytes: number, nCols: number, x: Float32Array, T: number, xStride: number, outs: readonly GroupOut[], rowwise = false): void {
+    const quantized = format !== 'F32' && format !== 'F16';
+    if (outs.length < 2 || outs.length > MAX_GROUP || (!quantized && T > 1)) {
+      for (const o of outs) this.matmul(format, o.ptr, rowBytes, 0, o.nRows, nCols, x, T, xStride, o.y, o.yStride, rowwise);
+      return;
+    }
+    const heap = this.heap;
+    let R = 0;
+    for (const o of outs) R += o.nRows;
+    const act = quantized ? QDOT_ACT[format] : null;
+    const name = quantized ? QDOT_KERNELS[format].name : format === 'F32' ? 'matmul_f32' : 'matmul_f16';
+    const kernel = this.exports[name] as MatmulFn;
+    const [xArg, xs, cols] = act ? [this.qBase, (nCols / act.block) * act.bytes, nCols / act.block] : [this.xBase, nCols * 4, nCols];
+    const perPass = Math.max(1, Math.min(this.chunk, Math.floor((this.chunk * this.maxDim) / R))); // tokens whose R outputs fit the y scratch (R ≤ 3·maxDim: one always does)
+    for (let t0 = 0; t0 < T; t0 += perPass) {
+      const n = Math.min(perPass, T - t0);
+      const xo = this.xBase >> 2;
+      for (let t = 0; t < n; t++) heap.set(x.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), xo + t * nCols);
+      if (act) (act.block === 32 ? this.quantQ8_0 : this.quantQ8_K)(this.xBase, this.qBase, cols * n);
+      const a = [outs[0].ptr, rowBytes, xArg, xs, this.yBase, 4 * R, outs[0].nRows, cols, n, 0];
+      const more: [number, number, number][] = [];
+      for (let i = 1, off = outs[0].nRows; i < outs.length; off += outs[i++].nRows) more.push([outs[i].ptr, this.yBase + 4 * off, outs[i].nRows]);
+      if (this.pool) this.pool.callGroup(name, kernel, a, more);
+      else {
+        kernel(...a);
+        for (const [w, y, rows] of more) kernel(w, rowBytes, xArg, xs, y, 4 * R, rows, cols, n, 0);
+      }
+      const yo = this.yBase >> 2;
+      for (let t = 0; t < n; t++) {
+        for (let i = 0, off = 0; i < outs.length; off += outs[i++].nRows) {
+          const o = outs[i];
+          o.y.set(heap.subarray(yo + t * R + off, yo + t * R + off + o.nRows), (t0 + t) * o.yStride);
+        }
+      }
+    }
+  }
+
+  /** Quantize the n tokens of the x scratch (./qact.ts), then run `format`'s integer-activation kernel. */
   private qdotCall(format: QdotFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number): void {
     const act = QDOT_ACT[format];
     const nb = nCols / act.block;
     const stride = nb * act.bytes;
-    const xo = this.xBase >> 2;
-    for (let t = 0; t < n; t++) {
-      const o = this.qBase + t * stride;
-      if (act.block === 32) quantizeQ8_0(this.heap, xo + t * nCols, nb, this.heap, this.i8, o);
-      else quantizeQ8_K(this.heap, xo + t * nCols, nb, this.heap, this.i16, this.i8, o);
-    }
+    // the n tokens' values and blocks are back to back: one call quantizes them all
+    (act.block === 32 ? this.quantQ8_0 : this.quantQ8_K)(this.xBase, this.qBase, nb * n);
     this.qdot[format](wp, rowBytes, this.qBase, stride, this.yBase, nRows * 4, nRows, nb, n, 0);
   }
 
