@@ -87,7 +87,9 @@ const mem = (code: number, align: number, off: number) => [code, align, ...uleb(
 const i32Load = (off: number) => mem(0x28, 2, off);
 const i32Load8S = (off: number) => mem(0x2c, 0, off);
 const i32Load16U = (off: number) => mem(0x2f, 1, off);
-const f32Store = [0x38, 2, 0];
+const f32Store = (off: number) => mem(0x38, 2, off);
+const i32Store = (off: number) => mem(0x36, 2, off);
+const i32DivU = [0x6e];
 const i32ShrU = [0x76];
 const load8x8S = (off: number) => simd(0x01, 0, ...uleb(off));
 const load8x8U = (off: number) => simd(0x02, 0, ...uleb(off));
@@ -110,91 +112,118 @@ const hSplat = simd(0x10);
 const iMul = simd(0xb5);
 const iDot = simd(0xba); // i32x4.dot_i16x8_s
 
-// Locals: parameters 0..9, then i32 10..19, f32 20..23, v128 24..39.
+// Locals: parameters 0..9, then i32 10..29, f32 30..33, v128 34..65.
 const [W, WS, X, XS, Y, YS, NR, NB, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
-const [R, TT, BP, XB, B, U0, U1, U2] = [10, 11, 12, 13, 14, 15, 16, 17];
-const V = (i: number) => 24 + i;
-const [ACC, IACC, MACC, IS, Q] = [V(0), V(1), V(2), V(3), V(5)];
+const [R, TT, XB, B, U0, U1, U2, YP, H, HW, H4] = [10, 11, 12, 13, 14, 15, 16, 17, 22, 23, 24];
+const DX = 30; // f32: the x block's scale
+const V = (i: number) => 34 + i;
+/** A row of a pass: its weight block at `bp`; f32x4 `acc`, i32x4 `iacc`, and `sc` (Q4_K's scales). */
+interface Row { bp: number; acc: number; iacc: number; sc: number }
+const ROWS: Row[] = [0, 1, 2, 3].map((g) => ({ bp: 18 + g, acc: V(g), iacc: V(4 + g), sc: V(8 + g) }));
+/** x's widened int8 of a block (or sub-block), loaded once for the rows of a pass. */
+const XV = [12, 13, 14, 15, 16, 17, 18, 19].map(V);
 /** Free v128 locals for a kernel's own use. */
-const TMP = [V(6), V(7), V(8), V(9), V(10), V(11), V(12), V(13)];
-const LOCALS = [...uleb(3), ...uleb(10), 0x7f, ...uleb(4), 0x7d, ...uleb(16), 0x7b];
+const TMP = [20, 21, 22, 23, 24, 25, 26, 27, 28, 29].map(V);
+const LOCALS = [...uleb(3), ...uleb(20), 0x7f, ...uleb(4), 0x7d, ...uleb(32), 0x7b];
 
 const whileLt = (a: number[], limit: number[], body: number[]) => block(loop([...a, ...limit, ...i32GeU, ...brIf(1), ...body, ...br(0)]));
 const inc = (l: number, by: number) => [...get(l), ...i32c(by), ...i32Add, ...set(l)];
 const splatB = (v: number) => [...i32c(v), ...bSplat];
-/** The f16 at BP + off as f32, through the table. */
-const f16At = (off: number) => [...get(TAB), ...get(BP), ...i32Load16U(off), ...i32c(2), ...i32Shl, ...i32Add, ...f32Load()];
-/** ACC += f32(vector local `acc`) · splat(f16 weight scale at BP + off · x's f32 scale); `minus` subtracts. */
-const scaleInto = (acc: number, off: number, minus = false) => [
-  ...get(ACC), ...get(acc), ...fFromI32, ...f16At(off), ...get(XB), ...f32Load(), ...f32Mul, ...fSplat, ...fMul, ...(minus ? fSub : fAdd), ...set(ACC),
+/** The f16 at bp + off as f32, through the table. */
+const f16At = (bp: number, off: number) => [...get(TAB), ...get(bp), ...i32Load16U(off), ...i32c(2), ...i32Shl, ...i32Add, ...f32Load()];
+/** x's f32 block scale into DX (once per block, for every row of the pass). */
+const loadDx = [...get(XB), ...f32Load(), ...set(DX)];
+/** row.acc += f32(vector local `src`) · splat(f16 weight scale at bp + off · x's scale); `minus` subtracts. */
+const scaleInto = (row: Row, src: number, off: number, minus = false) => [
+  ...get(row.acc), ...get(src), ...fFromI32, ...f16At(row.bp, off), ...get(DX), ...f32Mul, ...fSplat, ...fMul, ...(minus ? fSub : fAdd), ...set(row.acc),
 ];
 /**
- * i32x4 Σ of the products of the 16 int8 lanes of `w` with the int8 x at XB + off: both widened to
- * i16 (x by its load), then i32x4.dot_i16x8_s (one pmaddwd on x64; i8×i8 extmuls cost more).
+ * A row's accumulator stored (lane 0) into the y slot of the pass's first row, which its final sum
+ * overwrites: the store orders the rows' work. Without it V8 placed every row's loads of a block
+ * before the arithmetic, keeping all rows' widened weights live at once (spilled): Q4_K ran 1.07×
+ * the one-row kernel with 2 rows a pass instead of 1.36×.
  */
-const dot16 = (w: number[], off: number) => [
-  ...w, ...set(Q),
-  ...get(Q), ...hExtLowS, ...get(XB), ...load8x8S(off), ...iDot,
-  ...get(Q), ...hExtHighS, ...get(XB), ...load8x8S(off + 8), ...iDot,
+const sink = (r: Row) => [...get(YP), ...get(r.acc), ...simd(0x1f, 0), ...f32Store(0)];
+/** XV[first + i] = x's int8 at XB + off + 8i widened to i16, i < n. */
+const loadX = (off: number, n: number, first = 0) => Array.from({ length: n }, (_, i) => [...get(XB), ...load8x8S(off + 8 * i), ...set(XV[first + i])]).flat();
+/** i32x4 Σ of the products of the i16 lanes of `w` (8 values) with XV[k]. */
+const dotX = (w: number[], k: number) => [...w, ...get(XV[k]), ...iDot];
+/** i32x4 Σ of the 16 int8 lanes of `w` times XV[k], XV[k + 1] (both sides widened to i16, then i32x4.dot_i16x8_s). */
+const dot16 = (w: number[], k: number) => [
+  ...w, ...set(TMP[9]),
+  ...get(TMP[9]), ...hExtLowS, ...get(XV[k]), ...iDot,
+  ...get(TMP[9]), ...hExtHighS, ...get(XV[k + 1]), ...iDot,
   ...iAdd,
 ];
-/** i32x4 Σ of the products of the i16 lanes of `w` (8 values) with the int8 x at XB + off. */
-const dot8 = (w: number[], off: number) => [...w, ...get(XB), ...load8x8S(off), ...iDot];
-/** Nibbles as i16 lanes: bytes widened by their load, then the low (`& 15`) or high (`>> 4`) half. */
-const lowNib = (l: number) => [...get(l), ...splatB(15), ...vAnd];
+/** Nibbles as i16 lanes: bytes widened by their load, then the low (`& MASK`, 15 in each byte) or high (`>> 4`) half. */
+const lowNib = (l: number, mask: number) => [...get(l), ...get(mask), ...vAnd];
 const highNib = (l: number) => [...get(l), ...i32c(4), ...hShrU];
 
 /**
- * A kernel: for each row r and token t, ACC zeroed, `blk` run for each of the nBlocks blocks (it reads
- * the weight block at BP and the activation block at XB), BP += wBytes, XB += xBytes, then
- * y[t·yStride + 4r] = the lanes of ACC summed. `setup` runs once (constants into locals).
+ * A kernel: for each row r and token t, y[t·yStride + 4r] = the lanes of the row's acc summed after
+ * `blk` ran for each of the nBlocks blocks (it reads each row's weight block at row.bp and the
+ * activation block at XB; then every bp += wBytes, XB += xBytes). Rows go `group` to a pass, the
+ * rest one by one: each row's operations and their order are the same either way, so a row's result
+ * does not depend on where a row range starts (the worker pool's cuts). `setup` runs once.
  */
-function kernel(wBytes: number, xBytes: number, blk: number[], setup: number[] = []): number[] {
-  const hsum = [0, 1, 2, 3].flatMap((l) => [...get(ACC), ...simd(0x1f, l), ...(l ? [0x92] : [])]);
-  return [
-    ...LOCALS,
-    ...setup,
-    ...i32c(0), ...set(R),
-    ...whileLt(get(R), get(NR), [
+function kernel(wBytes: number, xBytes: number, blk: (rows: Row[]) => number[], setup: number[] = [], group = 1): number[] {
+  const pass = (n: number) => {
+    const rows = ROWS.slice(0, n);
+    const hsum = (acc: number) => [0, 1, 2, 3].flatMap((l) => [...get(acc), ...simd(0x1f, l), ...(l ? [0x92] : [])]);
+    return [
       ...i32c(0), ...set(TT),
       ...whileLt(get(TT), get(T), [
-        ...get(W), ...get(R), ...get(WS), ...i32Mul, ...i32Add, ...set(BP),
+        ...get(W), ...get(R), ...get(WS), ...i32Mul, ...i32Add, ...set(rows[0].bp),
+        ...rows.slice(1).flatMap((r, g) => [...get(rows[g].bp), ...get(HW), ...i32Add, ...set(r.bp)]),
         ...get(X), ...get(TT), ...get(XS), ...i32Mul, ...i32Add, ...set(XB),
-        ...vZero, ...set(ACC),
+        ...rows.flatMap((r) => [...vZero, ...set(r.acc)]),
+        ...get(Y), ...get(TT), ...get(YS), ...i32Mul, ...i32Add, ...get(R), ...i32c(2), ...i32Shl, ...i32Add, ...set(YP),
         ...i32c(0), ...set(B),
-        ...whileLt(get(B), get(NB), [...blk, ...inc(BP, wBytes), ...inc(XB, xBytes), ...inc(B, 1)]),
-        ...get(Y), ...get(TT), ...get(YS), ...i32Mul, ...i32Add, ...get(R), ...i32c(2), ...i32Shl, ...i32Add,
-        ...hsum, ...f32Store,
+        ...whileLt(get(B), get(NB), [...blk(rows), ...rows.flatMap((r) => inc(r.bp, wBytes)), ...inc(XB, xBytes), ...inc(B, 1)]),
+        ...rows.flatMap((r) => [...get(YP), ...hsum(r.acc), ...f32Store(0), ...get(YP), ...get(H4), ...i32Add, ...set(YP)]),
         ...inc(TT, 1),
       ]),
       ...inc(R, 1),
-    ]),
-    0x0b,
+    ];
+  };
+  // Row g of a pass is R + g·H, H = ⌊nRows / group⌋: rows of one page would be read as interleaved
+  // streams, which the hardware prefetcher does not follow (Q8_0 with adjacent rows ran at half speed).
+  const grouped = [
+    ...get(NR), ...i32c(group), ...i32DivU, ...set(H),
+    ...get(H), ...get(WS), ...i32Mul, ...set(HW), ...get(H), ...i32c(2), ...i32Shl, ...set(H4),
+    ...whileLt(get(R), get(H), pass(group)),
+    ...get(H), ...i32c(group), ...i32Mul, ...set(R),
   ];
+  return [...LOCALS, ...setup, ...i32c(0), ...set(R), ...(group > 1 ? grouped : []), ...whileLt(get(R), get(NR), pass(1)), 0x0b];
 }
 
 /** Q8_0 × q8_0: 34-byte blocks (f16 d, 32 × int8); i16 products summed by i32x4.dot_i16x8_s. */
 function q8_0Body(): number[] {
-  const dots = [0, 1, 2, 3].flatMap((k) => [...get(IS), ...get(BP), ...load8x8S(2 + 8 * k), ...get(XB), ...load8x8S(4 + 8 * k), ...iDot, ...iAdd, ...set(IS)]);
-  return kernel(34, Q8_0_BYTES, [...vZero, ...set(IS), ...dots, ...scaleInto(IS, 0)]);
+  const row = (r: Row) => [
+    ...[0, 1, 2, 3].flatMap((k) => [...dotX([...get(r.bp), ...load8x8S(2 + 8 * k)], k), ...(k ? iAdd : [])]),
+    ...set(r.iacc), ...scaleInto(r, r.iacc, 0), ...sink(r),
+  ];
+  return kernel(34, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], [], 2);
 }
 
-/** Q4_0 / Q5_0 × q8_0: signed 4- or 5-bit values (lo: elements 0..15, hi: 16..31) against x's 32. */
-function legacyBody(wBytes: number, lo: number[], hi: number[], setup: number[] = []): number[] {
-  const blk = [...dot16(lo, 4), ...dot16(hi, 20), ...iAdd, ...set(IS), ...scaleInto(IS, 0)];
-  return kernel(wBytes, Q8_0_BYTES, blk, setup);
+/** Q4_0 / Q5_0 × q8_0: signed 4- or 5-bit values as two i8x16 (`lo`: elements 0..15, `hi`: 16..31) against x's 32. */
+function legacyBody(wBytes: number, lo: (r: Row) => number[], hi: (r: Row) => number[], setup: number[] = []): number[] {
+  const row = (r: Row) => [...dot16(lo(r), 0), ...dot16(hi(r), 2), ...iAdd, ...set(r.iacc), ...scaleInto(r, r.iacc, 0)];
+  return kernel(wBytes, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], setup);
 }
 
 /** Q4_0 (18 bytes: f16 d, 16 bytes of nibbles): q − 8, in i16 lanes (bytes 0..7 and 8..15 widened by their loads). */
 function q4_0Body(): number[] {
-  const [C0, C1] = [TMP[0], TMP[1]];
-  const m8 = (nib: number[]) => [...nib, ...i32c(8), ...hSplat, ...hSub];
-  return kernel(18, Q8_0_BYTES, [
-    ...get(BP), ...load8x8U(2), ...set(C0), ...get(BP), ...load8x8U(10), ...set(C1),
-    ...dot8(m8(lowNib(C0)), 4), ...dot8(m8(lowNib(C1)), 12), ...iAdd,
-    ...dot8(m8(highNib(C0)), 20), ...iAdd, ...dot8(m8(highNib(C1)), 28), ...iAdd,
-    ...set(IS), ...scaleInto(IS, 0),
-  ]);
+  const [C0, C1, MASK, EIGHT] = [TMP[0], TMP[1], TMP[2], TMP[3]];
+  const m8 = (nib: number[]) => [...nib, ...get(EIGHT), ...hSub];
+  const row = (r: Row) => [
+    ...get(r.bp), ...load8x8U(2), ...set(C0), ...get(r.bp), ...load8x8U(10), ...set(C1),
+    ...dotX(m8(lowNib(C0, MASK)), 0), ...dotX(m8(lowNib(C1, MASK)), 1), ...iAdd,
+    ...dotX(m8(highNib(C0)), 2), ...iAdd, ...dotX(m8(highNib(C1)), 3), ...iAdd,
+    ...set(r.iacc), ...scaleInto(r, r.iacc, 0), ...sink(r),
+  ];
+  const setup = [...splatB(15), ...set(MASK), ...i32c(8), ...hSplat, ...set(EIGHT)];
+  return kernel(18, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], setup, 2);
 }
 
 /**
@@ -204,8 +233,8 @@ function q4_0Body(): number[] {
  */
 function q5_0Body(): number[] {
   const [SW0, SW1, BITS] = [TMP[0], TMP[1], TMP[2]];
-  const bitsOf = (sw: number) => [...get(BP), ...load32Splat(2), ...get(sw), ...bSwizzle, ...get(BITS), ...vAnd, ...get(BITS), ...bEq, ...splatB(0x10), ...vAnd];
-  const raw = [...get(BP), ...vload(6)];
+  const bitsOf = (r: Row, sw: number) => [...get(r.bp), ...load32Splat(2), ...get(sw), ...bSwizzle, ...get(BITS), ...vAnd, ...get(BITS), ...bEq, ...splatB(0x10), ...vAnd];
+  const raw = (r: Row) => [...get(r.bp), ...vload(6)];
   const setup = [
     ...vConst([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]), ...set(SW0),
     ...vConst([2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]), ...set(SW1),
@@ -213,51 +242,56 @@ function q5_0Body(): number[] {
   ];
   return legacyBody(
     22,
-    [...raw, ...splatB(15), ...vAnd, ...bitsOf(SW0), ...vOr, ...splatB(16), ...bSub],
-    [...raw, ...i32c(4), ...bShrU, ...bitsOf(SW1), ...vOr, ...splatB(16), ...bSub],
+    (r) => [...raw(r), ...splatB(15), ...vAnd, ...bitsOf(r, SW0), ...vOr, ...splatB(16), ...bSub],
+    (r) => [...raw(r), ...i32c(4), ...bShrU, ...bitsOf(r, SW1), ...vOr, ...splatB(16), ...bSub],
     setup,
   );
 }
 
 /**
  * Q4_K × q8_K (144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles):
- * Σ_s d·sc_s·(q·x)_s − dmin·m_s·(Σx)_s. The 12 bytes unpack (ggml's kmask trick) into the lanes of SC:
- * bytes 0..7 the scales, 8..15 the mins; the mins meet x's sums of 32 in one i32x4.dot_i16x8_s.
+ * Σ_s d·sc_s·(q·x)_s − dmin·m_s·(Σx)_s. The 12 bytes unpack (ggml's kmask trick) into the lanes of
+ * row.sc: bytes 0..7 the scales, 8..15 the mins; the mins meet x's sums of 32 in one
+ * i32x4.dot_i16x8_s. Sub-blocks 2j and 2j+1 are the low and high nibbles of bytes 32j..32j+31, read
+ * as four i16 vectors of 8 against x's 64 values of the pair (XV, loaded once for the pass's rows).
  */
 function q4_KBody(): number[] {
-  const SC = TMP[0];
-  const [RAW0, RAW1] = [TMP[1], TMP[2]];
+  const [C, HI, M, MASK] = [TMP[0], TMP[1], TMP[2], TMP[3]];
   const u = (l: number, sh: number, mask: number) => [...get(l), ...i32c(sh), ...i32ShrU, ...i32c(mask), ...i32And];
-  const scales = [
-    ...get(BP), ...i32Load(4), ...set(U0),
-    ...get(BP), ...i32Load(8), ...set(U1),
-    ...get(BP), ...i32Load(12), ...set(U2),
+  const scales = (r: Row) => [
+    ...get(r.bp), ...i32Load(4), ...set(U0),
+    ...get(r.bp), ...i32Load(8), ...set(U1),
+    ...get(r.bp), ...i32Load(12), ...set(U2),
     ...get(U0), ...i32c(0x3f3f3f3f), ...i32And, ...iSplat,
     ...get(U2), ...i32c(0x0f0f0f0f), ...i32And, ...u(U0, 6, 0x03030303), ...i32c(4), ...i32Shl, ...i32Or, ...iReplace(1),
     ...get(U1), ...i32c(0x3f3f3f3f), ...i32And, ...iReplace(2),
     ...u(U2, 4, 0x0f0f0f0f), ...u(U1, 6, 0x03030303), ...i32c(4), ...i32Shl, ...i32Or, ...iReplace(3),
-    ...set(SC),
+    ...set(r.sc),
+    ...vZero, ...set(r.iacc),
   ];
-  // Sub-blocks 2j and 2j+1 are the low and high nibbles of bytes 32j..32j+31, read as four i16 vectors of 8.
-  const C = [RAW0, RAW1, TMP[3], TMP[4]];
-  const sub = (s: number) => {
-    const j = s >> 1;
-    const nib = s & 1 ? highNib : lowNib;
-    const xo = 52 + 32 * s;
-    return [
-      ...(s & 1 ? [] : C.flatMap((c, i) => [...get(BP), ...load8x8U(16 + 32 * j + 8 * i), ...set(c)])),
-      ...get(IACC),
-      ...dot8(nib(C[0]), xo), ...dot8(nib(C[1]), xo + 8), ...iAdd, ...dot8(nib(C[2]), xo + 16), ...iAdd, ...dot8(nib(C[3]), xo + 24), ...iAdd,
-      ...get(SC), ...bExtractU(s), ...iSplat, ...iMul, ...iAdd, ...set(IACC),
-    ];
-  };
-  return kernel(144, Q8_K_BYTES, [
-    ...scales,
-    ...vZero, ...set(IACC),
-    ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap(sub),
-    ...get(SC), ...hExtHighU, ...get(XB), ...vload(36), ...iDot, ...set(MACC),
-    ...scaleInto(IACC, 0), ...scaleInto(MACC, 2, true),
-  ]);
+  const times = (r: Row, s: number) => [...get(r.sc), ...bExtractU(s), ...iSplat, ...iMul, ...get(r.iacc), ...iAdd, ...set(r.iacc)];
+  // The low nibbles' sum stays on the stack, the high ones' in HI.
+  const pair = (j: number) => (r: Row) => [
+    ...[0, 1, 2, 3].flatMap((i) => [
+      ...get(r.bp), ...load8x8U(16 + 32 * j + 8 * i), ...set(C),
+      ...dotX(lowNib(C, MASK), i), ...(i ? iAdd : []),
+      ...(i ? get(HI) : []), ...dotX(highNib(C), 4 + i), ...(i ? iAdd : []), ...set(HI),
+    ]),
+    ...times(r, 2 * j),
+    ...get(HI), ...times(r, 2 * j + 1), ...sinkI(r),
+  ];
+  const finish = (r: Row) => [
+    ...get(r.sc), ...hExtHighU, ...get(XB), ...vload(36), ...iDot, ...set(M),
+    ...scaleInto(r, r.iacc, 0), ...scaleInto(r, M, 2, true),
+  ];
+  const sinkI = (r: Row) => [...get(YP), ...get(r.iacc), ...simd(0x1b, 0), ...i32Store(0)];
+  const blk = (rows: Row[]) => [
+    ...loadDx,
+    ...rows.flatMap(scales),
+    ...[0, 1, 2, 3].flatMap((j) => [...loadX(52 + 64 * j, 8), ...rows.flatMap(pair(j))]),
+    ...rows.flatMap(finish),
+  ];
+  return kernel(144, Q8_K_BYTES, blk, [...splatB(15), ...set(MASK)], 4);
 }
 
 /**
@@ -269,24 +303,27 @@ function q4_KBody(): number[] {
 function q6_KBody(): number[] {
   const QL = [TMP[0], TMP[1], TMP[2], TMP[3]];
   const QH = [TMP[4], TMP[5]];
-  const half = (h: number) => {
+  const half = (h: number) => (r: Row) => {
     const sub = (k: number) => {
       const lo = k < 4 ? [...get(QL[k]), ...splatB(15), ...vAnd] : [...get(QL[k - 4]), ...i32c(4), ...bShrU];
       const sh = [4, 4, 2, 2, 0, 0, -2, -2][k];
       const hi = [...get(QH[k & 1]), ...(sh > 0 ? [...i32c(sh), ...bShl] : sh < 0 ? [...i32c(-sh), ...bShrU] : []), ...splatB(0x30), ...vAnd];
       return [
-        ...get(IACC),
-        ...dot16([...lo, ...hi, ...vOr, ...splatB(32), ...bSub], 52 + 128 * h + 16 * k),
-        ...get(BP), ...i32Load8S(192 + 8 * h + k), ...iSplat, ...iMul, ...iAdd, ...set(IACC),
+        ...get(r.iacc),
+        ...get(XB), ...load8x8S(52 + 128 * h + 16 * k), ...set(XV[0]),
+        ...get(XB), ...load8x8S(60 + 128 * h + 16 * k), ...set(XV[1]),
+        ...dot16([...lo, ...hi, ...vOr, ...splatB(32), ...bSub], 0),
+        ...get(r.bp), ...i32Load8S(192 + 8 * h + k), ...iSplat, ...iMul, ...iAdd, ...set(r.iacc),
       ];
     };
     return [
-      ...[0, 1, 2, 3].flatMap((i) => [...get(BP), ...vload(64 * h + 16 * i), ...set(QL[i])]),
-      ...[0, 1].flatMap((i) => [...get(BP), ...vload(128 + 32 * h + 16 * i), ...set(QH[i])]),
+      ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...vload(64 * h + 16 * i), ...set(QL[i])]),
+      ...[0, 1].flatMap((i) => [...get(r.bp), ...vload(128 + 32 * h + 16 * i), ...set(QH[i])]),
       ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap(sub),
     ];
   };
-  return kernel(210, Q8_K_BYTES, [...vZero, ...set(IACC), ...half(0), ...half(1), ...scaleInto(IACC, 208)]);
+  const row = (r: Row) => [...vZero, ...set(r.iacc), ...half(0)(r), ...half(1)(r), ...scaleInto(r, r.iacc, 208)];
+  return kernel(210, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)]);
 }
 
 /** The kernels by export name, for ./wasm.ts's module (10 i32 parameters each). */
