@@ -100,6 +100,7 @@ const bSplat = simd(0x0f);
 const bExtractU = (lane: number) => simd(0x16, lane);
 const iReplace = (lane: number) => simd(0x1c, lane);
 const bEq = simd(0x23);
+const vAndNot = simd(0x4f); // a & ~b
 const bShl = simd(0x6b);
 const bShrU = simd(0x6d);
 const bSub = simd(0x71);
@@ -207,9 +208,9 @@ function q8_0Body(): number[] {
 }
 
 /** Q4_0 / Q5_0 × q8_0: signed 4- or 5-bit values as two i8x16 (`lo`: elements 0..15, `hi`: 16..31) against x's 32. */
-function legacyBody(wBytes: number, lo: (r: Row) => number[], hi: (r: Row) => number[], setup: number[] = []): number[] {
-  const row = (r: Row) => [...dot16(lo(r), 0), ...dot16(hi(r), 2), ...iAdd, ...set(r.iacc), ...scaleInto(r, r.iacc, 0)];
-  return kernel(wBytes, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], setup);
+function legacyBody(wBytes: number, lo: (r: Row) => number[], hi: (r: Row) => number[], setup: number[] = [], group = 1): number[] {
+  const row = (r: Row) => [...dot16(lo(r), 0), ...dot16(hi(r), 2), ...iAdd, ...set(r.iacc), ...scaleInto(r, r.iacc, 0), ...sink(r)];
+  return kernel(wBytes, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], setup, group);
 }
 
 /** Q4_0 (18 bytes: f16 d, 16 bytes of nibbles): q − 8, in i16 lanes (bytes 0..7 and 8..15 widened by their loads). */
@@ -232,19 +233,22 @@ function q4_0Body(): number[] {
  * lanes by a swizzle, one bit kept per lane, lanes with it set become 0x10.
  */
 function q5_0Body(): number[] {
-  const [SW0, SW1, BITS] = [TMP[0], TMP[1], TMP[2]];
-  const bitsOf = (r: Row, sw: number) => [...get(r.bp), ...load32Splat(2), ...get(sw), ...bSwizzle, ...get(BITS), ...vAnd, ...get(BITS), ...bEq, ...splatB(0x10), ...vAnd];
+  const [SW0, SW1, BITS, HB, M15, F0] = [TMP[0], TMP[1], TMP[2], TMP[3], TMP[4], TMP[5]];
+  // 0xf0 (−16 as int8) in the lanes whose high bit is clear: (nibble | 16) − 16 or nibble − 16, in one or.
+  const minus16 = (sw: number) => [...get(F0), ...get(HB), ...get(sw), ...bSwizzle, ...get(BITS), ...vAnd, ...get(BITS), ...bEq, ...vAndNot];
   const raw = (r: Row) => [...get(r.bp), ...vload(6)];
   const setup = [
     ...vConst([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]), ...set(SW0),
     ...vConst([2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]), ...set(SW1),
     ...vConst([1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128]), ...set(BITS),
+    ...splatB(15), ...set(M15), ...splatB(0xf0), ...set(F0),
   ];
   return legacyBody(
     22,
-    (r) => [...raw(r), ...splatB(15), ...vAnd, ...bitsOf(r, SW0), ...vOr, ...splatB(16), ...bSub],
-    (r) => [...raw(r), ...i32c(4), ...bShrU, ...bitsOf(r, SW1), ...vOr, ...splatB(16), ...bSub],
+    (r) => [...get(r.bp), ...load32Splat(2), ...set(HB), ...raw(r), ...get(M15), ...vAnd, ...minus16(SW0), ...vOr],
+    (r) => [...raw(r), ...i32c(4), ...bShrU, ...minus16(SW1), ...vOr],
     setup,
+    2,
   );
 }
 
