@@ -17,7 +17,7 @@ import { fr, nearestInt } from '../../core/quant/common.js';
 import { f16ToF32, f32ToF16 } from '../../core/util/half.js';
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, br, brIf, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Or, i32Shl, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
+  block, br, brIf, hNarrowS, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Or, i32Shl, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
 } from '../../core/util/wasm-ops.js';
 
 /** Weight formats with an integer-activation kernel, and the activation blocks each reads. */
@@ -273,16 +273,19 @@ function q4_KBody(): number[] {
     ...set(r.sc),
     ...vZero, ...set(r.iacc),
   ];
-  const times = (r: Row, s: number) => [...get(r.sc), ...bExtractU(s), ...iSplat, ...iMul, ...get(r.iacc), ...iAdd, ...set(r.iacc)];
-  // The low nibbles' sum stays on the stack, the high ones' in HI.
+  // i16 lanes sc_2j ×4, sc_2j+1 ×4 from the scale bytes (a shuffle with zero bytes).
+  const scalePair = (j: number) => [0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [2 * j + (k >> 2), 16]);
+  // The low nibbles' sum stays on the stack, the high ones' in HI. Each lane of either is at most
+  // 4 · 2 · 15 · 128 in magnitude, so both narrow to i16 exactly, and one dot_i16x8_s with the two
+  // scales gives sc_2j · lo + sc_2j+1 · hi.
   const pair = (j: number) => (r: Row) => [
     ...[0, 1, 2, 3].flatMap((i) => [
       ...get(r.bp), ...load8x8U(16 + 32 * j + 8 * i), ...set(C),
       ...dotX(lowNib(C, MASK), i), ...(i ? iAdd : []),
       ...(i ? get(HI) : []), ...dotX(highNib(C), 4 + i), ...(i ? iAdd : []), ...set(HI),
     ]),
-    ...times(r, 2 * j),
-    ...get(HI), ...times(r, 2 * j + 1), ...sinkI(r),
+    ...get(HI), ...hNarrowS, ...get(r.sc), ...vZero, ...simd(0x0d, ...scalePair(j)), ...iDot,
+    ...get(r.iacc), ...iAdd, ...set(r.iacc), ...sinkI(r),
   ];
   const finish = (r: Row) => [
     ...get(r.sc), ...hExtHighU, ...get(XB), ...vload(36), ...iDot, ...set(M),
