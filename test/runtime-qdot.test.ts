@@ -45,7 +45,7 @@ describe('integer-activation kernels (llama.cpp vec_dot numerics)', () => {
     }
   });
 
-  const formats: [QdotFormat, number][] = [['Q8_0', 800], ['Q4_0', 800], ['Q5_0', 800], ['Q4_K', 768], ['Q6_K', 768]];
+  const formats: [QdotFormat, number][] = [['Q8_0', 800], ['Q4_0', 800], ['Q5_0', 800], ['Q2_K', 768], ['Q3_K', 768], ['Q4_K', 768], ['Q6_K', 768]];
   for (const [format, cols] of formats) {
     it(`${format}: every output within f32 rounding of ggml's vec_dot (T = 1, 3, rowwise 6; row ranges; a cut block); row cuts bit-identical`, () => {
       const rng = new Rng(11);

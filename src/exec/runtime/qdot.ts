@@ -17,12 +17,12 @@ import { fr, nearestInt } from '../../core/quant/common.js';
 import { f16ToF32, f32ToF16 } from '../../core/util/half.js';
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, br, brIf, hNarrowS, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Or, i32Shl, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
+  block, br, brIf, hNarrowS, hShl, hShrS, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Or, i32Shl, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
 } from '../../core/util/wasm-ops.js';
 
 /** Weight formats with an integer-activation kernel, and the activation blocks each reads. */
-export type QdotFormat = 'Q8_0' | 'Q4_0' | 'Q5_0' | 'Q4_K' | 'Q6_K';
-export const QDOT_FORMATS: readonly string[] = ['Q8_0', 'Q4_0', 'Q5_0', 'Q4_K', 'Q6_K'];
+export type QdotFormat = 'Q8_0' | 'Q4_0' | 'Q5_0' | 'Q2_K' | 'Q3_K' | 'Q4_K' | 'Q6_K';
+export const QDOT_FORMATS: readonly string[] = ['Q8_0', 'Q4_0', 'Q5_0', 'Q2_K', 'Q3_K', 'Q4_K', 'Q6_K'];
 export const Q8_0_BYTES = 36;
 export const Q8_K_BYTES = 308;
 /** Activation layout by weight format: values per block and bytes per block. */
@@ -30,6 +30,8 @@ export const QDOT_ACT: Record<QdotFormat, { block: number; bytes: number }> = {
   Q8_0: { block: 32, bytes: Q8_0_BYTES },
   Q4_0: { block: 32, bytes: Q8_0_BYTES },
   Q5_0: { block: 32, bytes: Q8_0_BYTES },
+  Q2_K: { block: 256, bytes: Q8_K_BYTES },
+  Q3_K: { block: 256, bytes: Q8_K_BYTES },
   Q4_K: { block: 256, bytes: Q8_K_BYTES },
   Q6_K: { block: 256, bytes: Q8_K_BYTES },
 };
@@ -106,6 +108,7 @@ const bShrU = simd(0x6d);
 const bSub = simd(0x71);
 const hExtLowS = simd(0x87); // i16x8.extend_low_i8x16_s
 const hExtHighS = simd(0x88);
+const hExtLowU = simd(0x89); // i16x8.extend_low_i8x16_u
 const hExtHighU = simd(0x8a); // i16x8.extend_high_i8x16_u
 const hShrU = simd(0x8d);
 const hSub = simd(0x91);
@@ -145,6 +148,8 @@ const scaleInto = (row: Row, src: number, off: number, minus = false) => [
  * the one-row kernel with 2 rows a pass instead of 1.36×.
  */
 const sink = (r: Row) => [...get(YP), ...get(r.acc), ...simd(0x1f, 0), ...f32Store(0)];
+/** The same for an i32x4 accumulator. */
+const sinkI = (r: Row) => [...get(YP), ...get(r.iacc), ...simd(0x1b, 0), ...i32Store(0)];
 /** XV[first + i] = x's int8 at XB + off + 8i widened to i16, i < n. */
 const loadX = (off: number, n: number, first = 0) => Array.from({ length: n }, (_, i) => [...get(XB), ...load8x8S(off + 8 * i), ...set(XV[first + i])]).flat();
 /** i32x4 Σ of the products of the i16 lanes of `w` (8 values) with XV[k]. */
@@ -291,7 +296,6 @@ function q4_KBody(): number[] {
     ...get(r.sc), ...hExtHighU, ...get(XB), ...vload(36), ...iDot, ...set(M),
     ...scaleInto(r, r.iacc, 0), ...scaleInto(r, M, 2, true),
   ];
-  const sinkI = (r: Row) => [...get(YP), ...get(r.iacc), ...simd(0x1b, 0), ...i32Store(0)];
   const blk = (rows: Row[]) => [
     ...loadDx,
     ...rows.flatMap(scales),
@@ -299,6 +303,95 @@ function q4_KBody(): number[] {
     ...rows.flatMap(finish),
   ];
   return kernel(144, Q8_K_BYTES, blk, [...splatB(15), ...set(MASK)], 4);
+}
+
+/**
+ * row.iacc += sc_a · Σ lanes of `lo` + sc_b · Σ lanes of `hi` (i32x4 on the stack, lo under hi; every
+ * lane within i16): both narrowed to i16 exactly, then one dot_i16x8_s with the scale vector `scales`
+ * leaves (as i16 lanes sc_a ×4, sc_b ×4).
+ */
+const scalePairInto = (r: Row, scales: number[]) => [...hNarrowS, ...scales, ...iDot, ...get(r.iacc), ...iAdd, ...set(r.iacc)];
+/** i16 lanes (byte a ×4, byte b ×4) of vector local `l`, zero-extended: a shuffle with zero bytes. */
+const bytePairU = (l: number, a: number, b: number) => [...get(l), ...vZero, ...simd(0x0d, ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [k < 4 ? a : b, 16]))];
+/** The same, sign-extended: each byte into the high half, then an arithmetic shift. */
+const bytePairS = (l: number, a: number, b: number) => [
+  ...get(l), ...vZero, ...simd(0x0d, ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [16, k < 4 ? a : b])), ...i32c(8), ...hShrS,
+];
+
+/**
+ * Q2_K × q8_K (84 bytes: 16 scale bytes (low nibble the scale, high the min of 16 values), 64 bytes of
+ * 2-bit values, f16 d, f16 dmin): ggml_vec_dot_q2_K_q8_K: d·Σ_s sc_s·(q·x)_s − dmin·Σ_s m_s·(Σx)_s.
+ * Value 128k + 32j + l is bits 2j of byte 32k + l; its sub-block 8k + 2j + (l ≥ 16). The mins meet
+ * x's 16 bsums in two dot_i16x8_s.
+ */
+function q2_KBody(): number[] {
+  const [SCL, M, MASK] = [TMP[1], TMP[2], TMP[3]];
+  const Q = [TMP[4], TMP[5], TMP[6], TMP[7]];
+  const start = (r: Row) => [
+    ...get(r.bp), ...vload(0), ...splatB(15), ...vAnd, ...set(r.sc),
+    ...vZero, ...set(r.iacc),
+  ];
+  // Per half k: its 32 bytes as four i16 vectors (kept in Q across the four shifts: one row at a time).
+  const half = (k: number) => (r: Row) => [
+    ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(16 + 32 * k + 8 * i), ...set(Q[i])]),
+    ...[0, 1, 2, 3].flatMap((j) => {
+      const w = (i: number) => [...get(Q[i]), ...(j ? [...i32c(2 * j), ...hShrU] : []), ...(j < 3 ? [...get(MASK), ...vAnd] : [])];
+      const xv = (i: number) => [...get(XB), ...load8x8S(52 + 128 * k + 32 * j + 8 * i)];
+      const d = (i: number) => [...w(i), ...xv(i), ...iDot];
+      return [...d(0), ...d(1), ...iAdd, ...d(2), ...d(3), ...iAdd, ...scalePairInto(r, bytePairU(r.sc, 8 * k + 2 * j, 8 * k + 2 * j + 1))];
+    }),
+    ...sinkI(r),
+  ];
+  const finish = (r: Row) => [
+    ...get(r.bp), ...vload(0), ...i32c(4), ...bShrU, ...set(SCL),
+    ...get(SCL), ...hExtLowU, ...get(XB), ...vload(4), ...iDot,
+    ...get(SCL), ...hExtHighU, ...get(XB), ...vload(20), ...iDot, ...iAdd, ...set(M),
+    ...scaleInto(r, r.iacc, 80), ...scaleInto(r, M, 82, true),
+  ];
+  const row = (r: Row) => [...start(r), ...half(0)(r), ...half(1)(r), ...finish(r)];
+  return kernel(84, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK)]);
+}
+
+/**
+ * Q3_K × q8_K (110 bytes: 32 bytes of high bits, 64 of 2-bit values, 12 bytes of 6-bit scales, f16 d):
+ * ggml_vec_dot_q3_K_q8_K: q = low 2 bits − (high bit clear ? 4 : 0), d·Σ_s (sc_s − 32)·(q·x)_s.
+ * Value 128h + 32j + l: bits 2j of qs byte 32h + l, high bit 4h + j of hmask byte l; sub-block
+ * 8h + 2j + (l ≥ 16). The 12 scale bytes unpack as ggml's kmask code does, into the lanes of row.sc.
+ */
+function q3_KBody(): number[] {
+  const [MASK, FOUR] = [TMP[0], TMP[1]];
+  const Q = [TMP[2], TMP[3], TMP[4], TMP[5]];
+  const HM = [TMP[6], TMP[7], TMP[8], XV[0]];
+  const m = (l: number, sh: number, mask: number) => [...get(l), ...(sh ? [...i32c(sh), ...i32ShrU] : []), ...i32c(mask), ...i32And];
+  const lane = (lo: number[], hi: number[]) => [...lo, ...hi, ...i32c(4), ...i32Shl, ...i32Or];
+  const scales = (r: Row) => [
+    ...get(r.bp), ...i32Load(96), ...set(U0),
+    ...get(r.bp), ...i32Load(100), ...set(U1),
+    ...get(r.bp), ...i32Load(104), ...set(U2),
+    ...lane(m(U0, 0, 0x0f0f0f0f), m(U2, 0, 0x03030303)), ...iSplat,
+    ...lane(m(U1, 0, 0x0f0f0f0f), m(U2, 2, 0x03030303)), ...iReplace(1),
+    ...lane(m(U0, 4, 0x0f0f0f0f), m(U2, 4, 0x03030303)), ...iReplace(2),
+    ...lane(m(U1, 4, 0x0f0f0f0f), m(U2, 6, 0x03030303)), ...iReplace(3),
+    ...splatB(32), ...bSub, ...set(r.sc),
+    ...vZero, ...set(r.iacc),
+    ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(8 * i), ...set(HM[i])]),
+  ];
+  const half = (h: number) => (r: Row) => [
+    ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(32 + 32 * h + 8 * i), ...set(Q[i])]),
+    ...[0, 1, 2, 3].flatMap((j) => {
+      const bit = 4 * h + j; // the high bit's position; moved to bit 2 (the value 4)
+      const hb = (i: number) => [...get(HM[i]), ...(bit > 2 ? [...i32c(bit - 2), ...hShrU] : bit < 2 ? [...i32c(2 - bit), ...hShl] : []), ...get(FOUR), ...vAnd];
+      const w = (i: number) => [
+        ...get(Q[i]), ...(j ? [...i32c(2 * j), ...hShrU] : []), ...get(MASK), ...vAnd,
+        ...hb(i), ...vOr, ...get(FOUR), ...hSub,
+      ];
+      const d = (i: number) => [...w(i), ...get(XB), ...load8x8S(52 + 128 * h + 32 * j + 8 * i), ...iDot];
+      return [...d(0), ...d(1), ...iAdd, ...d(2), ...d(3), ...iAdd, ...scalePairInto(r, bytePairS(r.sc, 8 * h + 2 * j, 8 * h + 2 * j + 1))];
+    }),
+    ...sinkI(r),
+  ];
+  const row = (r: Row) => [...scales(r), ...half(0)(r), ...half(1)(r), ...scaleInto(r, r.iacc, 108)];
+  return kernel(110, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK), ...i32c(4), ...hSplat, ...set(FOUR)]);
 }
 
 /**
@@ -339,5 +432,7 @@ export const QDOT_KERNELS: Record<QdotFormat, { name: string; body: () => number
   Q4_0: { name: 'qdot_q4_0', body: q4_0Body },
   Q5_0: { name: 'qdot_q5_0', body: q5_0Body },
   Q4_K: { name: 'qdot_q4_k', body: q4_KBody },
+  Q2_K: { name: 'qdot_q2_k', body: q2_KBody },
+  Q3_K: { name: 'qdot_q3_k', body: q3_KBody },
   Q6_K: { name: 'qdot_q6_k', body: q6_KBody },
 };
