@@ -1,7 +1,7 @@
 /**
  * Integer-activation matmul kernels, llama.cpp's vec_dot: the activation x is quantized once per call
  * (ggml's quantize_row_q8_0_ref per 32 values for Q8_0 / Q4_0 / Q5_0 weights, quantize_row_q8_K_ref
- * per 256 with its block sums for Q4_K / Q6_K), then each block's dot product is int8 × int8 in
+ * per 256 with its block sums for Q2_K / Q3_K / Q4_K / Q6_K), then each block's dot product is int8 × int8 in
  * i16 lanes summed into i32 (exact), and the scales apply per block in f32. So the runtime's results
  * for these weights are llama.cpp's, up to the order of the f32 sums.
  *
@@ -11,7 +11,10 @@
  * - q8_K (308 bytes): f32 d, 16 × i16 sums of 16 values (ggml's bsums), 8 × i16 sums of 32, 256 × int8.
  *
  * The kernels take the others' parameters (w, wStride, xq, xqStride, y, yStride, nRows, nBlocks, T,
- * table): y[t·yStride + 4r] = Σ over nBlocks whole blocks of row r and token t. Browser-safe.
+ * table): y[t·yStride + 4r] = Σ over nBlocks whole blocks of row r and token t. Some formats take
+ * several rows a pass (their x loads shared); each row's operations are the same either way, so a
+ * row's output does not depend on the row range it is computed in (the worker pool's cuts).
+ * Browser-safe.
  */
 import { fr, nearestInt } from '../../core/quant/common.js';
 import { f16ToF32, f32ToF16 } from '../../core/util/half.js';
