@@ -1,7 +1,7 @@
 /**
  * A scalar reference of llama.cpp's CPU dot products for quantized weights, written from ggml's C
  * (ggml-quants.c quantize_row_q8_0_ref / quantize_row_q8_K_ref; ggml-cpu/quants.c
- * ggml_vec_dot_{q8_0,q4_0,q5_0}_q8_0_generic and ggml_vec_dot_{q4_K,q6_K}_q8_K_generic): x quantized
+ * ggml_vec_dot_{q8_0,q4_0,q5_0}_q8_0_generic and ggml_vec_dot_{q2_K,q3_K,q4_K,q6_K}_q8_K_generic): x quantized
  * as ggml does, integer block sums, scales in float64. Independent of src/exec/runtime.
  */
 import { f16ToF32, f32ToF16 } from '../src/core/util/half.js';
@@ -82,7 +82,7 @@ function blocks32(format: 'Q8_0' | 'Q4_0' | 'Q5_0', row: Uint8Array, b: number):
  * Σ of |its terms| (one per block, per sub-block for K-quants: the scale a tolerance for f32 rounding
  * is relative to).
  */
-export function ggmlVecDot(format: 'Q8_0' | 'Q4_0' | 'Q5_0' | 'Q4_K' | 'Q6_K', row: Uint8Array, x: Float32Array, n: number): { value: number; scale: number } {
+export function ggmlVecDot(format: 'Q8_0' | 'Q4_0' | 'Q5_0' | 'Q2_K' | 'Q3_K' | 'Q4_K' | 'Q6_K', row: Uint8Array, x: Float32Array, n: number): { value: number; scale: number } {
   let value = 0;
   let scale = 0;
   /** Adds d · Σ parts to the value and d · Σ |part| to the scale. */
@@ -105,7 +105,49 @@ export function ggmlVecDot(format: 'Q8_0' | 'Q4_0' | 'Q5_0' | 'Q4_K' | 'Q6_K', r
   const xq = refQ8_K(x.subarray(0, n));
   for (let b = 0; b < n / 256; b++) {
     const qx = (i: number) => xq.q[b * 256 + i];
-    if (format === 'Q4_K') {
+    if (format === 'Q2_K') {
+      // ggml_vec_dot_q2_K_q8_K_generic
+      const o = b * 84;
+      const sc = (j: number) => row[o + j];
+      const summ: number[] = [];
+      for (let j = 0; j < 16; j++) summ.push(xq.bsums[b * 16 + j] * (sc(j) >> 4));
+      const sumi: number[] = [];
+      let is = 0;
+      for (let k = 0; k < 2; k++)
+        for (let j = 0; j < 4; j++)
+          for (let half = 0; half < 2; half++) {
+            let isuml = 0;
+            for (let l = 16 * half; l < 16 * half + 16; l++) isuml += qx(128 * k + 32 * j + l) * ((row[o + 16 + 32 * k + l] >> (2 * j)) & 3);
+            sumi.push((sc(is++) & 15) * isuml);
+          }
+      add(f16(row, o + 80) * xq.d[b], ...sumi);
+      add(-f16(row, o + 82) * xq.d[b], ...summ);
+    } else if (format === 'Q3_K') {
+      // ggml_vec_dot_q3_K_q8_K_generic: values, then the 6-bit scales unpacked from 12 bytes
+      const o = b * 110;
+      const a = new Array(256);
+      let m = 1;
+      for (let h = 0; h < 2; h++)
+        for (let j = 0; j < 4; j++, m <<= 1)
+          for (let l = 0; l < 32; l++) a[128 * h + 32 * j + l] = ((row[o + 32 + 32 * h + l] >> (2 * j)) & 3) - (row[o + l] & m ? 0 : 4);
+      const u = (i: number) => (row[o + 96 + 4 * i] | (row[o + 97 + 4 * i] << 8) | (row[o + 98 + 4 * i] << 16) | (row[o + 99 + 4 * i] << 24)) >>> 0;
+      const [a0, a1, tmp] = [u(0), u(1), u(2)];
+      const [k1, k2] = [0x03030303, 0x0f0f0f0f];
+      const aux = [
+        (a0 & k2) | (((tmp >>> 0) & k1) << 4),
+        (a1 & k2) | (((tmp >>> 2) & k1) << 4),
+        ((a0 >>> 4) & k2) | (((tmp >>> 4) & k1) << 4),
+        ((a1 >>> 4) & k2) | (((tmp >>> 6) & k1) << 4),
+      ];
+      const scale = (j: number) => ((aux[j >> 2] >>> (8 * (j & 3))) & 255) - 32;
+      const sumi: number[] = [];
+      for (let j = 0; j < 16; j++) {
+        let dot = 0;
+        for (let l = 0; l < 16; l++) dot += a[16 * j + l] * qx(16 * j + l);
+        sumi.push(scale(j) * dot);
+      }
+      add(f16(row, o + 108) * xq.d[b], ...sumi);
+    } else if (format === 'Q4_K') {
       const o = b * 144;
       const s = (j: number) => row[o + 4 + j];
       const sc = (j: number) => (j < 4 ? s(j) & 63 : (s(j + 4) & 15) | ((s(j - 4) >> 6) << 4));

@@ -45,9 +45,9 @@ describe('integer-activation kernels (llama.cpp vec_dot numerics)', () => {
     }
   });
 
-  const formats: [QdotFormat, number][] = [['Q8_0', 800], ['Q4_0', 800], ['Q5_0', 800], ['Q4_K', 768], ['Q6_K', 768]];
+  const formats: [QdotFormat, number][] = [['Q8_0', 800], ['Q4_0', 800], ['Q5_0', 800], ['Q2_K', 768], ['Q3_K', 768], ['Q4_K', 768], ['Q6_K', 768]];
   for (const [format, cols] of formats) {
-    it(`${format}: every output within f32 rounding of ggml's vec_dot (T = 1, 3, rowwise 6; row ranges; a cut block)`, () => {
+    it(`${format}: every output within f32 rounding of ggml's vec_dot (T = 1, 3, rowwise 6; row ranges; a cut block); row cuts bit-identical`, () => {
       const rng = new Rng(11);
       const rows = 13;
       const f = randn(rows * cols, rng, 0.3);
@@ -79,6 +79,22 @@ describe('integer-activation kernels (llama.cpp vec_dot numerics)', () => {
               expect(Math.abs(y[t * nRows + r] - ref.value - tail)).toBeLessThanOrEqual(2e-6 * (ref.scale + tailAbs));
             }
         }
+      }
+      // Rows go several to a pass, the rest one by one: any cut of the rows (the worker pool's) gives the whole call's bits.
+      const x = randn(2 * cols, rng);
+      const whole = new Float32Array(2 * rows);
+      matmul(w, x, 2, cols, whole, rows);
+      for (const cut of [1, 4, 5, 8, 11]) {
+        const parts = new Float32Array(2 * rows);
+        const head = new Float32Array(2 * cut);
+        const tail = new Float32Array(2 * (rows - cut));
+        matmul(w, x, 2, cols, head, cut, { rowStart: 0, nRows: cut });
+        matmul(w, x, 2, cols, tail, rows - cut, { rowStart: cut, nRows: rows - cut });
+        for (let t = 0; t < 2; t++) {
+          parts.set(head.subarray(t * cut, (t + 1) * cut), t * rows);
+          parts.set(tail.subarray(t * (rows - cut), (t + 1) * (rows - cut)), t * rows + cut);
+        }
+        expect(parts).toEqual(whole);
       }
     });
   }

@@ -1,7 +1,7 @@
 /**
  * Integer-activation matmul kernels, llama.cpp's vec_dot: the activation x is quantized once per call
  * (ggml's quantize_row_q8_0_ref per 32 values for Q8_0 / Q4_0 / Q5_0 weights, quantize_row_q8_K_ref
- * per 256 with its block sums for Q4_K / Q6_K), then each block's dot product is int8 × int8 in
+ * per 256 with its block sums for Q2_K / Q3_K / Q4_K / Q6_K), then each block's dot product is int8 × int8 in
  * i16 lanes summed into i32 (exact), and the scales apply per block in f32. So the runtime's results
  * for these weights are llama.cpp's, up to the order of the f32 sums.
  *
@@ -11,18 +11,21 @@
  * - q8_K (308 bytes): f32 d, 16 × i16 sums of 16 values (ggml's bsums), 8 × i16 sums of 32, 256 × int8.
  *
  * The kernels take the others' parameters (w, wStride, xq, xqStride, y, yStride, nRows, nBlocks, T,
- * table): y[t·yStride + 4r] = Σ over nBlocks whole blocks of row r and token t. Browser-safe.
+ * table): y[t·yStride + 4r] = Σ over nBlocks whole blocks of row r and token t. Some formats take
+ * several rows a pass (their x loads shared); each row's operations are the same either way, so a
+ * row's output does not depend on the row range it is computed in (the worker pool's cuts).
+ * Browser-safe.
  */
 import { fr, nearestInt } from '../../core/quant/common.js';
 import { f16ToF32, f32ToF16 } from '../../core/util/half.js';
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, br, brIf, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Or, i32Shl, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
+  block, br, brIf, hNarrowS, hShl, hShrS, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Or, i32Shl, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
 } from '../../core/util/wasm-ops.js';
 
 /** Weight formats with an integer-activation kernel, and the activation blocks each reads. */
-export type QdotFormat = 'Q8_0' | 'Q4_0' | 'Q5_0' | 'Q4_K' | 'Q6_K';
-export const QDOT_FORMATS: readonly string[] = ['Q8_0', 'Q4_0', 'Q5_0', 'Q4_K', 'Q6_K'];
+export type QdotFormat = 'Q8_0' | 'Q4_0' | 'Q5_0' | 'Q2_K' | 'Q3_K' | 'Q4_K' | 'Q6_K';
+export const QDOT_FORMATS: readonly string[] = ['Q8_0', 'Q4_0', 'Q5_0', 'Q2_K', 'Q3_K', 'Q4_K', 'Q6_K'];
 export const Q8_0_BYTES = 36;
 export const Q8_K_BYTES = 308;
 /** Activation layout by weight format: values per block and bytes per block. */
@@ -30,6 +33,8 @@ export const QDOT_ACT: Record<QdotFormat, { block: number; bytes: number }> = {
   Q8_0: { block: 32, bytes: Q8_0_BYTES },
   Q4_0: { block: 32, bytes: Q8_0_BYTES },
   Q5_0: { block: 32, bytes: Q8_0_BYTES },
+  Q2_K: { block: 256, bytes: Q8_K_BYTES },
+  Q3_K: { block: 256, bytes: Q8_K_BYTES },
   Q4_K: { block: 256, bytes: Q8_K_BYTES },
   Q6_K: { block: 256, bytes: Q8_K_BYTES },
 };
@@ -87,7 +92,9 @@ const mem = (code: number, align: number, off: number) => [code, align, ...uleb(
 const i32Load = (off: number) => mem(0x28, 2, off);
 const i32Load8S = (off: number) => mem(0x2c, 0, off);
 const i32Load16U = (off: number) => mem(0x2f, 1, off);
-const f32Store = [0x38, 2, 0];
+const f32Store = (off: number) => mem(0x38, 2, off);
+const i32Store = (off: number) => mem(0x36, 2, off);
+const i32DivU = [0x6e];
 const i32ShrU = [0x76];
 const load8x8S = (off: number) => simd(0x01, 0, ...uleb(off));
 const load8x8U = (off: number) => simd(0x02, 0, ...uleb(off));
@@ -98,11 +105,13 @@ const bSplat = simd(0x0f);
 const bExtractU = (lane: number) => simd(0x16, lane);
 const iReplace = (lane: number) => simd(0x1c, lane);
 const bEq = simd(0x23);
+const vAndNot = simd(0x4f); // a & ~b
 const bShl = simd(0x6b);
 const bShrU = simd(0x6d);
 const bSub = simd(0x71);
 const hExtLowS = simd(0x87); // i16x8.extend_low_i8x16_s
 const hExtHighS = simd(0x88);
+const hExtLowU = simd(0x89); // i16x8.extend_low_i8x16_u
 const hExtHighU = simd(0x8a); // i16x8.extend_high_i8x16_u
 const hShrU = simd(0x8d);
 const hSub = simd(0x91);
@@ -110,91 +119,121 @@ const hSplat = simd(0x10);
 const iMul = simd(0xb5);
 const iDot = simd(0xba); // i32x4.dot_i16x8_s
 
-// Locals: parameters 0..9, then i32 10..19, f32 20..23, v128 24..39.
+// Locals: parameters 0..9, then i32 10..29, f32 30..33, v128 34..65.
 const [W, WS, X, XS, Y, YS, NR, NB, T, TAB] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
-const [R, TT, BP, XB, B, U0, U1, U2] = [10, 11, 12, 13, 14, 15, 16, 17];
-const V = (i: number) => 24 + i;
-const [ACC, IACC, MACC, IS, Q] = [V(0), V(1), V(2), V(3), V(5)];
+const [R, TT, XB, B, U0, U1, U2, YP, H, HW, H4] = [10, 11, 12, 13, 14, 15, 16, 17, 22, 23, 24];
+const DX = 30; // f32: the x block's scale
+const V = (i: number) => 34 + i;
+/** A row of a pass: its weight block at `bp`; f32x4 `acc`, i32x4 `iacc`, and `sc` (Q4_K's scales). */
+interface Row { bp: number; acc: number; iacc: number; sc: number }
+const ROWS: Row[] = [0, 1, 2, 3].map((g) => ({ bp: 18 + g, acc: V(g), iacc: V(4 + g), sc: V(8 + g) }));
+/** x's widened int8 of a block (or sub-block), loaded once for the rows of a pass. */
+const XV = [12, 13, 14, 15, 16, 17, 18, 19].map(V);
 /** Free v128 locals for a kernel's own use. */
-const TMP = [V(6), V(7), V(8), V(9), V(10), V(11), V(12), V(13)];
-const LOCALS = [...uleb(3), ...uleb(10), 0x7f, ...uleb(4), 0x7d, ...uleb(16), 0x7b];
+const TMP = [20, 21, 22, 23, 24, 25, 26, 27, 28, 29].map(V);
+const LOCALS = [...uleb(3), ...uleb(20), 0x7f, ...uleb(4), 0x7d, ...uleb(32), 0x7b];
 
 const whileLt = (a: number[], limit: number[], body: number[]) => block(loop([...a, ...limit, ...i32GeU, ...brIf(1), ...body, ...br(0)]));
 const inc = (l: number, by: number) => [...get(l), ...i32c(by), ...i32Add, ...set(l)];
 const splatB = (v: number) => [...i32c(v), ...bSplat];
-/** The f16 at BP + off as f32, through the table. */
-const f16At = (off: number) => [...get(TAB), ...get(BP), ...i32Load16U(off), ...i32c(2), ...i32Shl, ...i32Add, ...f32Load()];
-/** ACC += f32(vector local `acc`) · splat(f16 weight scale at BP + off · x's f32 scale); `minus` subtracts. */
-const scaleInto = (acc: number, off: number, minus = false) => [
-  ...get(ACC), ...get(acc), ...fFromI32, ...f16At(off), ...get(XB), ...f32Load(), ...f32Mul, ...fSplat, ...fMul, ...(minus ? fSub : fAdd), ...set(ACC),
+/** The f16 at bp + off as f32, through the table. */
+const f16At = (bp: number, off: number) => [...get(TAB), ...get(bp), ...i32Load16U(off), ...i32c(2), ...i32Shl, ...i32Add, ...f32Load()];
+/** x's f32 block scale into DX (once per block, for every row of the pass). */
+const loadDx = [...get(XB), ...f32Load(), ...set(DX)];
+/** row.acc += f32(vector local `src`) · splat(f16 weight scale at bp + off · x's scale); `minus` subtracts. */
+const scaleInto = (row: Row, src: number, off: number, minus = false) => [
+  ...get(row.acc), ...get(src), ...fFromI32, ...f16At(row.bp, off), ...get(DX), ...f32Mul, ...fSplat, ...fMul, ...(minus ? fSub : fAdd), ...set(row.acc),
 ];
 /**
- * i32x4 Σ of the products of the 16 int8 lanes of `w` with the int8 x at XB + off: both widened to
- * i16 (x by its load), then i32x4.dot_i16x8_s (one pmaddwd on x64; i8×i8 extmuls cost more).
+ * A row's accumulator stored (lane 0) into the y slot of the pass's first row, which its final sum
+ * overwrites: the store orders the rows' work. Without it V8 placed every row's loads of a block
+ * before the arithmetic, keeping all rows' widened weights live at once (spilled): Q4_K ran 1.07×
+ * the one-row kernel with 2 rows a pass instead of 1.36×.
  */
-const dot16 = (w: number[], off: number) => [
-  ...w, ...set(Q),
-  ...get(Q), ...hExtLowS, ...get(XB), ...load8x8S(off), ...iDot,
-  ...get(Q), ...hExtHighS, ...get(XB), ...load8x8S(off + 8), ...iDot,
+const sink = (r: Row) => [...get(YP), ...get(r.acc), ...simd(0x1f, 0), ...f32Store(0)];
+/** The same for an i32x4 accumulator. */
+const sinkI = (r: Row) => [...get(YP), ...get(r.iacc), ...simd(0x1b, 0), ...i32Store(0)];
+/** XV[first + i] = x's int8 at XB + off + 8i widened to i16, i < n. */
+const loadX = (off: number, n: number, first = 0) => Array.from({ length: n }, (_, i) => [...get(XB), ...load8x8S(off + 8 * i), ...set(XV[first + i])]).flat();
+/** i32x4 Σ of the products of the i16 lanes of `w` (8 values) with XV[k]. */
+const dotX = (w: number[], k: number) => [...w, ...get(XV[k]), ...iDot];
+/** i32x4 Σ of the 16 int8 lanes of `w` times XV[k], XV[k + 1] (both sides widened to i16, then i32x4.dot_i16x8_s). */
+const dot16 = (w: number[], k: number) => [
+  ...w, ...set(TMP[9]),
+  ...get(TMP[9]), ...hExtLowS, ...get(XV[k]), ...iDot,
+  ...get(TMP[9]), ...hExtHighS, ...get(XV[k + 1]), ...iDot,
   ...iAdd,
 ];
-/** i32x4 Σ of the products of the i16 lanes of `w` (8 values) with the int8 x at XB + off. */
-const dot8 = (w: number[], off: number) => [...w, ...get(XB), ...load8x8S(off), ...iDot];
-/** Nibbles as i16 lanes: bytes widened by their load, then the low (`& 15`) or high (`>> 4`) half. */
-const lowNib = (l: number) => [...get(l), ...splatB(15), ...vAnd];
+/** Nibbles as i16 lanes: bytes widened by their load, then the low (`& MASK`, 15 in each byte) or high (`>> 4`) half. */
+const lowNib = (l: number, mask: number) => [...get(l), ...get(mask), ...vAnd];
 const highNib = (l: number) => [...get(l), ...i32c(4), ...hShrU];
 
 /**
- * A kernel: for each row r and token t, ACC zeroed, `blk` run for each of the nBlocks blocks (it reads
- * the weight block at BP and the activation block at XB), BP += wBytes, XB += xBytes, then
- * y[t·yStride + 4r] = the lanes of ACC summed. `setup` runs once (constants into locals).
+ * A kernel: for each row r and token t, y[t·yStride + 4r] = the lanes of the row's acc summed after
+ * `blk` ran for each of the nBlocks blocks (it reads each row's weight block at row.bp and the
+ * activation block at XB; then every bp += wBytes, XB += xBytes). Rows go `group` to a pass, the
+ * rest one by one: each row's operations and their order are the same either way, so a row's result
+ * does not depend on where a row range starts (the worker pool's cuts). `setup` runs once.
  */
-function kernel(wBytes: number, xBytes: number, blk: number[], setup: number[] = []): number[] {
-  const hsum = [0, 1, 2, 3].flatMap((l) => [...get(ACC), ...simd(0x1f, l), ...(l ? [0x92] : [])]);
-  return [
-    ...LOCALS,
-    ...setup,
-    ...i32c(0), ...set(R),
-    ...whileLt(get(R), get(NR), [
+function kernel(wBytes: number, xBytes: number, blk: (rows: Row[]) => number[], setup: number[] = [], group = 1): number[] {
+  const pass = (n: number) => {
+    const rows = ROWS.slice(0, n);
+    const hsum = (acc: number) => [0, 1, 2, 3].flatMap((l) => [...get(acc), ...simd(0x1f, l), ...(l ? [0x92] : [])]);
+    return [
       ...i32c(0), ...set(TT),
       ...whileLt(get(TT), get(T), [
-        ...get(W), ...get(R), ...get(WS), ...i32Mul, ...i32Add, ...set(BP),
+        ...get(W), ...get(R), ...get(WS), ...i32Mul, ...i32Add, ...set(rows[0].bp),
+        ...rows.slice(1).flatMap((r, g) => [...get(rows[g].bp), ...get(HW), ...i32Add, ...set(r.bp)]),
         ...get(X), ...get(TT), ...get(XS), ...i32Mul, ...i32Add, ...set(XB),
-        ...vZero, ...set(ACC),
+        ...rows.flatMap((r) => [...vZero, ...set(r.acc)]),
+        ...get(Y), ...get(TT), ...get(YS), ...i32Mul, ...i32Add, ...get(R), ...i32c(2), ...i32Shl, ...i32Add, ...set(YP),
         ...i32c(0), ...set(B),
-        ...whileLt(get(B), get(NB), [...blk, ...inc(BP, wBytes), ...inc(XB, xBytes), ...inc(B, 1)]),
-        ...get(Y), ...get(TT), ...get(YS), ...i32Mul, ...i32Add, ...get(R), ...i32c(2), ...i32Shl, ...i32Add,
-        ...hsum, ...f32Store,
+        ...whileLt(get(B), get(NB), [...blk(rows), ...rows.flatMap((r) => inc(r.bp, wBytes)), ...inc(XB, xBytes), ...inc(B, 1)]),
+        ...rows.flatMap((r) => [...get(YP), ...hsum(r.acc), ...f32Store(0), ...get(YP), ...get(H4), ...i32Add, ...set(YP)]),
         ...inc(TT, 1),
       ]),
       ...inc(R, 1),
-    ]),
-    0x0b,
+    ];
+  };
+  // Row g of a pass is R + g·H, H = ⌊nRows / group⌋: adjacent rows are interleaved streams within a
+  // page, and with them Q8_0 ran at half the one-row kernel's speed over a whole model's weights
+  // (the hardware prefetcher not following them, presumably); rows far apart ran 1.05×.
+  const grouped = [
+    ...get(NR), ...i32c(group), ...i32DivU, ...set(H),
+    ...get(H), ...get(WS), ...i32Mul, ...set(HW), ...get(H), ...i32c(2), ...i32Shl, ...set(H4),
+    ...whileLt(get(R), get(H), pass(group)),
+    ...get(H), ...i32c(group), ...i32Mul, ...set(R),
   ];
+  return [...LOCALS, ...setup, ...i32c(0), ...set(R), ...(group > 1 ? grouped : []), ...whileLt(get(R), get(NR), pass(1)), 0x0b];
 }
 
 /** Q8_0 × q8_0: 34-byte blocks (f16 d, 32 × int8); i16 products summed by i32x4.dot_i16x8_s. */
 function q8_0Body(): number[] {
-  const dots = [0, 1, 2, 3].flatMap((k) => [...get(IS), ...get(BP), ...load8x8S(2 + 8 * k), ...get(XB), ...load8x8S(4 + 8 * k), ...iDot, ...iAdd, ...set(IS)]);
-  return kernel(34, Q8_0_BYTES, [...vZero, ...set(IS), ...dots, ...scaleInto(IS, 0)]);
+  const row = (r: Row) => [
+    ...[0, 1, 2, 3].flatMap((k) => [...dotX([...get(r.bp), ...load8x8S(2 + 8 * k)], k), ...(k ? iAdd : [])]),
+    ...set(r.iacc), ...scaleInto(r, r.iacc, 0), ...sink(r),
+  ];
+  return kernel(34, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], [], 2);
 }
 
-/** Q4_0 / Q5_0 × q8_0: signed 4- or 5-bit values (lo: elements 0..15, hi: 16..31) against x's 32. */
-function legacyBody(wBytes: number, lo: number[], hi: number[], setup: number[] = []): number[] {
-  const blk = [...dot16(lo, 4), ...dot16(hi, 20), ...iAdd, ...set(IS), ...scaleInto(IS, 0)];
-  return kernel(wBytes, Q8_0_BYTES, blk, setup);
+/** Q4_0 / Q5_0 × q8_0: signed 4- or 5-bit values as two i8x16 (`lo`: elements 0..15, `hi`: 16..31) against x's 32. */
+function legacyBody(wBytes: number, lo: (r: Row) => number[], hi: (r: Row) => number[], setup: number[] = [], group = 1): number[] {
+  const row = (r: Row) => [...dot16(lo(r), 0), ...dot16(hi(r), 2), ...iAdd, ...set(r.iacc), ...scaleInto(r, r.iacc, 0), ...sink(r)];
+  return kernel(wBytes, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], setup, group);
 }
 
 /** Q4_0 (18 bytes: f16 d, 16 bytes of nibbles): q − 8, in i16 lanes (bytes 0..7 and 8..15 widened by their loads). */
 function q4_0Body(): number[] {
-  const [C0, C1] = [TMP[0], TMP[1]];
-  const m8 = (nib: number[]) => [...nib, ...i32c(8), ...hSplat, ...hSub];
-  return kernel(18, Q8_0_BYTES, [
-    ...get(BP), ...load8x8U(2), ...set(C0), ...get(BP), ...load8x8U(10), ...set(C1),
-    ...dot8(m8(lowNib(C0)), 4), ...dot8(m8(lowNib(C1)), 12), ...iAdd,
-    ...dot8(m8(highNib(C0)), 20), ...iAdd, ...dot8(m8(highNib(C1)), 28), ...iAdd,
-    ...set(IS), ...scaleInto(IS, 0),
-  ]);
+  const [C0, C1, MASK, EIGHT] = [TMP[0], TMP[1], TMP[2], TMP[3]];
+  const m8 = (nib: number[]) => [...nib, ...get(EIGHT), ...hSub];
+  const row = (r: Row) => [
+    ...get(r.bp), ...load8x8U(2), ...set(C0), ...get(r.bp), ...load8x8U(10), ...set(C1),
+    ...dotX(m8(lowNib(C0, MASK)), 0), ...dotX(m8(lowNib(C1, MASK)), 1), ...iAdd,
+    ...dotX(m8(highNib(C0)), 2), ...iAdd, ...dotX(m8(highNib(C1)), 3), ...iAdd,
+    ...set(r.iacc), ...scaleInto(r, r.iacc, 0), ...sink(r),
+  ];
+  const setup = [...splatB(15), ...set(MASK), ...i32c(8), ...hSplat, ...set(EIGHT)];
+  return kernel(18, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], setup, 2);
 }
 
 /**
@@ -203,61 +242,160 @@ function q4_0Body(): number[] {
  * lanes by a swizzle, one bit kept per lane, lanes with it set become 0x10.
  */
 function q5_0Body(): number[] {
-  const [SW0, SW1, BITS] = [TMP[0], TMP[1], TMP[2]];
-  const bitsOf = (sw: number) => [...get(BP), ...load32Splat(2), ...get(sw), ...bSwizzle, ...get(BITS), ...vAnd, ...get(BITS), ...bEq, ...splatB(0x10), ...vAnd];
-  const raw = [...get(BP), ...vload(6)];
+  const [SW0, SW1, BITS, HB, M15, F0] = [TMP[0], TMP[1], TMP[2], TMP[3], TMP[4], TMP[5]];
+  // 0xf0 (−16 as int8) in the lanes whose high bit is clear: (nibble | 16) − 16 or nibble − 16, in one or.
+  const minus16 = (sw: number) => [...get(F0), ...get(HB), ...get(sw), ...bSwizzle, ...get(BITS), ...vAnd, ...get(BITS), ...bEq, ...vAndNot];
+  const raw = (r: Row) => [...get(r.bp), ...vload(6)];
   const setup = [
     ...vConst([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]), ...set(SW0),
     ...vConst([2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]), ...set(SW1),
     ...vConst([1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128]), ...set(BITS),
+    ...splatB(15), ...set(M15), ...splatB(0xf0), ...set(F0),
   ];
   return legacyBody(
     22,
-    [...raw, ...splatB(15), ...vAnd, ...bitsOf(SW0), ...vOr, ...splatB(16), ...bSub],
-    [...raw, ...i32c(4), ...bShrU, ...bitsOf(SW1), ...vOr, ...splatB(16), ...bSub],
+    (r) => [...get(r.bp), ...load32Splat(2), ...set(HB), ...raw(r), ...get(M15), ...vAnd, ...minus16(SW0), ...vOr],
+    (r) => [...raw(r), ...i32c(4), ...bShrU, ...minus16(SW1), ...vOr],
     setup,
+    2,
   );
 }
 
 /**
  * Q4_K × q8_K (144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles):
- * Σ_s d·sc_s·(q·x)_s − dmin·m_s·(Σx)_s. The 12 bytes unpack (ggml's kmask trick) into the lanes of SC:
- * bytes 0..7 the scales, 8..15 the mins; the mins meet x's sums of 32 in one i32x4.dot_i16x8_s.
+ * Σ_s d·sc_s·(q·x)_s − dmin·m_s·(Σx)_s. The 12 bytes unpack (ggml's kmask trick) into the lanes of
+ * row.sc: bytes 0..7 the scales, 8..15 the mins; the mins meet x's sums of 32 in one
+ * i32x4.dot_i16x8_s. Sub-blocks 2j and 2j+1 are the low and high nibbles of bytes 32j..32j+31, read
+ * as four i16 vectors of 8 against x's 64 values of the pair (XV, loaded once for the pass's rows).
  */
 function q4_KBody(): number[] {
-  const SC = TMP[0];
-  const [RAW0, RAW1] = [TMP[1], TMP[2]];
+  const [C, HI, M, MASK] = [TMP[0], TMP[1], TMP[2], TMP[3]];
   const u = (l: number, sh: number, mask: number) => [...get(l), ...i32c(sh), ...i32ShrU, ...i32c(mask), ...i32And];
-  const scales = [
-    ...get(BP), ...i32Load(4), ...set(U0),
-    ...get(BP), ...i32Load(8), ...set(U1),
-    ...get(BP), ...i32Load(12), ...set(U2),
+  const scales = (r: Row) => [
+    ...get(r.bp), ...i32Load(4), ...set(U0),
+    ...get(r.bp), ...i32Load(8), ...set(U1),
+    ...get(r.bp), ...i32Load(12), ...set(U2),
     ...get(U0), ...i32c(0x3f3f3f3f), ...i32And, ...iSplat,
     ...get(U2), ...i32c(0x0f0f0f0f), ...i32And, ...u(U0, 6, 0x03030303), ...i32c(4), ...i32Shl, ...i32Or, ...iReplace(1),
     ...get(U1), ...i32c(0x3f3f3f3f), ...i32And, ...iReplace(2),
     ...u(U2, 4, 0x0f0f0f0f), ...u(U1, 6, 0x03030303), ...i32c(4), ...i32Shl, ...i32Or, ...iReplace(3),
-    ...set(SC),
+    ...set(r.sc),
+    ...vZero, ...set(r.iacc),
   ];
-  // Sub-blocks 2j and 2j+1 are the low and high nibbles of bytes 32j..32j+31, read as four i16 vectors of 8.
-  const C = [RAW0, RAW1, TMP[3], TMP[4]];
-  const sub = (s: number) => {
-    const j = s >> 1;
-    const nib = s & 1 ? highNib : lowNib;
-    const xo = 52 + 32 * s;
-    return [
-      ...(s & 1 ? [] : C.flatMap((c, i) => [...get(BP), ...load8x8U(16 + 32 * j + 8 * i), ...set(c)])),
-      ...get(IACC),
-      ...dot8(nib(C[0]), xo), ...dot8(nib(C[1]), xo + 8), ...iAdd, ...dot8(nib(C[2]), xo + 16), ...iAdd, ...dot8(nib(C[3]), xo + 24), ...iAdd,
-      ...get(SC), ...bExtractU(s), ...iSplat, ...iMul, ...iAdd, ...set(IACC),
-    ];
-  };
-  return kernel(144, Q8_K_BYTES, [
-    ...scales,
-    ...vZero, ...set(IACC),
-    ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap(sub),
-    ...get(SC), ...hExtHighU, ...get(XB), ...vload(36), ...iDot, ...set(MACC),
-    ...scaleInto(IACC, 0), ...scaleInto(MACC, 2, true),
-  ]);
+  // i16 lanes sc_2j ×4, sc_2j+1 ×4 from the scale bytes (a shuffle with zero bytes).
+  const scalePair = (j: number) => [0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [2 * j + (k >> 2), 16]);
+  // The low nibbles' sum stays on the stack, the high ones' in HI. Each lane of either is at most
+  // 4 · 2 · 15 · 128 in magnitude, so both narrow to i16 exactly, and one dot_i16x8_s with the two
+  // scales gives sc_2j · lo + sc_2j+1 · hi.
+  const pair = (j: number) => (r: Row) => [
+    ...[0, 1, 2, 3].flatMap((i) => [
+      ...get(r.bp), ...load8x8U(16 + 32 * j + 8 * i), ...set(C),
+      ...dotX(lowNib(C, MASK), i), ...(i ? iAdd : []),
+      ...(i ? get(HI) : []), ...dotX(highNib(C), 4 + i), ...(i ? iAdd : []), ...set(HI),
+    ]),
+    ...get(HI), ...hNarrowS, ...get(r.sc), ...vZero, ...simd(0x0d, ...scalePair(j)), ...iDot,
+    ...get(r.iacc), ...iAdd, ...set(r.iacc), ...sinkI(r),
+  ];
+  const finish = (r: Row) => [
+    ...get(r.sc), ...hExtHighU, ...get(XB), ...vload(36), ...iDot, ...set(M),
+    ...scaleInto(r, r.iacc, 0), ...scaleInto(r, M, 2, true),
+  ];
+  const blk = (rows: Row[]) => [
+    ...loadDx,
+    ...rows.flatMap(scales),
+    ...[0, 1, 2, 3].flatMap((j) => [...loadX(52 + 64 * j, 8), ...rows.flatMap(pair(j))]),
+    ...rows.flatMap(finish),
+  ];
+  return kernel(144, Q8_K_BYTES, blk, [...splatB(15), ...set(MASK)], 4);
+}
+
+/**
+ * row.iacc += sc_a · Σ lanes of `lo` + sc_b · Σ lanes of `hi` (i32x4 on the stack, lo under hi; every
+ * lane within i16): both narrowed to i16 exactly, then one dot_i16x8_s with the scale vector `scales`
+ * leaves (as i16 lanes sc_a ×4, sc_b ×4).
+ */
+const scalePairInto = (r: Row, scales: number[]) => [...hNarrowS, ...scales, ...iDot, ...get(r.iacc), ...iAdd, ...set(r.iacc)];
+/** i16 lanes (byte a ×4, byte b ×4) of vector local `l`, zero-extended: a shuffle with zero bytes. */
+const bytePairU = (l: number, a: number, b: number) => [...get(l), ...vZero, ...simd(0x0d, ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [k < 4 ? a : b, 16]))];
+/** The same, sign-extended: each byte into the high half, then an arithmetic shift. */
+const bytePairS = (l: number, a: number, b: number) => [
+  ...get(l), ...vZero, ...simd(0x0d, ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((k) => [16, k < 4 ? a : b])), ...i32c(8), ...hShrS,
+];
+
+/**
+ * Q2_K × q8_K (84 bytes: 16 scale bytes (low nibble the scale, high the min of 16 values), 64 bytes of
+ * 2-bit values, f16 d, f16 dmin): ggml_vec_dot_q2_K_q8_K: d·Σ_s sc_s·(q·x)_s − dmin·Σ_s m_s·(Σx)_s.
+ * Value 128k + 32j + l is bits 2j of byte 32k + l; its sub-block 8k + 2j + (l ≥ 16). The mins meet
+ * x's 16 bsums in two dot_i16x8_s.
+ */
+function q2_KBody(): number[] {
+  const [SCL, M, MASK] = [TMP[1], TMP[2], TMP[3]];
+  const Q = [TMP[4], TMP[5], TMP[6], TMP[7]];
+  const start = (r: Row) => [
+    ...get(r.bp), ...vload(0), ...splatB(15), ...vAnd, ...set(r.sc),
+    ...vZero, ...set(r.iacc),
+  ];
+  // Per half k: its 32 bytes as four i16 vectors (kept in Q across the four shifts: one row at a time).
+  const half = (k: number) => (r: Row) => [
+    ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(16 + 32 * k + 8 * i), ...set(Q[i])]),
+    ...[0, 1, 2, 3].flatMap((j) => {
+      const w = (i: number) => [...get(Q[i]), ...(j ? [...i32c(2 * j), ...hShrU] : []), ...(j < 3 ? [...get(MASK), ...vAnd] : [])];
+      const xv = (i: number) => [...get(XB), ...load8x8S(52 + 128 * k + 32 * j + 8 * i)];
+      const d = (i: number) => [...w(i), ...xv(i), ...iDot];
+      return [...d(0), ...d(1), ...iAdd, ...d(2), ...d(3), ...iAdd, ...scalePairInto(r, bytePairU(r.sc, 8 * k + 2 * j, 8 * k + 2 * j + 1))];
+    }),
+    ...sinkI(r),
+  ];
+  const finish = (r: Row) => [
+    ...get(r.bp), ...vload(0), ...i32c(4), ...bShrU, ...set(SCL),
+    ...get(SCL), ...hExtLowU, ...get(XB), ...vload(4), ...iDot,
+    ...get(SCL), ...hExtHighU, ...get(XB), ...vload(20), ...iDot, ...iAdd, ...set(M),
+    ...scaleInto(r, r.iacc, 80), ...scaleInto(r, M, 82, true),
+  ];
+  const row = (r: Row) => [...start(r), ...half(0)(r), ...half(1)(r), ...finish(r)];
+  return kernel(84, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK)]);
+}
+
+/**
+ * Q3_K × q8_K (110 bytes: 32 bytes of high bits, 64 of 2-bit values, 12 bytes of 6-bit scales, f16 d):
+ * ggml_vec_dot_q3_K_q8_K: q = low 2 bits − (high bit clear ? 4 : 0), d·Σ_s (sc_s − 32)·(q·x)_s.
+ * Value 128h + 32j + l: bits 2j of qs byte 32h + l, high bit 4h + j of hmask byte l; sub-block
+ * 8h + 2j + (l ≥ 16). The 12 scale bytes unpack as ggml's kmask code does, into the lanes of row.sc.
+ */
+function q3_KBody(): number[] {
+  const [MASK, FOUR] = [TMP[0], TMP[1]];
+  const Q = [TMP[2], TMP[3], TMP[4], TMP[5]];
+  const HM = [TMP[6], TMP[7], TMP[8], XV[0]];
+  const m = (l: number, sh: number, mask: number) => [...get(l), ...(sh ? [...i32c(sh), ...i32ShrU] : []), ...i32c(mask), ...i32And];
+  const lane = (lo: number[], hi: number[]) => [...lo, ...hi, ...i32c(4), ...i32Shl, ...i32Or];
+  const scales = (r: Row) => [
+    ...get(r.bp), ...i32Load(96), ...set(U0),
+    ...get(r.bp), ...i32Load(100), ...set(U1),
+    ...get(r.bp), ...i32Load(104), ...set(U2),
+    ...lane(m(U0, 0, 0x0f0f0f0f), m(U2, 0, 0x03030303)), ...iSplat,
+    ...lane(m(U1, 0, 0x0f0f0f0f), m(U2, 2, 0x03030303)), ...iReplace(1),
+    ...lane(m(U0, 4, 0x0f0f0f0f), m(U2, 4, 0x03030303)), ...iReplace(2),
+    ...lane(m(U1, 4, 0x0f0f0f0f), m(U2, 6, 0x03030303)), ...iReplace(3),
+    ...splatB(32), ...bSub, ...set(r.sc),
+    ...vZero, ...set(r.iacc),
+    ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(8 * i), ...set(HM[i])]),
+  ];
+  const half = (h: number) => (r: Row) => [
+    ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(32 + 32 * h + 8 * i), ...set(Q[i])]),
+    ...[0, 1, 2, 3].flatMap((j) => {
+      const bit = 4 * h + j; // the high bit's position; moved to bit 2 (the value 4)
+      const hb = (i: number) => [...get(HM[i]), ...(bit > 2 ? [...i32c(bit - 2), ...hShrU] : bit < 2 ? [...i32c(2 - bit), ...hShl] : []), ...get(FOUR), ...vAnd];
+      const w = (i: number) => [
+        ...get(Q[i]), ...(j ? [...i32c(2 * j), ...hShrU] : []), ...get(MASK), ...vAnd,
+        ...hb(i), ...vOr, ...get(FOUR), ...hSub,
+      ];
+      const d = (i: number) => [...w(i), ...get(XB), ...load8x8S(52 + 128 * h + 32 * j + 8 * i), ...iDot];
+      return [...d(0), ...d(1), ...iAdd, ...d(2), ...d(3), ...iAdd, ...scalePairInto(r, bytePairS(r.sc, 8 * h + 2 * j, 8 * h + 2 * j + 1))];
+    }),
+    ...sinkI(r),
+  ];
+  const row = (r: Row) => [...scales(r), ...half(0)(r), ...half(1)(r), ...scaleInto(r, r.iacc, 108)];
+  return kernel(110, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK), ...i32c(4), ...hSplat, ...set(FOUR)]);
 }
 
 /**
@@ -269,24 +407,27 @@ function q4_KBody(): number[] {
 function q6_KBody(): number[] {
   const QL = [TMP[0], TMP[1], TMP[2], TMP[3]];
   const QH = [TMP[4], TMP[5]];
-  const half = (h: number) => {
+  const half = (h: number) => (r: Row) => {
     const sub = (k: number) => {
       const lo = k < 4 ? [...get(QL[k]), ...splatB(15), ...vAnd] : [...get(QL[k - 4]), ...i32c(4), ...bShrU];
       const sh = [4, 4, 2, 2, 0, 0, -2, -2][k];
       const hi = [...get(QH[k & 1]), ...(sh > 0 ? [...i32c(sh), ...bShl] : sh < 0 ? [...i32c(-sh), ...bShrU] : []), ...splatB(0x30), ...vAnd];
       return [
-        ...get(IACC),
-        ...dot16([...lo, ...hi, ...vOr, ...splatB(32), ...bSub], 52 + 128 * h + 16 * k),
-        ...get(BP), ...i32Load8S(192 + 8 * h + k), ...iSplat, ...iMul, ...iAdd, ...set(IACC),
+        ...get(r.iacc),
+        ...get(XB), ...load8x8S(52 + 128 * h + 16 * k), ...set(XV[0]),
+        ...get(XB), ...load8x8S(60 + 128 * h + 16 * k), ...set(XV[1]),
+        ...dot16([...lo, ...hi, ...vOr, ...splatB(32), ...bSub], 0),
+        ...get(r.bp), ...i32Load8S(192 + 8 * h + k), ...iSplat, ...iMul, ...iAdd, ...set(r.iacc),
       ];
     };
     return [
-      ...[0, 1, 2, 3].flatMap((i) => [...get(BP), ...vload(64 * h + 16 * i), ...set(QL[i])]),
-      ...[0, 1].flatMap((i) => [...get(BP), ...vload(128 + 32 * h + 16 * i), ...set(QH[i])]),
+      ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...vload(64 * h + 16 * i), ...set(QL[i])]),
+      ...[0, 1].flatMap((i) => [...get(r.bp), ...vload(128 + 32 * h + 16 * i), ...set(QH[i])]),
       ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap(sub),
     ];
   };
-  return kernel(210, Q8_K_BYTES, [...vZero, ...set(IACC), ...half(0), ...half(1), ...scaleInto(IACC, 208)]);
+  const row = (r: Row) => [...vZero, ...set(r.iacc), ...half(0)(r), ...half(1)(r), ...scaleInto(r, r.iacc, 208)];
+  return kernel(210, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)]);
 }
 
 /** The kernels by export name, for ./wasm.ts's module (10 i32 parameters each). */
@@ -295,5 +436,7 @@ export const QDOT_KERNELS: Record<QdotFormat, { name: string; body: () => number
   Q4_0: { name: 'qdot_q4_0', body: q4_0Body },
   Q5_0: { name: 'qdot_q5_0', body: q5_0Body },
   Q4_K: { name: 'qdot_q4_k', body: q4_KBody },
+  Q2_K: { name: 'qdot_q2_k', body: q2_KBody },
+  Q3_K: { name: 'qdot_q3_k', body: q3_KBody },
   Q6_K: { name: 'qdot_q6_k', body: q6_KBody },
 };
