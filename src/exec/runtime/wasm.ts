@@ -1,5 +1,5 @@
 /**
- * WebAssembly SIMD matmul kernels (F32, F16, Q8_0, Q4_0, Q4_K, Q5_0, Q6_K; the quantized ones on integer
+ * WebAssembly SIMD matmul kernels (F32, F16, Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q6_K; the quantized ones on integer
  * activations as llama.cpp, ./qdot.ts), assembled here byte by byte so the runtime stays
  * dependency-free and browser-safe. Scalar JS reaches ~1/4 of onnxruntime's single-thread matvec
  * speed on a 30M model; f32x4 lanes close most of that gap.
@@ -429,7 +429,7 @@ export class WasmArena {
 
   /**
    * y[t*yStride + r] = W[rowStart + r, :nCols] · x[t*xStride ..] for t < T, W at byte `ptr` with rows of
-   * `rowBytes`. F32 / F16: any nCols; Q8_0 / Q4_0 / Q5_0: nCols a multiple of 32, Q4_K / Q6_K of 256 (the caller adds a cut block's tail).
+   * `rowBytes`. F32 / F16: any nCols; Q8_0 / Q4_0 / Q5_0: nCols a multiple of 32, the K-quants of 256 (the caller adds a cut block's tail).
    * Quantized weights take x quantized as llama.cpp does (./qdot.ts), prefill included: the int8 one-token
    * kernel beat an f32 tiled Q8_0 kernel (28 vs 22 GFLOP/s, [1376 × 512], 64 tokens), since removed.
    */
