@@ -231,7 +231,7 @@ export class GgufFileWriter {
   /** Write the next tensor's data (exactly its declared size) plus the padding after it. */
   async writeTensor(name: string, data: Uint8Array): Promise<void> {
     await this.beginTensor(name);
-    await this.writeData(data);
+    await (await this.writeData(data)).hashed;
     await this.endTensor();
   }
 
@@ -245,14 +245,16 @@ export class GgufFileWriter {
     this.pending = 0;
   }
 
-  async writeData(data: Uint8Array): Promise<void> {
+  /** Resolves once `data` is written; it must stay unchanged until `hashed` resolves (AtomicFile.append). */
+  async writeData(data: Uint8Array): Promise<{ hashed: Promise<void> }> {
     const t = this.tensors[this.next];
     if (this.pending < 0 || this.pending + data.length > t.nbytes) {
       await this.file.abort();
       throw new LlmcError(`internal: GGUF tensor "${t?.name}" gets more than the ${t?.nbytes} bytes its header says`);
     }
-    await this.file.write(data);
+    const written = await this.file.append(data);
     this.pending += data.length;
+    return written;
   }
 
   async endTensor(): Promise<void> {
