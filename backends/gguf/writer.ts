@@ -93,12 +93,15 @@ class ByteSink {
   }
   i64(v: number | bigint) { this.reserve(8); this.length = this.buf.writeBigInt64LE(BigInt(v), this.length); }
   bytes(b: Uint8Array) { this.reserve(b.length); this.buf.set(b, this.length); this.length += b.length; }
-  /** gguf_string: u64 byte length, UTF-8 bytes, no terminator. */
+  /**
+   * gguf_string: u64 byte length, UTF-8 bytes, no terminator. Encoded in place (at most 3 bytes per
+   * UTF-16 unit) and its length written in front: one pass over the string, not two (vocabularies).
+   */
   string(s: string) {
-    const n = Buffer.byteLength(s, 'utf8');
+    this.reserve(8 + 3 * s.length);
+    const n = this.buf.write(s, this.length + 8, 'utf8');
     this.u64(n);
-    this.reserve(n);
-    this.length += this.buf.write(s, this.length, n, 'utf8');
+    this.length += n;
   }
   padTo(alignment: number) { const pad = (alignment - (this.length % alignment)) % alignment; this.bytes(new Uint8Array(pad)); }
   result(): Uint8Array { return this.buf.subarray(0, this.length); }
