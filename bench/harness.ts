@@ -63,6 +63,8 @@ export interface ChildRun {
   wallMs: number;
   /** The child's peak resident set size in bytes. */
   peakRssBytes: number;
+  /** The child's CPU time (user + system, all threads) in ms: less moved by other load than wallMs. */
+  cpuMs: number;
 }
 
 /**
@@ -85,12 +87,15 @@ export async function runNodeWithPeakRss(script: string, args: string[], opts: {
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
   const wallMs = performance.now() - t;
   let peakRssBytes = NaN;
+  let cpuMs = NaN;
   try {
-    peakRssBytes = JSON.parse(await fsp.readFile(out, 'utf8')).vmHwmKiB * 1024;
+    const r = JSON.parse(await fsp.readFile(out, 'utf8')) as { vmHwmKiB: number; cpuMs: number };
+    peakRssBytes = r.vmHwmKiB * 1024;
+    cpuMs = r.cpuMs;
   } finally {
     await fsp.rm(out, { force: true });
   }
-  return { code, stdout, stderr, wallMs, peakRssBytes };
+  return { code, stdout, stderr, wallMs, peakRssBytes, cpuMs };
 }
 
 /** Run `suite` and print its JSON when `moduleUrl` is the script node was started with (`node dist/bench/x.bench.js [--quick]`). */

@@ -1,16 +1,19 @@
 /**
  * Bad input through the real CLI entry (src/app/cli/main.ts, in-process): one `llmc:` line on stderr,
- * a non-zero exit, and the output directory left without model.gguf or temp files.
+ * a non-zero exit, and the output directory left without model.gguf or temp files. And `llmc compile`
+ * as users start it (bin/llmc.js): from its one-file bundle, with the bytes dist/ gives.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
 import { main } from '../src/app/cli/main.js';
 import { closeQuantWorkers } from '../src/core/quant/index.js';
-import { STORIES } from './gguf-helpers.js';
+import { ensureBuilt } from './build-once.js';
+import { ROOT, STORIES } from './gguf-helpers.js';
 
 let tmp: string;
 const mounts: string[] = [];
@@ -144,4 +147,24 @@ describe('gguf target: bad input', () => {
     expect(r.errLines[0]).toContain('model.safetensors');
     expect(existsSync(path.join(out, 'model.gguf'))).toBe(false); // refused at open: nothing was created
   });
+});
+
+describe('llmc compile through bin/llmc.js', () => {
+  it('starts from its one-file bundle (scripts/bundle-run.mjs) and writes the bytes dist/ writes', async () => {
+    ensureBuilt();
+    // A module hook that names every file the process loads.
+    writeFileSync(path.join(tmp, 'hooks.mjs'), "export async function load(url, c, next) { if (url.startsWith('file:')) console.error('loaded ' + url); return next(url, c); }\n");
+    writeFileSync(path.join(tmp, 'register.mjs'), "import { register } from 'node:module'; register('./hooks.mjs', import.meta.url);\n");
+    const compile = (out: string, env: Record<string, string>) => {
+      const r = spawnSync('node', ['--import', path.join(tmp, 'register.mjs'), path.join(ROOT, 'bin/llmc.js'), 'compile', STORIES, '--target', 'gguf', '--quant', 'Q4_K_M', '--no-eval', '-o', out], { encoding: 'utf8', env: { ...process.env, ...env } });
+      expect(r.status, r.stderr).toBe(0);
+      return r.stderr.split('\n').filter((l) => l.startsWith('loaded ')).map((l) => path.relative(ROOT, fileURLToPath(l.slice(7))));
+    };
+    const bundled = compile(path.join(tmp, 'bundled'), {});
+    const plain = compile(path.join(tmp, 'plain'), { LLMC_RUN_BUNDLE: 'off' });
+    expect(bundled).toContain('dist/llmc-compile.mjs');
+    expect(bundled).not.toContain('dist/backends/gguf/emit.js');
+    expect(plain).toContain('dist/backends/gguf/emit.js');
+    expect(readFileSync(path.join(tmp, 'bundled/model.gguf')).equals(readFileSync(path.join(tmp, 'plain/model.gguf')))).toBe(true);
+  }, 60_000);
 });

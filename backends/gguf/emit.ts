@@ -21,6 +21,12 @@ import { GgufFileWriter, layoutGguf, type GgufTensorInfo } from './writer.js';
 export const GGUF_FILE = 'model.gguf';
 /** Values per streamed chunk (16 MB of f32): memory follows this, not the largest tensor. */
 const CHUNK_ELEMENTS = 1 << 22;
+/**
+ * Values per chunk where the source's half-float bits are converted directly (2 MB of bf16). Small:
+ * fresh memory costs more to touch than to convert on a VM that hands free memory back to its host
+ * (docs/speed.md, "GGUF from BF16 vs `cp`"), and the chunk stays in cache from read to write and hash.
+ */
+const RAW_CHUNK_ELEMENTS = 1 << 20;
 
 interface PlannedTensor extends TensorPlan {
   ne: number[];
@@ -128,34 +134,49 @@ export const ggufTarget: Target = {
     const arena = simdKernels()?.acquireArena() ?? null;
     const buffers = new ChunkBuffers(arena ? (slot, bytes) => arena.buffer(slot, bytes) : undefined);
     const encoder = new ChunkEncoder(buffers);
-    // A two-stage pipeline over all tensors' chunks: chunk k+1 is read and encoding (on the worker
-    // threads too) while chunk k's encoding finishes and it is written; so no core idles at a chunk's
-    // end, nor at a tensor's (ChunkBuffers keeps the two chunks' buffers apart).
-    type Encoded = { t: PlannedTensor; bytes: Promise<Uint8Array>; values: number };
+    // A pipeline over all tensors' chunks. A chunk encoded here is written at once, and the hash
+    // worker (AtomicFile) reads it while the next chunk is read and converted: the artifact's hash
+    // is the longest stage, so the worker must never wait for the main thread. A chunk encoding on
+    // worker threads is written one chunk late, so the next one encodes meanwhile. Chunk i takes
+    // the buffers chunk i-2 had (ChunkBuffers, ChunkEncoder alternate), so chunk i-2 must be hashed
+    // before chunk i is read: only the last chunk written may still be in the hash worker's hands
+    // when the next is read.
+    type Encoded = { t: PlannedTensor; bytes: Uint8Array | Promise<Uint8Array>; values: number };
     let current: PlannedTensor | null = null;
+    let hashing: Promise<void> | null = null;
     const write = async ({ t, bytes, values }: Encoded) => {
       if (t !== current) {
         if (current) await writer.endTensor();
         await writer.beginTensor(t.name);
         current = t;
       }
-      await writer.writeData(await bytes);
+      const before = hashing;
+      ({ hashed: hashing } = await writer.writeData(await bytes));
+      await before; // the worker has this chunk queued while it finishes the one before
       ctx.progress.tick(values * 4);
     };
     try {
-      let previous: Encoded | null = null;
+      let late: Encoded | null = null;
       for (const t of plan.tensors) {
         // Raw source bits where an encoder takes them directly: bf16 (several types), f16 (to F16).
         // (Not with --allow-nonfinite: the direct encoders refuse Inf/NaN as they go.)
         const raw: RawDtype[] = source.allowNonFinite ? [] : [...(encodesBf16(t.type, t.ne[0]) ? ['BF16' as const] : []), ...(t.type === 'F16' ? ['F16' as const] : [])];
-        for await (const chunk of tensorChunks(source, t, { maxElems: CHUNK_ELEMENTS, raw, buffers })) {
+        const maxElems = raw.length ? RAW_CHUNK_ELEMENTS : CHUNK_ELEMENTS;
+        for await (const chunk of tensorChunks(source, t, { maxElems, raw, buffers })) {
           const bytes = encoder.encode(t.type, chunk, t.ne[0]);
-          bytes.catch(() => {}); // surfaced when written
-          if (previous) await write(previous);
-          previous = { t, bytes, values: chunk.length };
+          if (late) await write(late);
+          late = null;
+          const encoded = { t, bytes, values: chunk.length };
+          if (bytes instanceof Uint8Array) await write(encoded);
+          else {
+            bytes.catch(() => {}); // surfaced when written
+            late = encoded;
+            await hashing; // the chunk just written (before this one), whose buffers the next one takes
+          }
         }
       }
-      if (previous) await write(previous);
+      if (late) await write(late);
+      await hashing;
       if (current) await writer.endTensor();
       await writer.finish();
     } catch (err) {

@@ -9,7 +9,7 @@ import { quantizeParallel, type QuantType } from '../../src/core/quant/index.js'
 import { allFiniteBf16, BF16_DIRECT, copyF16Into, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/core/quant/bf16.js';
 import { ChunkBuffers, SLOT, type Chunk } from './stream.js';
 
-async function encodeTensor(type: QuantType, data: Float32Array, rowLength: number): Promise<Uint8Array> {
+function encodeTensor(type: QuantType, data: Float32Array, rowLength: number): Uint8Array | Promise<Uint8Array> {
   // F32 is the data itself: no copy.
   if (type === 'F32') return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   return quantizeParallel(type, data, rowLength);
@@ -18,14 +18,15 @@ async function encodeTensor(type: QuantType, data: Float32Array, rowLength: numb
 /**
  * Encodes chunks. Raw bf16 / f16 chunks land in one of two reused output buffers, alternating,
  * so a returned array stays valid while the next chunk is encoded (one write may be in flight); with
- * the stream's buffers (same ChunkBuffers), input and output sit in the kernels' arena.
+ * the stream's buffers (same ChunkBuffers), input and output sit in the kernels' arena. What is
+ * encoded here comes back at once; a promise means worker threads are encoding it.
  */
 export class ChunkEncoder {
   private k = 0;
 
   constructor(private readonly buffers: ChunkBuffers = new ChunkBuffers()) {}
 
-  async encode(type: QuantType, chunk: Chunk, rowLength: number): Promise<Uint8Array> {
+  encode(type: QuantType, chunk: Chunk, rowLength: number): Uint8Array | Promise<Uint8Array> {
     if (chunk.f16) return this.copyF16(type, chunk, chunk.f16);
     if (!chunk.bf16) return encodeTensor(type, chunk.data!, rowLength);
     const src = chunk.bf16;

@@ -93,12 +93,15 @@ class ByteSink {
   }
   i64(v: number | bigint) { this.reserve(8); this.length = this.buf.writeBigInt64LE(BigInt(v), this.length); }
   bytes(b: Uint8Array) { this.reserve(b.length); this.buf.set(b, this.length); this.length += b.length; }
-  /** gguf_string: u64 byte length, UTF-8 bytes, no terminator. */
+  /**
+   * gguf_string: u64 byte length, UTF-8 bytes, no terminator. Encoded in place (at most 3 bytes per
+   * UTF-16 unit) and its length written in front: one pass over the string, not two (vocabularies).
+   */
   string(s: string) {
-    const n = Buffer.byteLength(s, 'utf8');
+    this.reserve(8 + 3 * s.length);
+    const n = this.buf.write(s, this.length + 8, 'utf8');
     this.u64(n);
-    this.reserve(n);
-    this.length += this.buf.write(s, this.length, n, 'utf8');
+    this.length += n;
   }
   padTo(alignment: number) { const pad = (alignment - (this.length % alignment)) % alignment; this.bytes(new Uint8Array(pad)); }
   result(): Uint8Array { return this.buf.subarray(0, this.length); }
@@ -231,7 +234,7 @@ export class GgufFileWriter {
   /** Write the next tensor's data (exactly its declared size) plus the padding after it. */
   async writeTensor(name: string, data: Uint8Array): Promise<void> {
     await this.beginTensor(name);
-    await this.writeData(data);
+    await (await this.writeData(data)).hashed;
     await this.endTensor();
   }
 
@@ -245,14 +248,16 @@ export class GgufFileWriter {
     this.pending = 0;
   }
 
-  async writeData(data: Uint8Array): Promise<void> {
+  /** Resolves once `data` is written; it must stay unchanged until `hashed` resolves (AtomicFile.append). */
+  async writeData(data: Uint8Array): Promise<{ hashed: Promise<void> }> {
     const t = this.tensors[this.next];
     if (this.pending < 0 || this.pending + data.length > t.nbytes) {
       await this.file.abort();
       throw new LlmcError(`internal: GGUF tensor "${t?.name}" gets more than the ${t?.nbytes} bytes its header says`);
     }
-    await this.file.write(data);
+    const written = await this.file.append(data);
     this.pending += data.length;
+    return written;
   }
 
   async endTensor(): Promise<void> {

@@ -10,7 +10,7 @@
 import { f16Table } from '../util/half.js';
 import { fr, getF16, GROUP_MAX_EPS, i8, nearestInt, putF16 } from './common.js';
 import { makeQ3Quants, makeQkx2Quants, makeQxQuants } from './kmake.js';
-import { K_LB, K_OD, K_ODM, K_OM, K_OS, K_Q3OUT, K_RAW, K_RES, kquantKernels } from './kwasm.js';
+import { K_LB, K_OD, K_ODM, K_OM, K_OS, K_Q3OUT, K_RAW, K_RES, kquantKernels, type KQuantKernels } from './kwasm.js';
 
 const QK_K = 256;
 const L = new Uint8Array(QK_K);
@@ -23,7 +23,8 @@ const sc12 = new Uint8Array(12);
 
 const HALF = -0.5;
 const TENTH = fr(0.1);
-let KW = kquantKernels();
+/** Built on first use (toWasm): assembling the module cost every command ~0.1 s of start-up. */
+let KW: KQuantKernels | null | undefined;
 
 /**
  * Switch the wasm kernels on (the default where WebAssembly SIMD exists) or off (the JS transcriptions,
@@ -46,6 +47,7 @@ function codesFromWasm(j: number, n: number, dst: Uint8Array | Int8Array | Int32
  * prep); false if there are no kernels or the block is too wild for them (non-finite or huge values).
  */
 function toWasm(x: Float32Array, xo: number, n: number, mode: number): boolean {
+  if (KW === undefined) KW = kquantKernels();
   if (!KW) return false;
   KW.f32.set(x.subarray(xo, xo + QK_K), K_RAW / 4);
   return KW.prep(QK_K / n / 4, n, mode) === 1;

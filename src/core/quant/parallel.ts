@@ -127,6 +127,12 @@ function buildWorker(root: string, hash: string): void {
 export function resolveWorkerScript(): string | null {
   if (workerScript !== undefined) return workerScript;
   const here = fileURLToPath(import.meta.url);
+  if (here.endsWith('.mjs')) {
+    // A bundle in dist/ (scripts/bundle-run.mjs): the worker script is tsc's, under dist/src.
+    const js = path.join(path.dirname(here), 'src/core/quant/worker.js');
+    workerScript = fs.existsSync(js) ? js : null;
+    return workerScript;
+  }
   if (here.endsWith('.js')) {
     const js = path.join(path.dirname(here), 'worker.js');
     workerScript = fs.existsSync(js) ? js : null;
