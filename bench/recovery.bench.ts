@@ -22,6 +22,7 @@ import { silentProgress } from '../src/core/util/progress.js';
 import { analyzeReorder } from '../passes/reorder/analyze.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { trainNested } from '../passes/reorder/nested.js';
+import { recoverSettings } from '../passes/reorder/recover.js';
 import { calibrationSet, trainingSet } from '../src/measure/calibration.js';
 import { findTarget } from '../src/app/compile/plan.js';
 import { selectLevel, type Level } from '../src/core/records/index.js';
@@ -92,7 +93,7 @@ export async function nestedRun(src: ModelSource, cacheDir: string, options: Rec
   const calib = await calibrationSet(src, { source: 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut }, { cacheDir });
   const data = await trainingSet(src, calib, o.recover!.data, o.recover!.seed, { cacheDir });
   const levels = r.metadata.levels.filter((lv) => lv.paramFrac < 1);
-  const { data: _d, threads: _t, ...settings } = o.recover!;
+  const settings = recoverSettings(o.recover!, levels.length);
   const steps = levels.length * settings.steps;
   const t0 = performance.now();
   const c0 = process.cpuUsage();
