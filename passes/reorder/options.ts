@@ -86,10 +86,6 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
 
 export const OPTION_KEYS = OPTION_SPECS.map((s) => s.key);
 
-const usage = (message: string): never => {
-  throw new UsageError(message);
-};
-
 const int = (key: string, v: string, min: number) => {
   if (!/^\d+$/.test(v.trim()) || Number(v) < min) throw new UsageError(`reorder.${key} must be an integer ≥ ${min}, got "${v}"`);
   return Number(v);
@@ -146,7 +142,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
       : {
           rank: raw.recoverRank !== undefined ? int('recoverRank', raw.recoverRank, 1) : d.rank,
           alpha: num('recoverAlpha', raw.recoverAlpha, d.alpha, 0),
-          steps: raw.recoverSteps === undefined || raw.recoverSteps.trim() === 'auto' ? d.steps : /^\s*\d+\s*$/.test(raw.recoverSteps) && Number(raw.recoverSteps) >= 1 ? Number(raw.recoverSteps) : usage(`reorder.recoverSteps must be auto or an integer ≥ 1, got "${raw.recoverSteps}"`),
+          steps: raw.recoverSteps !== undefined ? stepsOption(raw.recoverSteps) : d.steps,
           lr: num('recoverLr', raw.recoverLr, d.lr, 0),
           seed: raw.recoverSeed !== undefined ? int('recoverSeed', raw.recoverSeed, 0) : seed,
           data: raw.recoverData !== undefined ? int('recoverData', raw.recoverData, 1) : d.data,
@@ -181,6 +177,13 @@ export function checkUniformAnchors(o: ReorderOptions, target: string): void {
   if (Array.isArray(o.anchors) ? o.anchors.length > 0 : o.anchors !== 'default' && o.anchors > 0) {
     throw new UsageError(`--target ${target} needs one width for all layers: reorder.anchors must be 0`);
   }
+}
+
+/** `reorder.recoverSteps`: auto (a budget shared by the levels, recover.ts autoSteps) or an integer ≥ 1. */
+function stepsOption(v: string): number | 'auto' {
+  if (v.trim() === 'auto') return 'auto';
+  if (!/^\d+$/.test(v.trim()) || Number(v) < 1) throw new UsageError(`reorder.recoverSteps must be auto or an integer ≥ 1, got "${v}"`);
+  return Number(v);
 }
 
 /** `reorder.recoverTargets`: a comma list of projections, each once, kept in the model's order. */
