@@ -22,6 +22,7 @@ import { silentProgress } from '../src/core/util/progress.js';
 import { analyzeReorder } from '../passes/reorder/analyze.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { trainNested } from '../passes/reorder/nested.js';
+import { recoverSettings } from '../passes/reorder/recover.js';
 import { calibrationSet, trainingSet } from '../src/measure/calibration.js';
 import { findTarget } from '../src/app/compile/plan.js';
 import { selectLevel, type Level } from '../src/core/records/index.js';
@@ -92,7 +93,7 @@ export async function nestedRun(src: ModelSource, cacheDir: string, options: Rec
   const calib = await calibrationSet(src, { source: 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut }, { cacheDir });
   const data = await trainingSet(src, calib, o.recover!.data, o.recover!.seed, { cacheDir });
   const levels = r.metadata.levels.filter((lv) => lv.paramFrac < 1);
-  const { data: _d, threads: _t, ...settings } = o.recover!;
+  const settings = recoverSettings(o.recover!, levels.length);
   const steps = levels.length * settings.steps;
   const t0 = performance.now();
   const c0 = process.cpuUsage();
@@ -185,9 +186,10 @@ export const suite: BenchSuite = {
         await withCheckpoint(await llama30M(), async (m30) => {
           // 256 sequences, not the default 1024: their teacher distributions (8192-token vocabulary) would
           // not fit the kept-probabilities budget either way, and a step's teacher forward is then recomputed.
+          // 80 steps, not auto's 240 for two levels: a 30M step costs 2.5–5 s CPU, 240 would take half an hour.
           out.llama30M = {
             note: 'random-init weights with planted structure: the full model is itself near uniform guessing, so the gap is the distance to the full function, not language quality',
-            ...(await recoveryRun(m30, path.join(tmp, 'cache-30m'), { importance: 'activation', levels: '0.5,0.75,1', recoverData: '256' })),
+            ...(await recoveryRun(m30, path.join(tmp, 'cache-30m'), { importance: 'activation', levels: '0.5,0.75,1', recoverData: '256', recoverSteps: '80' })),
           };
           out.runtimeLlama30M = await runtimeModes(m30, path.join(tmp, 'ts-30m'), path.join(tmp, 'cache-30m-rt'), { importance: 'activation', levels: '0.5,1', recoverSteps: '2', recoverData: '8' }, '0.5', quick);
         });

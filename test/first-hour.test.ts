@@ -171,7 +171,7 @@ describe('4. help from the registries, with examples that run', () => {
       }
     }
     expect(ran).toBeGreaterThanOrEqual(6);
-  }, 360_000); // the reorder examples train a LoRA per level (recovery: 80 steps of 16 sequences each)
+  }, 360_000); // the reorder examples train a LoRA per level (recovery: --levels 0.5,0.75,1 trains its two levels 240 steps each; the second example hits the cache)
 });
 
 describe('5. one error style', () => {

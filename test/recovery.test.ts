@@ -25,6 +25,7 @@ import { transformSource } from '../src/core/checkpoint/source.js';
 import { mergeLowRank } from '../src/core/util/lowrank.js';
 import { levelMasks, maskSource } from '../passes/reorder/masks.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
+import { autoSteps, recoverSettings } from '../passes/reorder/recover.js';
 import { TfModel } from '../src/exec/autodiff/lower.js';
 import { tf } from '../src/exec/autodiff/tf.js';
 import { Rng } from '../src/core/util/rng.js';
@@ -291,7 +292,10 @@ describe('records and options', () => {
   it('recover options: defaults, and bad values are usage errors', () => {
     expect(parseReorderOptions({}).recover).toMatchObject({ rank: 8, alpha: 16, seed: 42 });
     expect(parseReorderOptions({ seed: '7' }).recover!.seed).toBe(7);
-    expect(parseReorderOptions({}).recover!.targets).toEqual(['o', 'down']);
+    expect(parseReorderOptions({}).recover!.targets).toBe('auto');
+    expect(recoverSettings(parseReorderOptions({}).recover!, 9)).toMatchObject({ steps: 80, targets: ['o', 'down'] });
+    expect(recoverSettings(parseReorderOptions({}).recover!, 2)).toMatchObject({ steps: 240, targets: ['o', 'up', 'down'] });
+    expect(recoverSettings(parseReorderOptions({ recoverSteps: '200', recoverTargets: 'q,o' }).recover!, 9)).toMatchObject({ steps: 200, targets: ['q', 'o'] });
     expect(parseReorderOptions({}).recover!.init).toBe('chain');
     expect(parseReorderOptions({ recoverInit: 'fit' }).recover!.init).toBe('fit');
     expect(() => parseReorderOptions({ recoverInit: 'random' })).toThrow(/recoverInit/);
@@ -302,6 +306,11 @@ describe('records and options', () => {
     expect(() => parseReorderOptions({ recoverRank: '0' })).toThrow(/recoverRank/);
     expect(() => parseReorderOptions({ recoverLr: 'fast' })).toThrow(/recoverLr/);
     expect(() => parseReorderOptions({ recover: 'none', recoverSteps: '5' })).toThrow(/needs reorder.recover=lora/);
+    expect(parseReorderOptions({}).recover!.steps).toBe('auto');
+    expect(parseReorderOptions({ recoverSteps: '120' }).recover!.steps).toBe(120);
+    expect(() => parseReorderOptions({ recoverSteps: 'many' })).toThrow(/recoverSteps must be auto or an integer/);
+    // auto: ~360 steps per chain of levels, 80..240 each (the default 10 levels train nine: chains of 5 and 4).
+    expect([1, 2, 3, 4, 5, 9, 20].map(autoSteps)).toEqual([240, 240, 180, 180, 120, 80, 80]);
   });
 });
 

@@ -19,7 +19,7 @@ import type { Pass, PassContext } from '../../src/core/pipeline/pass.js';
 import { evolve } from '../../src/core/pipeline/unit.js';
 import { ELASTIC_LEVELS, type ElasticLevels, type Recovery } from '../../src/core/records/elastic.js';
 import type { LowRankAdapter, TensorAnnotation } from '../../src/core/pipeline/unit.js';
-import { adapterTargets, recoverLevels, type RecoverRequest } from './recover.js';
+import { adapterTargets, recoverLevels, recoverSettings, type RecoverRequest } from './recover.js';
 import {
   activationScores,
   magnitudeScores,
@@ -245,7 +245,7 @@ export async function analyzeReorder(
       } else {
         const data = await trainingSet(source, calib, o.recover.data, o.recover.seed, { cacheDir: ctx.cacheDir, engine: m.engine });
         if (data.droppedHeldOut) notes.push(`recovery: ${data.droppedHeldOut} training sequence(s) equal to held-out ones dropped`);
-        const { data: _n, threads: _t, ...settings } = o.recover;
+        const settings = recoverSettings(o.recover, levels.filter((lv) => lv.paramFrac < 1).length);
         training = { seqs: data.seqs, key: data.key, settings };
         recovery = {
           method: 'lora',

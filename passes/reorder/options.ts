@@ -38,7 +38,8 @@ export interface ReorderOptions {
 export interface RecoverOptions {
   rank: number;
   alpha: number;
-  steps: number;
+  /** Steps per level, or `auto`: a budget shared by the levels trained (autoSteps in recover.ts). */
+  steps: number | 'auto';
   lr: number;
   /** Default: the calibration seed. */
   seed: number;
@@ -49,13 +50,13 @@ export interface RecoverOptions {
   ce: number;
   /** Levels trained at once on worker threads; null: the cores, at most 4. Does not change the result. */
   threads: number | null;
-  /** The projections that get adapters. */
-  targets: readonly Projection[];
+  /** The projections that get adapters, or `auto` (autoTargets in recover.ts: by the steps). */
+  targets: readonly Projection[] | 'auto';
   /** The adapters' start: the next larger level's (chain), B = 0 (zero), or a rank-r least-squares fit toward the full model (fit). */
   init: 'fit' | 'zero' | 'chain';
 }
 
-export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 80, lr: 1.5e-2, data: 512, batch: 8, ce: 0, targets: ['o', 'down'] as readonly Projection[], init: 'chain' } as const;
+export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 'auto', lr: 1.5e-2, data: 1024, batch: 8, ce: 0, targets: 'auto', init: 'chain' } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
@@ -72,13 +73,13 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recover', help: 'recovery per level: lora (adapters distilled from the full model) | none', default: 'lora' },
   { key: 'recoverRank', help: 'LoRA rank of the recovery adapters', default: String(RECOVER_DEFAULTS.rank) },
   { key: 'recoverAlpha', help: 'LoRA alpha (the adapters are scaled by alpha/rank)', default: String(RECOVER_DEFAULTS.alpha) },
-  { key: 'recoverSteps', help: 'training steps per level', default: String(RECOVER_DEFAULTS.steps) },
+  { key: 'recoverSteps', help: 'training steps per level, or auto: about 360 steps per chain shared by its levels (80 to 240 each; 80 with the default 10 levels, 240 with 0.5,0.75,1)', default: RECOVER_DEFAULTS.steps },
   { key: 'recoverLr', help: 'Adam learning rate (cosine decay to a tenth)', default: String(RECOVER_DEFAULTS.lr) },
   { key: 'recoverSeed', help: 'seed of the adapters\' init, the batch order and the training data', default: 'the calibration seed' },
   { key: 'recoverData', help: 'training sequences of calibLength tokens (self-generated, or text windows; never held-out ones)', default: String(RECOVER_DEFAULTS.data) },
   { key: 'recoverBatch', help: 'sequences per training step', default: String(RECOVER_DEFAULTS.batch) },
   { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (with recoverInit=chain: chains, two); results do not depend on it', default: 'the cores, at most 4' },
-  { key: 'recoverTargets', help: `projections that get adapters, a list of ${PROJECTIONS.join(', ')}`, default: RECOVER_DEFAULTS.targets.join(',') },
+  { key: 'recoverTargets', help: `projections that get adapters, a list of ${PROJECTIONS.join(', ')}, or auto: o,down when levels train fewer than 160 steps, o,up,down from 160`, default: RECOVER_DEFAULTS.targets },
   { key: 'recoverInit', help: "the adapters' start: chain (levels train largest first in two chains, each from the next larger level's adapters) | zero (LoRA's B = 0) | fit (rank-r least-squares correction toward the full model)", default: RECOVER_DEFAULTS.init },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
 ];
@@ -141,14 +142,14 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
       : {
           rank: raw.recoverRank !== undefined ? int('recoverRank', raw.recoverRank, 1) : d.rank,
           alpha: num('recoverAlpha', raw.recoverAlpha, d.alpha, 0),
-          steps: raw.recoverSteps !== undefined ? int('recoverSteps', raw.recoverSteps, 1) : d.steps,
+          steps: raw.recoverSteps !== undefined ? stepsOption(raw.recoverSteps) : d.steps,
           lr: num('recoverLr', raw.recoverLr, d.lr, 0),
           seed: raw.recoverSeed !== undefined ? int('recoverSeed', raw.recoverSeed, 0) : seed,
           data: raw.recoverData !== undefined ? int('recoverData', raw.recoverData, 1) : d.data,
           batch: raw.recoverBatch !== undefined ? int('recoverBatch', raw.recoverBatch, 1) : d.batch,
           ce: num('recoverCe', raw.recoverCe, d.ce, 0),
           threads: raw.recoverThreads !== undefined ? int('recoverThreads', raw.recoverThreads, 1) : null,
-          targets: raw.recoverTargets !== undefined ? projections(raw.recoverTargets) : d.targets,
+          targets: raw.recoverTargets !== undefined && raw.recoverTargets.trim() !== 'auto' ? projections(raw.recoverTargets) : d.targets,
           init: raw.recoverInit !== undefined ? initMode(raw.recoverInit) : d.init,
         };
   const sizeBy = raw.sizeBy ?? 'total';
@@ -178,11 +179,18 @@ export function checkUniformAnchors(o: ReorderOptions, target: string): void {
   }
 }
 
+/** `reorder.recoverSteps`: auto (a budget shared by the levels, recover.ts autoSteps) or an integer ≥ 1. */
+function stepsOption(v: string): number | 'auto' {
+  if (v.trim() === 'auto') return 'auto';
+  if (!/^\d+$/.test(v.trim()) || Number(v) < 1) throw new UsageError(`reorder.recoverSteps must be auto or an integer ≥ 1, got "${v}"`);
+  return Number(v);
+}
+
 /** `reorder.recoverTargets`: a comma list of projections, each once, kept in the model's order. */
 function projections(v: string): Projection[] {
   const want = v.split(',').map((x) => x.trim()).filter(Boolean);
   const bad = want.find((x) => !(PROJECTIONS as readonly string[]).includes(x));
-  if (bad !== undefined || !want.length) throw new UsageError(`reorder.recoverTargets must list projections of ${PROJECTIONS.join(', ')}, got "${v}"`);
+  if (bad !== undefined || !want.length) throw new UsageError(`reorder.recoverTargets must be auto or list projections of ${PROJECTIONS.join(', ')}, got "${v}"`);
   return PROJECTIONS.filter((p) => want.includes(p));
 }
 
