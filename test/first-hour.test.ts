@@ -4,10 +4,11 @@
  * registries (and its examples run), one error style, a summary at the end of a compile, single-file
  * GGUF outputs that inspect and run, guard rails on run, no litter, and no silently ignored option.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TARGETS } from '../backends/index.js';
 import { PASSES } from '../passes/index.js';
@@ -369,7 +370,9 @@ describe('9. no noise, no litter', () => {
     // Not a git-tracked change: the build output and dependencies, as after `npm install`.
     cpSync(path.join(ROOT, 'dist'), path.join(clone, 'dist'), { recursive: true });
     symlinkSync(path.join(ROOT, 'node_modules'), path.join(clone, 'node_modules'));
-    execFileSync('sh', ['-c', job!.replace(/npx llmc/g, `node ${path.join(clone, 'bin/llmc.js')}`)], { cwd: clone, stdio: 'pipe' });
+    // Asynchronous: a synchronous child this long (a minute under load) blocks the test worker's event
+    // loop past vitest's 60 s RPC timeout ("Timeout calling onTaskUpdate"), which fails the run.
+    await promisify(execFile)('sh', ['-c', job!.replace(/npx llmc/g, `node ${path.join(clone, 'bin/llmc.js')}`)], { cwd: clone });
     expect(execFileSync('git', ['status', '--porcelain'], { cwd: clone, encoding: 'utf8' })).toBe('');
   }, 240_000); // the main job trains a LoRA for two levels (recovery)
 });
