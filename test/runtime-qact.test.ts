@@ -1,5 +1,5 @@
 /**
- * The WebAssembly x quantizers (src/exec/runtime/qact.ts) write the same bytes as qdot.ts's scalar
+ * The WebAssembly x quantizers (src/exec/runtime/qact.ts) write the same bytes as test/qdot-layout.ts's scalar
  * quantizeQ8_0 / quantizeQ8_K, block for block, on random values at every scale, exact ties of
  * roundf / nearest_int, zero blocks, both signs of the largest |x|, f16-subnormal and overflowing
  * scales, subnormal inputs, Inf, NaN and random bit patterns; and on plain values they equal the
@@ -10,7 +10,8 @@ import { I32 } from '../src/core/util/wasm-asm.js';
 import { Rng } from '../src/core/util/rng.js';
 import { kernelModuleBytes } from '../src/exec/runtime/kernel-module.js';
 import { QACT_KERNELS } from '../src/exec/runtime/qact.js';
-import { Q8_0_BYTES, Q8_K_BYTES, quantizeQ8_0, quantizeQ8_K } from '../src/exec/runtime/qdot.js';
+import { Q8_0_BYTES, Q8_K_BYTES } from '../src/exec/runtime/qdot.js';
+import { quantizeQ8_0, quantizeQ8_K } from './qdot-layout.js';
 import { refQ8_0, refQ8_K } from './ggml-vecdot.js';
 
 const kernels = Object.values(QACT_KERNELS).map(({ name, body }) => ({ name, params: [I32, I32, I32], body: body() }));

@@ -1,8 +1,8 @@
 /**
  * The integer-activation kernels' x quantizers (./qdot.ts's layout) in WebAssembly SIMD, exports of
- * the matmul module (./wasm.ts). Scalar JS (qdot.ts's quantizeQ8_0 / quantizeQ8_K) spent ~15 ns a
+ * the matmul module (./wasm.ts). Scalar JS (now test/qdot-layout.ts, their oracle) spent ~15 ns a
  * value, 13% of a llama-100M Q8_0 decode token, all of it on the calling thread while a worker pool
- * waits. These write the same bytes as those functions for every input (ggml's quantize_row_q8_0_ref /
+ * waits. These write the same bytes as that JS for every input (ggml's quantize_row_q8_0_ref /
  * quantize_row_q8_K_ref; test/runtime-qact.test.ts compares them on random, tie, zero, subnormal,
  * huge, Inf and NaN inputs), so the kernels' results do not change.
  *

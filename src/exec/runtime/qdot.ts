@@ -16,8 +16,6 @@
  * row's output does not depend on the row range it is computed in (the worker pool's cuts).
  * Browser-safe.
  */
-import { fr, nearestInt } from '../../core/quant/common.js';
-import { f16ToF32, f32ToF16 } from '../../core/util/half.js';
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
   block, br, brIf, hNarrowS, hShl, hShrS, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Or, i32Shl, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
@@ -38,54 +36,6 @@ export const QDOT_ACT: Record<QdotFormat, { block: number; bytes: number }> = {
   Q4_K: { block: 256, bytes: Q8_K_BYTES },
   Q6_K: { block: 256, bytes: Q8_K_BYTES },
 };
-
-/** C's roundf: halves away from zero. */
-const roundf = (v: number) => (v < 0 ? -Math.round(-v) : Math.round(v));
-
-/**
- * ggml's quantize_row_q8_0_ref of x[xo, xo + 32·nBlocks) into q8_0 blocks at byte `o` of the views
- * (`f32` and `i8` over the same buffer; `o` a multiple of 4).
- */
-export function quantizeQ8_0(x: Float32Array, xo: number, nBlocks: number, f32: Float32Array, i8: Int8Array, o: number): void {
-  for (let b = 0; b < nBlocks; b++, xo += 32, o += Q8_0_BYTES) {
-    let amax = 0;
-    for (let j = 0; j < 32; j++) amax = Math.max(amax, Math.abs(x[xo + j]));
-    const d = fr(amax / 127);
-    const id = d ? fr(1 / d) : 0;
-    f32[o >> 2] = f16ToF32(f32ToF16(d));
-    for (let j = 0; j < 32; j++) i8[o + 4 + j] = roundf(fr(x[xo + j] * id));
-  }
-}
-
-/** ggml's quantize_row_q8_K_ref (and its bsums), plus sums of 32, into q8_K blocks at byte `o`. */
-export function quantizeQ8_K(x: Float32Array, xo: number, nBlocks: number, f32: Float32Array, i16: Int16Array, i8: Int8Array, o: number): void {
-  for (let b = 0; b < nBlocks; b++, xo += 256, o += Q8_K_BYTES) {
-    let amax = 0;
-    let max = 0;
-    for (let j = 0; j < 256; j++) {
-      const ax = Math.abs(x[xo + j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[xo + j];
-      }
-    }
-    const q = o + 52;
-    if (!amax) {
-      f32[o >> 2] = 0;
-      i8.fill(0, o + 4, o + Q8_K_BYTES);
-      continue;
-    }
-    const iscale = fr(-127 / max);
-    for (let j = 0; j < 256; j++) i8[q + j] = Math.min(127, nearestInt(fr(iscale * x[xo + j])));
-    for (let s = 0; s < 16; s++) {
-      let sum = 0;
-      for (let j = 0; j < 16; j++) sum += i8[q + 16 * s + j];
-      i16[(o + 4 + 2 * s) >> 1] = sum;
-    }
-    for (let s = 0; s < 8; s++) i16[(o + 36 + 2 * s) >> 1] = i16[(o + 4 + 4 * s) >> 1] + i16[(o + 6 + 4 * s) >> 1];
-    f32[o >> 2] = fr(1 / iscale);
-  }
-}
 
 // Instructions not in wasm-ops.ts.
 const mem = (code: number, align: number, off: number) => [code, align, ...uleb(off)];
