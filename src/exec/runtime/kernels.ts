@@ -259,9 +259,7 @@ export function matmul(
   if (w.arena) {
     const whole = wholeColumns(w, nCols);
     w.arena.matmul(w.format as WasmFormat, w.ptr, w.rowBytes, rowStart, nRows, whole, x, T, xStride, y, yStride, args.rowwise);
-    if (whole !== nCols) {
-      for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += tailDot(w, rowStart + r, x, t * xStride, nCols);
-    }
+    if (whole !== nCols) addTail(w, x, T, xStride, y, yStride, rowStart, nRows, nCols);
   } else if (T === 1) matvec(w, x, 0, y, 0, rowStart, nRows, nCols);
   else if (args.rowwise) for (let t = 0; t < T; t++) matvec(w, x, t * xStride, y, t * yStride, rowStart, nRows, nCols);
   else if (w.format === 'F32') matmulF32(w, x, T, xStride, y, yStride, rowStart, nRows, nCols);
@@ -272,8 +270,16 @@ export function matmul(
       for (let t = 0; t < T; t++) y[t * yStride + r] = dot(row, 0, x, t * xStride, nCols);
     }
   }
-  const bias = args.bias;
-  if (bias) for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += bias[rowStart + r];
+  if (args.bias) addBias(args.bias, T, y, yStride, rowStart, nRows);
+}
+
+/** y[t*yStride + r] += the cut block's part of row rowStart + r (columns the arena's kernels leave: tailDot). */
+function addTail(w: Weight, x: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, rowStart: number, nRows: number, nCols: number): void {
+  for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += tailDot(w, rowStart + r, x, t * xStride, nCols);
+}
+
+function addBias(bias: Float32Array, T: number, y: Float32Array, yStride: number, rowStart: number, nRows: number): void {
+  for (let t = 0; t < T; t++) for (let r = 0; r < nRows; r++) y[t * yStride + r] += bias[rowStart + r];
 }
 
 /** One output of matmulGroup: y[t*yStride + r] = W[r, :] · x[t] (+ bias[r]) over all of W's rows. */
@@ -298,8 +304,8 @@ export function matmulGroup(ws: readonly Weight[], x: Float32Array, T: number, x
   w0.arena.matmulGroup(w0.format as WasmFormat, w0.rowBytes, whole, x, T, xStride, ws.map((w, i) => ({ ptr: w.ptr, nRows: w.rows, y: outs[i].y, yStride: outs[i].yStride })), rowwise);
   ws.forEach((w, i) => {
     const { y, yStride, bias } = outs[i];
-    if (whole !== nCols) for (let t = 0; t < T; t++) for (let r = 0; r < w.rows; r++) y[t * yStride + r] += tailDot(w, r, x, t * xStride, nCols);
-    if (bias) for (let t = 0; t < T; t++) for (let r = 0; r < w.rows; r++) y[t * yStride + r] += bias[r];
+    if (whole !== nCols) addTail(w, x, T, xStride, y, yStride, 0, w.rows, nCols);
+    if (bias) addBias(bias, T, y, yStride, 0, w.rows);
   });
 }
 
