@@ -157,6 +157,12 @@ export const webWorker: SpawnWorker = () => {
 type Kernel = (...args: number[]) => void;
 const NO_MORE: readonly (readonly [number, number, number])[] = [];
 
+/** A callGroup job on the calling thread: the first matrix's call `a`, then each of `more`'s (w, y, nRows) with a's other arguments. */
+export function runEach(kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[]): void {
+  kernel(...a);
+  for (const [w, y, rows] of more) kernel(w, a[1], a[2], a[3], y, a[5], rows, a[7], a[8], a[9], a[10], a[11]);
+}
+
 export class MatmulPool {
   private readonly ctl: Int32Array;
   private readonly minWork: number;
@@ -226,11 +232,7 @@ export class MatmulPool {
     let nRows = a[6];
     for (const m of more) nRows += m[2];
     const work = a[1] * nRows * a[8];
-    if (nRows < 2 || work < this.minWork) {
-      kernel(...a);
-      for (const [w, y, rows] of more) kernel(w, a[1], a[2], a[3], y, a[5], rows, a[7], a[8], a[9], a[10], a[11]);
-      return;
-    }
+    if (nRows < 2 || work < this.minWork) return runEach(kernel, a, more);
     const t = this.threads;
     this.run(this.index.get(name)!, kernel, a, more, Math.min(nRows, Math.max(CHUNKS_PER_THREAD * t, Math.min(CHUNKS_PER_THREAD_MAX * t, Math.floor(work / CHUNK_MIN_WORK)))));
   }

@@ -13,7 +13,7 @@ import { F32, I32, sleb, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
-import { MAX_GROUP, MatmulPool, type PoolOptions } from './pool.js';
+import { MAX_GROUP, MatmulPool, runEach, type PoolOptions } from './pool.js';
 import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
 
@@ -495,10 +495,7 @@ export class WasmArena {
       const more: [number, number, number][] = [];
       for (let i = 1, off = outs[0].nRows; i < outs.length; off += outs[i++].nRows) more.push([outs[i].ptr, this.yBase + 4 * off, outs[i].nRows]);
       if (this.pool) this.pool.callGroup(name, kernel, a, more);
-      else {
-        kernel(...a);
-        for (const [w, y, rows] of more) kernel(w, rowBytes, xArg, xs, y, 4 * R, rows, cols, n, 0);
-      }
+      else runEach(kernel, a, more);
       const yo = this.yBase >> 2;
       for (let t = 0; t < n; t++) {
         for (let i = 0, off = 0; i < outs.length; off += outs[i++].nRows) {
