@@ -125,6 +125,38 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     });
   }
 
+  it('a call staged op by op has each grouped linear output, as one matmul computes it, when its own op ends', async () => {
+    // The first linear of a group computes them all and the others' steps skip: cut after every op,
+    // each output must already be there (chunked prefill reads k, v right after their ranges).
+    const model = await loadDir(path.join(tmp, 'fx-q8'), { threads: 1 });
+    try {
+      const table = (model as unknown as { table: WeightTable }).table;
+      const interp = model.newInterpreter();
+      const ops = interp.graph.ops;
+      const positions = [0, prompt.length - 1];
+      const staged = interp.stage(prompt, interp.newCache(), positions);
+      let checked = 0;
+      for (let i = 0; i < ops.length; i++) {
+        const fused = ops[i].op === 'silu' && ops[i + 1]?.op === 'mul'; // one step: not cut between
+        staged.runOps(i, i + (fused ? 2 : 1));
+        if (fused) i++;
+        const op = ops[i];
+        if (op.op !== 'linear') continue;
+        const [x, got] = [staged.value(op.x), staged.value(op.out)];
+        const n = got.length / op.outFeatures;
+        if (x.length !== n * op.inFeatures) continue; // its x rows gathered at the logit positions
+        const want = new Float32Array(got.length);
+        matmul(table.weight(op.weight), x, n, op.inFeatures, want, op.outFeatures, { bias: op.bias && table.has(op.bias) ? table.vector(op.bias) : null });
+        expect(Buffer.from(got.slice().buffer).equals(Buffer.from(want.buffer)), op.out).toBe(true);
+        checked++;
+      }
+      expect(checked).toBeGreaterThan(7);
+      expect(Buffer.from(staged.logits().buffer).equals(Buffer.from(model.forward(prompt, model.newCache(), { logitRows: positions }).buffer))).toBe(true);
+    } finally {
+      await model.close();
+    }
+  });
+
   it('a llama decode step wakes the pool once for q, k, v and once for gate, up in each layer', async () => {
     const model = await loadDir(path.join(tmp, 'fx-q8'), { threads: 2, pool: { minWork: 0 } });
     try {
