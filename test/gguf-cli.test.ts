@@ -12,6 +12,9 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
 import { main } from '../src/app/cli/main.js';
 import { closeQuantWorkers } from '../src/core/quant/index.js';
+import { LlmcError } from '../src/core/errors.js';
+import { AtomicFile } from '../src/core/util/atomic.js';
+import { WORKER_MIN_BYTES } from '../src/core/util/sha256.js';
 import { ensureBuilt } from './build-once.js';
 import { ROOT, STORIES } from './gguf-helpers.js';
 
@@ -103,6 +106,31 @@ describe('gguf target: bad input', () => {
     expect(r.code).toBe(1);
     expect(r.errLines).toHaveLength(1);
     expect(r.errLines[0]).toMatch(/model\.gguf: cannot write: no space left on device/);
+    expect(readdirSync(small)).toEqual([]);
+  });
+
+  it('disk full mid-write while the hash worker reads the pieces: one LlmcError line, the temp file removed, every hashed promise settled', async (ctx) => {
+    const small = tryMount(path.join(tmp, 'full-hashed'), 'size=1m');
+    if (!small) return ctx.skip('mount not permitted here: disk-full case');
+    // expectedSize at the worker threshold: the artifact's pieces are hashed on a worker as written (the GGUF writer's path).
+    const f = await AtomicFile.open(path.join(small, 'model.gguf'), { expectedSize: WORKER_MIN_BYTES });
+    const hashed: Promise<void>[] = [];
+    let err: unknown;
+    try {
+      // Pieces in shared memory (lent to the worker, as the kernels' arena is) and plain ones (copied into its ring).
+      for (let i = 0; i < 64; i++) {
+        const piece = i % 2 ? new Uint8Array(256 << 10).fill(i) : new Uint8Array(new SharedArrayBuffer(256 << 10)).fill(i);
+        hashed.push((await f.append(piece)).hashed);
+      }
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(LlmcError);
+    expect((err as Error).message.split('\n')).toHaveLength(1);
+    expect((err as Error).message).toMatch(/cannot write: no space left on device/);
+    expect(hashed.length).toBeGreaterThan(0);
+    expect(hashed.length).toBeLessThan(64);
+    await Promise.all(hashed); // none hangs or rejects once the writer gave up
     expect(readdirSync(small)).toEqual([]);
   });
 

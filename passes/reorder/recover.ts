@@ -585,7 +585,7 @@ export const CHAINS = 2;
  * levels, `min` to `max` per level. Fewer levels asked, more steps each: the default 10 levels (nine
  * trained, chains of 4 and 5) get 80; `0.5,0.75,1` (two trained, one per chain) 240.
  */
-export const AUTO_STEPS = { perChain: 360, min: 80, max: 240 } as const;
+const AUTO_STEPS = { perChain: 360, min: 80, max: 240 } as const;
 
 export function autoSteps(trainedLevels: number): number {
   const longest = Math.max(1, Math.ceil(trainedLevels / CHAINS));
@@ -598,7 +598,7 @@ export function autoSteps(trainedLevels: number): number {
  * training (stories260K at 74.9%, 240 steps: 103 against 109 held-out perplexity), and at 80 steps
  * they cost the largest levels (92.6%: 71 against 60).
  */
-export function autoTargets(steps: number): readonly Projection[] {
+function autoTargets(steps: number): readonly Projection[] {
   return steps >= 160 ? ['o', 'up', 'down'] : ['o', 'down'];
 }
 
