@@ -20,9 +20,13 @@ function newestSource(dir: string): number {
   return newest;
 }
 
+/** The commands' one-file bundles' indexes (scripts/bundle-run.mjs); a `tsc` alone leaves them older than dist/. */
+const BUNDLE_INDEXES = ['run', 'compile'].map((c) => path.join(ROOT, `dist/llmc-${c}.json`));
+
 function stale(): boolean {
   if (!existsSync(MAIN)) return true;
   const built = statSync(MAIN).mtimeMs;
+  if (BUNDLE_INDEXES.some((f) => !existsSync(f) || statSync(f).mtimeMs < built)) return true;
   return ['src', 'fixtures', 'passes', 'backends', 'bench'].some((d) => newestSource(path.join(ROOT, d)) > built);
 }
 
@@ -40,7 +44,7 @@ export function ensureBuilt(): void {
   try {
     // Errors in files other than the ones under test must not stop the build: tsc still emits.
     spawnSync('npx', ['tsc', '-p', 'tsconfig.json'], { cwd: ROOT, stdio: 'ignore' });
-    // `llmc run`'s one-file bundle (bin/llmc.js falls back to dist/ while it is stale).
+    // `llmc run`'s and `llmc compile`'s one-file bundles (bin/llmc.js falls back to dist/ while one is stale).
     spawnSync('node', ['scripts/bundle-run.mjs'], { cwd: ROOT, stdio: 'ignore' });
   } finally {
     rmSync(lock, { recursive: true, force: true });
