@@ -16,7 +16,7 @@
  */
 import { F32, I32, section, str, uleb, V128, vec } from '../util/wasm-asm.js';
 import {
-  bBitmask, bNarrowS, bNarrowU, brIf, bShl, bSplat, f32c, f32Mul, fAbs, fAdd, fEq, fFromI32, fGe, fLt, fMul, fNearest, fSplat, fSub,
+  bBitmask, bNarrowS, bNarrowU, brIf, bShl, bSplat, f32c, f32Mul, fAbs, fAdd, fEq, fFromI32, fGe, fLt, fMul, fNearest, fPmax, fPmin, fSplat, fSub,
   fTrunc, get, hAllTrue, hGeU, hMaxU, hNarrowS, hNarrowU, hShl, hShrS, hSplat, hSub, i32Add, i32And, i32c, i32LtS, i32Mul, i32Or,
   i32Shl, iAdd, iBitmask, iEq, iExtHighU, iExtLowU, ifElse, ifThen, iGeS, iLtS, iMaxS, iMinS, iShl, iShrS, iSplat, iSub,
   iTruncSat, loop, set, simd, tee, vAnd, vAnyTrue, vBitselect, vload, vOr, vstore, vXor, vZero,
@@ -190,8 +190,6 @@ function f16Of(d: number, a: number): number[] {
 
 const iShrU = simd(0xad); // i32x4.shr_u
 const fNe = simd(0x42);
-const fPmin = simd(0xea);
-const fPmax = simd(0xeb);
 const iGtS = simd(0x3b);
 const f32Le = [0x5f];
 /** The block type of an if/else that leaves nothing. */

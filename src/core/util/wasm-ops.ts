@@ -99,3 +99,24 @@ export const iLtS = simd(0x39);
 export const fMax = simd(0xe9);
 /** A v128 constant from four i32 lanes. */
 export const iConst = (a: [number, number, number, number]) => simd(0x0c, ...new Uint8Array(new Int32Array(a).buffer));
+
+// Scalar f32 compares and arithmetic, bit casts, stores.
+export const f32Min = [0x96];
+export const f32Eq = [0x5b];
+export const f32Ne = [0x5c];
+export const f32Lt = [0x5d];
+export const f32Gt = [0x5e];
+export const f32Ge = [0x60];
+export const f32Neg = [0x8c];
+export const f32Sub = [0x93];
+export const i32ShrU = [0x76];
+export const i32Reinterpret = [0xbc]; // i32.reinterpret_f32
+export const f32Reinterpret = [0xbe]; // f32.reinterpret_i32
+export const f32Store = (off = 0) => [0x38, 2, ...uleb(off)];
+export const i32Store16 = (off = 0) => [0x3b, 1, ...uleb(off)];
+// More v128 lanes.
+export const iExtract = (lane: number) => simd(0x1b, lane);
+export const fPmin = simd(0xea);
+export const fPmax = simd(0xeb);
+export const hPairs = simd(0x7c); // i16x8.extadd_pairwise_i8x16_s
+export const iPairs = simd(0x7e); // i32x4.extadd_pairwise_i16x8_s

@@ -24,7 +24,7 @@
 import { I32, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import {
-  block, br, brIf, f32Add, f32Load, fAdd, fExtract, fFromI32, fMul, fSplat, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Shl, loop, set, simd, vload, vZero,
+  block, br, brIf, f32Add, f32Load, f32Store, fAdd, fExtract, fFromI32, fMul, fSplat, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Shl, loop, set, simd, vload, vZero,
 } from '../../core/util/wasm-ops.js';
 import { kernelModule } from './kernel-store.js';
 
@@ -38,7 +38,6 @@ import { kernelModule } from './kernel-store.js';
  */
 export const GEMM_TILE = { rows: 3, tokens: 4 } as const;
 
-const f32Store = (off = 0) => [0x38, 2, ...uleb(off)];
 const i32Load16U = (off = 0) => [0x2f, 1, ...uleb(off)];
 const load8x8s = (off: number) => simd(0x01, 0, ...uleb(off));
 const iLowI16 = simd(0xa7); // i32x4.extend_low_i16x8_s

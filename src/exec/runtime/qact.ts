@@ -17,42 +17,21 @@
  */
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, bNarrowU, brIf, f32c, f32Div, fAbs, fAdd, fExtract, fGe, fShuffle, fLt, fMul, fSplat, fSub, fTrunc, get, hNarrowU, i32Add, i32And, i32c, i32LtS, ifElse, iMinS,
-  iSplat, iSub, iTruncSat, loop, set, simd, tee, vAnd, vload, vOr, vstore, vZero,
+  block, bNarrowU, brIf, f32Add, f32c, f32Div, f32Eq, f32Ge, f32Gt, f32Load, f32Lt, f32Max, f32Min, f32Ne, f32Neg, f32Reinterpret, f32Store, f32Sub, fAbs, fAdd, fExtract,
+  fGe, fLt, fMul, fPmax, fPmin, fShuffle, fSplat, fSub, fTrunc, get, hNarrowU, hPairs, i32Add, i32And, i32c, i32LeS, i32LtS, i32Reinterpret, i32ShrU, i32Store16, iExtract, ifElse,
+  iMaxS, iMinS, iPairs, iSplat, iSub, iTruncSat, loop, set, tee, vAnd, vload, vOr, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
 import { Q8_0_BYTES, Q8_K_BYTES } from './qdot.js';
 
-// Instructions not in wasm-ops.ts.
+// Value types of locals and blocks.
 const F32 = 0x7d;
 const I32 = 0x7f;
-const f32Max = [0x97];
-const f32Min = [0x96];
-const f32Eq = [0x5b];
-const f32Ne = [0x5c];
-const f32Gt = [0x5e];
-const f32Ge = [0x60];
-const f32Lt = [0x5d];
-const f32Neg = [0x8c];
-const f32AddS = [0x92];
-const f32Sub = [0x93];
-const i32ShrU = [0x76];
-const i32Reinterpret = [0xbc];
-const f32Reinterpret = [0xbe];
-const f32Load = (off: number) => [0x2a, 2, ...uleb(off)];
-const f32Store = (off: number) => [0x38, 2, ...uleb(off)];
-const i32Store16 = (off: number) => [0x3b, 1, ...uleb(off)];
-const iExtract = (lane: number) => simd(0x1b, lane);
-const fPmin = simd(0xea);
-const iMaxS = simd(0xb8);
-const fPmax = simd(0xeb);
-const hPairs = simd(0x7c); // i16x8.extadd_pairwise_i8x16_s
-const iPairs = simd(0x7e); // i32x4.extadd_pairwise_i16x8_s
 const splatI = (v: number) => [...i32c(v), ...iSplat];
 const splatF = (v: number) => [...f32c(v), ...fSplat];
 const inc = (l: number, by: number) => [...get(l), ...i32c(by), ...i32Add, ...set(l)];
 /** do { body } while (++B < N), skipped when N is 0. */
 const blocks = (B: number, N: number, body: number[]) => block([
-  ...get(N), ...i32c(0), ...[0x4c] /* i32.le_s */, ...brIf(0),
+  ...get(N), ...i32c(0), ...i32LeS, ...brIf(0),
   ...loop([...body, ...get(B), ...i32c(1), ...i32Add, ...tee(B), ...get(N), ...i32LtS, ...brIf(0)]),
 ]);
 const locals = (groups: [number, number][]) => [...uleb(groups.length), ...groups.flatMap(([n, t]) => [...uleb(n), t])];
@@ -72,7 +51,7 @@ function f16Round(d: number, bits: number): number[] {
     ...i32c(~0x1fff), ...i32And, ...f32Reinterpret,
   ];
   // below f16's normals the spacing is 2^-24: the ulp of f32 at 0.5, so adding 0.5 rounds there
-  const subnormal = [...get(d), ...f32c(0.5), ...f32AddS, ...f32c(0.5), ...f32Sub];
+  const subnormal = [...get(d), ...f32c(0.5), ...f32Add, ...f32c(0.5), ...f32Sub];
   return [
     ...get(d), ...i32Reinterpret, ...set(bits),
     ...get(d), ...get(d), ...f32Ne,

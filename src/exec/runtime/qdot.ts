@@ -18,7 +18,7 @@
  */
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, br, brIf, hNarrowS, hShl, hShrS, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Or, i32Shl, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
+  block, bShl, bSplat, br, brIf, f32Store, hNarrowS, hShl, hShrS, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Load, i32Mul, i32Or, i32Shl, i32ShrU, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
 } from '../../core/util/wasm-ops.js';
 
 /** Weight formats with an integer-activation kernel, and the activation blocks each reads. */
@@ -39,24 +39,19 @@ export const QDOT_ACT: Record<QdotFormat, { block: number; bytes: number }> = {
 
 // Instructions not in wasm-ops.ts.
 const mem = (code: number, align: number, off: number) => [code, align, ...uleb(off)];
-const i32Load = (off: number) => mem(0x28, 2, off);
 const i32Load8S = (off: number) => mem(0x2c, 0, off);
 const i32Load16U = (off: number) => mem(0x2f, 1, off);
-const f32Store = (off: number) => mem(0x38, 2, off);
 const i32Store = (off: number) => mem(0x36, 2, off);
 const i32DivU = [0x6e];
-const i32ShrU = [0x76];
 const load8x8S = (off: number) => simd(0x01, 0, ...uleb(off));
 const load8x8U = (off: number) => simd(0x02, 0, ...uleb(off));
 const load32Splat = (off: number) => simd(0x09, 0, ...uleb(off));
 const vConst = (bytes: number[]) => simd(0x0c, ...bytes);
 const bSwizzle = simd(0x0e);
-const bSplat = simd(0x0f);
 const bExtractU = (lane: number) => simd(0x16, lane);
 const iReplace = (lane: number) => simd(0x1c, lane);
 const bEq = simd(0x23);
 const vAndNot = simd(0x4f); // a & ~b
-const bShl = simd(0x6b);
 const bShrU = simd(0x6d);
 const bSub = simd(0x71);
 const hExtLowS = simd(0x87); // i16x8.extend_low_i8x16_s
