@@ -434,20 +434,17 @@ export class WasmArena {
    * kernel beat an f32 tiled Q8_0 kernel (28 vs 22 GFLOP/s, [1376 × 512], 64 tokens), since removed.
    */
   matmul(format: WasmFormat, ptr: number, rowBytes: number, rowStart: number, nRows: number, nCols: number, x: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, rowwise = false): void {
-    const heap = this.heap;
-    const xo = this.xBase >> 2;
-    const yo = this.yBase >> 2;
     const wp = ptr + rowStart * rowBytes;
     for (let t0 = 0; t0 < T; t0 += this.chunk) {
       const n = Math.min(this.chunk, T - t0);
-      for (let t = 0; t < n; t++) heap.set(x.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), xo + t * nCols);
+      this.stageX(x, t0, n, xStride, nCols);
       if (format !== 'F32' && format !== 'F16') {
         this.qdotCall(format, wp, rowBytes, nRows, nCols, n);
-        for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
+        this.unstageY(y, t0, n, nRows, yStride);
         continue;
       }
       if (!rowwise && this.gemm && this.tiles(format, wp, rowBytes, nRows, nCols, n)) {
-        for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
+        this.unstageY(y, t0, n, nRows, yStride);
         continue;
       }
       // Groups of four tokens share each weight load (prefill); the rest go one by one (all of them when rowwise).
@@ -461,8 +458,25 @@ export class WasmArena {
       } else {
         this.f16(wp, rowBytes, this.xBase, nCols * 4, this.yBase, nRows * 4, nRows, nCols, n, 0);
       }
-      for (let t = 0; t < n; t++) y.set(heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
+      this.unstageY(y, t0, n, nRows, yStride);
     }
+  }
+
+  /** Tokens t0 .. t0+n of x (nCols values each) into the x scratch, back to back. */
+  private stageX(x: Float32Array, t0: number, n: number, xStride: number, nCols: number): void {
+    const xo = this.xBase >> 2;
+    for (let t = 0; t < n; t++) this.heap.set(x.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), xo + t * nCols);
+  }
+
+  /** The y scratch's n tokens of nRows outputs each out to y from token t0. */
+  private unstageY(y: Float32Array, t0: number, n: number, nRows: number, yStride: number): void {
+    const yo = this.yBase >> 2;
+    for (let t = 0; t < n; t++) y.set(this.heap.subarray(yo + t * nRows, yo + (t + 1) * nRows), (t0 + t) * yStride);
+  }
+
+  /** The staged x's `blocks` activation blocks (all tokens back to back) quantized into the q scratch (./qact.ts). */
+  private quantizeX(act: { block: number }, blocks: number): void {
+    (act.block === 32 ? this.quantQ8_0 : this.quantQ8_K)(this.xBase, this.qBase, blocks);
   }
 
   /**
@@ -488,9 +502,8 @@ export class WasmArena {
     const perPass = Math.max(1, Math.min(this.chunk, Math.floor((this.chunk * this.maxDim) / R))); // tokens whose R outputs fit the y scratch (R ≤ 3·maxDim: one always does)
     for (let t0 = 0; t0 < T; t0 += perPass) {
       const n = Math.min(perPass, T - t0);
-      const xo = this.xBase >> 2;
-      for (let t = 0; t < n; t++) heap.set(x.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), xo + t * nCols);
-      if (act) (act.block === 32 ? this.quantQ8_0 : this.quantQ8_K)(this.xBase, this.qBase, cols * n);
+      this.stageX(x, t0, n, xStride, nCols);
+      if (act) this.quantizeX(act, cols * n);
       const a = [outs[0].ptr, rowBytes, xArg, xs, this.yBase, 4 * R, outs[0].nRows, cols, n, 0];
       const more: [number, number, number][] = [];
       for (let i = 1, off = outs[0].nRows; i < outs.length; off += outs[i++].nRows) more.push([outs[i].ptr, this.yBase + 4 * off, outs[i].nRows]);
@@ -512,7 +525,7 @@ export class WasmArena {
     const nb = nCols / act.block;
     const stride = nb * act.bytes;
     // the n tokens' values and blocks are back to back: one call quantizes them all
-    (act.block === 32 ? this.quantQ8_0 : this.quantQ8_K)(this.xBase, this.qBase, nb * n);
+    this.quantizeX(act, nb * n);
     this.qdot[format](wp, rowBytes, this.qBase, stride, this.yBase, nRows * 4, nRows, nb, n, 0);
   }
 
