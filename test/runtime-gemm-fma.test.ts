@@ -7,7 +7,8 @@
 import v8 from 'node:v8';
 import { describe, expect, it } from 'vitest';
 import { Rng } from '../src/core/util/rng.js';
-import { gemmUsesFma, preferRelaxedSimd, relaxedSimd } from '../src/exec/runtime/gemm.js';
+import { gemmUsesFma } from '../src/exec/runtime/gemm.js';
+import { preferRelaxedSimd, relaxedSimd } from '../src/exec/runtime/relaxed.js';
 import { arenaWeight, tiledKernelChecks } from './gemm-checks.js';
 
 v8.setFlagsFromString('--experimental-wasm-relaxed-simd');

@@ -157,7 +157,7 @@ describe('TS runtime on stories260K (f32)', () => {
     ensureBuilt();
     const out = execFileSync('node', [bin, 'run', dir, '--prompt-ids', '1', '--max-tokens', '32', '--json'], { encoding: 'utf8' });
     expect(JSON.parse(out).generated_ids).toEqual(ref.greedy_ids);
-    // A setting that is neither on nor off is named, not silently read as off.
+    // A setting that is neither on nor off is named, not silently read as one of them.
     const typo = spawnSync('node', [bin, 'run', dir, '--prompt-ids', '1', '--max-tokens', '4'], { encoding: 'utf8', env: { ...process.env, LLMC_RELAXED_SIMD: 'yes' } });
     expect(typo.stderr).toContain('LLMC_RELAXED_SIMD=yes is neither on nor off');
     expect(typo.stdout).toBe(`${ref.greedy_ids.slice(0, 4).join(' ')}\n`);

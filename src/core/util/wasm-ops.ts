@@ -120,3 +120,7 @@ export const fPmin = simd(0xea);
 export const fPmax = simd(0xeb);
 export const hPairs = simd(0x7c); // i16x8.extadd_pairwise_i8x16_s
 export const iPairs = simd(0x7e); // i32x4.extadd_pairwise_i16x8_s
+
+// Relaxed SIMD (validates only where ../../exec/runtime/relaxed.ts says so).
+/** i32x4.relaxed_dot_i8x16_i7x16_add_s(a, b, c): c + Σ of 4 products a·b per lane; exact while b's bytes are in 0..127. */
+export const iRelaxedDotAdd = simd(0x113);

@@ -27,6 +27,7 @@ import {
   block, br, brIf, f32Add, f32Load, f32Store, fAdd, fExtract, fFromI32, fMul, fSplat, get, i32Add, i32And, i32c, i32GeU, i32Mul, i32Shl, loop, set, simd, vload, vZero,
 } from '../../core/util/wasm-ops.js';
 import { kernelModule } from './kernel-store.js';
+import { relaxedFmaWanted } from './relaxed.js';
 
 /**
  * Rows × tokens of the register tile (x86 has 16 xmm registers: F32 holds 12 accumulators +
@@ -128,32 +129,6 @@ export function gemmModuleBytes(fma: boolean, shared = false): Uint8Array<ArrayB
   return kernelModuleBytes([{ name: 'gemm_f32', params: new Array(9).fill(I32), body: gemmF32Body(GEMM_TILE.rows, GEMM_TILE.tokens, fma) }], shared);
 }
 
-/** (module (func (param v128 v128 v128) (result v128) local.get 0 local.get 1 local.get 2 f32x4.relaxed_madd)) */
-const RELAXED_PROBE = new Uint8Array([
-  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-  0x01, 0x08, 0x01, 0x60, 0x03, 0x7b, 0x7b, 0x7b, 0x01, 0x7b,
-  0x03, 0x02, 0x01, 0x00,
-  0x0a, 0x0d, 0x01, 0x0b, 0x00, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfd, 0x85, 0x02, 0x0b,
-]);
-
-/**
- * Whether this platform runs WebAssembly relaxed SIMD (f32x4.relaxed_madd): Chromium and Node ≥ 22
- * do; Node 20 only with --experimental-wasm-relaxed-simd (./node.ts turns it on).
- */
-export function relaxedSimd(): boolean {
-  try {
-    return typeof WebAssembly === 'object' && WebAssembly.validate(RELAXED_PROBE);
-  } catch {
-    return false;
-  }
-}
-
-/** Relaxed multiply-adds only when asked (./node.ts: LLMC_RELAXED_SIMD=on): by default every platform gets the same bits. */
-let fmaWanted = false;
-export function preferRelaxedSimd(): void {
-  fmaWanted = true;
-}
-
 /** Decided once, at the first kernels built, so every arena of a process sums the same way. */
 let useFma: boolean | undefined;
 
@@ -167,7 +142,7 @@ export interface GemmKernels {
 
 /** The kernels over `memory`, or null where WebAssembly SIMD is unavailable. */
 export function gemmKernels(memory: WebAssembly.Memory, shared = false): GemmKernels | null {
-  useFma ??= fmaWanted && relaxedSimd();
+  useFma ??= relaxedFmaWanted();
   const fma = useFma;
   const name = `gemm${fma ? '-fma' : ''}${shared ? '-shared' : ''}`;
   const mod = kernelModule(name, () => gemmModuleBytes(fma, shared));

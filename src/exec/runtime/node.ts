@@ -12,25 +12,24 @@ import { load, parseManifest, type ArtifactSource, type LoadOptions } from './lo
 import type { Model } from './model.js';
 import { installKernelFiles } from './kernel-files.js';
 import { WORKER_BODY, type SpawnWorker } from './pool.js';
-import { preferRelaxedSimd, relaxedSimd } from './gemm.js';
+import { avoidRelaxedSimd, preferRelaxedSimd, relaxedSimd } from './relaxed.js';
 
 installKernelFiles();
 enableRelaxedSimd();
 
 /**
- * LLMC_RELAXED_SIMD=on: the tiled prefill kernels use f32x4.relaxed_madd (fused or not as the CPU
- * does it, so logits may differ in the last bits between machines; measured 1.06–1.09× on the F32
- * kernel alone, within the noise of a whole prefill). Off by default, so every platform computes the
- * same bits. Node 20 admits relaxed SIMD only behind --experimental-wasm-relaxed-simd, set here
- * before the first kernel module is compiled (they compile lazily).
+ * LLMC_RELAXED_SIMD (see ./relaxed.ts): unset, the quantized kernels use relaxed SIMD's exact integer
+ * dots where it validates (same bits as without); `on` adds relaxed multiply-adds to the tiled F32
+ * prefill kernels (logits may then differ in the last bits between machines; 1.06–1.09× on the
+ * kernel alone); `off` uses no relaxed instruction. Node 20 admits relaxed SIMD only behind
+ * --experimental-wasm-relaxed-simd, set here before the first kernel module is compiled (they
+ * compile lazily).
  */
 function enableRelaxedSimd(): void {
   const setting = process.env.LLMC_RELAXED_SIMD;
-  if (setting !== 'on') {
-    // A typo ('1', 'yes') would otherwise look like a measured "no gain".
-    if (setting && setting !== 'off') process.stderr.write(`llmc: LLMC_RELAXED_SIMD=${setting} is neither on nor off; relaxed SIMD stays off\n`);
-    return;
-  }
+  if (setting === 'off') return avoidRelaxedSimd();
+  // A typo ('1', 'yes') would otherwise look like a measured "no gain".
+  if (setting && setting !== 'on') process.stderr.write(`llmc: LLMC_RELAXED_SIMD=${setting} is neither on nor off; the default applies (exact relaxed integer dots only)\n`);
   if (!relaxedSimd()) {
     try {
       (createRequire(import.meta.url)('node:v8') as typeof import('node:v8')).setFlagsFromString('--experimental-wasm-relaxed-simd');
@@ -38,7 +37,7 @@ function enableRelaxedSimd(): void {
       // an embedder that refuses flags: the kernels without relaxed SIMD
     }
   }
-  preferRelaxedSimd();
+  if (setting === 'on') preferRelaxedSimd();
 }
 
 /** A file read with positioned reads; the handle opens lazily and closes with `close()`. */

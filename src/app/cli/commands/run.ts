@@ -72,8 +72,9 @@ export function registerRun(program: Command): void {
         'Environment (ts artifacts, the TS runtime):\n' +
         '  LLMC_KERNEL_CACHE  where the assembled WebAssembly kernels are kept between runs (default\n' +
         '                     $XDG_CACHE_HOME/llmc/kernels, else ~/.cache/llmc/kernels); off: assemble them every run\n' +
-        '  LLMC_RELAXED_SIMD  on: prefill kernels use relaxed-SIMD fused multiply-adds (logits may then differ in\n' +
-        '                     the last bits between machines); default off, the same bits everywhere\n' +
+        '  LLMC_RELAXED_SIMD  default: quantized kernels use relaxed SIMD\'s exact integer dots where available\n' +
+        '                     (same bits as without); on: also fused multiply-adds in F32 prefill (logits may\n' +
+        '                     then differ in the last bits between machines); off: no relaxed SIMD\n' +
         '  LLMC_RUN_BUNDLE    off: start from dist/ instead of the one-file bundle of the run path\n',
     )
     .action(async (modelPath: string, o) => {
