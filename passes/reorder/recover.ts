@@ -510,7 +510,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
           heldOut: req.heldOutKey,
           training: req.training ? { data: req.training.key, settings: s } : null,
           // The key of the level it starts from (the profile store hashes the whole key), and where in the data it starts.
-          ...(prev ? { warm: prev, offset: i * s!.steps } : {}),
+          ...(prev ? { warm: prev, offset: dataOffset(i, s) } : {}),
         };
         keys.set(lv.id, key);
         prev = key;
@@ -524,7 +524,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
       for (let i = 0; i < chain.length; i++) {
         const hit = readsCache(cache) ? await loadProfile(cache.dir, 'level-recovery', keys.get(chain[i].id)!) : undefined;
         if (!hit) {
-          jobs.push({ chain: chain.slice(i), warm, offset: s ? i * s.steps : 0 });
+          jobs.push({ chain: chain.slice(i), warm, start: i });
           break;
         }
         profiles.set(chain[i].id, hit);
@@ -573,9 +573,12 @@ export interface Job {
   chain: { id: string; layers: LevelLayer[] }[];
   /** The adapters the first level starts from (a larger level's), or null. */
   warm: LevelProfile['arrays'] | null;
-  /** The training batch the first level starts at (each level of a chain goes on where the previous stopped). */
-  offset: number;
+  /** The first level's place in its chain (where in the training data it starts: `dataOffset`). */
+  start: number;
 }
+
+/** The training batch a chain's `i`th level starts at: each level goes on where the previous one stopped. */
+export const dataOffset = (i: number, settings: RecoverSettings | null | undefined): number => i * (settings?.steps ?? 0);
 
 /** Number of warm-start chains (reorder.recoverInit=chain): fixed, so the result does not depend on the threads. */
 export const CHAINS = 2;
@@ -631,12 +634,10 @@ function recoveryChains<L extends { id: string; layers: LevelLayer[] }>(model: M
 /** Train a job's levels in order on `trainer`, each from the previous one's adapters. */
 export async function runChain(trainer: LevelTrainer, job: Job, progress: Progress, save: (lv: Job['chain'][number], data: LevelProfile) => Promise<void>): Promise<void> {
   let warm = job.warm;
-  let offset = job.offset;
-  for (const lv of job.chain) {
-    const data = await trainer.level(lv.layers, progress, warm, offset);
+  for (const [k, lv] of job.chain.entries()) {
+    const data = await trainer.level(lv.layers, progress, warm, dataOffset(job.start + k, trainer.work.settings));
     await save(lv, data);
     if (job.chain.length > 1 && data.meta.after) warm = data.arrays;
-    offset += trainer.work.settings?.steps ?? 0;
   }
 }
 
