@@ -114,6 +114,15 @@ describe('bad input → one line, exit 1', async () => {
     await expectOneLine(llmc('inspect', dir), 1, cfgFile, /unknown model_type "gpt_neox"; supported: llama, mistral, qwen2, mixtral, qwen2_moe/);
   });
 
+  it.concurrent('architectures naming no causal LM of the model_type (a classifier head) is refused', async () => {
+    const dir = copy(base, 'classifier');
+    const cfgFile = path.join(dir, 'config.json');
+    const cfg = JSON.parse(readFileSync(cfgFile, 'utf8'));
+    cfg.architectures = ['LlamaForSequenceClassification'];
+    writeFileSync(cfgFile, JSON.stringify(cfg));
+    await expectOneLine(llmc('inspect', dir), 1, cfgFile, /architectures \["LlamaForSequenceClassification"\] names no causal LM of model_type "llama" \(llmc compiles LlamaForCausalLM/);
+  });
+
   it.concurrent('a tensor shape that disagrees with config.json', async () => {
     const dir = copy(base, 'shape');
     const cfgFile = path.join(dir, 'config.json');

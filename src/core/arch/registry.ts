@@ -48,6 +48,8 @@ export interface ArchEntry {
   oBias(cfg: Json): boolean;
   /** llama.cpp's name for the architecture (GGUF general.architecture). */
   gguf: 'llama' | 'qwen2' | 'qwen2moe';
+  /** transformers' causal-LM classes of this model_type: a config whose `architectures` names none of them is not this layout. */
+  causalLm: readonly string[];
   moe: MoeFamily | null;
 }
 
@@ -122,11 +124,12 @@ const QWEN2_MOE: MoeFamily = {
 
 /** One entry per supported `model_type`. */
 export const ARCHITECTURES = {
-  llama: { ...LLAMA_BIAS, gguf: 'llama', moe: null },
-  mistral: { ...LLAMA_BIAS, gguf: 'llama', moe: null },
-  qwen2: { ...QWEN_BIAS, gguf: 'qwen2', moe: null },
-  mixtral: { ...LLAMA_BIAS, gguf: 'llama', moe: MIXTRAL_MOE },
-  qwen2_moe: { ...QWEN_BIAS, gguf: 'qwen2moe', moe: QWEN2_MOE },
+  // 'LLaMAForCausalLM': the class name of transformers' first llama conversions (2023), same layout.
+  llama: { ...LLAMA_BIAS, gguf: 'llama', causalLm: ['LlamaForCausalLM', 'LLaMAForCausalLM'], moe: null },
+  mistral: { ...LLAMA_BIAS, gguf: 'llama', causalLm: ['MistralForCausalLM'], moe: null },
+  qwen2: { ...QWEN_BIAS, gguf: 'qwen2', causalLm: ['Qwen2ForCausalLM'], moe: null },
+  mixtral: { ...LLAMA_BIAS, gguf: 'llama', causalLm: ['MixtralForCausalLM'], moe: MIXTRAL_MOE },
+  qwen2_moe: { ...QWEN_BIAS, gguf: 'qwen2moe', causalLm: ['Qwen2MoeForCausalLM'], moe: QWEN2_MOE },
 } as const satisfies Record<ModelType, ArchEntry>;
 
 export type { ModelType };

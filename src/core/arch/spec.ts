@@ -70,6 +70,22 @@ function tokenIds(v: unknown): number[] {
   return [];
 }
 
+/**
+ * `architectures` names the class transformers builds: with model_type llama, a
+ * `LlamaForSequenceClassification` has a score head instead of lm_head, and a remote-code
+ * `FooForCausalLM` may compute something else on llama's tensor names. Absent or empty, model_type decides.
+ */
+function checkArchitectures(architectures: unknown, modelType: string, causalLm: readonly string[], file: string): void {
+  if (architectures === undefined || architectures === null) return;
+  const names = Array.isArray(architectures) ? architectures : [architectures];
+  if (names.length === 0 || names.some((n) => causalLm.includes(n as string))) return;
+  throw new LlmcError(
+    `architectures ${JSON.stringify(architectures)} names no causal LM of model_type "${modelType}" (llmc compiles ${causalLm.join(' / ')}); ` +
+      'a head or remote code of another kind is not supported',
+    file,
+  );
+}
+
 /** Normalize a parsed config.json (the architecture registry supplies what differs per model_type). `file` names the file in every error. */
 export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   const modelType = cfg.model_type;
@@ -80,6 +96,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     );
   }
   const entry = ARCHITECTURES[modelType];
+  checkArchitectures(cfg.architectures, modelType, entry.causalLm, file);
   const reader: ConfigReader = { num: (k, f) => num(cfg, k, file, f), posInt: (k, f) => posInt(cfg, k, file, f), raw: cfg, file };
   const hiddenSize = posInt(cfg, 'hidden_size', file);
   const numHeads = posInt(cfg, 'num_attention_heads', file);
