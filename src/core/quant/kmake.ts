@@ -18,6 +18,20 @@ const QSX = new Float64Array(32);
 const QS2 = new Float64Array(32);
 const QT = new Float64Array(32);
 
+/** The value of largest magnitude in x[xo .. xo+n), the first of equals (ggml's `max` beside `amax`). */
+function signedAbsMax(n: number, x: Float32Array, xo: number): number {
+  let max = 0;
+  let amax = 0;
+  for (let i = 0; i < n; i++) {
+    const ax = Math.abs(x[xo + i]);
+    if (ax > amax) { amax = ax; max = x[xo + i]; }
+  }
+  return max;
+}
+
+/** A signed code clamped to [-nmax, nmax-1] (ggml's MAX(-nmax, MIN(nmax-1, l))). */
+const clampCode = (l: number, nmax: number): number => (l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l);
+
 /** The |iscale| up to which code l (signed, clamped to [-nmax, nmax-1]) of element x cannot move; Infinity if never. */
 function qxThreshold(l: number, nmax: number, x: number): number {
   const ax = Math.abs(x);
@@ -32,14 +46,9 @@ function qxThreshold(l: number, nmax: number, x: number): number {
  * codes are only recomputed once |iscale| passes the point where they can change.
  */
 export function makeQxQuants(n: number, nmax: number, x: Float32Array, xo: number, L: Uint8Array | Int8Array, lo: number): number {
-  let max = 0;
-  let amax = 0;
-  for (let i = 0; i < n; i++) {
-    const ax = Math.abs(x[xo + i]);
-    if (ax > amax) { amax = ax; max = x[xo + i]; }
-  }
-  if (amax < GROUP_MAX_EPS) {
-    for (let i = 0; i < n; i++) L[lo + i] = 0;
+  const max = signedAbsMax(n, x, xo);
+  if (Math.abs(max) < GROUP_MAX_EPS) {
+    L.fill(0, lo, lo + n);
     return 0;
   }
   let iscale = fr(-nmax / max);
@@ -47,8 +56,7 @@ export function makeQxQuants(n: number, nmax: number, x: Float32Array, xo: numbe
   let suml2 = 0;
   for (let i = 0; i < n; i++) {
     const xi = x[xo + i];
-    let l = nearestInt(fr(iscale * xi));
-    l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+    const l = clampCode(nearestInt(fr(iscale * xi)), nmax);
     L[lo + i] = l + nmax;
     LC[i] = l;
     const w = fr(xi * xi);
@@ -71,8 +79,7 @@ export function makeQxQuants(n: number, nmax: number, x: Float32Array, xo: numbe
     let i = 0;
     for (; i < n; i++) {
       if (ai < QT[i]) continue;
-      let l = nearestInt(fr(iscale * x[xo + i]));
-      l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+      const l = clampCode(nearestInt(fr(iscale * x[xo + i])), nmax);
       if (l !== LC[i]) break;
       QT[i] = qxThreshold(l, nmax, x[xo + i]);
     }
@@ -81,8 +88,7 @@ export function makeQxQuants(n: number, nmax: number, x: Float32Array, xo: numbe
     suml2 = i > 0 ? PS2[i - 1] : 0;
     for (; i < n; i++) {
       if (!(ai < QT[i])) {
-        let l = nearestInt(fr(iscale * x[xo + i]));
-        l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+        const l = clampCode(nearestInt(fr(iscale * x[xo + i])), nmax);
         QT[i] = qxThreshold(l, nmax, x[xo + i]);
         if (l !== LC[i]) {
           LC[i] = l;
@@ -108,14 +114,9 @@ export function makeQxQuants(n: number, nmax: number, x: Float32Array, xo: numbe
  * L is signed scratch here; codes end up in [0, 2*nmax).
  */
 export function makeQ3Quants(n: number, nmax: number, x: Float32Array, xo: number, L: Int8Array, lo: number): number {
-  let max = 0;
-  let amax = 0;
-  for (let i = 0; i < n; i++) {
-    const ax = Math.abs(x[xo + i]);
-    if (ax > amax) { amax = ax; max = x[xo + i]; }
-  }
-  if (amax < GROUP_MAX_EPS) {
-    for (let i = 0; i < n; i++) L[lo + i] = 0;
+  const max = signedAbsMax(n, x, xo);
+  if (Math.abs(max) < GROUP_MAX_EPS) {
+    L.fill(0, lo, lo + n);
     return 0;
   }
   const iscale = fr(-nmax / max);
@@ -123,8 +124,7 @@ export function makeQ3Quants(n: number, nmax: number, x: Float32Array, xo: numbe
   let suml2 = 0;
   for (let i = 0; i < n; i++) {
     const xi = x[xo + i];
-    let l = nearestInt(fr(iscale * xi));
-    l = Math.max(-nmax, Math.min(nmax - 1, l));
+    const l = clampCode(nearestInt(fr(iscale * xi)), nmax);
     L[lo + i] = l;
     const w = fr(xi * xi);
     sumlx = fr(sumlx + fr(fr(w * xi) * l));
@@ -139,8 +139,7 @@ export function makeQ3Quants(n: number, nmax: number, x: Float32Array, xo: numbe
       let slx = fr(sumlx - fr(fr(w * xi) * li));
       if (slx > 0) {
         let sl2 = fr(suml2 - fr(fr(w * li) * li));
-        let newL = nearestInt(fr(fr(xi * sl2) / slx));
-        newL = Math.max(-nmax, Math.min(nmax - 1, newL));
+        const newL = clampCode(nearestInt(fr(fr(xi * sl2) / slx)), nmax);
         if (newL !== li) {
           slx = fr(slx + fr(fr(w * xi) * newL));
           sl2 = fr(sl2 + fr(fr(w * newL) * newL));
