@@ -177,6 +177,40 @@ function qkx2Body(mad: boolean, n: number): number[] {
   return [...locals, ...body, 0x0b];
 }
 
+/** for each f32x4 of a group's transposed values (XT bytes XB..END): XI = the values, then `body`. */
+function forGroup(l: { XB: number; P: number; XI: number; END: number }, body: number[]): number[] {
+  return [
+    ...get(l.XB), ...set(l.P),
+    ...loop([
+      ...get(l.P), ...vload(K_XT), ...set(l.XI),
+      ...body,
+      ...get(l.P), ...i32c(16), ...i32Add, ...set(l.P),
+      ...get(l.P), ...get(l.END), ...i32LtS, ...brIf(0),
+    ]),
+  ];
+}
+
+/** nearest_int(top of stack) clamped to [-nmax, nmax-1], as i32x4 (NMAXV: nmax in each lane, NMAX: the i32 parameter). */
+const nearestClamp = (NMAXV: number, NMAX: number) => [
+  ...f32c(12582912), ...fSplat, ...fAdd,
+  ...i32c(0x7fffff), ...iSplat, ...vAnd,
+  ...i32c(0x400000), ...iSplat, ...iSub,
+  ...get(NMAXV), ...i32c(1), ...iSplat, ...iSub, ...iMinS,
+  ...i32c(0), ...get(NMAX), ...[0x6b], ...iSplat, ...iMaxS,
+];
+
+/** MAXV = the x of the largest |x| per lane (the first wins ties, as ggml's loop), SMALL = that |x| < GROUP_MAX_EPS. */
+const groupMax = (l: { XI: number; AX: number; AMAX: number; MASK: number; MAXV: number; SMALL: number }, forElems: (body: number[]) => number[]) => [
+  ...vZero, ...set(l.MAXV), ...vZero, ...set(l.AMAX),
+  ...forElems([
+    ...get(l.XI), ...fAbs, ...set(l.AX),
+    ...get(l.AX), ...get(l.AMAX), ...fGt, ...set(l.MASK),
+    ...get(l.AX), ...get(l.AMAX), ...get(l.MASK), ...vBitselect, ...set(l.AMAX),
+    ...get(l.XI), ...get(l.MAXV), ...get(l.MASK), ...vBitselect, ...set(l.MAXV),
+  ]),
+  ...get(l.AMAX), ...f32c(Math.fround(1e-15)), ...fSplat, ...fLt, ...set(l.SMALL),
+];
+
 /**
  * qx(nGroups4, n, nmax): make_qx_quants with rmse_type 1 and no quant weights (w = x*x) for 4*nGroups4
  * groups of n elements; codes (already + nmax, 0 for an all-tiny group) to LB, scales to OS.
@@ -190,23 +224,8 @@ function qxBody(): number[] {
     Array.from({ length: 16 }, () => k++);
   void I;
   /** nearest_int(iscale * x) clamped to [-nmax, nmax-1], as i32x4. */
-  const code = [
-    ...get(ISC), ...get(XI), ...fMul,
-    ...f32c(12582912), ...fSplat, ...fAdd,
-    ...i32c(0x7fffff), ...iSplat, ...vAnd,
-    ...i32c(0x400000), ...iSplat, ...iSub,
-    ...get(NMAXV), ...i32c(1), ...iSplat, ...iSub, ...iMinS,
-    ...i32c(0), ...get(NMAX), ...[0x6b], ...iSplat, ...iMaxS,
-  ];
-  const forElems = (body: number[]) => [
-    ...get(XB), ...set(P),
-    ...loop([
-      ...get(P), ...vload(K_XT), ...set(XI),
-      ...body,
-      ...get(P), ...i32c(16), ...i32Add, ...set(P),
-      ...get(P), ...get(END), ...i32LtS, ...brIf(0),
-    ]),
-  ];
+  const code = [...get(ISC), ...get(XI), ...fMul, ...nearestClamp(NMAXV, NMAX)];
+  const forElems = (body: number[]) => forGroup({ XB, P, XI, END }, body);
   const laAddr = [...get(P), ...get(XB), ...[0x6b], ...i32c(LA), ...i32Add];
   /** sumlx += w*x*l; suml2 += w*l*l with w = x*x, l (float) in LF. */
   const sums = [
@@ -220,15 +239,7 @@ function qxBody(): number[] {
     ...loop([
       ...get(G), ...get(N), ...i32Mul, ...i32c(16), ...i32Mul, ...set(XB),
       ...get(XB), ...get(N), ...i32c(16), ...i32Mul, ...i32Add, ...set(END),
-      // max = the x of the largest |x| (first one wins ties)
-      ...vZero, ...set(MAXV), ...vZero, ...set(AMAX),
-      ...forElems([
-        ...get(XI), ...fAbs, ...set(AX),
-        ...get(AX), ...get(AMAX), ...fGt, ...set(MASK),
-        ...get(AX), ...get(AMAX), ...get(MASK), ...vBitselect, ...set(AMAX),
-        ...get(XI), ...get(MAXV), ...get(MASK), ...vBitselect, ...set(MAXV),
-      ]),
-      ...get(AMAX), ...f32c(Math.fround(1e-15)), ...fSplat, ...fLt, ...set(SMALL),
+      ...groupMax({ XI, AX, AMAX, MASK, MAXV, SMALL }, forElems),
       // iscale = -nmax/max; first codes and sums
       ...i32c(0), ...get(NMAX), ...[0x6b], ...f32FromI32, ...fSplat, ...get(MAXV), ...fDiv, ...set(ISC),
       ...vZero, ...set(SLX), ...vZero, ...set(SL2),
@@ -299,42 +310,19 @@ function q3Body(): number[] {
   let k = 8;
   const [MAXV, AMAX, ISC, SLX, SL2, XI, LF, W, MASK, SMALL, NMAXV, L, AX, CHANGED, NL, NLF, TSLX, TSL2, WX] =
     Array.from({ length: 19 }, () => k++);
-  /** nearest_int(top of stack) clamped to [-nmax, nmax-1], as i32x4. */
-  const nearestClamp = [
-    ...f32c(12582912), ...fSplat, ...fAdd,
-    ...i32c(0x7fffff), ...iSplat, ...vAnd,
-    ...i32c(0x400000), ...iSplat, ...iSub,
-    ...get(NMAXV), ...i32c(1), ...iSplat, ...iSub, ...iMinS,
-    ...i32c(0), ...get(NMAX), ...[0x6b], ...iSplat, ...iMaxS,
-  ];
-  const forElems = (body: number[]) => [
-    ...get(XB), ...set(P),
-    ...loop([
-      ...get(P), ...vload(K_XT), ...set(XI),
-      ...body,
-      ...get(P), ...i32c(16), ...i32Add, ...set(P),
-      ...get(P), ...get(END), ...i32LtS, ...brIf(0),
-    ]),
-  ];
+  const forElems = (body: number[]) => forGroup({ XB, P, XI, END }, body);
   const body = [
     ...get(NMAX), ...iSplat, ...set(NMAXV),
     ...i32c(0), ...set(G),
     ...loop([
       ...get(G), ...get(N), ...i32Mul, ...i32c(16), ...i32Mul, ...set(XB),
       ...get(XB), ...get(N), ...i32c(16), ...i32Mul, ...i32Add, ...set(END),
-      ...vZero, ...set(MAXV), ...vZero, ...set(AMAX),
-      ...forElems([
-        ...get(XI), ...fAbs, ...set(AX),
-        ...get(AX), ...get(AMAX), ...fGt, ...set(MASK),
-        ...get(AX), ...get(AMAX), ...get(MASK), ...vBitselect, ...set(AMAX),
-        ...get(XI), ...get(MAXV), ...get(MASK), ...vBitselect, ...set(MAXV),
-      ]),
-      ...get(AMAX), ...f32c(Math.fround(1e-15)), ...fSplat, ...fLt, ...set(SMALL),
+      ...groupMax({ XI, AX, AMAX, MASK, MAXV, SMALL }, forElems),
       ...i32c(0), ...get(NMAX), ...[0x6b], ...f32FromI32, ...fSplat, ...get(MAXV), ...fDiv, ...set(ISC),
       ...vZero, ...set(SLX), ...vZero, ...set(SL2),
       ...forElems([
         ...get(P),
-        ...get(ISC), ...get(XI), ...fMul, ...nearestClamp, ...set(L),
+        ...get(ISC), ...get(XI), ...fMul, ...nearestClamp(NMAXV, NMAX), ...set(L),
         ...get(L), ...vstore(K_LB),
         ...get(L), ...fFromI32, ...set(LF),
         ...get(XI), ...get(XI), ...fMul, ...set(W),
@@ -356,7 +344,7 @@ function q3Body(): number[] {
           ...get(MASK), ...vAnyTrue,
           ...ifThen([
             // new_l = nearest_int(x*sl2/slx), clamped
-            ...get(XI), ...get(TSL2), ...fMul, ...get(TSLX), ...fDiv, ...nearestClamp, ...set(NL),
+            ...get(XI), ...get(TSL2), ...fMul, ...get(TSLX), ...fDiv, ...nearestClamp(NMAXV, NMAX), ...set(NL),
             ...get(NL), ...fFromI32, ...set(NLF),
             ...get(MASK), ...get(NL), ...get(L), ...simd(0x38), ...vAnd, ...set(MASK),
             ...get(TSLX), ...get(WX), ...get(NLF), ...fMul, ...fAdd, ...set(TSLX),
@@ -405,15 +393,7 @@ function prepBody(): number[] {
   const lane = (k: number) => [
     ...get(R), ...get(N), ...i32c(4 * k), ...i32Mul, ...i32Add, ...[0x2a, 2, ...uleb(K_RAW)],
   ];
-  const forElems = (body: number[]) => [
-    ...get(XB), ...set(P),
-    ...loop([
-      ...get(P), ...vload(K_XT), ...set(XI),
-      ...body,
-      ...get(P), ...i32c(16), ...i32Add, ...set(P),
-      ...get(P), ...get(END), ...i32LtS, ...brIf(0),
-    ]),
-  ];
+  const forElems = (body: number[]) => forGroup({ XB, P, XI, END }, body);
   const body = [
     ...simd(0x0c, ...new Array(16).fill(0xff)), ...set(OK),
     ...i32c(0), ...set(G),
