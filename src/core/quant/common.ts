@@ -49,3 +49,22 @@ export function putF16(y: Uint8Array, o: number, v: number): void {
 export function getF16(table: Float32Array, y: Uint8Array, o: number): number {
   return table[y[o] | (y[o + 1] << 8)];
 }
+
+/** The value of largest magnitude in x[xo .. xo+n), the first of equals (ggml's `max` beside `amax`). */
+export function signedAbsMax(n: number, x: Float32Array, xo: number): number {
+  let max = 0;
+  let amax = 0;
+  for (let i = 0; i < n; i++) {
+    const ax = Math.abs(x[xo + i]);
+    if (ax > amax) { amax = ax; max = x[xo + i]; }
+  }
+  return max;
+}
+
+/** Four bytes little-endian at y[o] (a block's 32 high bits, qh). */
+export function putU32LE(y: Uint8Array, o: number, v: number): void {
+  y[o] = v & 0xff;
+  y[o + 1] = (v >>> 8) & 0xff;
+  y[o + 2] = (v >>> 16) & 0xff;
+  y[o + 3] = v >>> 24;
+}

@@ -3,7 +3,7 @@
  * make_q3_quants, make_qkx2_quants), float32-exact. Groups are read from x[xo .. xo+n) and codes
  * written to L[lo .. lo+n). Only the variants the reference quantizers use are transcribed.
  */
-import { fr, GROUP_MAX_EPS, nearestInt } from './common.js';
+import { fr, GROUP_MAX_EPS, nearestInt, signedAbsMax } from './common.js';
 
 /** 0.1f */
 const TENTH = fr(0.1);
@@ -17,17 +17,6 @@ const PS2 = new Float64Array(32);
 const QSX = new Float64Array(32);
 const QS2 = new Float64Array(32);
 const QT = new Float64Array(32);
-
-/** The value of largest magnitude in x[xo .. xo+n), the first of equals (ggml's `max` beside `amax`). */
-function signedAbsMax(n: number, x: Float32Array, xo: number): number {
-  let max = 0;
-  let amax = 0;
-  for (let i = 0; i < n; i++) {
-    const ax = Math.abs(x[xo + i]);
-    if (ax > amax) { amax = ax; max = x[xo + i]; }
-  }
-  return max;
-}
 
 /** A signed code clamped to [-nmax, nmax-1] (ggml's MAX(-nmax, MIN(nmax-1, l))). */
 const clampCode = (l: number, nmax: number): number => (l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l);

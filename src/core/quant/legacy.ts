@@ -4,7 +4,7 @@
  * Each function handles `nb` consecutive blocks: input floats from x[xo], block bytes at y[yo].
  */
 import { f16Table } from '../util/half.js';
-import { FLT_MAX, fr, getF16, putF16, truncI8 } from './common.js';
+import { FLT_MAX, fr, getF16, putF16, putU32LE, signedAbsMax, truncI8 } from './common.js';
 import { simdKernels } from './bf16.js';
 import type { LegacyType } from './simd.js';
 
@@ -48,13 +48,7 @@ export function quantizeQ8_0Js(x: Float32Array, xo: number, nb: number, y: Uint8
 
 export function quantizeQ4_0Js(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
   for (let i = 0; i < nb; i++, xo += 32, yo += 18) {
-    let amax = 0;
-    let max = 0;
-    for (let j = 0; j < 32; j++) {
-      const v = x[xo + j];
-      const a = Math.abs(v);
-      if (amax < a) { amax = a; max = v; }
-    }
+    const max = signedAbsMax(32, x, xo);
     const d = fr(max / -8); // the signed max maps to code 0 (-8), so its sign matters
     const id = d !== 0 ? fr(1 / d) : 0;
     putF16(y, yo, d);
@@ -89,13 +83,7 @@ export function quantizeQ4_1Js(x: Float32Array, xo: number, nb: number, y: Uint8
 
 export function quantizeQ5_0Js(x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number): void {
   for (let i = 0; i < nb; i++, xo += 32, yo += 22) {
-    let amax = 0;
-    let max = 0;
-    for (let j = 0; j < 32; j++) {
-      const v = x[xo + j];
-      const a = Math.abs(v);
-      if (amax < a) { amax = a; max = v; }
-    }
+    const max = signedAbsMax(32, x, xo);
     const d = fr(max / -16);
     const id = d !== 0 ? fr(1 / d) : 0;
     putF16(y, yo, d);
@@ -107,10 +95,7 @@ export function quantizeQ5_0Js(x: Float32Array, xo: number, nb: number, y: Uint8
       qh |= ((xi0 & 0x10) >>> 4) << j;
       qh |= ((xi1 & 0x10) >>> 4) << (j + 16);
     }
-    y[yo + 2] = qh & 0xff;
-    y[yo + 3] = (qh >>> 8) & 0xff;
-    y[yo + 4] = (qh >>> 16) & 0xff;
-    y[yo + 5] = qh >>> 24;
+    putU32LE(y, yo + 2, qh);
   }
 }
 
@@ -136,10 +121,7 @@ export function quantizeQ5_1Js(x: Float32Array, xo: number, nb: number, y: Uint8
       qh |= ((xi0 & 0x10) >>> 4) << j;
       qh |= ((xi1 & 0x10) >>> 4) << (j + 16);
     }
-    y[yo + 4] = qh & 0xff;
-    y[yo + 5] = (qh >>> 8) & 0xff;
-    y[yo + 6] = (qh >>> 16) & 0xff;
-    y[yo + 7] = qh >>> 24;
+    putU32LE(y, yo + 4, qh);
   }
 }
 
