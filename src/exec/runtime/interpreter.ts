@@ -485,26 +485,10 @@ export class Interpreter {
       }
       case 'attention':
         return this.attention(op);
-      case 'silu': {
-        const x = this.buffer(op.x);
-        const out = this.define(op.out, x.channels, this.rowsOf.get(op.x));
-        const count = this.counter(op.x);
-        return (f) => {
-          const n = count(f) * x.channels;
-          const o = out.rows(count(f));
-          for (let i = 0; i < n; i++) o[i] = x.data[i] / (1 + Math.exp(-x.data[i]));
-        };
-      }
-      case 'sigmoid': {
-        const x = this.buffer(op.x);
-        const out = this.define(op.out, x.channels, this.rowsOf.get(op.x));
-        const count = this.counter(op.x);
-        return (f) => {
-          const n = count(f) * x.channels;
-          const o = out.rows(count(f));
-          for (let i = 0; i < n; i++) o[i] = 1 / (1 + Math.exp(-x.data[i]));
-        };
-      }
+      case 'silu':
+        return this.unary(op.x, op.out, (v) => v / (1 + Math.exp(-v)));
+      case 'sigmoid':
+        return this.unary(op.x, op.out, (v) => 1 / (1 + Math.exp(-v)));
       case 'mul':
       case 'add':
         return this.elementwise(op.op, op.a, op.b, op.out);
@@ -559,6 +543,18 @@ export class Interpreter {
       }
       const lr = f.adapters?.get(op.weight);
       if (lr) addLowRank(lr, x.data, n, op.inFeatures, cols, y, op.outFeatures, rows, op.weight);
+    };
+  }
+
+  /** fn applied to each element of x (silu, sigmoid: the MLP's fused silu·mul runs in WebAssembly elsewhere). */
+  private unary(xName: V, outName: V, fn: (v: number) => number): Step {
+    const x = this.buffer(xName);
+    const out = this.define(outName, x.channels, this.rowsOf.get(xName));
+    const count = this.counter(xName);
+    return (f) => {
+      const n = count(f) * x.channels;
+      const o = out.rows(count(f));
+      for (let i = 0; i < n; i++) o[i] = fn(x.data[i]);
     };
   }
 
