@@ -10,7 +10,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { argmax } from '../src/exec/runtime/sampling.js';
+import type { DecodeLoop } from './decode-round.js';
 import { REPO_ROOT } from './harness.js';
 
 export const CHROMIUM = process.env.LLMC_CHROMIUM ?? '/usr/bin/chromium';
@@ -30,7 +30,12 @@ export interface PageRun {
   maxTokens: number;
   steps: number;
   rounds: number;
+  /** The timing loop (see DecodeLoop); default 'reuse'. */
+  loop?: DecodeLoop;
+  /** Untimed rounds before the timed ones (default 0): Chromium page-faults for its first few thousand tokens. */
+  warmup?: number;
 }
+
 export interface PageResult {
   ids: number[];
   crossOriginIsolated: boolean;
@@ -41,10 +46,11 @@ export interface PageResult {
 }
 
 /**
- * The page's script, the same loop `decodeTokensPerSecond` runs in Node: `llmcRun(run)` loads the
- * artifact at art/ through the bundled runtime (./runtime.mjs).
+ * The page's script: `llmcRun(run)` loads the artifact at art/ through the bundled runtime
+ * (./runtime.mjs) and times bench/decode-round.ts's loop, the one Node runs (./decode-round.mjs).
  */
 const PAGE_SCRIPT = `import * as rt from './runtime.mjs';
+import { decodeRound } from './decode-round.mjs';
 window.llmcRun = async (run) => {
   const manifest = await (await fetch('art/llmc-manifest.json')).text();
   const pool = run.minWork === undefined ? undefined : { minWork: run.minWork };
@@ -53,13 +59,8 @@ window.llmcRun = async (run) => {
     const ids = [];
     for await (const id of model.generate(run.prompt, { maxTokens: run.maxTokens, stopTokens: [] })) ids.push(id);
     const tokensPerSecond = [];
-    for (let r = 0; r < run.rounds; r++) {
-      const cache = model.newCache();
-      let token = 1;
-      const t0 = performance.now();
-      for (let s = 0; s < run.steps; s++) token = rt.argmax(model.forward([token], cache, { lastOnly: true }));
-      tokensPerSecond.push((run.steps * 1000) / (performance.now() - t0));
-    }
+    for (let r = 0; r < (run.warmup ?? 0); r++) decodeRound(model, run.steps, run.loop ?? 'reuse');
+    for (let r = 0; r < run.rounds; r++) tokensPerSecond.push(decodeRound(model, run.steps, run.loop ?? 'reuse'));
     // The pool's counts, through a weight's arena (the Model keeps its weight table private).
     const stats = model.table.weight('model.embed_tokens.weight').arena?.poolStats() ?? null;
     return { ids, crossOriginIsolated: self.crossOriginIsolated, tokensPerSecond, workerChunks: stats ? stats.workerChunks : 0 };
@@ -69,16 +70,8 @@ window.llmcRun = async (run) => {
 };
 window.llmcReady = true;`;
 
-/** The Node side of the comparison: the page's timing loop over a model loaded in this process. */
-export function decodeTokensPerSecond(model: { newCache(): unknown; forward(ids: number[], cache: never, o: { lastOnly: boolean }): Float32Array }, steps: number): number {
-  const cache = model.newCache() as never;
-  let token = 1;
-  const t0 = performance.now();
-  for (let s = 0; s < steps; s++) {
-    token = argmax(model.forward([token], cache, { lastOnly: true }));
-  }
-  return (steps * 1000) / (performance.now() - t0);
-}
+/** The Node side of the comparison: the page's timing loop (the same file) over a model loaded in this process. */
+export { decodeRound as decodeTokensPerSecond } from './decode-round.js';
 
 const TYPES: Record<string, string> = { '.html': 'text/html', '.mjs': 'text/javascript', '.json': 'application/json', '.bin': 'application/octet-stream' };
 
@@ -121,7 +114,7 @@ async function serve(root: string): Promise<{ url: string; close(): Promise<void
  * Bundle the runtime, serve it with the ts artifact at `artifactDir`, and run each of `runs` on the
  * page in headless Chromium (one page per run). Throws when Chromium is absent (see browserUnavailable).
  */
-export async function runInChromium(artifactDir: string, runs: PageRun[]): Promise<PageResult[]> {
+export async function runInChromium(artifactDir: string, runs: PageRun[], extraArgs: string[] = []): Promise<PageResult[]> {
   const esbuild = await import('esbuild');
   const { chromium } = await import('playwright-core');
   const root = await fsp.realpath(await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-browser-')));
@@ -129,12 +122,14 @@ export async function runInChromium(artifactDir: string, runs: PageRun[]): Promi
   let browser: Awaited<ReturnType<typeof chromium.launch>> | undefined;
   try {
     await esbuild.build({ entryPoints: [path.join(REPO_ROOT, 'src/exec/runtime/index.ts')], bundle: true, platform: 'browser', format: 'esm', outfile: path.join(root, 'runtime.mjs'), logLevel: 'silent' });
+    // The timing loop is the same source as Node's (bench/decode-round.ts), bundled with its argmax.
+    await esbuild.build({ entryPoints: [path.join(REPO_ROOT, 'bench/decode-round.ts')], bundle: true, platform: 'browser', format: 'esm', outfile: path.join(root, 'decode-round.mjs'), logLevel: 'silent' });
     await fsp.writeFile(path.join(root, 'page.mjs'), PAGE_SCRIPT);
     await fsp.writeFile(path.join(root, 'index.html'), '<!doctype html><meta charset="utf-8"><title>llmc runtime</title><script type="module" src="page.mjs"></script>\n');
     await fsp.mkdir(path.join(root, 'art'));
     for (const f of ['llmc-manifest.json', 'weights.bin']) await fsp.copyFile(path.join(artifactDir, f), path.join(root, 'art', f));
     server = await serve(root);
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: [...CHROMIUM_ARGS, ...extraArgs] });
     const out: PageResult[] = [];
     for (const run of runs) {
       const page = await browser.newPage();
