@@ -27,7 +27,7 @@ import { argmax } from '../src/exec/runtime/sampling.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 import { compilePlain } from './compile-plain.js';
-import { browserUnavailable, decodeTokensPerSecond, runInChromium } from './browser-runtime.js';
+import { browserUnavailable, decodeTokensPerSecond, withChromium } from './browser-runtime.js';
 import type { DecodeLoop } from './decode-round.js';
 
 const WORK = process.env.LLMC_BENCH_POOL_DIR ?? (existsSync('/dev/shm') ? '/dev/shm/llmc-bench-pool' : path.join(os.tmpdir(), 'llmc-bench-pool'));
@@ -116,34 +116,52 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
   }
 }
 
-/** stories260K decode tokens/s in headless Chromium and in Node, one thread and `threads`. */
+/**
+ * stories260K decode tokens/s in headless Chromium and in Node, one thread and `threads`: per
+ * configuration a Node model and a page model, `warmup` untimed rounds each, then `rounds` timed
+ * rounds alternating between the two (which goes first alternates too), so a loaded machine slows
+ * both alike; the ratio is the median of the rounds' page/Node ratios.
+ */
 export async function browserVsNode(threads: number, rounds: number, steps: number, warmup: number): Promise<Record<string, unknown>> {
   const why = browserUnavailable();
   if (why) return { skipped: why };
   const dir = path.join(WORK, 'stories260K-F32');
   if (!existsSync(path.join(dir, 'llmc-manifest.json'))) await compilePlain(path.join(REPO_ROOT, 'fixtures/models/stories260K'), dir, 'F32');
-  // 'reuse': the loop allocates nothing per round; 'fresh' (the old loop): a new KV cache per round and
-  // new logits per token, which on this VM mostly times page faults (bench/decode-round.ts).
-  // Both sides run `warmup` untimed rounds first: Chromium page-faults (~20-100 µs each on this VM) for
-  // its first few thousand tokens, and rounds timed right after the page loads measured mostly that.
+  // 'reuse': the loop allocates nothing per round; 'fresh' (the loop before branch `chromium`): a new
+  // KV cache per round and new logits per token, which on this VM mostly times page faults
+  // (bench/decode-round.ts). Both sides run `warmup` untimed rounds first: Chromium page-faults
+  // (~20-100 µs each here) for its first few thousand tokens.
   const out: Record<string, unknown> = { model: 'stories260K F32', steps, warmup_rounds: warmup };
-  const nodeRuns: [number, DecodeLoop, string][] = [[1, 'reuse', '1_thread'], [threads, 'reuse', `${threads}_threads`], [1, 'fresh', '1_thread_fresh']];
-  for (const [t, loop, key] of nodeRuns) {
-    const model = await loadDir(dir, { threads: t });
-    try {
-      for (let r = 0; r <= warmup; r++) decodeTokensPerSecond(model, steps, loop); // the page's generate, then its warm-up rounds
-      out[`node_tokens_per_s_${key}`] = round(median(Array.from({ length: rounds }, () => decodeTokensPerSecond(model, steps, loop))), 1);
-    } finally {
-      await model.close();
+  const configs: [number, DecodeLoop, string][] = [[1, 'reuse', '1_thread'], [threads, 'reuse', `${threads}_threads`], [1, 'fresh', '1_thread_fresh']];
+  const ids: string[] = [];
+  let isolated = true;
+  await withChromium(dir, async (open) => {
+    for (const [t, loop, key] of configs) {
+      const model = await loadDir(dir, { threads: t });
+      const page = await open({ threads: t, prompt: [1], maxTokens: steps });
+      try {
+        ids.push(page.ids.join());
+        isolated &&= page.crossOriginIsolated;
+        for (let r = 0; r <= warmup; r++) decodeTokensPerSecond(model, steps, loop); // as the page's generate, then the warm-up
+        for (let r = 0; r < warmup; r++) await page.round(steps, loop);
+        const node: number[] = [];
+        const browser: number[] = [];
+        for (let r = 0; r < rounds; r++) {
+          if (r % 2 === 0) node.push(decodeTokensPerSecond(model, steps, loop));
+          browser.push(await page.round(steps, loop));
+          if (r % 2 === 1) node.push(decodeTokensPerSecond(model, steps, loop));
+        }
+        out[`node_tokens_per_s_${key}`] = round(median(node), 1);
+        out[`browser_tokens_per_s_${key}`] = round(median(browser), 1);
+        out[`browser_over_node_${key}`] = round(median(browser.map((b, i) => b / node[i])), 3);
+      } finally {
+        await page.close();
+        await model.close();
+      }
     }
-  }
-  const run = { prompt: [1], maxTokens: steps, steps, rounds, warmup };
-  const pages = await runInChromium(dir, nodeRuns.map(([t, loop]) => ({ ...run, threads: t, loop })));
-  out.browser_cross_origin_isolated = pages.every((p) => p.crossOriginIsolated);
-  nodeRuns.forEach(([, , key], i) => (out[`browser_tokens_per_s_${key}`] = round(median(pages[i].tokensPerSecond), 1)));
-  out.browser_same_ids = pages.every((p) => p.ids.join() === pages[0].ids.join());
-  out.browser_over_node_1_thread = round((out.browser_tokens_per_s_1_thread as number) / (out.node_tokens_per_s_1_thread as number), 3);
-  out.browser_over_node_1_thread_fresh = round((out.browser_tokens_per_s_1_thread_fresh as number) / (out.node_tokens_per_s_1_thread_fresh as number), 3);
+  });
+  out.browser_cross_origin_isolated = isolated;
+  out.browser_same_ids = ids.every((x) => x === ids[0]);
   return out;
 }
 
