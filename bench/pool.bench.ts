@@ -142,8 +142,11 @@ export async function browserVsNode(threads: number, rounds: number, steps: numb
       try {
         ids.push(page.ids.join());
         isolated &&= page.crossOriginIsolated;
-        for (let r = 0; r <= warmup; r++) decodeTokensPerSecond(model, steps, loop); // as the page's generate, then the warm-up
-        for (let r = 0; r < warmup; r++) await page.round(steps, loop);
+        decodeTokensPerSecond(model, steps, loop); // as the page's generate
+        for (let r = 0; r < warmup; r++) {
+          decodeTokensPerSecond(model, steps, loop);
+          await page.round(steps, loop);
+        }
         const node: number[] = [];
         const browser: number[] = [];
         for (let r = 0; r < rounds; r++) {
