@@ -10,7 +10,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { argmax } from '../src/exec/runtime/sampling.js';
+import type { DecodeLoop } from './decode-round.js';
 import { REPO_ROOT } from './harness.js';
 
 export const CHROMIUM = process.env.LLMC_CHROMIUM ?? '/usr/bin/chromium';
@@ -21,15 +21,32 @@ export function browserUnavailable(): string | null {
   return existsSync(CHROMIUM) ? null : `no Chromium at ${CHROMIUM} (apt-get install chromium, or set LLMC_CHROMIUM)`;
 }
 
-/** One run on the page: load with `threads`, greedy-generate, then time `rounds` decodes of `steps` tokens from BOS. */
-export interface PageRun {
+/** A model opened on the page: loaded with `threads`, then greedy-generated `maxTokens` ids after `prompt`. */
+export interface PageOpen {
   threads: number;
   /** The pool's minWork (default: the runtime's). */
   minWork?: number;
   prompt: number[];
   maxTokens: number;
+}
+/** The opened model, driven from Node: one timed round per call, so Node's rounds can interleave. */
+export interface PageModel {
+  ids: number[];
+  crossOriginIsolated: boolean;
+  /** One round of bench/decode-round.ts's loop on the page: tokens/s. */
+  round(steps: number, loop?: DecodeLoop): Promise<number>;
+  /** Closes the model; row chunks the pool's workers ran (0 without a pool). */
+  close(): Promise<{ workerChunks: number }>;
+}
+
+/** One run on the page: open, then `warmup` untimed and `rounds` timed decodes of `steps` tokens from BOS. */
+export interface PageRun extends PageOpen {
   steps: number;
   rounds: number;
+  /** The timing loop (see DecodeLoop); default 'reuse'. */
+  loop?: DecodeLoop;
+  /** Untimed rounds before the timed ones (default 0): Chromium page-faults for its first few thousand tokens. */
+  warmup?: number;
 }
 export interface PageResult {
   ids: number[];
@@ -41,44 +58,32 @@ export interface PageResult {
 }
 
 /**
- * The page's script, the same loop `decodeTokensPerSecond` runs in Node: `llmcRun(run)` loads the
- * artifact at art/ through the bundled runtime (./runtime.mjs).
+ * The page's script: `llmcOpen(o)` loads the artifact at art/ through the bundled runtime
+ * (./runtime.mjs) and generates; `llmcRound` times bench/decode-round.ts's loop, the one Node runs
+ * (./decode-round.mjs); `llmcClose` returns the pool's counts.
  */
 const PAGE_SCRIPT = `import * as rt from './runtime.mjs';
-window.llmcRun = async (run) => {
+import { decodeRound } from './decode-round.mjs';
+let model;
+window.llmcOpen = async (o) => {
   const manifest = await (await fetch('art/llmc-manifest.json')).text();
-  const pool = run.minWork === undefined ? undefined : { minWork: run.minWork };
-  const model = await rt.load({ manifest, weights: rt.urlSource(new URL('art/weights.bin', location.href).href), name: 'art' }, { threads: run.threads, pool });
-  try {
-    const ids = [];
-    for await (const id of model.generate(run.prompt, { maxTokens: run.maxTokens, stopTokens: [] })) ids.push(id);
-    const tokensPerSecond = [];
-    for (let r = 0; r < run.rounds; r++) {
-      const cache = model.newCache();
-      let token = 1;
-      const t0 = performance.now();
-      for (let s = 0; s < run.steps; s++) token = rt.argmax(model.forward([token], cache, { lastOnly: true }));
-      tokensPerSecond.push((run.steps * 1000) / (performance.now() - t0));
-    }
-    // The pool's counts, through a weight's arena (the Model keeps its weight table private).
-    const stats = model.table.weight('model.embed_tokens.weight').arena?.poolStats() ?? null;
-    return { ids, crossOriginIsolated: self.crossOriginIsolated, tokensPerSecond, workerChunks: stats ? stats.workerChunks : 0 };
-  } finally {
-    await model.close();
-  }
+  const pool = o.minWork === undefined ? undefined : { minWork: o.minWork };
+  model = await rt.load({ manifest, weights: rt.urlSource(new URL('art/weights.bin', location.href).href), name: 'art' }, { threads: o.threads, pool });
+  const ids = [];
+  for await (const id of model.generate(o.prompt, { maxTokens: o.maxTokens, stopTokens: [] })) ids.push(id);
+  return { ids, crossOriginIsolated: self.crossOriginIsolated };
+};
+window.llmcRound = ([steps, loop]) => decodeRound(model, steps, loop);
+window.llmcClose = async () => {
+  // The pool's counts, through a weight's arena (the Model keeps its weight table private).
+  const stats = model.table.weight('model.embed_tokens.weight').arena?.poolStats() ?? null;
+  await model.close();
+  return { workerChunks: stats ? stats.workerChunks : 0 };
 };
 window.llmcReady = true;`;
 
-/** The Node side of the comparison: the page's timing loop over a model loaded in this process. */
-export function decodeTokensPerSecond(model: { newCache(): unknown; forward(ids: number[], cache: never, o: { lastOnly: boolean }): Float32Array }, steps: number): number {
-  const cache = model.newCache() as never;
-  let token = 1;
-  const t0 = performance.now();
-  for (let s = 0; s < steps; s++) {
-    token = argmax(model.forward([token], cache, { lastOnly: true }));
-  }
-  return (steps * 1000) / (performance.now() - t0);
-}
+/** The Node side of the comparison: the page's timing loop (the same file) over a model loaded in this process. */
+export { decodeRound as decodeTokensPerSecond } from './decode-round.js';
 
 const TYPES: Record<string, string> = { '.html': 'text/html', '.mjs': 'text/javascript', '.json': 'application/json', '.bin': 'application/octet-stream' };
 
@@ -118,10 +123,11 @@ async function serve(root: string): Promise<{ url: string; close(): Promise<void
 }
 
 /**
- * Bundle the runtime, serve it with the ts artifact at `artifactDir`, and run each of `runs` on the
- * page in headless Chromium (one page per run). Throws when Chromium is absent (see browserUnavailable).
+ * Bundle the runtime, serve it with the ts artifact at `artifactDir`, start headless Chromium, and
+ * call `use` with a function that opens the model on a new page (each page is closed with its
+ * model). Throws when Chromium is absent (see browserUnavailable). `extraArgs`: more Chromium flags.
  */
-export async function runInChromium(artifactDir: string, runs: PageRun[]): Promise<PageResult[]> {
+export async function withChromium<T>(artifactDir: string, use: (open: (o: PageOpen) => Promise<PageModel>) => Promise<T>, extraArgs: string[] = []): Promise<T> {
   const esbuild = await import('esbuild');
   const { chromium } = await import('playwright-core');
   const root = await fsp.realpath(await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-browser-')));
@@ -129,28 +135,60 @@ export async function runInChromium(artifactDir: string, runs: PageRun[]): Promi
   let browser: Awaited<ReturnType<typeof chromium.launch>> | undefined;
   try {
     await esbuild.build({ entryPoints: [path.join(REPO_ROOT, 'src/exec/runtime/index.ts')], bundle: true, platform: 'browser', format: 'esm', outfile: path.join(root, 'runtime.mjs'), logLevel: 'silent' });
+    // The timing loop is the same source as Node's (bench/decode-round.ts), bundled with its argmax.
+    await esbuild.build({ entryPoints: [path.join(REPO_ROOT, 'bench/decode-round.ts')], bundle: true, platform: 'browser', format: 'esm', outfile: path.join(root, 'decode-round.mjs'), logLevel: 'silent' });
     await fsp.writeFile(path.join(root, 'page.mjs'), PAGE_SCRIPT);
     await fsp.writeFile(path.join(root, 'index.html'), '<!doctype html><meta charset="utf-8"><title>llmc runtime</title><script type="module" src="page.mjs"></script>\n');
     await fsp.mkdir(path.join(root, 'art'));
     for (const f of ['llmc-manifest.json', 'weights.bin']) await fsp.copyFile(path.join(artifactDir, f), path.join(root, 'art', f));
     server = await serve(root);
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
-    const out: PageResult[] = [];
-    for (const run of runs) {
-      const page = await browser.newPage();
+    const url = server.url;
+    const b = (browser = await chromium.launch({ executablePath: CHROMIUM, args: [...CHROMIUM_ARGS, ...extraArgs] }));
+    type PageWindow = { llmcReady?: boolean; llmcOpen(o: PageOpen): Promise<{ ids: number[]; crossOriginIsolated: boolean }>; llmcRound(a: [number, DecodeLoop]): number; llmcClose(): Promise<{ workerChunks: number }> };
+    const open = async (o: PageOpen): Promise<PageModel> => {
+      const page = await b.newPage();
       const errors: string[] = [];
       page.on('pageerror', (e) => errors.push(e.message));
-      await page.goto(server.url, { waitUntil: 'load' });
-      await page.waitForFunction(() => (window as unknown as { llmcReady?: boolean }).llmcReady === true, undefined, { timeout: 30_000 });
-      const result = await page.evaluate((r) => (window as unknown as { llmcRun(r: PageRun): Promise<PageResult> }).llmcRun(r), run);
-      if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);
-      out.push(result);
-      await page.close();
-    }
-    return out;
+      const check = <R>(r: R): R => {
+        if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);
+        return r;
+      };
+      await page.goto(url, { waitUntil: 'load' });
+      await page.waitForFunction(() => (window as unknown as PageWindow).llmcReady === true, undefined, { timeout: 30_000 });
+      const opened = check(await page.evaluate((x) => (window as unknown as PageWindow).llmcOpen(x), o));
+      return {
+        ...opened,
+        round: async (steps, loop = 'reuse') => check(await page.evaluate((a) => (window as unknown as PageWindow).llmcRound(a), [steps, loop] as [number, DecodeLoop])),
+        close: async () => {
+          const stats = check(await page.evaluate(() => (window as unknown as PageWindow).llmcClose()));
+          await page.close();
+          return stats;
+        },
+      };
+    };
+    return await use(open);
   } finally {
     await browser?.close();
     await server?.close();
     await fsp.rm(root, { recursive: true, force: true });
   }
+}
+
+/** Each of `runs` on its own page: open, `warmup` untimed rounds, `rounds` timed ones. */
+export async function runInChromium(artifactDir: string, runs: PageRun[], extraArgs: string[] = []): Promise<PageResult[]> {
+  return withChromium(
+    artifactDir,
+    async (open) => {
+      const out: PageResult[] = [];
+      for (const run of runs) {
+        const m = await open(run);
+        for (let r = 0; r < (run.warmup ?? 0); r++) await m.round(run.steps, run.loop);
+        const tokensPerSecond: number[] = [];
+        for (let r = 0; r < run.rounds; r++) tokensPerSecond.push(await m.round(run.steps, run.loop));
+        out.push({ ids: m.ids, crossOriginIsolated: m.crossOriginIsolated, tokensPerSecond, ...(await m.close()) });
+      }
+      return out;
+    },
+    extraArgs,
+  );
 }

@@ -125,6 +125,12 @@ export interface RunOptions {
    * at pos0 = i·c while the chunks before it may still be running (see `stage`).
    */
   pos0?: number;
+  /**
+   * Write the logits into this array and return it (a subarray when it is longer) instead of a new
+   * array: a decode loop that passes one buffer allocates no ArrayBuffer per token (in Chromium each
+   * such allocation costs ~20 µs and page faults; docs/speed.md, "Chromium vs Node").
+   */
+  into?: Float32Array;
 }
 
 /** A forward call run op range by op range (`Interpreter.stage`). */
@@ -307,7 +313,7 @@ export class Interpreter {
     if (this.table.experts) throw new LlmcError('this model reads experts on demand (--expert-cache): run it with forwardAsync / generate');
     const frame = this.frame(ids, cache, positions, widths, opts);
     for (const step of this.steps) step(frame);
-    return this.finish(frame);
+    return this.finish(frame, opts.into);
   }
 
   /** `run`, waiting where a step reads offloaded experts. */
@@ -375,10 +381,14 @@ export class Interpreter {
   }
 
   /** The cache now holds the call's positions; the logits asked for. */
-  private finish(f: Frame): Float32Array {
+  private finish(f: Frame, into?: Float32Array): Float32Array {
     f.cache.length = f.pos0 + f.T;
     const logits = this.buffer(IO.logits);
-    return logits.data.slice(0, f.positions.length * logits.channels);
+    const n = f.positions.length * logits.channels;
+    if (!into) return logits.data.slice(0, n);
+    if (into.length < n) throw new LlmcError(`forward: \`into\` holds ${into.length} floats; the logits need ${n}`);
+    into.set(logits.data.subarray(0, n));
+    return into.length === n ? into : into.subarray(0, n);
   }
 
   // ---- values ------------------------------------------------------------------------------------

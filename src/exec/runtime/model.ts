@@ -45,6 +45,8 @@ export interface ForwardOptions {
   tree?: TreeAttention;
   /** Each row with the one-token kernels (values independent of the batch: see RunOptions). */
   rowwise?: boolean;
+  /** Write the logits here and return it (see RunOptions.into): a decode loop that reuses one buffer allocates nothing per token. */
+  into?: Float32Array;
 }
 
 export interface GenerateOptions extends SamplingOptions {
@@ -128,7 +130,7 @@ export class Model {
     const T = ids.length;
     const positions = opts.logitRows ?? (opts.lastOnly ? [T - 1] : Array.from({ length: T }, (_, t) => t));
     this.checkMerged(opts.widths);
-    return this.interpreter.run(ids, cache, positions, opts.widths, { tree: opts.tree, rowwise: opts.rowwise, adapters: opts.adapters });
+    return this.interpreter.run(ids, cache, positions, opts.widths, { tree: opts.tree, rowwise: opts.rowwise, adapters: opts.adapters, into: opts.into });
   }
 
   /** `forward` for any model, offloaded experts included (they are read as the layers need them). */
@@ -166,9 +168,11 @@ export class Model {
     const stop = new Set(options.stopTokens ?? this.spec.eosTokenIds);
     const sampler = new Sampler(options);
     const cache = this.newCache();
-    const fopts = { widths: options.widths, adapters: options.adapters, lastOnly: true };
+    const fopts: ForwardOptions = { widths: options.widths, adapters: options.adapters, lastOnly: true };
     const step = (x: ArrayLike<number>) => (this.experts ? this.forwardAsync(x, cache, fopts) : this.forward(x, cache, fopts));
     let logits = options.prefill ? options.prefill(ids, cache) : await step(ids);
+    // Every decode step writes one buffer: the sampler is done with it before the next step.
+    fopts.into = new Float32Array(logits.length);
     for (let n = 0; n < max; n++) {
       const next = sampler.next(logits);
       yield next;
