@@ -9,11 +9,12 @@
  * per-block integer sums in the same i32 lanes, then acc + f32(sum) · (d_w · d_x) per block, then the
  * lanes ((0 + 1) + 2) + 3), so its bits equal that kernel's: prefill, decode, row ranges and a worker
  * pool's cuts (anywhere: the kernel itself runs the rows and tokens left outside whole tiles on smaller
- * tiles) all agree. Browser-safe.
+ * tiles) all agree. x comes pre-widened to i16 (widen_q8_0, once per call), so the tile's x loads
+ * are plain loads; the weights are widened by their loads, once per tile. Browser-safe.
  */
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, br, brIf, f32Add, f32Load, f32Mul, f32Store, fAdd, fExtract, fFromI32, fMul, fSplat, get, i32Add, i32c, i32GeU, i32Mul, i32Shl, i32Sub, iAdd, loop, set, simd, vload, vstore, vZero,
+  block, br, brIf, f32Add, f32Load, f32Store, fAdd, fExtract, fFromI32, fMul, get, i32Add, i32c, i32GeU, i32Mul, i32Shl, i32Sub, iAdd, loop, set, simd, vload, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
 import { Q8_0_BYTES, type QdotFormat } from './qdot.js';
 
@@ -22,14 +23,17 @@ const i32Load16U = (off: number) => [0x2f, 1, ...uleb(off)];
 const load8x8S = (off: number) => simd(0x01, 0, ...uleb(off));
 const iDot = simd(0xba); // i32x4.dot_i16x8_s
 const load32Splat = (off: number) => simd(0x09, 2, ...uleb(off));
-let SINKN = 2;
-export const setSink = (n: number) => { SINKN = n; };
-const SINK = (j: number, tb: number) => SINKN > 0 && ((j + 1) % SINKN === 0 || j === tb - 1);
-let TOKENS_OUTER = true;
-export const setTokensOuter = (b: boolean) => { TOKENS_OUTER = b; };
+/**
+ * Whether token j of a tile of tb stores its accumulators' lane 0 (into their own y slots, which the
+ * final sums overwrite): every second token and the last. V8 keeps loads in program order but
+ * schedules arithmetic late, so without a store every token's x vectors of a block were loaded first and
+ * spilled (the 1 × 3 tile ran 0.8–0.9× of itself with a store after every second token); a store
+ * after every token cost ~5 %.
+ */
+const sinkAfter = (j: number, tb: number) => j % 2 === 1 || j === tb - 1;
 
 /** Rows × tokens of the Q8_0 tile (measured: docs/speed.md, "Quantized prefill tiles"). */
-export const QGEMM_TILE = { rows: 1, tokens: 4 } as const;
+export const QGEMM_TILE = { rows: 1, tokens: 3 } as const;
 /** Bytes of a pre-widened q8_0 block (widen_q8_0's output): f32 d, 12 bytes of padding, 32 × i16. */
 export const QX16_BYTES = 80;
 
@@ -49,27 +53,24 @@ function locals(RB: number, TB: number) {
     YP: range(RB).map(() => range(TB).map(take)),
   };
   const nI32 = n - 10;
-  const f32 = {};
-  const nF32 = 0;
   const v = {
     ACC: range(RB).map(() => range(TB).map(take)),
     IACC: range(RB).map(take),
     WV: range(RB).map(() => range(4).map(take)),
     X16: take(),
+    /** d_w splat per row, d_x splat per token (f32x4: their product is the one-token kernel's f32 d_w · d_x in every lane). */
     DW: range(RB).map(take),
     DXS: take(),
   };
   const nV = RB * TB + 6 * RB + 2;
-  return { ...i32, ...f32, ...v, decl: [...uleb(3), ...uleb(nI32), 0x7f, ...uleb(nF32), 0x7d, ...uleb(nV), 0x7b] };
+  return { ...i32, ...v, decl: [...uleb(2), ...uleb(nI32), 0x7f, ...uleb(nV), 0x7b] };
 }
 type Locals = ReturnType<typeof locals>;
 
 /**
  * Q8_0 × q8_0 for tiles of rb × tb: each row's block widened once into 4 i16 vectors for tb tokens, x
- * read pre-widened (QX16's layout), then per (row, token) the one-token kernel's integer and f32 steps.
- * A store of each accumulator's lane 0 into its own y slot (overwritten at the end) orders the work:
- * V8 keeps loads in program order but schedules the arithmetic late, so without it every token's x
- * vectors of a block were loaded first and spilled.
+ * read pre-widened (QX16_BYTES blocks, plain loads), then per (row, token) the one-token kernel's
+ * integer and f32 steps.
  */
 function q8_0Block(L: Locals, rb: number, tb: number): number[] {
   const { WP, XP, WV, IACC, ACC, DW, DXS, X16 } = L;
@@ -82,7 +83,7 @@ function q8_0Block(L: Locals, rb: number, tb: number): number[] {
     // acc + f32(sum) · splat(d_w · d_x): the one-token kernel's scaleInto
     ...range(rb).flatMap((i) => [
       ...get(ACC[i][j]), ...get(IACC[i]), ...fFromI32, ...get(DW[i]), ...get(DXS), ...fMul, ...fMul, ...fAdd, ...set(ACC[i][j]),
-      ...(SINK(j, tb) ? [...get(L.YP[i][j]), ...get(ACC[i][j]), ...fExtract(0), ...f32Store()] : []),
+      ...(sinkAfter(j, tb) ? [...get(L.YP[i][j]), ...get(ACC[i][j]), ...fExtract(0), ...f32Store()] : []),
     ]),
   ];
   return [
@@ -122,12 +123,11 @@ export function qgemmBody(format: QgemmFormat, RB: number = QGEMM_TILE.rows, TB:
   const L = locals(RB, TB);
   const blk = QGEMM_BLOCKS[format];
   const { R, TT, RE, TE } = L;
-  const tiles = (rb: number, tb: number, r0: number[], r1: number[], t0: number[], t1: number[]) => TOKENS_OUTER ? [
+  // Tokens outer, rows inner: a tile's x (tb tokens) stays in L1 while the rows stream by (rows outer,
+  // every row walked all the call's x from L2: ~5 % slower).
+  const tiles = (rb: number, tb: number, r0: number[], r1: number[], t0: number[], t1: number[]) => [
     ...t0, ...set(TT),
     ...whileLt(TT, t1, [...r0, ...set(R), ...whileLt(R, r1, [...tile(L, rb, tb, blk), ...inc(R, i32c(rb))]), ...inc(TT, i32c(tb))]),
-  ] : [
-    ...r0, ...set(R),
-    ...whileLt(R, r1, [...t0, ...set(TT), ...whileLt(TT, t1, [...tile(L, rb, tb, blk), ...inc(TT, i32c(tb))]), ...inc(R, i32c(rb))]),
   ];
   const cut = (n: number, by: number) => [...get(n), ...get(n), ...i32c(by), ...i32RemU, ...i32Sub];
   return [
