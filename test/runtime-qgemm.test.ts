@@ -25,7 +25,7 @@ import { compileTs } from './ts-artifact.js';
 
 const randn = (n: number, rng: Rng, s = 1) => Float32Array.from({ length: n }, () => rng.normal() * s);
 const FORMATS = Object.keys(QGEMM_KERNELS) as QgemmFormat[];
-const W_BYTES: Record<QgemmFormat, number> = { Q8_0: 34 };
+const W_BYTES: Record<QgemmFormat, number> = { Q8_0: 34, Q4_0: 18 };
 
 describe('tiled integer-activation kernels', () => {
   for (const format of FORMATS) {

@@ -14,13 +14,16 @@
  */
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, br, brIf, f32Add, f32Load, f32Store, fAdd, fExtract, fFromI32, fMul, get, i32Add, i32c, i32GeU, i32Mul, i32Shl, i32Sub, iAdd, loop, set, simd, vload, vstore, vZero,
+  block, br, brIf, f32Add, f32Load, f32Store, fAdd, fExtract, fFromI32, fMul, get, i32Add, i32c, i32GeU, i32Mul, i32Shl, i32Sub, hSplat, iAdd, loop, set, simd, vAnd, vload, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
 import { Q8_0_BYTES, type QdotFormat } from './qdot.js';
 
 const i32RemU = [0x70];
 const i32Load16U = (off: number) => [0x2f, 1, ...uleb(off)];
 const load8x8S = (off: number) => simd(0x01, 0, ...uleb(off));
+const load8x8U = (off: number) => simd(0x02, 0, ...uleb(off));
+const hShrU = simd(0x8d);
+const hSub = simd(0x91);
 const iDot = simd(0xba); // i32x4.dot_i16x8_s
 const load32Splat = (off: number) => simd(0x09, 2, ...uleb(off));
 /**
@@ -61,18 +64,22 @@ function locals(RB: number, TB: number) {
     /** d_w splat per row, d_x splat per token (f32x4: their product is the one-token kernel's f32 d_w · d_x in every lane). */
     DW: range(RB).map(take),
     DXS: take(),
+    /** Constants a format's weights need (set once per call). */
+    K0: take(),
+    K1: take(),
   };
-  const nV = RB * TB + 6 * RB + 2;
+  const nV = RB * TB + 6 * RB + 4;
   return { ...i32, ...v, decl: [...uleb(2), ...uleb(nI32), 0x7f, ...uleb(nV), 0x7b] };
 }
 type Locals = ReturnType<typeof locals>;
 
 /**
- * Q8_0 × q8_0 for tiles of rb × tb: each row's block widened once into 4 i16 vectors for tb tokens, x
- * read pre-widened (QX16_BYTES blocks, plain loads), then per (row, token) the one-token kernel's
- * integer and f32 steps.
+ * A q8_0-activation block for tiles of rb × tb: each row's 32 weights of the block as 4 i16 vectors
+ * (`weights` sets WV[i][k] to elements 8k..8k+7, as the one-token kernel pairs them with x), once for
+ * tb tokens; x read pre-widened (QX16_BYTES blocks, plain loads); then per (row, token) the one-token
+ * kernel's integer and f32 steps. The weight block's f16 scale is its first 2 bytes.
  */
-function q8_0Block(L: Locals, rb: number, tb: number): number[] {
+const q8Block = (wBytes: number, weights: (L: Locals, i: number) => number[]) => (L: Locals, rb: number, tb: number): number[] => {
   const { WP, XP, WV, IACC, ACC, DW, DXS, X16 } = L;
   const token = (j: number) => [
     ...get(XP[j]), ...load32Splat(0), ...set(DXS),
@@ -88,14 +95,30 @@ function q8_0Block(L: Locals, rb: number, tb: number): number[] {
   ];
   return [
     ...range(rb).flatMap((i) => [
-      ...range(4).flatMap((k) => [...get(WP[i]), ...load8x8S(2 + 8 * k), ...set(WV[i][k])]),
+      ...weights(L, i),
       ...get(TAB), ...get(WP[i]), ...i32Load16U(0), ...i32c(2), ...i32Shl, ...i32Add, ...load32Splat(0), ...set(DW[i]),
     ]),
     ...range(tb).flatMap(token),
-    ...range(rb).flatMap((i) => inc(WP[i], i32c(34))),
+    ...range(rb).flatMap((i) => inc(WP[i], i32c(wBytes))),
     ...range(tb).flatMap((j) => inc(XP[j], i32c(QX16_BYTES))),
   ];
-}
+};
+
+/** Q8_0 (34 bytes: f16 d, 32 × int8): widened by their loads. */
+const q8_0Weights = (L: Locals, i: number) => range(4).flatMap((k) => [...get(L.WP[i]), ...load8x8S(2 + 8 * k), ...set(L.WV[i][k])]);
+
+/**
+ * Q4_0 (18 bytes: f16 d, 16 bytes of nibbles): q − 8; bytes 0..7 and 8..15 widened by their loads,
+ * low nibbles elements 0..15, high nibbles 16..31 (K0: 15 in every i16 lane, K1: 8).
+ */
+const q4_0Weights = (L: Locals, i: number) => {
+  const { WP, WV, K0, K1 } = L;
+  return [0, 1].flatMap((h) => [
+    ...get(WP[i]), ...load8x8U(2 + 8 * h), ...set(WV[i][h]),
+    ...get(WV[i][h]), ...i32c(4), ...hShrU, ...get(K1), ...hSub, ...set(WV[i][2 + h]),
+    ...get(WV[i][h]), ...get(K0), ...vAnd, ...get(K1), ...hSub, ...set(WV[i][h]),
+  ]);
+};
 
 /** One rb × tb tile at rows R.., tokens TT..: pointers set, accumulators zeroed, every block, outputs stored. */
 function tile(L: Locals, rb: number, tb: number, blk: (L: Locals, rb: number, tb: number) => number[]): number[] {
@@ -121,7 +144,7 @@ function tile(L: Locals, rb: number, tb: number, blk: (L: Locals, rb: number, tb
  */
 export function qgemmBody(format: QgemmFormat, RB: number = QGEMM_TILE.rows, TB: number = QGEMM_TILE.tokens): number[] {
   const L = locals(RB, TB);
-  const blk = QGEMM_BLOCKS[format];
+  const { block: blk, setup } = QGEMM_BLOCKS[format];
   const { R, TT, RE, TE } = L;
   // Tokens outer, rows inner: a tile's x (tb tokens) stays in L1 while the rows stream by (rows outer,
   // every row walked all the call's x from L2: ~5 % slower).
@@ -132,6 +155,7 @@ export function qgemmBody(format: QgemmFormat, RB: number = QGEMM_TILE.rows, TB:
   const cut = (n: number, by: number) => [...get(n), ...get(n), ...i32c(by), ...i32RemU, ...i32Sub];
   return [
     ...L.decl,
+    ...setup(L),
     ...cut(NR, RB), ...set(RE), ...cut(T, TB), ...set(TE),
     ...tiles(RB, TB, i32c(0), get(RE), i32c(0), get(TE)),
     ...(TB > 1 ? tiles(RB, 1, i32c(0), get(RE), get(TE), get(T)) : []),
@@ -142,9 +166,10 @@ export function qgemmBody(format: QgemmFormat, RB: number = QGEMM_TILE.rows, TB:
 }
 
 /** Weight formats with a tiled kernel. */
-export type QgemmFormat = Extract<QdotFormat, 'Q8_0'>;
-const QGEMM_BLOCKS: Record<QgemmFormat, (L: Locals, rb: number, tb: number) => number[]> = {
-  Q8_0: q8_0Block,
+export type QgemmFormat = Extract<QdotFormat, 'Q8_0' | 'Q4_0'>;
+const QGEMM_BLOCKS: Record<QgemmFormat, { block: (L: Locals, rb: number, tb: number) => number[]; setup: (L: Locals) => number[] }> = {
+  Q8_0: { block: q8Block(34, q8_0Weights), setup: () => [] },
+  Q4_0: { block: q8Block(18, q4_0Weights), setup: (L) => [...i32c(15), ...hSplat, ...set(L.K0), ...i32c(8), ...hSplat, ...set(L.K1)] },
 };
 
 /** widen_q8_0(xq, out, nBlocks): q8_0 blocks (./qdot.ts's layout) into QX16_BYTES blocks (f32 d at 0, the int8 as i16 from 16). */
@@ -166,6 +191,7 @@ function widenQ8_0Body(): number[] {
 /** The kernels by export name, for ./wasm.ts's module (10 i32 parameters each, as QDOT_KERNELS). */
 export const QGEMM_KERNELS: Record<QgemmFormat, { name: string; body: () => number[] }> = {
   Q8_0: { name: 'qgemm_q8_0', body: () => qgemmBody('Q8_0') },
+  Q4_0: { name: 'qgemm_q4_0', body: () => qgemmBody('Q4_0') },
 };
 /** The x widener (3 i32 parameters: xq, out, nBlocks), for ./wasm.ts's module. */
 export const QGEMM_WIDEN = { name: 'widen_q8_0', body: widenQ8_0Body };
