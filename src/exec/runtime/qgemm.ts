@@ -14,9 +14,9 @@
  */
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, br, brIf, f32Add, f32Load, f32Store, fAdd, fExtract, fFromI32, fMul, get, i32Add, i32c, i32GeU, i32Mul, i32Shl, i32Sub, hNarrowS, hSplat, i32And, i32Load, i32Or, i32ShrU, iAdd, iExtract, iSplat, loop, set, simd, vAnd, vload, vstore, vZero, fSub,
+  block, br, brIf, f32Add, f32Load, f32Store, fAdd, fExtract, fFromI32, fMul, get, i32Add, i32c, i32GeU, i32Mul, i32Shl, i32Sub, hSplat, iAdd, loop, set, simd, vAnd, vload, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
-import { Q8_0_BYTES, Q8_K_BYTES, type QdotFormat } from './qdot.js';
+import { Q8_0_BYTES, type QdotFormat } from './qdot.js';
 
 const i32RemU = [0x70];
 const i32Load16U = (off: number) => [0x2f, 1, ...uleb(off)];
@@ -24,9 +24,6 @@ const load8x8S = (off: number) => simd(0x01, 0, ...uleb(off));
 const load8x8U = (off: number) => simd(0x02, 0, ...uleb(off));
 const hShrU = simd(0x8d);
 const hSub = simd(0x91);
-const hExtHighU = simd(0x8a); // i16x8.extend_high_i8x16_u
-const iReplace = (lane: number) => simd(0x1c, lane);
-const i32Store = (off: number) => [0x36, 2, ...uleb(off)];
 const iDot = simd(0xba); // i32x4.dot_i16x8_s
 const load32Splat = (off: number) => simd(0x09, 2, ...uleb(off));
 /**
@@ -58,17 +55,11 @@ function locals(RB: number, TB: number) {
     R: take(), TT: take(), B: take(), RE: take(), TE: take(), WP: range(RB).map(take), XP: range(TB).map(take),
     YP: range(RB).map(() => range(TB).map(take)),
   };
-  const U = range(3).map(take);
   const nI32 = n - 10;
   const v = {
     ACC: range(RB).map(() => range(TB).map(take)),
     IACC: range(RB).map(take),
-    WV: range(RB).map(() => range(8).map(take)),
-    SC: range(RB).map(take),
-    IACC2: range(RB).map(() => range(TB).map(take)),
-    DM: range(RB).map(take),
-    LO: range(RB).map(take),
-    HI: range(RB).map(take),
+    WV: range(RB).map(() => range(4).map(take)),
     X16: take(),
     /** d_w splat per row, d_x splat per token (f32x4: their product is the one-token kernel's f32 d_w · d_x in every lane). */
     DW: range(RB).map(take),
@@ -77,8 +68,8 @@ function locals(RB: number, TB: number) {
     K0: take(),
     K1: take(),
   };
-  const nV = 2 * RB * TB + 14 * RB + 4;
-  return { ...i32, U, ...v, decl: [...uleb(2), ...uleb(nI32), 0x7f, ...uleb(nV), 0x7b] };
+  const nV = RB * TB + 6 * RB + 4;
+  return { ...i32, ...v, decl: [...uleb(2), ...uleb(nI32), 0x7f, ...uleb(nV), 0x7b] };
 }
 type Locals = ReturnType<typeof locals>;
 
@@ -129,69 +120,6 @@ const q4_0Weights = (L: Locals, i: number) => {
   ]);
 };
 
-/** Bytes of a pre-widened q8_K block (widen_q8_k's output): f32 d, 12 bytes of padding, 8 × i16 sums of 32, 256 × i16. */
-export const QK16_BYTES = 544;
-
-/**
- * Q4_K × q8_K (144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles) for
- * tiles of rb × tb, the one-token kernel's steps per (row, token): the 12 bytes unpacked into SC
- * (scales in bytes 0..7, mins in 8..15) once per row and block; per pair j of sub-blocks the row's 64
- * nibbles widened once (8 i16 vectors) for tb tokens, each token's low- and high-nibble sums narrowed to
- * i16 and dotted with (sc_2j ×4, sc_2j+1 ×4) into its i32 sum; then d·Σ − dmin·(mins · x's sums of 32).
- */
-function q4_KBlock(L: Locals, rb: number, tb: number): number[] {
-  const { WP, XP, WV, SC, IACC2, ACC, DW, DM, DXS, X16, LO, HI, K0, U } = L;
-  const u = (k: number, sh: number, mask: number) => [...get(U[k]), ...i32c(sh), ...i32ShrU, ...i32c(mask), ...i32And];
-  // The 6-bit scales and mins (ggml's get_scale_min_k4, four at a time): U[k] = bytes 4..15's u32 k.
-  const scales = (i: number) => [
-    ...range(3).flatMap((k) => [...get(WP[i]), ...i32Load(4 + 4 * k), ...set(U[k])]),
-    ...get(U[0]), ...i32c(0x3f3f3f3f), ...i32And, ...iSplat,
-    ...get(U[2]), ...i32c(0x0f0f0f0f), ...i32And, ...u(0, 6, 0x03030303), ...i32c(4), ...i32Shl, ...i32Or, ...iReplace(1),
-    ...get(U[1]), ...i32c(0x3f3f3f3f), ...i32And, ...iReplace(2),
-    ...u(2, 4, 0x0f0f0f0f), ...u(1, 6, 0x03030303), ...i32c(4), ...i32Shl, ...i32Or, ...iReplace(3),
-    ...set(SC[i]),
-    ...get(TAB), ...get(WP[i]), ...i32Load16U(0), ...i32c(2), ...i32Shl, ...i32Add, ...load32Splat(0), ...set(DW[i]),
-    ...get(TAB), ...get(WP[i]), ...i32Load16U(2), ...i32c(2), ...i32Shl, ...i32Add, ...load32Splat(0), ...set(DM[i]),
-  ];
-  const scalePair = (j: number) => range(8).flatMap((k) => [2 * j + (k >> 2), 16]);
-  const pair = (j: number) => [
-    ...range(rb).flatMap((i) => range(4).flatMap((q) => [
-      ...get(WP[i]), ...load8x8U(16 + 32 * j + 8 * q), ...set(WV[i][4 + q]),
-      ...get(WV[i][4 + q]), ...get(K0), ...vAnd, ...set(WV[i][q]),
-      ...get(WV[i][4 + q]), ...i32c(4), ...hShrU, ...set(WV[i][4 + q]),
-    ])),
-    ...range(tb).flatMap((t) => [
-      ...range(8).flatMap((q) => [
-        ...get(XP[t]), ...vload(32 + 128 * j + 16 * q), ...set(X16),
-        ...range(rb).flatMap((i) => {
-          const acc = q < 4 ? LO[i] : HI[i];
-          return [...get(WV[i][q]), ...get(X16), ...iDot, ...(q % 4 ? [...get(acc), ...iAdd] : []), ...set(acc)];
-        }),
-      ]),
-      ...range(rb).flatMap((i) => [
-        ...get(LO[i]), ...get(HI[i]), ...hNarrowS, ...get(SC[i]), ...vZero, ...simd(0x0d, ...scalePair(j)), ...iDot,
-        ...(j ? [...get(IACC2[i][t]), ...iAdd] : []), ...set(IACC2[i][t]),
-        ...(sinkAfter(t, tb) ? [...get(L.YP[i][t]), ...get(IACC2[i][t]), ...iExtract(0), ...i32Store(0)] : []),
-      ]),
-    ]),
-  ];
-  const finish = (t: number) => [
-    ...get(XP[t]), ...load32Splat(0), ...set(DXS),
-    ...range(rb).flatMap((i) => [
-      ...get(ACC[i][t]), ...get(IACC2[i][t]), ...fFromI32, ...get(DW[i]), ...get(DXS), ...fMul, ...fMul, ...fAdd,
-      ...get(SC[i]), ...hExtHighU, ...get(XP[t]), ...vload(16), ...iDot, ...fFromI32, ...get(DM[i]), ...get(DXS), ...fMul, ...fMul, ...fSub,
-      ...set(ACC[i][t]),
-    ]),
-  ];
-  return [
-    ...range(rb).flatMap(scales),
-    ...range(4).flatMap(pair),
-    ...range(tb).flatMap(finish),
-    ...range(rb).flatMap((i) => inc(WP[i], i32c(144))),
-    ...range(tb).flatMap((t) => inc(XP[t], i32c(QK16_BYTES))),
-  ];
-}
-
 /** One rb × tb tile at rows R.., tokens TT..: pointers set, accumulators zeroed, every block, outputs stored. */
 function tile(L: Locals, rb: number, tb: number, blk: (L: Locals, rb: number, tb: number) => number[]): number[] {
   const { R, TT, B, WP, XP, ACC } = L;
@@ -238,11 +166,10 @@ export function qgemmBody(format: QgemmFormat, RB: number = QGEMM_TILE.rows, TB:
 }
 
 /** Weight formats with a tiled kernel. */
-export type QgemmFormat = Extract<QdotFormat, 'Q8_0' | 'Q4_0' | 'Q4_K'>;
+export type QgemmFormat = Extract<QdotFormat, 'Q8_0' | 'Q4_0'>;
 const QGEMM_BLOCKS: Record<QgemmFormat, { block: (L: Locals, rb: number, tb: number) => number[]; setup: (L: Locals) => number[] }> = {
   Q8_0: { block: q8Block(34, q8_0Weights), setup: () => [] },
   Q4_0: { block: q8Block(18, q4_0Weights), setup: (L) => [...i32c(15), ...hSplat, ...set(L.K0), ...i32c(8), ...hSplat, ...set(L.K1)] },
-  Q4_K: { block: q4_KBlock, setup: (L) => [...i32c(15), ...hSplat, ...set(L.K0)] },
 };
 
 /** widen_q8_0(xq, out, nBlocks): q8_0 blocks (./qdot.ts's layout) into QX16_BYTES blocks (f32 d at 0, the int8 as i16 from 16). */
@@ -261,31 +188,10 @@ function widenQ8_0Body(): number[] {
   ];
 }
 
-/** widen_q8_k(xq, out, nBlocks): q8_K blocks into QK16_BYTES blocks (f32 d at 0, the 8 sums of 32 at 16, the int8 as i16 from 32). */
-function widenQ8_KBody(): number[] {
-  const [XQ, OUT, N] = [0, 1, 2];
-  return [
-    ...uleb(0),
-    ...block(loop([
-      ...get(N), ...i32c(0), ...[0x4c] /* i32.le_s */, ...brIf(1),
-      ...get(OUT), ...get(XQ), ...f32Load(), ...f32Store(),
-      ...get(OUT), ...get(XQ), ...vload(36), ...vstore(16),
-      ...range(32).flatMap((k) => [...get(OUT), ...get(XQ), ...load8x8S(52 + 8 * k), ...vstore(32 + 16 * k)]),
-      ...inc(XQ, i32c(Q8_K_BYTES)), ...inc(OUT, i32c(QK16_BYTES)), ...get(N), ...i32c(1), ...i32Sub, ...set(N),
-      ...br(0),
-    ])),
-    0x0b,
-  ];
-}
-
 /** The kernels by export name, for ./wasm.ts's module (10 i32 parameters each, as QDOT_KERNELS). */
 export const QGEMM_KERNELS: Record<QgemmFormat, { name: string; body: () => number[] }> = {
   Q8_0: { name: 'qgemm_q8_0', body: () => qgemmBody('Q8_0') },
   Q4_0: { name: 'qgemm_q4_0', body: () => qgemmBody('Q4_0') },
-  Q4_K: { name: 'qgemm_q4_k', body: () => qgemmBody('Q4_K') },
 };
-/** The x wideners by activation block size (3 i32 parameters: xq, out, nBlocks), for ./wasm.ts's module, and their block bytes. */
-export const QGEMM_WIDEN = {
-  32: { name: 'widen_q8_0', body: widenQ8_0Body, bytes: QX16_BYTES },
-  256: { name: 'widen_q8_k', body: widenQ8_KBody, bytes: QK16_BYTES },
-} as const;
+/** The x widener (3 i32 parameters: xq, out, nBlocks), for ./wasm.ts's module. */
+export const QGEMM_WIDEN = { name: 'widen_q8_0', body: widenQ8_0Body };

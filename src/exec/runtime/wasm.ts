@@ -16,7 +16,7 @@ import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
 import { MAX_GROUP, MatmulPool, runEach, type PoolOptions } from './pool.js';
 import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, Q8_K_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
-import { QGEMM_KERNELS, QGEMM_TILE, QGEMM_WIDEN, type QgemmFormat } from './qgemm.js';
+import { QGEMM_KERNELS, QGEMM_TILE, QGEMM_WIDEN, QX16_BYTES, type QgemmFormat } from './qgemm.js';
 
 /**
  * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
@@ -281,7 +281,7 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
     ...Object.values(QDOT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
     ...Object.values(QACT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 3, body]),
     ...Object.values(QGEMM_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
-    ...Object.values(QGEMM_WIDEN).map(({ name, body }): [string, number, () => Bytes] => [name, 3, body]),
+    [QGEMM_WIDEN.name, 3, QGEMM_WIDEN.body],
   ];
   return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
@@ -313,7 +313,7 @@ const chunkFor = (maxDim: number) => Math.max(4, Math.min(64, Math.floor(SCRATCH
  */
 const qScratchFor = (maxDim: number) => chunkFor(maxDim) * Math.max(Math.ceil(maxDim / 32) * Q8_0_BYTES, Math.ceil(maxDim / 256) * Q8_K_BYTES);
 /** Bytes of the tiled kernels' pre-widened x (./qgemm.ts) for a chunk of tokens. */
-const x16ScratchFor = (maxDim: number) => chunkFor(maxDim) * Math.max(Math.ceil(maxDim / 32) * QGEMM_WIDEN[32].bytes, Math.ceil(maxDim / 256) * QGEMM_WIDEN[256].bytes);
+const x16ScratchFor = (maxDim: number) => chunkFor(maxDim) * Math.ceil(maxDim / 32) * QX16_BYTES;
 let quantizedTiles = true;
 /** Turn the tiled integer kernels off (the one-token kernels then run every T; the same bits): for A/B benches and tests. */
 export function useQuantizedTiles(on: boolean): void {
@@ -347,7 +347,7 @@ export class WasmArena {
   /** The tiled kernels' x: the quantized x widened to i16 (./qgemm.ts's widen_q8_0), 16-byte aligned. */
   private readonly x16Base: number;
   private readonly qgemm: Record<QgemmFormat, MatmulFn>;
-  private readonly widen: Record<32 | 256, MatmulFn>;
+  private readonly widenQ8_0: MatmulFn;
   private readonly yBase: number;
   private heap: Float32Array;
   private readonly chunk: number;
@@ -386,7 +386,7 @@ export class WasmArena {
     this.quantQ8_0 = inst.exports[QACT_KERNELS.q8_0.name] as MatmulFn;
     this.quantQ8_K = inst.exports[QACT_KERNELS.q8_K.name] as MatmulFn;
     this.qgemm = Object.fromEntries(Object.entries(QGEMM_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QgemmFormat, MatmulFn>;
-    this.widen = { 32: inst.exports[QGEMM_WIDEN[32].name] as MatmulFn, 256: inst.exports[QGEMM_WIDEN[256].name] as MatmulFn };
+    this.widenQ8_0 = inst.exports[QGEMM_WIDEN.name] as MatmulFn;
     // The tiled kernels run on the calling thread (the pool's cuts would fall inside tiles and change
     // the sums' order); their leftover rows and tokens go through the pooled kernels above.
     this.gemm = gemmKernels(this.memory, shared);
@@ -563,9 +563,8 @@ export class WasmArena {
     // the n tokens' values and blocks are back to back: one call quantizes (and widens) them all
     this.quantizeX(act, nb * n);
     if (!tiled) return [this.qBase, nb * act.bytes, nb];
-    const widen = act.block === 32 ? 32 : 256;
-    this.widen[widen](this.qBase, this.x16Base, nb * n);
-    return [this.x16Base, nb * QGEMM_WIDEN[widen].bytes, nb];
+    this.widenQ8_0(this.qBase, this.x16Base, nb * n);
+    return [this.x16Base, nb * QX16_BYTES, nb];
   }
 
   /**
