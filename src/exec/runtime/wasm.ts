@@ -454,7 +454,8 @@ export class WasmArena {
    * y[t*yStride + r] = W[rowStart + r, :nCols] · x[t*xStride ..] for t < T, W at byte `ptr` with rows of
    * `rowBytes`. F32 / F16: any nCols; Q8_0 / Q4_0 / Q5_0: nCols a multiple of 32, the K-quants of 256 (the caller adds a cut block's tail).
    * Quantized weights take x quantized as llama.cpp does (./qdot.ts), prefill included: the int8 one-token
-   * kernel beat an f32 tiled Q8_0 kernel (28 vs 22 GFLOP/s, [1376 × 512], 64 tokens), since removed.
+   * kernel beat an f32 tiled Q8_0 kernel (28 vs 22 GFLOP/s, [1376 × 512], 64 tokens), since removed; Q8_0 and
+   * Q4_0 at T ≥ QGEMM_TILE.tokens take ./qgemm.ts's integer tiles, with the one-token kernel's bits.
    */
   matmul(format: WasmFormat, ptr: number, rowBytes: number, rowStart: number, nRows: number, nCols: number, x: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, rowwise = false): void {
     const wp = ptr + rowStart * rowBytes;
