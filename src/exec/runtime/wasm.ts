@@ -14,8 +14,9 @@ import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
 import { MAX_GROUP, MatmulPool, runEach, type PoolOptions } from './pool.js';
-import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, type QdotFormat } from './qdot.js';
+import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, Q8_K_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
+import { QGEMM_KERNELS, QGEMM_TILE, QGEMM_WIDEN, QX16_BYTES, type QgemmFormat } from './qgemm.js';
 
 /**
  * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
@@ -279,6 +280,8 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
     ['matmul_f16', 10, matmulF16Body],
     ...Object.values(QDOT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
     ...Object.values(QACT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 3, body]),
+    ...Object.values(QGEMM_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
+    [QGEMM_WIDEN.name, 3, QGEMM_WIDEN.body],
   ];
   return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
@@ -303,8 +306,21 @@ const PAGE = 65536;
 const SCRATCH_BYTES = 8 << 20;
 /** Tokens per kernel call: more tokens per pass over a weight row means less weight traffic. */
 const chunkFor = (maxDim: number) => Math.max(4, Math.min(64, Math.floor(SCRATCH_BYTES / 4 / maxDim)));
-/** Bytes of quantized x for a chunk of tokens (q8_0 blocks are the larger per value). */
-const qScratchFor = (maxDim: number) => chunkFor(maxDim) * Math.ceil(maxDim / 32) * Q8_0_BYTES;
+/**
+ * Bytes of quantized x for a chunk of tokens: q8_K blocks take more per value (308 / 256) than q8_0's
+ * (36 / 32); sized for q8_0 alone, a chunk of 64 tokens of maxDim values in q8_K ran 60 bytes a token
+ * past the region (into the weights, where maxDim was a K-quant weight's width).
+ */
+const qScratchFor = (maxDim: number) => chunkFor(maxDim) * Math.max(Math.ceil(maxDim / 32) * Q8_0_BYTES, Math.ceil(maxDim / 256) * Q8_K_BYTES);
+/** Bytes of the tiled kernels' pre-widened x (./qgemm.ts) for a chunk of tokens. */
+const x16ScratchFor = (maxDim: number) => chunkFor(maxDim) * Math.ceil(maxDim / 32) * QX16_BYTES;
+let quantizedTiles = true;
+/** Turn the tiled integer kernels off (the one-token kernels then run every T; the same bits): for A/B benches and tests. */
+export function useQuantizedTiles(on: boolean): void {
+  quantizedTiles = on;
+}
+/** Whether a tiled integer kernel (./qgemm.ts) serves `format` at n tokens. */
+const tiledQ = (format: WasmFormat, n: number): format is QgemmFormat => quantizedTiles && n >= QGEMM_TILE.tokens && format in QGEMM_KERNELS;
 
 /** One output of WasmArena.matmulGroup: all rows of the weight at byte `ptr` into y. */
 export interface GroupOut {
@@ -328,6 +344,10 @@ export class WasmArena {
   private readonly xBase: number;
   /** Quantized x (./qdot.ts's layout, written by ./qact.ts's quantizers). */
   private readonly qBase: number;
+  /** The tiled kernels' x: the quantized x widened to i16 (./qgemm.ts's widen_q8_0), 16-byte aligned. */
+  private readonly x16Base: number;
+  private readonly qgemm: Record<QgemmFormat, MatmulFn>;
+  private readonly widenQ8_0: MatmulFn;
   private readonly yBase: number;
   private heap: Float32Array;
   private readonly chunk: number;
@@ -348,7 +368,8 @@ export class WasmArena {
     this.xBase = TABLE_BYTES;
     this.yBase = this.xBase + scratch;
     this.qBase = this.yBase + scratch;
-    this.weightsBase = Math.ceil((this.qBase + qScratchFor(maxDim)) / 64) * 64;
+    this.x16Base = Math.ceil((this.qBase + qScratchFor(maxDim)) / 64) * 64;
+    this.weightsBase = Math.ceil((this.x16Base + x16ScratchFor(maxDim)) / 64) * 64;
     const pages = Math.ceil((this.weightsBase + weightsBytes) / PAGE);
     this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared });
     const inst = new WebAssembly.Instance(mod, { env: { memory: this.memory } });
@@ -364,6 +385,8 @@ export class WasmArena {
     this.qdot = Object.fromEntries(Object.entries(QDOT_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QdotFormat, MatmulFn>;
     this.quantQ8_0 = inst.exports[QACT_KERNELS.q8_0.name] as MatmulFn;
     this.quantQ8_K = inst.exports[QACT_KERNELS.q8_K.name] as MatmulFn;
+    this.qgemm = Object.fromEntries(Object.entries(QGEMM_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QgemmFormat, MatmulFn>;
+    this.widenQ8_0 = inst.exports[QGEMM_WIDEN.name] as MatmulFn;
     // The tiled kernels run on the calling thread (the pool's cuts would fall inside tiles and change
     // the sums' order); their leftover rows and tokens go through the pooled kernels above.
     this.gemm = gemmKernels(this.memory, shared);
@@ -413,7 +436,7 @@ export class WasmArena {
   static create(weightsBytes: number, maxDim: number, shared = false): WasmArena | null {
     const mod = wasmModule(shared);
     if (!mod) return null;
-    const total = TABLE_BYTES + 2 * chunkFor(maxDim) * maxDim * 4 + qScratchFor(maxDim) + weightsBytes + 64;
+    const total = TABLE_BYTES + 2 * chunkFor(maxDim) * maxDim * 4 + qScratchFor(maxDim) + x16ScratchFor(maxDim) + weightsBytes + 192;
     if (total > 4 * 1024 ** 3 - PAGE) return null;
     try {
       return new WasmArena(mod, weightsBytes, maxDim, shared);
@@ -431,7 +454,8 @@ export class WasmArena {
    * y[t*yStride + r] = W[rowStart + r, :nCols] · x[t*xStride ..] for t < T, W at byte `ptr` with rows of
    * `rowBytes`. F32 / F16: any nCols; Q8_0 / Q4_0 / Q5_0: nCols a multiple of 32, the K-quants of 256 (the caller adds a cut block's tail).
    * Quantized weights take x quantized as llama.cpp does (./qdot.ts), prefill included: the int8 one-token
-   * kernel beat an f32 tiled Q8_0 kernel (28 vs 22 GFLOP/s, [1376 × 512], 64 tokens), since removed.
+   * kernel beat an f32 tiled Q8_0 kernel (28 vs 22 GFLOP/s, [1376 × 512], 64 tokens), since removed; Q8_0 and
+   * Q4_0 at T ≥ QGEMM_TILE.tokens take ./qgemm.ts's integer tiles, with the one-token kernel's bits.
    */
   matmul(format: WasmFormat, ptr: number, rowBytes: number, rowStart: number, nRows: number, nCols: number, x: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, rowwise = false): void {
     const wp = ptr + rowStart * rowBytes;
@@ -496,14 +520,14 @@ export class WasmArena {
     let R = 0;
     for (const o of outs) R += o.nRows;
     const act = quantized ? QDOT_ACT[format] : null;
-    const name = quantized ? QDOT_KERNELS[format].name : format === 'F32' ? 'matmul_f32' : 'matmul_f16';
-    const kernel = this.exports[name] as MatmulFn;
-    const [xArg, xs, cols] = act ? [this.qBase, (nCols / act.block) * act.bytes, nCols / act.block] : [this.xBase, nCols * 4, nCols];
     const perPass = Math.max(1, Math.min(this.chunk, Math.floor((this.chunk * this.maxDim) / R))); // tokens whose R outputs fit the y scratch (R ≤ 3·maxDim: one always does)
     for (let t0 = 0; t0 < T; t0 += perPass) {
       const n = Math.min(perPass, T - t0);
       this.stageX(x, t0, n, xStride, nCols);
-      if (act) this.quantizeX(act, cols * n);
+      const tiled = quantized && tiledQ(format, n);
+      const name = tiled ? QGEMM_KERNELS[format].name : quantized ? QDOT_KERNELS[format].name : format === 'F32' ? 'matmul_f32' : 'matmul_f16';
+      const kernel = this.exports[name] as MatmulFn;
+      const [xArg, xs, cols] = act ? this.quantizedX(format as QdotFormat, nCols, n, tiled) : [this.xBase, nCols * 4, nCols];
       const a = [outs[0].ptr, rowBytes, xArg, xs, this.yBase, 4 * R, outs[0].nRows, cols, n, 0];
       const more: [number, number, number][] = [];
       for (let i = 1, off = outs[0].nRows; i < outs.length; off += outs[i++].nRows) more.push([outs[i].ptr, this.yBase + 4 * off, outs[i].nRows]);
@@ -519,14 +543,29 @@ export class WasmArena {
     }
   }
 
-  /** Quantize the n tokens of the x scratch (./qact.ts), then run `format`'s integer-activation kernel. */
+  /**
+   * Quantize the n tokens of the x scratch (./qact.ts), then run `format`'s integer-activation kernel:
+   * the tiled one (./qgemm.ts) where there is one and enough tokens, else the one-token kernel. Both
+   * give every output the same bits.
+   */
   private qdotCall(format: QdotFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number): void {
+    const tiled = tiledQ(format, n);
+    const [xq, stride, nb] = this.quantizedX(format, nCols, n, tiled);
+    (tiled ? this.qgemm[format] : this.qdot[format])(wp, rowBytes, xq, stride, this.yBase, nRows * 4, nRows, nb, n, 0);
+  }
+
+  /**
+   * The staged n tokens quantized for `format`'s kernels (and widened for the tiled ones): the x
+   * argument, its per-token stride and the blocks per token.
+   */
+  private quantizedX(format: QdotFormat, nCols: number, n: number, tiled: boolean): [number, number, number] {
     const act = QDOT_ACT[format];
     const nb = nCols / act.block;
-    const stride = nb * act.bytes;
-    // the n tokens' values and blocks are back to back: one call quantizes them all
+    // the n tokens' values and blocks are back to back: one call quantizes (and widens) them all
     this.quantizeX(act, nb * n);
-    this.qdot[format](wp, rowBytes, this.qBase, stride, this.yBase, nRows * 4, nRows, nb, n, 0);
+    if (!tiled) return [this.qBase, nb * act.bytes, nb];
+    this.widenQ8_0(this.qBase, this.x16Base, nb * n);
+    return [this.x16Base, nb * QX16_BYTES, nb];
   }
 
   /**
