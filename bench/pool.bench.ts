@@ -13,11 +13,18 @@
  * the bundled runtime (bench/browser-runtime.ts), one thread and the pool, beside the same loop in
  * Node; skipped with the reason where Chromium is absent.
  *
+ * The hardware's own ceiling, in the same run: bench/c/membw.c (gcc -O2 -msse4.1 -pthread; skipped
+ * with the reason where gcc is absent) streams one llama-100M token's weights (F32 352 MB, Q8_0 93.6 MB)
+ * with 1 and 2 threads — plain 128-bit reads, the F32 and Q8_0 kernels' arithmetic, a register-only
+ * yardstick — in the pool's split patterns; it runs before and after the pool's rounds.
+ *
  * The fixture and artifacts are kept in $LLMC_BENCH_POOL_DIR (default /dev/shm/llmc-bench-pool, else
  * the temp dir). LLMC_BENCH_THREADS (default 2) sets the pool's size.
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/pool.bench.js [--quick]`.
  */
+import { execFile } from 'node:child_process';
 import { existsSync, promises as fsp } from 'node:fs';
+import { promisify } from 'node:util';
 import os from 'node:os';
 import path from 'node:path';
 import { loadDir } from '../src/exec/runtime/node.js';
@@ -40,6 +47,24 @@ export async function artifact100M(quant: string): Promise<string> {
   const out = path.join(WORK, `ts-${quant}`);
   if (!existsSync(path.join(out, 'llmc-manifest.json'))) await compilePlain(src, out, quant);
   return out;
+}
+
+/** bench/c/membw.c's JSON (2-thread ÷ 1-thread ratios of streaming a token's weights), or why it was skipped. */
+export async function hardwareCeiling(rounds: number): Promise<Record<string, unknown> | string> {
+  const work = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-membw-'));
+  try {
+    const exe = path.join(work, 'membw');
+    try {
+      await promisify(execFile)('gcc', ['-O2', '-msse4.1', '-pthread', path.join(REPO_ROOT, 'bench/c/membw.c'), '-o', exe]);
+    } catch (e) {
+      return `skipped: gcc could not build bench/c/membw.c (${(e as Error).message.split('\n')[0]})`;
+    }
+    const { stdout } = await promisify(execFile)(exe, [String(rounds)]);
+    const out = JSON.parse(stdout) as { speedup_2_over_1: Record<string, unknown> };
+    return { ...out, loadAverage: os.loadavg().map((x) => round(x, 2)) };
+  } finally {
+    await fsp.rm(work, { recursive: true, force: true });
+  }
 }
 
 /** Greedy decode of `steps` tokens after `prompt`; ms per decoded token and the ids. */
@@ -149,7 +174,9 @@ export const suite: BenchSuite = {
     const rounds = quick ? 3 : 7;
     const steps = quick ? 8 : 24;
     const out: Record<string, unknown> = { cores: os.cpus().length, threads, rounds, tokens_per_round: steps, loadAverageBefore: os.loadavg().map((x) => round(x, 2)) };
+    out.hardware_before = await hardwareCeiling(quick ? 5 : 21);
     for (const quant of ['F32', 'Q8_0']) out[quant] = await measure(quant, threads, rounds, steps);
+    out.hardware_after = await hardwareCeiling(quick ? 5 : 21);
     out.browser = await browserVsNode(threads, rounds, quick ? 64 : 256);
     out.loadAverageAfter = os.loadavg().map((x) => round(x, 2));
     return out;
