@@ -5,7 +5,8 @@
  * the pool, per round) so a loaded machine slows both alike. Two summaries: `median` (per round the
  * median ms per token; tokens/s from the median round, speed-up = the median of the rounds' ratios)
  * and `fastest` (per token position the fastest of the rounds, as bench/decode.bench.ts: what each
- * runs at when the machine lets it; on a loaded machine the fairer estimate of what a second core gives). Both must produce the
+ * runs at when the machine lets it; on a loaded machine the fairer estimate of what a second core gives), and `clean` (the
+ * median over the rounds in which the process's CPU time covered every thread's wall time). Both must produce the
  * same ids (checked). The load average is reported beside: on a shared 2-core machine a second
  * thread only helps when a core is idle.
  *
@@ -13,11 +14,18 @@
  * the bundled runtime (bench/browser-runtime.ts), one thread and the pool, beside the same loop in
  * Node; skipped with the reason where Chromium is absent.
  *
+ * The hardware's own ceiling, in the same run: bench/c/membw.c (gcc -O2 -msse4.1 -pthread; skipped
+ * with the reason where gcc is absent) streams one llama-100M token's weights (F32 352 MB, Q8_0 93.6 MB)
+ * with 1 and 2 threads — plain 128-bit reads, the F32 and Q8_0 kernels' arithmetic, a register-only
+ * yardstick — in the pool's split patterns; it runs before and after the pool's rounds.
+ *
  * The fixture and artifacts are kept in $LLMC_BENCH_POOL_DIR (default /dev/shm/llmc-bench-pool, else
- * the temp dir). LLMC_BENCH_THREADS (default 2) sets the pool's size.
+ * the temp dir). LLMC_BENCH_THREADS (default 2) sets the pool's size, LLMC_BENCH_POOL_ROUNDS the rounds (default 7).
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/pool.bench.js [--quick]`.
  */
+import { execFile } from 'node:child_process';
 import { existsSync, promises as fsp } from 'node:fs';
+import { promisify } from 'node:util';
 import os from 'node:os';
 import path from 'node:path';
 import { loadDir } from '../src/exec/runtime/node.js';
@@ -43,12 +51,36 @@ export async function artifact100M(quant: string): Promise<string> {
   return out;
 }
 
-/** Greedy decode of `steps` tokens after `prompt`; ms per decoded token and the ids. */
-function decode(model: Model, prompt: number[], steps: number): { ms: number[]; ids: number[] } {
+/** bench/c/membw.c's JSON (2-thread ÷ 1-thread ratios of streaming a token's weights), or why it was skipped. */
+export async function hardwareCeiling(rounds: number): Promise<Record<string, unknown> | string> {
+  const work = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-membw-'));
+  try {
+    const exe = path.join(work, 'membw');
+    try {
+      await promisify(execFile)('gcc', ['-O2', '-msse4.1', '-pthread', path.join(REPO_ROOT, 'bench/c/membw.c'), '-o', exe]);
+    } catch (e) {
+      return `skipped: gcc could not build bench/c/membw.c (${(e as Error).message.split('\n')[0]})`;
+    }
+    const { stdout } = await promisify(execFile)(exe, [String(rounds)]);
+    const out = JSON.parse(stdout) as { speedup_2_over_1: Record<string, unknown> };
+    return { ...out, loadAverage: os.loadavg().map((x) => round(x, 2)) };
+  } finally {
+    await fsp.rm(work, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Greedy decode of `steps` tokens after `prompt`; ms per decoded token, the ids, and the process's CPU
+ * time over the wall time of the decode ÷ `threads` (≈ 1 when no thread was descheduled: the workers
+ * spin between calls, so they count as busy while they are scheduled).
+ */
+function decode(model: Model, prompt: number[], steps: number, threads = 1): { ms: number[]; ids: number[]; cpuShare: number } {
   const cache = model.newCache();
   let logits = model.forward(prompt, cache, { lastOnly: true });
   const ids: number[] = [];
   const ms: number[] = [];
+  const cpu0 = process.cpuUsage();
+  const wall0 = performance.now();
   for (let s = 0; s < steps; s++) {
     const next = argmax(logits);
     ids.push(next);
@@ -56,8 +88,12 @@ function decode(model: Model, prompt: number[], steps: number): { ms: number[]; 
     logits = model.forward([next], cache, { lastOnly: true });
     ms.push(performance.now() - t0);
   }
-  return { ms, ids };
+  const cpu = process.cpuUsage(cpu0);
+  return { ms, ids, cpuShare: (cpu.user + cpu.system) / 1000 / (performance.now() - wall0) / threads };
 }
+
+/** A round counts as `clean` when both its passes kept their threads on a CPU ≥ this share of the time. */
+const CLEAN_SHARE = 0.92;
 
 const poolStats = (m: Model) => (m as unknown as { table: WeightTable }).table.weight('model.embed_tokens.weight').arena?.poolStats() ?? null;
 
@@ -70,6 +106,20 @@ function poolCallsPerToken(model: Model, prompt: number[]): number {
   return (poolStats(model)?.splitCalls ?? 0) - before;
 }
 
+/** Up to 2 s for a quiet moment (≤ 2 runnable threads in Linux's /proc/stat, this one included, 3 looks in a row) before a round; elsewhere none. */
+async function awaitQuiet(): Promise<void> {
+  for (let ok = 0, tries = 0; ok < 3 && tries < 100; tries++) {
+    let stat: string;
+    try {
+      stat = await fsp.readFile('/proc/stat', 'utf8');
+    } catch {
+      return;
+    }
+    ok = Number(/procs_running (\d+)/.exec(stat)?.[1] ?? 0) <= 2 ? ok + 1 : 0;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function measure(quant: string, threads: number, rounds: number, steps: number): Promise<Record<string, unknown>> {
@@ -78,14 +128,15 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
   const pooled = await loadDir(dir, { threads });
   try {
     const prompt = [1, 17, 300, 42];
-    const per: { one: number; pool: number }[] = [];
+    const per: { one: number; pool: number; clean: boolean }[] = [];
     const fastOne = new Array<number>(steps).fill(Infinity);
     const fastPool = new Array<number>(steps).fill(Infinity);
     for (let r = 0; r < rounds; r++) {
+      await awaitQuiet();
       const a = decode(one, prompt, steps);
-      const b = decode(pooled, prompt, steps);
+      const b = decode(pooled, prompt, steps, threads);
       if (a.ids.join() !== b.ids.join()) throw new Error(`${quant}: the pool's ids differ from one thread's`);
-      per.push({ one: median(a.ms), pool: median(b.ms) });
+      per.push({ one: median(a.ms), pool: median(b.ms), clean: Math.min(a.cpuShare, b.cpuShare) >= CLEAN_SHARE });
       for (let s = 0; s < steps; s++) {
         fastOne[s] = Math.min(fastOne[s], a.ms[s]);
         fastPool[s] = Math.min(fastPool[s], b.ms[s]);
@@ -94,7 +145,17 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
     const oneMs = median(per.map((p) => p.one));
     const poolMs = median(per.map((p) => p.pool));
     const sum = (xs: number[]) => xs.reduce((x, y) => x + y, 0);
+    const clean = per.filter((p) => p.clean);
     return {
+      // The rounds in which no thread of either pass was descheduled (on a shared machine, the figure that does not depend on the others' load).
+      clean: clean.length
+        ? {
+            rounds: clean.length,
+            tokens_per_s_1_thread: round(1000 / median(clean.map((p) => p.one)), 2),
+            [`tokens_per_s_${threads}_threads`]: round(1000 / median(clean.map((p) => p.pool)), 2),
+            speedup: round(median(clean.map((p) => p.one / p.pool)), 3),
+          }
+        : { rounds: 0 },
       median: {
         tokens_per_s_1_thread: round(1000 / oneMs, 2),
         [`tokens_per_s_${threads}_threads`]: round(1000 / poolMs, 2),
@@ -173,10 +234,12 @@ export const suite: BenchSuite = {
   description: 'TS runtime worker pool: llama-100M decode (F32, Q8_0), N threads vs one, interleaved rounds',
   async run({ quick }) {
     const threads = Number(process.env.LLMC_BENCH_THREADS ?? 2);
-    const rounds = quick ? 3 : 7;
+    const rounds = Number(process.env.LLMC_BENCH_POOL_ROUNDS ?? (quick ? 3 : 7));
     const steps = quick ? 8 : 24;
     const out: Record<string, unknown> = { cores: os.cpus().length, threads, rounds, tokens_per_round: steps, loadAverageBefore: os.loadavg().map((x) => round(x, 2)) };
+    out.hardware_before = await hardwareCeiling(quick ? 5 : 21);
     for (const quant of ['F32', 'Q8_0']) out[quant] = await measure(quant, threads, rounds, steps);
+    out.hardware_after = await hardwareCeiling(quick ? 5 : 21);
     out.browser = await browserVsNode(threads, rounds, quick ? 64 : 256, quick ? 4 : 16);
     out.loadAverageAfter = os.loadavg().map((x) => round(x, 2));
     return out;

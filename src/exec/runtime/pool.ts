@@ -3,8 +3,10 @@
  * memory is shared (weights, x and y live in one SharedArrayBuffer); every worker instantiates the
  * same kernel module over it. A kernel call is split by output rows, and each row's dot product is
  * the same code on the same bytes as on one thread (bit-identical outputs). Workers wait on a shared control block with
- * Atomics.wait / notify (after a short spin), so a matmul costs an atomic wake-up, not a postMessage;
- * its rows are cut into chunks that free threads claim, the calling thread included.
+ * Atomics.wait / notify (after a short spin), so a matmul costs an atomic wake-up, not a postMessage.
+ * Each thread (the calling one included) owns a contiguous share of a call's rows, its lane, cut into
+ * chunks it claims in order; a thread done with its lane claims the next chunks of the others', so a
+ * worker the OS has not scheduled yet holds nothing up.
  *
  * Browser-safe. The worker's code is a string run by a tiny adapter (`SpawnWorker`): Node's
  * worker_threads (./node.ts, `nodeWorker`) or a browser Web Worker from a Blob URL (`webWorker`),
@@ -38,11 +40,12 @@ export interface PoolOptions {
 }
 
 // The control block (Int32 slots). SEQ: the current job's generation (16 bits), which sleeping workers
-// wait on. NEXT: generation << 12 | the next unclaimed chunk. DONE: chunks finished. Then the kernel's
-// index, the job's chunk count, a quit flag and the kernel's arguments; after the workers' chunk count,
-// the number of matrices in the job and (w, y, nRows) of each after the first (MatmulPool.callGroup).
+// wait on. TARGET: the job's chunks in all. DONE: chunks finished. Then the kernel's index, the chunks
+// per lane, a quit flag and the kernel's arguments; after the workers' chunk count, the number of
+// matrices in the job and (w, y, nRows) of each after the first (MatmulPool.callGroup); then one slot
+// per lane (thread): generation << 12 | the lane's next unclaimed chunk.
 const SEQ = 0;
-const NEXT = 1;
+const TARGET = 1;
 const DONE = 2;
 const FN = 3;
 const CHUNKS = 4;
@@ -55,7 +58,9 @@ const MATRICES = WORKER_CHUNKS + 1;
 const MORE = MATRICES + 1;
 /** Matrices one job may cover (q, k, v). */
 export const MAX_GROUP = 3;
-/** Chunks of rows per thread: whoever is free claims the next, so a thread the OS deschedules (a loaded machine) holds up little. */
+/** 26: runChunks spells it as a number (it is embedded by its source text). */
+const LANES = MORE + 3 * (MAX_GROUP - 1);
+/** Chunks of rows per lane: a thread done with its own lane claims the others' next ones, so a thread the OS deschedules (a loaded machine) holds up little. */
 const CHUNKS_PER_THREAD = 4;
 /**
  * Large calls get up to this many chunks per thread, on average still reading ≥ CHUNK_MIN_WORK weight
@@ -69,22 +74,26 @@ const CHUNK_MIN_WORK = 128 << 10;
 const SPINS = 20000;
 
 /**
- * Claim chunks of job `gen` (compare-and-swap on NEXT) and run them until none is left; every thread
- * of the pool runs this, so no thread waits for a worker that has not woken up. A job covers one to
- * MAX_GROUP matrices of the same shape of row and the same x (q, k, v): their rows in a row, R in all.
- * Chunk c of n starts at row R − ⌊R·(n−c)²/n²⌋, cut where a matrix ends: sizes fall linearly from
- * 2R/n to R/n², so whoever takes the last chunk holds the others up for a sliver of the call, not half
- * an average chunk. The kernels' arguments all start (w, wStride, x, xStride, y, yStride, nRows, ...),
- * so rows r0.. of a matrix are w + r0·wStride and y + 4·r0. The job is read before a claim:
- * a claim only succeeds while NEXT still holds `gen` with chunks left, and the caller closes NEXT
- * before it writes the next job, so a successful claim always ran on its own job's arguments.
- * Embedded in the workers' code by its source text: it references nothing outside itself (slot
- * numbers are the constants above).
+ * Claim chunks of job `gen` (compare-and-swap on a lane's slot) and run them until none is left; every
+ * thread of the pool runs this, so no thread waits for a worker that has not woken up. A job covers one
+ * to MAX_GROUP matrices of the same shape of row and the same x (q, k, v): their rows in a row, R in
+ * all. Lane j of t holds rows ⌊jR/t⌋.. ⌊(j+1)R/t⌋ (Rj of them): thread `lane` streams its own lane
+ * from start to end, as one thread would (a shared queue of chunks taken in turns ran 1.67× one thread
+ * where contiguous halves ran 1.82× in C, bench/c/membw.c: each thread's reads jump), then helps the
+ * next lanes. Chunk c of a lane's n = min(Rj, chunks per lane) starts at row Rj − ⌊Rj·(n−c)²/n²⌋, cut
+ * where a matrix ends: sizes fall linearly from 2Rj/n to Rj/n², so whoever takes a lane's last chunk
+ * holds the others up for a sliver of the call. The kernels' arguments all start (w, wStride, x,
+ * xStride, y, yStride, nRows, ...), so rows r0.. of a matrix are w + r0·wStride and y + 4·r0. The job
+ * is read before a claim: a claim only succeeds while the lane's slot still holds `gen` with chunks
+ * left, and the caller closes every lane before it writes the next job, so a successful claim always
+ * ran on its own job's arguments. Embedded in the workers' code by its source text: it references
+ * nothing outside itself (slot numbers are the constants above).
  */
-function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => void, gen: number, worker: boolean): void {
+function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => void, gen: number, lane: number, lanes: number): void {
   const g = (gen & 0xffff) << 12;
   const fn = kernel(Atomics.load(ctl, 3));
-  const n = Atomics.load(ctl, 4);
+  const m = Atomics.load(ctl, 4);
+  const target = Atomics.load(ctl, 1);
   const a: number[] = [];
   for (let i = 0; i < 12; i++) a.push(Atomics.load(ctl, 6 + i));
   const w = [a[0]];
@@ -97,27 +106,34 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
   }
   let total = 0;
   for (const r of rows) total += r;
-  for (;;) {
-    const cur = Atomics.load(ctl, 1);
-    if (cur - (cur & 0xfff) !== g || (cur & 0xfff) >= n) return;
-    if (Atomics.compareExchange(ctl, 1, cur, cur + 1) !== cur) continue;
-    const c = cur & 0xfff;
-    const r0 = total - Math.floor(((n - c) * (n - c) * total) / (n * n));
-    const r1 = total - Math.floor(((n - c - 1) * (n - c - 1) * total) / (n * n));
-    for (let m = 0, s = 0; m < rows.length && s < r1; s += rows[m++]) {
-      const lo = Math.max(r0, s) - s;
-      const hi = Math.min(r1, s + rows[m]) - s;
-      if (hi > lo) fn(w[m] + lo * a[1], a[1], a[2], a[3], y[m] + 4 * lo, a[5], hi - lo, a[7], a[8], a[9], a[10], a[11]);
+  for (let k = 0; k < lanes; k++) {
+    const j = (lane + k) % lanes;
+    const start = Math.floor((total * j) / lanes);
+    const R = Math.floor((total * (j + 1)) / lanes) - start;
+    const n = Math.min(m, R);
+    for (;;) {
+      const cur = Atomics.load(ctl, 26 + j);
+      if (cur - (cur & 0xfff) !== g) return;
+      if ((cur & 0xfff) >= n) break;
+      if (Atomics.compareExchange(ctl, 26 + j, cur, cur + 1) !== cur) continue;
+      const c = cur & 0xfff;
+      const r0 = start + R - Math.floor(((n - c) * (n - c) * R) / (n * n));
+      const r1 = start + R - Math.floor(((n - c - 1) * (n - c - 1) * R) / (n * n));
+      for (let i = 0, s = 0; i < rows.length && s < r1; s += rows[i++]) {
+        const lo = Math.max(r0, s) - s;
+        const hi = Math.min(r1, s + rows[i]) - s;
+        if (hi > lo) fn(w[i] + lo * a[1], a[1], a[2], a[3], y[i] + 4 * lo, a[5], hi - lo, a[7], a[8], a[9], a[10], a[11]);
+      }
+      if (lane) Atomics.add(ctl, 18, 1);
+      if (Atomics.add(ctl, 2, 1) + 1 === target) Atomics.notify(ctl, 2);
     }
-    if (worker) Atomics.add(ctl, 18, 1);
-    if (Atomics.add(ctl, 2, 1) + 1 === n) Atomics.notify(ctl, 2);
   }
 }
 
 /** The workers' code: `serve(startMessage, post)`; an adapter calls it with the first message it gets. */
 export const WORKER_BODY = `function serve(init, post) {
   const runChunks = ${runChunks.toString()};
-  const { module, memory, control, names } = init;
+  const { module, memory, control, names, lane, lanes } = init;
   const exp = new WebAssembly.Instance(module, { env: { memory } }).exports;
   const fns = names.map((n) => exp[n]);
   const kernel = (i) => fns[i];
@@ -131,7 +147,7 @@ export const WORKER_BODY = `function serve(init, post) {
     if (s === seen) continue;
     seen = s;
     if (Atomics.load(ctl, ${QUIT})) return;
-    runChunks(ctl, kernel, s, true);
+    runChunks(ctl, kernel, s, lane, lanes);
   }
 }`;
 
@@ -199,7 +215,7 @@ export class MatmulPool {
    */
   static async start(module: WebAssembly.Module, memory: WebAssembly.Memory, names: readonly string[], threads: number, opts: PoolOptions): Promise<MatmulPool> {
     if (!(memory.buffer instanceof SharedArrayBuffer)) throw new LlmcError('the worker pool needs a shared WebAssembly memory');
-    const control = new SharedArrayBuffer((MORE + 3 * (MAX_GROUP - 1)) * 4);
+    const control = new SharedArrayBuffer((LANES + threads) * 4);
     const workers: PoolWorker[] = [];
     try {
       const ready: Promise<void>[] = [];
@@ -207,7 +223,7 @@ export class MatmulPool {
         const w = opts.spawn();
         workers.push(w);
         ready.push(new Promise<void>((resolve, reject) => w.onReady((err) => (err ? reject(err) : resolve()))));
-        w.postMessage({ module, memory, control, names });
+        w.postMessage({ module, memory, control, names, lane: index, lanes: threads });
       }
       await Promise.all(ready);
     } catch (err) {
@@ -233,8 +249,8 @@ export class MatmulPool {
     for (const m of more) nRows += m[2];
     const work = a[1] * nRows * a[8];
     if (nRows < 2 || work < this.minWork) return runEach(kernel, a, more);
-    const t = this.threads;
-    this.run(this.index.get(name)!, kernel, a, more, Math.min(nRows, Math.max(CHUNKS_PER_THREAD * t, Math.min(CHUNKS_PER_THREAD_MAX * t, Math.floor(work / CHUNK_MIN_WORK)))));
+    const perLane = Math.max(CHUNKS_PER_THREAD, Math.min(CHUNKS_PER_THREAD_MAX, Math.floor(work / CHUNK_MIN_WORK / this.threads)));
+    this.run(this.index.get(name)!, kernel, a, more, nRows, perLane);
   }
 
   private gen = 0;
@@ -245,24 +261,28 @@ export class MatmulPool {
     return { splitCalls: this.calls, workerChunks: Atomics.load(this.ctl, WORKER_CHUNKS) };
   }
 
-  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], n: number): void {
+  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], nRows: number, perLane: number): void {
     const ctl = this.ctl;
+    const lanes = this.threads;
     const gen = (this.gen = (this.gen + 1) & 0xffff);
-    Atomics.store(ctl, NEXT, (gen << 12) | 0xfff); // closed while the job is written
+    for (let j = 0; j < lanes; j++) Atomics.store(ctl, LANES + j, (gen << 12) | 0xfff); // closed while the job is written
+    let target = 0;
+    for (let j = 0; j < lanes; j++) target += Math.min(perLane, Math.floor((nRows * (j + 1)) / lanes) - Math.floor((nRows * j) / lanes));
     Atomics.store(ctl, FN, fn);
-    Atomics.store(ctl, CHUNKS, n);
+    Atomics.store(ctl, CHUNKS, perLane);
+    Atomics.store(ctl, TARGET, target);
     for (let i = 0; i < MAX_ARGS; i++) Atomics.store(ctl, ARGS + i, a[i] ?? 0);
     Atomics.store(ctl, MATRICES, more.length + 1);
     for (let i = 0; i < more.length; i++) for (let k = 0; k < 3; k++) Atomics.store(ctl, MORE + 3 * i + k, more[i][k]);
     Atomics.store(ctl, DONE, 0);
-    Atomics.store(ctl, NEXT, gen << 12);
+    for (let j = 0; j < lanes; j++) Atomics.store(ctl, LANES + j, gen << 12);
     Atomics.store(ctl, SEQ, gen);
     Atomics.notify(ctl, SEQ);
     this.calls++;
-    runChunks(ctl, () => kernel, gen, false);
+    runChunks(ctl, () => kernel, gen, 0, lanes);
     for (let i = 0; ; i++) {
       const done = Atomics.load(ctl, DONE);
-      if (done === n) return;
+      if (done === target) return;
       if (this.canWait && i > SPINS) Atomics.wait(ctl, DONE, done);
     }
   }
