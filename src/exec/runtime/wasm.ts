@@ -322,6 +322,18 @@ export function useQuantizedTiles(on: boolean): void {
 /** Whether a tiled integer kernel (./qgemm.ts) serves `format` at n tokens. */
 const tiledQ = (format: WasmFormat, n: number): format is QgemmFormat => quantizedTiles && n >= QGEMM_TILE.tokens && format in QGEMM_KERNELS;
 
+/** Where an arena's regions start: f16 table, x and y scratch, quantized x, widened x, then the weights (64-byte aligned). */
+function arenaLayout(maxDim: number) {
+  const chunk = chunkFor(maxDim);
+  const scratch = chunk * maxDim * 4;
+  const xBase = TABLE_BYTES;
+  const yBase = xBase + scratch;
+  const qBase = yBase + scratch;
+  const x16Base = Math.ceil((qBase + qScratchFor(maxDim)) / 64) * 64;
+  const weightsBase = Math.ceil((x16Base + x16ScratchFor(maxDim)) / 64) * 64;
+  return { chunk, xBase, yBase, qBase, x16Base, weightsBase };
+}
+
 /** One output of WasmArena.matmulGroup: all rows of the weight at byte `ptr` into y. */
 export interface GroupOut {
   ptr: number;
@@ -363,13 +375,7 @@ export class WasmArena {
     readonly maxDim: number,
     shared: boolean,
   ) {
-    this.chunk = chunkFor(maxDim);
-    const scratch = this.chunk * maxDim * 4;
-    this.xBase = TABLE_BYTES;
-    this.yBase = this.xBase + scratch;
-    this.qBase = this.yBase + scratch;
-    this.x16Base = Math.ceil((this.qBase + qScratchFor(maxDim)) / 64) * 64;
-    this.weightsBase = Math.ceil((this.x16Base + x16ScratchFor(maxDim)) / 64) * 64;
+    ({ chunk: this.chunk, xBase: this.xBase, yBase: this.yBase, qBase: this.qBase, x16Base: this.x16Base, weightsBase: this.weightsBase } = arenaLayout(maxDim));
     const pages = Math.ceil((this.weightsBase + weightsBytes) / PAGE);
     this.memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared });
     const inst = new WebAssembly.Instance(mod, { env: { memory: this.memory } });
@@ -436,8 +442,7 @@ export class WasmArena {
   static create(weightsBytes: number, maxDim: number, shared = false): WasmArena | null {
     const mod = wasmModule(shared);
     if (!mod) return null;
-    const total = TABLE_BYTES + 2 * chunkFor(maxDim) * maxDim * 4 + qScratchFor(maxDim) + x16ScratchFor(maxDim) + weightsBytes + 192;
-    if (total > 4 * 1024 ** 3 - PAGE) return null;
+    if (arenaLayout(maxDim).weightsBase + weightsBytes > 4 * 1024 ** 3 - PAGE) return null;
     try {
       return new WasmArena(mod, weightsBytes, maxDim, shared);
     } catch {
