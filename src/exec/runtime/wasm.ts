@@ -16,6 +16,7 @@ import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
 import { MAX_GROUP, MatmulPool, runEach, type PoolOptions } from './pool.js';
 import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
+import { relaxedIntegerDots } from './relaxed.js';
 
 /**
  * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
@@ -284,7 +285,8 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
 }
 
 function wasmModule(shared = false): WebAssembly.Module | null {
-  return shared ? kernelModule('matmul-shared', () => moduleBytes(true)) : kernelModule('matmul', moduleBytes);
+  const name = relaxedIntegerDots() ? 'matmul-rdot' : 'matmul'; // ./qdot.ts's kernels differ with it
+  return shared ? kernelModule(`${name}-shared`, () => moduleBytes(true)) : kernelModule(name, moduleBytes);
 }
 
 export function wasmSimdAvailable(): boolean {
