@@ -289,15 +289,11 @@ function q4_KBody(relaxed: boolean): number[] {
   // The low nibbles' sum stays on the stack, the high ones' in HI. Each lane of either is at most
   // 4 · 2 · 15 · 128 in magnitude, so both narrow to i16 exactly, and one dot_i16x8_s with the two
   // scales gives sc_2j · lo + sc_2j+1 · hi.
-  const sumPair = (r: Row, sums: number[], j: number) => [
-    ...sums, ...get(r.sc), ...vZero, ...simd(0x0d, ...scalePair(j)), ...iDot,
-    ...get(r.iacc), ...iAdd, ...set(r.iacc), ...sinkI(r),
-  ];
   const relaxedPair = (j: number) => (r: Row) => [
     ...get(r.bp), ...vload(16 + 32 * j), ...set(C), ...get(r.bp), ...vload(32 + 32 * j), ...set(C1),
     ...rdot(XV[0], lowNib(C, MASK)), ...rdot(XV[1], lowNib(C1, MASK)), ...hAdd, ...set(M),
     ...rdot(XV[2], [...highNib(C), ...get(MASK), ...vAnd]), ...rdot(XV[3], [...highNib(C1), ...get(MASK), ...vAnd]), ...hAdd, ...set(HI),
-    ...sumPair(r, [...get(M), ...get(HI), ...LOW_HALVES, ...get(M), ...get(HI), ...HIGH_HALVES, ...hAdd], j),
+    ...regroupInto(r, M, HI, [...get(r.sc), ...vZero, ...simd(0x0d, ...scalePair(j))]), ...sinkI(r),
   ];
   const pair = (j: number) => (r: Row) => [
     ...[0, 1, 2, 3].flatMap((i) => [
@@ -305,7 +301,8 @@ function q4_KBody(relaxed: boolean): number[] {
       ...dotX(lowNib(C, MASK), i), ...(i ? iAdd : []),
       ...(i ? get(HI) : []), ...dotX(highNib(C), 4 + i), ...(i ? iAdd : []), ...set(HI),
     ]),
-    ...sumPair(r, [...get(HI), ...hNarrowS], j),
+    ...get(HI), ...hNarrowS, ...get(r.sc), ...vZero, ...simd(0x0d, ...scalePair(j)), ...iDot,
+    ...get(r.iacc), ...iAdd, ...set(r.iacc), ...sinkI(r),
   ];
   const finish = (r: Row) => [
     ...get(r.sc), ...hExtHighU, ...get(XB), ...vload(36), ...iDot, ...set(M),
@@ -338,14 +335,35 @@ const bytePairS = (l: number, a: number, b: number) => [
 ];
 
 /**
+ * The relaxed variants' scalePairInto: `ra`, `rb` (vector locals) the i16 pair sums of sub-blocks a, b
+ * (16 values each, or 32 as two halves added), regrouped into the i16 vector the narrow above gets
+ * (lanes of elements 0..3 and 4..7 mod 8 of a, then of b: LOW_HALVES + HIGH_HALVES, within i16).
+ */
+const regroupInto = (r: Row, ra: number, rb: number, scales: number[]) => [
+  ...get(ra), ...get(rb), ...LOW_HALVES, ...get(ra), ...get(rb), ...HIGH_HALVES, ...hAdd,
+  ...scales, ...iDot, ...get(r.iacc), ...iAdd, ...set(r.iacc),
+];
+
+/**
  * Q2_K × q8_K (84 bytes: 16 scale bytes (low nibble the scale, high the min of 16 values), 64 bytes of
  * 2-bit values, f16 d, f16 dmin): ggml_vec_dot_q2_K_q8_K: d·Σ_s sc_s·(q·x)_s − dmin·Σ_s m_s·(Σx)_s.
  * Value 128k + 32j + l is bits 2j of byte 32k + l; its sub-block 8k + 2j + (l ≥ 16). The mins meet
- * x's 16 bsums in two dot_i16x8_s.
+ * x's 16 bsums in two dot_i16x8_s. Relaxed: the codes of a half as two 16-byte vectors (l < 16, l ≥ 16).
  */
-function q2_KBody(): number[] {
+function q2_KBody(relaxed: boolean): number[] {
   const [SCL, M, MASK] = [TMP[1], TMP[2], TMP[3]];
   const Q = [TMP[4], TMP[5], TMP[6], TMP[7]];
+  const [RA, RB] = [TMP[8], TMP[0]];
+  const relaxedHalf = (k: number) => (r: Row) => [
+    ...[0, 1].flatMap((i) => [...get(r.bp), ...vload(16 + 32 * k + 16 * i), ...set(Q[i])]),
+    ...[0, 1, 2, 3].flatMap((j) => {
+      // bytes shifted in i16 lanes: the mask drops what the neighbour byte shifted in
+      const code = (i: number) => [...get(Q[i]), ...(j ? [...i32c(2 * j), ...hShrU] : []), ...get(MASK), ...vAnd];
+      const sub = (i: number, out: number) => [...get(XB), ...vload(52 + 128 * k + 32 * j + 16 * i), ...set(XV[i]), ...rdot(XV[i], code(i)), ...set(out)];
+      return [...sub(0, RA), ...sub(1, RB), ...regroupInto(r, RA, RB, bytePairU(r.sc, 8 * k + 2 * j, 8 * k + 2 * j + 1))];
+    }),
+    ...sinkI(r),
+  ];
   const start = (r: Row) => [
     ...get(r.bp), ...vload(0), ...splatB(15), ...vAnd, ...set(r.sc),
     ...vZero, ...set(r.iacc),
@@ -367,7 +385,8 @@ function q2_KBody(): number[] {
     ...get(SCL), ...hExtHighU, ...get(XB), ...vload(20), ...iDot, ...iAdd, ...set(M),
     ...scaleInto(r, r.iacc, 80), ...scaleInto(r, M, 82, true),
   ];
-  const row = (r: Row) => [...start(r), ...half(0)(r), ...half(1)(r), ...finish(r)];
+  const body = relaxed ? relaxedHalf : half;
+  const row = (r: Row) => [...start(r), ...body(0)(r), ...body(1)(r), ...finish(r)];
   return kernel(84, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK)]);
 }
 
@@ -376,8 +395,10 @@ function q2_KBody(): number[] {
  * ggml_vec_dot_q3_K_q8_K: q = low 2 bits − (high bit clear ? 4 : 0), d·Σ_s (sc_s − 32)·(q·x)_s.
  * Value 128h + 32j + l: bits 2j of qs byte 32h + l, high bit 4h + j of hmask byte l; sub-block
  * 8h + 2j + (l ≥ 16). The 12 scale bytes unpack as ggml's kmask code does, into the lanes of row.sc.
+ * Relaxed: the codes 0..7 (low bits | high bit · 4) of l < 16 and l ≥ 16 as two 16-byte vectors, less
+ * 4 · x's pair sums.
  */
-function q3_KBody(): number[] {
+function q3_KBody(relaxed: boolean): number[] {
   const [MASK, FOUR] = [TMP[0], TMP[1]];
   const Q = [TMP[2], TMP[3], TMP[4], TMP[5]];
   const HM = [TMP[6], TMP[7], TMP[8], XV[0]];
@@ -393,7 +414,24 @@ function q3_KBody(): number[] {
     ...lane(m(U1, 4, 0x0f0f0f0f), m(U2, 6, 0x03030303)), ...iReplace(3),
     ...splatB(32), ...bSub, ...set(r.sc),
     ...vZero, ...set(r.iacc),
-    ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(8 * i), ...set(HM[i])]),
+    ...(relaxed
+      ? [0, 1].flatMap((i) => [...get(r.bp), ...vload(16 * i), ...set(HM[i])])
+      : [0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(8 * i), ...set(HM[i])])),
+  ];
+  const [RA, RB] = [TMP[4], TMP[5]];
+  const relaxedHalf = (h: number) => (r: Row) => [
+    ...[0, 1].flatMap((i) => [...get(r.bp), ...vload(32 + 32 * h + 16 * i), ...set(Q[i])]),
+    ...[0, 1, 2, 3].flatMap((j) => {
+      const bit = 4 * h + j;
+      const hb = (i: number) => [...get(HM[i]), ...(bit > 2 ? [...i32c(bit - 2), ...hShrU] : bit < 2 ? [...i32c(2 - bit), ...hShl] : []), ...get(FOUR), ...vAnd];
+      const code = (i: number) => [...get(Q[i]), ...(j ? [...i32c(2 * j), ...hShrU] : []), ...get(MASK), ...vAnd, ...hb(i), ...vOr];
+      const sub = (i: number, out: number) => [
+        ...get(XB), ...vload(52 + 128 * h + 32 * j + 16 * i), ...set(XV[i]),
+        ...rdot(XV[i], code(i)), ...rdot(XV[i], get(FOUR)), ...hSub, ...set(out),
+      ];
+      return [...sub(0, RA), ...sub(1, RB), ...regroupInto(r, RA, RB, bytePairS(r.sc, 8 * h + 2 * j, 8 * h + 2 * j + 1))];
+    }),
+    ...sinkI(r),
   ];
   const half = (h: number) => (r: Row) => [
     ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(32 + 32 * h + 8 * i), ...set(Q[i])]),
@@ -409,8 +447,11 @@ function q3_KBody(): number[] {
     }),
     ...sinkI(r),
   ];
-  const row = (r: Row) => [...scales(r), ...half(0)(r), ...half(1)(r), ...scaleInto(r, r.iacc, 108)];
-  return kernel(110, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK), ...i32c(4), ...hSplat, ...set(FOUR)]);
+  const body = relaxed ? relaxedHalf : half;
+  const row = (r: Row) => [...scales(r), ...body(0)(r), ...body(1)(r), ...scaleInto(r, r.iacc, 108)];
+  // FOUR: 4 in each i16 lane, or (relaxed) in each byte
+  const four = relaxed ? splatB(4) : [...i32c(4), ...hSplat];
+  return kernel(110, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK), ...four, ...set(FOUR)]);
 }
 
 /**
@@ -472,7 +513,7 @@ export const QDOT_KERNELS: Record<QdotFormat, { name: string; body: (relaxed?: b
   Q4_0: { name: 'qdot_q4_0', body: (relaxed = relaxedIntegerDots()) => q4_0Body(relaxed) },
   Q5_0: { name: 'qdot_q5_0', body: (relaxed = relaxedIntegerDots()) => q5_0Body(relaxed) },
   Q4_K: { name: 'qdot_q4_k', body: (relaxed = relaxedIntegerDots()) => q4_KBody(relaxed) },
-  Q2_K: { name: 'qdot_q2_k', body: () => q2_KBody() },
-  Q3_K: { name: 'qdot_q3_k', body: () => q3_KBody() },
+  Q2_K: { name: 'qdot_q2_k', body: (relaxed = relaxedIntegerDots()) => q2_KBody(relaxed) },
+  Q3_K: { name: 'qdot_q3_k', body: (relaxed = relaxedIntegerDots()) => q3_KBody(relaxed) },
   Q6_K: { name: 'qdot_q6_k', body: (relaxed = relaxedIntegerDots()) => q6_KBody(relaxed) },
 };
