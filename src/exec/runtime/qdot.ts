@@ -3,7 +3,10 @@
  * (ggml's quantize_row_q8_0_ref per 32 values for Q8_0 / Q4_0 / Q5_0 weights, quantize_row_q8_K_ref
  * per 256 with its block sums for Q2_K / Q3_K / Q4_K / Q6_K), then each block's dot product is int8 × int8 in
  * i16 lanes summed into i32 (exact), and the scales apply per block in f32. So the runtime's results
- * for these weights are llama.cpp's, up to the order of the f32 sums.
+ * for these weights are llama.cpp's, up to the order of the f32 sums. Where relaxed SIMD validates
+ * (./relaxed.ts), every format but Q8_0 multiplies unsigned codes by x's int8 in relaxed SIMD's exact
+ * integer dot instead (16 products an instruction, neither side widened): the same integers in the
+ * same lanes, so the same bits.
  *
  * The quantized x lives in the arena's memory (WasmArena.matmul writes it before any kernel runs, so
  * a worker pool's threads all read the same bytes). Layout per token, blocks back to back:
