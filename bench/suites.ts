@@ -18,6 +18,7 @@ import { suite as outliers } from './outliers.bench.js';
 import { suite as prefill } from './prefill.bench.js';
 import { suite as llamacpp } from './llamacpp.bench.js';
 import { suite as pool } from './pool.bench.js';
+import { suite as qdot } from './qdot.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -44,4 +45,5 @@ export const SUITES: SuiteEntry[] = [
   prefill,
   llamacpp,
   pool,
+  qdot,
 ];

@@ -3,7 +3,10 @@
  * (ggml's quantize_row_q8_0_ref per 32 values for Q8_0 / Q4_0 / Q5_0 weights, quantize_row_q8_K_ref
  * per 256 with its block sums for Q2_K / Q3_K / Q4_K / Q6_K), then each block's dot product is int8 × int8 in
  * i16 lanes summed into i32 (exact), and the scales apply per block in f32. So the runtime's results
- * for these weights are llama.cpp's, up to the order of the f32 sums.
+ * for these weights are llama.cpp's, up to the order of the f32 sums. Where relaxed SIMD validates
+ * (./relaxed.ts), every format but Q8_0 multiplies unsigned codes by x's int8 in relaxed SIMD's exact
+ * integer dot instead (16 products an instruction, neither side widened): the same integers in the
+ * same lanes, so the same bits.
  *
  * The quantized x lives in the arena's memory (WasmArena.matmul writes it before any kernel runs, so
  * a worker pool's threads all read the same bytes). Layout per token, blocks back to back:
@@ -18,8 +21,9 @@
  */
 import { uleb } from '../../core/util/wasm-asm.js';
 import {
-  block, bShl, bSplat, br, brIf, f32Store, hNarrowS, hShl, hShrS, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Load, i32Mul, i32Or, i32Shl, i32ShrU, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
+  block, bShl, bSplat, br, brIf, f32Store, hNarrowS, hRelaxedDot, hShl, hShrS, f32Load, f32Mul, fAdd, fFromI32, fMul, fSplat, fSub, get, i32Add, i32And, i32c, i32GeU, i32Load, i32Mul, i32Or, i32Shl, i32ShrU, iAdd, iSplat, loop, set, simd, vAnd, vload, vOr, vZero,
 } from '../../core/util/wasm-ops.js';
+import { relaxedIntegerDots } from './relaxed.js';
 
 /** Weight formats with an integer-activation kernel, and the activation blocks each reads. */
 export type QdotFormat = 'Q8_0' | 'Q4_0' | 'Q5_0' | 'Q2_K' | 'Q3_K' | 'Q4_K' | 'Q6_K';
@@ -61,6 +65,9 @@ const hExtHighU = simd(0x8a); // i16x8.extend_high_i8x16_u
 const hShrU = simd(0x8d);
 const hSub = simd(0x91);
 const hSplat = simd(0x10);
+const hAdd = simd(0x8e);
+const iExtLowS = simd(0xa7); // i32x4.extend_low_i16x8_s
+const iExtHighS = simd(0xa8);
 const iMul = simd(0xb5);
 const iDot = simd(0xba); // i32x4.dot_i16x8_s
 
@@ -113,6 +120,27 @@ const dot16 = (w: number[], k: number) => [
 const lowNib = (l: number, mask: number) => [...get(l), ...get(mask), ...vAnd];
 const highNib = (l: number) => [...get(l), ...i32c(4), ...hShrU];
 
+/*
+ * Relaxed SIMD's exact integer dot (the kernels' `relaxed` variants): i16x8.relaxed_dot_i8x16_i7x16_s
+ * multiplies x's int8 by 16 weight codes in 0..127 (unsigned: an offset such as Q4_0's −8 is taken
+ * off afterwards as offset · x's pair sums) and sums adjacent pairs into i16 lanes, one pmaddubsw on
+ * x86: 16 products without widening either side. Lane j of a 16-byte vector holds elements 2j, 2j+1;
+ * the i16 kernels' i32 lane l holds 2l, 2l+1, 8+2l, 9+2l (dot_i16x8_s on 8 widened values), so each
+ * variant regroups its lanes to exactly those integers before any f32 step: both give the same bits.
+ */
+/** i16 lanes: the pair sums of x's int8 (vector local `x`) times the codes (0..127) of `w`. */
+const rdot = (x: number, w: number[]) => [...get(x), ...w, ...hRelaxedDot];
+const shuffle = (lanes: number[]) => simd(0x0d, ...lanes);
+const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+/** i16 lanes 0..3 of a, 0..3 of b (and `HIGH_HALVES`: 4..7 of each). */
+const LOW_HALVES = shuffle([...range(0, 8), ...range(16, 8)]);
+const HIGH_HALVES = shuffle([...range(8, 8), ...range(24, 8)]);
+/** i16 lanes of a and b interleaved: a0 b0 a1 b1 a2 b2 a3 b3 (`ZIP_HIGH`: lanes 4..7). */
+const ZIP_LOW = shuffle([0, 1, 2, 3].flatMap((k) => [2 * k, 2 * k + 1, 16 + 2 * k, 17 + 2 * k]));
+const ZIP_HIGH = shuffle([4, 5, 6, 7].flatMap((k) => [2 * k, 2 * k + 1, 16 + 2 * k, 17 + 2 * k]));
+/** i32 lane l = i16 lanes l and l + 4 of vector local `l16`: the i16 kernels' lane. */
+const foldHalves = (l16: number) => [...get(l16), ...iExtLowS, ...get(l16), ...iExtHighS, ...iAdd];
+
 /**
  * A kernel: for each row r and token t, y[t·yStride + 4r] = the lanes of the row's acc summed after
  * `blk` ran for each of the nBlocks blocks (it reads each row's weight block at row.bp and the
@@ -152,7 +180,12 @@ function kernel(wBytes: number, xBytes: number, blk: (rows: Row[]) => number[], 
   return [...LOCALS, ...setup, ...i32c(0), ...set(R), ...(group > 1 ? grouped : []), ...whileLt(get(R), get(NR), pass(1)), 0x0b];
 }
 
-/** Q8_0 × q8_0: 34-byte blocks (f16 d, 32 × int8); i16 products summed by i32x4.dot_i16x8_s. */
+/**
+ * Q8_0 × q8_0: 34-byte blocks (f16 d, 32 × int8); i16 products summed by i32x4.dot_i16x8_s. No relaxed
+ * variant: ggml's AVX2 sign trick (|w| against x with w's sign, two relaxed dots) ran 0.85–0.90× this
+ * kernel (docs/speed.md, "Relaxed integer dots"): x widens once for the pass's rows, the sign costs
+ * every row three more operations per 16 values.
+ */
 function q8_0Body(): number[] {
   const row = (r: Row) => [
     ...[0, 1, 2, 3].flatMap((k) => [...dotX([...get(r.bp), ...load8x8S(2 + 8 * k)], k), ...(k ? iAdd : [])]),
@@ -161,15 +194,37 @@ function q8_0Body(): number[] {
   return kernel(34, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], [], 2);
 }
 
-/** Q4_0 / Q5_0 × q8_0: signed 4- or 5-bit values as two i8x16 (`lo`: elements 0..15, `hi`: 16..31) against x's 32. */
-function legacyBody(wBytes: number, lo: (r: Row) => number[], hi: (r: Row) => number[], setup: number[] = [], group = 1): number[] {
+/**
+ * Q4_0 / Q5_0 × q8_0: signed 4- or 5-bit values as two i8x16 (`lo`: elements 0..15, `hi`: 16..31) against
+ * x's 32. With `offset` (the relaxed variant) `lo` and `hi` are the unsigned codes, value + offset, and
+ * offset · x's pair sums (once per block, shared by the pass's rows) come off in i16 lanes.
+ */
+function legacyBody(wBytes: number, lo: (r: Row) => number[], hi: (r: Row) => number[], setup: number[] = [], group = 1, offset = 0): number[] {
+  if (offset) {
+    const [OFF, D, K] = [TMP[6], TMP[7], TMP[8]];
+    const row = (r: Row) => [
+      ...rdot(XV[0], lo(r)), ...rdot(XV[1], hi(r)), ...hAdd, ...get(OFF), ...hSub, ...set(D),
+      ...foldHalves(D), ...set(r.iacc), ...scaleInto(r, r.iacc, 0), ...sink(r),
+    ];
+    const blk = (rows: Row[]) => [
+      ...loadDx, ...get(XB), ...vload(4), ...set(XV[0]), ...get(XB), ...vload(20), ...set(XV[1]),
+      ...rdot(XV[0], get(K)), ...rdot(XV[1], get(K)), ...hAdd, ...set(OFF),
+      ...rows.flatMap(row),
+    ];
+    return kernel(wBytes, Q8_0_BYTES, blk, [...setup, ...splatB(offset), ...set(K)], group);
+  }
   const row = (r: Row) => [...dot16(lo(r), 0), ...dot16(hi(r), 2), ...iAdd, ...set(r.iacc), ...scaleInto(r, r.iacc, 0), ...sink(r)];
   return kernel(wBytes, Q8_0_BYTES, (rows) => [...loadDx, ...loadX(4, 4), ...rows.flatMap(row)], setup, group);
 }
 
 /** Q4_0 (18 bytes: f16 d, 16 bytes of nibbles): q − 8, in i16 lanes (bytes 0..7 and 8..15 widened by their loads). */
-function q4_0Body(): number[] {
+function q4_0Body(relaxed: boolean): number[] {
   const [C0, C1, MASK, EIGHT] = [TMP[0], TMP[1], TMP[2], TMP[3]];
+  if (relaxed) {
+    const lo = (r: Row) => [...get(r.bp), ...vload(2), ...set(C0), ...get(C0), ...get(MASK), ...vAnd];
+    const hi = () => [...get(C0), ...i32c(4), ...hShrU, ...get(MASK), ...vAnd];
+    return legacyBody(18, lo, hi, [...splatB(15), ...set(MASK)], 2, 8);
+  }
   const m8 = (nib: number[]) => [...nib, ...get(EIGHT), ...hSub];
   const row = (r: Row) => [
     ...get(r.bp), ...load8x8U(2), ...set(C0), ...get(r.bp), ...load8x8U(10), ...set(C1),
@@ -186,23 +241,26 @@ function q4_0Body(): number[] {
  * bits of elements 0..15 (16..31) are bits of bytes 0, 1 (2, 3) of the u32: each byte spread over 8
  * lanes by a swizzle, one bit kept per lane, lanes with it set become 0x10.
  */
-function q5_0Body(): number[] {
+function q5_0Body(relaxed: boolean): number[] {
   const [SW0, SW1, BITS, HB, M15, F0] = [TMP[0], TMP[1], TMP[2], TMP[3], TMP[4], TMP[5]];
+  const bitSet = (sw: number) => [...get(HB), ...get(sw), ...bSwizzle, ...get(BITS), ...vAnd, ...get(BITS), ...bEq];
   // 0xf0 (−16 as int8) in the lanes whose high bit is clear: (nibble | 16) − 16 or nibble − 16, in one or.
-  const minus16 = (sw: number) => [...get(F0), ...get(HB), ...get(sw), ...bSwizzle, ...get(BITS), ...vAnd, ...get(BITS), ...bEq, ...vAndNot];
+  // Relaxed: the unsigned code, nibble | 16 where the bit is set (F0 then holds 0x10).
+  const highBit = (sw: number) => (relaxed ? [...bitSet(sw), ...get(F0), ...vAnd] : [...get(F0), ...bitSet(sw), ...vAndNot]);
   const raw = (r: Row) => [...get(r.bp), ...vload(6)];
   const setup = [
     ...vConst([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]), ...set(SW0),
     ...vConst([2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]), ...set(SW1),
     ...vConst([1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128]), ...set(BITS),
-    ...splatB(15), ...set(M15), ...splatB(0xf0), ...set(F0),
+    ...splatB(15), ...set(M15), ...splatB(relaxed ? 0x10 : 0xf0), ...set(F0),
   ];
   return legacyBody(
     22,
-    (r) => [...get(r.bp), ...load32Splat(2), ...set(HB), ...raw(r), ...get(M15), ...vAnd, ...minus16(SW0), ...vOr],
-    (r) => [...raw(r), ...i32c(4), ...bShrU, ...minus16(SW1), ...vOr],
+    (r) => [...get(r.bp), ...load32Splat(2), ...set(HB), ...raw(r), ...get(M15), ...vAnd, ...highBit(SW0), ...vOr],
+    (r) => [...raw(r), ...i32c(4), ...bShrU, ...highBit(SW1), ...vOr],
     setup,
     2,
+    relaxed ? 16 : 0,
   );
 }
 
@@ -212,9 +270,11 @@ function q5_0Body(): number[] {
  * row.sc: bytes 0..7 the scales, 8..15 the mins; the mins meet x's sums of 32 in one
  * i32x4.dot_i16x8_s. Sub-blocks 2j and 2j+1 are the low and high nibbles of bytes 32j..32j+31, read
  * as four i16 vectors of 8 against x's 64 values of the pair (XV, loaded once for the pass's rows).
+ * Relaxed: as two 16-byte vectors against x's four, the pair sums regrouped (LOW_HALVES + HIGH_HALVES:
+ * lanes of elements 0..3 and 4..7 mod 8 side by side) into the same i16 vector as the narrow gives.
  */
-function q4_KBody(): number[] {
-  const [C, HI, M, MASK] = [TMP[0], TMP[1], TMP[2], TMP[3]];
+function q4_KBody(relaxed: boolean): number[] {
+  const [C, HI, M, MASK, C1] = [TMP[0], TMP[1], TMP[2], TMP[3], TMP[4]];
   const u = (l: number, sh: number, mask: number) => [...get(l), ...i32c(sh), ...i32ShrU, ...i32c(mask), ...i32And];
   const scales = (r: Row) => [
     ...get(r.bp), ...i32Load(4), ...set(U0),
@@ -232,6 +292,12 @@ function q4_KBody(): number[] {
   // The low nibbles' sum stays on the stack, the high ones' in HI. Each lane of either is at most
   // 4 · 2 · 15 · 128 in magnitude, so both narrow to i16 exactly, and one dot_i16x8_s with the two
   // scales gives sc_2j · lo + sc_2j+1 · hi.
+  const relaxedPair = (j: number) => (r: Row) => [
+    ...get(r.bp), ...vload(16 + 32 * j), ...set(C), ...get(r.bp), ...vload(32 + 32 * j), ...set(C1),
+    ...rdot(XV[0], lowNib(C, MASK)), ...rdot(XV[1], lowNib(C1, MASK)), ...hAdd, ...set(M),
+    ...rdot(XV[2], [...highNib(C), ...get(MASK), ...vAnd]), ...rdot(XV[3], [...highNib(C1), ...get(MASK), ...vAnd]), ...hAdd, ...set(HI),
+    ...regroupInto(r, M, HI, [...get(r.sc), ...vZero, ...simd(0x0d, ...scalePair(j))]), ...sinkI(r),
+  ];
   const pair = (j: number) => (r: Row) => [
     ...[0, 1, 2, 3].flatMap((i) => [
       ...get(r.bp), ...load8x8U(16 + 32 * j + 8 * i), ...set(C),
@@ -248,7 +314,11 @@ function q4_KBody(): number[] {
   const blk = (rows: Row[]) => [
     ...loadDx,
     ...rows.flatMap(scales),
-    ...[0, 1, 2, 3].flatMap((j) => [...loadX(52 + 64 * j, 8), ...rows.flatMap(pair(j))]),
+    ...[0, 1, 2, 3].flatMap((j) =>
+      relaxed
+        ? [...[0, 1, 2, 3].flatMap((i) => [...get(XB), ...vload(52 + 64 * j + 16 * i), ...set(XV[i])]), ...rows.flatMap(relaxedPair(j))]
+        : [...loadX(52 + 64 * j, 8), ...rows.flatMap(pair(j))],
+    ),
     ...rows.flatMap(finish),
   ];
   return kernel(144, Q8_K_BYTES, blk, [...splatB(15), ...set(MASK)], 4);
@@ -268,14 +338,35 @@ const bytePairS = (l: number, a: number, b: number) => [
 ];
 
 /**
+ * The relaxed variants' scalePairInto: `ra`, `rb` (vector locals) the i16 pair sums of sub-blocks a, b
+ * (16 values each, or 32 as two halves added), regrouped into the i16 vector the narrow above gets
+ * (lanes of elements 0..3 and 4..7 mod 8 of a, then of b: LOW_HALVES + HIGH_HALVES, within i16).
+ */
+const regroupInto = (r: Row, ra: number, rb: number, scales: number[]) => [
+  ...get(ra), ...get(rb), ...LOW_HALVES, ...get(ra), ...get(rb), ...HIGH_HALVES, ...hAdd,
+  ...scales, ...iDot, ...get(r.iacc), ...iAdd, ...set(r.iacc),
+];
+
+/**
  * Q2_K × q8_K (84 bytes: 16 scale bytes (low nibble the scale, high the min of 16 values), 64 bytes of
  * 2-bit values, f16 d, f16 dmin): ggml_vec_dot_q2_K_q8_K: d·Σ_s sc_s·(q·x)_s − dmin·Σ_s m_s·(Σx)_s.
  * Value 128k + 32j + l is bits 2j of byte 32k + l; its sub-block 8k + 2j + (l ≥ 16). The mins meet
- * x's 16 bsums in two dot_i16x8_s.
+ * x's 16 bsums in two dot_i16x8_s. Relaxed: the codes of a half as two 16-byte vectors (l < 16, l ≥ 16).
  */
-function q2_KBody(): number[] {
+function q2_KBody(relaxed: boolean): number[] {
   const [SCL, M, MASK] = [TMP[1], TMP[2], TMP[3]];
   const Q = [TMP[4], TMP[5], TMP[6], TMP[7]];
+  const [RA, RB] = [TMP[8], TMP[0]];
+  const relaxedHalf = (k: number) => (r: Row) => [
+    ...[0, 1].flatMap((i) => [...get(r.bp), ...vload(16 + 32 * k + 16 * i), ...set(Q[i])]),
+    ...[0, 1, 2, 3].flatMap((j) => {
+      // bytes shifted in i16 lanes: the mask drops what the neighbour byte shifted in
+      const code = (i: number) => [...get(Q[i]), ...(j ? [...i32c(2 * j), ...hShrU] : []), ...get(MASK), ...vAnd];
+      const sub = (i: number, out: number) => [...get(XB), ...vload(52 + 128 * k + 32 * j + 16 * i), ...set(XV[i]), ...rdot(XV[i], code(i)), ...set(out)];
+      return [...sub(0, RA), ...sub(1, RB), ...regroupInto(r, RA, RB, bytePairU(r.sc, 8 * k + 2 * j, 8 * k + 2 * j + 1))];
+    }),
+    ...sinkI(r),
+  ];
   const start = (r: Row) => [
     ...get(r.bp), ...vload(0), ...splatB(15), ...vAnd, ...set(r.sc),
     ...vZero, ...set(r.iacc),
@@ -297,7 +388,8 @@ function q2_KBody(): number[] {
     ...get(SCL), ...hExtHighU, ...get(XB), ...vload(20), ...iDot, ...iAdd, ...set(M),
     ...scaleInto(r, r.iacc, 80), ...scaleInto(r, M, 82, true),
   ];
-  const row = (r: Row) => [...start(r), ...half(0)(r), ...half(1)(r), ...finish(r)];
+  const body = relaxed ? relaxedHalf : half;
+  const row = (r: Row) => [...start(r), ...body(0)(r), ...body(1)(r), ...finish(r)];
   return kernel(84, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK)]);
 }
 
@@ -306,8 +398,10 @@ function q2_KBody(): number[] {
  * ggml_vec_dot_q3_K_q8_K: q = low 2 bits − (high bit clear ? 4 : 0), d·Σ_s (sc_s − 32)·(q·x)_s.
  * Value 128h + 32j + l: bits 2j of qs byte 32h + l, high bit 4h + j of hmask byte l; sub-block
  * 8h + 2j + (l ≥ 16). The 12 scale bytes unpack as ggml's kmask code does, into the lanes of row.sc.
+ * Relaxed: the codes 0..7 (low bits | high bit · 4) of l < 16 and l ≥ 16 as two 16-byte vectors, less
+ * 4 · x's pair sums.
  */
-function q3_KBody(): number[] {
+function q3_KBody(relaxed: boolean): number[] {
   const [MASK, FOUR] = [TMP[0], TMP[1]];
   const Q = [TMP[2], TMP[3], TMP[4], TMP[5]];
   const HM = [TMP[6], TMP[7], TMP[8], XV[0]];
@@ -323,7 +417,24 @@ function q3_KBody(): number[] {
     ...lane(m(U1, 4, 0x0f0f0f0f), m(U2, 6, 0x03030303)), ...iReplace(3),
     ...splatB(32), ...bSub, ...set(r.sc),
     ...vZero, ...set(r.iacc),
-    ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(8 * i), ...set(HM[i])]),
+    ...(relaxed
+      ? [0, 1].flatMap((i) => [...get(r.bp), ...vload(16 * i), ...set(HM[i])])
+      : [0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(8 * i), ...set(HM[i])])),
+  ];
+  const [RA, RB] = [TMP[4], TMP[5]];
+  const relaxedHalf = (h: number) => (r: Row) => [
+    ...[0, 1].flatMap((i) => [...get(r.bp), ...vload(32 + 32 * h + 16 * i), ...set(Q[i])]),
+    ...[0, 1, 2, 3].flatMap((j) => {
+      const bit = 4 * h + j;
+      const hb = (i: number) => [...get(HM[i]), ...(bit > 2 ? [...i32c(bit - 2), ...hShrU] : bit < 2 ? [...i32c(2 - bit), ...hShl] : []), ...get(FOUR), ...vAnd];
+      const code = (i: number) => [...get(Q[i]), ...(j ? [...i32c(2 * j), ...hShrU] : []), ...get(MASK), ...vAnd, ...hb(i), ...vOr];
+      const sub = (i: number, out: number) => [
+        ...get(XB), ...vload(52 + 128 * h + 32 * j + 16 * i), ...set(XV[i]),
+        ...rdot(XV[i], code(i)), ...rdot(XV[i], get(FOUR)), ...hSub, ...set(out),
+      ];
+      return [...sub(0, RA), ...sub(1, RB), ...regroupInto(r, RA, RB, bytePairS(r.sc, 8 * h + 2 * j, 8 * h + 2 * j + 1))];
+    }),
+    ...sinkI(r),
   ];
   const half = (h: number) => (r: Row) => [
     ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...load8x8U(32 + 32 * h + 8 * i), ...set(Q[i])]),
@@ -339,49 +450,73 @@ function q3_KBody(): number[] {
     }),
     ...sinkI(r),
   ];
-  const row = (r: Row) => [...scales(r), ...half(0)(r), ...half(1)(r), ...scaleInto(r, r.iacc, 108)];
-  return kernel(110, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK), ...i32c(4), ...hSplat, ...set(FOUR)]);
+  const body = relaxed ? relaxedHalf : half;
+  const row = (r: Row) => [...scales(r), ...body(0)(r), ...body(1)(r), ...scaleInto(r, r.iacc, 108)];
+  // FOUR: 4 in each i16 lane, or (relaxed) in each byte
+  const four = relaxed ? splatB(4) : [...i32c(4), ...hSplat];
+  return kernel(110, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], [...splatB(3), ...set(MASK), ...four, ...set(FOUR)]);
 }
 
 /**
  * Q6_K × q8_K (210 bytes: 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d): each
  * 16 values share a scale; q = (nibble | high << 4) − 32. Per half (128 values): ql bytes 0..63 and qh
  * bytes 0..31; value 16k + l of the half takes its nibble from ql[16(k mod 4) + l] (low for k < 4) and
- * its high bits from qh[16(k mod 2) + l] at bits 2·⌊k/2⌋.
+ * its high bits from qh[16(k mod 2) + l] at bits 2·⌊k/2⌋. Relaxed: the codes 0..63 in relaxed dots, less 32 ·
+ * x's pair sums, then sub-blocks k, k + 1 zipped and scaled by one dot_i16x8_s with (sc_k, sc_k+1) ×4.
  */
-function q6_KBody(): number[] {
+function q6_KBody(relaxed: boolean): number[] {
   const QL = [TMP[0], TMP[1], TMP[2], TMP[3]];
   const QH = [TMP[4], TMP[5]];
+  const [D0, D1, K32, SC] = [TMP[6], TMP[7], TMP[8], XV[2]];
   const half = (h: number) => (r: Row) => {
-    const sub = (k: number) => {
+    const code = (k: number) => {
       const lo = k < 4 ? [...get(QL[k]), ...splatB(15), ...vAnd] : [...get(QL[k - 4]), ...i32c(4), ...bShrU];
       const sh = [4, 4, 2, 2, 0, 0, -2, -2][k];
       const hi = [...get(QH[k & 1]), ...(sh > 0 ? [...i32c(sh), ...bShl] : sh < 0 ? [...i32c(-sh), ...bShrU] : []), ...splatB(0x30), ...vAnd];
-      return [
-        ...get(r.iacc),
-        ...get(XB), ...load8x8S(52 + 128 * h + 16 * k), ...set(XV[0]),
-        ...get(XB), ...load8x8S(60 + 128 * h + 16 * k), ...set(XV[1]),
-        ...dot16([...lo, ...hi, ...vOr, ...splatB(32), ...bSub], 0),
-        ...get(r.bp), ...i32Load8S(192 + 8 * h + k), ...iSplat, ...iMul, ...iAdd, ...set(r.iacc),
-      ];
+      return [...lo, ...hi, ...vOr];
     };
+    // i16 lanes: Σ (q − 32)·x over elements 2j, 2j + 1 of sub-block k (within ±2·32·127)
+    const diff = (k: number, out: number) => [
+      ...get(XB), ...vload(52 + 128 * h + 16 * k), ...set(XV[0]),
+      ...rdot(XV[0], code(k)), ...rdot(XV[0], get(K32)), ...hSub, ...set(out),
+    ];
+    // i32 lane l = sc_k·(lanes l, l + 4 of D0) + sc_k+1·(the same of D1): zipped, the halves added (within i16), one dot
+    const pairOf = (k: number) => [
+      ...diff(k, D0), ...diff(k + 1, D1),
+      ...get(D0), ...get(D1), ...ZIP_LOW, ...get(D0), ...get(D1), ...ZIP_HIGH, ...hAdd,
+      ...get(SC), ...get(SC), ...shuffle([0, 1, 2, 3].flatMap(() => range(2 * k, 4))), ...iDot,
+      ...get(r.iacc), ...iAdd, ...set(r.iacc),
+    ];
+    const sub = (k: number) => [
+      ...get(r.iacc),
+      ...get(XB), ...load8x8S(52 + 128 * h + 16 * k), ...set(XV[0]),
+      ...get(XB), ...load8x8S(60 + 128 * h + 16 * k), ...set(XV[1]),
+      ...dot16([...code(k), ...splatB(32), ...bSub], 0),
+      ...get(r.bp), ...i32Load8S(192 + 8 * h + k), ...iSplat, ...iMul, ...iAdd, ...set(r.iacc),
+    ];
     return [
       ...[0, 1, 2, 3].flatMap((i) => [...get(r.bp), ...vload(64 * h + 16 * i), ...set(QL[i])]),
       ...[0, 1].flatMap((i) => [...get(r.bp), ...vload(128 + 32 * h + 16 * i), ...set(QH[i])]),
-      ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap(sub),
+      ...(relaxed
+        ? [...get(r.bp), ...load8x8S(192 + 8 * h), ...set(SC), ...[0, 2, 4, 6].flatMap(pairOf)]
+        : [0, 1, 2, 3, 4, 5, 6, 7].flatMap(sub)),
     ];
   };
   const row = (r: Row) => [...vZero, ...set(r.iacc), ...half(0)(r), ...half(1)(r), ...scaleInto(r, r.iacc, 208)];
-  return kernel(210, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)]);
+  return kernel(210, Q8_K_BYTES, (rows) => [...loadDx, ...rows.flatMap(row)], relaxed ? [...splatB(32), ...set(K32)] : []);
 }
 
 /** The kernels by export name, for ./wasm.ts's module (10 i32 parameters each). */
-export const QDOT_KERNELS: Record<QdotFormat, { name: string; body: () => number[] }> = {
-  Q8_0: { name: 'qdot_q8_0', body: q8_0Body },
-  Q4_0: { name: 'qdot_q4_0', body: q4_0Body },
-  Q5_0: { name: 'qdot_q5_0', body: q5_0Body },
-  Q4_K: { name: 'qdot_q4_k', body: q4_KBody },
-  Q2_K: { name: 'qdot_q2_k', body: q2_KBody },
-  Q3_K: { name: 'qdot_q3_k', body: q3_KBody },
-  Q6_K: { name: 'qdot_q6_k', body: q6_KBody },
+/**
+ * The kernels by export name, for ./wasm.ts's module (10 i32 parameters each). `body(relaxed)`: with
+ * relaxed SIMD's exact integer dots (by default where ./relaxed.ts allows them); same results either way.
+ */
+export const QDOT_KERNELS: Record<QdotFormat, { name: string; body: (relaxed?: boolean) => number[] }> = {
+  Q8_0: { name: 'qdot_q8_0', body: () => q8_0Body() },
+  Q4_0: { name: 'qdot_q4_0', body: (relaxed = relaxedIntegerDots()) => q4_0Body(relaxed) },
+  Q5_0: { name: 'qdot_q5_0', body: (relaxed = relaxedIntegerDots()) => q5_0Body(relaxed) },
+  Q4_K: { name: 'qdot_q4_k', body: (relaxed = relaxedIntegerDots()) => q4_KBody(relaxed) },
+  Q2_K: { name: 'qdot_q2_k', body: (relaxed = relaxedIntegerDots()) => q2_KBody(relaxed) },
+  Q3_K: { name: 'qdot_q3_k', body: (relaxed = relaxedIntegerDots()) => q3_KBody(relaxed) },
+  Q6_K: { name: 'qdot_q6_k', body: (relaxed = relaxedIntegerDots()) => q6_KBody(relaxed) },
 };

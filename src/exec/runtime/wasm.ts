@@ -17,6 +17,7 @@ import { MAX_GROUP, MatmulPool, runEach, type PoolOptions } from './pool.js';
 import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, Q8_K_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
 import { QGEMM_KERNELS, QGEMM_TILE, QGEMM_WIDEN, QX16_BYTES, type QgemmFormat } from './qgemm.js';
+import { relaxedIntegerDots } from './relaxed.js';
 
 /**
  * Kernel bytes are built as nested arrays and flattened once (moduleBytes): spreading small arrays
@@ -287,7 +288,8 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
 }
 
 function wasmModule(shared = false): WebAssembly.Module | null {
-  return shared ? kernelModule('matmul-shared', () => moduleBytes(true)) : kernelModule('matmul', moduleBytes);
+  const name = relaxedIntegerDots() ? 'matmul-rdot' : 'matmul'; // ./qdot.ts's kernels differ with it
+  return shared ? kernelModule(`${name}-shared`, () => moduleBytes(true)) : kernelModule(name, moduleBytes);
 }
 
 export function wasmSimdAvailable(): boolean {
