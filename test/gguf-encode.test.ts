@@ -14,7 +14,7 @@ import { quantize, type QuantType } from '../src/core/quant/index.js';
 import { quantizeQ4_0Js, quantizeQ4_1Js, quantizeQ5_0Js, quantizeQ5_1Js, quantizeQ8_0Js } from '../src/core/quant/legacy.js';
 import { bf16ToF16Bits, bf16ToF16Table, bf16ToF32, f16ToF32, f32ToF16 } from '../src/core/util/half.js';
 import { AtomicFile, knownSha256 } from '../src/core/util/atomic.js';
-import { sha256Files, WORKER_MIN_BYTES } from '../src/core/util/sha256.js';
+import { BackgroundSha256, sha256Files, WORKER_MIN_BYTES } from '../src/core/util/sha256.js';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { writeSafetensors } from '../src/core/checkpoint/safetensors.js';
 import { generateFixture } from '../fixtures/generate.js';
@@ -315,6 +315,45 @@ describe('hashing off the main thread', () => {
     expect(createHash('sha256').update(readFileSync(file)).digest('hex')).toBe(want); // the bytes on disk
     appendFileSync(file, 'x');
     expect(await knownSha256(file)).toBeUndefined();
+  });
+
+  it('updates issued before the previous one is handed over keep their order and all settle (the GGUF writer overlaps them)', async () => {
+    // Pieces bigger than the worker's ring (4 × 4 MB) issued back to back: several wait for a free
+    // slot at once. A single waiter slot used to leave all but the last waiting forever (a compile
+    // that wrote its whole temp file, then hung) and would have hashed their bytes out of order.
+    const within = <T>(p: Promise<T>) => Promise.race([p, new Promise<never>((_, no) => setTimeout(() => no(new Error('an update never settled')), 20_000))]);
+    const hasher = new BackgroundSha256();
+    const h = createHash('sha256');
+    const r = rng(11);
+    const updates: Promise<void>[] = [];
+    for (let k = 0; k < 6; k++) {
+      const piece = Buffer.alloc((9 << 20) + k);
+      for (let i = 0; i < piece.length; i += 4096) piece[i] = (k * 31 + i) & 0xff; // order shows in the digest
+      h.update(piece);
+      const shared = r() < 0.3 ? new Uint8Array(new SharedArrayBuffer(piece.length)) : null;
+      shared?.set(piece);
+      updates.push(hasher.update(shared ?? piece));
+    }
+    await within(Promise.all(updates));
+    expect(await within(hasher.digest())).toBe(h.digest('hex'));
+
+    // The same through AtomicFile.append as backends/gguf/emit.ts uses it: the next piece is written
+    // while the one before may still be hashing.
+    const file = path.join(tmp, 'overlapped.bin');
+    const f = await AtomicFile.open(file, { expectedSize: WORKER_MIN_BYTES });
+    const whole = createHash('sha256');
+    let pending: Promise<void> = Promise.resolve();
+    for (let k = 0, total = 0; total < WORKER_MIN_BYTES; k++) {
+      const piece = Buffer.alloc(Math.min(18 << 20, WORKER_MIN_BYTES - total), k + 1);
+      whole.update(piece);
+      const { hashed } = await within(f.append(piece));
+      await within(pending);
+      pending = hashed;
+      total += piece.length;
+    }
+    await within(pending);
+    await f.commit();
+    expect(await knownSha256(file)).toBe(whole.digest('hex'));
   });
 
   it('writeAt turns the running hash off (the manifest reads the file instead)', async () => {

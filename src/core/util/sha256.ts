@@ -158,12 +158,27 @@ export class BackgroundSha256 {
     this.fill = 0;
   }
 
-  async update(data: Uint8Array): Promise<void> {
-    if (data.buffer instanceof SharedArrayBuffer && !this.failed) return this.lend(data);
+  /** The last update handed in: each starts once the one before has handed all its bytes over. */
+  private tail: Promise<void> = Promise.resolve();
+
+  /**
+   * Hash `data` after everything handed in before. Callers may issue the next update before this one
+   * resolves (AtomicFile.append does): updates queue in order, and only one at a time waits for a free
+   * slot (two waiting at once left one waiting forever and would have hashed their bytes out of order).
+   */
+  update(data: Uint8Array): Promise<void> {
+    const handed = this.tail.then(() => this.handOver(data));
+    this.tail = handed.then(() => {});
+    return handed.then((h) => h.reusable);
+  }
+
+  /** Copies `data` into the ring (or lends it): resolves once handed over, with when `data` may change. */
+  private async handOver(data: Uint8Array): Promise<{ reusable: Promise<void> }> {
+    if (data.buffer instanceof SharedArrayBuffer && !this.failed) return { reusable: this.lend(data) };
     for (let off = 0; off < data.length && !this.failed; ) {
       if (this.slot < 0) {
         while (!this.free.length && !this.failed) await new Promise<void>((r) => (this.waiting = r));
-        if (this.failed) return;
+        if (this.failed) break;
         this.slot = this.free.pop()!;
       }
       const n = Math.min(SLOT_BYTES - this.fill, data.length - off);
@@ -172,9 +187,12 @@ export class BackgroundSha256 {
       off += n;
       if (this.fill === SLOT_BYTES) this.post();
     }
+    return { reusable: Promise.resolve() };
   }
 
-  digest(): Promise<string> {
+  /** The digest of every update handed in (the end is posted once the last is handed over). */
+  async digest(): Promise<string> {
+    await this.tail;
     if (!this.failed) {
       if (this.fill) this.post();
       this.worker.postMessage({ end: true });
