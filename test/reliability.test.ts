@@ -56,8 +56,8 @@ describe('config.json: sizes that made llmc hang or die are refused at once', ()
   it.each([
     ['num_hidden_layers 1e308', { num_hidden_layers: 1e308 }, /num_hidden_layers" must be a positive integer below 2\^31/],
     ['a million layers', { num_hidden_layers: 1_000_000 }, /describes a model of 9000002 tensors/],
-    ['10^7 Mixtral experts', { model_type: 'mixtral', num_local_experts: 1e7, num_experts_per_tok: 2 }, /tensors \(5 layers, 10000000 experts each\)/],
-    ['a huge qwen2_moe', { model_type: 'qwen2_moe', num_experts: 2 ** 30, num_experts_per_tok: 2, moe_intermediate_size: 4 }, /describes a model of/],
+    ['10^7 Mixtral experts', { model_type: 'mixtral', architectures: ['MixtralForCausalLM'], num_local_experts: 1e7, num_experts_per_tok: 2 }, /tensors \(5 layers, 10000000 experts each\)/],
+    ['a huge qwen2_moe', { model_type: 'qwen2_moe', architectures: ['Qwen2MoeForCausalLM'], num_experts: 2 ** 30, num_experts_per_tok: 2, moe_intermediate_size: 4 }, /describes a model of/],
     ['rope_scaling factor 0', { rope_scaling: { rope_type: 'linear', factor: 0 } }, /rope_scaling\.factor" must be a positive number/],
   ])('%s', async (_w, patch, match) => {
     await oneLine(['inspect', model({ 'config.json': JSON.stringify({ ...config, ...patch }) })], match);
