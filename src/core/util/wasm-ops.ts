@@ -122,7 +122,5 @@ export const hPairs = simd(0x7c); // i16x8.extadd_pairwise_i8x16_s
 export const iPairs = simd(0x7e); // i32x4.extadd_pairwise_i16x8_s
 
 // Relaxed SIMD (validates only where ../../exec/runtime/relaxed.ts says so).
-/** i32x4.relaxed_dot_i8x16_i7x16_add_s(a, b, c): c + Σ of 4 products a·b per lane; exact while b's bytes are in 0..127. */
-export const iRelaxedDotAdd = simd(0x113);
 /** i16x8.relaxed_dot_i8x16_i7x16_s(a, b): Σ of 2 products a·b per i16 lane (x86's pmaddubsw); exact while b's bytes are in 0..127. */
 export const hRelaxedDot = simd(0x112);

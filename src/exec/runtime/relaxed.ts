@@ -2,9 +2,9 @@
  * WebAssembly relaxed SIMD: whether the platform has it, and which of its instructions the kernels
  * may use. Browser-safe; ./node.ts reads LLMC_RELAXED_SIMD and sets Node 20's flag.
  *
- * - Integer dots (`i32x4.relaxed_dot_i8x16_i7x16_add_s`) are on wherever relaxed SIMD validates:
- *   with the second operand in 0..127 every platform computes the same exact sums (x86's pmaddubsw
- *   cannot saturate: 2 · 128 · 127 < 2^15), so they change speed, never results.
+ * - Integer dots (`i16x8.relaxed_dot_i8x16_i7x16_s`, ./qdot.ts) are on wherever relaxed SIMD
+ *   validates: with the second operand in 0..127 every platform computes the same exact sums (x86's
+ *   pmaddubsw cannot saturate: 2 · 128 · 127 < 2^15), so they change speed, never results.
  * - Fused multiply-adds (`f32x4.relaxed_madd`) only when asked (`preferRelaxedSimd`,
  *   LLMC_RELAXED_SIMD=on): fused or not as the CPU does it, so the last bits may differ between machines.
  * - `avoidRelaxedSimd` (LLMC_RELAXED_SIMD=off) turns both off.
