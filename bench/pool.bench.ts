@@ -30,7 +30,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
-import type { WeightTable } from '../src/exec/runtime/interpreter.js';
+import type { KvCache, WeightTable } from '../src/exec/runtime/interpreter.js';
 import { argmax } from '../src/exec/runtime/sampling.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
@@ -74,9 +74,10 @@ export async function hardwareCeiling(rounds: number): Promise<Record<string, un
  * time over the wall time of the decode ÷ `threads` (≈ 1 when no thread was descheduled: the workers
  * spin between calls, so they count as busy while they are scheduled).
  */
-function decode(model: Model, prompt: number[], steps: number, threads = 1): { ms: number[]; ids: number[]; cpuShare: number } {
-  const cache = model.newCache();
+function decode(model: Model, cache: KvCache, prompt: number[], steps: number, threads = 1): { ms: number[]; ids: number[]; cpuShare: number } {
+  cache.length = 0; // one cache per model, emptied per round: a new one page-faults as it fills (serial time that is not decoding)
   let logits = model.forward(prompt, cache, { lastOnly: true });
+  const into = new Float32Array(logits.length); // one logits buffer, as Model.generate decodes
   const ids: number[] = [];
   const ms: number[] = [];
   const cpu0 = process.cpuUsage();
@@ -85,7 +86,7 @@ function decode(model: Model, prompt: number[], steps: number, threads = 1): { m
     const next = argmax(logits);
     ids.push(next);
     const t0 = performance.now();
-    logits = model.forward([next], cache, { lastOnly: true });
+    logits = model.forward([next], cache, { lastOnly: true, into });
     ms.push(performance.now() - t0);
   }
   const cpu = process.cpuUsage(cpu0);
@@ -128,13 +129,14 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
   const pooled = await loadDir(dir, { threads });
   try {
     const prompt = [1, 17, 300, 42];
+    const [oneCache, pooledCache] = [one.newCache(), pooled.newCache()];
     const per: { one: number; pool: number; clean: boolean }[] = [];
     const fastOne = new Array<number>(steps).fill(Infinity);
     const fastPool = new Array<number>(steps).fill(Infinity);
     for (let r = 0; r < rounds; r++) {
       await awaitQuiet();
-      const a = decode(one, prompt, steps);
-      const b = decode(pooled, prompt, steps, threads);
+      const a = decode(one, oneCache, prompt, steps);
+      const b = decode(pooled, pooledCache, prompt, steps, threads);
       if (a.ids.join() !== b.ids.join()) throw new Error(`${quant}: the pool's ids differ from one thread's`);
       per.push({ one: median(a.ms), pool: median(b.ms), clean: Math.min(a.cpuShare, b.cpuShare) >= CLEAN_SHARE });
       for (let s = 0; s < steps; s++) {
