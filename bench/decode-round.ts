@@ -18,20 +18,34 @@ export interface DecodeModel {
   forward(ids: number[], cache: never, o: { lastOnly: boolean; into?: Float32Array }): Float32Array;
 }
 
-/** A model's cache and logits buffer for 'reuse' rounds. */
-const reused = new WeakMap<object, { cache: { length: number }; into?: Float32Array }>();
+/** What a decode loop reuses from round to round: the model's KV cache and its logits buffer (set by the first forward). */
+export interface ReusedState<C> {
+  cache: C;
+  into?: Float32Array;
+}
+
+const reused = new WeakMap<object, ReusedState<{ length: number }>>();
+
+/**
+ * The model's one KV cache, emptied, and its logits buffer (pass `into`, then keep the returned
+ * logits as `into`): a round that reuses them allocates and page-faults nothing, as llama.cpp's
+ * context and Model.generate's buffer are reused.
+ */
+export function reusedState<C extends { length: number }>(model: { newCache(): C }): ReusedState<C> {
+  let state = reused.get(model) as ReusedState<C> | undefined;
+  if (!state) reused.set(model, (state = { cache: model.newCache() }));
+  state.cache.length = 0;
+  return state;
+}
 
 /** One timed round: greedy decode of `steps` tokens from BOS (id 1); tokens/s. */
 export function decodeRound(model: DecodeModel, steps: number, loop: DecodeLoop = 'reuse'): number {
-  let state = reused.get(model);
-  if (loop === 'reuse' && !state) reused.set(model, (state = { cache: model.newCache() }));
-  const cache = loop === 'reuse' && state ? state.cache : model.newCache();
-  cache.length = 0;
+  const state: ReusedState<{ length: number }> = loop === 'reuse' ? reusedState(model) : { cache: model.newCache() };
   let token = 1;
   const t0 = performance.now();
   for (let s = 0; s < steps; s++) {
-    const logits = model.forward([token], cache as never, { lastOnly: true, into: loop === 'reuse' ? state?.into : undefined });
-    if (loop === 'reuse' && state) state.into = logits;
+    const logits = model.forward([token], state.cache as never, { lastOnly: true, into: state.into });
+    if (loop === 'reuse') state.into = logits;
     token = argmax(logits);
   }
   return (steps * 1000) / (performance.now() - t0);

@@ -16,10 +16,10 @@ import type { Token } from 'node-llama-cpp';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { MANIFEST_FILE } from '../src/exec/runtime/format.js';
 import type { Model } from '../src/exec/runtime/model.js';
-import type { KvCache } from '../src/exec/runtime/interpreter.js';
 import { argmax } from '../src/exec/runtime/sampling.js';
 import { cachedFixture, round, runIfMain, type BenchSuite } from './harness.js';
 import { compilePlain } from './compile-plain.js';
+import { reusedState } from './decode-round.js';
 
 const WORK = path.join(os.tmpdir(), 'llmc-bench-llamacpp');
 const TYPES = ['F32', 'Q8_0', 'Q4_K'] as const;
@@ -27,16 +27,16 @@ const FIXTURES = ['llama-30M', 'llama-100M'] as const;
 
 /**
  * Decode `steps` tokens after the prompt; tokens/s of the steps and the ids. Like llama.cpp's side
- * (one context, its history cleared per round), every round reuses one KV cache, emptied: a new
- * cache's memory page-faults as it fills (~20 µs a fault on this VM; ~0.1 ms of a llama-100M token
- * over a 96-token round), which is a cost per generation, not per token. Every step writes one
- * logits buffer (`into`), as Model.generate does: a new 64 KB array per token cost another ~0.1 ms.
+ * (one context, its history cleared per round), every round reuses the model's KV cache and logits
+ * buffer (decode-round.ts's reusedState): a new cache page-faults as it fills (~20 µs a fault on
+ * this VM; ~0.1 ms of a llama-100M token over a 96-token round), a cost per generation, not per
+ * token, and a new 64 KB logits array per token cost another ~0.1 ms.
  */
-function tsDecode(model: Model, cache: KvCache, prompt: number[], steps: number): { tokPerSec: number; ids: number[] } {
-  cache.length = 0;
-  const first = model.forward(prompt, cache, { lastOnly: true });
-  const into = new Float32Array(first.length);
-  let next = argmax(first);
+function tsDecode(model: Model, prompt: number[], steps: number): { tokPerSec: number; ids: number[] } {
+  const state = reusedState(model);
+  const { cache } = state;
+  const into = (state.into = model.forward(prompt, cache, { lastOnly: true, into: state.into }));
+  let next = argmax(into);
   const ids = [next];
   const t0 = performance.now();
   for (let i = 0; i < steps; i++) {
@@ -98,14 +98,13 @@ export const suite: BenchSuite = {
         const ctx = await lm.createContext({ contextSize: 256, threads: 1 });
         try {
           const seq = ctx.getSequence();
-          const cache = model.newCache();
-          tsDecode(model, cache, prompt, steps); // warm-up
+          tsDecode(model, prompt, steps); // warm-up
           await llamaDecode(seq, prompt, steps);
           const ts: number[] = [];
           const cpp: number[] = [];
           let sameIds = true;
           for (let r = 0; r < rounds; r++) {
-            const a = tsDecode(model, cache, prompt, steps);
+            const a = tsDecode(model, prompt, steps);
             const b = await llamaDecode(seq, prompt, steps);
             ts.push(a.tokPerSec);
             cpp.push(b.tokPerSec);

@@ -30,13 +30,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
-import type { KvCache, WeightTable } from '../src/exec/runtime/interpreter.js';
+import type { WeightTable } from '../src/exec/runtime/interpreter.js';
 import { argmax } from '../src/exec/runtime/sampling.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 import { compilePlain } from './compile-plain.js';
 import { browserUnavailable, decodeTokensPerSecond, withChromium } from './browser-runtime.js';
-import type { DecodeLoop } from './decode-round.js';
+import { reusedState, type DecodeLoop } from './decode-round.js';
 
 const WORK = process.env.LLMC_BENCH_POOL_DIR ?? (existsSync('/dev/shm') ? '/dev/shm/llmc-bench-pool' : path.join(os.tmpdir(), 'llmc-bench-pool'));
 
@@ -74,10 +74,12 @@ export async function hardwareCeiling(rounds: number): Promise<Record<string, un
  * time over the wall time of the decode ÷ `threads` (≈ 1 when no thread was descheduled: the workers
  * spin between calls, so they count as busy while they are scheduled).
  */
-function decode(model: Model, cache: KvCache, prompt: number[], steps: number, threads = 1): { ms: number[]; ids: number[]; cpuShare: number } {
-  cache.length = 0; // one cache per model, emptied per round: a new one page-faults as it fills (serial time that is not decoding)
-  let logits = model.forward(prompt, cache, { lastOnly: true });
-  const into = new Float32Array(logits.length); // one logits buffer, as Model.generate decodes
+function decode(model: Model, prompt: number[], steps: number, threads = 1): { ms: number[]; ids: number[]; cpuShare: number } {
+  // The model's cache and logits buffer, reused from round to round: a new cache page-faults as it fills (serial time that is not decoding).
+  const state = reusedState(model);
+  const { cache } = state;
+  const into = (state.into = model.forward(prompt, cache, { lastOnly: true, into: state.into }));
+  let logits = into;
   const ids: number[] = [];
   const ms: number[] = [];
   const cpu0 = process.cpuUsage();
@@ -129,14 +131,13 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
   const pooled = await loadDir(dir, { threads });
   try {
     const prompt = [1, 17, 300, 42];
-    const [oneCache, pooledCache] = [one.newCache(), pooled.newCache()];
     const per: { one: number; pool: number; clean: boolean }[] = [];
     const fastOne = new Array<number>(steps).fill(Infinity);
     const fastPool = new Array<number>(steps).fill(Infinity);
     for (let r = 0; r < rounds; r++) {
       await awaitQuiet();
-      const a = decode(one, oneCache, prompt, steps);
-      const b = decode(pooled, pooledCache, prompt, steps, threads);
+      const a = decode(one, prompt, steps);
+      const b = decode(pooled, prompt, steps, threads);
       if (a.ids.join() !== b.ids.join()) throw new Error(`${quant}: the pool's ids differ from one thread's`);
       per.push({ one: median(a.ms), pool: median(b.ms), clean: Math.min(a.cpuShare, b.cpuShare) >= CLEAN_SHARE });
       for (let s = 0; s < steps; s++) {
