@@ -3,8 +3,32 @@
  * llama (also mistral, and mixtral in the llama MoE layout), qwen2 and qwen2moe.
  */
 import type { ArchSpec } from '../../src/core/checkpoint/index.js';
+import { LlmcError } from '../../src/core/errors.js';
+import { yarnMscale } from '../../src/core/arch/rope-config.js';
 import { GGUF_DEFAULT_ALIGNMENT, f32, str, u32, type GgufKv } from './writer.js';
 import type { GgufArch } from './tensors.js';
+
+/**
+ * The rope scaling llama.cpp can run as transformers computes it, or a one-line refusal naming the
+ * type (or the yarn parameter) it cannot express: llama.cpp has no dynamic NTK or longrope for these
+ * architectures, derives yarn's attention factor as 0.1·ln(factor)+1 with beta_fast 32 / beta_slow 1
+ * and floored/ceiled correction dims, and reads llama3 factors (rope_freqs.weight) only in llama.
+ */
+export function checkGgufRope(spec: ArchSpec, arch: GgufArch): ArchSpec['ropeScaling'] {
+  const rs = spec.ropeScaling;
+  const refuse = (why: string) => {
+    throw new LlmcError(`rope type "${rs!.type}"${why}; llama.cpp (GGUF ${arch}) cannot express it, so the gguf target refuses rather than drop it`);
+  };
+  if (!rs) return rs;
+  if (rs.type === 'dynamic' || rs.type === 'longrope') refuse('');
+  if (rs.type === 'llama3' && arch !== 'llama') refuse(` on ${arch}`);
+  if (rs.type === 'yarn') {
+    if (Math.abs(rs.attentionFactor - yarnMscale(rs.factor)) > 1e-9 * rs.attentionFactor) refuse(` with attention factor ${rs.attentionFactor} (not 0.1·ln(factor)+1)`);
+    if (rs.betaFast !== 32 || rs.betaSlow !== 1) refuse(` with beta_fast ${rs.betaFast} / beta_slow ${rs.betaSlow} (not 32 / 1)`);
+    if (!rs.truncate) refuse(' with truncate false');
+  }
+  return rs;
+}
 
 /** GGML_QNT_VERSION. */
 export const GGML_QUANT_VERSION = 2;
@@ -49,20 +73,12 @@ export function modelMetadata(
       }
     }
   }
-  const rs = spec.ropeScaling;
-  if (rs) {
-    if (rs.type === 'linear') {
-      kvs.push({ key: a('rope.scaling.type'), value: str('linear') }, { key: a('rope.scaling.factor'), value: f32(rs.factor) });
-    } else if (rs.type === 'yarn') {
-      kvs.push({ key: a('rope.scaling.type'), value: str('yarn') }, { key: a('rope.scaling.factor'), value: f32(rs.factor) });
-      if (rs.originalMaxPositions !== undefined) kvs.push({ key: a('rope.scaling.original_context_length'), value: u32(rs.originalMaxPositions) });
-    } else if (rs.type === 'llama3') {
-      if (arch !== 'llama') notes.push(`warning: llama3 rope scaling on ${arch} is not representable in GGUF; ignored`);
-      // otherwise carried by the rope_freqs.weight tensor, as the converter does
-    } else {
-      notes.push(`warning: rope_scaling type "${rs.type}" has no llama.cpp equivalent; ignored`);
-    }
+  const rs = checkGgufRope(spec, arch);
+  if (rs?.type === 'linear' || rs?.type === 'yarn') {
+    kvs.push({ key: a('rope.scaling.type'), value: str(rs.type) }, { key: a('rope.scaling.factor'), value: f32(rs.factor) });
+    if (rs.type === 'yarn') kvs.push({ key: a('rope.scaling.original_context_length'), value: u32(rs.originalMaxPositions) });
   }
+  // llama3: carried by the rope_freqs.weight tensor, as the converter does.
   if (spec.slidingWindow !== null) notes.push(`note: sliding_window=${spec.slidingWindow} is not used by llama.cpp's ${arch} (full attention)`);
   kvs.push({ key: 'general.file_type', value: u32(opts.fileType) }, { key: 'general.quantization_version', value: u32(GGML_QUANT_VERSION) });
   return { kvs, notes };

@@ -6,6 +6,7 @@
 import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/core/checkpoint/index.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { archOf, type ArchEntry } from '../../src/core/arch/registry.js';
+import { checkGgufRope } from './metadata.js';
 
 export type GgufArch = ArchEntry['gguf'];
 
@@ -79,6 +80,7 @@ export function llama3RopeFactors(spec: ArchSpec): Float32Array {
 export function planTensors(source: ModelSource): { arch: GgufArch; tensors: TensorPlan[]; ignored: string[] } {
   const spec = source.spec;
   const arch = ggufArch(spec);
+  checkGgufRope(spec, arch);
   const shapeOf = (name: string): number[] => {
     const m = source.meta(name);
     if (!m) throw new LlmcError(`missing tensor "${name}"`, source.description);

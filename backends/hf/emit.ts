@@ -22,10 +22,10 @@ function dtypes(formats: EmitContext['formats']) {
   return { forced, dtypeOf: (d: string): FloatDType => forced ?? ((HF_FORMATS as readonly string[]).includes(d) ? (d as FloatDType) : 'F32') };
 }
 
-/** config.json as written (torch_dtype follows --quant). */
+/** config.json as written (its dtype key follows --quant: `dtype` as transformers >= 5 writes it, else the older `torch_dtype`). */
 function configText(unit: CompileUnit, forced: FloatDType | undefined): string {
   const config = { ...unit.source.assets.config };
-  if (forced) config.torch_dtype = TORCH_DTYPE[forced];
+  if (forced) config['dtype' in config ? 'dtype' : 'torch_dtype'] = TORCH_DTYPE[forced];
   return JSON.stringify(config, null, 2) + '\n';
 }
 

@@ -17,7 +17,7 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { IO } from '../../src/core/ir/build.js';
 import type { ModelGraph, Op, V } from '../../src/core/ir/ir.js';
 import type { Subgraph } from '../../src/core/ir/subgraphs.js';
-import { ropeTables } from '../../src/core/ir/rope.js';
+import { positionTables } from '../../src/core/ir/rope.js';
 import type { ActBits, QuantizedWeight } from '../../src/core/quant/w8a8.js';
 import { LLMC_VERSION } from '../../src/core/version.js';
 import { DECODER_IO, paddedCausalMask } from '../../src/exec/onnx/decoder.js';
@@ -162,7 +162,7 @@ const flatten = (b: OnnxGraphBuilder, v: V, chunk: Chunk, C: number) => b.node('
 /** cos/sin of `position_ids` from tables baked into the graph (RoPE with positions as an input). */
 function ropeFromPositions(b: OnnxGraphBuilder, graph: ModelGraph): void {
   const spec = graph.spec;
-  const tables = ropeTables(spec, 0, spec.maxPositions);
+  const tables = positionTables(spec, 'the QNN graph');
   for (const which of ['cos', 'sin'] as const) {
     const table = b.constFloat(`${which}_cache`, tables[which], [spec.maxPositions, spec.headDim / 2]);
     b.node('Gather', [table, DECODER_IO.positionIds], [attr('axis', 0)], which === 'cos' ? IO.cos : IO.sin);

@@ -15,6 +15,8 @@ import path from 'node:path';
 import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames } from '../../src/core/arch/names.js';
 import { fromF32, writeSafetensors, type FloatDType, type TensorToWrite } from '../../src/core/checkpoint/safetensors.js';
 import { LlmcError } from '../../src/core/errors.js';
+import { yarnMscale } from '../../src/core/arch/rope-config.js';
+import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { writeFileAtomic } from '../../src/core/util/atomic.js';
@@ -30,6 +32,31 @@ const DTYPE: Record<string, { dtype: string; st: FloatDType }> = {
   int4: { dtype: 'float16', st: 'F16' },
 };
 const QUANT_ALGO: Record<string, string | null> = { fp16: null, bf16: null, fp32: null, int8: 'W8A16', int4: 'W4A16' };
+
+/**
+ * rotary_scaling as TensorRT-LLM's LLaMAConfig takes it (Hugging Face's rope_scaling keys). A rope
+ * it cannot express (longrope here; yarn with an attention factor, betas or truncation other than
+ * its defaults) is refused with one line naming it, never dropped.
+ */
+function rotaryScaling(rs: ArchSpec['ropeScaling']): Record<string, unknown> | null {
+  if (!rs) return null;
+  const refuse = (why: string): never => {
+    throw new LlmcError(`rope type "${rs.type}"${why} is not expressible in TensorRT-LLM's rotary_scaling; the tensorrt-llm target refuses rather than drop it`);
+  };
+  switch (rs.type) {
+    case 'linear':
+    case 'dynamic':
+      return { type: rs.type, factor: rs.factor };
+    case 'llama3':
+      return { type: rs.type, factor: rs.factor, low_freq_factor: rs.lowFreqFactor, high_freq_factor: rs.highFreqFactor, original_max_position_embeddings: rs.originalMaxPositions };
+    case 'yarn':
+      if (Math.abs(rs.attentionFactor - yarnMscale(rs.factor)) > 1e-9 * rs.attentionFactor) refuse(` with attention factor ${rs.attentionFactor}`);
+      if (!rs.truncate) refuse(' with truncate false');
+      return { type: rs.type, factor: rs.factor, original_max_position_embeddings: rs.originalMaxPositions, beta_fast: rs.betaFast, beta_slow: rs.betaSlow, mscale: 1, mscale_all_dim: 0 };
+    case 'longrope':
+      return refuse('');
+  }
+}
 
 /** config.json: the fields of TensorRT-LLM's PretrainedConfig / LLaMAConfig for this model. */
 export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, unknown> {
@@ -51,7 +78,7 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
     norm_epsilon: s.rmsNormEps,
     position_embedding_type: 'rope_gpt_neox',
     rotary_base: s.ropeTheta,
-    rotary_scaling: rs ? { type: rs.type, factor: rs.factor, ...(rs.type === 'llama3' ? { low_freq_factor: rs.lowFreqFactor, high_freq_factor: rs.highFreqFactor, original_max_position_embeddings: rs.originalMaxPositions } : {}) } : null,
+    rotary_scaling: rotaryScaling(rs),
     attn_bias: s.qkvBias,
     mlp_bias: s.mlpBias,
     use_parallel_embedding: false,

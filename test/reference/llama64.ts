@@ -83,21 +83,19 @@ export class Llama64 {
     return x.map((v, i) => v * r * w[i]);
   }
 
-  /** inv_freq per HF's rope init (default / linear / llama3 / dynamic), in float64. */
+  /** inv_freq per transformers' rope init (default / linear / llama3 / dynamic / yarn / longrope), in float64. */
   invFreq(seqLen: number): { inv: number[]; scale: number } {
     const s = this.spec;
     const d = s.headDim;
     let base = s.ropeTheta;
     const rs = s.ropeScaling;
     if (rs && rs.type === 'dynamic') {
-      const orig = rs.originalMaxPositions ?? s.maxPositions;
-      const L = Math.max(seqLen, orig);
-      base *= ((rs.factor * L) / orig - (rs.factor - 1)) ** (d / (d - 2));
+      const L = Math.max(seqLen, s.maxPositions);
+      base *= ((rs.factor * L) / s.maxPositions - (rs.factor - 1)) ** (d / (d - 2));
     }
     const inv: number[] = [];
     for (let j = 0; j < d; j += 2) inv.push(1 / Math.pow(base, j / d));
-    let scale = 1;
-    if (rs && rs.type === 'linear') return { inv: inv.map((f) => f / rs.factor), scale };
+    if (rs && rs.type === 'linear') return { inv: inv.map((f) => f / rs.factor), scale: 1 };
     if (rs && rs.type === 'llama3') {
       const old = rs.originalMaxPositions;
       return {
@@ -108,25 +106,28 @@ export class Llama64 {
           const smooth = (old / wavelen - rs.lowFreqFactor) / (rs.highFreqFactor - rs.lowFreqFactor);
           return (1 - smooth) * (f / rs.factor) + smooth * f;
         }),
-        scale,
+        scale: 1,
       };
     }
     if (rs && rs.type === 'yarn') {
-      const orig = rs.originalMaxPositions ?? s.maxPositions;
-      const dimAt = (rot: number) => (d * Math.log(orig / (rot * 2 * Math.PI))) / (2 * Math.log(base));
-      const lo = Math.max(Math.floor(dimAt(rs.betaFast ?? 32)), 0);
-      let hi = Math.min(Math.ceil(dimAt(rs.betaSlow ?? 1)), d - 1);
+      const dimAt = (rot: number) => (d * Math.log(rs.originalMaxPositions / (rot * 2 * Math.PI))) / (2 * Math.log(base));
+      const cut = (x: number, up: boolean) => (rs.truncate ? (up ? Math.ceil(x) : Math.floor(x)) : x);
+      const lo = Math.max(cut(dimAt(rs.betaFast), false), 0);
+      let hi = Math.min(cut(dimAt(rs.betaSlow), true), d - 1);
       if (lo === hi) hi += 0.001;
-      scale = rs.factor <= 1 ? 1 : 0.1 * Math.log(rs.factor) + 1;
       return {
         inv: inv.map((f, j) => {
           const ramp = Math.min(1, Math.max(0, (j - lo) / (hi - lo)));
           return (f / rs.factor) * ramp + f * (1 - ramp);
         }),
-        scale,
+        scale: rs.attentionFactor,
       };
     }
-    return { inv, scale };
+    if (rs && rs.type === 'longrope') {
+      const ext = seqLen > rs.originalMaxPositions ? rs.longFactor : rs.shortFactor;
+      return { inv: inv.map((f, j) => f / ext[j]), scale: rs.attentionFactor };
+    }
+    return { inv, scale: 1 };
   }
 
   /** HF rotate_half rope of one head vector at position `pos`. */
@@ -216,7 +217,8 @@ export class Llama64 {
         const ctx = new Float64Array(H * hd);
         for (let h = 0; h < H; h++) {
           const kvh = Math.floor(h / (H / KV));
-          const lo = s.slidingWindow ? Math.max(0, t - s.slidingWindow + 1) : 0;
+          const w = s.slidingWindow !== null && (s.slidingLayers === null || s.slidingLayers.includes(l)) ? s.slidingWindow : null;
+          const lo = w ? Math.max(0, t - w + 1) : 0;
           const sc: number[] = [];
           for (let j = lo; j <= t; j++) {
             let d = 0;

@@ -6,7 +6,7 @@ import type { Checker } from '../util/check.js';
 import { isModelType, SUPPORTED_MODEL_TYPES } from './registry.js';
 import type { ArchSpec } from './types.js';
 
-const ROPE = ['linear', 'dynamic', 'yarn', 'llama3'];
+const ROPE = ['linear', 'dynamic', 'yarn', 'longrope', 'llama3'];
 
 export function checkArchSpec(v: unknown, c: Checker, at = 'arch'): ArchSpec {
   const a = c.obj(v, at);
@@ -22,13 +22,35 @@ export function checkArchSpec(v: unknown, c: Checker, at = 'arch'): ArchSpec {
   if (!(c.num(a.rmsNormEps, `${at}.rmsNormEps`) > 0)) c.fail(`${at}.rmsNormEps`, 'must be positive');
   if (!(c.num(a.ropeTheta, `${at}.ropeTheta`) > 0)) c.fail(`${at}.ropeTheta`, 'must be positive');
   if (a.ropeScaling !== null) {
-    const r = c.obj(a.ropeScaling, `${at}.ropeScaling`);
-    if (!ROPE.includes(r.type as string)) c.fail(`${at}.ropeScaling.type`, `must be one of ${ROPE.join(', ')}`);
-    if (!(c.num(r.factor, `${at}.ropeScaling.factor`) > 0)) c.fail(`${at}.ropeScaling.factor`, 'must be positive');
+    const at2 = `${at}.ropeScaling`;
+    const r = c.obj(a.ropeScaling, at2);
+    if (!ROPE.includes(r.type as string)) c.fail(`${at2}.type`, `must be one of ${ROPE.join(', ')}`);
+    const pos = (k: string) => {
+      if (!(c.num(r[k], `${at2}.${k}`) > 0)) c.fail(`${at2}.${k}`, 'must be positive');
+    };
+    if (r.type !== 'longrope') pos('factor');
+    if (r.type === 'llama3') ['lowFreqFactor', 'highFreqFactor', 'originalMaxPositions'].forEach(pos);
+    if (r.type === 'yarn') {
+      ['originalMaxPositions', 'betaFast', 'betaSlow', 'attentionFactor'].forEach(pos);
+      if (typeof r.truncate !== 'boolean') c.fail(`${at2}.truncate`, 'must be true or false');
+    }
+    if (r.type === 'longrope') {
+      ['originalMaxPositions', 'attentionFactor'].forEach(pos);
+      for (const k of ['shortFactor', 'longFactor']) {
+        const v = r[k];
+        if (!Array.isArray(v) || v.length !== (a.headDim as number) / 2 || !v.every((x) => typeof x === 'number' && x > 0)) c.fail(`${at2}.${k}`, 'must be headDim/2 positive numbers');
+      }
+    }
   }
   for (const k of ['tieEmbeddings', 'qkvBias', 'oBias', 'mlpBias']) if (typeof a[k] !== 'boolean') c.fail(`${at}.${k}`, 'must be true or false');
   if (a.hiddenAct !== 'silu') c.fail(`${at}.hiddenAct`, 'must be "silu"');
   if (a.slidingWindow !== null) c.int(a.slidingWindow, `${at}.slidingWindow`, 1);
+  // Manifests written before per-layer windows: every layer slides.
+  if (a.slidingLayers === undefined) a.slidingLayers = null;
+  if (a.slidingLayers !== null) {
+    if (a.slidingWindow === null) c.fail(`${at}.slidingLayers`, 'must be null without slidingWindow');
+    for (const l of c.ints(a.slidingLayers, `${at}.slidingLayers`)) if (l < 0 || l >= (a.numLayers as number)) c.fail(`${at}.slidingLayers`, 'must name layers of the model');
+  }
   if (a.bosTokenId !== null) c.int(a.bosTokenId, `${at}.bosTokenId`);
   c.ints(a.eosTokenIds, `${at}.eosTokenIds`);
   if (a.torchDtype !== null) c.str(a.torchDtype, `${at}.torchDtype`);

@@ -41,7 +41,19 @@ export interface MoeFamily {
   expertWidthKey: string;
 }
 
+/** Which layers attend through a sliding window (spec.slidingWindow / slidingLayers). */
+export interface Attention {
+  slidingWindow: number | null;
+  slidingLayers: number[] | null;
+}
+
 export interface ArchEntry {
+  /** config.json keys this model_type reads besides keys.ts's COMMON_KEYS; any other key that is not harmless is refused. */
+  keys: readonly string[];
+  /** rope_theta when config.json gives none (transformers' default_theta of the config class). */
+  defaultTheta: number;
+  /** The sliding-window layout, as this model_type's transformers class computes it. */
+  attention(cfg: ConfigReader, numLayers: number): Attention;
   /** q/k/v projections carry biases. */
   qkvBias(cfg: Json): boolean;
   /** o_proj carries a bias. */
@@ -60,8 +72,77 @@ export function mlpNames(prefix: string): MlpNames {
 
 /** Llama-style attention biases: only with `attention_bias: true`, then on all four projections. */
 const LLAMA_BIAS = { qkvBias: (c: Json) => c.attention_bias === true, oBias: (c: Json) => c.attention_bias === true };
+/** Mistral and Mixtral: no biases (transformers builds their projections with bias=False). */
+const NO_BIAS = { qkvBias: () => false, oBias: () => false };
 /** Qwen2: q/k/v always carry biases, o_proj never. */
 const QWEN_BIAS = { qkvBias: () => true, oBias: () => false };
+/** Qwen2-MoE: q/k/v biases unless `qkv_bias: false`. */
+const QWEN_MOE_BIAS = { qkvBias: (c: Json) => c.qkv_bias !== false, oBias: () => false };
+
+const FULL = 'full_attention';
+const SLIDING = 'sliding_attention';
+
+/** `layer_types` as given (checked: one of the two kinds per layer), or null when absent. */
+function layerTypes(c: ConfigReader, numLayers: number): string[] | null {
+  const v = c.raw.layer_types;
+  if (v === undefined || v === null) return null;
+  if (!Array.isArray(v) || v.length !== numLayers || !v.every((t) => t === FULL || t === SLIDING)) {
+    throw new LlmcError(`"layer_types" must list "${FULL}" or "${SLIDING}" for each of the ${numLayers} layers (other kinds are not implemented), got ${JSON.stringify(v).slice(0, 120)}`, c.file);
+  }
+  return v as string[];
+}
+
+/** `sliding_window`: a positive window, or null when absent / null / 0. */
+function windowOf(c: ConfigReader): number | null {
+  const w = c.raw.sliding_window;
+  if (w === undefined || w === null || w === 0) return null;
+  return c.posInt('sliding_window');
+}
+
+/** Llama: every layer attends to the whole context. */
+function llamaAttention(c: ConfigReader, numLayers: number): Attention {
+  const types = layerTypes(c, numLayers);
+  if (types?.includes(SLIDING)) throw new LlmcError(`"layer_types" has ${SLIDING} layers, which transformers' Llama does not implement`, c.file);
+  return { slidingWindow: null, slidingLayers: null };
+}
+
+/** Mistral / Mixtral: `sliding_window` applies to every layer; transformers ignores layer_types there, so a list saying otherwise is refused. */
+function mistralAttention(c: ConfigReader, numLayers: number): Attention {
+  const w = windowOf(c);
+  const types = layerTypes(c, numLayers);
+  const want = w === null ? FULL : SLIDING;
+  if (types && types.some((t) => t !== want)) {
+    throw new LlmcError(
+      `"layer_types" mixes attention kinds, but transformers' ${String(c.raw.model_type)} ignores layer_types and ${w === null ? 'attends fully in every layer' : `applies sliding_window ${w} to every layer`}; fix the config to say which one is meant`,
+      c.file,
+    );
+  }
+  return { slidingWindow: w, slidingLayers: null };
+}
+
+/** The sliding layers of a layer_types list (explicit or the model's default), checked against the window. */
+function slidingFrom(c: ConfigReader, types: string[], w: number | null): Attention {
+  const sliding = types.flatMap((t, l) => (t === SLIDING ? [l] : []));
+  if (sliding.length === 0) return { slidingWindow: null, slidingLayers: null };
+  if (w === null) throw new LlmcError(`"layer_types" marks layers [${sliding}] ${SLIDING}, but use_sliding_window is not true or sliding_window is null`, c.file);
+  return { slidingWindow: w, slidingLayers: sliding.length === types.length ? null : sliding };
+}
+
+/** Qwen2: a window only with use_sliding_window, on layers >= max_window_layers unless layer_types says otherwise. */
+function qwen2Attention(c: ConfigReader, numLayers: number): Attention {
+  const w = c.raw.use_sliding_window === true ? windowOf(c) : null;
+  const maxWindow = c.raw.max_window_layers === undefined ? 28 : c.num('max_window_layers');
+  const types = layerTypes(c, numLayers) ?? Array.from({ length: numLayers }, (_, l) => (w !== null && l >= maxWindow ? SLIDING : FULL));
+  return slidingFrom(c, types, w);
+}
+
+/** Qwen2-MoE: by default the even layers below max_window_layers slide, with use_sliding_window. */
+function qwen2MoeAttention(c: ConfigReader, numLayers: number): Attention {
+  const w = c.raw.use_sliding_window === true ? windowOf(c) : null;
+  const maxWindow = c.raw.max_window_layers === undefined ? 28 : c.num('max_window_layers');
+  const types = layerTypes(c, numLayers) ?? Array.from({ length: numLayers }, (_, l) => ((l + 1) % 2 === 1 && l < maxWindow && w !== null ? SLIDING : FULL));
+  return slidingFrom(c, types, w);
+}
 
 const MIXTRAL_MOE: MoeFamily = {
   parse: (c) => ({
@@ -122,14 +203,49 @@ const QWEN2_MOE: MoeFamily = {
   expertWidthKey: 'moe_intermediate_size',
 };
 
-/** One entry per supported `model_type`. */
+/** One entry per supported `model_type`: the keys of transformers 5's config class that change the math. */
 export const ARCHITECTURES = {
   // 'LLaMAForCausalLM': the class name of transformers' first llama conversions (2023), same layout.
-  llama: { ...LLAMA_BIAS, gguf: 'llama', causalLm: ['LlamaForCausalLM', 'LLaMAForCausalLM'], moe: null },
-  mistral: { ...LLAMA_BIAS, gguf: 'llama', causalLm: ['MistralForCausalLM'], moe: null },
-  qwen2: { ...QWEN_BIAS, gguf: 'qwen2', causalLm: ['Qwen2ForCausalLM'], moe: null },
-  mixtral: { ...LLAMA_BIAS, gguf: 'llama', causalLm: ['MixtralForCausalLM'], moe: MIXTRAL_MOE },
-  qwen2_moe: { ...QWEN_BIAS, gguf: 'qwen2moe', causalLm: ['Qwen2MoeForCausalLM'], moe: QWEN2_MOE },
+  llama: {
+    ...LLAMA_BIAS,
+    keys: ['attention_bias', 'mlp_bias'],
+    defaultTheta: 10000,
+    attention: llamaAttention,
+    gguf: 'llama',
+    causalLm: ['LlamaForCausalLM', 'LLaMAForCausalLM'],
+    moe: null,
+  },
+  mistral: { ...NO_BIAS, keys: ['sliding_window'], defaultTheta: 10000, attention: mistralAttention, gguf: 'llama', causalLm: ['MistralForCausalLM'], moe: null },
+  qwen2: {
+    ...QWEN_BIAS,
+    keys: ['use_sliding_window', 'sliding_window', 'max_window_layers'],
+    defaultTheta: 10000,
+    attention: qwen2Attention,
+    gguf: 'qwen2',
+    causalLm: ['Qwen2ForCausalLM'],
+    moe: null,
+  },
+  mixtral: {
+    ...NO_BIAS,
+    keys: ['sliding_window', 'num_local_experts', 'num_experts_per_tok'],
+    defaultTheta: 1e6,
+    attention: mistralAttention,
+    gguf: 'llama',
+    causalLm: ['MixtralForCausalLM'],
+    moe: MIXTRAL_MOE,
+  },
+  qwen2_moe: {
+    ...QWEN_MOE_BIAS,
+    keys: [
+      'use_sliding_window', 'sliding_window', 'max_window_layers', 'qkv_bias', 'num_experts', 'num_experts_per_tok', 'moe_intermediate_size',
+      'shared_expert_intermediate_size', 'norm_topk_prob', 'decoder_sparse_step', 'mlp_only_layers',
+    ],
+    defaultTheta: 10000,
+    attention: qwen2MoeAttention,
+    gguf: 'qwen2moe',
+    causalLm: ['Qwen2MoeForCausalLM'],
+    moe: QWEN2_MOE,
+  },
 } as const satisfies Record<ModelType, ArchEntry>;
 
 export type { ModelType };

@@ -4,7 +4,9 @@
  */
 import { LlmcError } from '../errors.js';
 import { ARCHITECTURES, isModelType, SUPPORTED_MODEL_TYPES, type ConfigReader } from './registry.js';
-import type { ArchSpec, MoeSpec, RopeScaling } from './types.js';
+import { checkKnownKeys } from './keys.js';
+import { readRope } from './rope-config.js';
+import type { ArchSpec, MoeSpec } from './types.js';
 
 export { SUPPORTED_MODEL_TYPES };
 export type { ArchSpec, ModelType, MoeSpec, RopeScaling } from './types.js';
@@ -26,42 +28,6 @@ function posInt(cfg: Json, key: string, file: string, fallback?: number): number
   // Sizes past 2^31 are no real model, and would overflow index arithmetic long before memory runs out.
   if (!Number.isSafeInteger(v) || v <= 0 || v > 2 ** 31 - 1) throw new LlmcError(`"${key}" must be a positive integer below 2^31, got ${v}`, file);
   return v;
-}
-
-function ropeScalingOf(raw: unknown, file: string): RopeScaling | null {
-  if (raw === undefined || raw === null) return null;
-  if (typeof raw !== 'object') throw new LlmcError('"rope_scaling" must be an object', file);
-  const r = raw as Json;
-  const type = String(r.rope_type ?? r.type ?? '');
-  const factor = typeof r.factor === 'number' ? r.factor : 1;
-  if (!(factor > 0) || !Number.isFinite(factor)) throw new LlmcError(`"rope_scaling.factor" must be a positive number, got ${JSON.stringify(r.factor)}`, file);
-  const orig = typeof r.original_max_position_embeddings === 'number' ? r.original_max_position_embeddings : undefined;
-  switch (type) {
-    case 'default':
-      return null;
-    case 'linear':
-      return { type, factor };
-    case 'dynamic':
-      return { type, factor, originalMaxPositions: orig };
-    case 'yarn':
-      return {
-        type,
-        factor,
-        originalMaxPositions: orig,
-        betaFast: typeof r.beta_fast === 'number' ? r.beta_fast : undefined,
-        betaSlow: typeof r.beta_slow === 'number' ? r.beta_slow : undefined,
-      };
-    case 'llama3':
-      return {
-        type,
-        factor,
-        lowFreqFactor: num(r, 'low_freq_factor', file, 1),
-        highFreqFactor: num(r, 'high_freq_factor', file, 4),
-        originalMaxPositions: orig ?? 8192,
-      };
-    default:
-      throw new LlmcError(`unsupported rope_scaling type "${type}" (supported: linear, dynamic, yarn, llama3)`, file);
-  }
 }
 
 function tokenIds(v: unknown): number[] {
@@ -97,6 +63,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   }
   const entry = ARCHITECTURES[modelType];
   checkArchitectures(cfg.architectures, modelType, entry.causalLm, file);
+  checkKnownKeys(cfg, modelType, entry.keys, file);
   const reader: ConfigReader = { num: (k, f) => num(cfg, k, file, f), posInt: (k, f) => posInt(cfg, k, file, f), raw: cfg, file };
   const hiddenSize = posInt(cfg, 'hidden_size', file);
   const numHeads = posInt(cfg, 'num_attention_heads', file);
@@ -114,7 +81,11 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     throw new LlmcError(`num_experts_per_tok (${moe.topK}) exceeds the number of experts (${moe.numExperts})`, file);
   }
 
-  const sliding = cfg.use_sliding_window === false ? null : cfg.sliding_window;
+  const maxPositions = posInt(cfg, 'max_position_embeddings', file, 2048);
+  const { ropeTheta, ropeScaling } = readRope(cfg, file, { headDim, maxPositions, defaultTheta: entry.defaultTheta });
+  const { slidingWindow, slidingLayers } = entry.attention(reader, numLayers);
+  // transformers keeps `dtype` when both are given.
+  const dtype = typeof cfg.dtype === 'string' ? cfg.dtype : typeof cfg.torch_dtype === 'string' ? cfg.torch_dtype : null;
   return {
     modelType,
     hiddenSize,
@@ -124,21 +95,28 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     numKvHeads,
     headDim,
     vocabSize: posInt(cfg, 'vocab_size', file),
-    maxPositions: posInt(cfg, 'max_position_embeddings', file, 2048),
+    maxPositions,
     rmsNormEps: num(cfg, 'rms_norm_eps', file, 1e-6),
-    ropeTheta: num(cfg, 'rope_theta', file, 10000),
-    ropeScaling: ropeScalingOf(cfg.rope_scaling, file),
+    ropeTheta,
+    ropeScaling,
     tieEmbeddings: cfg.tie_word_embeddings === true,
     qkvBias: entry.qkvBias(cfg),
     oBias: entry.oBias(cfg),
     mlpBias: cfg.mlp_bias === true,
     hiddenAct: 'silu',
-    slidingWindow: typeof sliding === 'number' && sliding > 0 ? sliding : null,
+    slidingWindow,
+    slidingLayers,
     bosTokenId: typeof cfg.bos_token_id === 'number' ? cfg.bos_token_id : null,
     eosTokenIds: tokenIds(cfg.eos_token_id),
-    torchDtype: typeof cfg.torch_dtype === 'string' ? cfg.torch_dtype : null,
+    torchDtype: dtype,
     moe,
   };
+}
+
+/** The attention window of layer `l` (null: the whole context). */
+export function windowOf(spec: Pick<ArchSpec, 'slidingWindow' | 'slidingLayers'>, l: number): number | null {
+  if (spec.slidingWindow === null) return null;
+  return spec.slidingLayers === null || spec.slidingLayers.includes(l) ? spec.slidingWindow : null;
 }
 
 /** True when layer `l` routes through experts. */

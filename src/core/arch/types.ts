@@ -6,11 +6,36 @@
 /** The Hugging Face model_type names the architecture registry knows. */
 export type ModelType = 'llama' | 'mistral' | 'qwen2' | 'mixtral' | 'qwen2_moe';
 
-/** rope_scaling as Hugging Face writes it; `type` is normalized from `rope_type` | `type`. */
+/**
+ * Rotary scaling as transformers' modeling_rope_utils.py computes it, with every default resolved
+ * when config.json is read (so executors never re-derive one): read from `rope_parameters`
+ * (transformers >= 5) or `rope_scaling` (older), `type` normalized from `rope_type` | `type`.
+ * null: the default rope. src/core/ir/rope.ts turns it into frequencies, once for every executor.
+ */
 export type RopeScaling =
   | { type: 'linear'; factor: number }
-  | { type: 'dynamic'; factor: number; originalMaxPositions?: number }
-  | { type: 'yarn'; factor: number; originalMaxPositions?: number; betaFast?: number; betaSlow?: number }
+  /** NTK: the base grows once a sequence outgrows max_position_embeddings (transformers ignores original_max_position_embeddings here). */
+  | { type: 'dynamic'; factor: number }
+  | {
+      type: 'yarn';
+      factor: number;
+      originalMaxPositions: number;
+      betaFast: number;
+      betaSlow: number;
+      /** Floor/ceil the correction range (transformers' `truncate`, default true). */
+      truncate: boolean;
+      /** Multiplies cos and sin: `attention_factor`, else from mscale / mscale_all_dim, else 0.1·ln(factor)+1. */
+      attentionFactor: number;
+    }
+  | {
+      type: 'longrope';
+      /** Per-frequency divisors (headDim/2 each): short up to originalMaxPositions positions, long past them. */
+      shortFactor: number[];
+      longFactor: number[];
+      originalMaxPositions: number;
+      /** Multiplies cos and sin: `attention_factor`, else sqrt(1 + ln(factor)/ln(originalMaxPositions)). */
+      attentionFactor: number;
+    }
   | {
       type: 'llama3';
       factor: number;
@@ -18,6 +43,8 @@ export type RopeScaling =
       highFreqFactor: number;
       originalMaxPositions: number;
     };
+
+export type RopeType = 'default' | RopeScaling['type'];
 
 export interface MoeSpec {
   /** How the router's top-k weights are formed. */
@@ -54,10 +81,13 @@ export interface ArchSpec {
   oBias: boolean;
   mlpBias: boolean;
   hiddenAct: 'silu';
+  /** The attention window of the sliding layers (null: every layer attends to the whole context). */
   slidingWindow: number | null;
+  /** The layers that use slidingWindow (layer_types / max_window_layers); null: all of them. */
+  slidingLayers: number[] | null;
   bosTokenId: number | null;
   eosTokenIds: number[];
-  /** The dtype the checkpoint declares (torch_dtype), informational. */
+  /** The dtype the checkpoint declares (`dtype`, else the older `torch_dtype`), informational. */
   torchDtype: string | null;
   moe: MoeSpec | null;
 }

@@ -21,7 +21,7 @@ import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
 import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op } from '../../core/ir/ir.js';
-import { ropeTables } from '../../core/ir/rope.js';
+import { assertPositionTables, positionTables } from '../../core/ir/rope.js';
 import { encodeF16 } from '../../core/util/half.js';
 import { transpose } from '../../core/util/transpose.js';
 import { LLMC_VERSION } from '../../core/version.js';
@@ -337,7 +337,8 @@ export function gatherRope(b: OnnxGraphBuilder, spec: ModelGraph['spec'], positi
   const compute = b.mode.compute;
   const half = spec.headDim / 2;
   const maxPositions = spec.maxPositions;
-  const tables = () => ropeTables(spec, 0, maxPositions);
+  assertPositionTables(spec, 'the ONNX decoder graph (position_ids in)');
+  const tables = () => positionTables(spec, 'the ONNX decoder graph (position_ids in)');
   let cache: ReturnType<typeof tables> | null = null;
   const table = (which: 'cos' | 'sin'): PendingTensor => ({
     name: `${which}_cache`,

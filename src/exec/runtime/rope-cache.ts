@@ -2,11 +2,12 @@
  * Rotary cos/sin rows by absolute position, computed once and reused across forward calls (the
  * interpreter used to rebuild them per call). The values are src/core/ir/rope.ts's, bit for bit:
  * row p = cos/sin(p · invFreq) · attentionScaling rounded to f32. 'dynamic' scaling changes the
- * frequencies once a sequence outgrows the original context; past that the caller takes per-call
+ * frequencies once a sequence outgrows max_position_embeddings, 'longrope' past its original context
+ * (ropeSharedUntil); past that the caller takes per-call
  * tables (ropeTables / ropeRows). Browser-safe.
  */
 import type { ArchSpec } from '../../core/arch/spec.js';
-import { ropeFrequencies } from '../../core/ir/rope.js';
+import { ropeFrequencies, ropeSharedUntil } from '../../core/ir/rope.js';
 
 export class RopeCache {
   cos = new Float32Array(0);
@@ -15,7 +16,7 @@ export class RopeCache {
   private readonly half: number;
   private readonly invFreq: Float64Array;
   private readonly scaling: number;
-  /** Positions below this share one set of frequencies (all of them unless the scaling is 'dynamic'). */
+  /** Positions below this share one set of frequencies (all of them unless the scaling is 'dynamic' or 'longrope'). */
   private readonly limit: number;
 
   constructor(spec: ArchSpec) {
@@ -23,8 +24,7 @@ export class RopeCache {
     this.invFreq = f.invFreq;
     this.scaling = f.attentionScaling;
     this.half = spec.headDim / 2;
-    const rs = spec.ropeScaling;
-    this.limit = rs?.type === 'dynamic' ? (rs.originalMaxPositions ?? spec.maxPositions) : Infinity;
+    this.limit = ropeSharedUntil(spec);
   }
 
   /** Rows for positions [0, end) are in cos/sin (row p at p · headDim/2); false when `end` is past the shared frequencies. */

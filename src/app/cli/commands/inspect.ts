@@ -9,6 +9,7 @@ import { openCheckpoint, type Checkpoint } from '../../../core/checkpoint/index.
 import { componentOf, COMPONENTS, tensorRoles, type Component } from '../../../core/arch/names.js';
 import { numel } from '../../../core/checkpoint/safetensors.js';
 import type { ArchSpec } from '../../../core/arch/spec.js';
+import { describeRope } from '../../../core/arch/rope-config.js';
 import { ELASTIC_LEVELS, findRecord, type Manifest } from '../../../core/records/index.js';
 import { locate, verifyFiles } from '../../artifact.js';
 import { formatBytes, printJson, table } from '../output.js';
@@ -88,9 +89,10 @@ function formatReport(r: InspectReport): string {
   );
   lines.push(`  intermediate ${s.intermediateSize}, vocab ${s.vocabSize}, max positions ${s.maxPositions}`);
   lines.push(
-    `  rope_theta ${s.ropeTheta}${s.ropeScaling ? `, rope_scaling ${JSON.stringify(s.ropeScaling)}` : ''}, rms_norm_eps ${fmtNum(s.rmsNormEps)}` +
-      `${s.tieEmbeddings ? ', tied embeddings' : ''}${s.qkvBias ? ', q/k/v bias' : ''}${s.slidingWindow ? `, sliding window ${s.slidingWindow}` : ''}`,
+    `  rms_norm_eps ${fmtNum(s.rmsNormEps)}${s.tieEmbeddings ? ', tied embeddings' : ''}${s.qkvBias ? ', q/k/v bias' : ''}` +
+      `${s.slidingWindow ? `, sliding window ${s.slidingWindow}${s.slidingLayers ? ` on layers [${s.slidingLayers}]` : ''}` : ''}`,
   );
+  lines.push(`  ${describeRope(s.ropeTheta, s.ropeScaling)}`);
   if (s.moe) {
     const m = s.moe;
     lines.push(
