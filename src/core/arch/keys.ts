@@ -71,14 +71,16 @@ const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b)
 
 /**
  * Refuse the first key of `cfg` that is neither read by this architecture (`archKeys`, with
- * COMMON_KEYS), harmless, nor at its harmless default.
+ * COMMON_KEYS), harmless, nor at its harmless value (`archFixed`: keys the model_type's transformers
+ * class does not read, accepted where they say what that class does anyway; DEFAULT_ONLY).
  */
-export function checkKnownKeys(cfg: Json, modelType: string, archKeys: readonly string[], file: string): void {
+export function checkKnownKeys(cfg: Json, modelType: string, archKeys: readonly string[], archFixed: Readonly<Record<string, unknown>>, file: string): void {
   for (const [k, v] of Object.entries(cfg)) {
     if (COMMON_KEYS.includes(k) || archKeys.includes(k) || HARMLESS.has(k)) continue;
-    if (k in DEFAULT_ONLY) {
-      if (v === null || v === undefined || same(v, DEFAULT_ONLY[k])) continue;
-      throw new LlmcError(`key "${k}" = ${JSON.stringify(v)} is not supported by llmc's ${modelType} reader (only ${JSON.stringify(DEFAULT_ONLY[k])})`, file);
+    const fixed = k in archFixed ? archFixed[k] : k in DEFAULT_ONLY ? DEFAULT_ONLY[k] : undefined;
+    if (fixed !== undefined) {
+      if (v === null || v === undefined || same(v, fixed)) continue;
+      throw new LlmcError(`key "${k}" = ${JSON.stringify(v)} is not supported by llmc's ${modelType} reader (only ${JSON.stringify(fixed)})`, file);
     }
     const shown = JSON.stringify(v) ?? String(v);
     throw new LlmcError(`key "${k}" (${shown.length > 60 ? `${shown.slice(0, 57)}...` : shown}) is not understood by llmc's ${modelType} reader; it may change the model's math`, file);

@@ -50,6 +50,8 @@ export interface Attention {
 export interface ArchEntry {
   /** config.json keys this model_type reads besides keys.ts's COMMON_KEYS; any other key that is not harmless is refused. */
   keys: readonly string[];
+  /** Keys this model_type's transformers class ignores, accepted only at the value that matches what it computes (no biases, ...). */
+  fixed: Readonly<Record<string, unknown>>;
   /** rope_theta when config.json gives none (transformers' default_theta of the config class). */
   defaultTheta: number;
   /** The sliding-window layout, as this model_type's transformers class computes it. */
@@ -78,6 +80,9 @@ const NO_BIAS = { qkvBias: () => false, oBias: () => false };
 const QWEN_BIAS = { qkvBias: () => true, oBias: () => false };
 /** Qwen2-MoE: q/k/v biases unless `qkv_bias: false`. */
 const QWEN_MOE_BIAS = { qkvBias: (c: Json) => c.qkv_bias !== false, oBias: () => false };
+
+/** Llama's bias keys on a model_type whose class ignores them: fine where they say "no bias" (q/k/v biases of Qwen2 come from the class, not these). */
+const NO_BIAS_KEYS = { attention_bias: false, mlp_bias: false };
 
 const FULL = 'full_attention';
 const SLIDING = 'sliding_attention';
@@ -209,16 +214,18 @@ export const ARCHITECTURES = {
   llama: {
     ...LLAMA_BIAS,
     keys: ['attention_bias', 'mlp_bias'],
+    fixed: {},
     defaultTheta: 10000,
     attention: llamaAttention,
     gguf: 'llama',
     causalLm: ['LlamaForCausalLM', 'LLaMAForCausalLM'],
     moe: null,
   },
-  mistral: { ...NO_BIAS, keys: ['sliding_window'], defaultTheta: 10000, attention: mistralAttention, gguf: 'llama', causalLm: ['MistralForCausalLM'], moe: null },
+  mistral: { ...NO_BIAS, keys: ['sliding_window'], fixed: NO_BIAS_KEYS, defaultTheta: 10000, attention: mistralAttention, gguf: 'llama', causalLm: ['MistralForCausalLM'], moe: null },
   qwen2: {
     ...QWEN_BIAS,
     keys: ['use_sliding_window', 'sliding_window', 'max_window_layers'],
+    fixed: NO_BIAS_KEYS,
     defaultTheta: 10000,
     attention: qwen2Attention,
     gguf: 'qwen2',
@@ -228,6 +235,7 @@ export const ARCHITECTURES = {
   mixtral: {
     ...NO_BIAS,
     keys: ['sliding_window', 'num_local_experts', 'num_experts_per_tok'],
+    fixed: NO_BIAS_KEYS,
     defaultTheta: 1e6,
     attention: mistralAttention,
     gguf: 'llama',
@@ -240,6 +248,7 @@ export const ARCHITECTURES = {
       'use_sliding_window', 'sliding_window', 'max_window_layers', 'qkv_bias', 'num_experts', 'num_experts_per_tok', 'moe_intermediate_size',
       'shared_expert_intermediate_size', 'norm_topk_prob', 'decoder_sparse_step', 'mlp_only_layers',
     ],
+    fixed: NO_BIAS_KEYS,
     defaultTheta: 10000,
     attention: qwen2MoeAttention,
     gguf: 'qwen2moe',

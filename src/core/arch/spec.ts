@@ -63,7 +63,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   }
   const entry = ARCHITECTURES[modelType];
   checkArchitectures(cfg.architectures, modelType, entry.causalLm, file);
-  checkKnownKeys(cfg, modelType, entry.keys, file);
+  checkKnownKeys(cfg, modelType, entry.keys, entry.fixed, file);
   const reader: ConfigReader = { num: (k, f) => num(cfg, k, file, f), posInt: (k, f) => posInt(cfg, k, file, f), raw: cfg, file };
   const hiddenSize = posInt(cfg, 'hidden_size', file);
   const numHeads = posInt(cfg, 'num_attention_heads', file);
