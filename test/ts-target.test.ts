@@ -149,6 +149,9 @@ describe('rope scaling reaches the runtime', () => {
   for (const scaling of [
     { rope_type: 'linear', factor: 2 },
     { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 16 },
+    // The attention factor scales cos and sin; longrope switches to its long factors past 16 positions.
+    { rope_type: 'yarn', factor: 4, original_max_position_embeddings: 16, attention_factor: 1.5 },
+    { rope_type: 'longrope', short_factor: [1, 1, 1.5, 2, 2, 3, 4, 4], long_factor: [1, 2, 3, 5, 8, 13, 21, 34], original_max_position_embeddings: 16, attention_factor: 1.2 },
   ]) {
     it(scaling.rope_type, async () => {
       const src = path.join(tmp, `rope-${scaling.rope_type}`);
