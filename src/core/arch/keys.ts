@@ -41,7 +41,11 @@ export const COMMON_KEYS: readonly string[] = [
  * generation_config.json) and the classifier fields every PreTrainedConfig carries.
  */
 const HARMLESS: ReadonlySet<string> = new Set([
-  'transformers_version', '_name_or_path', '_commit_hash', '_attn_implementation_autoset', 'auto_map',
+  'transformers_version', '_name_or_path', 'name_or_path', '_commit_hash', '_attn_implementation_autoset', 'auto_map',
+  // Which kernels compute attention / experts: the same math either way.
+  'attn_implementation', '_attn_implementation', 'experts_implementation', '_experts_implementation',
+  // Written by nanotron's Llama exporter (SmolLM): a marker.
+  'is_llama_config',
   'use_cache', 'initializer_range', 'attention_dropout', 'pad_token_id', 'sep_token_id', 'decoder_start_token_id',
   'output_attentions', 'output_hidden_states', 'return_dict', 'torchscript', 'use_bfloat16', 'tf_legacy_loss',
   'id2label', 'label2id', 'num_labels', 'problem_type', 'finetuning_task', 'task_specific_params', 'tokenizer_class', 'prefix',
@@ -65,6 +69,8 @@ const DEFAULT_ONLY: Readonly<Record<string, unknown>> = {
   cross_attention_hidden_size: null,
   tie_encoder_decoder: false,
   pruned_heads: {},
+  // true would mean GPT-J-style interleaved pairs, which transformers' Llama does not rotate.
+  rope_interleaved: false,
 };
 
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);

@@ -116,7 +116,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
 /** The attention window of layer `l` (null: the whole context). */
 export function windowOf(spec: Pick<ArchSpec, 'slidingWindow' | 'slidingLayers'>, l: number): number | null {
   if (spec.slidingWindow === null) return null;
-  return spec.slidingLayers === null || spec.slidingLayers.includes(l) ? spec.slidingWindow : null;
+  return spec.slidingLayers == null || spec.slidingLayers.includes(l) ? spec.slidingWindow : null;
 }
 
 /** True when layer `l` routes through experts. */
