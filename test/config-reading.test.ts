@@ -1,7 +1,8 @@
 /**
  * config.json as transformers writes it, old keys and new: every real config under ../shared
  * normalizes; the transformers-5.17-written llama3-rope and mistral-swa checkpoints reproduce
- * transformers' own logits on onnxruntime and the TS runtime; every rope type's frequencies equal a
+ * transformers' own logits on onnxruntime, the TS runtime and the cuda decoder graph (llama3-rope in
+ * llama.cpp too); every rope type's frequencies equal a
  * float64 transcription of transformers' modeling_rope_utils.py, in both config forms; and what
  * llmc cannot implement is refused with one line naming it.
  */
@@ -15,6 +16,10 @@ import { ropeFrequencies } from '../src/core/ir/rope.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { compileTs } from './ts-artifact.js';
+import { compile } from '../src/app/compile/compile.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
+import { compileGguf, llamaLogits } from './gguf-helpers.js';
 import { llmcInProcess } from './cli.js';
 
 type Json = Record<string, unknown>;
@@ -111,6 +116,39 @@ describe.skipIf(!HAVE_SHARED).each(['llama3-rope', 'mistral-swa'])("%s reproduce
     await compileTs(dir, out);
     const model = await loadDir(out);
     expect(worstRowError(model.forward(ids), ref.data, ref.shape[1])).toBeLessThan(1e-4);
+  });
+
+  it('the cuda target\'s fp32 decoder graph (rope tables baked in, gathered by position_ids), within 1e-4', async () => {
+    const out = path.join(tmp, `cuda-${name}`);
+    const source = await openCheckpoint(dir);
+    try {
+      await compile({ source, target: 'cuda', outDir: out, passes: [], quant: 'fp32', progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    const d = await OnnxDecoder.open(path.join(out, 'onnx/model.onnx'));
+    try {
+      expect(worstRowError(await d.logits(ids), ref.data, ref.shape[1])).toBeLessThan(1e-4);
+    } finally {
+      await d.close();
+    }
+  });
+});
+
+describe.skipIf(!HAVE_SHARED)('llama3-rope in llama.cpp (F32 GGUF, rope_freqs.weight carries the llama3 factors)', () => {
+  // llama.cpp keeps its KV cache in f16: ~1e-3 relative already at position 0, where no rotation
+  // happens (mistral-swa's first 8 positions show the same). Ignoring the llama3 factors or the
+  // theta of rope_parameters gives 0.28.
+  it("every position's logits within 3e-3 relative of transformers'", async () => {
+    const dir = path.join(SHARED, 'archs/llama3-rope');
+    const ids = readJson(path.join(dir, 'reference.json')).prompt_ids as number[];
+    const ref = referenceLogits(path.join(dir, 'reference_logits.safetensors'));
+    const V = ref.shape[1];
+    const { file } = await compileGguf(dir, path.join(tmp, 'gguf-llama3'), { quant: 'F32' });
+    const rows = await llamaLogits(file, ids, V);
+    const got = new Float32Array(ids.length * V);
+    rows.forEach((r, t) => got.set(r, t * V));
+    expect(worstRowError(got, ref.data, V)).toBeLessThan(3e-3);
   });
 });
 

@@ -79,6 +79,8 @@ export function planGguf(source: ModelSource, formats: FormatRequest, annotation
 /** The format passes chose for a GGUF tensor's sources: one stacked tensor has one type, so its experts must agree. */
 function passFormat(name: string, sources: string[], annotations: ReadonlyMap<string, TensorAnnotation>): QuantType | undefined {
   const chosen = new Set(sources.map((s) => annotations.get(s)?.format));
+  // Computed tensors (llama3's rope_freqs.weight) have no sources: no pass chose for them.
+  if (chosen.size === 0) return undefined;
   if (chosen.size === 1) {
     const f = [...chosen][0];
     return f === undefined ? undefined : parseTensorType(f);
