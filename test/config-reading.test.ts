@@ -152,6 +152,40 @@ describe.skipIf(!HAVE_SHARED)('llama3-rope in llama.cpp (F32 GGUF, rope_freqs.we
   });
 });
 
+describe('the rope types GGUF takes reach llama.cpp as transformers computes them', () => {
+  it.each([
+    ['linear', { rope_scaling: { type: 'linear', factor: 4 } }],
+    ['yarn', { rope_parameters: { rope_type: 'yarn', rope_theta: 10000, factor: 4, original_max_position_embeddings: 16 } }],
+  ] as [string, Json][])('%s: llama.cpp within 3e-3 of onnxruntime; without the scaling 10× further', async (type, patch) => {
+    const dir = path.join(tmp, `gguf-rope-${type}`);
+    await generateFixture(dir, { arch: 'llama', seed: 5, tokenizer: 'none' });
+    const file = path.join(dir, 'config.json');
+    const plain = readJson(file);
+    const ids = Array.from({ length: 40 }, (_, i) => (i * 37 + 11) % 500);
+    const engineLogits = async () => {
+      const ck = await openCheckpoint(dir);
+      const e = await Engine.open(ck, { threads: 1 });
+      try {
+        return await e.logits(ids);
+      } finally {
+        await e.close();
+        await ck.close();
+      }
+    };
+    const unscaled = await engineLogits();
+    const { rope_theta: _t, rope_scaling: _s, ...rest } = plain;
+    await fsp.writeFile(file, JSON.stringify({ ...rest, ...(patch.rope_parameters ? {} : { rope_theta: plain.rope_theta }), ...patch }));
+    const want = await engineLogits();
+    const V = plain.vocab_size as number;
+    const { file: gguf } = await compileGguf(dir, path.join(tmp, `gguf-rope-${type}-out`), { quant: 'F32' });
+    const got = new Float32Array(ids.length * V);
+    (await llamaLogits(gguf, ids, V)).forEach((r, t) => got.set(r, t * V));
+    const err = worstRowError(got, want, V);
+    expect(err).toBeLessThan(3e-3);
+    expect(worstRowError(unscaled, want, V)).toBeGreaterThan(10 * err);
+  });
+});
+
 // ---------------------------------------------------------------------------------------------
 // Rope frequencies against a float64 transcription of transformers 5.17's modeling_rope_utils.py.
 
