@@ -408,17 +408,21 @@ describe('what llmc cannot implement is refused with one line naming it (CLI, ex
     expect((await llmcInProcess('inspect', base)).code).toBe(0);
   });
 
+  const LONGROPE = { rope_scaling: { type: 'longrope', short_factor: Array(8).fill(1), long_factor: Array(8).fill(2), original_max_position_embeddings: 16 } };
   it.each([
-    ['dynamic', { rope_scaling: { type: 'dynamic', factor: 2 } }],
-    ['longrope', { rope_scaling: { type: 'longrope', short_factor: Array(8).fill(1), long_factor: Array(8).fill(2), original_max_position_embeddings: 16 } }],
-  ])('the gguf target refuses rope type %s, naming it, and writes nothing', async (type, patch) => {
-    const { dir } = await patched(`gguf-${type}`, patch);
-    const out = path.join(tmp, `gguf-${type}.gguf`);
-    const res = await llmcInProcess('compile', dir, '--target', 'gguf', '-o', out);
+    ['gguf', 'dynamic', { rope_scaling: { type: 'dynamic', factor: 2 } }, /rope type "dynamic".*llama\.cpp/],
+    ['gguf', 'longrope', LONGROPE, /rope type "longrope".*llama\.cpp/],
+    ['gguf', 'yarn', { rope_scaling: { type: 'yarn', factor: 4, attention_factor: 1.5 } }, /rope type "yarn" with attention factor 1\.5.*llama\.cpp/],
+    ['tensorrt-llm', 'longrope', LONGROPE, /rope type "longrope" is not expressible in TensorRT-LLM/],
+    ['cuda', 'longrope', LONGROPE, /rope type "longrope" changes its frequencies with the sequence length below max_position_embeddings/],
+  ] as [string, string, Json, RegExp][])('the %s target refuses rope type %s, naming it, and writes nothing', async (target, type, patch, message) => {
+    const { dir } = await patched(`${target}-${type}`, patch);
+    const out = path.join(tmp, `${target}-${type}-out${target === 'gguf' ? '.gguf' : ''}`);
+    const res = await llmcInProcess('compile', dir, '--target', target, '-o', out);
     expect(res.code).toBe(1);
     const lines = res.stderr.split('\n').filter((l) => l !== '');
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatch(new RegExp(`rope type "${type}".*llama\\.cpp`));
+    expect(lines[0]).toMatch(message);
     expect(existsSync(out)).toBe(false);
   });
 });

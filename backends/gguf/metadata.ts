@@ -4,7 +4,7 @@
  */
 import type { ArchSpec } from '../../src/core/checkpoint/index.js';
 import { LlmcError } from '../../src/core/errors.js';
-import { yarnMscale } from '../../src/core/arch/rope-config.js';
+import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
 import { GGUF_DEFAULT_ALIGNMENT, f32, str, u32, type GgufKv } from './writer.js';
 import type { GgufArch } from './tensors.js';
 
@@ -23,7 +23,7 @@ export function checkGgufRope(spec: ArchSpec, arch: GgufArch): ArchSpec['ropeSca
   if (rs.type === 'dynamic' || rs.type === 'longrope') refuse('');
   if (rs.type === 'llama3' && arch !== 'llama') refuse(` on ${arch}`);
   if (rs.type === 'yarn') {
-    if (Math.abs(rs.attentionFactor - yarnMscale(rs.factor)) > 1e-9 * rs.attentionFactor) refuse(` with attention factor ${rs.attentionFactor} (not 0.1·ln(factor)+1)`);
+    if (!yarnDefaultAttention(rs)) refuse(` with attention factor ${rs.attentionFactor} (not 0.1·ln(factor)+1)`);
     if (rs.betaFast !== 32 || rs.betaSlow !== 1) refuse(` with beta_fast ${rs.betaFast} / beta_slow ${rs.betaSlow} (not 32 / 1)`);
     if (!rs.truncate) refuse(' with truncate false');
   }

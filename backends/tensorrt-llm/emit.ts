@@ -15,7 +15,7 @@ import path from 'node:path';
 import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames } from '../../src/core/arch/names.js';
 import { fromF32, writeSafetensors, type FloatDType, type TensorToWrite } from '../../src/core/checkpoint/safetensors.js';
 import { LlmcError } from '../../src/core/errors.js';
-import { yarnMscale } from '../../src/core/arch/rope-config.js';
+import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
@@ -50,7 +50,7 @@ function rotaryScaling(rs: ArchSpec['ropeScaling']): Record<string, unknown> | n
     case 'llama3':
       return { type: rs.type, factor: rs.factor, low_freq_factor: rs.lowFreqFactor, high_freq_factor: rs.highFreqFactor, original_max_position_embeddings: rs.originalMaxPositions };
     case 'yarn':
-      if (Math.abs(rs.attentionFactor - yarnMscale(rs.factor)) > 1e-9 * rs.attentionFactor) refuse(` with attention factor ${rs.attentionFactor}`);
+      if (!yarnDefaultAttention(rs)) refuse(` with attention factor ${rs.attentionFactor}`);
       if (!rs.truncate) refuse(' with truncate false');
       return { type: rs.type, factor: rs.factor, original_max_position_embeddings: rs.originalMaxPositions, beta_fast: rs.betaFast, beta_slow: rs.betaSlow, mscale: 1, mscale_all_dim: 0 };
     case 'longrope':

@@ -73,6 +73,10 @@ export interface RopeContext {
 /** get_mscale of transformers' yarn. */
 export const yarnMscale = (scale: number, mscale = 1): number => (scale <= 1 ? 1 : 0.1 * mscale * Math.log(scale) + 1);
 
+/** yarn's attention factor is the one llama.cpp and TensorRT-LLM derive themselves (0.1·ln(factor)+1). */
+export const yarnDefaultAttention = (rs: { factor: number; attentionFactor: number }): boolean =>
+  Math.abs(rs.attentionFactor - yarnMscale(rs.factor)) <= 1e-9 * rs.attentionFactor;
+
 /** rope_theta and the resolved scaling of a config.json. */
 export function readRope(cfg: Json, file: string, ctx: RopeContext): { ropeTheta: number; ropeScaling: RopeScaling | null } {
   const fresh = ropeObject(cfg, 'rope_parameters', file);
