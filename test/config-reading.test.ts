@@ -404,8 +404,10 @@ describe('what llmc cannot implement is refused with one line naming it (CLI, ex
     expect(lines[0]).toMatch(message);
   });
 
-  it('the same fixture without the patches loads (the refusals above are the patches\' doing)', async () => {
+  it('the same fixture without the patches loads (the refusals above are the patches\' doing), and so do unknown keys set to null', async () => {
     expect((await llmcInProcess('inspect', base)).code).toBe(0);
+    const { dir } = await patched('null-keys', { attn_logit_softcapping: null, quantization_config: null });
+    expect((await llmcInProcess('inspect', dir)).code).toBe(0);
   });
 
   const LONGROPE = { rope_scaling: { type: 'longrope', short_factor: Array(8).fill(1), long_factor: Array(8).fill(2), original_max_position_embeddings: 16 } };

@@ -88,6 +88,8 @@ export function checkKnownKeys(cfg: Json, modelType: string, archKeys: readonly 
       if (v === null || v === undefined || same(v, fixed)) continue;
       throw new LlmcError(`key "${k}" = ${JSON.stringify(v)} is not supported by llmc's ${modelType} reader (only ${JSON.stringify(fixed)})`, file);
     }
+    // null is how transformers writes an unset option (no softcapping, no window, no quantization): it asks for nothing.
+    if (v === null) continue;
     const shown = JSON.stringify(v) ?? String(v);
     throw new LlmcError(`key "${k}" (${shown.length > 60 ? `${shown.slice(0, 57)}...` : shown}) is not understood by llmc's ${modelType} reader; it may change the model's math`, file);
   }
