@@ -1,7 +1,8 @@
 /**
  * The architecture registry: everything llmc knows about a Hugging Face `model_type`, in one entry.
  * Adding an architecture of the Llama family (RMSNorm, RoPE, SwiGLU, GQA) means adding an entry here:
- * the config keys it reads, its tensor names and what llama.cpp calls it. Everything else (the IR,
+ * the config keys it reads (every other key that keys.ts does not call harmless is refused), its
+ * default rope_theta and sliding-window layout, its tensor names and what llama.cpp calls it. Everything else (the IR,
  * every executor and target) reads the normalized ArchSpec and the names this entry gives.
  */
 import { LlmcError } from '../errors.js';
