@@ -15,6 +15,7 @@ export async function openCheckpointRunner(dir: string, opts: { threads?: number
       spec: checkpoint.spec,
       tokenizerJson: checkpoint.assets.tokenizer,
       tokenizerConfigJson: checkpoint.assets.tokenizerConfig,
+      generationConfigJson: checkpoint.assets.generationConfig,
       notes: [],
       engine: 'onnxruntime',
       logits: (ids) => engine.logits(ids),

@@ -121,10 +121,10 @@ export async function loadDir(dir: string, opts: LoadOptions = {}): Promise<Mode
   }
 }
 
-/** The tokenizer files an artifact directory carries (absent ones are undefined). */
-export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: string; tokenizerConfigJson?: string }> {
+/** The tokenizer files and generation_config.json an artifact directory carries (absent ones are undefined). */
+export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: string; tokenizerConfigJson?: string; generationConfigJson?: string }> {
   const read = (f: string) => fsp.readFile(path.join(dir, f), 'utf8').catch(() => undefined);
-  return { tokenizerJson: await read('tokenizer.json'), tokenizerConfigJson: await read('tokenizer_config.json') };
+  return { tokenizerJson: await read('tokenizer.json'), tokenizerConfigJson: await read('tokenizer_config.json'), generationConfigJson: await read('generation_config.json') };
 }
 
 /**
