@@ -105,6 +105,17 @@ describe.skipIf(!HAS_SHARED)('llmc run streams text (dense-28M)', () => {
     expect(r.exitAt - r.chunks[0].at).toBeGreaterThan((0.5 * 1000 * 199) / rate);
   }, 60_000);
 
+  it('a reader that goes away (`| head`): generation stops, exit 0, no error', async () => {
+    const child = spawn('node', [path.join(ROOT, 'bin/llmc.js'), 'run', tsArtifact, '--prompt', prompt, '-n', '1000', '--ignore-eos'], { cwd: ROOT });
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    child.stdout.once('data', () => child.stdout.destroy());
+    const code = await new Promise((resolve) => child.on('close', resolve));
+    expect(stderr).not.toMatch(/EPIPE|Error/);
+    expect(stderr).not.toMatch(/1000 tokens/); // it stopped early
+    expect(code).toBe(0);
+  }, 60_000);
+
   it('a character split across byte-level tokens is printed whole: every chunk of stdout is valid UTF-8', async () => {
     // Greedy after this prompt is "вс…": each Cyrillic letter is two byte tokens.
     const j = json(await llmc(['run', DENSE, '--prompt', 'Привет, мир', '-n', '8', '--json']));

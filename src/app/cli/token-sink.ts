@@ -8,7 +8,10 @@ import { TextStream } from '../../core/tokenizer/stream.js';
 
 export type SinkMode = { kind: 'text'; decode: (ids: readonly number[]) => string } | { kind: 'ids' } | { kind: 'quiet' };
 
-/** Thrown from onToken once stdout's reader has gone (`llmc run … | head`): generation stops, exit 0. */
+/** A failed write marks stdout errored at once; its 'error' event waits for a tick the TS runtime's loop may not yield. */
+const stdoutGone = () => process.stdout.destroyed || process.stdout.errored !== null;
+
+/** Thrown from onToken once stdout's reader has gone (`llmc run … | head`): generation stops, exit 0, nothing more said. */
 export class OutputClosed extends Error {}
 
 export class TokenSink {
@@ -36,7 +39,7 @@ export class TokenSink {
     const now = process.hrtime.bigint();
     this.first ??= now;
     this.last = now;
-    if (this.closed) throw new OutputClosed();
+    if (this.closed || (this.mode.kind !== 'quiet' && stdoutGone())) throw new OutputClosed();
     if (this.stop.has(id) || this.mode.kind === 'quiet') return;
     if (this.text) this.write(this.text.push(id));
     else this.write(`${this.printed === 0 ? '' : ' '}${id}`);
@@ -45,7 +48,7 @@ export class TokenSink {
   /** The rest of the text and the final newline. */
   end(): void {
     if (this.mode.kind === 'quiet') return;
-    if (this.closed) return; // the listener stays for the write errors still on their way
+    if (this.closed || stdoutGone()) return; // the listener stays for the write errors still on their way
     this.write(`${this.text ? this.text.flush() : ''}\n`);
     process.stdout.off('error', this.onError);
   }
