@@ -200,6 +200,23 @@ describe.skipIf(!HAS_SHARED)('llmc run streams text (dense-28M)', () => {
       expect(json(r).prompt_ids).toEqual(hf.encode('Q: Why?\nA:', { add_special_tokens: false }).ids);
     }, 60_000);
 
+    it('chat_template.jinja (as current transformers saves it) wins over tokenizer_config.json, and a ts artifact carries it', async () => {
+      const cfg = JSON.parse(readFileSync(path.join(DENSE, 'tokenizer_config.json'), 'utf8'));
+      const dir = await denseWith('chat-jinja', {
+        'tokenizer_config.json': JSON.stringify({ ...cfg, chat_template: 'not this one' }),
+        'chat_template.jinja': '{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}\n',
+      });
+      const art = path.join(tmp, 'chat-jinja-ts');
+      expect((await llmc(['compile', dir, '--target', 'ts', '--no-eval', '-o', art])).code).toBe(0);
+      // Jinja drops the template's one trailing newline.
+      const ids = hf.encode('<|bos|>[user] Hello<|eos|>[assistant]', { add_special_tokens: false }).ids;
+      for (const model of [dir, art]) {
+        const r = await llmc(['run', model, '--chat', '--prompt', 'Hello', '-n', '2', '--json']);
+        expect(r.code, r.stderr).toBe(0);
+        expect(json(r).prompt_ids).toEqual(ids);
+      }
+    }, 60_000);
+
     it('a model without a chat template: exit 2, one line saying so', async () => {
       const r = await llmc(['run', DENSE, '--chat', '--prompt', 'hi', '-n', '2']);
       expect(r.code).toBe(2);

@@ -304,6 +304,7 @@ function modelFiles(unit: CompileUnit): [string, string][] {
       ['tokenizer.json', a.tokenizer],
       ['tokenizer_config.json', a.tokenizerConfig],
       ['generation_config.json', a.generationConfig],
+      ['chat_template.jinja', a.chatTemplate],
     ] as [string, string | undefined][]
   ).filter((f): f is [string, string] => f[1] !== undefined);
 }

@@ -26,6 +26,7 @@ export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRu
     tokenizerJson: await readOptional(path.join(a.dir, 'tokenizer.json')),
     tokenizerConfigJson: await readOptional(path.join(a.dir, 'tokenizer_config.json')),
     generationConfigJson: await readOptional(path.join(a.dir, 'generation_config.json')),
+    chatTemplate: await readOptional(path.join(a.dir, 'chat_template.jinja')),
     logits: (ids) => runner.logits(ids),
     generate: (ids, o) => runner.generate(ids, o),
     close: () => runner.close(),

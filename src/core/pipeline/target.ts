@@ -129,7 +129,7 @@ export interface ArtifactRunner {
   readonly level?: string;
   /** Logits [T, V] at every position of `ids` from an empty context: what quality evaluation compares. */
   logits?(ids: number[]): Promise<Float32Array>;
-  /** A chat template carried outside tokenizer_config.json (e.g. a GGUF's tokenizer.chat_template); `llmc run --chat` prefers it. */
+  /** A chat template carried outside tokenizer_config.json (chat_template.jinja, a GGUF's tokenizer.chat_template); `llmc run --chat` prefers it, as transformers does. */
   readonly chatTemplate?: string;
   /** generation_config.json text when the artifact carries it (its eos_token_id also stops `llmc run`). */
   readonly generationConfigJson?: string;

@@ -151,6 +151,7 @@ export async function openDecoderDir(dir: string, opts: { threads?: number; grap
     tokenizerJson: await readOptional(path.join(dir, 'tokenizer.json')),
     tokenizerConfigJson: await readOptional(path.join(dir, 'tokenizer_config.json')),
     generationConfigJson: await readOptional(path.join(dir, 'generation_config.json')),
+    chatTemplate: await readOptional(path.join(dir, 'chat_template.jinja')),
     generate: (promptIds, o) => decoder.generate(promptIds, { ...o, stopIds: o.stopIds ?? spec.eosTokenIds }),
     close: () => decoder.close(),
   };

@@ -16,6 +16,7 @@ export async function openCheckpointRunner(dir: string, opts: { threads?: number
       tokenizerJson: checkpoint.assets.tokenizer,
       tokenizerConfigJson: checkpoint.assets.tokenizerConfig,
       generationConfigJson: checkpoint.assets.generationConfig,
+      chatTemplate: checkpoint.assets.chatTemplate,
       notes: [],
       engine: 'onnxruntime',
       logits: (ids) => engine.logits(ids),

@@ -107,7 +107,7 @@ export function registerRun(program: Command): void {
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
     .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
     .option('--prompt-file <file>', 'prompt text from a file, - for stdin (one trailing newline dropped)')
-    .option('--chat', "render the prompt as a user message with the model's chat template (tokenizer_config.json)")
+    .option('--chat', "render the prompt as a user message with the model's chat template (chat_template.jinja or tokenizer_config.json)")
     .option('--system <text>', '--chat: a system message before it')
     .requiredOption('-n, --max-tokens <n>', 'tokens to generate at most (stops earlier at EOS)', parseIntOption('--max-tokens', 1))
     .option('--ignore-eos', 'generate all --max-tokens tokens, past EOS (benchmarks)')
@@ -170,7 +170,7 @@ export function registerRun(program: Command): void {
             const chat = await import('../../../core/tokenizer/chat.js');
             const configFile = tokenizerFile.replace(/tokenizer\.json$/, 'tokenizer_config.json');
             const template = runner.chatTemplate ?? chat.chatTemplateOf(runner.tokenizerConfigJson, configFile);
-            if (template === null) throw new LlmcError('--chat: this model has no chat template (no chat_template in tokenizer_config.json); run without --chat', modelPath, 2);
+            if (template === null) throw new LlmcError('--chat: this model has no chat template (no chat_template.jinja, no chat_template in tokenizer_config.json); run without --chat', modelPath, 2);
             const messages = [...(o.system !== undefined ? [{ role: 'system' as const, content: o.system as string }] : []), { role: 'user' as const, content: promptText }];
             promptIds = codec.encode(chat.renderChat(template, messages, runner.tokenizerConfigJson, configFile), { addBos: false });
           } else {
