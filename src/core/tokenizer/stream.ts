@@ -1,8 +1,8 @@
 /**
  * Text of ids as they are generated, printable piece by piece. Each piece is the difference between
  * the decoded window of recent ids and the same window without the newest ones, so every token
- * costs a decode of a few ids, not of everything so far (a 4000-token generation spent 4.9 s in
- * whole-prefix decodes), and decoders that treat a sequence's first token specially (stripping a
+ * costs a decode of a few ids, not of everything so far (which grows quadratically with the
+ * length), and decoders that treat a sequence's first token specially (stripping a
  * leading space) treat both sides of the difference alike. A byte-level token can end inside a UTF-8
  * character (a Cyrillic letter split over two tokens decodes to U+FFFD after the first), so a piece
  * ending in U+FFFD is held back until the next id completes it, or until flush() at the end. The
