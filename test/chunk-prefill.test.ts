@@ -158,6 +158,11 @@ describe('llmc run --chunk', () => {
         const out = await run(dir, '--chunk', chunk);
         expect(out.generated_ids, `${dir} --chunk ${chunk}`).toEqual(expected);
         expect(out.notes.join('\n')).toMatch(/chunked prefill/);
+        if (chunk === '4') {
+          // Streamed without --json: the same ids, one line.
+          const streamed = await llmc('run', dir, '--prompt-ids', prompt.join(','), '-n', String(expected.length), '--chunk', chunk);
+          expect(streamed.stdout).toBe(`${expected.join(' ')}\n`);
+        }
       }
       expect((await run(dir)).generated_ids).toEqual(expected);
     }

@@ -115,6 +115,8 @@ describe('cuda target: fp32 and fp16', () => {
     const run = await llmcInProcess('run', dir, '--prompt-ids', '1', '-n', String(ref.length), '--json');
     expect(run.code).toBe(0);
     expect(JSON.parse(run.stdout).generated_ids).toEqual(ref);
+    // Streamed without --json: the same ids on one line.
+    expect((await llmcInProcess('run', dir, '--prompt-ids', '1', '-n', String(ref.length))).stdout).toBe(`${ref.join(' ')}\n`);
   });
 
   it('left padding: a padded batch row gives the unpadded row\'s logits (explicit mask, position_ids)', async () => {

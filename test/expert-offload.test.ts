@@ -134,5 +134,9 @@ describe('expert offloading', () => {
     const ok = await llmcInProcess('run', mixtral, '--prompt-ids', '1', '-n', '4', '--expert-cache', '4', '--json');
     expect(ok.code).toBe(0);
     expect(JSON.parse(ok.stdout).expert_cache).toMatchObject({ capacity: 4, policy: 'edgemoe' });
+    // Streamed without --json: the same ids, one line (stopped at EOS or not, the EOS id is not printed).
+    const j = JSON.parse(ok.stdout);
+    const streamed = await llmcInProcess('run', mixtral, '--prompt-ids', '1', '-n', '4', '--expert-cache', '4');
+    expect(streamed.stdout).toBe(`${(j.stop_reason === 'eos' ? j.generated_ids.slice(0, -1) : j.generated_ids).join(' ')}\n`);
   });
 });

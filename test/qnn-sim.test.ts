@@ -168,6 +168,12 @@ describe('qnn simulation = onnxruntime on the emitted QDQ graphs', () => {
     expect(sim.code).toBe(0);
     expect(ort.code).toBe(0);
     expect(JSON.parse(sim.stdout).generated_ids).toEqual(JSON.parse(ort.stdout).generated_ids);
+    // Without --json both engines stream the same ids (no EOS here: 8 tokens).
+    expect(JSON.parse(sim.stdout).stop_reason).toBe('length');
+    for (const engine of ['sim', 'onnxruntime']) {
+      const streamed = await llmcInProcess('run', dir, '--prompt-ids', '1,403,407', '-n', '8', '--engine', engine);
+      expect(streamed.stdout).toBe(`${JSON.parse(sim.stdout).generated_ids.join(' ')}\n`);
+    }
     const bad = await run('--engine', 'npu');
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--engine must be sim or onnxruntime/);

@@ -328,6 +328,9 @@ describe('CLI: quality where the user picks a level', () => {
     expect(r.stderr).toContain(`level ${half.id} (${(half.paramFrac * 100).toFixed(1)}% of the parameters): held-out perplexity ${half.heldOutPpl!.toFixed(1)}`);
     const j = await llmcInProcess('run', out, '--prompt-ids', '1', '-n', '8', '--level', '0.5', '--json');
     expect(JSON.parse(j.stdout).level).toMatchObject({ id: half.id, recovered: true, worseThanUniform: false, uniformPpl: 512 });
+    // The level's tokens were streamed: the --json ids (without an EOS that stopped it).
+    const lj = JSON.parse(j.stdout);
+    expect(r.stdout).toBe(`${(lj.stop_reason === 'eos' ? lj.generated_ids.slice(0, -1) : lj.generated_ids).join(' ')}\n`);
     // Without recovery the 0.5 level is worse than uniform guessing: flagged in both places.
     const none = path.join(tmp, 'cli-none');
     const c2 = await llmcInProcess('compile', STORIES, '--target', 'ts', '-q', 'F32', '--passes', 'reorder', '--importance', 'activation', '--levels', '0.5,1', '--opt', 'reorder.recover=none', '--cache-dir', cache, '-o', none);

@@ -57,6 +57,37 @@ describe('llmc run', () => {
     expect(JSON.parse(r.stdout).generated_ids).toEqual(reference.greedy_ids.slice(0, 3));
   });
 
+  test("generation_config.json's eos_token_id stops too; a malformed one is one line naming the file", async () => {
+    const dir = path.join(tmp, 'gen-eos');
+    await fsp.mkdir(dir);
+    await fsp.copyFile(path.join(STORIES, 'model.safetensors'), path.join(dir, 'model.safetensors'));
+    await fsp.copyFile(path.join(STORIES, 'config.json'), path.join(dir, 'config.json'));
+    // The first greedy id from the third on that did not come before: generation must stop right there.
+    const g = reference.greedy_ids;
+    const k = g.findIndex((id, i) => i >= 2 && !g.slice(0, i).includes(id));
+    await fsp.writeFile(path.join(dir, 'generation_config.json'), JSON.stringify({ eos_token_id: [g[k]] }));
+    const r = await llmc('run', dir, '--prompt-ids', '1', '--max-tokens', '20', '--json');
+    const j = JSON.parse(r.stdout);
+    expect(j.generated_ids).toEqual(g.slice(0, k + 1));
+    expect(j.stop_reason).toBe('eos');
+    // Streamed: the ids before the EOS.
+    expect((await llmc('run', dir, '--prompt-ids', '1', '--max-tokens', '20')).stdout).toBe(`${g.slice(0, k).join(' ')}\n`);
+    await fsp.writeFile(path.join(dir, 'generation_config.json'), JSON.stringify({ eos_token_id: 'two' }));
+    const bad = await llmc('run', dir, '--prompt-ids', '1', '--max-tokens', '2');
+    expect(bad.code).toBe(1);
+    expect(bad.stdout).toBe('');
+    expect(bad.stderr.trim().split('\n')).toHaveLength(1);
+    expect(bad.stderr).toContain(path.join(dir, 'generation_config.json'));
+  });
+
+  test('--prompt-file that does not exist: exit 1, one line naming it', async () => {
+    const missing = path.join(tmp, 'no-such-prompt.txt');
+    const r = await llmc('run', STORIES, '--prompt-file', missing, '--max-tokens', '2');
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toContain(missing);
+  });
+
   test('a non-numeric --prompt-ids is a usage error: exit 2, one line', async () => {
     const r = await llmc('run', STORIES, '--prompt-ids', '1,two,3', '--max-tokens', '3');
     expect(r.code).toBe(2);

@@ -110,6 +110,8 @@ describe('speculative decoding = plain greedy decoding', () => {
     const spec = await run('--speculative');
     expect(spec.generated_ids).toEqual(REF);
     expect(spec.generated_ids).toEqual((await run()).generated_ids);
+    // Without --json the committed tokens are streamed: the same ids on one line.
+    expect((await llmc('run', elastic, '--prompt-ids', '1', '-n', String(REF.length), '--speculative')).stdout).toBe(`${REF.join(' ')}\n`);
     const s = spec.speculative;
     expect(s.accepted_per_step.reduce((a: number, b: number) => a + b, 0)).toBe(REF.length - 1);
     expect(s.target_steps).toBe(s.accepted_per_step.length + 1);

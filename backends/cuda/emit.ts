@@ -244,6 +244,7 @@ async function writeHfFiles(outDir: string, source: ModelSource, externalGraphs:
     ['generation_config.json', generation],
     ['tokenizer.json', source.assets.tokenizer],
     ['tokenizer_config.json', source.assets.tokenizerConfig],
+    ['chat_template.jinja', source.assets.chatTemplate],
   ]);
 }
 

@@ -55,7 +55,7 @@ export async function chunkedRunner(a: Artifact, opts: RunOptions, runner: Artif
     async generate(promptIds, o) {
       const V = spec.vocabSize;
       const sampler = new Sampler(o);
-      const stop = new Set(spec.eosTokenIds);
+      const stop = new Set(o.stopIds ?? spec.eosTokenIds);
       const out: number[] = [];
       if (o.maxTokens <= 0) return out;
       const first = await prefill(promptIds);
@@ -64,6 +64,7 @@ export async function chunkedRunner(a: Artifact, opts: RunOptions, runner: Artif
       for (let length = promptIds.length; ; length++) {
         const next = sampler.next(logits);
         out.push(next);
+        o.onToken?.(next);
         if (out.length >= o.maxTokens || stop.has(next)) return out;
         const r = await decoder.forward([next], past, length);
         logits = r.logits;

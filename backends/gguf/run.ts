@@ -75,11 +75,12 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
     async generate(promptIds, o) {
       const ctx = await context(promptIds.length + o.maxTokens);
       try {
-        const stop = new Set(spec.eosTokenIds);
+        const stop = new Set(o.stopIds ?? spec.eosTokenIds);
         const out: number[] = [];
         const sampling = (o.temperature ?? 0) > 0 ? { temperature: o.temperature, topP: o.topP, seed: o.seed } : { temperature: 0 };
         for await (const t of ctx.getSequence().evaluate(promptIds, sampling)) {
           out.push(t);
+          o.onToken?.(t);
           if (out.length >= o.maxTokens || stop.has(t)) break;
         }
         return out;

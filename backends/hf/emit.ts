@@ -35,6 +35,7 @@ const carried = (unit: CompileUnit): [string, string][] =>
       ['tokenizer.json', unit.source.assets.tokenizer],
       ['tokenizer_config.json', unit.source.assets.tokenizerConfig],
       ['generation_config.json', unit.source.assets.generationConfig],
+      ['chat_template.jinja', unit.source.assets.chatTemplate],
     ] as [string, string | undefined][]
   ).filter((f): f is [string, string] => f[1] !== undefined);
 

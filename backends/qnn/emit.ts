@@ -295,7 +295,7 @@ async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Prog
   };
 }
 
-/** config.json and the tokenizer files the source carries (the runner's prompt text). */
+/** config.json, the tokenizer files and generation_config.json the source carries (the runner's prompt text and stop ids). */
 function modelFiles(unit: CompileUnit): [string, string][] {
   const a = unit.source.assets;
   return (
@@ -303,6 +303,8 @@ function modelFiles(unit: CompileUnit): [string, string][] {
       ['config.json', JSON.stringify(a.config, null, 2) + '\n'],
       ['tokenizer.json', a.tokenizer],
       ['tokenizer_config.json', a.tokenizerConfig],
+      ['generation_config.json', a.generationConfig],
+      ['chat_template.jinja', a.chatTemplate],
     ] as [string, string | undefined][]
   ).filter((f): f is [string, string] => f[1] !== undefined);
 }

@@ -25,6 +25,8 @@ export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRu
     notes: [`chunked prefill: ${c.c} tokens per chunk as [1, ${c.a}, ${c.b}, C]; shadow outliers on the CPU`],
     tokenizerJson: await readOptional(path.join(a.dir, 'tokenizer.json')),
     tokenizerConfigJson: await readOptional(path.join(a.dir, 'tokenizer_config.json')),
+    generationConfigJson: await readOptional(path.join(a.dir, 'generation_config.json')),
+    chatTemplate: await readOptional(path.join(a.dir, 'chat_template.jinja')),
     logits: (ids) => runner.logits(ids),
     generate: (ids, o) => runner.generate(ids, o),
     close: () => runner.close(),

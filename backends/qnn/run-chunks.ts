@@ -171,12 +171,13 @@ export async function chunkedQnnRunner(a: Artifact, opts: RunOptions, runner: Qn
       notes.push(`prompt of ${promptIds.length} tokens: ${Math.ceil(promptIds.length / chunked.c)} chunk(s) of ${chunked.c}, ${tabulated ? 'tabulated' : 'online heuristic'} schedule`);
       const first = await prefill.prefill(promptIds, order);
       const sampler = new Sampler(o);
-      const stop = new Set(runner.spec.eosTokenIds);
+      const stop = new Set(o.stopIds ?? runner.spec.eosTokenIds);
       let logits = first.logits.subarray(first.logits.length - V);
       let kv = first.kv;
       for (;;) {
         const next = sampler.next(logits);
         out.push(next);
+        o.onToken?.(next);
         if (out.length >= o.maxTokens || stop.has(next) || kv.length >= runner.spec.maxPositions) return out;
         const r = await runner.forwardChunk([next], kv);
         logits = r.logits;

@@ -18,6 +18,7 @@ import { leadingSlots } from '../../src/exec/engine/chunks.js';
 import { openArtifactSession } from '../../src/exec/engine/session-options.js';
 import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
+import type { GenerateRequest } from '../../src/core/pipeline/target.js';
 import type { OutlierScales } from '../../src/core/records/index.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
 import type { SubgraphEntry } from './emit.js';
@@ -198,14 +199,14 @@ export class QnnRunner {
     return out;
   }
 
-  async generate(promptIds: number[], opts: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]> {
+  async generate(promptIds: number[], opts: GenerateRequest): Promise<number[]> {
     const V = this.spec.vocabSize;
     for (const id of promptIds) if (!Number.isInteger(id) || id < 0 || id >= V) throw new UsageError(`token id ${id} is outside the vocabulary [0, ${V})`);
     if (!promptIds.length) throw new UsageError('the prompt is empty');
     const out: number[] = [];
     if (opts.maxTokens <= 0) return out;
     const sampler = new Sampler(opts);
-    const stop = new Set(this.spec.eosTokenIds);
+    const stop = new Set(opts.stopIds ?? this.spec.eosTokenIds);
     let kv = this.emptyKv();
     let logits: Float32Array = new Float32Array(0);
     for (let at = 0; at < promptIds.length; at += this.chunk.c) {
@@ -216,6 +217,7 @@ export class QnnRunner {
     for (;;) {
       const next = sampler.next(logits.subarray(logits.length - V));
       out.push(next);
+      opts.onToken?.(next);
       if (out.length >= opts.maxTokens || stop.has(next) || kv.length >= this.spec.maxPositions) return out;
       const r = await this.forwardChunk([next], kv);
       logits = r.logits;

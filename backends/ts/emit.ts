@@ -86,12 +86,14 @@ function planFormats(unit: CompileUnit, formats: EmitContext['formats']) {
   return { quant, plan, notes };
 }
 
-/** The files besides weights.bin: the tokenizer's, carried as they are. */
+/** The files besides weights.bin: the tokenizer's and generation_config.json (`llmc run`'s stop ids), carried as they are. */
 const carriedFiles = (unit: CompileUnit): [string, string][] =>
   (
     [
       ['tokenizer.json', unit.source.assets.tokenizer],
       ['tokenizer_config.json', unit.source.assets.tokenizerConfig],
+      ['generation_config.json', unit.source.assets.generationConfig],
+      ['chat_template.jinja', unit.source.assets.chatTemplate],
     ] as [string, string | undefined][]
   ).filter((f): f is [string, string] => f[1] !== undefined);
 

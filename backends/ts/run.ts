@@ -52,7 +52,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
     logits: async (ids) => (chunks ? chunks.prefill(ids, model.newCache(), 'all') : model.forwardAsync(ids, undefined, { ...level })),
     async generate(promptIds, o) {
       if (speculative) {
-        const r = speculative.decoder.generate(promptIds, { maxTokens: o.maxTokens, tree: speculative.tree });
+        const r = speculative.decoder.generate(promptIds, { maxTokens: o.maxTokens, tree: speculative.tree, stopTokens: o.stopIds, onToken: o.onToken });
         const steps = r.acceptedPerStep.length;
         stats = {
           draft: speculative.rec.draft,
@@ -73,7 +73,11 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
         prefill = (ids, cache) => chunks.prefill(ids, cache, 'last', p);
       }
       const out: number[] = [];
-      for await (const id of model.generate(promptIds, { ...o, ...level, prefill })) out.push(id);
+      const { maxTokens, temperature, topP, seed, stopIds: stopTokens, onToken } = o;
+      for await (const id of model.generate(promptIds, { maxTokens, temperature, topP, seed, stopTokens, ...level, prefill })) {
+        out.push(id);
+        onToken?.(id);
+      }
       return out;
     },
     speculativeStats: () => stats,

@@ -115,6 +115,7 @@ export class Checkpoint implements ModelSource {
         tokenizer: await readText(path.join(dir, 'tokenizer.json')),
         tokenizerConfig: await readText(path.join(dir, 'tokenizer_config.json')),
         generationConfig: await readText(path.join(dir, 'generation_config.json')),
+        chatTemplate: await readText(path.join(dir, 'chat_template.jinja')),
       };
       const tensors = [...infos.values()].map(({ name, shape, dtype }) => ({ name, shape, dtype }));
       return new Checkpoint(dir, spec, assets, files, infos, tensors, opts.allowNonFinite ?? false);

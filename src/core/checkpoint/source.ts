@@ -28,6 +28,8 @@ export interface ModelAssets {
   tokenizer?: string;
   tokenizerConfig?: string;
   generationConfig?: string;
+  /** chat_template.jinja: where current transformers saves the chat template (tokenizer_config.json's chat_template otherwise). */
+  chatTemplate?: string;
 }
 
 /**

@@ -102,6 +102,18 @@ export interface Artifact {
   manifest: Manifest;
 }
 
+/** What `ArtifactRunner.generate` is asked for. */
+export interface GenerateRequest {
+  maxTokens: number;
+  temperature?: number;
+  topP?: number;
+  seed?: number;
+  /** Stop after emitting one of these (default: the spec's eosTokenIds; [] = only at maxTokens). */
+  stopIds?: readonly number[];
+  /** Called with each id as soon as it is chosen, before the next one is computed (streaming). */
+  onToken?: (id: number) => void;
+}
+
 /** How `llmc run` drives an artifact: prompt ids in, generated ids out. */
 export interface ArtifactRunner {
   /** Vocabulary size, context length and stop ids come from here. */
@@ -117,8 +129,12 @@ export interface ArtifactRunner {
   readonly level?: string;
   /** Logits [T, V] at every position of `ids` from an empty context: what quality evaluation compares. */
   logits?(ids: number[]): Promise<Float32Array>;
-  /** Generated ids without the prompt; stops after maxTokens or at EOS (the EOS id is included). */
-  generate(promptIds: number[], opts: { maxTokens: number; temperature?: number; topP?: number; seed?: number }): Promise<number[]>;
+  /** A chat template carried outside tokenizer_config.json (chat_template.jinja, a GGUF's tokenizer.chat_template); `llmc run --chat` prefers it, as transformers does. */
+  readonly chatTemplate?: string;
+  /** generation_config.json text when the artifact carries it (its eos_token_id also stops `llmc run`). */
+  readonly generationConfigJson?: string;
+  /** Generated ids without the prompt; stops after maxTokens or at a stop id (the stop id is included). */
+  generate(promptIds: number[], opts: GenerateRequest): Promise<number[]>;
   close(): Promise<void>;
   /** With an expert cache (`RunOptions.experts`): its statistics so far. */
   expertStats?(): ExpertCacheStats | null;

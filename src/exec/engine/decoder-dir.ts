@@ -99,7 +99,7 @@ export class OnnxDecoder {
   }
 
   /** Generated ids (without the prompt); stops after maxTokens or a stop id (which is included). */
-  async generate(promptIds: number[], opts: { maxTokens: number; stopIds: number[] } & SamplingOptions): Promise<number[]> {
+  async generate(promptIds: number[], opts: { maxTokens: number; stopIds: readonly number[]; onToken?: (id: number) => void } & SamplingOptions): Promise<number[]> {
     for (const id of promptIds) {
       if (!Number.isInteger(id) || id < 0 || id >= this.vocab) throw new UsageError(`token id ${id} is outside the vocabulary [0, ${this.vocab})`);
     }
@@ -112,6 +112,7 @@ export class OnnxDecoder {
     for (;;) {
       const next = sampler.next(r.logits.subarray(r.logits.length - this.vocab));
       out.push(next);
+      opts.onToken?.(next);
       if (out.length >= opts.maxTokens || stop.has(next)) return out;
       r = await this.forward([next], r.present, length);
       length++;
@@ -149,7 +150,9 @@ export async function openDecoderDir(dir: string, opts: { threads?: number; grap
     logits: (ids) => decoder.logits(ids),
     tokenizerJson: await readOptional(path.join(dir, 'tokenizer.json')),
     tokenizerConfigJson: await readOptional(path.join(dir, 'tokenizer_config.json')),
-    generate: (promptIds, o) => decoder.generate(promptIds, { ...o, stopIds: spec.eosTokenIds }),
+    generationConfigJson: await readOptional(path.join(dir, 'generation_config.json')),
+    chatTemplate: await readOptional(path.join(dir, 'chat_template.jinja')),
+    generate: (promptIds, o) => decoder.generate(promptIds, { ...o, stopIds: o.stopIds ?? spec.eosTokenIds }),
     close: () => decoder.close(),
   };
 }

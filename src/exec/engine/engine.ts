@@ -58,7 +58,9 @@ export interface Swap {
 export interface GenerateOptions extends SamplingOptions {
   maxTokens: number;
   /** Stop after emitting one of these ids (default: the model's eos_token_id). The stop id is included. */
-  stopIds?: number[];
+  stopIds?: readonly number[];
+  /** Each id as soon as it is chosen (streaming). */
+  onToken?: (id: number) => void;
 }
 
 interface Compiled {
@@ -227,6 +229,7 @@ export class Engine {
     for (;;) {
       const next = sampler.next(logits);
       out.push(next);
+      opts.onToken?.(next);
       if (out.length >= opts.maxTokens || stop.has(next)) return out;
       logits = await s.decode(next);
     }

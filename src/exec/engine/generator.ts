@@ -15,6 +15,8 @@ export async function openCheckpointRunner(dir: string, opts: { threads?: number
       spec: checkpoint.spec,
       tokenizerJson: checkpoint.assets.tokenizer,
       tokenizerConfigJson: checkpoint.assets.tokenizerConfig,
+      generationConfigJson: checkpoint.assets.generationConfig,
+      chatTemplate: checkpoint.assets.chatTemplate,
       notes: [],
       engine: 'onnxruntime',
       logits: (ids) => engine.logits(ids),

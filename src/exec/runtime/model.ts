@@ -53,7 +53,7 @@ export interface GenerateOptions extends SamplingOptions {
   /** Tokens to generate (default 32). */
   maxTokens?: number;
   /** Stop after emitting one of these (default: the model's EOS ids; [] = never stop early). */
-  stopTokens?: number[];
+  stopTokens?: readonly number[];
   widths?: LayerWidth[];
   adapters?: LevelAdapters;
   /** Fills the cache with the prompt and returns its last position's logits [V] (default: one forward; chunked prefill passes its own). */

@@ -121,10 +121,11 @@ export async function loadDir(dir: string, opts: LoadOptions = {}): Promise<Mode
   }
 }
 
-/** The tokenizer files an artifact directory carries (absent ones are undefined). */
-export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: string; tokenizerConfigJson?: string }> {
+/** The tokenizer files, generation_config.json and chat_template.jinja an artifact directory carries (absent ones are undefined). */
+export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: string; tokenizerConfigJson?: string; generationConfigJson?: string; chatTemplate?: string }> {
   const read = (f: string) => fsp.readFile(path.join(dir, f), 'utf8').catch(() => undefined);
-  return { tokenizerJson: await read('tokenizer.json'), tokenizerConfigJson: await read('tokenizer_config.json') };
+  const [tokenizerJson, tokenizerConfigJson, generationConfigJson, chatTemplate] = await Promise.all(['tokenizer.json', 'tokenizer_config.json', 'generation_config.json', 'chat_template.jinja'].map(read));
+  return { tokenizerJson, tokenizerConfigJson, generationConfigJson, chatTemplate };
 }
 
 /**

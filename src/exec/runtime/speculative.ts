@@ -27,7 +27,9 @@ export interface Drafter {
 export interface SpeculativeOptions {
   maxTokens: number;
   /** Default: the target's EOS ids. */
-  stopTokens?: number[];
+  stopTokens?: readonly number[];
+  /** Each token as soon as it is committed (streaming). */
+  onToken?: (id: number) => void;
   /** A static tree (canonical order; or one per context length), or LLMCad's dynamic policy. */
   tree: TreeShape | ((context: number) => TreeShape) | { policy: FallbackPolicyLike };
 }
@@ -187,6 +189,7 @@ export class SpeculativeDecoder {
     const emit = (id: number): boolean => {
       res.tokens.push(id);
       committed.push(id);
+      opts.onToken?.(id);
       return stop.has(id) || res.tokens.length >= opts.maxTokens;
     };
     let done = emit(this.verifier.first(prompt));

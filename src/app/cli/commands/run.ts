@@ -1,14 +1,16 @@
 import type { Command } from 'commander';
+import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
 import { RUN_ENGINES, type ArtifactRunner, type RunEngine, type RunOptions } from '../../../core/pipeline/target.js';
 import { ELASTIC_LEVELS, findRecord, levelJson, type ElasticLevels } from '../../../core/records/index.js';
 import { locate, verifyFiles } from '../../artifact.js';
 import { noteLine, printJson } from '../output.js';
+import { OutputClosed, TokenSink } from '../token-sink.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 
 /** The runner for a checkpoint, or for an artifact through its target's descriptor (after checking its files). */
-async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels }> {
+async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels; dir: string }> {
   const where = await locate(modelPath);
   if (where.kind === 'checkpoint') {
     if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
@@ -16,14 +18,72 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
     if (o.engine !== undefined) throw new UsageError('--engine chooses how a qnn artifact runs (llmc compile --target qnn); this is a checkpoint');
     if (o.chunk !== undefined) throw new UsageError('--chunk needs an artifact compiled with --passes chunk-partition (ts or cuda); this is a checkpoint');
     const { openCheckpointRunner } = await import('../../../exec/engine/generator.js');
-    return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }) };
+    return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }), dir: where.dir };
   }
   await verifyFiles(where, { hash: Boolean(o.verify) });
   if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
   const engines = where.target.capabilities.engines;
   if (o.engine !== undefined && !engines?.includes(o.engine)) throw new UsageError(`--engine ${o.engine}: a ${where.target.name} artifact runs on ${engines ? engines.join(' or ') : 'one engine, with no choice'}`);
   if (o.chunk !== undefined && !where.target.capabilities.chunkGraphs) throw new UsageError(`--chunk runs artifacts with chunk graphs (ts, cuda, qnn); ${where.target.name} has none`);
-  return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined };
+  return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined, dir: where.dir };
+}
+
+/** `--prompt-file FILE` (`-`: stdin) as text; one trailing newline is dropped, as llama.cpp's -f does. */
+async function readPromptFile(file: string): Promise<string> {
+  let text: string;
+  if (file === '-') {
+    const chunks: Buffer[] = [];
+    for await (const c of process.stdin) chunks.push(c as Buffer);
+    text = Buffer.concat(chunks).toString('utf8');
+  } else {
+    try {
+      text = await fsp.readFile(file, 'utf8');
+    } catch (err) {
+      throw new LlmcError(`cannot read the prompt: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`, file);
+    }
+  }
+  return text.replace(/\r?\n$/, '');
+}
+
+/**
+ * The ids that end generation: config.json's eos_token_id (the spec's), generation_config.json's
+ * (an id or a list, as transformers' generate stops on) and the tokenizer's eos_token.
+ */
+function eosIds(runner: ArtifactRunner, codec: { eosId: number | null } | null, generationConfigFile: string): number[] {
+  const ids = new Set(runner.spec.eosTokenIds);
+  if (runner.generationConfigJson !== undefined) {
+    let g: { eos_token_id?: unknown };
+    try {
+      g = JSON.parse(runner.generationConfigJson) as { eos_token_id?: unknown };
+    } catch (e) {
+      throw new LlmcError(`not valid JSON (${(e as Error).message})`, generationConfigFile);
+    }
+    const e = g?.eos_token_id;
+    const list = e === undefined || e === null ? [] : Array.isArray(e) ? e : [e];
+    for (const id of list) {
+      if (!Number.isInteger(id) || (id as number) < 0) throw new LlmcError(`eos_token_id must be a token id or a list of them, got ${JSON.stringify(e)}`, generationConfigFile);
+      ids.add(id as number);
+    }
+  }
+  if (codec?.eosId != null) ids.add(codec.eosId);
+  return [...ids];
+}
+
+/** Generation's timings, load and set-up excluded: prefill ends with the first token, decode makes the rest. */
+function timings(sink: TokenSink, promptTokens: number, generated: number) {
+  const ms = (a: bigint, b: bigint) => Number(b - a) / 1e6;
+  const first = sink.first ?? sink.started;
+  const last = sink.last ?? first;
+  const prefillMs = ms(sink.started, first);
+  const decodeMs = ms(first, last);
+  return {
+    prefill_ms: prefillMs,
+    decode_ms: decodeMs,
+    prefill_tokens_per_second: prefillMs > 0 ? (1000 * promptTokens) / prefillMs : null,
+    decode_tokens_per_second: generated > 1 && decodeMs > 0 ? (1000 * (generated - 1)) / decodeMs : null,
+    /** Every generated token over prefill and decode together. */
+    tokens_per_second: generated / (ms(sink.started, last) / 1000),
+  };
 }
 
 /** `--chunk`: a chunk length of at least one token, or auto. */
@@ -42,11 +102,16 @@ function parseEngineOption(v: string): RunEngine {
 export function registerRun(program: Command): void {
   program
     .command('run')
-    .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; qnn: a TS simulation of its NPU integer pipeline, or its graphs on onnxruntime with --engine onnxruntime, with the shadow outliers on the CPU; gguf and gguf-levels: llama.cpp)')
+    .description('Generate tokens, printed as they are made (text with a tokenizer, else ids), from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; qnn: a TS simulation of its NPU integer pipeline, or its graphs on onnxruntime with --engine onnxruntime, with the shadow outliers on the CPU; gguf and gguf-levels: llama.cpp)')
     .argument('<model>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
     .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
+    .option('--prompt-file <file>', 'prompt text from a file, - for stdin (one trailing newline dropped)')
+    .option('--chat', "render the prompt as a user message with the model's chat template (chat_template.jinja or tokenizer_config.json)")
+    .option('--system <text>', '--chat: a system message before it')
     .requiredOption('-n, --max-tokens <n>', 'tokens to generate at most (stops earlier at EOS)', parseIntOption('--max-tokens', 1))
+    .option('--ignore-eos', 'generate all --max-tokens tokens, past EOS (benchmarks)')
+    .option('--ids', 'print token ids even when the model has a tokenizer')
     .option('--temperature <t>', 'sampling temperature; 0 = greedy', parseFloatOption('--temperature', 0), 0)
     .option('--top-p <p>', 'nucleus sampling mass in (0, 1]', parseFloatOption('--top-p', 0, 1), 1)
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
@@ -62,12 +127,13 @@ export function registerRun(program: Command): void {
     .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
     .option('--chunk <c>', 'artifact compiled with --passes chunk-partition: prefill in chunks of c tokens through its chunk graphs in the scheduled order (ts: TS runtime, cuda: onnxruntime, qnn: its engine), or auto (the length predicted fastest for the prompt)', parseChunkOption)
     .option('--engine <engine>', 'qnn artifact: sim (default; the NPU integer pipeline simulated in TS from the artifact) or onnxruntime (its QDQ graphs)', parseEngineOption)
-    .option('--json', 'print {"prompt_ids", "generated_ids", "text"?, "tokens_per_second", "notes", "level"?, "warning"?, "expert_cache"?, "speculative"?} as JSON')
+    .option('--json', 'print one JSON object at the end instead of streaming: {"prompt_ids", "generated_ids", "text"?, "stop_reason", "tokens_per_second", "timings", "notes", "level"?, "warning"?, "expert_cache"?, "speculative"?}')
     .addHelpText(
       'after',
       '\nExamples (from a clone):\n  llmc run fixtures/models/stories260K --prompt-ids 1 --max-tokens 32\n' +
         '  llmc compile fixtures/models/stories260K --target ts --passes reorder --levels 0.5,0.75,1 -o out/elastic && llmc run out/elastic --prompt-ids 1 -n 32 --level 0.5\n' +
         '  llmc run ./model --prompt "Once upon a time" -n 20 --temperature 0.8 --seed 7 --json\n' +
+        '  llmc run ./model --chat --system "Be brief." --prompt "What is a compiler?" -n 64\n' +
         '  llmc run ./artifact --prompt-ids 1 -n 64 --speculative --json\n\n' +
         'Environment (ts artifacts, the TS runtime):\n' +
         '  LLMC_KERNEL_CACHE  where the assembled WebAssembly kernels are kept between runs (default\n' +
@@ -78,7 +144,10 @@ export function registerRun(program: Command): void {
         '  LLMC_RUN_BUNDLE    off: start from dist/ instead of the one-file bundle of the run path\n',
     )
     .action(async (modelPath: string, o) => {
-      if ((o.promptIds === undefined) === (o.prompt === undefined)) throw new UsageError('give exactly one of --prompt-ids or --prompt');
+      const given = [o.promptIds, o.prompt, o.promptFile].filter((x) => x !== undefined).length;
+      if (given !== 1) throw new UsageError('give exactly one of --prompt, --prompt-file or --prompt-ids');
+      if (o.chat && o.promptIds !== undefined) throw new UsageError('--chat renders a text prompt: give --prompt or --prompt-file, not --prompt-ids');
+      if (o.system !== undefined && !o.chat) throw new UsageError('--system is for --chat');
       if (o.topP <= 0) throw new UsageError(`--top-p must be in (0, 1], got ${o.topP}`);
       if (o.expertCache === undefined && (o.expertPolicy !== undefined || o.expertPreload !== undefined)) throw new UsageError('--expert-policy and --expert-preload need --expert-cache N');
       if (o.expertPolicy !== undefined && !['edgemoe', 'lru', 'lfu'].includes(o.expertPolicy)) throw new UsageError(`--expert-policy must be edgemoe, lru or lfu, got "${o.expertPolicy}"`);
@@ -87,15 +156,27 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
-      const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
+      const promptText: string | undefined = o.promptFile !== undefined ? await readPromptFile(o.promptFile) : o.prompt;
+      const { runner, levels, dir } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
+      const tokenizerFile = path.join(dir, 'tokenizer.json');
       try {
         // The tokenizer (and its schema library) loads only for models that have one.
-        const codec = runner.tokenizerJson ? (await import('../../../core/tokenizer/index.js')).loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
+        const codec = runner.tokenizerJson ? (await import('../../../core/tokenizer/index.js')).loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, tokenizerFile) : null;
         let promptIds: number[];
-        if (o.prompt !== undefined) {
-          if (!codec) throw new LlmcError('--prompt needs a tokenizer.json; this model has none (use --prompt-ids)', modelPath);
-          // BOS as the tokenizer's post-processor / tokenizer_config.json add it.
-          promptIds = codec.encode(o.prompt);
+        if (promptText !== undefined) {
+          if (!codec) throw new LlmcError(`${o.promptFile !== undefined ? '--prompt-file' : '--prompt'} needs a tokenizer.json; this model has none (use --prompt-ids)`, modelPath);
+          if (o.chat) {
+            // As transformers' apply_chat_template: the template writes the special tokens (BOS too), so none are added.
+            const chat = await import('../../../core/tokenizer/chat.js');
+            const configFile = tokenizerFile.replace(/tokenizer\.json$/, 'tokenizer_config.json');
+            const template = runner.chatTemplate ?? chat.chatTemplateOf(runner.tokenizerConfigJson, configFile);
+            if (template === null) throw new LlmcError('--chat: this model has no chat template (no chat_template.jinja, no chat_template in tokenizer_config.json); run without --chat', modelPath, 2);
+            const messages = [...(o.system !== undefined ? [{ role: 'system' as const, content: o.system as string }] : []), { role: 'user' as const, content: promptText }];
+            promptIds = codec.encode(chat.renderChat(template, messages, runner.tokenizerConfigJson, configFile), { addBos: false });
+          } else {
+            // BOS as the tokenizer's post-processor / tokenizer_config.json add it.
+            promptIds = codec.encode(promptText);
+          }
         } else promptIds = o.promptIds;
         if (promptIds.length === 0) throw new UsageError('the prompt is empty');
         const V = runner.spec.vocabSize;
@@ -108,24 +189,33 @@ export function registerRun(program: Command): void {
           );
         }
         if (!o.json) for (const n of runner.notes) process.stderr.write(`${noteLine(n)}\n`);
-        // process.hrtime, not performance.now(): the first use of `performance` loads perf_hooks (~3 ms of start-up).
-        const start = process.hrtime.bigint();
-        const generated = await runner.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed });
-        const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-        const text = codec ? codec.decode(generated, { skipSpecial: true }) : undefined;
-        const tokensPerSecond = generated.length / seconds;
+        const eos = o.ignoreEos ? [] : eosIds(runner, codec, path.join(dir, 'generation_config.json'));
+        const stop = new Set(eos);
+        const decodeText = codec && ((ids: readonly number[]) => codec.decode(ids, { skipSpecial: true }));
+        const sink = new TokenSink(o.json ? { kind: 'quiet' } : decodeText && !o.ids ? { kind: 'text', decode: decodeText } : { kind: 'ids' }, stop);
+        let generated: number[];
+        try {
+          generated = await runner.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed, stopIds: eos, onToken: sink.onToken });
+        } catch (err) {
+          if (err instanceof OutputClosed) return; // the reader of stdout has gone: nothing more to say
+          throw err;
+        }
+        sink.end();
+        const stopReason = generated.length > 0 && stop.has(generated[generated.length - 1]) ? 'eos' : 'length';
+        const shown = stopReason === 'eos' ? generated.slice(0, -1) : generated;
+        const t = timings(sink, promptIds.length, generated.length);
         const cache = runner.expertStats?.() ?? null;
         if (o.json) {
+          const text = decodeText ? decodeText(shown) : undefined;
           const speculative = runner.speculativeStats?.() ?? undefined;
           // The level it ran and its quality (the runner's notes say the same in words).
           const level = runner.level !== undefined && levels ? levelJson(levels.levels.find((l) => l.id === runner.level)!, levels, runner.spec.vocabSize) : undefined;
           const warning = runner.notes.find((n) => n.startsWith('warning: '));
-          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), tokens_per_second: tokensPerSecond, notes: runner.notes, ...(level ? { level } : {}), ...(warning ? { warning } : {}), ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}), ...(speculative ? { speculative } : {}) });
+          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), stop_reason: stopReason, tokens_per_second: t.tokens_per_second, timings: t, notes: runner.notes, ...(level ? { level } : {}), ...(warning ? { warning } : {}), ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}), ...(speculative ? { speculative } : {}) });
         } else {
-          process.stdout.write(`${generated.join(' ')}\n`);
-          if (text !== undefined) process.stdout.write(`${text}\n`);
           const perStep = runner.speculativeStats?.()?.mean_accepted_per_step as number | null | undefined;
-          process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s${perStep ? `, ${perStep.toFixed(2)} tokens per target step` : ''}\n`);
+          const decodeRate = t.decode_tokens_per_second === null ? '' : `, decode ${t.decode_tokens_per_second.toFixed(1)} tokens/s`;
+          process.stderr.write(`${generated.length} tokens (${stopReason === 'eos' ? 'stopped at EOS' : 'length limit'}): prefill ${promptIds.length} tokens in ${t.prefill_ms.toFixed(1)} ms${decodeRate}${perStep ? `, ${perStep.toFixed(2)} tokens per target step` : ''}\n`);
           if (cache) {
             const rate = cache.accesses ? (100 * cache.hits) / cache.accesses : 0;
             process.stderr.write(`expert cache: ${cache.capacity} experts, ${cache.policy}, preload ${cache.preload}: hit rate ${rate.toFixed(1)}% (${cache.hits}/${cache.accesses}), ${cache.loads} reads (${cache.preloads} preloads, ${cache.usefulPreloads} used), ${(cache.bytesRead / 1e6).toFixed(2)} MB\n`);
