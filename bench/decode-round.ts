@@ -9,7 +9,7 @@ import { argmax } from '../src/exec/runtime/sampling.js';
  * loop before branch `chromium`). 'reuse': one cache, emptied per round, and one logits buffer
  * (`forward`'s `into`), so a round allocates nothing: on this VM a page fault costs ~20 µs of CPU and
  * Chromium's ArrayBuffer allocations page-fault, so 'fresh' mostly times the VM there
- * (docs/speed.md, "Chromium vs Node").
+ * (docs/lab/speed-history.md, "Chromium vs Node").
  */
 export type DecodeLoop = 'fresh' | 'reuse';
 

@@ -2,10 +2,10 @@
 /**
  * Bundles `llmc run`'s path (the CLI with only the run command, and the TS runtime) from dist/ into
  * one file, dist/llmc-run.mjs, which bin/llmc.js runs for `llmc run`: resolving and reading ~80 ES
- * modules one by one costs a fresh process ~80 ms before the first token (docs/speed.md, start-up).
+ * modules one by one costs a fresh process ~80 ms before the first token (docs/lab/speed-history.md, start-up).
  * Likewise `llmc compile` (dist/llmc-compile.mjs: the compile command, its driver and the gguf
  * target; ~200 modules, zod's ~95 among them, of which the bundle keeps what is used): 0.2 s of CPU
- * less per compile (docs/speed.md, "GGUF from BF16 vs `cp`: where the CPU goes").
+ * less per compile (docs/lab/speed-history.md, "GGUF from BF16 vs `cp`: where the CPU goes").
  * Everything else the run path can reach (other targets' runners, the tokenizer, checkpoints on
  * onnxruntime) stays in dist/ and loads as before; so do the modules whose state or classes must be
  * one across that line (errors for `instanceof`, interrupt clean-ups, the kernel store, atomic writes).

@@ -24,7 +24,7 @@ const CHUNK_ELEMENTS = 1 << 22;
 /**
  * Values per chunk where the source's half-float bits are converted directly (2 MB of bf16). Small:
  * fresh memory costs more to touch than to convert on a VM that hands free memory back to its host
- * (docs/speed.md, "GGUF from BF16 vs `cp`"), and the chunk stays in cache from read to write and hash.
+ * (docs/lab/speed-history.md, "GGUF from BF16 vs `cp`"), and the chunk stays in cache from read to write and hash.
  */
 const RAW_CHUNK_ELEMENTS = 1 << 20;
 

@@ -15,7 +15,7 @@ const FLUSH_EVERY = 64 << 20;
  * folios (up to the write's size and alignment), and on a VM whose free memory is handed back to the
  * host in 2 MB blocks (free page reporting) those come from memory the host must fault in again: a
  * 1.16 GB artifact written in 6 MB pieces took 4–12 s, 2.5–4 s of it in the kernel's copy, against
- * 0.4–1.2 s in pieces of 256 KB (docs/speed.md, "GGUF from BF16 vs cp"). `cp` itself goes through
+ * 0.4–1.2 s in pieces of 256 KB (docs/lab/speed-history.md, "GGUF from BF16 vs cp"). `cp` itself goes through
  * splice in 64 KB pieces.
  */
 const WRITE_PIECE = 256 << 10;

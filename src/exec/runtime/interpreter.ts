@@ -128,7 +128,7 @@ export interface RunOptions {
   /**
    * Write the logits into this array and return it (a subarray when it is longer) instead of a new
    * array: a decode loop that passes one buffer allocates no ArrayBuffer per token (in Chromium each
-   * such allocation costs ~20 µs and page faults; docs/speed.md, "Chromium vs Node").
+   * such allocation costs ~20 µs and page faults; docs/lab/speed-history.md, "Chromium vs Node").
    */
   into?: Float32Array;
 }

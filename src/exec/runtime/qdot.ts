@@ -183,9 +183,9 @@ function kernel(wBytes: number, xBytes: number, blk: (rows: Row[]) => number[], 
 /**
  * Q8_0 × q8_0: 34-byte blocks (f16 d, 32 × int8); i16 products summed by i32x4.dot_i16x8_s. No relaxed
  * variant: ggml's AVX2 sign trick (|w| against x with w's sign, two relaxed dots) ran 0.85–0.90× this
- * kernel (docs/speed.md, "Relaxed integer dots"): x widens once for the pass's rows, the sign costs
+ * kernel (docs/lab/speed-history.md, "Relaxed integer dots"): x widens once for the pass's rows, the sign costs
  * every row three more operations per 16 values. Four rows a pass: 1.05–1.09× two over one matrix,
- * in cache or streamed, and 1.07× a whole llama-100M decode on one thread (docs/speed.md, "Q8_0: four
+ * in cache or streamed, and 1.07× a whole llama-100M decode on one thread (docs/lab/speed-history.md, "Q8_0: four
  * rows a pass").
  */
 function q8_0Body(): number[] {

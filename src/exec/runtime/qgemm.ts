@@ -35,7 +35,7 @@ const load32Splat = (off: number) => simd(0x09, 2, ...uleb(off));
  */
 const sinkAfter = (j: number, tb: number) => j % 2 === 1 || j === tb - 1;
 
-/** Rows × tokens of the Q8_0 tile (measured: docs/speed.md, "Quantized prefill tiles"). */
+/** Rows × tokens of the Q8_0 tile (measured: docs/lab/speed-history.md, "Quantized prefill tiles"). */
 export const QGEMM_TILE = { rows: 1, tokens: 3 } as const;
 /** Bytes of a pre-widened q8_0 block (widen_q8_0's output): f32 d, 12 bytes of padding, 32 × i16. */
 export const QX16_BYTES = 80;
