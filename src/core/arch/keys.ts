@@ -46,6 +46,8 @@ const HARMLESS: ReadonlySet<string> = new Set([
   'attn_implementation', '_attn_implementation', 'experts_implementation', '_experts_implementation',
   // Written by nanotron's Llama exporter (SmolLM): a marker.
   'is_llama_config',
+  // transformers.js's loading hints (external data, dtypes): how the ONNX files are stored, not what they compute.
+  'transformers.js_config',
   'use_cache', 'initializer_range', 'attention_dropout', 'pad_token_id', 'sep_token_id', 'decoder_start_token_id',
   'output_attentions', 'output_hidden_states', 'return_dict', 'torchscript', 'use_bfloat16', 'tf_legacy_loss',
   'id2label', 'label2id', 'num_labels', 'problem_type', 'finetuning_task', 'task_specific_params', 'tokenizer_class', 'prefix',
