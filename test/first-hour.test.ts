@@ -363,7 +363,7 @@ describe('9. no noise, no litter', () => {
 
   it("a fresh clone stays clean after the README's main job", async () => {
     const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-    const job = readme.split('\n').find((l) => l.startsWith('npx llmc compile fixtures/models/stories260K'));
+    const job = readme.split('\n').find((l) => l.startsWith('npx llmc compile fixtures/models/'));
     expect(job, 'the README names its main job').toBeDefined();
     const clone = out('clone');
     execFileSync('git', ['clone', '-q', ROOT, clone]);
@@ -374,7 +374,7 @@ describe('9. no noise, no litter', () => {
     // loop past vitest's 60 s RPC timeout ("Timeout calling onTaskUpdate"), which fails the run.
     await promisify(execFile)('sh', ['-c', job!.replace(/npx llmc/g, `node ${path.join(clone, 'bin/llmc.js')}`)], { cwd: clone });
     expect(execFileSync('git', ['status', '--porcelain'], { cwd: clone, encoding: 'utf8' })).toBe('');
-  }, 240_000); // the main job trains a LoRA for two levels (recovery)
+  }, 240_000); // the main job reorders dense-28M (33 s of CPU; minutes under a loaded machine)
 });
 
 describe('10. no silently ignored option', () => {
