@@ -18,6 +18,7 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
     const { openCheckpointRunner } = await import('../../../exec/engine/generator.js');
     return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }) };
   }
+  if (where.manifestPath === null && o.verify) throw new UsageError("--verify: a GGUF without llmc's manifest beside it has no recorded sha256 to check against");
   await verifyFiles(where, { hash: Boolean(o.verify) });
   if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
   const engines = where.target.capabilities.engines;
@@ -43,9 +44,9 @@ export function registerRun(program: Command): void {
   program
     .command('run')
     .description('Generate tokens from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; qnn: a TS simulation of its NPU integer pipeline, or its graphs on onnxruntime with --engine onnxruntime, with the shadow outliers on the CPU; gguf and gguf-levels: llama.cpp)')
-    .argument('<model>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
+    .argument('<model>', 'checkpoint directory, artifact directory, or a GGUF file (llmc\'s or llama.cpp\'s)')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
-    .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
+    .option('--prompt <text>', 'prompt text (tokenized with the model\'s tokenizer.json, or a GGUF\'s own vocabulary in llama.cpp)')
     .requiredOption('-n, --max-tokens <n>', 'tokens to generate at most (stops earlier at EOS)', parseIntOption('--max-tokens', 1))
     .option('--temperature <t>', 'sampling temperature; 0 = greedy', parseFloatOption('--temperature', 0), 0)
     .option('--top-p <p>', 'nucleus sampling mass in (0, 1]', parseFloatOption('--top-p', 0, 1), 1)
@@ -90,7 +91,7 @@ export function registerRun(program: Command): void {
       const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
       try {
         // The tokenizer (and its schema library) loads only for models that have one.
-        const codec = runner.tokenizerJson ? (await import('../../../core/tokenizer/index.js')).loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
+        const codec = runner.textCodec ?? (runner.tokenizerJson ? (await import('../../../core/tokenizer/index.js')).loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null);
         let promptIds: number[];
         if (o.prompt !== undefined) {
           if (!codec) throw new LlmcError('--prompt needs a tokenizer.json; this model has none (use --prompt-ids)', modelPath);
