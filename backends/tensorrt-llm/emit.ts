@@ -17,11 +17,22 @@ import { fromF32, writeSafetensors, type FloatDType, type TensorToWrite } from '
 import { LlmcError } from '../../src/core/errors.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
+import type { ArchSpec } from '../../src/core/arch/types.js';
 import { writeFileAtomic } from '../../src/core/util/atomic.js';
 
 export const WEIGHTS = 'rank0.safetensors';
 
-const ARCHITECTURE: Record<string, string> = { llama: 'LlamaForCausalLM', mistral: 'MistralForCausalLM', qwen2: 'Qwen2ForCausalLM' };
+/**
+ * The model classes of TensorRT-LLM (tensorrt_llm/models/__init__.py MODEL_MAP) by model_type:
+ * LlamaForCausalLM / MistralForCausalLM → LLaMAForCausalLM (models/llama/config.py LLaMAConfig),
+ * Qwen2ForCausalLM → QWenForCausalLM (models/qwen/config.py QWenConfig). Mixtral and Qwen2-MoE are
+ * refused by the descriptor before this runs (no expert tensors are written).
+ */
+export const TRTLLM_CLASSES: Record<string, { architecture: string; family: 'llama' | 'qwen' }> = {
+  llama: { architecture: 'LlamaForCausalLM', family: 'llama' },
+  mistral: { architecture: 'MistralForCausalLM', family: 'llama' },
+  qwen2: { architecture: 'Qwen2ForCausalLM', family: 'qwen' },
+};
 const DTYPE: Record<string, { dtype: string; st: FloatDType }> = {
   fp16: { dtype: 'float16', st: 'F16' },
   bf16: { dtype: 'bfloat16', st: 'BF16' },
@@ -31,12 +42,42 @@ const DTYPE: Record<string, { dtype: string; st: FloatDType }> = {
 };
 const QUANT_ALGO: Record<string, string | null> = { fp16: null, bf16: null, fp32: null, int8: 'W8A16', int4: 'W4A16' };
 
-/** config.json: the fields of TensorRT-LLM's PretrainedConfig / LLaMAConfig for this model. */
+/**
+ * rotary_scaling as TensorRT-LLM's Attention reads it (layers/attention.py: `type` or `rope_type`
+ * picks RotaryScalingType, `factor` the scale; llama3 reads low_freq_factor, high_freq_factor and
+ * original_max_position_embeddings (RopeEmbeddingUtils); yarn reads original_max_position_embeddings
+ * (default 4096, so always written), beta_fast (32), beta_slow (1)). Hugging Face's own dict, as
+ * LLaMAConfig / QWenConfig.from_hugging_face pass it on.
+ */
+export function rotaryScaling(rs: ArchSpec['ropeScaling'], maxPositions: number): Record<string, unknown> | null {
+  if (!rs) return null;
+  switch (rs.type) {
+    case 'linear':
+      return { type: 'linear', factor: rs.factor };
+    case 'dynamic':
+      return { type: 'dynamic', factor: rs.factor };
+    case 'llama3':
+      return { type: 'llama3', factor: rs.factor, low_freq_factor: rs.lowFreqFactor, high_freq_factor: rs.highFreqFactor, original_max_position_embeddings: rs.originalMaxPositions };
+    case 'yarn':
+      return {
+        type: 'yarn',
+        factor: rs.factor,
+        original_max_position_embeddings: rs.originalMaxPositions ?? maxPositions,
+        ...(rs.betaFast !== undefined ? { beta_fast: rs.betaFast } : {}),
+        ...(rs.betaSlow !== undefined ? { beta_slow: rs.betaSlow } : {}),
+      };
+  }
+}
+
+/**
+ * config.json: PretrainedConfig.to_dict's fields (models/modeling_utils.py) and those of the model
+ * class's config (LLaMAConfig or QWenConfig: moe, rotary_base, rotary_scaling, attn_bias, ...).
+ */
 export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, unknown> {
   const s = unit.source.spec;
-  const rs = s.ropeScaling;
-  return {
-    architecture: ARCHITECTURE[s.modelType],
+  const cls = TRTLLM_CLASSES[s.modelType];
+  const common = {
+    architecture: cls.architecture,
     dtype: DTYPE[quant].dtype,
     logits_dtype: 'float32',
     vocab_size: s.vocabSize,
@@ -51,14 +92,31 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
     norm_epsilon: s.rmsNormEps,
     position_embedding_type: 'rope_gpt_neox',
     rotary_base: s.ropeTheta,
-    rotary_scaling: rs ? { type: rs.type, factor: rs.factor, ...(rs.type === 'llama3' ? { low_freq_factor: rs.lowFreqFactor, high_freq_factor: rs.highFreqFactor, original_max_position_embeddings: rs.originalMaxPositions } : {}) } : null,
+    rotary_scaling: rotaryScaling(s.ropeScaling, s.maxPositions),
     attn_bias: s.qkvBias,
     mlp_bias: s.mlpBias,
+    disable_weight_only_quant_plugin: false,
     use_parallel_embedding: false,
     embedding_sharding_dim: 0,
     tie_word_embeddings: s.tieEmbeddings,
     mapping: { world_size: 1, tp_size: 1, pp_size: 1 },
     quantization: { quant_algo: QUANT_ALGO[quant], kv_cache_quant_algo: null, exclude_modules: ['lm_head'] },
+  };
+  if (cls.family === 'llama') {
+    // LLaMAConfig: a dense model's MoeConfig is 0 experts (its default normalization, RENORMALIZE = 1);
+    // residual_mlp off (HF parallel_attn_mlp_res).
+    return { ...common, residual_mlp: false, moe: { num_experts: 0, top_k: 0, normalization_mode: 1 } };
+  }
+  // QWenConfig / QWenDecoderLayer read config.qwen_type with no default ('qwen2' for Qwen2ForCausalLM,
+  // as from_hugging_face sets it from model_type); moe as from_hugging_face builds it (NONE = 0);
+  // moe_intermediate_size / moe_shared_expert_intermediate_size 0 for a dense model; no logn attention.
+  return {
+    ...common,
+    qwen_type: 'qwen2',
+    moe: { num_experts: 0, top_k: 0, normalization_mode: 0 },
+    moe_intermediate_size: 0,
+    moe_shared_expert_intermediate_size: 0,
+    use_logn_attn: false,
   };
 }
 
@@ -66,10 +124,7 @@ export const tensorrtLlmTarget: Target = {
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
     const { source } = unit;
     const s = source.spec;
-    if (!(s.modelType in ARCHITECTURE)) {
-      throw new LlmcError(`the tensorrt-llm target writes the Llama family (llama, mistral, qwen2); this model is ${s.modelType}`, source.description);
-    }
-    if (s.oBias) throw new LlmcError('the tensorrt-llm target has no o_proj bias', source.description);
+    if (!(s.modelType in TRTLLM_CLASSES)) throw new LlmcError(`internal: tensorrt-llm emit for ${s.modelType} (the descriptor refuses it)`, source.description);
     const quant = ctx.formats.quant ?? 'fp16';
     const st = DTYPE[quant].st;
     const shape = (name: string) => {
