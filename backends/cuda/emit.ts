@@ -94,7 +94,8 @@ const sameBytes = (a: Uint8Array, b: Uint8Array) => a.length === b.length && Buf
 function graphFacts(file: string, g: DecoderGraph, compute: 'fp32' | 'fp16'): GraphFacts {
   const ops = (g.graph.node ?? []).map((n) => n.opType);
   const int8 = g.tensors.some((t) => t.name.endsWith('.int8'));
-  return { file, opset: g.opset, compute, matMulNBits: ops.includes('MatMulNBits'), int8, io: g.io };
+  const dq = int8 || g.tensors.some((t) => t.name.endsWith('.int4'));
+  return { file, opset: g.opset, compute, matMulNBits: ops.includes('MatMulNBits'), int8, dequantized: dq, io: g.io };
 }
 
 export const cudaTarget: Target<CudaOptions> = {
@@ -181,7 +182,7 @@ export const cudaTarget: Target<CudaOptions> = {
     const profiles = Object.fromEntries(
       DEVICE_PROFILES.map((d) => {
         const p = engineProfile(d, full.io, o.maxContext);
-        return [d, { note: p.note, workspaceMiB: p.workspaceMiB, dla: p.dla, ...p.dims }];
+        return [d, { note: p.note, workspaceMiB: p.workspaceMiB, dla: p.dla, prefill: p.profiles[0].dims, decode: p.profiles[1].dims, tensorrt8: p.single.dims }];
       }),
     );
     const targetInfo: Record<string, unknown> = {

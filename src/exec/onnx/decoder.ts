@@ -315,14 +315,19 @@ export function decoderIo(io: DecoderIo): { inputs: ValueInfoProto[]; outputs: V
  * Lower `graph` (the unit's IR, or a level's narrowed one) with weights from `source` as a decoder
  * graph. The opset is 17, or 21 where int4 DequantizeLinear needs it.
  */
-/** The opset a graph of these ops needs: 17, or 21 where int4 DequantizeLinear is used. */
+/**
+ * The opset a graph of these ops needs: 17; 19 where an int8 DequantizeLinear has float16 scales
+ * (DequantizeLinear-13 takes float32 scales only); 21 where int4 DequantizeLinear is used.
+ */
 export function opsetFor(ops: readonly Op[], formats: DecoderFormats): number {
-  const usesDqInt4 = ops.some((op) => {
-    if (op.op !== 'linear') return false;
+  let opset = 17;
+  for (const op of ops) {
+    if (op.op !== 'linear') continue;
     const f = formats.format(op.weight, 'linear', op);
-    return f.kind === 'int4' && f.encoding === 'dequantizelinear';
-  });
-  return usesDqInt4 ? 21 : 17;
+    if (f.kind === 'int4' && f.encoding === 'dequantizelinear') return 21;
+    if (f.kind === 'int8' && formats.compute === 'fp16') opset = 19;
+  }
+  return opset;
 }
 
 /**
