@@ -100,7 +100,7 @@ function perplexity(logits: Float32Array, seq: number[], V: number): number {
 describe('cuda target: fp32 and fp16', () => {
   it('fp32 reproduces the reference greedy ids on onnxruntime, and through llmc run', async () => {
     const { dir, manifest } = await compileCuda('fp32', 'fp32');
-    expect(manifest.files.map((f) => f.path)).toEqual(['build-engine.sh', 'config.json', 'generation_config.json', 'onnx/model.onnx']);
+    expect(manifest.files.map((f) => f.path)).toEqual(['build-engine.sh', 'config.json', 'genai_config.json', 'generation_config.json', 'onnx/model.onnx']);
     const d = await OnnxDecoder.open(path.join(dir, 'onnx/model.onnx'));
     try {
       expect(await d.generate([1], { maxTokens: ref.length, stopIds: [] })).toEqual(ref);

@@ -26,6 +26,7 @@ import { ExternalData, inlineSize, writeOnnx, type ExternalRef } from '../../src
 import { MAX_PROTO_BYTES } from '../../src/exec/onnx/lower.js';
 import { writeChunkGraphs, type ChunkSetInfo } from './chunks.js';
 import { buildScript, engineProfile, type GraphFacts } from './engine-plan.js';
+import { GENAI_CONFIG, genaiConfig } from './genai.js';
 import { blockOf, DEFAULT_FORMAT, DEVICE_PROFILES, type CudaFormat, type CudaOptions } from './options.js';
 
 export const GRAPH = 'onnx/model.onnx';
@@ -174,6 +175,12 @@ export const cudaTarget: Target<CudaOptions> = {
     // transformers.js fetches `<graph>_data` for the graphs listed here: only model.onnx has its own name on the
     // data file (level graphs refer to it by location, which onnxruntime resolves when given the graph's path).
     files.push(...(await writeHfFiles(ctx.outDir, source, external ? [path.basename(GRAPH)] : [])));
+    // onnxruntime-genai's config (its model types have no MoE that llmc writes: none for those).
+    const genai = genaiConfig(source.spec, full.io, GRAPH, parseGeneration(source.assets.generationConfig));
+    if (genai) {
+      await writeFileAtomic(path.join(ctx.outDir, GENAI_CONFIG), JSON.stringify(genai, null, 4) + '\n');
+      files.push(GENAI_CONFIG);
+    } else ctx.note(`no ${GENAI_CONFIG}: onnxruntime-genai has no ${source.spec.modelType} model type`);
     const script = path.join(ctx.outDir, BUILD_SCRIPT);
     await writeFileAtomic(script, buildScript(facts, o.maxContext));
     await fsp.chmod(script, 0o755);
@@ -222,6 +229,16 @@ export const cudaTarget: Target<CudaOptions> = {
 function isFull(lv: Level, source: ModelSource): boolean {
   const s = source.spec;
   return lv.layers.every((L) => L.kvGroups === s.numKvHeads && L.qHeadsPerGroup * L.kvGroups === s.numHeads && L.ffn === (s.moe ? s.moe.expertIntermediateSize : s.intermediateSize));
+}
+
+/** generation_config.json's fields, or none when the source has no (readable) one. */
+function parseGeneration(text: string | undefined): Record<string, unknown> {
+  try {
+    const v = text ? JSON.parse(text) : {};
+    return v && typeof v === 'object' ? v : {};
+  } catch {
+    return {};
+  }
 }
 
 /**
