@@ -90,6 +90,14 @@ describe('a GGUF copied without its manifest', () => {
     // A single-file artifact with its manifest reports too (it used to need a directory).
     const withM = await llmcInProcess('report', withManifest, '-o', path.join(tmp, 'with.md'), '--no-quality');
     expect(withM.code, withM.stderr).toBe(0);
+    // llmc check: the quality budgets need the source named; with it they are measured.
+    const budgets = path.join(tmp, 'budgets.json');
+    writeFileSync(budgets, JSON.stringify({ ppl_delta: { max: 5 } }));
+    const noSource = await llmcInProcess('check', bare, budgets);
+    expect(noSource.code).toBe(2);
+    expect(noSource.stderr.trim().split('\n')).toHaveLength(1);
+    const checked = await llmcInProcess('check', bare, budgets, '--source', STORIES);
+    expect(checked.code, checked.stderr).toBe(0);
     const v = await llmcInProcess('verify', bare);
     expect(v.code).toBe(1);
     expect(v.stderr.trim().split('\n')).toHaveLength(1);
