@@ -1,13 +1,17 @@
 /**
  * build-engine.sh and `--opt cuda.build=true`. TensorRT does not run here (no GPU, no trtexec), so
  * these check what the script does around it: the message when trtexec is missing, and the command
- * line it gives trtexec — through a stand-in `trtexec` on PATH that records its arguments and writes
- * the plan file it is asked for. The shape ranges are checked against the model's own dimensions.
+ * line it gives trtexec — through a stand-in `trtexec` on PATH (test/trtexec-standin.mjs) that
+ * enforces trtexec's documented argument contract (flags per version, `name:AxB` specs, one
+ * --profile=N per min/opt/max group, static shapes for DLA, no precision flags when strongly typed,
+ * every graph input in every profile) and records what it parsed. The ranges are checked against the
+ * model's own dimensions.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import * as ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compile } from '../src/app/compile/compile.js';
 import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
@@ -19,14 +23,9 @@ let tmp: string;
 let src: Checkpoint;
 let bin: string;
 
-/** A stand-in trtexec: `--help` lists the flags of TensorRT 10 (or 8.x with OLD=1); a build records its arguments. */
+/** The stand-in trtexec: the contract checker run by this Node (TRT=8 plays TensorRT 8, else 10). */
 const SHIM = `#!/usr/bin/env bash
-if [ "$1" = --help ]; then
-  if [ -n "\${OLD:-}" ]; then echo "--fp16 --int8 --workspace=N"; else echo "--stronglyTyped --memPoolSize=spec --fp16"; fi
-  exit 0
-fi
-printf '%s\\n' "$@" > "$ARGS_FILE"
-for a in "$@"; do case "$a" in --saveEngine=*) echo plan > "\${a#--saveEngine=}" ;; esac; done
+exec '${process.execPath}' '${path.resolve(__dirname, 'trtexec-standin.mjs')}' "$@"
 `;
 
 beforeAll(async () => {
@@ -63,25 +62,88 @@ describe('build-engine.sh', () => {
     expect(r.stderr).toMatch(/trtexec \(TensorRT's command-line builder\) is not on PATH nor at \/usr\/src\/tensorrt\/bin\/trtexec.*JetPack/);
   });
 
-  it('gives trtexec the profile\'s shape ranges, workspace and precision flags', async () => {
+  /** Runs build-engine.sh against the stand-in; what it parsed. */
+  async function build(dir: string, device: string, env: Record<string, string> = {}) {
+    const argsFile = path.join(tmp, `args-${path.basename(dir)}-${device}`);
+    const session = await ort.InferenceSession.create(path.join(dir, 'onnx/model.onnx'));
+    const inputs = [...session.inputNames];
+    await session.release();
+    const r = await sh(dir, [device], { PATH: `${bin}:/usr/bin:/bin`, ARGS_FILE: argsFile, INPUTS: inputs.join(','), ...env });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.trim()).toBe(`engine/model.${device}.plan`);
+    const rec = JSON.parse(await fsp.readFile(argsFile, 'utf8')) as { argv: string[]; flags: string[]; profiles: Record<string, { min: number[]; opt: number[]; max: number[] }>[] };
+    return { ...rec, stderr: r.stderr, inputs };
+  }
+  // stories260K: 5 layers of 4 KV heads × head_dim 8, max_position_embeddings 512 (under every device's cap).
+  const past = (rec: Awaited<ReturnType<typeof build>>, p: number, k: 'min' | 'opt' | 'max') => rec.profiles[p]['past_key_values.4.value'][k];
+
+  it('TensorRT 10: a prefill and a decode profile, strongly typed, workspace, the shapes of every input', async () => {
     const dir = path.join(tmp, 'fp16');
-    const argsFile = path.join(tmp, 'args');
-    const r = await sh(dir, ['orin'], { PATH: `${bin}:/usr/bin:/bin`, ARGS_FILE: argsFile });
-    expect(r.code).toBe(0);
-    expect(r.stdout.trim()).toBe('engine/model.orin.plan');
-    const args = (await fsp.readFile(argsFile, 'utf8')).trim().split('\n');
-    // stories260K: 5 layers of 4 KV heads × head_dim 8, max_position_embeddings 512 (under Orin's 4096 cap).
-    const past = (b: number, p: number) => Array.from({ length: 5 }, (_, l) => `past_key_values.${l}.key:${b}x4x${p}x8,past_key_values.${l}.value:${b}x4x${p}x8`).join(',');
-    expect(args).toContain(`--minShapes=input_ids:1x1,attention_mask:1x1,position_ids:1x1,${past(1, 0)}`);
-    expect(args).toContain(`--optShapes=input_ids:1x1,attention_mask:1x257,position_ids:1x1,${past(1, 256)}`);
-    expect(args).toContain(`--maxShapes=input_ids:4x512,attention_mask:4x512,position_ids:4x512,${past(4, 511)}`);
-    expect(args).toEqual(expect.arrayContaining(['--onnx=onnx/model.onnx', '--memPoolSize=workspace:4096M', '--stronglyTyped', '--saveEngine=engine/model.orin.plan']));
-    // TensorRT 8 (Xavier): no strongly typed mode, the precision flag instead; 2048-token cap → 512 here.
-    const old = await sh(dir, ['xavier'], { PATH: `${bin}:/usr/bin:/bin`, ARGS_FILE: argsFile, OLD: '1' });
-    expect(old.code).toBe(0);
-    const oldArgs = (await fsp.readFile(argsFile, 'utf8')).trim().split('\n');
-    expect(oldArgs).toEqual(expect.arrayContaining(['--fp16', '--workspace=2048', `--maxShapes=input_ids:1x256,attention_mask:1x512,position_ids:1x256,${past(1, 511)}`]));
-    expect(oldArgs).not.toContain('--stronglyTyped');
+    const rec = await build(dir, 'orin');
+    expect(rec.profiles).toHaveLength(2);
+    const [prefill, decode] = rec.profiles;
+    expect(Object.keys(prefill).sort()).toEqual([...rec.inputs].sort());
+    // Prefill: chunks up to 512 − 1 tokens (Orin's 512 capped by the 512-token context), tuned at a whole chunk on an empty cache.
+    expect(prefill.input_ids).toEqual({ min: [1, 1], opt: [1, 511], max: [4, 511] });
+    expect(prefill.attention_mask).toEqual({ min: [1, 1], opt: [1, 511], max: [4, 512] });
+    expect(past(rec, 0, 'opt')).toEqual([1, 4, 0, 8]);
+    // Decode: one token, tuned at half the context cached.
+    expect(decode.input_ids).toEqual({ min: [1, 1], opt: [1, 1], max: [4, 1] });
+    expect(decode.attention_mask).toEqual({ min: [1, 1], opt: [1, 257], max: [4, 512] });
+    expect(past(rec, 1, 'max')).toEqual([4, 4, 511, 8]);
+    expect(rec.argv).toEqual(expect.arrayContaining(['--onnx=onnx/model.onnx', '--memPoolSize=workspace:4096M', '--stronglyTyped', '--saveEngine=engine/model.orin.plan']));
+    expect(rec.flags).not.toContain('fp16');
+  });
+
+  it('orin-dla: static shapes (min = opt = max) per profile, DLA core 0 with GPU fallback; a float32 graph is refused for DLA', async () => {
+    const rec = await build(path.join(tmp, 'fp16'), 'orin-dla');
+    const [prefill, decode] = rec.profiles;
+    expect(prefill.input_ids).toEqual({ min: [1, 511], opt: [1, 511], max: [1, 511] });
+    expect(past(rec, 0, 'min')).toEqual([1, 4, 1, 8]);
+    expect(decode.attention_mask).toEqual({ min: [1, 512], opt: [1, 512], max: [1, 512] });
+    expect(past(rec, 1, 'max')).toEqual([1, 4, 511, 8]);
+    expect(rec.argv).toEqual(expect.arrayContaining(['--useDLACore=0', '--allowGPUFallback', '--stronglyTyped']));
+    const fp32 = await artifact('fp32', 'fp32');
+    const r = await sh(fp32, ['orin-dla'], { PATH: `${bin}:/usr/bin:/bin`, ARGS_FILE: path.join(tmp, 'a') });
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/DLA runs float16 and int8 layers only.*--quant fp16/);
+  });
+
+  it('precision per quantization: int8 with fp32 or fp16 compute on TensorRT 10, and the flags TensorRT 8 needs', async () => {
+    const int8 = await artifact('int8', 'int8');
+    const ten = await build(int8, 'desktop');
+    expect(ten.flags).toContain('stronglyTyped');
+    expect(ten.flags).not.toContain('int8');
+    expect(ten.stderr).toMatch(/note: onnx\/model\.onnx dequantizes its weights to float32.*cuda\.compute=fp16/);
+    const int8h = await artifact('int8-fp16', 'int8', { 'cuda.compute': 'fp16' });
+    const half = await build(int8h, 'orin-dla');
+    expect(half.stderr).not.toMatch(/note:/);
+    expect(half.flags).toEqual(expect.arrayContaining(['useDLACore', 'allowGPUFallback']));
+    // TensorRT 8 (Xavier): one profile spanning prefill and decode, --int8 for the DequantizeLinear graph, --workspace in MiB.
+    const eight = await build(int8, 'xavier', { TRT: '8' });
+    expect(eight.profiles).toHaveLength(1);
+    expect(eight.profiles[0].input_ids).toEqual({ min: [1, 1], opt: [1, 1], max: [1, 256] });
+    expect(eight.argv).toEqual(expect.arrayContaining(['--int8', '--workspace=2048']));
+    expect(eight.flags).not.toContain('fp16');
+    const fp16 = await build(path.join(tmp, 'fp16'), 'xavier', { TRT: '8' });
+    expect(fp16.flags).toContain('fp16');
+    expect(fp16.flags).not.toContain('stronglyTyped');
+  }, 60_000);
+
+  it('the stand-in is strict: it refuses what trtexec refuses', async () => {
+    const run = (args: string[], env: Record<string, string> = {}) =>
+      new Promise<number>((resolve) => execFile(process.execPath, [path.resolve(__dirname, 'trtexec-standin.mjs'), ...args], { env: { ...env } }, (err) => resolve(err ? 1 : 0)));
+    const onnx = path.join(tmp, 'fp16/onnx/model.onnx');
+    const save = `--saveEngine=${path.join(tmp, 'x.plan')}`;
+    expect(await run([`--onnx=${onnx}`, '--minShapes=input_ids:1x1', '--optShapes=input_ids:1x1', '--maxShapes=input_ids:1x2', save])).toBe(0);
+    expect(await run([`--onnx=${onnx}`, '--minShapes=input_ids:1x1', '--optShapes=input_ids:1x1', '--maxShapes=input_ids:1x2', '--minShapes=input_ids:1x1', save])).toBe(1);
+    expect(await run([`--onnx=${onnx}`, '--profile=1', '--minShapes=a:1', '--optShapes=a:1', '--maxShapes=a:1', save])).toBe(1);
+    expect(await run([`--onnx=${onnx}`, '--minShapes=input_ids:1,1', '--optShapes=input_ids:1x1', '--maxShapes=input_ids:1x1', save])).toBe(1);
+    expect(await run([`--onnx=${onnx}`, '--stronglyTyped', '--fp16', save])).toBe(1);
+    expect(await run([`--onnx=${onnx}`, '--useDLACore=0', '--minShapes=a:1', '--optShapes=a:1', '--maxShapes=a:2', save])).toBe(1);
+    expect(await run([`--onnx=${onnx}`, '--allowGPUFallback', save])).toBe(1);
+    expect(await run([`--onnx=${onnx}`, '--stronglyTyped', save], { TRT: '8' })).toBe(1);
   });
 
   it('refuses graphs TensorRT cannot parse: MatMulNBits, and opset 21 on TensorRT 8', async () => {
@@ -90,7 +152,7 @@ describe('build-engine.sh', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/MatMulNBits.*--opt cuda\.int4=dequantizelinear/);
     const dq = await artifact('int4dq', 'int4', { 'cuda.int4': 'dequantizelinear' }, [{ pattern: /down_proj/, type: 'int8' }]);
-    const old = await sh(dq, ['xavier'], { PATH: `${bin}:/usr/bin:/bin`, ARGS_FILE: path.join(tmp, 'a'), OLD: '1' });
+    const old = await sh(dq, ['xavier'], { PATH: `${bin}:/usr/bin:/bin`, ARGS_FILE: path.join(tmp, 'a'), TRT: '8' });
     expect(old.code).toBe(1);
     expect(old.stderr).toMatch(/opset 21 \(int4 DequantizeLinear\), which needs TensorRT 10/);
     const now = await sh(dq, ['orin'], { PATH: `${bin}:/usr/bin:/bin`, ARGS_FILE: path.join(tmp, 'a') });

@@ -100,7 +100,7 @@ function perplexity(logits: Float32Array, seq: number[], V: number): number {
 describe('cuda target: fp32 and fp16', () => {
   it('fp32 reproduces the reference greedy ids on onnxruntime, and through llmc run', async () => {
     const { dir, manifest } = await compileCuda('fp32', 'fp32');
-    expect(manifest.files.map((f) => f.path)).toEqual(['build-engine.sh', 'config.json', 'generation_config.json', 'onnx/model.onnx']);
+    expect(manifest.files.map((f) => f.path)).toEqual(['build-engine.sh', 'config.json', 'genai_config.json', 'generation_config.json', 'onnx/model.onnx']);
     const d = await OnnxDecoder.open(path.join(dir, 'onnx/model.onnx'));
     try {
       expect(await d.generate([1], { maxTokens: ref.length, stopIds: [] })).toEqual(ref);
@@ -247,6 +247,57 @@ describe('cuda target: quantized formats', () => {
   });
 });
 
+/** Max relative difference of an int4 graph's logits from an fp32 graph of the weights it stores, dequantized from the file. */
+async function againstDequantized(source: ModelSource, dir: string, ids: number[], label: string): Promise<number> {
+  const weights = dequantizedWeights(await fsp.readFile(path.join(dir, 'onnx/model.onnx')));
+  const deq = transformSource(source, { label: 'dequantized', paramsHash: label, rewrite: (n, data) => weights.get(n) ?? data });
+  const g = lowerDecoder(deq, buildModel(deq.spec), { compute: 'fp32', format: () => ({ kind: 'fp32' }) });
+  const file = path.join(tmp, `${label}-f32.onnx`);
+  await writeOnnx(file, g, null);
+  const d = await OnnxDecoder.open(file);
+  const expected = await d.logits(ids);
+  await d.close();
+  const got = await decoderLogits(dir, ids);
+  let max = 0;
+  for (let i = 0; i < got.length; i++) max = Math.max(max, Math.abs(got[i] - expected[i]) / (1 + Math.abs(expected[i])));
+  return max;
+}
+
+describe('cuda int4 on rows no block divides (stories260K: FFN 172, hidden 64)', () => {
+  it('pads the last block as onnxruntime does: int4 / b64 / b128 in both encodings compile in one go, compute their stored weights (1e-5), agree with each other, and stay within the documented bound of fp32', async () => {
+    const seq = [1, ...ref];
+    const base = await decoderLogits(path.join(tmp, 'fp32'), seq);
+    const report: Record<string, unknown> = {};
+    for (const quant of ['int4', 'int4-b64', 'int4-b128']) {
+      let first: Float32Array | null = null;
+      for (const [enc, opts] of [
+        ['MatMulNBits', {}],
+        ['DequantizeLinear', { 'cuda.int4': 'dequantizelinear' }],
+        ['MatMulNBits-zp', { 'cuda.zeroPoints': 'true' }],
+        ['DequantizeLinear-zp', { 'cuda.int4': 'dequantizelinear', 'cuda.zeroPoints': 'true' }],
+      ] as const) {
+        const label = `s260-${quant}-${enc}`;
+        const notes: string[] = [];
+        const manifest = await compile({ source: src, target: 'cuda', outDir: path.join(tmp, label), passes: [], quant, opts: { ...opts, 'cuda.embeddings': 'fp32', 'cuda.lmHead': 'fp32' }, progress: silentProgress, note: (m) => notes.push(m) });
+        expect(manifest.files.map((f) => f.path)).toContain('onnx/model.onnx');
+        expect(await againstDequantized(src, path.join(tmp, label), seq.slice(0, 16), label)).toBeLessThan(1e-5);
+        const l = await decoderLogits(path.join(tmp, label), seq);
+        // Symmetric: both encodings store the same codes and scales, so the same logits.
+        if (!enc.endsWith('-zp')) {
+          if (first) expect(relErr(l, first)).toBeLessThan(1e-5);
+          else first = l;
+        }
+        const e = relErr(l, base);
+        // docs/cuda.md: stories260K is too narrow for int4 (a 64-wide row is one to two blocks); its
+        // logits move by 0.60–0.85 of their own size (measured), bounded here at 0.9.
+        expect(e).toBeLessThan(0.9);
+        report[`${quant} ${enc}`] = { relErr: +e.toFixed(4), pplDelta: +(perplexity(l, seq, 512) - perplexity(base, seq, 512)).toFixed(2) };
+      }
+    }
+    console.log('stories260K int4 vs fp32 (teacher-forced on the reference ids):', JSON.stringify(report));
+  }, 120_000);
+});
+
 /**
  * The fp32 weights an int4 graph's MatMulNBits / DequantizeLinear nodes compute with, recovered from
  * the file by the formulas of their specs (HF [out, in] layout), keyed by Hugging Face name.
@@ -273,13 +324,16 @@ function dequantizedWeights(bytes: Uint8Array): Map<string, Float32Array> {
       const b = raw(B).bytes;
       const s = floats(S);
       const zp = Z ? raw(Z).bytes : null;
-      const nb = K / bs;
+      // k_blocks = ceil(K / bs): a row's last block is padded (its codes past K are the zero point's).
+      const nb = Math.ceil(K / bs);
+      expect(raw(B).dims).toEqual([N, nb, bs / 2]);
       const w = new Float32Array(N * K);
       for (let r = 0; r < N; r++) {
-        for (let c = 0; c < K; c++) {
+        for (let c = 0; c < nb * bs; c++) {
           const j = Math.floor(c / bs);
           const z = zp ? nibble(zp, r * Math.ceil(nb / 2) * 2 + j) : 8;
-          w[r * K + c] = (nibble(b, r * K + c) - z) * s[r * nb + j];
+          if (c >= K) expect(nibble(b, r * nb * bs + c), 'a padded code stands for 0').toBe(z);
+          else w[r * K + c] = (nibble(b, r * nb * bs + c) - z) * s[r * nb + j];
         }
       }
       out.set(B.replace(/\.MatMulNBits\.B$/, ''), w);
@@ -295,7 +349,8 @@ function dequantizedWeights(bytes: Uint8Array): Map<string, Float32Array> {
       const y = new Float32Array(R * C);
       for (let i = 0; i < R; i++) {
         for (let j = 0; j < C; j++) {
-          const si = axis === 0 ? Math.floor(i / bs) * C + j : i * (C / bs) + Math.floor(j / bs);
+          // Scales have ceil(D / bs) blocks along the axis: the last one may be partial.
+          const si = axis === 0 ? Math.floor(i / bs) * C + j : i * Math.ceil(C / bs) + Math.floor(j / bs);
           let q = nibble(x.bytes, i * C + j);
           if (signed && q >= 8) q -= 16;
           y[i * C + j] = (q - (zp ? nibble(zp, si) : 0)) * s[si];
@@ -357,17 +412,12 @@ describe('cuda target: f16 / bf16 checkpoints', () => {
 });
 
 describe('cuda target: bad input', () => {
-  it('a --quant the target does not take, a block that does not divide a row: one line, nothing written', async () => {
+  it('a --quant the target does not take: one line, nothing written', async () => {
     const out = path.join(tmp, 'bad');
     const q = await llmcInProcess('compile', MODEL, '--target', 'cuda', '--quant', 'Q4_0', '-o', out);
     expect(q.code).toBe(2);
     expect(q.stderr.trim().split('\n')).toHaveLength(1);
     expect(q.stderr).toMatch(/unknown quant type "Q4_0" for target cuda; valid: fp32, fp16, int8, int4/);
-    // stories260K's down_proj rows have 172 values: no int4 block divides them.
-    const b = await llmcInProcess('compile', MODEL, '--target', 'cuda', '--quant', 'int4', '-o', out);
-    expect(b.code).toBe(2);
-    expect(b.stderr.trim().split('\n')).toHaveLength(1);
-    expect(b.stderr).toMatch(/int4 block 32 does not divide the rows of "model\.layers\.0\.mlp\.down_proj\.weight" \(172 values\)/);
     expect(existsSync(out)).toBe(false);
     const help = await llmcInProcess('compile', '--help');
     expect(help.stdout).toMatch(/cuda: fp32, fp16, int8, int4, int4-b64, int4-b128 \(default fp16\)/);

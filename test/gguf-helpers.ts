@@ -1,4 +1,6 @@
 /** Shared by the gguf tests: compile through the real driver, run real llama.cpp (node-llama-cpp). */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { compile } from '../src/app/compile/compile.js';
 import { openCheckpoint, type ModelSource } from '../src/core/checkpoint/index.js';
@@ -119,4 +121,24 @@ export function relRms(a: Float32Array[], b: Float32Array[]): number {
     }
   }
   return Math.sqrt(num / den);
+}
+
+/**
+ * llama.cpp's own Python package gguf-py (its GGUF reader, writer and scripts), from the llama.cpp
+ * source that node-llama-cpp ships as a git bundle (llama/gitRelease.bundle), extracted into `dir`:
+ * the PYTHONPATH to use, or why not (no git, python3, numpy or bundle here).
+ */
+export function llamaCppGgufPy(dir: string): { pythonPath: string } | { skip: string } {
+  const bundle = path.join(ROOT, 'node_modules/node-llama-cpp/llama/gitRelease.bundle');
+  if (!existsSync(bundle)) return { skip: 'node-llama-cpp ships no llama.cpp source bundle here' };
+  const ok = (cmd: string, args: string[], cwd?: string) => spawnSync(cmd, args, { cwd, stdio: 'ignore' }).status === 0;
+  if (!ok('python3', ['-c', 'import numpy'])) return { skip: 'python3 with numpy is not available' };
+  const repo = path.join(dir, 'llama.cpp');
+  mkdirSync(repo, { recursive: true });
+  if (!ok('git', ['init', '-q'], repo) || !ok('git', ['fetch', '-q', bundle, 'HEAD'], repo)) return { skip: 'git cannot read the llama.cpp bundle' };
+  const tar = spawnSync('sh', ['-c', 'git archive FETCH_HEAD gguf-py | tar -x'], { cwd: repo, stdio: 'ignore' });
+  if (tar.status !== 0) return { skip: 'git archive of gguf-py failed' };
+  // gguf-py's scripts draw progress bars with tqdm; a silent stand-in keeps them from needing it.
+  writeFileSync(path.join(repo, 'tqdm.py'), 'class tqdm:\n    def __init__(self, *a, **k): pass\n    def update(self, n): pass\n    def close(self): pass\n');
+  return { pythonPath: [path.join(repo, 'gguf-py'), repo].join(path.delimiter) };
 }

@@ -7,8 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { gguf } from '@huggingface/gguf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readGgufHeader } from '../backends/gguf/read.js';
-import { QUANT_TYPES } from '../src/core/quant/types.js';
+import { GGML_TYPES, readGgufHeader } from '../backends/gguf/read.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { llmcInProcess } from './cli.js';
 
@@ -44,7 +43,7 @@ describe('readGgufHeader', () => {
       expect(ours.tensors.map((t) => t.name)).toEqual(theirs.tensorInfos.map((t) => t.name));
       expect(ours.tensors.map((t) => t.ne)).toEqual(theirs.tensorInfos.map((t) => t.shape.map(Number)));
       expect(ours.tensors.map((t) => t.offset)).toEqual(theirs.tensorInfos.map((t) => Number(t.offset)));
-      expect(ours.tensors.map((t) => QUANT_TYPES[t.type].ggmlType)).toEqual(theirs.tensorInfos.map((t) => Number(t.dtype)));
+      expect(ours.tensors.map((t) => GGML_TYPES[t.type].ggmlType)).toEqual(theirs.tensorInfos.map((t) => Number(t.dtype)));
       expect(ours.dataStart).toBe(Number(theirs.tensorDataOffset));
       // The data section ends exactly at the end of the file (the last tensor padded to nothing).
       const last = ours.tensors.reduce((a, t) => (t.offset > a.offset ? t : a));

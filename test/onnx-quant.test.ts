@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Rng } from '../src/core/util/rng.js';
-import { dequantizeInt4, packMatMulNBitsZeroPoints, packNibbles, quantizeInt4Rows, quantizeInt8Rows } from '../src/exec/onnx/quant.js';
+import { dequantizeInt4, packMatMulNBitsZeroPoints, packNibbles, paddedInt4Codes, quantizeInt4Rows, quantizeInt8Rows } from '../src/exec/onnx/quant.js';
 
 function weights(rows: number, cols: number, seed: number): Float32Array {
   const r = new Rng(seed);
@@ -55,6 +55,25 @@ describe('onnx weight quantizers', () => {
         if (zeroPoints) expect(q.zeroPoints!.every((z) => z >= 0 && z <= 15)).toBe(true);
       });
     }
+  }
+
+  for (const zeroPoints of [false, true]) {
+    it(`int4 on rows the block does not divide (${zeroPoints ? 'zero points' : 'symmetric'}): onnxruntime's zero padding, brute force`, () => {
+      // 172 = 5 × 32 + 12 (stories260K's FFN): the reference pads each row with zeros to 192, as
+      // onnxruntime's matmul_4bits_quantizer.py does, and quantizes whole blocks.
+      const [R, C, B, P] = [4, 172, 32, 192];
+      const w = weights(R, C, 3);
+      const padded = new Float32Array(R * P);
+      for (let r = 0; r < R; r++) padded.set(w.subarray(r * C, (r + 1) * C), r * P);
+      const want = quantizeInt4Rows(padded, R, P, B, zeroPoints, 'fp16');
+      const got = quantizeInt4Rows(w, R, C, B, zeroPoints, 'fp16');
+      expect(got.scales).toEqual(want.scales);
+      expect(got.zeroPoints).toEqual(want.zeroPoints);
+      expect(paddedInt4Codes(got)).toEqual(want.codes);
+      const d = dequantizeInt4(got);
+      const dp = dequantizeInt4(want);
+      for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) expect(d[r * C + c]).toBe(dp[r * P + c]);
+    });
   }
 
   it('nibbles pack first-in-low, and MatMulNBits zero points two blocks per byte per row', () => {

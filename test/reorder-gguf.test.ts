@@ -13,6 +13,7 @@ import { Engine } from '../src/exec/engine/index.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import type { ReorderMetadata } from '../passes/reorder/analyze.js';
 import { levelMasks, maskSource } from '../passes/reorder/masks.js';
+import { llmcInProcess } from './cli.js';
 import { llamaGreedy, llamaLogits, relRms, STORIES } from './gguf-helpers.js';
 
 const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435];
@@ -66,6 +67,15 @@ describe('gguf-levels target', () => {
         expect(d).toBeLessThan(3e-3);
         // Not vacuous: the full model differs.
         expect(relRms(got, fullRows)).toBeGreaterThan(1e-2);
+        // The level's file alone (no manifest beside it) is a GGUF llmc inspects and runs as the level.
+        const file = path.join(out, lv.id, 'model.gguf');
+        const alone = await llmcInProcess('run', file, '--prompt-ids', '1', '-n', '8', '--json');
+        const asLevel = await llmcInProcess('run', out, '--level', lv.id, '--prompt-ids', '1', '-n', '8', '--json');
+        expect(alone.code, alone.stderr).toBe(0);
+        expect(JSON.parse(alone.stdout).generated_ids).toEqual(JSON.parse(asLevel.stdout).generated_ids);
+        const inspected = await llmcInProcess('inspect', file, '--json');
+        expect(inspected.code, inspected.stderr).toBe(0);
+        expect(JSON.parse(inspected.stdout).spec).toMatchObject({ numHeads: lv.layers[0].heads, intermediateSize: lv.layers[0].ffn, hiddenSize: src.spec.hiddenSize });
       } finally {
         await e.close();
       }

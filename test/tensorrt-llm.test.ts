@@ -120,9 +120,44 @@ describe('tensorrt-llm target', () => {
       expect(c.quantization.quant_algo).toBe(algo);
       expect(c.dtype).toBe('float16');
     }
-    const moe = await generateFixture(path.join(tmp, 'mixtral'), { arch: 'mixtral', seed: 3, tokenizer: 'none' });
-    const r = await llmcInProcess('compile', moe.dir, '--target', 'tensorrt-llm', '-o', path.join(tmp, 'moe-out'));
-    expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/writes the Llama family \(llama, mistral, qwen2\); this model is mixtral/);
+  });
+
+  it('each class gets the config fields TensorRT-LLM reads (NVIDIA/TensorRT-LLM sources, cited per field)', async () => {
+    const llama = JSON.parse(await fsp.readFile(path.join((await build(MODEL, 'fields-llama', 'fp16')).out, 'config.json'), 'utf8'));
+    // models/llama/config.py LLaMAConfig.__init__: moe (MoeConfig.from_dict), residual_mlp; layers/moe.py
+    // MoeConfig: num_experts / top_k both 0 for a dense model, normalization_mode RENORMALIZE = 1 by default.
+    expect(llama).toMatchObject({ architecture: 'LlamaForCausalLM', residual_mlp: false, moe: { num_experts: 0, top_k: 0, normalization_mode: 1 }, disable_weight_only_quant_plugin: false, position_embedding_type: 'rope_gpt_neox' });
+    expect(llama).not.toHaveProperty('qwen_type');
+    const qwen = JSON.parse(await fsp.readFile(path.join((await build(path.join(tmp, 'qwen2'), 'fields-qwen2', 'fp16')).out, 'config.json'), 'utf8'));
+    // models/qwen/model.py QWenDecoderLayer: `config.qwen_type == 'qwen2_moe'` (no default: a missing
+    // field is an AttributeError); models/qwen/config.py from_hugging_face: qwen_type = model_type,
+    // MoeConfig(normalization_mode=NONE = 0), moe_intermediate_size / moe_shared_expert_intermediate_size,
+    // use_logn_attn; attn_bias true for qwen2 (q/k/v biases).
+    expect(qwen).toMatchObject({ architecture: 'Qwen2ForCausalLM', qwen_type: 'qwen2', moe: { num_experts: 0, top_k: 0, normalization_mode: 0 }, moe_intermediate_size: 0, moe_shared_expert_intermediate_size: 0, use_logn_attn: false, attn_bias: true });
+    // MoeConfig.from_dict is cls(**config): only keys every version's dataclass has.
+    for (const c of [llama, qwen]) expect(Object.keys(c.moe).sort()).toEqual(['normalization_mode', 'num_experts', 'top_k']);
+  });
+
+  it('rotary_scaling carries what layers/attention.py reads per type (llama3 factors, yarn original_max_position_embeddings)', async () => {
+    const { rotaryScaling } = await import('../backends/tensorrt-llm/emit.js');
+    expect(rotaryScaling(null)).toBeNull();
+    expect(rotaryScaling({ type: 'linear', factor: 2 })).toEqual({ type: 'linear', factor: 2 });
+    // RopeEmbeddingUtils (llama3): factor, low_freq_factor, high_freq_factor, original_max_position_embeddings.
+    expect(rotaryScaling({ type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 8192 })).toEqual({ type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 });
+    // yarn: original_max_position_embeddings defaults to 4096 there, so it is always written, with the betas.
+    const yarn = { type: 'yarn' as const, factor: 4, originalMaxPositions: 8192, betaFast: 16, betaSlow: 2, truncate: true, attentionFactor: 0.1 * Math.log(4) + 1 };
+    expect(rotaryScaling(yarn)).toMatchObject({ type: 'yarn', factor: 4, original_max_position_embeddings: 8192, beta_fast: 16, beta_slow: 2 });
+  });
+
+  it('MoE families (whose experts this writer does not write): one line, exit 2, before anything is written', async () => {
+    for (const arch of ['mixtral', 'qwen2_moe'] as const) {
+      const moe = await generateFixture(path.join(tmp, arch), { arch, seed: 3, tokenizer: 'none' });
+      const out = path.join(tmp, `${arch}-out`);
+      const r = await llmcInProcess('compile', moe.dir, '--target', 'tensorrt-llm', '-o', out);
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
+      expect(r.stderr).toMatch(new RegExp(`writes dense llama, mistral and qwen2 checkpoints; ${arch}'s experts are not written yet`));
+      await expect(fsp.stat(out)).rejects.toThrow();
+    }
   });
 });

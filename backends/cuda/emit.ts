@@ -26,6 +26,7 @@ import { ExternalData, inlineSize, writeOnnx, type ExternalRef } from '../../src
 import { MAX_PROTO_BYTES } from '../../src/exec/onnx/lower.js';
 import { writeChunkGraphs, type ChunkSetInfo } from './chunks.js';
 import { buildScript, engineProfile, type GraphFacts } from './engine-plan.js';
+import { GENAI_CONFIG, genaiConfig } from './genai.js';
 import { blockOf, DEFAULT_FORMAT, DEVICE_PROFILES, type CudaFormat, type CudaOptions } from './options.js';
 
 export const GRAPH = 'onnx/model.onnx';
@@ -94,7 +95,8 @@ const sameBytes = (a: Uint8Array, b: Uint8Array) => a.length === b.length && Buf
 function graphFacts(file: string, g: DecoderGraph, compute: 'fp32' | 'fp16'): GraphFacts {
   const ops = (g.graph.node ?? []).map((n) => n.opType);
   const int8 = g.tensors.some((t) => t.name.endsWith('.int8'));
-  return { file, opset: g.opset, compute, matMulNBits: ops.includes('MatMulNBits'), int8, io: g.io };
+  const dq = int8 || g.tensors.some((t) => t.name.endsWith('.int4'));
+  return { file, opset: g.opset, compute, matMulNBits: ops.includes('MatMulNBits'), int8, dequantized: dq, io: g.io };
 }
 
 export const cudaTarget: Target<CudaOptions> = {
@@ -173,6 +175,12 @@ export const cudaTarget: Target<CudaOptions> = {
     // transformers.js fetches `<graph>_data` for the graphs listed here: only model.onnx has its own name on the
     // data file (level graphs refer to it by location, which onnxruntime resolves when given the graph's path).
     files.push(...(await writeHfFiles(ctx.outDir, source, external ? [path.basename(GRAPH)] : [])));
+    // onnxruntime-genai's config (its model types have no MoE that llmc writes: none for those).
+    const genai = genaiConfig(source.spec, full.io, GRAPH, parseGeneration(source.assets.generationConfig));
+    if (genai) {
+      await writeFileAtomic(path.join(ctx.outDir, GENAI_CONFIG), JSON.stringify(genai, null, 4) + '\n');
+      files.push(GENAI_CONFIG);
+    } else ctx.note(`no ${GENAI_CONFIG}: onnxruntime-genai has no ${source.spec.modelType} model type`);
     const script = path.join(ctx.outDir, BUILD_SCRIPT);
     await writeFileAtomic(script, buildScript(facts, o.maxContext));
     await fsp.chmod(script, 0o755);
@@ -181,7 +189,7 @@ export const cudaTarget: Target<CudaOptions> = {
     const profiles = Object.fromEntries(
       DEVICE_PROFILES.map((d) => {
         const p = engineProfile(d, full.io, o.maxContext);
-        return [d, { note: p.note, workspaceMiB: p.workspaceMiB, dla: p.dla, ...p.dims }];
+        return [d, { note: p.note, workspaceMiB: p.workspaceMiB, dla: p.dla, prefill: p.profiles[0].dims, decode: p.profiles[1].dims, tensorrt8: p.single.dims }];
       }),
     );
     const targetInfo: Record<string, unknown> = {
@@ -221,6 +229,16 @@ export const cudaTarget: Target<CudaOptions> = {
 function isFull(lv: Level, source: ModelSource): boolean {
   const s = source.spec;
   return lv.layers.every((L) => L.kvGroups === s.numKvHeads && L.qHeadsPerGroup * L.kvGroups === s.numHeads && L.ffn === (s.moe ? s.moe.expertIntermediateSize : s.intermediateSize));
+}
+
+/** generation_config.json's fields, or none when the source has no (readable) one. */
+function parseGeneration(text: string | undefined): Record<string, unknown> {
+  try {
+    const v = text ? JSON.parse(text) : {};
+    return v && typeof v === 'object' ? v : {};
+  } catch {
+    return {};
+  }
 }
 
 /**

@@ -29,4 +29,5 @@ export const gguf: TargetDescriptor = {
   singleFile: { extension: '.gguf', file: 'model.gguf' },
   load: async () => (await import('./emit.js')).ggufTarget,
   open: async (a, o) => (await import('./run.js')).openGguf(a, o),
+  foreign: { extension: '.gguf', open: async (file) => (await import('./bare.js')).openBareGguf(file) },
 };

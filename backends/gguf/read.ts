@@ -2,10 +2,15 @@
  * Reads a GGUF file's header (ggml docs/gguf.md): metadata and tensor infos, every count and length
  * bounded by the bytes the file has before anything is allocated, every tensor's data inside the
  * file. `llmc run` checks a GGUF with it before llama.cpp loads it, because llama.cpp aborts the whole
- * process (GGML_ASSERT) on some damaged files instead of returning an error. Only the types llmc
- * writes are known here: a tensor of another ggml type is refused (llmc runs the GGUFs it compiled).
+ * process (GGML_ASSERT) on some damaged files instead of returning an error. Every ggml type of
+ * ggml.h is known here (the types llmc writes and the others llama.cpp's tools write: IQ*, TQ*,
+ * MXFP4, integers), so any llama.cpp GGUF can be checked, inspected and run; `ggufArchSpec` reads the
+ * model a GGUF describes from its metadata alone (a GGUF without llmc's manifest beside it).
  */
+import { yarnMscale } from '../../src/core/arch/rope-config.js';
 import { promises as fsp } from 'node:fs';
+import { archOf, GGUF_ARCHITECTURES, modelTypeOfGguf } from '../../src/core/arch/registry.js';
+import type { ArchSpec, MoeSpec, RopeScaling } from '../../src/core/arch/types.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { QUANT_TYPES, type QuantType } from '../../src/core/quant/types.js';
 import { GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_TYPE, type ScalarKind } from './writer.js';
@@ -17,7 +22,10 @@ export interface GgufTensorEntry {
   name: string;
   /** ggml order: ne[0] is the contiguous dimension. */
   ne: number[];
-  type: QuantType;
+  /** ggml's name of its type (ggml.h enum ggml_type, without GGML_TYPE_). */
+  type: GgmlTypeName;
+  /** The ggml_type enum value as stored. */
+  ggmlType: number;
   /** Offset in the data section. */
   offset: number;
   nbytes: number;
@@ -43,7 +51,40 @@ const KIND_OF: ReadonlyMap<number, ScalarKind | 'ARRAY'> = new Map(Object.entrie
 const SCALAR_BYTES: Record<Exclude<ScalarKind, 'STRING'>, number> = {
   UINT8: 1, INT8: 1, BOOL: 1, UINT16: 2, INT16: 2, UINT32: 4, INT32: 4, FLOAT32: 4, UINT64: 8, INT64: 8, FLOAT64: 8,
 };
-const TYPE_OF_GGML: ReadonlyMap<number, QuantType> = new Map(Object.entries(QUANT_TYPES).map(([k, v]) => [v.ggmlType, k as QuantType]));
+
+/**
+ * The ggml types llmc does not write, with their block geometry (ggml.h enum ggml_type and the
+ * block_* structs of ggml-common.h; checked against gguf-py's GGML_QUANT_SIZES in test/gguf-bare.test.ts).
+ */
+const FOREIGN_TYPES = {
+  Q8_1: { ggmlType: 9, blockSize: 32, typeSize: 36 }, // ds:half2, qs[32]
+  Q8_K: { ggmlType: 15, blockSize: 256, typeSize: 292 }, // d:f32, qs[256], bsums[16]:i16
+  IQ2_XXS: { ggmlType: 16, blockSize: 256, typeSize: 66 },
+  IQ2_XS: { ggmlType: 17, blockSize: 256, typeSize: 74 },
+  IQ3_XXS: { ggmlType: 18, blockSize: 256, typeSize: 98 },
+  IQ1_S: { ggmlType: 19, blockSize: 256, typeSize: 50 },
+  IQ4_NL: { ggmlType: 20, blockSize: 32, typeSize: 18 },
+  IQ3_S: { ggmlType: 21, blockSize: 256, typeSize: 110 },
+  IQ2_S: { ggmlType: 22, blockSize: 256, typeSize: 82 },
+  IQ4_XS: { ggmlType: 23, blockSize: 256, typeSize: 136 },
+  I8: { ggmlType: 24, blockSize: 1, typeSize: 1 },
+  I16: { ggmlType: 25, blockSize: 1, typeSize: 2 },
+  I32: { ggmlType: 26, blockSize: 1, typeSize: 4 },
+  I64: { ggmlType: 27, blockSize: 1, typeSize: 8 },
+  F64: { ggmlType: 28, blockSize: 1, typeSize: 8 },
+  IQ1_M: { ggmlType: 29, blockSize: 256, typeSize: 56 },
+  TQ1_0: { ggmlType: 34, blockSize: 256, typeSize: 54 },
+  TQ2_0: { ggmlType: 35, blockSize: 256, typeSize: 66 },
+  MXFP4: { ggmlType: 39, blockSize: 32, typeSize: 17 }, // e:u8, qs[16]
+  NVFP4: { ggmlType: 40, blockSize: 64, typeSize: 36 },
+  Q1_0: { ggmlType: 41, blockSize: 128, typeSize: 18 },
+  Q2_0: { ggmlType: 42, blockSize: 64, typeSize: 18 },
+} as const;
+
+export type GgmlTypeName = QuantType | keyof typeof FOREIGN_TYPES;
+/** Every ggml type a GGUF tensor may have: name, enum value, block geometry. */
+export const GGML_TYPES: Readonly<Record<GgmlTypeName, { ggmlType: number; blockSize: number; typeSize: number }>> = { ...QUANT_TYPES, ...FOREIGN_TYPES };
+const TYPE_OF_GGML: ReadonlyMap<number, GgmlTypeName> = new Map(Object.entries(GGML_TYPES).map(([k, v]) => [v.ggmlType, k as GgmlTypeName]));
 
 /** A forward reader over a file handle, refilled in chunks; it never reads or allocates past the file's end. */
 class Cursor {
@@ -182,13 +223,13 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
       }
       const ggml = await c.u32(`the type of "${name}"`);
       const type = TYPE_OF_GGML.get(ggml);
-      if (type === undefined) c.fail(`tensor "${name}" has ggml type ${ggml}, not one llmc writes`);
-      const { blockSize, typeSize } = QUANT_TYPES[type];
+      if (type === undefined) c.fail(`tensor "${name}" has ggml type ${ggml}, which this llmc does not know (a newer llama.cpp's?)`);
+      const { blockSize, typeSize } = GGML_TYPES[type];
       if (ne[0] % blockSize !== 0) c.fail(`tensor "${name}": a row of ${ne[0]} is not whole ${type} blocks of ${blockSize}`);
       const nbytes = (elements / blockSize) * typeSize;
       const offset = await c.count(`the data offset of "${name}"`, c.size);
       if (offset % alignment !== 0) c.fail(`tensor "${name}" starts at ${offset}, not a multiple of the alignment ${alignment}`);
-      tensors.push({ name, ne, type, offset, nbytes });
+      tensors.push({ name, ne, type, ggmlType: ggml, offset, nbytes });
     }
     const dataStart = Math.ceil(c.pos / alignment) * alignment;
     for (const t of tensors) {
@@ -218,4 +259,99 @@ export function checkGgufModel(h: GgufHeader, expect: { numLayers: number; hidde
   for (const [key, got, value] of want) {
     if (got !== value) throw new LlmcError(`${key} is ${String(got)}, the manifest says ${value}: the file was changed after the compile; compile it again`, file);
   }
+}
+
+/**
+ * The model a GGUF describes, from its metadata alone (llama.cpp's keys, llama-arch.cpp LLM_KV_*),
+ * for a GGUF without llmc's manifest: what `llmc inspect` shows and what `llmc run` sizes its
+ * context, vocabulary and stop ids by. llama.cpp itself does the math, so only what those need is
+ * read exactly; a key llama.cpp needs that is missing or malformed is one error naming it.
+ */
+export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
+  const md = h.metadata;
+  const arch = md.get('general.architecture');
+  if (typeof arch !== 'string') throw new LlmcError('not a GGUF model: no general.architecture', file);
+  if (!GGUF_ARCHITECTURES.includes(arch)) {
+    throw new LlmcError(`general.architecture "${arch}": llmc reads ${GGUF_ARCHITECTURES.join(', ')} GGUFs (the families it compiles); run this one with llama.cpp's llama-cli -m ${file}`, file);
+  }
+  const bad = (key: string, why: string): never => {
+    throw new LlmcError(`not a usable GGUF model: ${key} ${why}`, file);
+  };
+  /** A count or size: one number, or llama.cpp's per-layer array when all its layers agree. */
+  const num = (key: string, fallback?: number): number => {
+    const v = md.get(key);
+    if (v === undefined) return fallback ?? bad(key, 'is missing');
+    const one = (x: GgufScalar) => (typeof x === 'bigint' ? Number(x) : typeof x === 'number' && Number.isFinite(x) ? x : bad(key, `is ${String(x)}, not a number`));
+    if (!Array.isArray(v)) return one(v);
+    const all = new Set(v.map(one));
+    if (all.size !== 1) bad(key, `differs between layers (${[...all].join(', ')}); llmc describes one width for all layers`);
+    return [...all][0];
+  };
+  const a = (k: string) => `${arch}.${k}`;
+  const names = new Set(h.tensors.map((t) => t.name));
+  const tokens = md.get('tokenizer.ggml.tokens');
+  const embd = h.tensors.find((t) => t.name === 'token_embd.weight');
+  const vocabSize = num(a('vocab_size'), Array.isArray(tokens) ? tokens.length : embd?.ne[1]);
+  const hiddenSize = num(a('embedding_length'));
+  const numHeads = num(a('attention.head_count'));
+  const optionalId = (key: string): number | null => (md.has(`tokenizer.ggml.${key}`) ? num(`tokenizer.ggml.${key}`) : null);
+  const experts = num(a('expert_count'), 0);
+  let moe: MoeSpec | null = null;
+  const modelType = modelTypeOfGguf(arch, experts > 0)!;
+  if (experts > 0) {
+    if (!archOf({ modelType }).moe) bad(a('expert_count'), `is ${experts}, but llmc knows ${arch} without experts`);
+    const shared = num(a('expert_shared_feed_forward_length'), 0);
+    moe = {
+      // llama.cpp's llama (Mixtral) renormalizes the top-k router weights; its qwen2moe does not.
+      routing: arch === 'llama' ? 'softmax-topk-renorm' : 'softmax-topk',
+      numExperts: experts,
+      topK: num(a('expert_used_count')),
+      expertIntermediateSize: num(a('expert_feed_forward_length'), num(a('feed_forward_length'), 0)),
+      sharedExpertIntermediateSize: shared || null,
+      denseLayers: [],
+    };
+  }
+  const scaling = md.get(a('rope.scaling.type'));
+  let ropeScaling: RopeScaling | null = null;
+  if (scaling === 'linear') ropeScaling = { type: 'linear', factor: num(a('rope.scaling.factor')) };
+  else if (scaling === 'yarn') {
+    // llama.cpp's yarn: betas 32 / 1, truncated correction range, attention factor 0.1·ln(factor)+1 (what llmc writes, and convert_hf_to_gguf's default).
+    const factor = num(a('rope.scaling.factor'));
+    const orig = md.get(a('rope.scaling.original_context_length'));
+    ropeScaling = {
+      type: 'yarn',
+      factor,
+      originalMaxPositions: orig !== undefined ? num(a('rope.scaling.original_context_length')) : num(a('context_length')),
+      betaFast: 32,
+      betaSlow: 1,
+      truncate: true,
+      attentionFactor: yarnMscale(factor),
+    };
+  }
+  const eos = [optionalId('eos_token_id'), optionalId('eot_token_id'), optionalId('eom_token_id')].filter((x): x is number => x !== null);
+  return {
+    modelType,
+    hiddenSize,
+    intermediateSize: num(a('feed_forward_length'), moe?.expertIntermediateSize ?? 0),
+    numLayers: num(a('block_count')),
+    numHeads,
+    numKvHeads: num(a('attention.head_count_kv'), numHeads),
+    headDim: num(a('attention.key_length'), hiddenSize / numHeads),
+    vocabSize,
+    maxPositions: num(a('context_length')),
+    rmsNormEps: num(a('attention.layer_norm_rms_epsilon')),
+    ropeTheta: num(a('rope.freq_base'), 10000),
+    ropeScaling,
+    tieEmbeddings: !names.has('output.weight'),
+    qkvBias: names.has('blk.0.attn_q.bias'),
+    oBias: names.has('blk.0.attn_output.bias'),
+    mlpBias: names.has('blk.0.ffn_up.bias'),
+    hiddenAct: 'silu',
+    slidingWindow: null,
+    slidingLayers: null,
+    bosTokenId: optionalId('bos_token_id'),
+    eosTokenIds: [...new Set(eos)],
+    torchDtype: null,
+    moe,
+  };
 }

@@ -6,7 +6,7 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
-import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
+import type { Artifact, ArtifactRunner, RunOptions, TextCodec } from '../../src/core/pipeline/target.js';
 import { checkGgufModel, readGgufHeader } from './read.js';
 
 /** The GGUF file of an artifact: the single file itself, or `file` in its directory. */
@@ -19,6 +19,12 @@ interface LlamaCpp {
   LlamaLogLevel: { error: unknown };
   getLlama(o: { gpu: false; build: 'never'; logLevel: unknown }): Promise<{
     loadModel(o: { modelPath: string }): Promise<{
+      /** llama.cpp's common_tokenize(vocab, text, add_special = false, parse_special = specialTokens). */
+      tokenize(text: string, specialTokens?: boolean): number[];
+      /** llama_detokenize(vocab, tokens, remove_special = false, unparse_special = specialTokens). */
+      detokenize(tokens: readonly number[], specialTokens?: boolean): string;
+      /** llama_vocab_get_add_bos / _add_eos (tokenizer.ggml.add_bos_token, or the vocabulary type's default). */
+      tokens: { bos: number | null; eos: number | null; shouldPrependBosToken: boolean; shouldAppendEosToken: boolean };
       createContext(o: { contextSize: number; threads: number }): Promise<{
         getSequence(): {
           evaluate(tokens: number[], o: { temperature?: number; topP?: number; seed?: number }): AsyncIterable<number>;
@@ -36,7 +42,16 @@ const NODE_LLAMA_CPP = 'node-llama-cpp';
 /** Below this file size llama.cpp runs on one thread unless --threads says otherwise. */
 const SMALL_MODEL_BYTES = 64e6;
 
+/** Run options llama.cpp cannot honour on a GGUF: refused (exit 2) rather than ignored. */
+function refuseOptions(opts: RunOptions): void {
+  if (opts.experts) throw new UsageError('--expert-cache: llama.cpp keeps a GGUF\'s experts in its memory map itself; expert offloading runs ts artifacts (llmc compile --target ts)');
+  if (opts.speculative) throw new UsageError('--speculative runs ts artifacts compiled with --passes tree-search; a GGUF runs plain decoding in llama.cpp');
+  if (opts.chunk !== undefined) throw new UsageError('--chunk runs artifacts with chunk graphs (ts, cuda, qnn); a GGUF has none');
+  if (opts.engine !== undefined) throw new UsageError('--engine chooses how a qnn artifact runs; a GGUF runs in llama.cpp');
+}
+
 export async function openGgufFile(file: string, a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
+  refuseOptions(opts);
   let llamaCpp: LlamaCpp;
   try {
     llamaCpp = (await import(NODE_LLAMA_CPP)) as LlamaCpp;
@@ -44,11 +59,26 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
     throw new LlmcError('running a GGUF needs node-llama-cpp (llama.cpp for Node): npm install node-llama-cpp — or run the file with llama.cpp\'s own llama-cli -m FILE', file);
   }
   // Checked here, because llama.cpp aborts the process on some damaged files instead of failing.
-  checkGgufModel(await readGgufHeader(file), a.manifest.arch, file);
+  const header = await readGgufHeader(file);
+  checkGgufModel(header, a.manifest.arch, file);
+  const template = header.metadata.get('tokenizer.chat_template');
   const llama = await llamaCpp.getLlama({ gpu: false, build: 'never', logLevel: llamaCpp.LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath: file });
   const spec = a.manifest.arch;
   const notes = [`running ${path.basename(file)} in llama.cpp (node-llama-cpp)`];
+  // --prompt is tokenized by llama.cpp with the GGUF's own vocabulary, as llama-cli does
+  // (common_tokenize with add_special and parse_special: BOS / EOS as the vocabulary says).
+  const textCodec: TextCodec = {
+    encode(text, o) {
+      const t = model.tokens;
+      // addBos false: a rendered chat template already wrote the special tokens (as transformers' apply_chat_template).
+      const special = o?.addBos ?? true;
+      const bos = special && t.shouldPrependBosToken && t.bos !== null ? [t.bos] : [];
+      const eos = special && t.shouldAppendEosToken && t.eos !== null ? [t.eos] : [];
+      return [...bos, ...Array.from(model.tokenize(text, true), Number), ...eos];
+    },
+    decode: (ids, o) => model.detokenize(ids, !(o?.skipSpecial ?? false)),
+  };
   // llama.cpp's threads meet at spin-wait barriers after every op: for a small model they cost more
   // than they save (on a busy 2-core machine 60 ms of logits became 3.5 s), so one thread there.
   const threads = opts.threads ?? ((await fsp.stat(file)).size < SMALL_MODEL_BYTES ? 1 : 0);
@@ -56,6 +86,8 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
   return {
     spec,
     notes,
+    textCodec,
+    ...(typeof template === 'string' ? { chatTemplate: template } : {}),
     engine: 'llama.cpp',
     async logits(ids) {
       const ctx = await context(ids.length);

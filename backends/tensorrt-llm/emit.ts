@@ -23,7 +23,17 @@ import { writeFileAtomic } from '../../src/core/util/atomic.js';
 
 export const WEIGHTS = 'rank0.safetensors';
 
-const ARCHITECTURE: Record<string, string> = { llama: 'LlamaForCausalLM', mistral: 'MistralForCausalLM', qwen2: 'Qwen2ForCausalLM' };
+/**
+ * The model classes of TensorRT-LLM (tensorrt_llm/models/__init__.py MODEL_MAP) by model_type:
+ * LlamaForCausalLM / MistralForCausalLM → LLaMAForCausalLM (models/llama/config.py LLaMAConfig),
+ * Qwen2ForCausalLM → QWenForCausalLM (models/qwen/config.py QWenConfig). Mixtral and Qwen2-MoE are
+ * refused by the descriptor before this runs (no expert tensors are written).
+ */
+export const TRTLLM_CLASSES: Record<string, { architecture: string; family: 'llama' | 'qwen' }> = {
+  llama: { architecture: 'LlamaForCausalLM', family: 'llama' },
+  mistral: { architecture: 'MistralForCausalLM', family: 'llama' },
+  qwen2: { architecture: 'Qwen2ForCausalLM', family: 'qwen' },
+};
 const DTYPE: Record<string, { dtype: string; st: FloatDType }> = {
   fp16: { dtype: 'float16', st: 'F16' },
   bf16: { dtype: 'bfloat16', st: 'BF16' },
@@ -38,7 +48,7 @@ const QUANT_ALGO: Record<string, string | null> = { fp16: null, bf16: null, fp32
  * it cannot express (longrope here; yarn with an attention factor, betas or truncation other than
  * its defaults) is refused with one line naming it, never dropped.
  */
-function rotaryScaling(rs: ArchSpec['ropeScaling']): Record<string, unknown> | null {
+export function rotaryScaling(rs: ArchSpec['ropeScaling']): Record<string, unknown> | null {
   if (!rs) return null;
   const refuse = (why: string): never => {
     throw new LlmcError(`rope type "${rs.type}"${why} is not expressible in TensorRT-LLM's rotary_scaling; the tensorrt-llm target refuses rather than drop it`);
@@ -58,12 +68,15 @@ function rotaryScaling(rs: ArchSpec['ropeScaling']): Record<string, unknown> | n
   }
 }
 
-/** config.json: the fields of TensorRT-LLM's PretrainedConfig / LLaMAConfig for this model. */
+/**
+ * config.json: PretrainedConfig.to_dict's fields (models/modeling_utils.py) and those of the model
+ * class's config (LLaMAConfig or QWenConfig: moe, rotary_base, rotary_scaling, attn_bias, ...).
+ */
 export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, unknown> {
   const s = unit.source.spec;
-  const rs = s.ropeScaling;
-  return {
-    architecture: ARCHITECTURE[s.modelType],
+  const cls = TRTLLM_CLASSES[s.modelType];
+  const common = {
+    architecture: cls.architecture,
     dtype: DTYPE[quant].dtype,
     logits_dtype: 'float32',
     vocab_size: s.vocabSize,
@@ -78,14 +91,31 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
     norm_epsilon: s.rmsNormEps,
     position_embedding_type: 'rope_gpt_neox',
     rotary_base: s.ropeTheta,
-    rotary_scaling: rotaryScaling(rs),
+    rotary_scaling: rotaryScaling(s.ropeScaling),
     attn_bias: s.qkvBias,
     mlp_bias: s.mlpBias,
+    disable_weight_only_quant_plugin: false,
     use_parallel_embedding: false,
     embedding_sharding_dim: 0,
     tie_word_embeddings: s.tieEmbeddings,
     mapping: { world_size: 1, tp_size: 1, pp_size: 1 },
     quantization: { quant_algo: QUANT_ALGO[quant], kv_cache_quant_algo: null, exclude_modules: ['lm_head'] },
+  };
+  if (cls.family === 'llama') {
+    // LLaMAConfig: a dense model's MoeConfig is 0 experts (its default normalization, RENORMALIZE = 1);
+    // residual_mlp off (HF parallel_attn_mlp_res).
+    return { ...common, residual_mlp: false, moe: { num_experts: 0, top_k: 0, normalization_mode: 1 } };
+  }
+  // QWenConfig / QWenDecoderLayer read config.qwen_type with no default ('qwen2' for Qwen2ForCausalLM,
+  // as from_hugging_face sets it from model_type); moe as from_hugging_face builds it (NONE = 0);
+  // moe_intermediate_size / moe_shared_expert_intermediate_size 0 for a dense model; no logn attention.
+  return {
+    ...common,
+    qwen_type: 'qwen2',
+    moe: { num_experts: 0, top_k: 0, normalization_mode: 0 },
+    moe_intermediate_size: 0,
+    moe_shared_expert_intermediate_size: 0,
+    use_logn_attn: false,
   };
 }
 
@@ -93,10 +123,7 @@ export const tensorrtLlmTarget: Target = {
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
     const { source } = unit;
     const s = source.spec;
-    if (!(s.modelType in ARCHITECTURE)) {
-      throw new LlmcError(`the tensorrt-llm target writes the Llama family (llama, mistral, qwen2); this model is ${s.modelType}`, source.description);
-    }
-    if (s.oBias) throw new LlmcError('the tensorrt-llm target has no o_proj bias', source.description);
+    if (!(s.modelType in TRTLLM_CLASSES)) throw new LlmcError(`internal: tensorrt-llm emit for ${s.modelType} (the descriptor refuses it)`, source.description);
     const quant = ctx.formats.quant ?? 'fp16';
     const st = DTYPE[quant].st;
     const shape = (name: string) => {

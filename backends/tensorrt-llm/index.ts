@@ -4,6 +4,7 @@
  * lists every field and tensor and where it comes from.
  */
 import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
+import { UsageError } from '../../src/core/errors.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 
 export const TRTLLM_FORMATS = ['fp16', 'bf16', 'fp32', 'int8', 'int4'] as const;
@@ -16,5 +17,13 @@ export const tensorrtLlm: TargetDescriptor = {
   capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: false, chunkGraphs: false },
   quantBlock: () => 1,
   requires: [],
+  checkArch(spec) {
+    // TensorRT-LLM runs Mixtral and Qwen2-MoE (LLaMAForCausalLM / QWenForCausalLM with a MoeConfig),
+    // but this writer has no expert tensors (mlp.router, stacked mlp.fc / mlp.proj) yet.
+    if (spec.moe) {
+      throw new UsageError(`--target tensorrt-llm writes dense llama, mistral and qwen2 checkpoints; ${spec.modelType}'s experts are not written yet: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py`);
+    }
+    if (spec.oBias) throw new UsageError('--target tensorrt-llm does not write an o_proj bias (attention.dense.bias); this model has one');
+  },
   load: async () => (await import('./emit.js')).tensorrtLlmTarget,
 };

@@ -1,19 +1,27 @@
 /**
  * What a path given to `llmc run` / `llmc inspect` is: a Hugging Face checkpoint, or an llmc artifact
- * (a directory with llmc-manifest.json, or a single file with NAME.llmc-manifest.json beside it);
- * and whether an artifact's files are the ones its manifest lists.
+ * (a directory with llmc-manifest.json, or a single file with NAME.llmc-manifest.json beside it), or
+ * any other GGUF file (its manifest made from its own header: backends/gguf/bare.ts); and whether an
+ * artifact's files are the ones its manifest lists.
  */
 import { createReadStream, promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { TARGETS } from '../../backends/index.js';
 import { LlmcError } from '../core/errors.js';
-import type { Artifact, TargetDescriptor } from '../core/pipeline/target.js';
+import type { Artifact, ForeignFile, TargetDescriptor } from '../core/pipeline/target.js';
 import { MANIFEST_FILE } from '../core/records/manifest.js';
 import { parseManifestText } from './compile/manifest.js';
 
 export { parseManifestText };
 
-export type Located = { kind: 'checkpoint'; dir: string } | ({ kind: 'artifact'; manifestPath: string; target: TargetDescriptor } & Artifact);
+/**
+ * manifestPath null: a file without llmc's manifest that a target reads (a GGUF from llama.cpp):
+ * nothing recorded to verify its bytes or its source against; `description` is what inspect shows.
+ */
+export type Located =
+  | { kind: 'checkpoint'; dir: string }
+  | ({ kind: 'artifact'; manifestPath: string; target: TargetDescriptor; description?: undefined } & Artifact)
+  | ({ kind: 'artifact'; manifestPath: null; target: TargetDescriptor } & ForeignFile);
 
 const isFile = (p: string) => fsp.stat(p).then((s) => s.isFile(), () => false);
 
@@ -29,9 +37,8 @@ export async function locate(p: string): Promise<Located> {
     return { kind: 'artifact', path: p, dir: stat.isDirectory() ? p : path.dirname(p), manifestPath, manifest, target };
   }
   if (stat.isDirectory()) return { kind: 'checkpoint', dir: p };
-  if (p.toLowerCase().endsWith('.gguf')) {
-    throw new LlmcError(`a GGUF without llmc's manifest (${path.basename(manifestPath)}); run it with llama.cpp (llama-cli -m ${p})`, p);
-  }
+  const foreign = TARGETS.find((t) => t.foreign && p.toLowerCase().endsWith(t.foreign.extension));
+  if (foreign) return { kind: 'artifact', ...(await foreign.foreign!.open(p)), manifestPath: null, target: foreign };
   throw new LlmcError('not a checkpoint directory, an llmc artifact directory, or a file with an llmc manifest beside it', p);
 }
 

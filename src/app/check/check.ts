@@ -6,7 +6,7 @@
  */
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { openCheckpoint } from '../../core/checkpoint/index.js';
-import { LlmcError } from '../../core/errors.js';
+import { LlmcError, UsageError } from '../../core/errors.js';
 import type { Manifest } from '../../core/records/manifest.js';
 import type { ProfileCache } from '../../measure/store.js';
 import { evaluateArtifact, heldOutSet } from '../evaluate/artifact.js';
@@ -58,6 +58,9 @@ export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {
   let evaluation: CheckSummary['evaluation'] = null;
   const needsQuality = (['ppl_delta', 'kl_delta', 'greedy_agreement', 'tokens_per_s'] as const).some((m) => o.budgets[m]);
   if (needsQuality || o.level !== undefined) {
+    if (!o.source && o.sourceDir === undefined && manifest.source.sha256 === '') {
+      throw new UsageError(`${o.artifact.path}: a GGUF without llmc's manifest names no source checkpoint for the quality budgets; give it with --source DIR`);
+    }
     const opened = o.source ? undefined : await openSource(o.sourceDir ?? manifest.source.path, o.sourceDir === undefined);
     const source = o.source ?? opened!;
     try {

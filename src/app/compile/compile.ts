@@ -18,7 +18,7 @@ import type { Progress } from '../../core/util/progress.js';
 import { stableJson } from '../../core/util/stable-json.js';
 import { LLMC_VERSION } from '../../core/version.js';
 import { describeFiles } from './manifest.js';
-import { prepareOutput } from './output.js';
+import { checkOutputName, prepareOutput } from './output.js';
 import { planCompile, type CompilePlan, type PlanRequest } from './plan.js';
 
 export interface CompileRequest extends PlanRequest {
@@ -33,6 +33,7 @@ export interface CompileRequest extends PlanRequest {
 }
 
 export async function compile(req: CompileRequest, plan: CompilePlan = planCompile(req)): Promise<Manifest> {
+  checkOutputName(req.outDir, plan.target);
   const out = await prepareOutput(req.outDir, { inputs: [req.source.dir], force: req.force ?? false, singleFile: plan.target.singleFile ?? null });
   try {
     const manifest = await run(req, plan, out.workDir);

@@ -8,6 +8,8 @@
  * - a non-empty directory that is no llmc artifact is refused unless --force (then replaced the same way);
  * - a single-file target given `-o NAME.<ext>` writes that file, its manifest beside it as
  *   `NAME.<ext>.llmc-manifest.json`;
+ * - an output named like a model file (`x.gguf`, `x.onnx`, ...) for a target that writes a directory or
+ *   another kind of file is refused: it would make a directory with a file's name;
  * - one compile at a time per output (a lock file beside it: a second one is told the output is
  *   busy), and what compiles that died left there (working directories, temp files) is removed.
  */
@@ -17,6 +19,30 @@ import { LlmcError, UsageError } from '../../core/errors.js';
 import { MANIFEST_FILE } from '../../core/records/manifest.js';
 import { ensureOutputDir, ioError, writeFileAtomic } from '../../core/util/atomic.js';
 import { onInterrupt } from '../../core/util/interrupt.js';
+import { TARGETS } from '../../../backends/index.js';
+import type { TargetDescriptor } from '../../core/pipeline/target.js';
+
+/** Model files by extension that no target's -o names as a directory: what each is. */
+const MODEL_FILES: Record<string, string> = {
+  '.onnx': 'an ONNX graph',
+  '.safetensors': 'a safetensors file',
+  '.engine': 'a TensorRT engine',
+  '.plan': 'a TensorRT engine',
+};
+
+/**
+ * `-o` for `target`: a name ending in another target's file extension (`x.gguf` for --target ts) or a
+ * model file's (`x.onnx`) is a usage error, not a directory of that name.
+ */
+export function checkOutputName(out: string, target: TargetDescriptor): void {
+  const ext = path.extname(out).toLowerCase();
+  if (!ext || target.singleFile?.extension === ext) return;
+  const other = TARGETS.find((t) => t.singleFile?.extension === ext || t.foreign?.extension === ext);
+  const what = other ? `a ${other.name} file` : MODEL_FILES[ext];
+  if (!what) return;
+  const writes = target.singleFile ? `a directory, or one ${target.singleFile.extension} file` : 'a directory';
+  throw new UsageError(`-o ${out}: ${ext} names ${what}, but --target ${target.name} writes ${writes}; give -o ${out.slice(0, -ext.length)}${other ? ` (or --target ${other.name})` : ''}`);
+}
 
 export interface Output {
   /** The directory the target writes its files into. */

@@ -4,7 +4,9 @@
  * (its index and stored measurements). Cached profiles are looked up in the profile directory and
  * in the cache directories given, so an artifact's report finds the measurements its passes made.
  */
+import { promises as fsp } from 'node:fs';
 import path from 'node:path';
+import { locate, verifyFiles } from '../artifact.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { MANIFEST_FILE, type Manifest, type PassRecord } from '../../core/records/manifest.js';
@@ -50,6 +52,15 @@ export interface OpenOptions {
   quality?: (dir: string, manifest: Manifest) => Promise<QualityFacts | null>;
 }
 
+const isFile = (p: string) => fsp.stat(p).then((s) => s.isFile(), () => false);
+
+async function fileManifest(file: string): Promise<Manifest> {
+  const where = await locate(file);
+  if (where.kind !== 'artifact') throw new LlmcError('not an llmc artifact', file);
+  if (where.manifestPath !== null) await verifyFiles(where, { hash: false });
+  return where.manifest;
+}
+
 export async function openReportInput(dir: string, o: OpenOptions = {}): Promise<ReportContext> {
   const cacheDirs = [...new Set((o.cacheDirs ?? []).map((d) => path.resolve(d)))];
   const profilesIn = (dirs: string[]) => async (kind: string, match: Record<string, unknown>) => {
@@ -59,7 +70,8 @@ export async function openReportInput(dir: string, o: OpenOptions = {}): Promise
     }
     return [];
   };
-  const manifest = await readManifest(dir);
+  // A single-file artifact (NAME.gguf beside its manifest) or a GGUF without one: through locate().
+  const manifest = (await isFile(dir)) ? await fileManifest(dir) : await readManifest(dir);
   if (manifest) {
     return {
       kind: 'artifact',

@@ -269,3 +269,16 @@ export function isModelType(t: unknown): t is ModelType {
 export function archOf(spec: Pick<ArchSpec, 'modelType'>): ArchEntry {
   return ARCHITECTURES[spec.modelType];
 }
+
+/**
+ * The model_type a GGUF of llama.cpp's architecture `gguf` describes (with routed experts or not):
+ * the first registry entry written as that architecture (llama.cpp writes mistral as llama, so a
+ * dense llama GGUF reads as llama); undefined for an architecture llmc has no family for.
+ */
+export function modelTypeOfGguf(gguf: string, experts: boolean): ModelType | undefined {
+  const entries = SUPPORTED_MODEL_TYPES.filter((t) => ARCHITECTURES[t].gguf === gguf);
+  return entries.find((t) => (ARCHITECTURES[t].moe !== null) === experts) ?? entries[0];
+}
+
+/** llama.cpp's architecture names of llmc's families (GGUF general.architecture). */
+export const GGUF_ARCHITECTURES: readonly string[] = [...new Set(SUPPORTED_MODEL_TYPES.map((t) => ARCHITECTURES[t].gguf))];

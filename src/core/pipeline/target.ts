@@ -114,6 +114,21 @@ export interface GenerateRequest {
   onToken?: (id: number) => void;
 }
 
+/**
+ * A file in a target's format with no llmc manifest beside it (a GGUF from llama.cpp's converter, a
+ * copy): an artifact whose manifest the target made from the file itself (no recorded source:
+ * source.sha256 is empty; no file hashes), and what `llmc inspect` shows of it.
+ */
+export interface ForeignFile extends Artifact {
+  description: { json: unknown; text: string };
+}
+
+/** Text ↔ token ids: encode adds BOS / EOS as the vocabulary says; decode skips special tokens when asked. */
+export interface TextCodec {
+  encode(text: string, opts?: { addBos?: boolean }): number[];
+  decode(ids: readonly number[], opts?: { skipSpecial?: boolean }): string;
+}
+
 /** How `llmc run` drives an artifact: prompt ids in, generated ids out. */
 export interface ArtifactRunner {
   /** Vocabulary size, context length and stop ids come from here. */
@@ -121,6 +136,8 @@ export interface ArtifactRunner {
   /** tokenizer.json / tokenizer_config.json text when the artifact carries them. */
   readonly tokenizerJson?: string;
   readonly tokenizerConfigJson?: string;
+  /** Text in and out with the artifact's own vocabulary, where its engine tokenizes (llama.cpp: a GGUF's tokenizer.ggml.* metadata); else tokenizerJson. */
+  readonly textCodec?: TextCodec;
   /** What the runner chose or ignored, for the user (e.g. the elastic level it runs). */
   readonly notes: string[];
   /** What executes the model, for summaries and reports: 'ts-runtime', 'onnxruntime', 'llama.cpp'. */
@@ -195,6 +212,8 @@ export interface TargetDescriptor<O = unknown> {
   /** A target whose artifact is one file: `-o NAME<extension>` writes `file` there (manifest beside it). */
   singleFile?: { extension: string; file: string };
   load(): Promise<Target<O>>;
+  /** Files of this extension without llmc's manifest are read as this target's artifacts (loaded on use). */
+  foreign?: { extension: string; open(file: string): Promise<ForeignFile> };
   /** How `llmc run` runs this target's artifacts, when llmc can (loaded on use). */
   open?(artifact: Artifact, opts: RunOptions): Promise<ArtifactRunner>;
 }

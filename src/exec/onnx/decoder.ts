@@ -31,6 +31,7 @@ import {
   dqCodes,
   packMatMulNBitsZeroPoints,
   packNibbles,
+  paddedInt4Codes,
   quantizeInt4Rows,
   quantizeInt8Rows,
   scaleBytes,
@@ -227,11 +228,6 @@ export class FormattedWeights implements WeightLowering {
   }
 
   private int4(b: OnnxGraphBuilder, name: string, N: number, K: number, f: Extract<WeightFormat, { kind: 'int4' }>): () => Promise<Int4Weights> {
-    if (K % f.block !== 0) {
-      const fits = [32, 64, 128].filter((x) => K % x === 0);
-      const hint = fits.length ? `a block that does (${fits.map((x) => `int4${x === 32 ? '' : `-b${x}`}`).join(', ')}) or` : '';
-      throw new LlmcError(`int4 block ${f.block} does not divide the rows of "${name}" (${K} values): use ${hint} another format for it (--tensor-type '${name.replace(/\./g, '\\.')}=int8')`, b.source.description, 2);
-    }
     const dtype = this.scaleDtype;
     return async () => quantizeInt4Rows(await readMatrix(b.source, name, N, K), N, K, f.block, f.zeroPoints, dtype);
   }
@@ -239,7 +235,7 @@ export class FormattedWeights implements WeightLowering {
   private matMulNBits(b: OnnxGraphBuilder, op: LinearOp, f: Extract<WeightFormat, { kind: 'int4' }>, out?: string): string {
     const N = op.outFeatures;
     const K = op.inFeatures;
-    const nb = K / f.block;
+    const nb = Math.ceil(K / f.block);
     const base = `${op.weight}.MatMulNBits`;
     const names = [`${base}.B`, `${base}.scales`, ...(f.zeroPoints ? [`${base}.zero_points`] : [])];
     if (!b.weights.has(names[0])) {
@@ -247,9 +243,9 @@ export class FormattedWeights implements WeightLowering {
       const dtype = this.scaleDtype;
       const parts = sharedParts(names.length, async () => {
         const q = await quantize();
-        return [packNibbles(q.codes), scaleBytes(q.scales, dtype), ...(q.zeroPoints ? [packMatMulNBitsZeroPoints(q.zeroPoints, N, nb)] : [])];
+        return [packNibbles(paddedInt4Codes(q)), scaleBytes(q.scales, dtype), ...(q.zeroPoints ? [packMatMulNBitsZeroPoints(q.zeroPoints, N, nb)] : [])];
       });
-      b.tensor({ name: names[0], dims: [N, nb, f.block / 2], dataType: DT_UINT8, byteLength: (N * K) / 2, bytes: parts[0] });
+      b.tensor({ name: names[0], dims: [N, nb, f.block / 2], dataType: DT_UINT8, byteLength: (N * nb * f.block) / 2, bytes: parts[0] });
       b.tensor({ name: names[1], dims: [N * nb], dataType: b.mode.compute, byteLength: N * nb * (dtype === 'fp16' ? 2 : 4), bytes: parts[1] });
       if (f.zeroPoints) b.tensor({ name: names[2], dims: [N * Math.ceil(nb / 2)], dataType: DT_UINT8, byteLength: N * Math.ceil(nb / 2), bytes: parts[2] });
     }
@@ -259,7 +255,7 @@ export class FormattedWeights implements WeightLowering {
 
   /** DequantizeLinear (opset 21) of blockwise int4: blocks run along the input axis in either layout. */
   private dqInt4(b: OnnxGraphBuilder, name: string, N: number, K: number, f: Extract<WeightFormat, { kind: 'int4' }>, layout: Layout): string {
-    const nb = K / f.block;
+    const nb = Math.ceil(K / f.block);
     const base = layout === 'in-out' ? `${name}^T` : name;
     const names = [`${base}.int4`, `${base}.int4_scales`, ...(f.zeroPoints ? [`${base}.int4_zero_points`] : [])];
     const dims = layout === 'in-out' ? [K, N] : [N, K];
@@ -319,14 +315,19 @@ export function decoderIo(io: DecoderIo): { inputs: ValueInfoProto[]; outputs: V
  * Lower `graph` (the unit's IR, or a level's narrowed one) with weights from `source` as a decoder
  * graph. The opset is 17, or 21 where int4 DequantizeLinear needs it.
  */
-/** The opset a graph of these ops needs: 17, or 21 where int4 DequantizeLinear is used. */
+/**
+ * The opset a graph of these ops needs: 17; 19 where an int8 DequantizeLinear has float16 scales
+ * (DequantizeLinear-13 takes float32 scales only); 21 where int4 DequantizeLinear is used.
+ */
 export function opsetFor(ops: readonly Op[], formats: DecoderFormats): number {
-  const usesDqInt4 = ops.some((op) => {
-    if (op.op !== 'linear') return false;
+  let opset = 17;
+  for (const op of ops) {
+    if (op.op !== 'linear') continue;
     const f = formats.format(op.weight, 'linear', op);
-    return f.kind === 'int4' && f.encoding === 'dequantizelinear';
-  });
-  return usesDqInt4 ? 21 : 17;
+    if (f.kind === 'int4' && f.encoding === 'dequantizelinear') return 21;
+    if (f.kind === 'int8' && formats.compute === 'fp16') opset = 19;
+  }
+  return opset;
 }
 
 /**

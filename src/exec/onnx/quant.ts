@@ -9,11 +9,18 @@
  *     zero points: lo = min(0, min w), hi = max(0, max w), scale = (hi − lo) / 15,
  *                  zp = clamp(round(−lo / scale), 0, 15), u = clamp(round(w / scale) + zp, 0, 15).
  *   Codes are kept unsigned (u = q + 8 when symmetric), w ≈ (u − zp) · scale, and packed two per
- *   byte, the first in the low nibble, in either encoding:
- *     MatMulNBits (com.microsoft): B [N, K/block, block/2] uint8 row by row of W [N, K], scales
- *       [N · K/block], zero points [N · ceil((K/block)/2)] uint8 (two blocks per byte);
+ *   byte, the first in the low nibble, in either encoding (nb = ceil(K/block) blocks per row):
+ *     MatMulNBits (com.microsoft): B [N, nb, block/2] uint8 row by row of W [N, K], scales [N · nb],
+ *       zero points [N · ceil(nb/2)] uint8 (two blocks per byte);
  *     DequantizeLinear (opset 21, block_size): an INT4 (symmetric, zero point 0) or UINT4 tensor
- *       in the stored orientation, scales and zero points [K/block, N] or [N, K/block].
+ *       in the stored orientation, scales and zero points [nb, N] or [N, nb].
+ * A block that K does not fill (stories260K's FFN of 172 in blocks of 32) is the last one of a row:
+ * quantized over its values alone, which is what onnxruntime's quantizer gets from padding the row
+ * with zeros (matmul_4bits_quantizer.py, QOperator: np.pad to nb · block, then MLAS — a zero changes
+ * neither the largest magnitude nor min(0, ·) / max(0, ·)). MatMulNBits stores those padded codes
+ * (0 quantizes to the zero point: 8, or zp); DequantizeLinear's blocked form takes the partial last
+ * block as is (scale dim ceil(Di / block_size); onnxruntime's QDQ quantizer writes [nb, N] scales
+ * over the unpadded tensor).
  * Scales are rounded to their stored dtype first and the codes computed with the rounded scale, so
  * dequantizing the stored bytes gives exactly the values the codes were chosen for.
  */
@@ -58,32 +65,32 @@ export interface Int4Weights {
   block: number;
   /** [rows, cols] unsigned codes 0..15, row-major as W. */
   codes: Uint8Array;
-  /** [rows, cols / block], as stored. */
+  /** [rows, ceil(cols / block)], as stored. */
   scales: Float32Array;
-  /** [rows, cols / block] zero points, or null when symmetric (zero point 8 in unsigned codes). */
+  /** [rows, ceil(cols / block)] zero points, or null when symmetric (zero point 8 in unsigned codes). */
   zeroPoints: Uint8Array | null;
 }
 
-/** Blockwise int4 along rows of W [rows, cols]; the block must divide cols. */
+/** Blockwise int4 along rows of W [rows, cols]; a row's last block may be partial (see above). */
 export function quantizeInt4Rows(w: Float32Array, rows: number, cols: number, block: number, zeroPoints: boolean, scaleDtype: ScaleDtype): Int4Weights {
-  if (cols % block !== 0) throw new LlmcError(`internal: int4 block ${block} does not divide a row of ${cols}`);
-  const nb = cols / block;
+  const nb = Math.ceil(cols / block);
   const codes = new Uint8Array(rows * cols);
   const scales = new Float32Array(rows * nb);
   const zps = zeroPoints ? new Uint8Array(rows * nb) : null;
   for (let r = 0; r < rows; r++) {
     for (let j = 0; j < nb; j++) {
       const o = r * cols + j * block;
+      const n = Math.min(block, cols - j * block);
       if (!zps) {
         let m = 0;
-        for (let i = 0; i < block; i++) if (Math.abs(w[o + i]) > Math.abs(m)) m = w[o + i];
+        for (let i = 0; i < n; i++) if (Math.abs(w[o + i]) > Math.abs(m)) m = w[o + i];
         const s = roundScale(m / -8, scaleDtype);
         scales[r * nb + j] = s;
-        for (let i = 0; i < block; i++) codes[o + i] = s === 0 ? 8 : Math.max(0, Math.min(15, Math.round(w[o + i] / s) + 8));
+        for (let i = 0; i < n; i++) codes[o + i] = s === 0 ? 8 : Math.max(0, Math.min(15, Math.round(w[o + i] / s) + 8));
       } else {
         let lo = 0;
         let hi = 0;
-        for (let i = 0; i < block; i++) {
+        for (let i = 0; i < n; i++) {
           lo = Math.min(lo, w[o + i]);
           hi = Math.max(hi, w[o + i]);
         }
@@ -91,17 +98,33 @@ export function quantizeInt4Rows(w: Float32Array, rows: number, cols: number, bl
         scales[r * nb + j] = s;
         const zp = s === 0 ? 0 : Math.max(0, Math.min(15, Math.round(-lo / s)));
         zps[r * nb + j] = zp;
-        for (let i = 0; i < block; i++) codes[o + i] = s === 0 ? 0 : Math.max(0, Math.min(15, Math.round(w[o + i] / s) + zp));
+        for (let i = 0; i < n; i++) codes[o + i] = s === 0 ? 0 : Math.max(0, Math.min(15, Math.round(w[o + i] / s) + zp));
       }
     }
   }
   return { rows, cols, block, codes, scales, zeroPoints: zps };
 }
 
+/**
+ * MatMulNBits' B codes: each row padded to ceil(cols/block) whole blocks with the code of 0 (the
+ * zero point: 8, or the block's zp), as onnxruntime's quantizer pads W with zeros.
+ */
+export function paddedInt4Codes(q: Int4Weights): Uint8Array {
+  const nb = Math.ceil(q.cols / q.block);
+  const K = nb * q.block;
+  if (K === q.cols) return q.codes;
+  const out = new Uint8Array(q.rows * K);
+  for (let r = 0; r < q.rows; r++) {
+    out.set(q.codes.subarray(r * q.cols, (r + 1) * q.cols), r * K);
+    out.fill(q.zeroPoints ? q.zeroPoints[r * nb + nb - 1] : 8, r * K + q.cols, (r + 1) * K);
+  }
+  return out;
+}
+
 /** The values the codes stand for: (u − zp) · scale. */
 export function dequantizeInt4(q: Int4Weights): Float32Array {
   const out = new Float32Array(q.rows * q.cols);
-  const nb = q.cols / q.block;
+  const nb = Math.ceil(q.cols / q.block);
   for (let r = 0; r < q.rows; r++) {
     for (let c = 0; c < q.cols; c++) {
       const b = r * nb + Math.floor(c / q.block);

@@ -10,6 +10,7 @@ import { planCompile } from '../../compile/plan.js';
 import { findConfig, resolveConfig, CONFIG_FILE, DEFAULT_CACHE_DIR, type ResolvedConfig } from '../../compile/config.js';
 import type { Manifest } from '../../../core/records/manifest.js';
 import { cliProgress, formatBytes, noteLine, printJson, table } from '../output.js';
+import { checkOutputName } from '../../compile/output.js';
 import { describePasses, describeTargets } from './list.js';
 import { collect, collectKeyValue } from '../options.js';
 import { formatLevelTable, levelRows, type LevelRow } from '../levels.js';
@@ -111,6 +112,7 @@ export function registerCompile(program: Command): void {
       if (budgets) checkMeasurable(budgets, plan.target.name, resolved.check!);
       const out = resolved.out;
       if (out === null && !o.dryRun) throw new UsageError(`no output directory: give -o DIR${found ? ` or set "out" in ${found.file}` : ''}`);
+      if (out !== null) checkOutputName(out, plan.target);
       // Notes are shown with the summary, after the artifact is in place (a failed compile shows its error alone).
       const notes: string[] = [];
       const started = performance.now();

@@ -150,12 +150,18 @@ export function registerInspect(program: Command): void {
   program
     .command('inspect')
     .description("Show a checkpoint's architecture, parameters per component, dtypes and bytes (headers only), or an llmc artifact's manifest: files, formats, passes, levels")
-    .argument('<path>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
+    .argument('<path>', 'checkpoint directory, artifact directory, or a GGUF file (llmc\'s, or any llama.cpp GGUF: read from its metadata)')
     .option('--json', 'machine-readable output on stdout')
     .option('--tensors', 'list every tensor (name, shape, dtype, bytes, file) of a checkpoint')
     .addHelpText('after', '\nExamples (from a clone):\n  llmc inspect fixtures/models/stories260K\n  llmc inspect fixtures/models/stories260K --json --tensors\n  llmc inspect out/stories-q8.gguf\n')
     .action(async (target: string, o: { json?: boolean; tensors?: boolean }) => {
       const where = await locate(target);
+      if (where.kind === 'artifact' && where.manifestPath === null) {
+        // A file without llmc's manifest (a GGUF from llama.cpp): what the file itself says.
+        if (o.json) printJson(where.description.json);
+        else process.stdout.write(where.description.text);
+        return;
+      }
       if (where.kind === 'artifact') {
         await verifyFiles(where, { hash: false });
         if (o.json) printJson(where.manifest);

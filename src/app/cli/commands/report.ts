@@ -11,7 +11,7 @@ export function registerReport(program: Command): void {
   program
     .command('report')
     .description('Write a report of an artifact or a profile: one self-contained HTML page (inline SVG and CSS, no scripts), Markdown or JSON')
-    .argument('<dir>', 'artifact directory (llmc-manifest.json, from llmc compile) or profile directory (llmc-profile.json, from llmc profile)')
+    .argument('<dir>', 'artifact directory (llmc-manifest.json, from llmc compile), a GGUF file (with or without its llmc manifest), or profile directory (llmc-profile.json, from llmc profile)')
     .option('-o, --out <file>', 'output file: .html, .md or .json')
     .option('--json', 'print the report\'s figures as JSON on stdout')
     .option('--source <dir>', "the checkpoint an artifact was compiled from, for the quality table (default: the manifest's source path)")
@@ -56,6 +56,10 @@ export function registerReport(program: Command): void {
 async function measureQuality(dir: string, manifest: Manifest, o: { source?: string; evalText?: string; cacheDir?: string }, note: (m: string) => void) {
   if (!evaluable(manifest.target)) {
     note(`quality table left out: llmc does not run ${manifest.target} artifacts (it runs ${evaluableTargets().join(', ')})`);
+    return null;
+  }
+  if (o.source === undefined && manifest.source.sha256 === '') {
+    note("quality table left out: a GGUF without llmc's manifest names no source checkpoint; give it with --source DIR");
     return null;
   }
   const { openCheckpoint } = await import('../../../core/checkpoint/index.js');

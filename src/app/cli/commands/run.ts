@@ -20,6 +20,7 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
     const { openCheckpointRunner } = await import('../../../exec/engine/generator.js');
     return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }), dir: where.dir };
   }
+  if (where.manifestPath === null && o.verify) throw new UsageError("--verify: a GGUF without llmc's manifest beside it has no recorded sha256 to check against");
   await verifyFiles(where, { hash: Boolean(o.verify) });
   if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
   const engines = where.target.capabilities.engines;
@@ -103,9 +104,9 @@ export function registerRun(program: Command): void {
   program
     .command('run')
     .description('Generate tokens, printed as they are made (text with a tokenizer, else ids), from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; qnn: a TS simulation of its NPU integer pipeline, or its graphs on onnxruntime with --engine onnxruntime, with the shadow outliers on the CPU; gguf and gguf-levels: llama.cpp)')
-    .argument('<model>', 'checkpoint directory, artifact directory, or NAME.gguf compiled by llmc')
+    .argument('<model>', 'checkpoint directory, artifact directory, or a GGUF file (llmc\'s or llama.cpp\'s)')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
-    .option('--prompt <text>', 'prompt text (needs a tokenizer.json in the model directory)')
+    .option('--prompt <text>', 'prompt text (tokenized with the model\'s tokenizer.json, or a GGUF\'s own vocabulary in llama.cpp)')
     .option('--prompt-file <file>', 'prompt text from a file, - for stdin (one trailing newline dropped)')
     .option('--chat', "render the prompt as a user message with the model's chat template (chat_template.jinja or tokenizer_config.json)")
     .option('--system <text>', '--chat: a system message before it')
@@ -161,7 +162,7 @@ export function registerRun(program: Command): void {
       const tokenizerFile = path.join(dir, 'tokenizer.json');
       try {
         // The tokenizer (and its schema library) loads only for models that have one.
-        const codec = runner.tokenizerJson ? (await import('../../../core/tokenizer/index.js')).loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, tokenizerFile) : null;
+        const codec = runner.textCodec ?? (runner.tokenizerJson ? (await import('../../../core/tokenizer/index.js')).loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, tokenizerFile) : null);
         let promptIds: number[];
         if (promptText !== undefined) {
           if (!codec) throw new LlmcError(`${o.promptFile !== undefined ? '--prompt-file' : '--prompt'} needs a tokenizer.json; this model has none (use --prompt-ids)`, modelPath);
@@ -189,7 +190,7 @@ export function registerRun(program: Command): void {
           );
         }
         if (!o.json) for (const n of runner.notes) process.stderr.write(`${noteLine(n)}\n`);
-        const eos = o.ignoreEos ? [] : eosIds(runner, codec, path.join(dir, 'generation_config.json'));
+        const eos = o.ignoreEos ? [] : eosIds(runner, codec && 'eosId' in codec ? (codec as { eosId: number | null }) : null, path.join(dir, 'generation_config.json'));
         const stop = new Set(eos);
         const decodeText = codec && ((ids: readonly number[]) => codec.decode(ids, { skipSpecial: true }));
         const sink = new TokenSink(o.json ? { kind: 'quiet' } : decodeText && !o.ids ? { kind: 'text', decode: decodeText } : { kind: 'ids' }, stop);

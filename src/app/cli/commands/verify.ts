@@ -14,6 +14,7 @@ export function registerVerify(program: Command): void {
     .action(async (target: string, o: { json?: boolean }) => {
       const where = await locate(target);
       if (where.kind !== 'artifact') throw new LlmcError('not an llmc artifact (no llmc-manifest.json): nothing to verify against', target);
+      if (where.manifestPath === null) throw new LlmcError("a GGUF without llmc's manifest beside it: no recorded sizes or sha256 to verify against", target);
       await verifyFiles(where, { hash: true });
       if (o.json) printJson({ artifact: target, files: where.manifest.files.length, ok: true });
       else process.stdout.write(`${target}: ${where.manifest.files.length} file(s) match the manifest\n`);

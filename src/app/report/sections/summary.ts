@@ -18,7 +18,7 @@ export const summarySection: GeneralSection = {
       ['MLP width', String(a.moe ? a.moe.expertIntermediateSize : a.intermediateSize)],
       ['vocabulary', fmtCount(a.vocabSize)],
       ['context', fmtCount(a.maxPositions)],
-      ['checkpoint', `${ctx.checkpoint.path} (sha256 ${ctx.checkpoint.sha256.slice(0, 16)}…)`],
+      ['checkpoint', ctx.checkpoint.sha256 === '' ? 'not recorded (a GGUF without llmc\'s manifest)' : `${ctx.checkpoint.path} (sha256 ${ctx.checkpoint.sha256.slice(0, 16)}…)`],
     ];
     const m = ctx.manifest;
     if (m) {
