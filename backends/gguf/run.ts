@@ -62,6 +62,9 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
   const header = await readGgufHeader(file);
   checkGgufModel(header, a.manifest.arch, file);
   const template = header.metadata.get('tokenizer.chat_template');
+  // llmc's placeholder vocabulary (a checkpoint without a tokenizer): ids round-trip, text does not, so llmc run prints ids.
+  const vocab = header.metadata.get('tokenizer.ggml.tokens');
+  const placeholder = Array.isArray(vocab) && vocab.some((t) => typeof t === 'string' && t.startsWith('<placeholder_'));
   const llama = await llamaCpp.getLlama({ gpu: false, build: 'never', logLevel: llamaCpp.LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath: file });
   const spec = a.manifest.arch;
@@ -86,7 +89,7 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
   return {
     spec,
     notes,
-    textCodec,
+    ...(placeholder ? {} : { textCodec }),
     ...(typeof template === 'string' ? { chatTemplate: template } : {}),
     engine: 'llama.cpp',
     async logits(ids) {
