@@ -3,6 +3,7 @@ import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
 import { RUN_ENGINES, type ArtifactRunner, type RunEngine, type RunOptions } from '../../../core/pipeline/target.js';
 import { ELASTIC_LEVELS, findRecord, levelJson, type ElasticLevels } from '../../../core/records/index.js';
+import { artifactOffer, CHECKPOINT_OFFER, checkRunOptions } from '../../../core/pipeline/run-usage.js';
 import { locate, verifyFiles } from '../../artifact.js';
 import { noteLine, printJson } from '../output.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
@@ -11,18 +12,13 @@ import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels }> {
   const where = await locate(modelPath);
   if (where.kind === 'checkpoint') {
-    if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
-    if (o.level !== undefined) throw new UsageError('--level needs an artifact compiled with --passes reorder (ts or gguf-levels); this is a checkpoint');
-    if (o.engine !== undefined) throw new UsageError('--engine chooses how a qnn artifact runs (llmc compile --target qnn); this is a checkpoint');
-    if (o.chunk !== undefined) throw new UsageError('--chunk needs an artifact compiled with --passes chunk-partition (ts or cuda); this is a checkpoint');
+    checkRunOptions(CHECKPOINT_OFFER, o);
     const { openCheckpointRunner } = await import('../../../exec/engine/generator.js');
     return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }) };
   }
+  if (!where.target.open) throw new UsageError(`llmc cannot run ${where.target.name} artifacts itself (${where.path}); see llmc list targets`);
+  checkRunOptions(artifactOffer(where, where.target, where.manifestPath), o);
   await verifyFiles(where, { hash: Boolean(o.verify) });
-  if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
-  const engines = where.target.capabilities.engines;
-  if (o.engine !== undefined && !engines?.includes(o.engine)) throw new UsageError(`--engine ${o.engine}: a ${where.target.name} artifact runs on ${engines ? engines.join(' or ') : 'one engine, with no choice'}`);
-  if (o.chunk !== undefined && !where.target.capabilities.chunkGraphs) throw new UsageError(`--chunk runs artifacts with chunk graphs (ts, cuda, qnn); ${where.target.name} has none`);
   return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined };
 }
 
@@ -83,7 +79,6 @@ export function registerRun(program: Command): void {
       if (o.expertCache === undefined && (o.expertPolicy !== undefined || o.expertPreload !== undefined)) throw new UsageError('--expert-policy and --expert-preload need --expert-cache N');
       if (o.expertPolicy !== undefined && !['edgemoe', 'lru', 'lfu'].includes(o.expertPolicy)) throw new UsageError(`--expert-policy must be edgemoe, lru or lfu, got "${o.expertPolicy}"`);
       const experts = o.expertCache === undefined ? undefined : { capacity: o.expertCache as number, policy: o.expertPolicy as 'edgemoe' | 'lru' | 'lfu' | undefined, preload: o.expertPreload as number | undefined };
-      if (o.speculative && o.level !== undefined) throw new UsageError('--speculative and --level do not combine (the record names the draft)');
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
