@@ -367,9 +367,9 @@ describe('cuda target: bad input', () => {
     expect(b.stderr.trim().split('\n')).toHaveLength(1);
     expect(b.stderr).toMatch(/int4 block 32 does not divide the rows of "model\.layers\.0\.mlp\.down_proj\.weight" \(172 values\)/);
     expect(existsSync(out)).toBe(false);
-    const help = await llmcInProcess('compile', '--help');
-    expect(help.stdout).toMatch(/cuda: fp32, fp16, int8, int4, int4-b64, int4-b128 \(default fp16\)/);
-    expect(help.stdout).toContain('--opt cuda.int4=');
+    const list = await llmcInProcess('list');
+    expect(list.stdout).toMatch(/cuda: fp32, fp16, int8, int4, int4-b64, int4-b128 \(default: fp16\)/);
+    expect(list.stdout).toContain('--opt cuda.int4: ');
     const opt = await llmcInProcess('compile', MODEL, '--target', 'cuda', '--opt', 'cuda.int4=nf4', '-o', out);
     expect(opt.code).toBe(2);
     expect(opt.stderr).toMatch(/cuda\.int4 must be one of matmulnbits, dequantizelinear/);
