@@ -102,7 +102,7 @@ export function registerRun(program: Command): void {
             `${promptIds.length} prompt tokens + ${o.maxTokens} to generate exceed the model's context of ${ctx}; lower --max-tokens to ${Math.max(0, ctx - promptIds.length)} (or --allow-overflow)`,
           );
         }
-        if (!o.json) for (const n of runner.notes) process.stderr.write(`${noteLine(n)}\n`);
+        if (!o.json) for (const n of new Set(runner.notes)) process.stderr.write(`${noteLine(n)}\n`);
         // process.hrtime, not performance.now(): the first use of `performance` loads perf_hooks (~3 ms of start-up).
         const start = process.hrtime.bigint();
         const generated = await runner.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed });
