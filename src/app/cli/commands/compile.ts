@@ -9,10 +9,10 @@ import { CACHE_HELP, parseCachePolicy } from './profile.js';
 import { planCompile } from '../../compile/plan.js';
 import { findConfig, resolveConfig, CONFIG_FILE, DEFAULT_CACHE_DIR, type ResolvedConfig } from '../../compile/config.js';
 import type { Manifest } from '../../../core/records/manifest.js';
-import { cliProgress, formatBytes, noteLine, printJson, table } from '../output.js';
+import { cliProgress, collectNotes, formatBytes, noteLine, printJson, table } from '../output.js';
 import { collect, collectKeyValue } from '../options.js';
 import { formatLevelTable, levelRows, type LevelRow } from '../levels.js';
-import { checkMeasurable, readBudgets } from '../../check/budgets.js';
+import { readBudgets } from '../../check/budgets.js';
 import { reportCheck } from './check.js';
 import { locate } from '../../artifact.js';
 import type { QuickEvaluation } from '../../evaluate/artifact.js';
@@ -93,7 +93,6 @@ export function registerCompile(program: Command): void {
       resolved.target.quant = plan.formats.quant ?? plan.target.formats.default;
       if (o.printConfig) return printJson(configJson(resolved));
       const budgets = resolved.check === null ? undefined : await readBudgets(resolved.check);
-      if (budgets) checkMeasurable(budgets, plan.target.name, resolved.check!);
       const out = resolved.out;
       if (out === null && !o.dryRun) throw new UsageError(`no output directory: give -o DIR${found ? ` or set "out" in ${found.file}` : ''}`);
       // Notes are shown with the summary, after the artifact is in place (a failed compile shows its error alone).
@@ -109,7 +108,7 @@ export function registerCompile(program: Command): void {
         const cacheDir = { dir: o.profile ?? resolved.cacheDir, policy };
         // Passes and targets pull in onnxruntime and tfjs: load them only when compiling.
         const { compile, dryRun } = await import('../../compile/compile.js');
-        const common = { ...request, source, progress: cliProgress(json), note: (m: string) => notes.push(m), cacheDir, force: Boolean(o.force) };
+        const common = { ...request, source, progress: cliProgress(json), note: collectNotes(notes), cacheDir, force: Boolean(o.force) };
         if (o.dryRun) {
           const { printDryRun } = await import('./dry-run.js');
           return printDryRun(await dryRun({ ...common, outDir: out ?? '' }, plan), resolved, json, notes);
@@ -127,7 +126,9 @@ export function registerCompile(program: Command): void {
         const quality = { ...(evaluation === null ? {} : { quality: evaluation }), ...levelsJson(manifest) };
         if (budgets) {
           const { checkArtifact } = await import('../../check/check.js');
-          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir });
+          // No evaluation, no quality figures: its budgets fail saying so (CI never passes on what was not measured).
+          const notRun = !o.eval ? 'the compile ran with --no-eval' : evaluation?.measured === false ? `the compile's evaluation was skipped: ${evaluation.reason}` : undefined;
+          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir, notRun });
           reportCheck(summary, json ? { ...manifest, notes, seconds, ...quality, check: summary } : undefined);
         } else if (json) printJson({ ...manifest, notes, seconds, ...quality });
       } finally {
