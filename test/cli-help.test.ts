@@ -37,6 +37,11 @@ describe('llmc --help / --version', () => {
     expect(r.stdout).toMatch(/Options:/);
   });
 
+  it('a reader that stops early (llmc compile --help | head -1) ends it quietly: exit 0, no stack trace', () => {
+    const r = spawnSync('sh', ['-c', `node ${JSON.stringify(path.join(ROOT, "bin/llmc.js"))} compile --help | head -c 1 >/dev/null`], { encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+  });
+
   it('an unknown command is a usage error (exit 2)', () => {
     const r = llmc('frobnicate');
     expect(r.status).toBe(2);
