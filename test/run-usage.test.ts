@@ -74,6 +74,14 @@ describe('llmc run: the same misuse exits 2 on every target', () => {
     }
   });
 
+  it.each(['hf', 'cuda', 'gguf'])('llmc check --level on a one-model %s: the same usage error, exit 2', async (kind) => {
+    const budgets = path.join(tmp, 'budgets.json');
+    await fsp.writeFile(budgets, JSON.stringify({ ppl_delta: { max: 1000 } }));
+    const r = await llmc('check', artifacts[kind], budgets, '--level', '0.5', '--cache-dir', path.join(tmp, 'cache'));
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^llmc: --level needs an artifact with elastic levels .*; this is an? .* artifact\n$/);
+  });
+
   it('an artifact llmc cannot run itself (tensorrt-llm) is a usage error too', async () => {
     const r = await llmc('run', artifacts['tensorrt-llm'], '--prompt-ids', '1', '-n', '2');
     expect(r.code).toBe(2);
