@@ -229,8 +229,8 @@ export class FormattedWeights implements WeightLowering {
   private int4(b: OnnxGraphBuilder, name: string, N: number, K: number, f: Extract<WeightFormat, { kind: 'int4' }>): () => Promise<Int4Weights> {
     if (K % f.block !== 0) {
       const fits = [32, 64, 128].filter((x) => K % x === 0);
-      const hint = fits.length ? `a block that does (${fits.map((x) => `int4${x === 32 ? '' : `-b${x}`}`).join(', ')}) or` : '';
-      throw new LlmcError(`int4 block ${f.block} does not divide the rows of "${name}" (${K} values): use ${hint} another format for it (--tensor-type '${name.replace(/\./g, '\\.')}=int8')`, b.source.description, 2);
+      const hint = fits.length ? `a block that does (${fits.map((x) => `int4${x === 32 ? '' : `-b${x}`}`).join(', ')}) or ` : '';
+      throw new LlmcError(`int4 block ${f.block} does not divide the rows of "${name}" (${K} values): use ${hint}another format for it (--tensor-type '${name.replace(/\./g, '\\.')}=int8')`, b.source.description, 2);
     }
     const dtype = this.scaleDtype;
     return async () => quantizeInt4Rows(await readMatrix(b.source, name, N, K), N, K, f.block, f.zeroPoints, dtype);
