@@ -9,6 +9,7 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { MANIFEST_FILE, type Manifest, type PassRecord } from '../../core/records/manifest.js';
 import { readManifest } from '../compile/manifest.js';
+import { locate } from '../artifact.js';
 import { PROFILE_INDEX, readProfileIndex, type ProfileIndex } from '../profile/dir.js';
 import { findProfiles, type Profile } from '../../measure/store.js';
 import { DTYPE_BYTES, numel, type DType } from '../../core/checkpoint/safetensors.js';
@@ -30,6 +31,8 @@ export interface QualityFacts {
 export interface ReportContext {
   kind: 'artifact' | 'profile';
   dir: string;
+  /** What the user named, when it is not `dir` (a single-file artifact: NAME.gguf). */
+  path?: string;
   arch: ArchSpec;
   checkpoint: { path: string; sha256: string };
   manifest: Manifest | null;
@@ -59,11 +62,14 @@ export async function openReportInput(dir: string, o: OpenOptions = {}): Promise
     }
     return [];
   };
-  const manifest = await readManifest(dir);
+  // A single-file artifact (NAME.gguf, its manifest beside it) reads like a directory: the file's directory holds its files.
+  const single = dir.toLowerCase().endsWith('.gguf') ? await locate(dir) : null;
+  const manifest = single?.kind === 'artifact' ? single.manifest : await readManifest(dir);
   if (manifest) {
     return {
       kind: 'artifact',
-      dir,
+      dir: single?.kind === 'artifact' ? single.dir : dir,
+      path: dir,
       arch: manifest.arch,
       checkpoint: manifest.source,
       manifest,
