@@ -6,6 +6,11 @@ import { readFileSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 const argv = process.argv.slice(2);
+// A reader that stops early (`llmc compile --help | head`) closes the pipe: end quietly, no stack trace.
+for (const stream of [process.stdout, process.stderr]) stream.on('error', (err) => {
+    if (err.code === 'EPIPE') process.exit(0);
+    throw err;
+  });
 
 /** The command's bundle, if it has one and no file it was built from has changed since (LLMC_RUN_BUNDLE=off: never). */
 function bundle() {

@@ -13,7 +13,7 @@ import { readManifest } from '../src/app/compile/manifest.js';
 import { heldOutSet } from '../src/app/evaluate/artifact.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { loadDir } from '../src/exec/runtime/node.js';
-import { llmcInProcess } from './cli.js';
+import { llmcInProcess, llmcWithEval } from './cli.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 let tmp: string;
@@ -144,9 +144,19 @@ describe('llmc check', () => {
     expect(inLlama.code, inLlama.stderr).toBe(0);
     expect(inLlama.summary.evaluation.executor).toBe('llama.cpp');
     const trt = await compileTo('trt', '--target', 'tensorrt-llm');
-    const bad = await check(trt, { ppl_delta: { max: 1 } });
-    expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/: ppl_delta: not measured for a tensorrt-llm artifact \(llmc runs .*gguf/);
+    // A budget llmc cannot measure for the artifact fails with the reason (exit 1); bytes are still judged.
+    const bad = await check(trt, { bytes: { max: 1e7 }, ppl_delta: { max: 1 }, tokens_per_s: { min: 1 } });
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toBe(
+      'budget failed: ppl_delta (max 1) cannot be measured: llmc does not run tensorrt-llm artifacts (it runs gguf, gguf-levels, hf, ts, cuda, qnn)\n' +
+        'budget failed: tokens_per_s (min 1) cannot be measured: llmc does not run tensorrt-llm artifacts (it runs gguf, gguf-levels, hf, ts, cuda, qnn)\n',
+    );
+    expect(bad.summary).toMatchObject({ ok: false, metrics: { bytes: expect.any(Number) }, evaluation: null });
+    expect(bad.summary.results.map((r: { metric: string; ok: boolean; value: unknown }) => [r.metric, r.ok, r.value])).toEqual([
+      ['bytes', true, bad.summary.metrics.bytes],
+      ['ppl_delta', false, null],
+      ['tokens_per_s', false, null],
+    ]);
     const hf = await compileTo('hf', '--target', 'hf', '--passes', 'reorder', '--opt', 'reorder.recover=none');
     const q = await check(hf, { ppl_delta: { max: 1e-4, min: -1e-4 }, greedy_agreement: { min: 1 } });
     expect(q.code, q.stderr).toBe(0);
@@ -197,7 +207,7 @@ describe('llmc check', () => {
 describe('llmc compile --check', () => {
   it('a failed budget exits 1 and keeps the artifact; a bad budget file exits 2 before anything is written', async () => {
     const out = path.join(tmp, 'checked');
-    const r = await llmcInProcess('compile', STORIES, '--target', 'ts', '--quant', 'Q8_0', '-o', out, '--cache-dir', cache, '--check', await budgetFile('tight.json', { kl_delta: { max: 1e-9 } }));
+    const r = await llmcWithEval('compile', STORIES, '--target', 'ts', '--quant', 'Q8_0', '-o', out, '--cache-dir', cache, '--check', await budgetFile('tight.json', { kl_delta: { max: 1e-9 } }));
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/budget failed: kl_delta = [\d.e-]+, max 1e-9\n$/);
     expect(existsSync(path.join(out, 'weights.bin'))).toBe(true);
@@ -208,9 +218,20 @@ describe('llmc compile --check', () => {
     expect(m.check).toMatchObject({ schema: 'llmc-check/1', ok: true, metrics: { bytes: m.files[0].size } });
 
     const never = path.join(tmp, 'never');
-    const bad = await llmcInProcess('compile', STORIES, '--target', 'tensorrt-llm', '-o', never, '--check', await budgetFile('q.json', { greedy_agreement: { min: 0.9 } }));
+    const bad = await llmcInProcess('compile', STORIES, '--target', 'ts', '-o', never, '--check', await budgetFile('bad.json', { greedy: { min: 0.9 } }));
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/greedy_agreement: not measured for a tensorrt-llm artifact/);
     expect(existsSync(never)).toBe(false);
+  });
+
+  it('quality budgets on a compile that measured no quality fail saying why (exit 1): --no-eval, a target llmc does not run', async () => {
+    const q = await budgetFile('q.json', { bytes: { max: 1e7 }, greedy_agreement: { min: 0.9 } });
+    const noEval = await llmcInProcess('compile', STORIES, '--target', 'ts', '-o', path.join(tmp, 'no-eval'), '--cache-dir', cache, '--no-eval', '--check', q);
+    expect(noEval.code).toBe(1);
+    expect(noEval.stdout).toMatch(/^ok {3}bytes = \d+ \(max 10000000\)\nFAIL greedy_agreement = not measured \(min 0\.9\)\n$/);
+    expect(noEval.stderr).toMatch(/\nbudget failed: greedy_agreement \(min 0\.9\) cannot be measured: the compile ran with --no-eval\n$/);
+    const trt = await llmcWithEval('compile', STORIES, '--target', 'tensorrt-llm', '-o', path.join(tmp, 'trt-checked'), '--json', '--check', q);
+    expect(trt.code).toBe(1);
+    expect(trt.stderr).toMatch(/^budget failed: greedy_agreement \(min 0\.9\) cannot be measured: the compile's evaluation was skipped: llmc does not run tensorrt-llm artifacts/);
+    expect(JSON.parse(trt.stdout).check).toMatchObject({ ok: false, results: [{ metric: 'bytes', ok: true }, { metric: 'greedy_agreement', ok: false, value: null }] });
   });
 });

@@ -256,7 +256,7 @@ describe('llmc run --chunk', () => {
     const runArgs = ['run', ts, '--prompt-ids', '1,2', '-n', '2'];
     await bad([...runArgs, '--chunk', '0'], /--chunk must be a chunk length of at least 1/);
     await bad([...runArgs, '--chunk', '5'], /chunk graphs for c = 4, 16, not 5/);
-    await bad(['run', STORIES, '--prompt-ids', '1', '-n', '2', '--chunk', '4'], /--chunk needs an artifact compiled with --passes chunk-partition/);
+    await bad(['run', STORIES, '--prompt-ids', '1', '-n', '2', '--chunk', '4'], /--chunk needs an artifact with chunk graphs \(llmc compile --passes chunk-partition .*\); this is a Hugging Face checkpoint/);
     const out = path.join(tmp, 'bad');
     const compile = (...o: string[]) => ['compile', STORIES, '--target', 'ts', '--passes', 'chunk-partition', ...o, '-o', out];
     await bad(compile('--opt', 'chunk-partition.chunk=0'), /at least 1 token/);

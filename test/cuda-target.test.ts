@@ -419,9 +419,9 @@ describe('cuda target: bad input', () => {
     expect(q.stderr.trim().split('\n')).toHaveLength(1);
     expect(q.stderr).toMatch(/unknown quant type "Q4_0" for target cuda; valid: fp32, fp16, int8, int4/);
     expect(existsSync(out)).toBe(false);
-    const help = await llmcInProcess('compile', '--help');
-    expect(help.stdout).toMatch(/cuda: fp32, fp16, int8, int4, int4-b64, int4-b128 \(default fp16\)/);
-    expect(help.stdout).toContain('--opt cuda.int4=');
+    const list = await llmcInProcess('list');
+    expect(list.stdout).toMatch(/cuda: fp32, fp16, int8, int4, int4-b64, int4-b128 \(default: fp16\)/);
+    expect(list.stdout).toContain('--opt cuda.int4: ');
     const opt = await llmcInProcess('compile', MODEL, '--target', 'cuda', '--opt', 'cuda.int4=nf4', '-o', out);
     expect(opt.code).toBe(2);
     expect(opt.stderr).toMatch(/cuda\.int4 must be one of matmulnbits, dequantizelinear/);

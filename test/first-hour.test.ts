@@ -132,8 +132,9 @@ describe('3. non-finite weights are refused by every target and pass', () => {
 });
 
 describe('4. help from the registries, with examples that run', () => {
-  it('compile --help lists every target with its formats and default, and every pass option with its default', async () => {
-    const help = (await llmc('compile', '--help')).stdout;
+  it('llmc list (where compile --help points) lists every target with its formats and default, and every pass option with its default', async () => {
+    expect((await llmc('compile', '--help')).stdout).toContain('llmc list targets | passes | formats');
+    const help = (await llmc('list')).stdout;
     for (const t of TARGETS) {
       expect(help).toContain(`  ${t.name}: ${t.description}`);
       expect(help).toContain(`default: ${t.formats.default ?? "each tensor's source dtype"}`);

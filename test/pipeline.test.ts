@@ -129,10 +129,13 @@ describe('a pass and a target added through the registries alone', () => {
     expect(manifest.passes[1].options).toEqual({ scale: 2.5 });
   });
 
-  it('--help lists them, from the registries', async () => {
+  it('--help and llmc list list them, from the registries', async () => {
     const r = await llmcInProcess('compile', '--help');
     expect(r.stdout).toContain('toy-target');
     expect(r.stdout).toContain('--toy-scale');
+    const list = await llmcInProcess('list');
+    expect(list.stdout).toContain('  toy-target: ');
+    expect(list.stdout).toContain('--toy-scale X is --opt toy.scale=X');
   });
 
   it('a format a pass chose per tensor is written by the ts target', async () => {

@@ -226,7 +226,7 @@ describe('bad input: one line, exit 2', () => {
     const noRecord = path.join(tmp, 'plain-ts');
     expect((await llmc('compile', STORIES, '--target', 'ts', '-o', noRecord)).code).toBe(0);
     const r = await llmc('run', noRecord, '--prompt-ids', '1', '-n', '4', '--speculative');
-    expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/--speculative needs an artifact compiled with --passes tree-search/);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--speculative needs .*--passes tree-search.*; this is a ts artifact/);
   });
 });

@@ -17,7 +17,7 @@ import { levelGraph } from '../../src/core/ir/level.js';
 import type { ModelGraph } from '../../src/core/ir/ir.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { sliceSource } from '../../src/core/pipeline/elastic.js';
-import type { EmitContext, EmitResult, FormatRequest, Target } from '../../src/core/pipeline/target.js';
+import type { EmitContext, EmitResult, FormatRequest, Target, WrittenTensor } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { CHUNK_SCHEDULE, ELASTIC_LEVELS, findRecord, type Level } from '../../src/core/records/index.js';
 import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core/util/atomic.js';
@@ -221,7 +221,7 @@ export const cudaTarget: Target<CudaOptions> = {
       }
     }
     if (trtexec) files.push(await buildEngine(ctx.outDir, o.profile, trtexec));
-    return { files, targetInfo };
+    return { files, targetInfo, tensors: writtenTensors(full) };
   },
 };
 
@@ -276,3 +276,23 @@ async function buildEngine(outDir: string, profile: string, trtexec: string): Pr
   }
   return String(r.stdout).trim().split('\n').at(-1)!;
 }
+
+/**
+ * The full graph's weights as the compile summary and the report count them: each initializer
+ * belongs to the Hugging Face tensor whose name it starts with (`….weight^T.int8`, `….int8_scales`),
+ * in that tensor's format; what holds none (rotary tables, small constants) is counted apart.
+ */
+function writtenTensors(g: DecoderGraph): WrittenTensor[] {
+  const names = Object.keys(g.formats).sort((a, b) => b.length - a.length);
+  const byName = new Map<string, WrittenTensor>();
+  for (const t of g.tensors) {
+    const hf = t.source ?? names.find((n) => t.name === n || t.name.startsWith(`${n}.`) || t.name.startsWith(`${n}^`));
+    const key = hf ?? t.name;
+    const w = byName.get(key) ?? { name: key, sources: hf ? [hf] : [], format: (hf && g.formats[hf]) || DTYPE_LABEL[t.dataType] || `onnx type ${t.dataType}`, bytes: 0, ...(hf ? {} : { group: 'constants' }) };
+    w.bytes += t.byteLength;
+    byName.set(key, w);
+  }
+  return [...byName.values()];
+}
+
+const DTYPE_LABEL: Record<number, string> = { 1: 'fp32', 10: 'fp16', 16: 'bf16', 3: 'int8', 2: 'uint8', 7: 'int64', 6: 'int32', 9: 'bool' };

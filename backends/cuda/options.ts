@@ -4,6 +4,7 @@
  * blockwise along the input axis; the block is in the name so the pass manager and the reorder
  * pass see it: int4 = block 32, int4-b64, int4-b128).
  */
+import { formatIn } from '../../src/core/pipeline/format-names.js';
 import { UsageError } from '../../src/core/errors.js';
 import type { OptionSchema, OptionSpec } from '../../src/core/pipeline/options.js';
 import type { FormatRequest } from '../../src/core/pipeline/target.js';
@@ -56,7 +57,8 @@ export const CUDA_OPTION_SPECS: readonly OptionSpec[] = [
 ];
 
 const oneOf = <T extends string>(key: string, v: string, list: readonly T[]): T => {
-  const hit = list.find((x) => x === v.trim().toLowerCase());
+  // Format names in any case and by any alias (F16 = fp16), as --quant takes them.
+  const hit = list.find((x) => x === v.trim().toLowerCase()) ?? (formatIn(list, v) as T | null);
   if (!hit) throw new UsageError(`cuda.${key} must be one of ${list.join(', ')}, got "${v}"`);
   return hit;
 };

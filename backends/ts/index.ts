@@ -12,7 +12,7 @@ export const ts: TargetDescriptor = {
   description: "llmc's tiny TypeScript runtime (weights.bin + tensor table; F32, F16, Q8_0, Q4_0, Q4_K, Q2_K, Q3_K, Q6_K; Q5_0 as Q4_K's fallback)",
   formats: { quant: WEIGHT_FORMATS, default: 'F32', tensorTypes: WEIGHT_FORMATS },
   options: NO_OPTIONS,
-  capabilities: { elasticWidths: { kind: 'per-layer' }, perTensorFormats: true, perExpertFormats: true, qdq: false, chunkGraphs: true, adapters: true },
+  capabilities: { elasticWidths: { kind: 'per-layer' }, perTensorFormats: true, perExpertFormats: true, qdq: false, chunkGraphs: true, adapters: true, speculative: true, expertCache: true },
   quantBlock: (r) => Math.max(blockAlongRow(r.quant ?? 'F32'), ...r.tensorTypes.map((t) => blockAlongRow(t.type))),
   requires: [],
   load: async () => (await import('./emit.js')).tsTarget,

@@ -49,19 +49,32 @@ async function sha256File(file: string): Promise<string> {
   return h.digest('hex');
 }
 
-/**
- * Every file the manifest lists is there with its size (and, with `hash`, its sha256); the first that
- * is not is one error naming it.
- */
-export async function verifyFiles(a: Artifact, opts: { hash: boolean }): Promise<void> {
+/** A file of an artifact that is not the one its manifest lists. */
+export interface FileProblem {
+  file: string;
+  problem: string;
+}
+
+/** Every file the manifest lists that is missing, of another size or (with `hash`) of another sha256: all of them, in manifest order. */
+export async function checkFiles(a: Artifact, opts: { hash: boolean }): Promise<FileProblem[]> {
+  const problems: FileProblem[] = [];
   for (const f of a.manifest.files) {
     const file = path.join(a.dir, f.path);
     const st = await fsp.stat(file).catch(() => null);
-    if (!st?.isFile()) throw new LlmcError('missing: the artifact\'s manifest lists it; compile again', file);
-    if (st.size !== f.size) throw new LlmcError(`${st.size} bytes, the manifest says ${f.size}: the artifact is damaged or from another compile; compile again`, file);
-    if (opts.hash) {
+    if (!st?.isFile()) problems.push({ file, problem: "missing: the artifact's manifest lists it; compile again" });
+    else if (st.size !== f.size) problems.push({ file, problem: `${st.size} bytes, the manifest says ${f.size}: the artifact is damaged or from another compile; compile again` });
+    else if (opts.hash) {
       const got = await sha256File(file);
-      if (got !== f.sha256) throw new LlmcError(`sha256 ${got} differs from the manifest's ${f.sha256}: the file was changed; compile again`, file);
+      if (got !== f.sha256) problems.push({ file, problem: `sha256 ${got} differs from the manifest's ${f.sha256}: the file was changed; compile again` });
     }
   }
+  return problems;
+}
+
+/** Every file the manifest lists is there with its size (and, with `hash`, its sha256); else one error naming the first bad file and how many more. */
+export async function verifyFiles(a: Artifact, opts: { hash: boolean }): Promise<void> {
+  const problems = await checkFiles(a, opts);
+  if (!problems.length) return;
+  const more = problems.length > 1 ? ` (and ${problems.length - 1} more file${problems.length > 2 ? 's' : ''}: llmc verify ${a.path} lists them)` : '';
+  throw new LlmcError(problems[0].problem + more, problems[0].file);
 }

@@ -47,45 +47,50 @@ export interface BudgetResult {
   metric: Metric;
   bound: 'min' | 'max';
   limit: number;
-  value: number;
+  /** The measured figure; null when the metric cannot be measured for this artifact (`reason` says why). */
+  value: number | null;
   ok: boolean;
+  /** Why the metric was not measured: such a budget fails, it never passes. */
+  reason?: string;
 }
 
-/** Every bound against the measured figures (each metric a budget names must have been measured). */
-export function judge(budgets: Budgets, measured: Partial<Record<Metric, number>>): BudgetResult[] {
+/** Every bound against the measured figures; a bound on a metric with a reason in `unmeasured` fails with that reason. */
+export function judge(budgets: Budgets, measured: Partial<Record<Metric, number>>, unmeasured: Partial<Record<Metric, string>> = {}): BudgetResult[] {
   const out: BudgetResult[] = [];
   for (const metric of METRIC_NAMES) {
     const b = budgets[metric];
     if (!b) continue;
     const value = measured[metric];
-    if (value === undefined) throw new LlmcError(`internal: budget on ${metric}, which was not measured`);
-    if (b.min !== undefined) out.push({ metric, bound: 'min', limit: b.min, value, ok: value >= b.min });
-    if (b.max !== undefined) out.push({ metric, bound: 'max', limit: b.max, value, ok: value <= b.max });
+    const reason = unmeasured[metric];
+    for (const bound of ['min', 'max'] as const) {
+      const limit = b[bound];
+      if (limit === undefined) continue;
+      if (value === undefined) {
+        if (reason === undefined) throw new LlmcError(`internal: budget on ${metric}, which was not measured`);
+        out.push({ metric, bound, limit, value: null, ok: false, reason });
+      } else out.push({ metric, bound, limit, value, ok: bound === 'min' ? value >= limit : value <= limit });
+    }
   }
   return out;
 }
 
 const fmt = (metric: Metric, v: number) => (metric === 'bytes' ? String(v) : Number(v.toPrecision(6)).toString());
 
-/** One line for a failed budget: the figure and the limit. */
+/** One line for a failed budget: the figure and the limit, or why the figure could not be measured. */
 export function failureLine(r: BudgetResult): string {
+  if (r.value === null) return `budget failed: ${r.metric} (${r.bound} ${fmt(r.metric, r.limit)}) cannot be measured: ${r.reason}`;
   return `budget failed: ${r.metric} = ${fmt(r.metric, r.value)}, ${r.bound} ${fmt(r.metric, r.limit)}`;
 }
 
-/** Which metrics an artifact of this target can have measured. */
-export function measurable(target: string): Set<Metric> {
-  const out = new Set<Metric>(['bytes']);
-  if (evaluable(target)) for (const m of ['ppl_delta', 'kl_delta', 'greedy_agreement', 'tokens_per_s'] as const) out.add(m);
-  return out;
-}
+/** The metrics that need the artifact run (every one but bytes). */
+export const RUN_METRICS = METRIC_NAMES.filter((m) => m !== 'bytes');
 
-/** A budget on a metric this artifact cannot have measured is a bad budget file for it (exit 2). */
-export function checkMeasurable(budgets: Budgets, target: string, file: string): void {
-  const can = measurable(target);
-  for (const m of METRIC_NAMES) {
-    if (budgets[m] && !can.has(m)) {
-      throw new LlmcError(`${m}: not measured for a ${target} artifact (llmc runs ${evaluableTargets().join(', ')} artifacts)`, file, 2);
-    }
-  }
+/**
+ * Why each budgeted metric cannot be measured for an artifact of `target` (empty: all can). Such a
+ * budget fails the check with the reason (exit 1): CI never passes on a figure nobody measured.
+ */
+export function unmeasurable(budgets: Budgets, target: string): Partial<Record<Metric, string>> {
+  if (evaluable(target)) return {};
+  const reason = `llmc does not run ${target} artifacts (it runs ${evaluableTargets().join(', ')})`;
+  return Object.fromEntries(RUN_METRICS.filter((m) => budgets[m]).map((m) => [m, reason]));
 }
-

@@ -11,7 +11,7 @@ import type { Manifest } from '../../core/records/manifest.js';
 import type { ProfileCache } from '../../measure/store.js';
 import { evaluateArtifact, heldOutSet } from '../evaluate/artifact.js';
 import type { Artifact } from '../../core/pipeline/target.js';
-import { checkMeasurable, judge, type BudgetResult, type Budgets, type Metric } from './budgets.js';
+import { judge, RUN_METRICS, unmeasurable, type BudgetResult, type Budgets, type Metric } from './budgets.js';
 
 export const CHECK_SCHEMA = 'llmc-check/1';
 /** Tokens decoded to measure tokens_per_s. */
@@ -49,15 +49,18 @@ export interface CheckOptions {
   /** Held-out text instead of sequences sampled from the source. */
   evalText?: string;
   cacheDir?: ProfileCache;
+  /** Why the artifact is not to be run here (compile --check after --no-eval): every budget but bytes fails with it. */
+  notRun?: string;
 }
 
 export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {
   const { manifest } = o.artifact;
-  checkMeasurable(o.budgets, manifest.target, o.budgetFile);
   const metrics: Partial<Record<Metric, number>> = { bytes: manifest.files.reduce((a, f) => a + f.size, 0) };
+  // A budget on a figure that cannot be measured here fails with the reason; it never passes.
+  const unmeasured = o.notRun !== undefined ? Object.fromEntries(RUN_METRICS.map((m) => [m, o.notRun!])) : unmeasurable(o.budgets, manifest.target);
   let evaluation: CheckSummary['evaluation'] = null;
-  const needsQuality = (['ppl_delta', 'kl_delta', 'greedy_agreement', 'tokens_per_s'] as const).some((m) => o.budgets[m]);
-  if (needsQuality || o.level !== undefined) {
+  const needsQuality = RUN_METRICS.some((m) => o.budgets[m] && unmeasured[m] === undefined);
+  if (needsQuality || (o.level !== undefined && o.notRun === undefined)) {
     if (!o.source && o.sourceDir === undefined && manifest.source.sha256 === '') {
       throw new UsageError(`${o.artifact.path}: a GGUF without llmc's manifest names no source checkpoint for the quality budgets; give it with --source DIR`);
     }
@@ -83,7 +86,7 @@ export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {
       await opened?.close();
     }
   }
-  const results = judge(o.budgets, metrics);
+  const results = judge(o.budgets, metrics, unmeasured);
   return { schema: CHECK_SCHEMA, artifact: o.artifact.path, target: manifest.target, ok: results.every((r) => r.ok), metrics, results, evaluation };
 }
 

@@ -36,6 +36,8 @@ export async function buildProgram(only?: string): Promise<Command> {
     .version(LLMC_VERSION, '-V, --version')
     .option('--debug', 'print stack traces for errors')
     .exitOverride()
+    // Each command's --help fits a screen (≤ 60 lines, test/cli-help.test.ts): 100 columns, whatever the terminal.
+    .configureHelp({ helpWidth: 100 })
     // Usage errors are printed by main() in llmc's own one-line style.
     .configureOutput({ writeErr: (s) => process.stderr.write(s), outputError: () => {} });
   const registers = await Promise.all(COMMANDS.filter(([name]) => !only || name === only).map(([, load]) => load()));

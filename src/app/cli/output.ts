@@ -12,9 +12,15 @@ export function cliProgress(json: boolean): Progress {
 /** A note as printed: messages that carry their own level (`warning: …`, `note: …`) keep it, once. */
 export const noteLine = (message: string) => (/^(warning|note): /.test(message) ? message : `note: ${message}`);
 
+/** Collects notes, each message once (a warning raised per level or per file is one line, not one per level). */
+export function collectNotes(collected: string[]): (message: string) => boolean {
+  return (message) => !collected.includes(message) && collected.push(message) > 0;
+}
+
 export function noteTo(collected: string[], json: boolean): (message: string) => void {
+  const add = collectNotes(collected);
   return (message) => {
-    collected.push(message);
+    if (!add(message)) return;
     if (!json) process.stderr.write(`${noteLine(message)}\n`);
   };
 }

@@ -5,6 +5,7 @@
  * target does not take are usage errors naming the culprit and what is valid. Passes run in an
  * order that honours each one's `after` (otherwise as listed).
  */
+import { formatIn as formatNamed } from '../../core/pipeline/format-names.js';
 import { PASSES } from '../../../passes/index.js';
 import { TARGETS } from '../../../backends/index.js';
 import { UsageError } from '../../core/errors.js';
@@ -51,10 +52,9 @@ export function findPass(name: string): PassDescriptor {
   return p;
 }
 
-/** The spelling of `value` in `table` (case-insensitive), or a usage error listing the table. */
+/** The spelling of `value` in `table` (any case, aliases such as F16 = fp16), or a usage error listing the table. */
 function formatIn(table: readonly string[], value: string, what: string, target: string): string {
-  const v = value.trim().toUpperCase();
-  const hit = table.find((f) => f.toUpperCase() === v);
+  const hit = formatNamed(table, value);
   if (!hit) throw new UsageError(`${what}unknown ${what ? 'tensor' : 'quant'} type "${value}" for target ${target}; valid: ${table.join(', ')}`);
   return hit;
 }

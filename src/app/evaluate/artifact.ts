@@ -11,6 +11,7 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import type { Artifact, ArtifactRunner } from '../../core/pipeline/target.js';
 import { Engine } from '../../exec/engine/index.js';
+import { artifactOffer, checkRunOptions } from '../../core/pipeline/run-usage.js';
 import { calibrationSet, textFileSpec, type CalibrationSpec } from '../../measure/calibration.js';
 import type { ProfileCache } from '../../measure/store.js';
 import { compareModels, type QualityFigures } from './quality.js';
@@ -69,9 +70,11 @@ export interface EvaluateOptions {
 /** The artifact's runner, through its target's descriptor. */
 async function openRunner(o: EvaluateOptions): Promise<ArtifactRunner> {
   const { manifest } = o.artifact;
-  const open = TARGETS.find((t) => t.name === manifest.target)?.open;
-  if (!open) throw new UsageError(`a ${manifest.target} artifact has no quality metrics here: llmc runs ${evaluableTargets().join(', ')} artifacts`);
-  const runner = await open(o.artifact, { level: o.level, threads: o.threads });
+  const target = TARGETS.find((t) => t.name === manifest.target);
+  if (!target?.open) throw new UsageError(`a ${manifest.target} artifact has no quality metrics here: llmc runs ${evaluableTargets().join(', ')} artifacts`);
+  // --level on an artifact without levels is the same usage error (exit 2) as in llmc run.
+  checkRunOptions(artifactOffer(o.artifact, target), { level: o.level });
+  const runner = await target.open(o.artifact, { level: o.level, threads: o.threads });
   if (!runner.logits) {
     await runner.close();
     throw new UsageError(`${runner.engine} gives no logits for a ${manifest.target} artifact, so its quality is not measured`);

@@ -32,6 +32,8 @@ export interface QualityFacts {
 export interface ReportContext {
   kind: 'artifact' | 'profile';
   dir: string;
+  /** What the user named, when it is not `dir` (a single-file artifact: NAME.gguf). */
+  path?: string;
   arch: ArchSpec;
   checkpoint: { path: string; sha256: string };
   manifest: Manifest | null;
@@ -54,11 +56,11 @@ export interface OpenOptions {
 
 const isFile = (p: string) => fsp.stat(p).then((s) => s.isFile(), () => false);
 
-async function fileManifest(file: string): Promise<Manifest> {
+async function fileArtifact(file: string): Promise<{ manifest: Manifest; dir: string }> {
   const where = await locate(file);
   if (where.kind !== 'artifact') throw new LlmcError('not an llmc artifact', file);
   if (where.manifestPath !== null) await verifyFiles(where, { hash: false });
-  return where.manifest;
+  return { manifest: where.manifest, dir: where.dir };
 }
 
 export async function openReportInput(dir: string, o: OpenOptions = {}): Promise<ReportContext> {
@@ -71,11 +73,13 @@ export async function openReportInput(dir: string, o: OpenOptions = {}): Promise
     return [];
   };
   // A single-file artifact (NAME.gguf beside its manifest) or a GGUF without one: through locate().
-  const manifest = (await isFile(dir)) ? await fileManifest(dir) : await readManifest(dir);
+  const single = (await isFile(dir)) ? await fileArtifact(dir) : null;
+  const manifest = single ? single.manifest : await readManifest(dir);
   if (manifest) {
     return {
       kind: 'artifact',
-      dir,
+      dir: single ? single.dir : dir,
+      path: dir,
       arch: manifest.arch,
       checkpoint: manifest.source,
       manifest,

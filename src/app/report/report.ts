@@ -44,8 +44,8 @@ export async function buildReport(ctx: ReportContext, note: (message: string) =>
   const what = ctx.kind === 'artifact' ? `${ctx.manifest!.target} artifact` : 'profile';
   return {
     schema: 'llmc-report/1',
-    title: `llmc report: ${path.basename(path.resolve(ctx.dir))} (${what})`,
-    input: { kind: ctx.kind, path: ctx.dir },
+    title: `llmc report: ${path.basename(path.resolve(ctx.path ?? ctx.dir))} (${what})`,
+    input: { kind: ctx.kind, path: ctx.path ?? ctx.dir },
     sections,
   };
 }

@@ -56,6 +56,10 @@ export interface TargetCapabilities {
    * not train what would be dropped).
    */
   adapters?: boolean;
+  /** `llmc run --speculative` with the verification tree of --passes tree-search. Absent: false. */
+  speculative?: boolean;
+  /** `llmc run --expert-cache`: an MoE model's routed experts read from the file on demand. Absent: false. */
+  expertCache?: boolean;
 }
 
 export interface EmitContext<O = unknown> {

@@ -93,7 +93,7 @@ export class ExpertStore {
     this.policy = opts.policy ?? (record ? 'edgemoe' : 'lru');
     if (this.policy === 'edgemoe' && !record) throw new UsageError('--expert-policy edgemoe needs the offline activation frequencies of --passes expert-bits; this artifact has none (use lru or lfu)');
     this.fanout = opts.preload ?? record?.cache.preload ?? 0;
-    if (this.fanout > 0 && !record) throw new UsageError('expert preloading needs the routing predictor of --passes expert-bits; this artifact has none (use --no-preload)');
+    if (this.fanout > 0 && !record) throw new UsageError('expert preloading needs the routing predictor of --passes expert-bits; this artifact has none (run with --expert-preload 0)');
     this.predictor = this.fanout > 0 && record ? new Predictor(record.predictor) : null;
     this.core = new CacheCore(capacity, E, policyOf(this.policy, record?.cache.f ?? [], E));
     this.slots = new Array(capacity).fill(null);

@@ -14,7 +14,7 @@ export function reportCheck(summary: CheckSummary, json?: unknown): void {
   if (json !== undefined) printJson(json);
   else {
     for (const r of summary.results) {
-      process.stdout.write(`${r.ok ? 'ok  ' : 'FAIL'} ${r.metric} = ${fmtValue(r.value)} (${r.bound} ${fmtValue(r.limit)})\n`);
+      process.stdout.write(`${r.ok ? 'ok  ' : 'FAIL'} ${r.metric} = ${r.value === null ? 'not measured' : fmtValue(r.value)} (${r.bound} ${fmtValue(r.limit)})\n`);
     }
   }
   for (const r of summary.results) if (!r.ok) process.stderr.write(`${failureLine(r)}\n`);
@@ -32,7 +32,7 @@ export const budgetHelp =
 export function registerCheck(program: Command): void {
   program
     .command('check')
-    .description('Check an artifact against budgets (CI): exit 0 when all hold, 1 when any fails, 2 for a bad budget file')
+    .description('Check an artifact against budgets (CI): exit 0 when all hold, 1 when any fails or cannot be measured, 2 for a bad budget file')
     .argument('<artifact>', 'artifact directory (llmc-manifest.json), or NAME.gguf compiled by llmc')
     .argument('<budgets>', 'budget file (JSON), e.g. {"bytes": {"max": 3e8}, "ppl_delta": {"max": 0.5}}')
     .option('--source <dir>', "the checkpoint the artifact was compiled from (default: the manifest's source path)")

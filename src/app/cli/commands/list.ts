@@ -1,6 +1,6 @@
 /**
- * `llmc list targets|passes|formats [--json]`: what the registries hold, with every option, format and
- * default — the same text `llmc compile --help` ends with, so help can never drift from the code.
+ * `llmc list [targets|passes|formats] [--json]`: what the registries hold, with every option, format and
+ * default (the catalogue `llmc compile --help` points to), read from the code so it cannot drift.
  */
 import type { Command } from 'commander';
 import { PASSES } from '../../../../passes/index.js';
@@ -8,6 +8,7 @@ import { TARGETS } from '../../../../backends/index.js';
 import { UsageError } from '../../../core/errors.js';
 import type { OptionSpec } from '../../../core/pipeline/options.js';
 import { printJson } from '../output.js';
+import { FORMAT_ALIASES } from '../../../core/pipeline/format-names.js';
 
 const KINDS = ['targets', 'passes', 'formats'] as const;
 type Kind = (typeof KINDS)[number];
@@ -39,7 +40,10 @@ function listing(kind: Kind): unknown {
         writes: p.produces.id,
       }));
     case 'formats':
-      return Object.fromEntries(TARGETS.map((t) => [t.name, { quant: t.formats.quant, default: t.formats.default, tensorTypes: t.formats.tensorTypes }]));
+      return {
+        ...Object.fromEntries(TARGETS.map((t) => [t.name, { quant: t.formats.quant, default: t.formats.default, tensorTypes: t.formats.tensorTypes }])),
+        aliases: FORMAT_ALIASES,
+      };
   }
 }
 
@@ -88,21 +92,24 @@ export function describePasses(): string {
   return lines.join('\n');
 }
 
+export function describeFormats(): string {
+  const lines = ['Formats (--quant; --tensor-type where the target takes it; any case):'];
+  for (const t of TARGETS) lines.push(`  ${t.name}: ${t.formats.quant.join(', ')} (default: ${t.formats.default ?? "each tensor's source dtype"})`);
+  lines.push(`  the same format by another name, on every target: ${FORMAT_ALIASES.map((g) => g.join(' = ')).join('; ')}`);
+  return lines.join('\n');
+}
+
 export function registerList(program: Command): void {
   program
     .command('list')
     .description('List the targets, passes or formats this llmc knows, with their options and defaults')
-    .argument('<what>', KINDS.join(' | '))
+    .argument('[what]', `${KINDS.join(' | ')} (default: all three)`)
     .option('--json', 'machine-readable output')
     .addHelpText('after', '\nExamples:\n  llmc list targets\n  llmc list passes --json\n')
-    .action((what: string, o: { json?: boolean }) => {
-      if (!(KINDS as readonly string[]).includes(what)) throw new UsageError(`list: unknown "${what}"; list ${KINDS.join(', ')}`);
-      const kind = what as Kind;
-      if (o.json) return printJson(listing(kind));
-      if (kind === 'formats') {
-        for (const t of TARGETS) process.stdout.write(`${t.name}: ${t.formats.quant.join(', ')} (default: ${t.formats.default ?? 'source dtype'})\n`);
-        return;
-      }
-      process.stdout.write(`${kind === 'targets' ? describeTargets() : describePasses()}\n`);
+    .action((what: string | undefined, o: { json?: boolean }) => {
+      if (what !== undefined && !(KINDS as readonly string[]).includes(what)) throw new UsageError(`list: unknown "${what}"; list ${KINDS.join(', ')}`);
+      const kinds = what === undefined ? KINDS : [what as Kind];
+      if (o.json) return printJson(what === undefined ? Object.fromEntries(KINDS.map((k) => [k, listing(k)])) : listing(kinds[0]));
+      process.stdout.write(kinds.map((k) => (k === 'targets' ? describeTargets() : k === 'passes' ? describePasses() : describeFormats())).join('\n\n') + '\n');
     });
 }

@@ -12,7 +12,7 @@ export function parseCachePolicy(v: string): CachePolicy {
   return v as CachePolicy;
 }
 
-export const CACHE_HELP = 'profile cache policy: on (read, store what is computed) | off (neither) | redo (recompute, overwrite) | readonly (read, never write)';
+export const CACHE_HELP = 'profile cache: on (read and store) | off | redo (recompute, overwrite) | readonly';
 
 export function registerProfile(program: Command): void {
   program

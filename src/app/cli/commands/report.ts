@@ -12,6 +12,7 @@ export function registerReport(program: Command): void {
     .command('report')
     .description('Write a report of an artifact or a profile: one self-contained HTML page (inline SVG and CSS, no scripts), Markdown or JSON')
     .argument('<dir>', 'artifact directory (llmc-manifest.json, from llmc compile), a GGUF file (with or without its llmc manifest), or profile directory (llmc-profile.json, from llmc profile)')
+    .argument('[other]', 'a second artifact: compare the two side by side (sizes, quality, formats per tensor)')
     .option('-o, --out <file>', 'output file: .html, .md or .json')
     .option('--json', 'print the report\'s figures as JSON on stdout')
     .option('--source <dir>', "the checkpoint an artifact was compiled from, for the quality table (default: the manifest's source path)")
@@ -19,10 +20,11 @@ export function registerReport(program: Command): void {
     .option('--eval-text <file>', 'held-out text for the quality table (needs a tokenizer); default: sequences sampled from the source')
     .option('--profile <dir>', 'a profile directory to read measurements from (e.g. importance scores)')
     .option('--cache-dir <dir>', 'the profile cache compile used', '.llmc-cache')
-    .addHelpText('after', '\nExamples:\n  llmc report out/model -o report.html\n  llmc report out/profile -o profile.md\n  llmc report out/model --json > report.json\n')
-    .action(async (dir: string, o) => {
+    .addHelpText('after', '\nExamples:\n  llmc report out/model -o report.html\n  llmc report out/profile -o profile.md\n  llmc report out/model --json > report.json\n  llmc report out/q8 out/q4 -o compare.html\n')
+    .action(async (dir: string, other: string | undefined, o) => {
       const json = Boolean(o.json);
       let format: 'html' | 'md' | 'json' | undefined;
+      if (other !== undefined && o.profile !== undefined) throw new UsageError('--profile is for a report of one artifact or profile, not a comparison');
       if (o.out !== undefined) {
         format = FORMATS[path.extname(o.out).toLowerCase()];
         if (!format) throw new UsageError(`-o ${o.out}: the report is written as .html, .md or .json`);
@@ -31,11 +33,13 @@ export function registerReport(program: Command): void {
       const note = noteTo(notes, json);
       const { openReportInput } = await import('../../report/context.js');
       const { buildReport, reportJson } = await import('../../report/report.js');
-      const ctx = await openReportInput(dir, {
-        cacheDirs: [o.profile, o.cacheDir].filter(Boolean),
-        quality: o.quality ? (d, m) => measureQuality(d, m, o, note) : undefined,
-      });
-      const report = await buildReport(ctx, note);
+      const open = (d: string) =>
+        openReportInput(d, {
+          cacheDirs: [o.profile, o.cacheDir].filter(Boolean),
+          quality: o.quality ? (at, m) => measureQuality(at, m, o, note) : undefined,
+        });
+      const ctx = await open(dir);
+      const report = other === undefined ? await buildReport(ctx, note) : (await import('../../report/compare.js')).compareReport(ctx, await open(other));
       if (format) {
         const { writeFileAtomic, ensureOutputDir } = await import('../../../core/util/atomic.js');
         await ensureOutputDir(path.dirname(path.resolve(o.out)));

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
 import { RUN_ENGINES, type ArtifactRunner, type RunEngine, type RunOptions } from '../../../core/pipeline/target.js';
 import { ELASTIC_LEVELS, findRecord, levelJson, type ElasticLevels } from '../../../core/records/index.js';
+import { artifactOffer, CHECKPOINT_OFFER, checkRunOptions } from '../../../core/pipeline/run-usage.js';
 import { locate, verifyFiles } from '../../artifact.js';
 import { noteLine, printJson } from '../output.js';
 import { OutputClosed, TokenSink } from '../token-sink.js';
@@ -13,19 +14,14 @@ import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels; dir: string }> {
   const where = await locate(modelPath);
   if (where.kind === 'checkpoint') {
-    if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
-    if (o.level !== undefined) throw new UsageError('--level needs an artifact compiled with --passes reorder (ts or gguf-levels); this is a checkpoint');
-    if (o.engine !== undefined) throw new UsageError('--engine chooses how a qnn artifact runs (llmc compile --target qnn); this is a checkpoint');
-    if (o.chunk !== undefined) throw new UsageError('--chunk needs an artifact compiled with --passes chunk-partition (ts or cuda); this is a checkpoint');
+    checkRunOptions(CHECKPOINT_OFFER, o);
     const { openCheckpointRunner } = await import('../../../exec/engine/generator.js');
     return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }), dir: where.dir };
   }
+  if (!where.target.open) throw new UsageError(`llmc cannot run ${where.target.name} artifacts itself (${where.path}); see llmc list targets`);
+  checkRunOptions(artifactOffer(where, where.target, where.manifestPath ?? where.path), o);
   if (where.manifestPath === null && o.verify) throw new UsageError("--verify: a GGUF without llmc's manifest beside it has no recorded sha256 to check against");
   await verifyFiles(where, { hash: Boolean(o.verify) });
-  if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
-  const engines = where.target.capabilities.engines;
-  if (o.engine !== undefined && !engines?.includes(o.engine)) throw new UsageError(`--engine ${o.engine}: a ${where.target.name} artifact runs on ${engines ? engines.join(' or ') : 'one engine, with no choice'}`);
-  if (o.chunk !== undefined && !where.target.capabilities.chunkGraphs) throw new UsageError(`--chunk runs artifacts with chunk graphs (ts, cuda, qnn); ${where.target.name} has none`);
   return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined, dir: where.dir };
 }
 
@@ -103,7 +99,7 @@ function parseEngineOption(v: string): RunEngine {
 export function registerRun(program: Command): void {
   program
     .command('run')
-    .description('Generate tokens, printed as they are made (text with a tokenizer, else ids), from a Hugging Face checkpoint (on onnxruntime) or an llmc artifact (ts: the TS runtime; hf and cuda: onnxruntime; qnn: a TS simulation of its NPU integer pipeline, or its graphs on onnxruntime with --engine onnxruntime, with the shadow outliers on the CPU; gguf and gguf-levels: llama.cpp)')
+    .description('Generate tokens, streamed as they are made (text with a tokenizer, else ids), from a Hugging Face checkpoint (onnxruntime) or an llmc artifact (ts: the TS runtime; hf, cuda: onnxruntime; qnn: its NPU pipeline simulated, or onnxruntime; gguf, gguf-levels: llama.cpp)')
     .argument('<model>', 'checkpoint directory, artifact directory, or a GGUF file (llmc\'s or llama.cpp\'s)')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
     .option('--prompt <text>', 'prompt text (tokenized with the model\'s tokenizer.json, or a GGUF\'s own vocabulary in llama.cpp)')
@@ -116,18 +112,18 @@ export function registerRun(program: Command): void {
     .option('--temperature <t>', 'sampling temperature; 0 = greedy', parseFloatOption('--temperature', 0), 0)
     .option('--top-p <p>', 'nucleus sampling mass in (0, 1]', parseFloatOption('--top-p', 0, 1), 1)
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
-    .option('--threads <n>', 'CPU threads of onnxruntime / llama.cpp (default: all cores; llama.cpp uses one for a GGUF under 64 MB); the TS runtime uses one unless given (N > 1: a worker pool splits each matmul\'s rows, same outputs)', parseIntOption('--threads', 1))
+    .option('--threads <n>', 'CPU threads (default: all cores for onnxruntime and llama.cpp, one for a GGUF under 64 MB and for the TS runtime, where N > 1 splits each matmul\'s rows, same outputs)', parseIntOption('--threads', 1))
     .option('--level <level>', 'elastic level of an artifact compiled with --passes reorder (ts, cuda, gguf-levels): an id (L3) or a size fraction (0.5)')
-    .option('--verify', "check every file's sha256 against the manifest before running (sizes are always checked)")
+    .option('--verify', "check every file's sha256 against the manifest first (sizes are always checked)")
     .option('--allow-overflow', "generate past the model's context length")
     .option('--allow-nonfinite', 'run a checkpoint whose weights hold Inf or NaN (refused by default)')
-    .option('--expert-cache <n>', 'MoE ts artifact: keep routed experts in the file, at most N in memory (read on demand)', parseIntOption('--expert-cache', 1))
+    .option('--expert-cache <n>', 'MoE ts artifact: at most N routed experts in memory, the rest read from the file on demand', parseIntOption('--expert-cache', 1))
     .option('--expert-policy <policy>', 'expert cache eviction: edgemoe | lru | lfu (default: edgemoe with --passes expert-bits, else lru)')
-    .option('--expert-preload <m>', "experts preloaded per MoE layer (default: the expert-bits record's; 0 = none)", parseIntOption('--expert-preload', 0))
-    .option('--speculative', 'ts artifact compiled with --passes tree-search: greedy speculative decoding with its verification tree (same tokens as plain greedy decoding)')
+    .option('--expert-preload <m>', "experts preloaded per MoE layer (default: expert-bits' choice; 0 = none)", parseIntOption('--expert-preload', 0))
+    .option('--speculative', 'greedy speculative decoding with the verification tree of --passes tree-search (same tokens as greedy)')
     .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
-    .option('--chunk <c>', 'artifact compiled with --passes chunk-partition: prefill in chunks of c tokens through its chunk graphs in the scheduled order (ts: TS runtime, cuda: onnxruntime, qnn: its engine), or auto (the length predicted fastest for the prompt)', parseChunkOption)
-    .option('--engine <engine>', 'qnn artifact: sim (default; the NPU integer pipeline simulated in TS from the artifact) or onnxruntime (its QDQ graphs)', parseEngineOption)
+    .option('--chunk <c>', 'prefill in chunks of c tokens through the chunk graphs of --passes chunk-partition, in its scheduled order; auto: the length predicted fastest', parseChunkOption)
+    .option('--engine <engine>', 'qnn artifact: sim (default; its NPU integer pipeline simulated in TS) or onnxruntime (its QDQ graphs)', parseEngineOption)
     .option('--json', 'print one JSON object at the end instead of streaming: {"prompt_ids", "generated_ids", "text"?, "stop_reason", "tokens_per_second", "timings", "notes", "level"?, "warning"?, "expert_cache"?, "speculative"?}')
     .addHelpText(
       'after',
@@ -153,7 +149,6 @@ export function registerRun(program: Command): void {
       if (o.expertCache === undefined && (o.expertPolicy !== undefined || o.expertPreload !== undefined)) throw new UsageError('--expert-policy and --expert-preload need --expert-cache N');
       if (o.expertPolicy !== undefined && !['edgemoe', 'lru', 'lfu'].includes(o.expertPolicy)) throw new UsageError(`--expert-policy must be edgemoe, lru or lfu, got "${o.expertPolicy}"`);
       const experts = o.expertCache === undefined ? undefined : { capacity: o.expertCache as number, policy: o.expertPolicy as 'edgemoe' | 'lru' | 'lfu' | undefined, preload: o.expertPreload as number | undefined };
-      if (o.speculative && o.level !== undefined) throw new UsageError('--speculative and --level do not combine (the record names the draft)');
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
@@ -189,7 +184,7 @@ export function registerRun(program: Command): void {
             `${promptIds.length} prompt tokens + ${o.maxTokens} to generate exceed the model's context of ${ctx}; lower --max-tokens to ${Math.max(0, ctx - promptIds.length)} (or --allow-overflow)`,
           );
         }
-        if (!o.json) for (const n of runner.notes) process.stderr.write(`${noteLine(n)}\n`);
+        if (!o.json) for (const n of new Set(runner.notes)) process.stderr.write(`${noteLine(n)}\n`);
         const eos = o.ignoreEos ? [] : eosIds(runner, codec && 'eosId' in codec ? (codec as { eosId: number | null }) : null, path.join(dir, 'generation_config.json'));
         const stop = new Set(eos);
         const decodeText = codec && ((ids: readonly number[]) => codec.decode(ids, { skipSpecial: true }));

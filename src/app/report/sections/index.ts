@@ -4,6 +4,7 @@
  * RECORD_SECTIONS), and appears when the artifact carries that record or the profile covers that pass.
  */
 import { chunkScheduleSection } from './chunk-schedule.js';
+import { graphSection } from './graph.js';
 import { qualitySection } from './quality.js';
 import { outliersSection } from './outliers.js';
 import { reorderSection } from './reorder.js';
@@ -13,7 +14,7 @@ import type { GeneralSection, RecordSection } from './types.js';
 
 export type { GeneralSection, RecordSection } from './types.js';
 
-export const GENERAL_SECTIONS: readonly GeneralSection[] = [summarySection, sizesSection, qualitySection];
+export const GENERAL_SECTIONS: readonly GeneralSection[] = [summarySection, sizesSection, graphSection, qualitySection];
 
 export const RECORD_SECTIONS: readonly RecordSection[] = [reorderSection, outliersSection, chunkScheduleSection];
 
