@@ -58,7 +58,7 @@ const isFile = (p: string) => fsp.stat(p).then((s) => s.isFile(), () => false);
 
 async function fileArtifact(file: string): Promise<{ manifest: Manifest; dir: string }> {
   const where = await locate(file);
-  if (where.kind !== 'artifact') throw new LlmcError('not an llmc artifact', file);
+  if (where.kind !== 'artifact') throw new LlmcError('not a compiled artifact (no llmc-manifest.json beside it)', file);
   if (where.manifestPath !== null) await verifyFiles(where, { hash: false });
   return { manifest: where.manifest, dir: where.dir };
 }

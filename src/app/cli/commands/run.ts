@@ -99,12 +99,12 @@ function parseEngineOption(v: string): RunEngine {
 export function registerRun(program: Command): void {
   program
     .command('run')
-    .description('Generate tokens, streamed as they are made (text with a tokenizer, else ids), from a Hugging Face checkpoint (onnxruntime) or an llmc artifact (ts: the TS runtime; hf, cuda: onnxruntime; qnn: its NPU pipeline simulated, or onnxruntime; gguf, gguf-levels: llama.cpp)')
-    .argument('<model>', 'checkpoint directory, artifact directory, or a GGUF file (llmc\'s or llama.cpp\'s)')
+    .description('Generate tokens, streamed as made (text with a tokenizer, else ids), from a checkpoint or an artifact on its own engine (llmc list targets)')
+    .argument('<model>', 'checkpoint or artifact directory, or a GGUF file')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids, e.g. 1,2,3', parseIdList('--prompt-ids'))
-    .option('--prompt <text>', 'prompt text (tokenized with the model\'s tokenizer.json, or a GGUF\'s own vocabulary in llama.cpp)')
+    .option('--prompt <text>', 'prompt text (the model\'s tokenizer.json, or a GGUF\'s own vocabulary)')
     .option('--prompt-file <file>', 'prompt text from a file, - for stdin (one trailing newline dropped)')
-    .option('--chat', "render the prompt as a user message with the model's chat template (chat_template.jinja or tokenizer_config.json)")
+    .option('--chat', "render the prompt as a user message with the model's chat template")
     .option('--system <text>', '--chat: a system message before it')
     .requiredOption('-n, --max-tokens <n>', 'tokens to generate at most (stops earlier at EOS)', parseIntOption('--max-tokens', 1))
     .option('--ignore-eos', 'generate all --max-tokens tokens, past EOS (benchmarks)')
@@ -112,9 +112,9 @@ export function registerRun(program: Command): void {
     .option('--temperature <t>', 'sampling temperature; 0 = greedy', parseFloatOption('--temperature', 0), 0)
     .option('--top-p <p>', 'nucleus sampling mass in (0, 1]', parseFloatOption('--top-p', 0, 1), 1)
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
-    .option('--threads <n>', 'CPU threads (default: all cores for onnxruntime and llama.cpp, one for a GGUF under 64 MB and for the TS runtime, where N > 1 splits each matmul\'s rows, same outputs)', parseIntOption('--threads', 1))
+    .option('--threads <n>', 'CPU threads (default: all cores; one for the TS runtime and a GGUF under 64 MB)', parseIntOption('--threads', 1))
     .option('--level <level>', 'elastic level of an artifact compiled with --passes reorder (ts, cuda, gguf-levels): an id (L3) or a size fraction (0.5)')
-    .option('--verify', "check every file's sha256 against the manifest first (sizes are always checked)")
+    .option('--verify', "check every file's sha256 against the manifest first")
     .option('--allow-overflow', "generate past the model's context length")
     .option('--allow-nonfinite', 'run a checkpoint whose weights hold Inf or NaN (refused by default)')
     .option('--expert-cache <n>', 'MoE ts artifact: at most N routed experts in memory, the rest read from the file on demand', parseIntOption('--expert-cache', 1))
@@ -122,9 +122,9 @@ export function registerRun(program: Command): void {
     .option('--expert-preload <m>', "experts preloaded per MoE layer (default: expert-bits' choice; 0 = none)", parseIntOption('--expert-preload', 0))
     .option('--speculative', 'greedy speculative decoding with the verification tree of --passes tree-search (same tokens as greedy)')
     .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
-    .option('--chunk <c>', 'prefill in chunks of c tokens through the chunk graphs of --passes chunk-partition, in its scheduled order; auto: the length predicted fastest', parseChunkOption)
+    .option('--chunk <c>', 'prefill in chunks of c tokens (--passes chunk-partition), or auto', parseChunkOption)
     .option('--engine <engine>', 'qnn artifact: sim (default; its NPU integer pipeline simulated in TS) or onnxruntime (its QDQ graphs)', parseEngineOption)
-    .option('--json', 'print one JSON object at the end instead of streaming: {"prompt_ids", "generated_ids", "text"?, "stop_reason", "tokens_per_second", "timings", "notes", "level"?, "warning"?, "expert_cache"?, "speculative"?}')
+    .option('--json', 'print one JSON object at the end instead of streaming (ids, text, stop_reason, timings)')
     .addHelpText(
       'after',
       '\nExamples (from a clone):\n  llmc run fixtures/models/stories260K --prompt-ids 1 --max-tokens 32\n' +
