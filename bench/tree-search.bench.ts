@@ -133,7 +133,7 @@ async function measure(dir: string, rec: SpecTree, prompts: number[][], tokens: 
     tokensEach: tokens,
     identicalToPlain: identical,
     plan: { nodes: plan.n, depth: plan.depth },
-    acceptedPerStep: { measured: round(measured, 4), predictedReplay: plan.predicted.replayAcceptedPerStep, predictedUniform: plan.predicted.acceptedPerStep, relErrReplay: rel(plan.predicted.replayAcceptedPerStep), relErrUniform: rel(plan.predicted.acceptedPerStep) },
+    acceptedPerStep: { measured: round(measured, 4), predicted: plan.predicted.acceptedPerStep, predictedPerPosition: plan.predicted.perPositionAcceptedPerStep, relErr: rel(plan.predicted.acceptedPerStep), relErrPerPosition: rel(plan.predicted.perPositionAcceptedPerStep), heldOutInRecord: rec.validation?.heldOut ?? null },
     tokensPerSecond: { speculative: round((prompts.length * tokens * 1000) / specMs, 1), plain: round((prompts.length * tokens * 1000) / plainMs, 1), speedup: round(plainMs / specMs, 3), predicted: plan.predicted.tokensPerSecond },
   };
 }

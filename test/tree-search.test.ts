@@ -13,7 +13,7 @@ import { frontierOrder, gains, treeOfNodes } from '../passes/tree-search/optimal
 import { positionalValue, sequoiaDP } from '../passes/tree-search/sequoia.js';
 import { dinkelbach, ratioOf } from '../passes/tree-search/dinkelbach.js';
 import { ghidorahGreedy, localSearch } from '../passes/tree-search/ghidorah.js';
-import { hillClimb, partitionTime, splitColumns, stepEdges, verifyMs, type LatencyModel } from '../passes/tree-search/cost.js';
+import { hillClimb, partitionTime, splitColumns, splitStep, stepEdges, verifyMs, type LatencyModel } from '../passes/tree-search/cost.js';
 import { choose, searchBucket, TreeSource } from '../passes/tree-search/search.js';
 import { readLatencyFile, parseLatency } from '../passes/tree-search/latency-file.js';
 import { buildDynamicTree, eq3, pacerPick, treeConfidence, type Candidates } from '../src/exec/runtime/tree-policy.js';
@@ -414,6 +414,23 @@ describe('artifact invariants', () => {
       }),
       { numRuns: 300, seed: SEED + 11 },
     );
+  });
+
+  it('the split is priced after tile alignment: columns one tile wide never split (one unit, no barriers); wide ones reach T1·T2/(T1+T2) plus their barriers', () => {
+    const two = (columns: number[], tile: number): LatencyModel => ({
+      source: 't', device: 't', ctx: [64], verifyN: [1], verifyMs: [[0]], draftBatch: [1], draftMs: [[0]], perNodeMs: 0, perNnzMs: 0,
+      units: [{ name: 'gpu', verifyMs: [[10]], contention: 1 }, { name: 'cpu', verifyMs: [[30]], contention: 1 }], syncMs: 0.01, barriers: columns.length, columns, tile,
+    });
+    // 172 columns at tile 64: r* = 0.75 → 128 of 172 on the GPU (a = 0.744): max(7.44, 7.67) per linear
+    const narrow = splitStep(two([172, 172], 64), 10, 30);
+    expect(narrow.split).toBe(true);
+    expect(narrow.ms).toBeCloseTo(30 * (44 / 172) + 0.02, 9);
+    // one tile per linear: the split rounds to all-on-one-unit, priced as that unit alone
+    expect(splitStep(two([64, 64], 64), 10, 30)).toEqual({ share: 1, ms: 10, split: false });
+    // exact split of wide layers
+    const wide = splitStep(two([4096], 1), 10, 30);
+    expect(wide.ms).toBeCloseTo(7.5 + 0.01, 2);
+    expect(verifyMs(two([64, 64], 64), 1, 0)).toBe(10);
   });
 });
 

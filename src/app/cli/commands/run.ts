@@ -86,6 +86,9 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.level !== undefined) throw new UsageError('--speculative and --level do not combine (the record names the draft)');
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
+      if (o.speculative && o.chunk !== undefined) throw new UsageError('--speculative and --chunk do not combine (speculative decoding prefills the prompt whole)');
+      if (o.speculative && o.expertCache !== undefined) throw new UsageError('--speculative and --expert-cache do not combine (the verifier runs the model resident)');
+      if (o.speculative && o.topP !== 1) throw new UsageError('--speculative decodes greedily: leave --top-p at 1');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
       const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
       try {
@@ -113,10 +116,12 @@ export function registerRun(program: Command): void {
         const generated = await runner.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed });
         const seconds = Number(process.hrtime.bigint() - start) / 1e9;
         const text = codec ? codec.decode(generated, { skipSpecial: true }) : undefined;
-        const tokensPerSecond = generated.length / seconds;
+        const speculative = runner.speculativeStats?.() ?? undefined;
+        // Speculative decoding: decoding after the first token, set-up excluded (plain's figure beside it).
+        const specRate = speculative?.tokens_per_second;
+        const tokensPerSecond = typeof specRate === 'number' ? specRate : generated.length / seconds;
         const cache = runner.expertStats?.() ?? null;
         if (o.json) {
-          const speculative = runner.speculativeStats?.() ?? undefined;
           // The level it ran and its quality (the runner's notes say the same in words).
           const level = runner.level !== undefined && levels ? levelJson(levels.levels.find((l) => l.id === runner.level)!, levels, runner.spec.vocabSize) : undefined;
           const warning = runner.notes.find((n) => n.startsWith('warning: '));
@@ -124,8 +129,9 @@ export function registerRun(program: Command): void {
         } else {
           process.stdout.write(`${generated.join(' ')}\n`);
           if (text !== undefined) process.stdout.write(`${text}\n`);
-          const perStep = runner.speculativeStats?.()?.mean_accepted_per_step as number | null | undefined;
-          process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s${perStep ? `, ${perStep.toFixed(2)} tokens per target step` : ''}\n`);
+          const perStep = speculative?.mean_accepted_per_step as number | null | undefined;
+          const plainRate = speculative?.plain_tokens_per_second as number | null | undefined;
+          process.stderr.write(`${generated.length} tokens, ${tokensPerSecond.toFixed(1)} tokens/s${perStep ? `, ${perStep.toFixed(2)} tokens per target step` : ''}${plainRate ? ` (plain decoding here: ${plainRate.toFixed(1)} tokens/s; both after the first token)` : ''}\n`);
           if (cache) {
             const rate = cache.accesses ? (100 * cache.hits) / cache.accesses : 0;
             process.stderr.write(`expert cache: ${cache.capacity} experts, ${cache.policy}, preload ${cache.preload}: hit rate ${rate.toFixed(1)}% (${cache.hits}/${cache.accesses}), ${cache.loads} reads (${cache.preloads} preloads, ${cache.usefulPreloads} used), ${(cache.bytesRead / 1e6).toFixed(2)} MB\n`);
