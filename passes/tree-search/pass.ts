@@ -188,8 +188,11 @@ export const treeSearchPass: Pass<TreeSearchOptions> = {
         heldOut: held ? acceptanceEstimate(chosen.tree, held.trace, held.starts) : null,
       };
       const hv = validation.heldOut;
-      if (hv && (hv.acceptedPerStep < validation.calibration.ci95[0] || hv.acceptedPerStep > validation.calibration.ci95[1])) {
-        notes.push(`held-out prompts accept ${hv.acceptedPerStep} tokens per step, outside the calibration's 95% interval [${validation.calibration.ci95.join(', ')}]: calibrate on prompts like the ones you will run (tree-search.calibText)`);
+      const cv = validation.calibration;
+      // Two-sample check: the difference against both intervals' half-widths combined.
+      const half = (e: AcceptanceEstimate) => (e.ci95[1] - e.ci95[0]) / 2;
+      if (hv && Math.abs(hv.acceptedPerStep - cv.acceptedPerStep) > Math.hypot(half(hv), half(cv))) {
+        notes.push(`held-out prompts accept ${hv.acceptedPerStep} tokens per step [${hv.ci95.join(', ')}], the calibration prompts ${cv.acceptedPerStep} [${cv.ci95.join(', ')}] (95%): a significant difference; calibrate on prompts like the ones you will run (tree-search.calibText, more tree-search.calib)`);
       }
 
       // LLMCad: the dynamic policy, simulated against the static optimum on the calibration sequences.
