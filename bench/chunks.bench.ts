@@ -63,7 +63,7 @@ function scheduling(quick: boolean) {
       N,
       tasks: N * problem.M,
       serial: round(serialMakespan(problem), 2),
-      // in order = a plain overlapping pipeline (each processor takes its tasks in (chunk, subgraph) order as inputs arrive)
+      // in order: each processor takes its tasks in (chunk, subgraph) order as inputs arrive (here = serial: the head runs per chunk)
       inOrder: round(io.makespan, 2),
       // the released code's 2-chunk stagger (lag 4, barrier per step)
       stagger2: round(st.makespan, 2),
