@@ -6,14 +6,16 @@
  * - wall clock: speculative vs plain greedy decoding on the 30M fixture drafting with its own 50%
  *   level (plan chosen with this host's measured latency), the speed-up and what limits it;
  * - the chosen tree against Medusa's static 63-node tree and a chain of the same budget, on the
- *   same traces (the record's comparison table).
+ *   same traces (the record's comparison table);
+ * - dense-28M drafted by draft-5M (../shared: real checkpoints, real text) on the phone profile:
+ *   prediction, held-out check and measured acceptance (skipped when ../shared is absent).
  * Standalone: `npx tsc -p tsconfig.json && node dist/bench/tree-search.bench.js [--quick]`.
  */
 import os from 'node:os';
 import path from 'node:path';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { compile } from '../src/app/compile/compile.js';
-import { calibrationSet } from '../src/measure/calibration.js';
+import { calibrationSet, textFileSpec } from '../src/measure/calibration.js';
 import { findRecord, SPEC_TREE, type SpecTree } from '../src/core/records/index.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { Rng } from '../src/core/util/rng.js';
@@ -64,6 +66,45 @@ function repeatSync(reps: number, fn: () => void) {
   return { min: times[0], median: times[Math.floor(times.length / 2)] };
 }
 
+/**
+ * dense-28M drafted by draft-5M (../shared, real trained checkpoints, real text) on the phone profile:
+ * the record's prediction and held-out check against `--speculative` measured on the held-out prompts.
+ */
+export async function trainedPair(cacheDir: string, quick: boolean) {
+  const target = path.resolve(REPO_ROOT, '../shared/models/trained/dense-28M');
+  const draftDir = path.resolve(REPO_ROOT, '../shared/models/trained/draft-5M');
+  const text = path.resolve(REPO_ROOT, '../shared/models/trained/text/calibration.txt');
+  if (!existsSync(target) || !existsSync(draftDir)) return { skipped: '../shared/models/trained absent' };
+  const out = path.join(WORK, 'dense-28M');
+  const draftOut = path.join(WORK, 'draft-5M');
+  const opts = { draft: draftDir, latency: PHONE, calibText: text };
+  const src = await openCheckpoint(target);
+  let rec: SpecTree;
+  let held: number[][];
+  try {
+    const manifest = await compile({ source: src, target: 'ts', outDir: out, passes: [{ name: 'tree-search', options: opts }], quant: 'F32', progress: silentProgress, note: () => {}, cacheDir });
+    rec = findRecord(manifest.passes, SPEC_TREE)!;
+    held = (await calibrationSet(src, { source: await textFileSpec(text), count: 64, length: 16, seed: 42, heldOut: 16 }, { cacheDir })).heldOut;
+  } finally {
+    await src.close();
+  }
+  const dsrc = await openCheckpoint(draftDir);
+  try {
+    await compile({ source: dsrc, target: 'ts', outDir: draftOut, passes: [], quant: 'F32', progress: silentProgress, note: () => {}, cacheDir });
+  } finally {
+    await dsrc.close();
+  }
+  const run = await measure(out, rec, held.slice(0, quick ? 4 : 16), 96, await loadDir(draftOut));
+  return {
+    draft: rec.draft,
+    predictedTokensPerSecond: rec.plans[0].predicted.tokensPerSecond,
+    plainPredictedTokensPerSecond: rec.comparison.plain.tokensPerSecond,
+    validation: rec.validation,
+    ...run,
+    notes: rec.notes,
+  };
+}
+
 async function compileSpec(modelDir: string, out: string, cacheDir: string, treeOpts: Record<string, string>) {
   const source = await openCheckpoint(modelDir);
   try {
@@ -103,9 +144,9 @@ async function plainGreedy(m: Model, prompt: number[], n: number): Promise<numbe
 }
 
 /** Measured tokens per target step (and wall clock) of speculative vs plain decoding over the prompts. */
-async function measure(dir: string, rec: SpecTree, prompts: number[][], tokens: number) {
+async function measure(dir: string, rec: SpecTree, prompts: number[][], tokens: number, draft?: Model) {
   const model = await loadDir(dir);
-  const drafter = drafterFor(model, rec);
+  const drafter = drafterFor(model, rec, draft);
   // warm-up
   new SpeculativeDecoder(model, drafter).generate(prompts[0], { maxTokens: 8, stopTokens: [], tree: treeFor(rec) });
   await plainGreedy(model, prompts[0], 8);
@@ -133,7 +174,7 @@ async function measure(dir: string, rec: SpecTree, prompts: number[][], tokens: 
     tokensEach: tokens,
     identicalToPlain: identical,
     plan: { nodes: plan.n, depth: plan.depth },
-    acceptedPerStep: { measured: round(measured, 4), predictedReplay: plan.predicted.replayAcceptedPerStep, predictedUniform: plan.predicted.acceptedPerStep, relErrReplay: rel(plan.predicted.replayAcceptedPerStep), relErrUniform: rel(plan.predicted.acceptedPerStep) },
+    acceptedPerStep: { measured: round(measured, 4), predicted: plan.predicted.acceptedPerStep, predictedPerPosition: plan.predicted.perPositionAcceptedPerStep, relErr: rel(plan.predicted.acceptedPerStep), relErrPerPosition: rel(plan.predicted.perPositionAcceptedPerStep), heldOutInRecord: rec.validation?.heldOut ?? null },
     tokensPerSecond: { speculative: round((prompts.length * tokens * 1000) / specMs, 1), plain: round((prompts.length * tokens * 1000) / plainMs, 1), speedup: round(plainMs / specMs, 3), predicted: plan.predicted.tokensPerSecond },
   };
 }
@@ -179,6 +220,8 @@ export const suite: BenchSuite = {
     const m30phone = await compileSpec(fx.dir, path.join(WORK, 'llama30M-phone'), cacheDir, { calib: quick ? '8' : '24', latency: PHONE });
     const run30phone = await measure(path.join(WORK, 'llama30M-phone'), m30phone, held30, quick ? 32 : 96);
 
+    const dense28M = await trainedPair(cacheDir, quick);
+
     const trees = (rec: SpecTree) => Object.fromEntries(Object.entries(rec.comparison).map(([k, v]) => [k, { nodes: v.nodes, acceptedPerStep: v.acceptedPerStep, tokensPerSecond: v.tokensPerSecond }]));
     return {
       searchSpeed: speed,
@@ -192,6 +235,7 @@ export const suite: BenchSuite = {
         paretoAtFirstCtx: m30.pareto.filter((p) => p.ctx === m30.latency.ctx[0]).slice(0, 12),
       },
       llama30MPhoneProfilePlanRunHere: { ...run30phone, trees: trees(m30phone) },
+      dense28MDraft5M: dense28M,
     };
   },
 };

@@ -21,6 +21,7 @@ import type { Model } from '../src/exec/runtime/model.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { OracleVerifier, SpeculativeDecoder, drafterFor } from '../src/exec/runtime/speculative.js';
 import { llmcInProcess as llmc } from './cli.js';
+import { calibrationSet } from '../src/measure/calibration.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 const REF = JSON.parse(readFileSync(path.join(STORIES, 'reference.json'), 'utf8')).greedy_ids as number[];
@@ -202,6 +203,49 @@ describe('speculative decoding = plain greedy decoding', () => {
   });
 });
 
+describe('the plan holds when measured (stories260K, its 50% level, phone-cpu-llmcad.json)', () => {
+  it('the chosen plan beats plain decoding on its cost model; `run --speculative` on fresh prompts accepts within 5% of the record\'s prediction; held-out acceptance is recorded with intervals', async () => {
+    const out = path.join(tmp, 'measured-plan');
+    const c = await llmc('compile', STORIES, '--target', 'ts', '-q', 'F32', '--passes', 'reorder,tree-search', '--levels', '0.5,1', '--importance', 'activation', '--opt', 'reorder.evaluate=false', '--opt', 'reorder.recover=none',
+      '--opt', 'tree-search.draftLevel=0.5', '--opt', `tree-search.latency=${PHONE}`, '--cache-dir', cache, '-o', out, '--json');
+    expect(c.code).toBe(0);
+    const r = findRecord(JSON.parse(c.stdout).passes, SPEC_TREE)!;
+    expect(r.format).toBe('spec-tree/2');
+    const plan = r.plans[r.buckets[0].plan];
+    // never slower than plain decoding, and at least as fast as every tree of the comparison, on its own cost model
+    expect(plan.predicted.tokensPerSecond).toBeGreaterThanOrEqual(r.comparison.plain.tokensPerSecond);
+    for (const row of Object.values(r.comparison)) expect(plan.predicted.tokensPerSecond).toBeGreaterThanOrEqual(row.tokensPerSecond * (1 - 1e-6));
+    // calibration with a 95% interval; held-out prompts (disjoint) checked and recorded
+    const v = r.validation!;
+    expect(v.calibration.prompts).toBe(64);
+    expect(v.calibration.acceptedPerStep).toBeCloseTo(plan.predicted.acceptedPerStep, 5);
+    expect(v.calibration.ci95[0]).toBeLessThan(v.calibration.acceptedPerStep);
+    expect(v.calibration.ci95[1] - v.calibration.ci95[0]).toBeLessThan(0.1);
+    expect(v.heldOut!.prompts).toBe(16);
+    const src = await openCheckpoint(STORIES);
+    const set = await calibrationSet(src, { source: 'self-generated', count: 64, length: 16, seed: 42, heldOut: 16 }, { cacheDir: cache });
+    // prompts neither calibrated nor held out: the calibration recipe with another seed
+    const fresh = (await calibrationSet(src, { source: 'self-generated', count: 16, length: 16, seed: 9001, heldOut: 0 }, { cacheDir: cache })).calib;
+    await src.close();
+    const seen = new Set([...set.calib, ...set.heldOut].map((p) => p.join(',')));
+    const calibKeys = new Set(set.calib.map((p) => p.join(',')));
+    expect(set.heldOut.filter((p) => calibKeys.has(p.join(',')))).toEqual([]);
+    let tokens = 0;
+    let steps = 0;
+    for (const p of fresh.filter((q) => !seen.has(q.join(',')))) {
+      const run = await llmc('run', out, '--prompt-ids', p.join(','), '-n', '96', '--speculative', '--json');
+      expect(run.code).toBe(0);
+      const s = JSON.parse(run.stdout);
+      tokens += s.speculative.accepted_per_step.reduce((a: number, b: number) => a + b, 0);
+      steps += s.speculative.accepted_per_step.length;
+      // decoding speed after the first token, beside plain decoding's on this host
+      expect(s.tokens_per_second).toBe(s.speculative.tokens_per_second);
+      expect(s.speculative.plain_tokens_per_second).toBeGreaterThan(0);
+    }
+    expect(Math.abs(tokens / steps - plan.predicted.acceptedPerStep) / plan.predicted.acceptedPerStep).toBeLessThan(0.05);
+  });
+});
+
 describe('bad input: one line, exit 2', () => {
   const oneLine = (r: { code: number; stderr: string }, re: RegExp) => {
     expect(r.code).toBe(2);
@@ -222,11 +266,18 @@ describe('bad input: one line, exit 2', () => {
     oneLine(await compile('--opt', 'tree-search.draftLevel=0.5'), /add reorder to --passes/);
     oneLine(await compile(), /tree-search needs a draft/);
     oneLine(await compile('--opt', 'tree-search.draftSkip=9'), /draftSkip: the model has layers 0\.\.4/);
+    // options the chosen mode does not read are refused
+    oneLine(await compile('--opt', 'tree-search.draftSkip=1', '--opt', 'tree-search.alpha0=0.1'), /tree-search\.alpha0 is an LLMCad policy option; it needs --opt tree-search\.search=llmcad/);
+    oneLine(await compile('--opt', 'tree-search.draftSkip=1', '--opt', 'tree-search.search=ghidorah', '--opt', 'tree-search.widths=any'), /search=ghidorah searches its own widths/);
+    oneLine(await compile('--opt', 'tree-search.draftSkip=1', '--opt', `tree-search.latency=${PHONE}`, '--opt', 'tree-search.ctx=64'), /a latency file brings its own context buckets/);
+    oneLine(await compile('--opt', 'tree-search.draftSkip=1', '--opt', `tree-search.latency=${PHONE}`, '--opt', 'tree-search.calib=4', '--opt', 'tree-search.tile=32'), /tree-search\.tile aligns a split between two units/);
     await expect(fsp.stat(out)).rejects.toThrow();
     const noRecord = path.join(tmp, 'plain-ts');
     expect((await llmc('compile', STORIES, '--target', 'ts', '-o', noRecord)).code).toBe(0);
     const r = await llmc('run', noRecord, '--prompt-ids', '1', '-n', '4', '--speculative');
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/--speculative needs .*--passes tree-search.*; this is a ts artifact/);
+    oneLine(await llmc('run', noRecord, '--prompt-ids', '1', '-n', '4', '--speculative', '--chunk', '4'), /--speculative and --chunk do not combine/);
+    oneLine(await llmc('run', noRecord, '--prompt-ids', '1', '-n', '4', '--speculative', '--top-p', '0.5'), /--speculative decodes greedily: leave --top-p at 1/);
   });
 });

@@ -13,8 +13,10 @@ import { frontierOrder, gains, treeOfNodes } from '../passes/tree-search/optimal
 import { positionalValue, sequoiaDP } from '../passes/tree-search/sequoia.js';
 import { dinkelbach, ratioOf } from '../passes/tree-search/dinkelbach.js';
 import { ghidorahGreedy, localSearch } from '../passes/tree-search/ghidorah.js';
-import { hillClimb, partitionTime, splitColumns, stepEdges, verifyMs, type LatencyModel } from '../passes/tree-search/cost.js';
+import { hillClimb, partitionTime, splitColumns, splitStep, stepEdges, verifyMs, type LatencyModel } from '../passes/tree-search/cost.js';
 import { choose, searchBucket, TreeSource } from '../passes/tree-search/search.js';
+import { acceptanceEstimate } from '../passes/tree-search/pass.js';
+import { Rng } from '../src/core/util/rng.js';
 import { readLatencyFile, parseLatency } from '../passes/tree-search/latency-file.js';
 import { buildDynamicTree, eq3, pacerPick, treeConfidence, type Candidates } from '../src/exec/runtime/tree-policy.js';
 
@@ -415,6 +417,23 @@ describe('artifact invariants', () => {
       { numRuns: 300, seed: SEED + 11 },
     );
   });
+
+  it('the split is priced after tile alignment: columns one tile wide never split (one unit, no barriers); wide ones reach T1·T2/(T1+T2) plus their barriers', () => {
+    const two = (columns: number[], tile: number): LatencyModel => ({
+      source: 't', device: 't', ctx: [64], verifyN: [1], verifyMs: [[0]], draftBatch: [1], draftMs: [[0]], perNodeMs: 0, perNnzMs: 0,
+      units: [{ name: 'gpu', verifyMs: [[10]], contention: 1 }, { name: 'cpu', verifyMs: [[30]], contention: 1 }], syncMs: 0.01, barriers: columns.length, columns, tile,
+    });
+    // 172 columns at tile 64: r* = 0.75 → 128 of 172 on the GPU (a = 0.744): max(7.44, 7.67) per linear
+    const narrow = splitStep(two([172, 172], 64), 10, 30);
+    expect(narrow.split).toBe(true);
+    expect(narrow.ms).toBeCloseTo(30 * (44 / 172) + 0.02, 9);
+    // one tile per linear: the split rounds to all-on-one-unit, priced as that unit alone
+    expect(splitStep(two([64, 64], 64), 10, 30)).toEqual({ share: 1, ms: 10, split: false });
+    // exact split of wide layers
+    const wide = splitStep(two([4096], 1), 10, 30);
+    expect(wide.ms).toBeCloseTo(7.5 + 0.01, 2);
+    expect(verifyMs(two([64, 64], 64), 1, 0)).toBe(10);
+  });
 });
 
 describe("LLMCad's policy", () => {
@@ -489,5 +508,41 @@ describe('anchors (sanity, not proof) through the shipped example latency files'
     const bad = { format: 'llmc-latency/1', ctx: [64], verify: { n: [1, 2, 4], ms: [[5, 6, 4]] }, draft: { batch: [1], ms: [[1]] } };
     expect(() => parseLatency(bad, 'dev.json')).toThrow(/latency file dev\.json: verify\.ms at ctx 64 falls from 6 ms \(tree size 2\) to 4 ms \(tree size 4\)/);
     expect(() => parseLatency({ ...bad, verify: { n: [2, 4], ms: [[1, 2]] } }, 'dev.json')).toThrow(/verify\.n must be ascending integers starting at 1/);
+  });
+});
+
+describe('acceptance estimate of a plan over prompts', () => {
+  it('Σ tokens / Σ steps along each prompt\'s trajectory; its 95% interval agrees with a seeded bootstrap over prompts', () => {
+    const rng = new Rng(SEED);
+    const D = 3;
+    const per = 40;
+    const prompts = 30;
+    const rows: number[][] = [];
+    const starts: number[] = [];
+    for (let s = 0; s < prompts; s++) {
+      starts.push(rows.length);
+      const good = rng.next() < 0.5 ? 0.8 : 0.4; // prompts differ: the interval must see it
+      for (let t = 0; t < per; t++) rows.push(Array.from({ length: D }, () => (rng.next() < good ? 0 : 1 + Math.floor(rng.next() * 3))));
+    }
+    const trace = traceOf(rows, 4);
+    const tree = treeFromPaths([[0], [1], [0, 0], [0, 0, 0]]);
+    const e = acceptanceEstimate(tree, trace, starts);
+    // per prompt, by hand: walk from the prompt's first position, commit the replayed length
+    const L = replayLengths(tree, trace);
+    const byPrompt = starts.map((st, i) => {
+      const end = i + 1 < starts.length ? starts[i + 1] : rows.length;
+      let tokens = 0;
+      let steps = 0;
+      for (let t = st; t < end; t += L[t]) (tokens += L[t]), steps++;
+      return [tokens, steps];
+    });
+    const ratio = (sample: number[][]) => sample.reduce((a, x) => a + x[0], 0) / sample.reduce((a, x) => a + x[1], 0);
+    expect(e.acceptedPerStep).toBeCloseTo(ratio(byPrompt), 5);
+    const boot: number[] = [];
+    for (let b = 0; b < 4000; b++) boot.push(ratio(byPrompt.map(() => byPrompt[Math.floor(rng.next() * prompts)])));
+    boot.sort((a, b) => a - b);
+    const [lo, hi] = [boot[100], boot[3899]];
+    expect(Math.abs(e.ci95[0] - lo) / (hi - lo)).toBeLessThan(0.15);
+    expect(Math.abs(e.ci95[1] - hi) / (hi - lo)).toBeLessThan(0.15);
   });
 });

@@ -52,8 +52,19 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
     logits: async (ids) => (chunks ? chunks.prefill(ids, model.newCache(), 'all') : model.forwardAsync(ids, undefined, { ...level })),
     async generate(promptIds, o) {
       if (speculative) {
-        const r = speculative.decoder.generate(promptIds, { maxTokens: o.maxTokens, tree: speculative.tree, stopTokens: o.stopIds, onToken: o.onToken });
+        const clock = () => Number(process.hrtime.bigint()) / 1e6;
+        const r = speculative.decoder.generate(promptIds, { maxTokens: o.maxTokens, tree: speculative.tree, stopTokens: o.stopIds, onToken: o.onToken, clock });
         const steps = r.acceptedPerStep.length;
+        // Plain greedy decoding of the same prompt on the same model, timed the same way (after the first token).
+        let plainMs = 0;
+        let t0: number | undefined;
+        let plainTokens = 0;
+        for await (const _ of model.generate(promptIds, { maxTokens: r.tokens.length, temperature: 0 })) {
+          if (t0 === undefined) t0 = clock();
+          plainTokens++;
+        }
+        if (t0 !== undefined) plainMs = clock() - t0;
+        const rate = (tokens: number, ms: number) => (tokens > 1 && ms > 0 ? ((tokens - 1) * 1000) / ms : null);
         stats = {
           draft: speculative.rec.draft,
           mode: speculative.rec.mode,
@@ -62,7 +73,11 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
           mean_accepted_per_step: steps ? r.acceptedPerStep.reduce((x, y) => x + y, 0) / steps : null,
           tree_nodes: r.treeNodes,
           draft_calls: r.draftCalls,
+          // Tokens after the first one per second of decoding (prefill and set-up excluded), beside plain decoding's on this host.
+          tokens_per_second: rate(r.tokens.length, r.decodeMs ?? 0),
+          plain_tokens_per_second: rate(plainTokens, plainMs),
           predicted: speculative.rec.plans.map((p) => ({ nodes: p.n, ...p.predicted })),
+          ...(speculative.rec.validation ? { validation: speculative.rec.validation } : {}),
         };
         return r.tokens;
       }

@@ -39,6 +39,9 @@ export interface LatencyModel {
   syncMs?: number;
   /** Linear layers of the target (barriers per step when split). */
   barriers?: number;
+  /** Output columns of each linear layer and the column tile: the split is priced after tile alignment. */
+  columns?: number[];
+  tile?: number;
 }
 
 /** The value of a step table at `x`: the entry of the smallest tabulated size ≥ x (the last beyond). */
@@ -53,10 +56,45 @@ export function bucketOf(m: LatencyModel, ctx: number): number {
   return i < 0 ? m.ctx.length - 1 : i;
 }
 
-/** Verification time of n nodes (split over two units when the model has them). */
+/** Verification time of n nodes (split over two units when the model has them and the split pays). */
 export function verifyMs(m: LatencyModel, n: number, b: number): number {
   if (!m.units) return stepAt(m.verifyN, m.verifyMs[b], n);
-  return partitionTime(stepAt(m.verifyN, m.units[0].verifyMs[b], n), stepAt(m.verifyN, m.units[1].verifyMs[b], n), m.units[0].contention, m.units[1].contention).ms + (m.syncMs ?? 0) * (m.barriers ?? 0);
+  return splitStep(m, stepAt(m.verifyN, m.units[0].verifyMs[b], n), stepAt(m.verifyN, m.units[1].verifyMs[b], n)).ms;
+}
+
+/**
+ * The split step as it will run: unit 1's share r* (from the solo times and contention), then each
+ * linear's columns aligned to the tile; a linear takes the time of its slower side (its share of the
+ * step by columns), and only linears that really split pay a barrier. When the aligned split is not
+ * faster than the faster unit alone, the step runs on that unit (`share` 1 or 0, no barriers).
+ */
+export function splitStep(m: LatencyModel, T1: number, T2: number, share?: number): { share: number; ms: number; split: boolean } {
+  const [u1, u2] = m.units!;
+  const r = share ?? partitionTime(T1, T2, u1.contention, u2.contention).share;
+  const cols = m.columns?.length ? m.columns : null;
+  let ms: number;
+  let barriers: number;
+  if (!cols) {
+    ms = Math.max(u1.contention * r * T1, u2.contention * (1 - r) * T2);
+    barriers = r > 0 && r < 1 ? (m.barriers ?? 0) : 0;
+  } else {
+    const total = cols.reduce((a, x) => a + x, 0);
+    ms = 0;
+    barriers = 0;
+    for (const N of cols) {
+      const { first } = splitColumns(N, r, m.tile ?? 1);
+      const a = first[1] / N;
+      const w = N / total;
+      if (a > 0 && a < 1) {
+        barriers++;
+        ms += w * Math.max(u1.contention * a * T1, u2.contention * (1 - a) * T2);
+      } else ms += w * (a === 1 ? T1 : T2);
+    }
+  }
+  ms += (m.syncMs ?? 0) * barriers;
+  const alone = Math.min(T1, T2);
+  if (ms >= alone) return { share: T1 <= T2 ? 1 : 0, ms: alone, split: false };
+  return { share: r, ms, split: true };
 }
 
 /** Draft time of a tree: one draft call per expanded level (its batch = the nodes expanded there), plus per-node costs. */

@@ -17,6 +17,8 @@ export interface TreeSearchOptions {
   latency: 'measure' | 'measure-ort' | { file: string };
   ctx: number[];
   calibCount: number;
+  /** Held-out prompts (disjoint from calibration): the chosen plan's acceptance is checked on them. */
+  heldOut: number;
   calibLength: number;
   calibText: string | null;
   generate: number;
@@ -25,7 +27,8 @@ export interface TreeSearchOptions {
   alpha0: number | 'auto';
   update: 'eq3' | 'prose';
   branchThresh: number;
-  tile: number;
+  /** Hetero partition tile; null = not given (only a two-unit latency file uses it). */
+  tile: number | null;
 }
 
 export const MODES: readonly SearchMode[] = ['optimal', 'sequoia', 'ghidorah', 'llmcad'];
@@ -41,7 +44,8 @@ const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'widths', help: 'tree sizes searched: stepEdges (right edges of the latency steps) | pow2 | any', default: 'stepEdges' },
   { key: 'latency', help: 'step costs: measure (TS runtime, this host) | measure-ort (onnxruntime) | a latency JSON file (docs/tree-search.md)', default: 'measure' },
   { key: 'ctx', help: 'context-length buckets, one plan each', default: '64,256,1024 (below max_position_embeddings)' },
-  { key: 'calib', help: 'calibration prompts', default: '16' },
+  { key: 'calib', help: 'calibration prompts (the plan is chosen on them; a 95% interval on its acceptance is recorded)', default: '64' },
+  { key: 'heldOut', help: 'held-out prompts, disjoint from calibration: the plan\'s acceptance is checked on them', default: '16' },
   { key: 'calibLength', help: 'tokens per calibration prompt', default: '16' },
   { key: 'calibText', help: "a text file to take prompts from (needs the model's tokenizer); default: sampled from the model" },
   { key: 'generate', help: 'greedy tokens the target continues each prompt with (the positions traced)', default: '96' },
@@ -96,16 +100,25 @@ export function parseTreeSearchOptions(raw: Readonly<Record<string, string>>): T
   const dMax = int('depth', raw.depth ?? '8', 1, 16);
   const generate = int('generate', raw.generate ?? '96', 2);
   if (generate <= dMax) throw new UsageError(`tree-search.generate (${generate}) must exceed tree-search.depth (${dMax}): each traced position needs the next ${dMax} tokens`);
+  const mode = oneOf('search', (raw.search ?? 'optimal').trim(), MODES);
+  // Options the chosen mode does not read are refused, never ignored.
+  if (mode !== 'llmcad') {
+    const llmcadOnly = (['alpha0', 'update', 'branchThresh'] as const).filter((k) => raw[k] !== undefined);
+    if (llmcadOnly.length) throw new UsageError(`tree-search.${llmcadOnly[0]} is an LLMCad policy option; it needs --opt tree-search.search=llmcad (search is ${mode})`);
+  }
+  if (mode === 'ghidorah' && raw.widths !== undefined) throw new UsageError('tree-search.widths: search=ghidorah searches its own widths (1, 2, 4, …, 64); leave widths out or use search=optimal');
+  if (raw.ctx !== undefined && latencyRaw !== 'measure' && latencyRaw !== 'measure-ort') throw new UsageError('tree-search.ctx: a latency file brings its own context buckets; leave ctx out or measure (tree-search.latency=measure)');
   return {
     draft,
-    mode: oneOf('search', (raw.search ?? 'optimal').trim(), MODES),
+    mode,
     nMax,
     dMax,
     topK: int('topK', raw.topK ?? '10', 1, 64),
     widths: oneOf('widths', (raw.widths ?? 'stepEdges').trim(), ['stepEdges', 'pow2', 'any'] as const),
     latency: latencyRaw === 'measure' || latencyRaw === 'measure-ort' ? latencyRaw : { file: latencyRaw },
     ctx: raw.ctx !== undefined ? intList('ctx', raw.ctx, 1) : [],
-    calibCount: int('calib', raw.calib ?? '16', 1),
+    calibCount: int('calib', raw.calib ?? '64', 1),
+    heldOut: int('heldOut', raw.heldOut ?? '16', 0),
     calibLength: int('calibLength', raw.calibLength ?? '16', 1),
     calibText: raw.calibText?.trim() || null,
     generate,
@@ -113,7 +126,7 @@ export function parseTreeSearchOptions(raw: Readonly<Record<string, string>>): T
     alpha0: alpha === 'auto' ? 'auto' : num('alpha0', alpha, 0, 1),
     update: oneOf('update', (raw.update ?? 'eq3').trim(), ['eq3', 'prose'] as const),
     branchThresh: num('branchThresh', raw.branchThresh ?? '0.3', 0, 1),
-    tile: int('tile', raw.tile ?? '64', 1),
+    tile: raw.tile === undefined ? null : int('tile', raw.tile, 1),
   };
 }
 

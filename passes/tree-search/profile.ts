@@ -9,7 +9,11 @@
  * candidate order). The trace at t is (ρ_{t+1}, …, ρ_{t+D}), ranks ≥ K as misses.
  */
 import type { ProfileCacheRef } from '../../src/core/pipeline/pass.js';
+import { createHash } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
+import type { TensorAnnotation } from '../../src/core/pipeline/unit.js';
+import { Weight } from '../../src/exec/runtime/kernels.js';
+import type { LowRank, LevelAdapters } from '../../src/exec/runtime/lowrank.js';
 import path from 'node:path';
 import { openCheckpoint } from '../../src/core/checkpoint/index.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
@@ -46,7 +50,28 @@ function vocabOf(tokenizerJson: string | undefined): string | null {
 }
 
 /** The draft a run asked for, as a runnable model (the target's own model for a level or skipped layers). */
-export async function resolveDraft(choice: DraftChoice, source: ModelSource, records: readonly PassRecord[], target: () => Promise<Model>): Promise<ResolvedDraft> {
+/**
+ * A level's recovery adapters from the compile unit's annotations (reorder writes them per level id),
+ * as runtime weights: the draft runs the level as the artifact ships it. Null: the level has none.
+ */
+export function levelAdaptersOf(annotations: ReadonlyMap<string, TensorAnnotation>, levelId: string): { adapters: LevelAdapters; digest: string } | null {
+  const out = new Map<string, LowRank>();
+  const h = createHash('sha256');
+  const f32 = (name: string, rows: number, cols: number, data: Float32Array) => {
+    const bytes = new Uint8Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength));
+    h.update(name).update(bytes);
+    return new Weight(name, 'F32', rows, cols, bytes);
+  };
+  for (const name of [...annotations.keys()].sort()) {
+    const ad = annotations.get(name)?.adapters?.[levelId];
+    if (!ad) continue;
+    h.update(`${ad.rank}/${ad.scale}`);
+    out.set(name, { rank: ad.rank, scale: ad.scale, a: f32(`${name}.A`, ad.rank, ad.inFeatures, ad.a), b: f32(`${name}.B`, ad.outFeatures, ad.rank, ad.b) });
+  }
+  return out.size ? { adapters: out, digest: h.digest('hex').slice(0, 16) } : null;
+}
+
+export async function resolveDraft(choice: DraftChoice, source: ModelSource, records: readonly PassRecord[], target: () => Promise<Model>, annotations: ReadonlyMap<string, TensorAnnotation> = new Map()): Promise<ResolvedDraft> {
   const spec = source.spec;
   if (choice.kind === 'level') {
     const levels = findRecord(records, ELASTIC_LEVELS)?.levels ?? null;
@@ -57,10 +82,11 @@ export async function resolveDraft(choice: DraftChoice, source: ModelSource, rec
     } catch (e) {
       throw new UsageError(`tree-search.draftLevel: ${(e as Error).message}`);
     }
+    const rec = levelAdaptersOf(annotations, level.id);
     return {
       spec: { kind: 'level', level: level.id, nominal: level.nominal },
-      identity: `level:${JSON.stringify(levelWidths(level))}`,
-      drafter: { model: await target(), widths: levelWidths(level) },
+      identity: `level:${JSON.stringify(levelWidths(level))}${rec ? `+adapters:${rec.digest}` : ''}`,
+      drafter: { model: await target(), widths: levelWidths(level), ...(rec ? { adapters: rec.adapters } : {}) },
       close: async () => {},
     };
   }
@@ -111,12 +137,14 @@ export interface RankProfile {
   promptLength: number;
   /** ρ per sequence: the draft rank of each continuation token (index j − promptLength). */
   ranks: Int32Array[];
+  /** The same for the held-out prompts (disjoint from the calibration ones): the plan's check, never its choice. */
+  heldOut: { sequences: number[][]; ranks: Int32Array[] };
 }
 
 /** Draft ranks of `seq`'s tokens after position `from`: ρ_j for j in [from, len). */
 export function draftRanks(draft: Drafter, seq: readonly number[], from: number): Int32Array {
   const rows = Array.from({ length: seq.length - from }, (_, i) => from - 1 + i);
-  const logits = draft.model.forward(seq, draft.model.newCache(), { widths: draft.widths, logitRows: rows });
+  const logits = draft.model.forward(seq, draft.model.newCache(), { widths: draft.widths, adapters: draft.adapters, logitRows: rows });
   const V = draft.model.spec.vocabSize;
   return Int32Array.from(rows, (r, i) => {
     const l = logits.subarray(i * V, (i + 1) * V);
@@ -136,53 +164,66 @@ export async function rankProfile(
 ): Promise<RankProfile> {
   const calibration = await calibrationSet(
     source,
-    { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: 0 },
+    { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
     { cacheDir: ctx.cacheDir, engine: ctx.engine },
   );
   const P = o.calibLength;
   const G = o.generate;
   if (P + G > source.spec.maxPositions) throw new UsageError(`tree-search: calibLength + generate = ${P + G} exceeds the model's ${source.spec.maxPositions} positions`);
   const prof = await cachedProfile(ctx.cacheDir, 'rank-trace', { checkpoint: await source.identity(), draft: draft.identity, calibration: calibration.key, generate: G }, async () => {
-    // The target's greedy continuations, all prompts in one batch.
     const engine = await ctx.engine();
-    const prompts = calibration.calib;
-    const session = engine.session(prompts.length);
-    const seqs = prompts.map((p) => [...p]);
-    ctx.progress.start('tree-search: target continuations', G);
-    let logits = await session.step(prompts);
-    for (let g = 0; g < G; g++) {
-      const next = logits.map((l) => argmax(l));
-      next.forEach((id, b) => seqs[b].push(id));
-      if (g + 1 < G) logits = await session.step(next.map((id) => [id]));
-      ctx.progress.tick();
-    }
-    ctx.progress.done();
-    ctx.progress.start('tree-search: draft ranks', seqs.length);
-    const ranks = seqs.map((s) => {
-      const r = draftRanks(draft.drafter, s, P);
-      ctx.progress.tick();
-      return r;
-    });
-    ctx.progress.done();
-    return { meta: { prompts: seqs.length, promptLength: P, generated: G }, arrays: { sequences: Float64Array.from(seqs.flat()), ranks: Float64Array.from(ranks.flatMap((r) => Array.from(r))) } };
+    // The target's greedy continuations, all prompts of a set in one batch, then the draft's ranks.
+    const traced = async (prompts: number[][], what: string) => {
+      if (!prompts.length) return { seqs: [] as number[][], ranks: [] as Int32Array[] };
+      const session = engine.session(prompts.length);
+      const seqs = prompts.map((p) => [...p]);
+      ctx.progress.start(`tree-search: target continuations (${what})`, G);
+      let logits = await session.step(prompts);
+      for (let g = 0; g < G; g++) {
+        const next = logits.map((l) => argmax(l));
+        next.forEach((id, b) => seqs[b].push(id));
+        if (g + 1 < G) logits = await session.step(next.map((id) => [id]));
+        ctx.progress.tick();
+      }
+      ctx.progress.done();
+      ctx.progress.start(`tree-search: draft ranks (${what})`, seqs.length);
+      const ranks = seqs.map((s) => {
+        const r = draftRanks(draft.drafter, s, P);
+        ctx.progress.tick();
+        return r;
+      });
+      ctx.progress.done();
+      return { seqs, ranks };
+    };
+    const cal = await traced(calibration.calib, 'calibration');
+    const held = await traced(calibration.heldOut, 'held out');
+    const flat = (r: Int32Array[]) => Float64Array.from(r.flatMap((x) => Array.from(x)));
+    return {
+      meta: { prompts: cal.seqs.length, heldOut: held.seqs.length, promptLength: P, generated: G },
+      arrays: { sequences: Float64Array.from(cal.seqs.flat()), ranks: flat(cal.ranks), heldOutSequences: Float64Array.from(held.seqs.flat()), heldOutRanks: flat(held.ranks) },
+    };
   });
   const L = P + G;
-  const flat = prof.arrays.sequences;
-  const sequences: number[][] = [];
-  const ranks: Int32Array[] = [];
-  for (let i = 0; i * L < flat.length; i++) {
-    sequences.push(Array.from(flat.subarray(i * L, (i + 1) * L)));
-    ranks.push(Int32Array.from(prof.arrays.ranks.subarray(i * G, (i + 1) * G)));
-  }
-  return { key: prof.key, calibration, sequences, promptLength: P, ranks };
+  const unflat = (seqFlat: Float64Array, rankFlat: Float64Array) => {
+    const sequences: number[][] = [];
+    const ranks: Int32Array[] = [];
+    for (let i = 0; i * L < seqFlat.length; i++) {
+      sequences.push(Array.from(seqFlat.subarray(i * L, (i + 1) * L)));
+      ranks.push(Int32Array.from(rankFlat.subarray(i * G, (i + 1) * G)));
+    }
+    return { sequences, ranks };
+  };
+  const cal = unflat(prof.arrays.sequences, prof.arrays.ranks);
+  const heldOut = unflat(prof.arrays.heldOutSequences ?? new Float64Array(0), prof.arrays.heldOutRanks ?? new Float64Array(0));
+  return { key: prof.key, calibration, sequences: cal.sequences, promptLength: P, ranks: cal.ranks, heldOut };
 }
 
 /**
  * Rank traces of depth D over top-K: one per position t whose next D tokens are known (t from the
  * last prompt token on); `starts[s]` is sequence s's first trace (the runtime's first root).
  */
-export function tracesOf(p: RankProfile, D: number, K: number): { trace: RankTrace; starts: number[] } {
-  const per = p.ranks[0].length - D + 1;
+export function tracesOf(p: Pick<RankProfile, 'ranks'>, D: number, K: number): { trace: RankTrace; starts: number[] } {
+  const per = p.ranks.length ? p.ranks[0].length - D + 1 : 0;
   const N = per * p.ranks.length;
   const out = new Int16Array(N * D);
   const starts: number[] = [];

@@ -164,6 +164,36 @@ export function inOrder(p: Problem): Schedule {
   return evaluateSequences(p, seqs)!;
 }
 
+/**
+ * mllm-NPU's released pipeline (SPEC §1.7, QNNPipelineExecutor): chunks in pairs; at step k chunk 2m
+ * runs subgraph k while chunk 2m+1 runs subgraph k − lag (two threads; one after the other when both
+ * need the same processor), with a barrier after every step; pairs one after the other, an odd last
+ * chunk alone, subgraph by subgraph. Valid for any lag ≥ 1 (edges go forward in the template).
+ */
+export function stagger(p: Problem, lag = 4): Schedule {
+  const start = new Float64Array(p.N * p.M);
+  let clock = 0;
+  for (let a = 0; a < p.N; a += 2) {
+    const b = a + 1 < p.N ? a + 1 : -1;
+    const steps = b < 0 ? p.M : p.M + lag;
+    for (let k = 0; k < steps; k++) {
+      const ta = k < p.M ? a * p.M + k : -1;
+      const tb = b >= 0 && k - lag >= 0 && k - lag < p.M ? b * p.M + k - lag : -1;
+      let end = clock;
+      if (ta >= 0) {
+        start[ta] = clock;
+        end = clock + p.dur[ta];
+      }
+      if (tb >= 0) {
+        start[tb] = ta >= 0 && procOfTask(p, ta) === procOfTask(p, tb) ? end : clock;
+        end = Math.max(end, start[tb] + p.dur[tb]);
+      }
+      clock = end;
+    }
+  }
+  return scheduleOf(p, start);
+}
+
 /** Everything on one processor after the other: Σ T. */
 export function serialMakespan(p: Problem): number {
   return p.dur.reduce((a, x) => a + x, 0);

@@ -1,10 +1,15 @@
 /**
- * Record `spec-tree/1`: the verification tree(s) the `tree-search` pass chose for speculative
+ * Record `spec-tree/2`: the verification tree(s) the `tree-search` pass chose for speculative
  * decoding, with the runtime artifacts of each (SPEC verification-tree-search §7): bit-packed tree
  * mask, position ids, tree indices, retrieve indices, the draft's expansion plan, KV keep lists, and
  * the predicted tokens per target step and tokens/s. Read by the TS runtime (`llmc run
  * --speculative`) and by targets; every artifact is re-derived from the tree and compared when the
  * record is read, so a consumer can trust them. Browser-safe.
+ *
+ * Version 2: `predicted.acceptedPerStep` is what the runtime achieves (its own trajectory replayed
+ * over the calibration sequences: the plan is chosen by it), the per-position formula moved to
+ * `predicted.perPositionAcceptedPerStep`; `validation` holds a 95% interval on the calibration
+ * figure and the same figure on held-out prompts. Version 1 records are still read.
  */
 import { LlmcError } from '../errors.js';
 import { stableJson } from '../util/stable-json.js';
@@ -36,10 +41,10 @@ export type DraftSpec =
   | { kind: 'checkpoint'; path: string; sha256: string; modelType: string; vocabSize: number };
 
 export interface Predicted {
-  /** E[L] over calibration positions: 1 + Σ_{v≠root} count(v)/N (SPEC §5.1). */
+  /** Tokens per target step when the runtime's own trajectory is replayed over the calibration sequences (what `--speculative` reports). */
   acceptedPerStep: number;
-  /** Tokens per target step when the runtime's own trajectory is replayed over the calibration sequences. */
-  replayAcceptedPerStep: number;
+  /** E[L] averaged uniformly over calibration positions: 1 + Σ_{v≠root} count(v)/N (SPEC §5.1); overweights deep branches. */
+  perPositionAcceptedPerStep: number;
   /** Draft + verification time of one step under the record's latency model. */
   stepMs: number;
   tokensPerSecond: number;
@@ -102,8 +107,16 @@ export interface FallbackPolicy {
   maxTokens: number;
 }
 
+/** Tokens per target step of one plan over a set of prompts: Σ tokens / Σ steps, with a 95% interval (prompts as clusters). */
+export interface AcceptanceEstimate {
+  prompts: number;
+  steps: number;
+  acceptedPerStep: number;
+  ci95: [number, number];
+}
+
 export interface SpecTree {
-  format: 'spec-tree/1';
+  format: 'spec-tree/2';
   draft: DraftSpec;
   verify: 'greedy';
   mode: 'optimal' | 'sequoia' | 'ghidorah' | 'llmcad';
@@ -111,6 +124,8 @@ export interface SpecTree {
     /** The calibration profile key and the trace geometry. */
     key: string;
     prompts: number;
+    /** Held-out prompts the plan was checked on (version 2). */
+    heldOut?: number;
     generated: number;
     positions: number;
     depth: number;
@@ -127,6 +142,8 @@ export interface SpecTree {
   fallback: FallbackPolicy | null;
   /** Other trees on the same traces (chain, Medusa's 63-node tree, the other modes): predicted figures. */
   comparison: Record<string, { nodes: number; acceptedPerStep: number; stepMs: number; tokensPerSecond: number }>;
+  /** The first bucket's plan on the calibration prompts (chosen there) and on held-out prompts (disjoint; null without any). */
+  validation: { calibration: AcceptanceEstimate; heldOut: AcceptanceEstimate | null } | null;
   notes: string[];
 }
 
@@ -154,7 +171,7 @@ export function planArtifacts(t: TreeShape): Omit<TreePlan, 'predicted'> {
 /** Equal as JSON values (key order aside: manifests are written with sorted keys). */
 const same = (a: unknown, b: unknown) => stableJson(a) === stableJson(b);
 
-function readPlan(c: Checker, v: unknown, path: string): TreePlan {
+function readPlan(c: Checker, v: unknown, path: string, v1: boolean): TreePlan {
   const o = c.obj(v, path);
   const parent = c.arr(o.parent, `${path}.parent`).map((x, i) => (i === 0 && x === -1 ? -1 : c.int(x, `${path}.parent[${i}]`)));
   const rank = c.arr(o.rank, `${path}.rank`).map((x, i) => (i === 0 && x === -1 ? -1 : c.int(x, `${path}.rank[${i}]`)));
@@ -173,12 +190,25 @@ function readPlan(c: Checker, v: unknown, path: string): TreePlan {
     c.fail(`${path}.mask`, 'is not the ancestor-or-self mask of the tree');
   }
   const p = c.obj(o.predicted, `${path}.predicted`);
-  for (const k of ['acceptedPerStep', 'replayAcceptedPerStep', 'stepMs', 'tokensPerSecond'] as const) c.num(p[k], `${path}.predicted.${k}`);
+  for (const k of ['acceptedPerStep', v1 ? 'replayAcceptedPerStep' : 'perPositionAcceptedPerStep', 'stepMs', 'tokensPerSecond']) c.num(p[k], `${path}.predicted.${k}`);
+  // Version 1 predicted by the per-position formula; its replayed figure is what the runtime achieves.
+  if (v1) return { ...(o as unknown as TreePlan), predicted: { acceptedPerStep: p.replayAcceptedPerStep as number, perPositionAcceptedPerStep: p.acceptedPerStep as number, stepMs: p.stepMs as number, tokensPerSecond: p.tokensPerSecond as number } };
   return o as unknown as TreePlan;
 }
 
-export const SPEC_TREE = defineRecord<SpecTree>('spec-tree/1', 'a speculative verification tree (tree-search)', (v, c) => {
+const readEstimate = (c: Checker, v: unknown, path: string) => {
+  const e = c.obj(v, path);
+  c.int(e.prompts, `${path}.prompts`, 1);
+  c.int(e.steps, `${path}.steps`, 1);
+  c.num(e.acceptedPerStep, `${path}.acceptedPerStep`);
+  const ci = c.arr(e.ci95, `${path}.ci95`);
+  if (ci.length !== 2) c.fail(`${path}.ci95`, 'must be [low, high]');
+  ci.forEach((x, i) => c.num(x, `${path}.ci95[${i}]`));
+};
+
+export const SPEC_TREE = defineRecord<SpecTree>('spec-tree/2', 'a speculative verification tree (tree-search)', (v, c) => {
   const o = c.obj(v, 'spec-tree');
+  const v1 = o.format === 'spec-tree/1';
   const d = c.obj(o.draft, 'draft');
   if (d.kind === 'level') c.str(d.level, 'draft.level');
   else if (d.kind === 'skip') c.ints(d.layers, 'draft.layers');
@@ -187,7 +217,7 @@ export const SPEC_TREE = defineRecord<SpecTree>('spec-tree/1', 'a speculative ve
     c.int(d.vocabSize, 'draft.vocabSize', 1);
   } else c.fail('draft.kind', `must be level, skip or checkpoint, got ${JSON.stringify(d.kind)}`);
   if (o.verify !== 'greedy') c.fail('verify', `must be "greedy", got ${JSON.stringify(o.verify)}`);
-  const plans = c.arr(o.plans, 'plans').map((p, i) => readPlan(c, p, `plans[${i}]`));
+  const plans = c.arr(o.plans, 'plans').map((p, i) => readPlan(c, p, `plans[${i}]`, v1));
   if (!plans.length) c.fail('plans', 'is empty');
   const buckets = c.arr(o.buckets, 'buckets');
   if (!buckets.length) c.fail('buckets', 'is empty');
@@ -201,8 +231,13 @@ export const SPEC_TREE = defineRecord<SpecTree>('spec-tree/1', 'a speculative ve
     for (const k of ['branchThresh', 'alpha0', 'decay'] as const) c.num(f[k], `fallback.${k}`);
     c.int(f.maxTokens, 'fallback.maxTokens', 1);
   }
-  return o as unknown as SpecTree;
-});
+  if (!v1 && o.validation !== null) {
+    const val = c.obj(o.validation, 'validation');
+    readEstimate(c, val.calibration, 'validation.calibration');
+    if (val.heldOut !== null) readEstimate(c, val.heldOut, 'validation.heldOut');
+  }
+  return (v1 ? { ...o, plans, validation: null } : { ...o, plans }) as unknown as SpecTree;
+}, ['spec-tree/1']);
 
 /** The plan for a context of `ctx` tokens. */
 export function planForContext(rec: SpecTree, ctx: number): TreePlan {

@@ -12,16 +12,17 @@
  */
 import { depthsOf, childrenOf, type TreeShape } from '../../core/records/tree.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
-import { ELASTIC_LEVELS, findRecord, levelWidths } from '../../core/records/index.js';
+import { ELASTIC_LEVELS, findRecord } from '../../core/records/index.js';
 import { describeDraft, planForContext, type SpecTree } from '../../core/records/spec-tree.js';
-import type { KvCache, LayerWidth, Model, TreeAttention } from './model.js';
+import type { KvCache, LayerWidth, LevelAdapters, Model, TreeAttention } from './model.js';
 import { argmax } from './sampling.js';
 import { buildDynamicTree, nextAlpha, topCandidates, topTokens, type DynamicTree, type FallbackPolicyLike } from './tree-policy.js';
 
-/** The draft: a model (the target itself for an elastic level), at some widths. */
+/** The draft: a model (the target itself for an elastic level), at some widths, with the level's recovery adapters. */
 export interface Drafter {
   model: Model;
   widths?: LayerWidth[];
+  adapters?: LevelAdapters;
 }
 
 export interface SpeculativeOptions {
@@ -32,6 +33,8 @@ export interface SpeculativeOptions {
   onToken?: (id: number) => void;
   /** A static tree (canonical order; or one per context length), or LLMCad's dynamic policy. */
   tree: TreeShape | ((context: number) => TreeShape) | { policy: FallbackPolicyLike };
+  /** Milliseconds (e.g. performance.now): with it the result says how long decoding took after the first token. */
+  clock?: () => number;
 }
 
 export interface SpeculativeResult {
@@ -42,6 +45,8 @@ export interface SpeculativeResult {
   treeNodes: number[];
   draftCalls: number;
   draftTokens: number;
+  /** With `clock`: milliseconds from the first token (the prompt's prefill done) to the last; the set-up excluded. */
+  decodeMs?: number;
 }
 
 /** One draft tree: node tokens and parents (parent[i] < i), the draft slots of its expanded nodes. */
@@ -85,7 +90,7 @@ export class SpeculativeDecoder {
   private draftForward(ids: number[], opts: { tree?: TreeAttention; lastOnly?: boolean }): Float32Array {
     this.draftCalls++;
     this.draftTokens += ids.length;
-    return this.draft.model.forward(ids, this.dcache, { widths: this.draft.widths, lastOnly: opts.lastOnly, tree: opts.tree, logitRows: opts.tree ? ids.map((_, i) => i) : undefined });
+    return this.draft.model.forward(ids, this.dcache, { widths: this.draft.widths, adapters: this.draft.adapters, lastOnly: opts.lastOnly, tree: opts.tree, logitRows: opts.tree ? ids.map((_, i) => i) : undefined });
   }
 
   /** The draft's run over committed tokens it has not seen (ending with the root): the root's logits. */
@@ -193,6 +198,7 @@ export class SpeculativeDecoder {
       return stop.has(id) || res.tokens.length >= opts.maxTokens;
     };
     let done = emit(this.verifier.first(prompt));
+    const t0 = opts.clock?.();
     while (!done) {
       let drafted: Drafted;
       let dyn: DynamicTree | null = null;
@@ -213,6 +219,7 @@ export class SpeculativeDecoder {
     }
     res.draftCalls = this.draftCalls;
     res.draftTokens = this.draftTokens;
+    if (opts.clock && t0 !== undefined) res.decodeMs = opts.clock() - t0;
     return res;
   }
 }
@@ -317,7 +324,9 @@ export function drafterFor(target: Model, rec: SpecTree, draft?: Model): Drafter
   if (d.kind === 'level') {
     const level = findRecord(target.manifest?.passes, ELASTIC_LEVELS)?.levels.find((l) => l.id === d.level);
     if (!level) throw new LlmcError(`the spec-tree record drafts with elastic level ${d.level}, which the manifest's elastic-prefix record does not have`);
-    return { model: target, widths: levelWidths(level) };
+    // The level as shipped: its widths and its recovery adapters (what the tree was searched with).
+    const { widths, adapters } = target.level(level.id);
+    return { model: target, widths, ...(adapters ? { adapters } : {}) };
   }
   if (d.kind === 'skip') return { model: target.withoutLayers(d.layers) };
   if (!draft) throw new UsageError(`this artifact drafts with ${describeDraft(d)}: give that checkpoint's ts artifact with --draft DIR`);

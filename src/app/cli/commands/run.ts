@@ -151,6 +151,9 @@ export function registerRun(program: Command): void {
       const experts = o.expertCache === undefined ? undefined : { capacity: o.expertCache as number, policy: o.expertPolicy as 'edgemoe' | 'lru' | 'lfu' | undefined, preload: o.expertPreload as number | undefined };
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
+      if (o.speculative && o.chunk !== undefined) throw new UsageError('--speculative and --chunk do not combine (speculative decoding prefills the prompt whole)');
+      if (o.speculative && o.expertCache !== undefined) throw new UsageError('--speculative and --expert-cache do not combine (the verifier runs the model resident)');
+      if (o.speculative && o.topP !== 1) throw new UsageError('--speculative decodes greedily: leave --top-p at 1');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
       const promptText: string | undefined = o.promptFile !== undefined ? await readPromptFile(o.promptFile) : o.prompt;
       const { runner, levels, dir } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
@@ -200,18 +203,25 @@ export function registerRun(program: Command): void {
         const stopReason = generated.length > 0 && stop.has(generated[generated.length - 1]) ? 'eos' : 'length';
         const shown = stopReason === 'eos' ? generated.slice(0, -1) : generated;
         const t = timings(sink, promptIds.length, generated.length);
+        const speculative = runner.speculativeStats?.() ?? undefined;
+        // Speculative decoding reports its own rate: decoding after the first token, set-up excluded (plain's beside it).
+        const specRate = speculative?.tokens_per_second;
+        const tokensPerSecond = typeof specRate === 'number' ? specRate : t.tokens_per_second;
         const cache = runner.expertStats?.() ?? null;
         if (o.json) {
           const text = decodeText ? decodeText(shown) : undefined;
-          const speculative = runner.speculativeStats?.() ?? undefined;
           // The level it ran and its quality (the runner's notes say the same in words).
           const level = runner.level !== undefined && levels ? levelJson(levels.levels.find((l) => l.id === runner.level)!, levels, runner.spec.vocabSize) : undefined;
           const warning = runner.notes.find((n) => n.startsWith('warning: '));
-          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), stop_reason: stopReason, tokens_per_second: t.tokens_per_second, timings: t, notes: runner.notes, ...(level ? { level } : {}), ...(warning ? { warning } : {}), ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}), ...(speculative ? { speculative } : {}) });
+          printJson({ prompt_ids: promptIds, generated_ids: generated, ...(text !== undefined ? { text } : {}), stop_reason: stopReason, tokens_per_second: tokensPerSecond, timings: t, notes: runner.notes, ...(level ? { level } : {}), ...(warning ? { warning } : {}), ...(cache ? { expert_cache: { ...cache, hit_rate: cache.accesses ? cache.hits / cache.accesses : 0 } } : {}), ...(speculative ? { speculative } : {}) });
         } else {
-          const perStep = runner.speculativeStats?.()?.mean_accepted_per_step as number | null | undefined;
+          const perStep = speculative?.mean_accepted_per_step as number | null | undefined;
+          const plainRate = speculative?.plain_tokens_per_second as number | null | undefined;
           const decodeRate = t.decode_tokens_per_second === null ? '' : `, decode ${t.decode_tokens_per_second.toFixed(1)} tokens/s`;
-          process.stderr.write(`${generated.length} tokens (${stopReason === 'eos' ? 'stopped at EOS' : 'length limit'}): prefill ${promptIds.length} tokens in ${t.prefill_ms.toFixed(1)} ms${decodeRate}${perStep ? `, ${perStep.toFixed(2)} tokens per target step` : ''}\n`);
+          process.stderr.write(
+            `${generated.length} tokens (${stopReason === 'eos' ? 'stopped at EOS' : 'length limit'}): prefill ${promptIds.length} tokens in ${t.prefill_ms.toFixed(1)} ms${decodeRate}` +
+              `${perStep ? `, ${perStep.toFixed(2)} tokens per target step` : ''}${plainRate ? ` (plain decoding here: ${plainRate.toFixed(1)} tokens/s; both after the first token)` : ''}\n`,
+          );
           if (cache) {
             const rate = cache.accesses ? (100 * cache.hits) / cache.accesses : 0;
             process.stderr.write(`expert cache: ${cache.capacity} experts, ${cache.policy}, preload ${cache.preload}: hit rate ${rate.toFixed(1)}% (${cache.hits}/${cache.accesses}), ${cache.loads} reads (${cache.preloads} preloads, ${cache.usefulPreloads} used), ${(cache.bytesRead / 1e6).toFixed(2)} MB\n`);
