@@ -17,7 +17,7 @@ import * as ort from 'onnxruntime-node';
 import { leadingSlots } from '../../src/exec/engine/chunks.js';
 import { openArtifactSession } from '../../src/exec/engine/session-options.js';
 import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
-import { LlmcError, UsageError } from '../../src/core/errors.js';
+import { LlmcError, UsageError, summarize } from '../../src/core/errors.js';
 import type { OutlierScales } from '../../src/core/records/index.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
 import type { SubgraphEntry } from './emit.js';
@@ -81,7 +81,7 @@ export class QnnRunner {
     };
     const spec = normalizeConfig(await read('config.json'), path.join(dir, 'config.json'));
     const sg = await read('graph/subgraphs.json');
-    if (sg.format !== 'llmc-qnn-subgraphs/1') throw new LlmcError(`is not llmc-qnn-subgraphs/1 (format ${JSON.stringify(sg.format)})`, path.join(dir, 'graph/subgraphs.json'));
+    if (sg.format !== 'llmc-qnn-subgraphs/1') throw new LlmcError(`is not llmc-qnn-subgraphs/1 (format ${summarize(sg.format)})`, path.join(dir, 'graph/subgraphs.json'));
     const subgraphs = sg.subgraphs as SubgraphEntry[];
     const exec = opts.engine === 'onnxruntime' ? await openOnnxruntime(dir, subgraphs, opts.threads ?? 1) : openSimulation(dir, subgraphs);
     const shadow = new ShadowStore(dir);

@@ -17,6 +17,7 @@ import { LlmcError } from '../core/errors.js';
 import { ensureOutputDir, writeFileAtomic } from '../core/util/atomic.js';
 import { LLMC_VERSION } from '../core/version.js';
 import type { CacheHandle, ProfileCacheRef } from '../core/pipeline/pass.js';
+import { parseJson } from '../core/util/json.js';
 
 export const PROFILE_FORMAT = 'llmc-profile';
 export const PROFILE_VERSION = 1;
@@ -48,7 +49,7 @@ export async function loadProfile(cacheDir: string, kind: string, keyParts: Reco
   const key = profileKey(kind, keyParts);
   const p = profilePaths(cacheDir, kind, key);
   try {
-    const head = JSON.parse(await fsp.readFile(p.json, 'utf8'));
+    const head = parseJson(await fsp.readFile(p.json, 'utf8'), p.json) as Record<string, any>;
     if (head.format !== PROFILE_FORMAT || head.version !== PROFILE_VERSION || head.key !== key) return undefined;
     const bin = await fsp.readFile(p.bin);
     const arrays: Record<string, Float64Array> = {};
@@ -138,7 +139,7 @@ export async function findProfiles(cacheDir: string, kind: string, match: Record
     if (!name.startsWith(`${kind}-`) || !name.endsWith('.json') || !/^[0-9a-f]{32}$/.test(name.slice(kind.length + 1, -5))) continue;
     let keyParts: Record<string, unknown>;
     try {
-      keyParts = JSON.parse(await fsp.readFile(path.join(cacheDir, name), 'utf8')).keyParts;
+      keyParts = (parseJson(await fsp.readFile(path.join(cacheDir, name), 'utf8'), name) as Record<string, any>).keyParts;
     } catch {
       continue;
     }

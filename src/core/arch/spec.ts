@@ -2,7 +2,7 @@
  * The normalized architecture spec: one shape for every supported Hugging Face `model_type`,
  * so passes, engines and backends never read config.json themselves.
  */
-import { LlmcError } from '../errors.js';
+import { LlmcError, summarize } from '../errors.js';
 import { ARCHITECTURES, isModelType, SUPPORTED_MODEL_TYPES, type ConfigReader } from './registry.js';
 import type { ArchSpec, MoeSpec, RopeScaling } from './types.js';
 
@@ -17,7 +17,7 @@ function num(cfg: Json, key: string, file: string, fallback?: number): number {
     if (fallback !== undefined) return fallback;
     throw new LlmcError(`missing "${key}"`, file);
   }
-  if (typeof v !== 'number' || !Number.isFinite(v)) throw new LlmcError(`"${key}" must be a number, got ${JSON.stringify(v)}`, file);
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new LlmcError(`"${key}" must be a number, got ${summarize(v)}`, file);
   return v;
 }
 
@@ -34,7 +34,7 @@ function ropeScalingOf(raw: unknown, file: string): RopeScaling | null {
   const r = raw as Json;
   const type = String(r.rope_type ?? r.type ?? '');
   const factor = typeof r.factor === 'number' ? r.factor : 1;
-  if (!(factor > 0) || !Number.isFinite(factor)) throw new LlmcError(`"rope_scaling.factor" must be a positive number, got ${JSON.stringify(r.factor)}`, file);
+  if (!(factor > 0) || !Number.isFinite(factor)) throw new LlmcError(`"rope_scaling.factor" must be a positive number, got ${summarize(r.factor)}`, file);
   const orig = typeof r.original_max_position_embeddings === 'number' ? r.original_max_position_embeddings : undefined;
   switch (type) {
     case 'default':
@@ -80,7 +80,7 @@ function checkArchitectures(architectures: unknown, modelType: string, causalLm:
   const names = Array.isArray(architectures) ? architectures : [architectures];
   if (names.length === 0 || names.some((n) => causalLm.includes(n as string))) return;
   throw new LlmcError(
-    `architectures ${JSON.stringify(architectures)} names no causal LM of model_type "${modelType}" (llmc compiles ${causalLm.join(' / ')}); ` +
+    `architectures ${summarize(architectures)} names no causal LM of model_type "${modelType}" (llmc compiles ${causalLm.join(' / ')}); ` +
       'a head or remote code of another kind is not supported',
     file,
   );
@@ -91,7 +91,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   const modelType = cfg.model_type;
   if (!isModelType(modelType)) {
     throw new LlmcError(
-      `unknown model_type ${JSON.stringify(modelType ?? null)}; supported: ${SUPPORTED_MODEL_TYPES.join(', ')}`,
+      `unknown model_type ${summarize(modelType ?? null)}; supported: ${SUPPORTED_MODEL_TYPES.join(', ')}`,
       file,
     );
   }

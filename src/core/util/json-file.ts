@@ -2,6 +2,7 @@
 import { promises as fsp } from 'node:fs';
 import { LlmcError } from '../errors.js';
 import { ioError } from './atomic.js';
+import { parseJson } from './json.js';
 
 export async function readJsonIfPresent(file: string): Promise<unknown | null> {
   let text: string;
@@ -12,9 +13,5 @@ export async function readJsonIfPresent(file: string): Promise<unknown | null> {
     if (code === 'ENOENT' || code === 'ENOTDIR') return null;
     throw ioError(e, file, 'read');
   }
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file);
-  }
+  return parseJson(text, file);
 }
