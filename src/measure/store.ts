@@ -17,6 +17,7 @@ import { LlmcError } from '../core/errors.js';
 import { ensureOutputDir, writeFileAtomic } from '../core/util/atomic.js';
 import { LLMC_VERSION } from '../core/version.js';
 import type { CacheHandle, ProfileCacheRef } from '../core/pipeline/pass.js';
+import { z } from 'zod';
 import { parseJson } from '../core/util/json.js';
 
 export const PROFILE_FORMAT = 'llmc-profile';
@@ -44,16 +45,27 @@ export function profilePaths(cacheDir: string, kind: string, key: string): { jso
   return { json: `${base}.json`, bin: `${base}.bin` };
 }
 
+/** A profile's JSON head, checked before use (a damaged entry is recomputed). */
+const PROFILE_HEAD = z.looseObject({
+  format: z.string(),
+  version: z.number(),
+  key: z.string(),
+  meta: z.record(z.string(), z.unknown()),
+  arrays: z.record(z.string(), z.tuple([z.number().int().nonnegative(), z.number().int().nonnegative()])),
+});
+
 /** Read a cached profile; undefined when absent or unusable (never throws on a bad cache entry). */
 export async function loadProfile(cacheDir: string, kind: string, keyParts: Record<string, unknown>): Promise<Profile | undefined> {
   const key = profileKey(kind, keyParts);
   const p = profilePaths(cacheDir, kind, key);
   try {
-    const head = parseJson(await fsp.readFile(p.json, 'utf8'), p.json) as Record<string, any>;
+    const parsed = PROFILE_HEAD.safeParse(parseJson(await fsp.readFile(p.json, 'utf8'), p.json));
+    if (!parsed.success) return undefined;
+    const head = parsed.data;
     if (head.format !== PROFILE_FORMAT || head.version !== PROFILE_VERSION || head.key !== key) return undefined;
     const bin = await fsp.readFile(p.bin);
     const arrays: Record<string, Float64Array> = {};
-    for (const [name, [offset, length]] of Object.entries(head.arrays as Record<string, [number, number]>)) {
+    for (const [name, [offset, length]] of Object.entries(head.arrays)) {
       if (offset + length * 8 > bin.length) return undefined;
       const a = new Float64Array(length);
       for (let i = 0; i < length; i++) a[i] = bin.readDoubleLE(offset + i * 8);
@@ -139,7 +151,7 @@ export async function findProfiles(cacheDir: string, kind: string, match: Record
     if (!name.startsWith(`${kind}-`) || !name.endsWith('.json') || !/^[0-9a-f]{32}$/.test(name.slice(kind.length + 1, -5))) continue;
     let keyParts: Record<string, unknown>;
     try {
-      keyParts = (parseJson(await fsp.readFile(path.join(cacheDir, name), 'utf8'), name) as Record<string, any>).keyParts;
+      keyParts = (parseJson(await fsp.readFile(path.join(cacheDir, name), 'utf8'), name) as { keyParts: Record<string, unknown> }).keyParts;
     } catch {
       continue;
     }
