@@ -1,7 +1,8 @@
 /**
  * Reads a GGUF file's header (ggml docs/gguf.md): metadata and tensor infos, every count and length
- * bounded by the bytes the file has before anything is allocated, every tensor's data inside the
- * file. `llmc run` checks a GGUF with it before llama.cpp loads it, because llama.cpp aborts the whole
+ * bounded by the bytes the file has before anything is allocated, every dimension > 0, every tensor's
+ * data at the offset llama.cpp expects (in order, aligned) and inside the file. `checkGgufFile` is the
+ * check to call before handing any GGUF to llama.cpp. `llmc run` checks a GGUF with it before llama.cpp loads it, because llama.cpp aborts the whole
  * process (GGML_ASSERT) on some damaged files instead of returning an error. Only the types llmc
  * writes are known here: a tensor of another ggml type is refused (llmc runs the GGUFs it compiled).
  */
@@ -177,6 +178,7 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
       for (let d = 0; d < dims; d++) {
         // Bounded by the file: a tensor cannot have more elements than the file has bytes × 2 (4-bit types).
         const n = await c.count(`dimension ${d} of "${name}"`, c.size * 2);
+        if (n === 0) c.fail(`dimension ${d} of "${name}" is 0`);
         ne.push(n);
         elements *= n;
       }
@@ -191,6 +193,13 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
       tensors.push({ name, ne, type, offset, nbytes });
     }
     const dataStart = Math.ceil(c.pos / alignment) * alignment;
+    // llama.cpp (gguf.cpp) wants the tensors' data in info order, each padded to the alignment: any
+    // other offset (an overlap, a gap) is refused there with a log line; here it is one error.
+    let expected = 0;
+    for (const t of tensors) {
+      if (t.offset !== expected) c.fail(`tensor "${t.name}" has data offset ${t.offset}, expected ${expected} (tensors in order, each padded to ${alignment} bytes)`);
+      expected += Math.ceil(t.nbytes / alignment) * alignment;
+    }
     for (const t of tensors) {
       if (dataStart + t.offset + t.nbytes > st.size) {
         throw new LlmcError(`not a valid GGUF file: tensor "${t.name}" (${t.nbytes} bytes at ${dataStart + t.offset}) runs past the end of the file (${st.size} bytes); compile it again`, file);
@@ -201,6 +210,9 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
     await fh.close();
   }
 }
+
+/** The pre-check before llama.cpp sees a GGUF (with or without a manifest): its header read and checked. */
+export const checkGgufFile = (file: string): Promise<GgufHeader> => readGgufHeader(file);
 
 /**
  * The model a GGUF describes is the one its manifest names: layers, width and vocabulary agree
