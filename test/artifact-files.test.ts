@@ -118,3 +118,21 @@ describe('property-based: mutated artifact JSON files end in acceptance or one L
     if (!name.includes('shadow')) expect(accepted).toBeGreaterThan(0);
   }, 120_000);
 });
+
+describe('llmc run checks every file\'s sha256 in the background (no --verify needed)', () => {
+  it('a flipped byte in weights.bin (size kept): one line naming it, nothing on stdout', async () => {
+    const d = path.join(tmp, 'flip');
+    expect((await llmcInProcess('compile', STORIES, '--target', 'ts', '--quant', 'Q8_0', '-o', d)).code).toBe(0);
+    const ok = await llmcInProcess('run', d, '--prompt-ids', '1', '-n', '2');
+    expect(ok.code, ok.stderr).toBe(0);
+    const w = path.join(d, 'weights.bin');
+    const b = readFileSync(w);
+    b[b.length >> 1] ^= 0x10;
+    writeFileSync(w, b);
+    const r = await llmcInProcess('run', d, '--prompt-ids', '1', '-n', '2');
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/weights\.bin: sha256 [0-9a-f]{64} differs from the manifest's [0-9a-f]{64}: the file was changed; compile again/);
+  });
+});

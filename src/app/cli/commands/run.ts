@@ -8,7 +8,7 @@ import { noteLine, printJson } from '../output.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 
 /** The runner for a checkpoint, or for an artifact through its target's descriptor (after checking its files). */
-async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels }> {
+async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels; hashes?: Promise<void> }> {
   const where = await locate(modelPath);
   if (where.kind === 'checkpoint') {
     if (o.experts) throw new UsageError('--expert-cache runs ts artifacts (llmc compile --target ts); this is a Hugging Face checkpoint');
@@ -19,11 +19,19 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
     return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }) };
   }
   await verifyFiles(where, { hash: Boolean(o.verify) });
+  // Without --verify every file's sha256 is checked in the background while the model loads and
+  // runs; nothing is printed before it passes (a flipped byte in the weights is one line, not output).
+  const hashes = o.verify ? undefined : verifyFiles(where, { hash: true });
+  hashes?.catch(() => {});
   if (!where.target.open) throw new LlmcError(`llmc cannot run ${where.target.name} artifacts itself`, where.path);
   const engines = where.target.capabilities.engines;
   if (o.engine !== undefined && !engines?.includes(o.engine)) throw new UsageError(`--engine ${o.engine}: a ${where.target.name} artifact runs on ${engines ? engines.join(' or ') : 'one engine, with no choice'}`);
   if (o.chunk !== undefined && !where.target.capabilities.chunkGraphs) throw new UsageError(`--chunk runs artifacts with chunk graphs (ts, cuda, qnn); ${where.target.name} has none`);
-  return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined };
+  const runner = await where.target.open(where, o).catch(async (err: unknown) => {
+    await hashes; // a damaged file says so, before whatever it made the loader say
+    throw err;
+  });
+  return { runner, levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined, hashes };
 }
 
 /** `--chunk`: a chunk length of at least one token, or auto. */
@@ -52,7 +60,7 @@ export function registerRun(program: Command): void {
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
     .option('--threads <n>', 'CPU threads of onnxruntime / llama.cpp (default: all cores; llama.cpp uses one for a GGUF under 64 MB); the TS runtime uses one unless given (N > 1: a worker pool splits each matmul\'s rows, same outputs)', parseIntOption('--threads', 1))
     .option('--level <level>', 'elastic level of an artifact compiled with --passes reorder (ts, cuda, gguf-levels): an id (L3) or a size fraction (0.5)')
-    .option('--verify', "check every file's sha256 against the manifest before running (sizes are always checked)")
+    .option('--verify', "check every file's sha256 before loading (default: checked in the background, before any output)")
     .option('--allow-overflow', "generate past the model's context length")
     .option('--allow-nonfinite', 'run a checkpoint whose weights hold Inf or NaN (refused by default)')
     .option('--expert-cache <n>', 'MoE ts artifact: keep routed experts in the file, at most N in memory (read on demand)', parseIntOption('--expert-cache', 1))
@@ -87,7 +95,7 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
-      const { runner, levels } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
+      const { runner, levels, hashes } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
       try {
         // The tokenizer (and its schema library) loads only for models that have one.
         const codec = runner.tokenizerJson ? (await import('../../../core/tokenizer/index.js')).loadTokenizer(runner.tokenizerJson, runner.tokenizerConfigJson, path.join(modelPath, 'tokenizer.json')) : null;
@@ -110,8 +118,12 @@ export function registerRun(program: Command): void {
         if (!o.json) for (const n of runner.notes) process.stderr.write(`${noteLine(n)}\n`);
         // process.hrtime, not performance.now(): the first use of `performance` loads perf_hooks (~3 ms of start-up).
         const start = process.hrtime.bigint();
-        const generated = await runner.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed });
+        const generated = await runner.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed }).catch(async (err: unknown) => {
+          await hashes;
+          throw err;
+        });
         const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+        await hashes;
         const text = codec ? codec.decode(generated, { skipSpecial: true }) : undefined;
         const tokensPerSecond = generated.length / seconds;
         const cache = runner.expertStats?.() ?? null;
