@@ -18,6 +18,7 @@ import { ensureOutputDir, writeFileAtomic } from '../core/util/atomic.js';
 import { LLMC_VERSION } from '../core/version.js';
 import type { CacheHandle, ProfileCacheRef } from '../core/pipeline/pass.js';
 import { z } from 'zod';
+import { pidLock } from '../core/util/pid-lock.js';
 import { parseJson } from '../core/util/json.js';
 
 export const PROFILE_FORMAT = 'llmc-profile';
@@ -52,6 +53,8 @@ const PROFILE_HEAD = z.looseObject({
   key: z.string(),
   meta: z.record(z.string(), z.unknown()),
   arrays: z.record(z.string(), z.tuple([z.number().int().nonnegative(), z.number().int().nonnegative()])),
+  /** Absent in entries of earlier llmc versions. */
+  binSha256: z.string().optional(),
 });
 
 /** Read a cached profile; undefined when absent or unusable (never throws on a bad cache entry). */
@@ -64,6 +67,7 @@ export async function loadProfile(cacheDir: string, kind: string, keyParts: Reco
     const head = parsed.data;
     if (head.format !== PROFILE_FORMAT || head.version !== PROFILE_VERSION || head.key !== key) return undefined;
     const bin = await fsp.readFile(p.bin);
+    if (head.binSha256 !== undefined && createHash('sha256').update(bin).digest('hex') !== head.binSha256) return undefined;
     const arrays: Record<string, Float64Array> = {};
     for (const [name, [offset, length]] of Object.entries(head.arrays)) {
       if (offset + length * 8 > bin.length) return undefined;
@@ -93,8 +97,17 @@ export async function saveProfile(cacheDir: string, kind: string, keyParts: Reco
     const [off] = index[n];
     data.arrays[n].forEach((v, i) => bin.writeDoubleLE(v, off + i * 8));
   }
-  await writeFileAtomic(p.bin, bin);
-  await writeFileAtomic(p.json, stableJson({ format: PROFILE_FORMAT, version: PROFILE_VERSION, kind, key, keyParts, meta: data.meta, arrays: index }));
+  // One llmc at a time writes an entry (two compiles sharing a cache directory): the second leaves it
+  // to the first. The head names its .bin's sha256, so a reader never pairs a head with another .bin.
+  const got = await pidLock(path.join(cacheDir, `.${path.basename(p.json)}.llmc-lock`));
+  if (!('release' in got)) return { kind, key, keyParts, ...data, cached: false };
+  try {
+    await writeFileAtomic(p.bin, bin);
+    const binSha256 = createHash('sha256').update(bin).digest('hex');
+    await writeFileAtomic(p.json, stableJson({ format: PROFILE_FORMAT, version: PROFILE_VERSION, kind, key, keyParts, meta: data.meta, arrays: index, binSha256 }));
+  } finally {
+    got.release();
+  }
   return { kind, key, keyParts, ...data, cached: false };
 }
 
