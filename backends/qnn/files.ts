@@ -48,7 +48,7 @@ const subgraphEntry = z.looseObject({
   shadow: z.array(z.object({ weight: z.string(), x: z.string(), y: z.string() })).optional(),
 });
 
-const chunkGraph = z.object({ id: z.string(), layer: z.number().int(), inputs: z.array(value), outputs: z.array(value) });
+const chunkGraph = z.looseObject({ id: z.string(), layer: z.number().int(), inputs: z.array(v), outputs: z.array(v) });
 const chunked = z.object({
   format: z.literal('llmc-qnn-chunked/1'),
   c: count,
