@@ -18,7 +18,7 @@ const offset = z.number().int().nonnegative();
 /** A file of the artifact: relative, no `..`, no NUL. */
 const artifactPath = z.string().min(1).refine((p) => !p.startsWith('/') && !/^[a-zA-Z]:/.test(p) && !p.split(/[\\/]/).includes('..') && !p.includes('\0'), 'is not a file of the artifact');
 const dim = z.union([count, z.string()]);
-const value = z.object({ name: z.string().min(1), shape: z.array(dim).max(8), dtype: z.string(), encodingRef: z.string().nullable() });
+const value = z.object({ name: z.string().min(1), shape: z.array(dim).max(8), dtype: z.enum(['float32', 'int64']), encodingRef: z.string().nullable() });
 
 /** The IR ops the simulation runs (./sim.ts), each with its value names and sizes typed. */
 const v = z.string().min(1);
@@ -118,7 +118,9 @@ export function checkSubgraphs(sg: SubgraphsFile, spec: ArchSpec, file: string):
   sg.subgraphs.forEach((s, i) => {
     const at = `subgraphs[${i}] (${s.id})`;
     for (const x of s.inputs) if (!known.has(x.name)) bad(at, `reads ${x.name}, which no earlier subgraph writes`);
-    const local = new Set(s.inputs.map((x) => x.name));
+    // The simulation keeps float32 inputs as values; int64 ones (ids, positions, mask) it reads from the feeds.
+    const local = new Set(s.inputs.filter((x) => x.dtype === 'float32').map((x) => x.name));
+    const ints = new Set(s.inputs.filter((x) => x.dtype === 'int64').map((x) => x.name));
     s.ops.forEach((o, k) => {
       const want: [string, number, number][] =
         o.op === 'attention'
@@ -132,7 +134,9 @@ export function checkSubgraphs(sg: SubgraphsFile, spec: ArchSpec, file: string):
       if (o.op === 'attention' && o.layer >= spec.numLayers) bad(`${at}.ops[${k}].layer`, `is ${o.layer}, the model has ${spec.numLayers} layers`);
       if (o.op === 'rope' && o.heads !== spec.numHeads && o.heads !== spec.numKvHeads) bad(`${at}.ops[${k}].heads`, `is ${o.heads}, config.json says ${spec.numHeads} (or ${spec.numKvHeads} KV)`);
       // RoPE makes cos/sin from position_ids, the head's gather keeps every position; attention reads its cache from past_key_values.<layer>.* and writes present.<layer>.*.
-      const reads = o.op === 'attention' ? [o.q, o.k, o.v, DECODER_IO.pastKey(o.layer), DECODER_IO.pastValue(o.layer)] : o.op === 'rope' || o.op === 'gatherPositions' ? [o.x] : opInputs(o as Op);
+      const feeds = o.op === 'embed' ? [o.ids] : o.op === 'rope' ? [DECODER_IO.positionIds] : o.op === 'attention' ? [DECODER_IO.attentionMask] : [];
+      for (const x of feeds) if (!ints.has(x)) bad(`${at}.ops[${k}]`, `reads ${x}, which is not an int64 input of the subgraph`);
+      const reads = o.op === 'embed' ? [] : o.op === 'attention' ? [o.q, o.k, o.v, DECODER_IO.pastKey(o.layer), DECODER_IO.pastValue(o.layer)] : o.op === 'rope' || o.op === 'gatherPositions' ? [o.x] : opInputs(o as Op);
       for (const x of reads) if (!local.has(x)) bad(`${at}.ops[${k}]`, `reads ${x}, which nothing before it writes`);
       for (const x of opOutputs(o as Op)) local.add(x);
       if (o.op === 'attention') local.add(DECODER_IO.presentKey(o.layer)).add(DECODER_IO.presentValue(o.layer));
