@@ -115,8 +115,13 @@ export function checkSubgraphs(sg: SubgraphsFile, spec: ArchSpec, file: string):
   if (layers !== spec.numLayers) bad('subgraphs', `has ${layers} attention subgraphs, config.json says ${spec.numLayers} layers`);
   const known = new Set<string>([DECODER_IO.inputIds, DECODER_IO.positionIds, DECODER_IO.attentionMask]);
   for (let l = 0; l < spec.numLayers; l++) known.add(DECODER_IO.pastKey(l)).add(DECODER_IO.pastValue(l));
+  const ids = new Set<string>();
   sg.subgraphs.forEach((s, i) => {
     const at = `subgraphs[${i}] (${s.id})`;
+    if (ids.has(s.id)) bad(at, 'repeats an id');
+    ids.add(s.id);
+    // A shadow node runs on the CPU from the shadow files; every other subgraph from its graph file.
+    if (s.shadow ? s.kind !== 'shadow' : s.kind === 'shadow' || s.file === null) bad(at, s.shadow || s.kind === 'shadow' ? 'a shadow node must be of kind shadow and list its shadow linears' : 'names no graph file');
     for (const x of s.inputs) if (!known.has(x.name)) bad(at, `reads ${x.name}, which no earlier subgraph writes`);
     // The simulation keeps float32 inputs as values; int64 ones (ids, positions, mask) it reads from the feeds.
     const local = new Set(s.inputs.filter((x) => x.dtype === 'float32').map((x) => x.name));
@@ -141,7 +146,7 @@ export function checkSubgraphs(sg: SubgraphsFile, spec: ArchSpec, file: string):
       for (const x of opOutputs(o as Op)) local.add(x);
       if (o.op === 'attention') local.add(DECODER_IO.presentKey(o.layer)).add(DECODER_IO.presentValue(o.layer));
     });
-    for (const sh of s.shadow ?? []) local.add(sh.y);
+    for (const sh of s.shadow ?? []) for (const x of [sh.x, sh.y]) if (!local.has(x)) bad(at, `shadow of ${sh.weight} reads ${x}, which is not a float32 input of it`);
     for (const x of s.outputs) {
       if (!local.has(x.name)) bad(at, `lists output ${x.name}, which it does not write`);
       known.add(x.name);
