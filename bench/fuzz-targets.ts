@@ -15,16 +15,17 @@ import { loadTokenizer } from '../src/core/tokenizer/index.js';
 import { bufferSource } from '../src/exec/runtime/bytes.js';
 import { load } from '../src/exec/runtime/load.js';
 import { loadProfile, saveProfile } from '../src/measure/store.js';
-import { parseManifestText } from '../src/app/artifact.js';
+import { locate, parseManifestText } from '../src/app/artifact.js';
 import { buildTokenizer } from '../fixtures/tokenizer.js';
 import { checkGgufModel, readGgufHeader } from '../backends/gguf/read.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 
-/** Every path to a node of a JSON value (root first). */
+/** Every path to a node of a JSON value (root first); not below 16 levels (an inserted deep value is one node). */
 function nodes(v: Json, at: (string | number)[] = []): (string | number)[][] {
   const out = [at];
+  if (at.length >= 16) return out;
   if (Array.isArray(v)) v.forEach((x, i) => out.push(...nodes(x, [...at, i])));
   else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) out.push(...nodes(x, [...at, k]));
   return out;
@@ -37,7 +38,20 @@ export const nastyValue: fc.Arbitrary<Json> = fc.oneof(
   fc.double({ noNaN: true }),
   fc.string({ maxLength: 8 }),
   fc.jsonValue({ maxDepth: 2 }) as fc.Arbitrary<Json>,
+  // Deep nesting (what crashed error paths that JSON.stringify'd the value): arrays or objects.
+  // Built when applied (structuredClone recurses); 1,500 levels keep JSON.stringify and the readers' limit apart.
+  fc.tuple(fc.integer({ min: 60, max: 1500 }), fc.boolean()).map(([n, obj]) => new Deep(n, obj) as unknown as Json),
 );
+
+/** A value nested `n` levels (arrays, or objects { a: … }), made fresh for each mutant. */
+class Deep {
+  constructor(readonly n: number, readonly obj: boolean) {}
+  build(): Json {
+    let v: Json = 1;
+    for (let i = 0; i < this.n; i++) v = this.obj ? { a: v } : [v];
+    return v;
+  }
+}
 
 /** A JSON value with up to 3 nodes replaced or deleted. */
 export function mutatedJson(base: Json): fc.Arbitrary<Json> {
@@ -46,7 +60,7 @@ export function mutatedJson(base: Json): fc.Arbitrary<Json> {
     let v: Json = structuredClone(base);
     for (const [pick, shared, remove] of list) {
       // fc.constantFrom hands out the same object every time: edit a copy, or inputs grow cycles.
-      const value = structuredClone(shared);
+      const value = (shared as unknown) instanceof Deep ? (shared as unknown as Deep).build() : structuredClone(shared);
       const all = nodes(v);
       const p = all[pick % all.length];
       if (p.length === 0) {
@@ -87,9 +101,56 @@ export interface FuzzArtifacts {
   ts: { manifest: string; weights: Uint8Array };
   gguf: Uint8Array;
   onnx: Uint8Array;
+  /** Artifact directories whose JSON files are mutated in place (and put back) and run in-process as `llmc run` runs them. */
+  dirs?: { qnn?: string; cuda?: string };
 }
 
-export async function fuzzTargets(stories: string, { ts: tsArtifact, gguf, onnx }: FuzzArtifacts): Promise<FuzzTarget[]> {
+/** `llmc run`'s path in-process: locate the artifact, open it on its target, logits of two tokens. */
+async function runArtifact(dir: string): Promise<void> {
+  const a = await locate(dir);
+  if (a.kind !== 'artifact') throw new LlmcError('not an artifact', dir);
+  const r = await a.target.open!(a, {});
+  try {
+    await (r.logits ? r.logits([1, 2]) : r.generate([1, 2], { maxTokens: 2 }));
+  } finally {
+    await r.close();
+  }
+}
+
+/** A target that mutates one JSON file of an artifact directory and runs the artifact. */
+function artifactJsonTarget(name: string, dir: string, file: string, close: () => void): FuzzTarget {
+  const f = path.join(dir, file);
+  const original = readFileSync(f, 'utf8');
+  return {
+    name,
+    input: mutatedJson(JSON.parse(original) as Json),
+    run: async (v) => {
+      writeFileSync(f, JSON.stringify(v));
+      try {
+        return await outcome(() => runArtifact(dir));
+      } finally {
+        writeFileSync(f, original);
+      }
+    },
+    close,
+  };
+}
+
+/** The artifact-directory targets: JSON files of a qnn and a cuda artifact, mutated and run. */
+export function artifactJsonTargets(dirs: NonNullable<FuzzArtifacts['dirs']>, close: () => void): FuzzTarget[] {
+  return [
+    ...(dirs.qnn
+      ? [
+          artifactJsonTarget('qnn graph/subgraphs.json', dirs.qnn, 'graph/subgraphs.json', close),
+          artifactJsonTarget('qnn weights/shadow_index.json', dirs.qnn, 'weights/shadow_index.json', close),
+          artifactJsonTarget('qnn config.json', dirs.qnn, 'config.json', close),
+        ]
+      : []),
+    ...(dirs.cuda ? [artifactJsonTarget('cuda config.json', dirs.cuda, 'config.json', close)] : []),
+  ];
+}
+
+export async function fuzzTargets(stories: string, { ts: tsArtifact, gguf, onnx, dirs = {} }: FuzzArtifacts): Promise<FuzzTarget[]> {
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-fuzz-'));
   const close = () => rmSync(tmp, { recursive: true, force: true });
   const storiesConfig = JSON.parse(readFileSync(path.join(stories, 'config.json'), 'utf8')) as Json;
@@ -130,6 +191,7 @@ export async function fuzzTargets(stories: string, { ts: tsArtifact, gguf, onnx 
     }
   };
   return [
+    ...artifactJsonTargets(dirs, close),
     {
       name: 'config.json',
       input: mutatedJson(storiesConfig),

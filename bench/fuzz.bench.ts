@@ -34,13 +34,17 @@ export const suite: BenchSuite = {
       const cuda = path.join(tmp, 'cuda');
       await compile({ source: src, target: 'gguf', quant: 'Q8_0', outDir: gguf, passes: [], progress: silentProgress, note: () => {} });
       await compile({ source: src, target: 'cuda', quant: 'fp32', outDir: cuda, passes: [], progress: silentProgress, note: () => {} });
+      const qnn = path.join(tmp, 'qnn');
+      await compile({ source: src, target: 'qnn', outDir: qnn, passes: ['outliers'], progress: silentProgress, note: () => {} });
       await src.close();
       const targets = await fuzzTargets(stories, {
         ts: { manifest: readFileSync(path.join(art, 'llmc-manifest.json'), 'utf8'), weights: new Uint8Array(readFileSync(path.join(art, 'weights.bin'))) },
         gguf: new Uint8Array(readFileSync(path.join(gguf, 'model.gguf'))),
         onnx: new Uint8Array(readFileSync(path.join(cuda, 'onnx/model.onnx'))),
+        dirs: { qnn, cuda },
       });
-      const per = quick ? 2_000 : 100_000;
+      // LLMC_FUZZ_PER=n: n inputs per reader (a bounded run; the qnn simulation takes ~0.3 s an input).
+      const per = Number(process.env.LLMC_FUZZ_PER) || (quick ? 2_000 : 100_000);
       const results: Record<string, unknown> = {};
       // LLMC_FUZZ_ONLY=name,name: those readers only (a long run split over processes).
       const only = process.env.LLMC_FUZZ_ONLY?.split(',');

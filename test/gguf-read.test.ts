@@ -81,6 +81,21 @@ describe('a damaged GGUF: one line from llmc run, before llama.cpp loads it', ()
     await runDamaged('magic', (b) => ((b[0] = 0), b), /model\.gguf: not a valid GGUF file: it does not start with "GGUF"/);
   });
 
+  /** Where the tensor info of `name` starts its dims (after the u64 length, the name and the u32 dim count). */
+  const dimsAt = (b: Buffer, name: string) => b.indexOf(Buffer.from(name)) + name.length + 4;
+
+  it('a zero dimension (what reached llama.cpp\'s gguf_init_from_reader)', async () => {
+    await runDamaged('zero-dim', (b) => (b.writeBigUInt64LE(0n, dimsAt(b, 'blk.0.attn_q.weight')), b), /model\.gguf: not a valid GGUF file: dimension 0 of "blk\.0\.attn_q\.weight" is 0/);
+  });
+
+  it('a data offset not where llama.cpp expects it (an overlap), with the size kept', async () => {
+    await runDamaged('offset', (b) => {
+      const at = dimsAt(b, 'blk.0.attn_k.weight') + 2 * 8 + 4; // two dims, the type: the offset
+      b.writeBigUInt64LE(b.readBigUInt64LE(at) - 32n, at);
+      return b;
+    }, /model\.gguf: not a valid GGUF file: tensor "blk\.0\.attn_k\.weight" has data offset \d+, expected \d+ \(tensors in order, each padded to 32 bytes\)/);
+  });
+
   it('the model was edited after the compile (block_count)', async () => {
     await runDamaged('layers', (b) => {
       const key = Buffer.from('llama.block_count');

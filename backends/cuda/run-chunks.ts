@@ -13,12 +13,13 @@ import { chunkOrderFor, chunkPlanOf, pickChunkPlan, type ChunkPlanRecord } from 
 import { cacheTensor, OrtChunkPrefill } from '../../src/exec/engine/chunks.js';
 import type { OnnxDecoder } from '../../src/exec/engine/decoder-dir.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
-import { chunkGraphFile, type ChunkSetInfo } from './chunks.js';
+import { chunkGraphFile } from './chunks.js';
+import { TARGET_INFO_CHUNKS, targetInfoAs } from '../../src/core/records/target-info.js';
 
 export async function chunkedRunner(a: Artifact, opts: RunOptions, runner: ArtifactRunner & { decoder: OnnxDecoder }): Promise<ArtifactRunner> {
   if (opts.level !== undefined) throw new UsageError('--chunk and --level do not combine');
   const rec = requireChunkSchedule(findRecord(a.manifest.passes, CHUNK_SCHEDULE, path.join(a.dir, MANIFEST_FILE)), a.path);
-  const sets = (a.manifest.targetInfo.chunks as ChunkSetInfo[] | undefined) ?? [];
+  const sets = targetInfoAs(TARGET_INFO_CHUNKS, a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).chunks ?? [];
   const chunk = opts.chunk!;
   if (chunk !== 'auto') chunkPlanOf(rec, chunk, a.path);
   const { spec, decoder } = runner;

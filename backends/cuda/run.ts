@@ -6,6 +6,9 @@
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { ELASTIC_LEVELS, findRecord, levelNotes, selectLevel } from '../../src/core/records/index.js';
 import { openDecoderDir } from '../../src/exec/engine/decoder-dir.js';
+import path from 'node:path';
+import { MANIFEST_FILE } from '../../src/core/records/manifest.js';
+import { TARGET_INFO_LEVELS, targetInfoAs } from '../../src/core/records/target-info.js';
 
 export async function openCuda(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
   let graph: string | undefined;
@@ -15,7 +18,7 @@ export async function openCuda(a: Artifact, opts: RunOptions): Promise<ArtifactR
     const record = findRecord(a.manifest.passes, ELASTIC_LEVELS, a.dir);
     const level = selectLevel(record?.levels ?? null, opts.level, a.path);
     // A level that keeps every unit is the full graph.
-    graph = (a.manifest.targetInfo.levels as { id: string; file: string }[] | undefined)?.find((l) => l.id === level.id)?.file;
+    graph = targetInfoAs(TARGET_INFO_LEVELS, a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).levels?.find((l) => l.id === level.id)?.file;
     levelId = level.id;
     notes = levelNotes(level, record!, a.manifest.arch.vocabSize);
   }

@@ -1,11 +1,12 @@
 /**
  * Reads a GGUF file's header (ggml docs/gguf.md): metadata and tensor infos, every count and length
- * bounded by the bytes the file has before anything is allocated, every tensor's data inside the
- * file. `llmc run` checks a GGUF with it before llama.cpp loads it, because llama.cpp aborts the whole
- * process (GGML_ASSERT) on some damaged files instead of returning an error. Every ggml type of
- * ggml.h is known here (the types llmc writes and the others llama.cpp's tools write: IQ*, TQ*,
- * MXFP4, integers), so any llama.cpp GGUF can be checked, inspected and run; `ggufArchSpec` reads the
- * model a GGUF describes from its metadata alone (a GGUF without llmc's manifest beside it).
+ * bounded by the bytes the file has before anything is allocated, every dimension > 0, every tensor's
+ * data at the offset llama.cpp expects (in order, aligned) and inside the file. `checkGgufFile` is the
+ * check to call before handing any GGUF to llama.cpp, because llama.cpp aborts the whole process
+ * (GGML_ASSERT) on some damaged files instead of returning an error. Every ggml type of ggml.h is
+ * known here (the types llmc writes and the others llama.cpp's tools write: IQ*, TQ*, MXFP4,
+ * integers), so any llama.cpp GGUF can be checked, inspected and run; `ggufArchSpec` reads the model a
+ * GGUF describes from its metadata alone (a GGUF without llmc's manifest beside it).
  */
 import { yarnMscale } from '../../src/core/arch/rope-config.js';
 import { promises as fsp } from 'node:fs';
@@ -218,6 +219,7 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
       for (let d = 0; d < dims; d++) {
         // Bounded by the file: a tensor cannot have more elements than the file has bytes × 2 (4-bit types).
         const n = await c.count(`dimension ${d} of "${name}"`, c.size * 2);
+        if (n === 0) c.fail(`dimension ${d} of "${name}" is 0`);
         ne.push(n);
         elements *= n;
       }
@@ -232,6 +234,13 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
       tensors.push({ name, ne, type, ggmlType: ggml, offset, nbytes });
     }
     const dataStart = Math.ceil(c.pos / alignment) * alignment;
+    // llama.cpp (gguf.cpp) wants the tensors' data in info order, each padded to the alignment: any
+    // other offset (an overlap, a gap) is refused there with a log line; here it is one error.
+    let expected = 0;
+    for (const t of tensors) {
+      if (t.offset !== expected) c.fail(`tensor "${t.name}" has data offset ${t.offset}, expected ${expected} (tensors in order, each padded to ${alignment} bytes)`);
+      expected += Math.ceil(t.nbytes / alignment) * alignment;
+    }
     for (const t of tensors) {
       if (dataStart + t.offset + t.nbytes > st.size) {
         throw new LlmcError(`not a valid GGUF file: tensor "${t.name}" (${t.nbytes} bytes at ${dataStart + t.offset}) runs past the end of the file (${st.size} bytes); compile it again`, file);
@@ -242,6 +251,9 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
     await fh.close();
   }
 }
+
+/** The pre-check before llama.cpp sees a GGUF (with or without a manifest): its header read and checked. */
+export const checkGgufFile = (file: string): Promise<GgufHeader> => readGgufHeader(file);
 
 /**
  * The model a GGUF describes is the one its manifest names: layers, width and vocabulary agree

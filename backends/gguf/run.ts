@@ -5,19 +5,21 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { LlmcError, UsageError } from '../../src/core/errors.js';
+import { escapeControls, LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions, TextCodec } from '../../src/core/pipeline/target.js';
-import { checkGgufModel, readGgufHeader } from './read.js';
+import { checkGgufFile, checkGgufModel } from './read.js';
+import { MANIFEST_FILE } from '../../src/core/records/manifest.js';
+import { TARGET_INFO_FILE, targetInfoAs } from '../../src/core/records/target-info.js';
 
 /** The GGUF file of an artifact: the single file itself, or `file` in its directory. */
-export function ggufFileOf(a: Artifact, file = String(a.manifest.targetInfo.file ?? 'model.gguf')): string {
+export function ggufFileOf(a: Artifact, file = targetInfoAs(TARGET_INFO_FILE, a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).file ?? 'model.gguf'): string {
   return a.path.toLowerCase().endsWith('.gguf') ? a.path : path.join(a.dir, file);
 }
 
 /** The part of node-llama-cpp's API used here (typed locally: it is optional, and the build must not need it). */
 interface LlamaCpp {
   LlamaLogLevel: { error: unknown };
-  getLlama(o: { gpu: false; build: 'never'; logLevel: unknown }): Promise<{
+  getLlama(o: { gpu: false; build: 'never'; logLevel: unknown; logger: (level: unknown, message: string) => void }): Promise<{
     loadModel(o: { modelPath: string }): Promise<{
       /** llama.cpp's common_tokenize(vocab, text, add_special = false, parse_special = specialTokens). */
       tokenize(text: string, specialTokens?: boolean): number[];
@@ -39,6 +41,25 @@ interface LlamaCpp {
 }
 
 const NODE_LLAMA_CPP = 'node-llama-cpp';
+
+/**
+ * llama.cpp's own log lines never reach the terminal as they are: kept (the last few) to say why a
+ * load failed in llmc's one line, and printed (escaped, prefixed) only with --debug.
+ */
+function llamaLog(): { logger: (level: unknown, message: string) => void; last(): string | undefined } {
+  const lines: string[] = [];
+  const debug = process.argv.includes('--debug');
+  return {
+    logger: (_level, message) => {
+      const line = escapeControls(String(message).trim()).slice(0, 300);
+      if (!line) return;
+      lines.push(line);
+      if (lines.length > 20) lines.shift();
+      if (debug) process.stderr.write(`llama.cpp: ${line}\n`);
+    },
+    last: () => lines.at(-1)?.replace(/^\[node-llama-cpp\]\s*/, ''),
+  };
+}
 /** Below this file size llama.cpp runs on one thread unless --threads says otherwise. */
 const SMALL_MODEL_BYTES = 64e6;
 
@@ -59,14 +80,17 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
     throw new LlmcError('running a GGUF needs node-llama-cpp (llama.cpp for Node): npm install node-llama-cpp — or run the file with llama.cpp\'s own llama-cli -m FILE', file);
   }
   // Checked here, because llama.cpp aborts the process on some damaged files instead of failing.
-  const header = await readGgufHeader(file);
+  const header = await checkGgufFile(file);
   checkGgufModel(header, a.manifest.arch, file);
   const template = header.metadata.get('tokenizer.chat_template');
   // llmc's placeholder vocabulary (a checkpoint without a tokenizer): ids round-trip, text does not, so llmc run prints ids.
   const vocab = header.metadata.get('tokenizer.ggml.tokens');
   const placeholder = Array.isArray(vocab) && vocab.some((t) => typeof t === 'string' && t.startsWith('<placeholder_'));
-  const llama = await llamaCpp.getLlama({ gpu: false, build: 'never', logLevel: llamaCpp.LlamaLogLevel.error });
-  const model = await llama.loadModel({ modelPath: file });
+  const log = llamaLog();
+  const llama = await llamaCpp.getLlama({ gpu: false, build: 'never', logLevel: llamaCpp.LlamaLogLevel.error, logger: log.logger });
+  const model = await llama.loadModel({ modelPath: file }).catch((err: unknown) => {
+    throw new LlmcError(`llama.cpp cannot load it: ${log.last() ?? String((err as Error)?.message ?? err).split('\n')[0].slice(0, 200)}`, file);
+  });
   const spec = a.manifest.arch;
   const notes = [`running ${path.basename(file)} in llama.cpp (node-llama-cpp)`];
   // --prompt is tokenized by llama.cpp with the GGUF's own vocabulary, as llama-cli does

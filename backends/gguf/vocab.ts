@@ -7,9 +7,10 @@
  *    recognized from the tokenizer's split regex.
  * A checkpoint without a tokenizer gets a placeholder "llama" vocabulary so llama.cpp can load it.
  */
-import { LlmcError } from '../../src/core/errors.js';
+import { LlmcError, summarize } from '../../src/core/errors.js';
 import type { ArchSpec } from '../../src/core/checkpoint/index.js';
 import { arr, bool, str, u32, type GgufKv } from './writer.js';
+import { parseJsonObject } from '../../src/core/util/json.js';
 
 /** llama_token_type (llama-vocab.h). */
 export const TOKEN_TYPE = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
@@ -32,15 +33,7 @@ const KNOWN_PRE: Record<string, string> = {
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": 'llama-bpe',
 };
 
-function parseJson(text: string, file: string): Json {
-  try {
-    const v = JSON.parse(text);
-    if (typeof v !== 'object' || v === null) throw new Error('not an object');
-    return v;
-  } catch (e) {
-    throw new LlmcError(`not valid JSON: ${(e as Error).message}`, file);
-  }
-}
+const parseJson = (text: string, file: string): Json => parseJsonObject(text, file) as Json;
 
 /** Every pre-tokenizer / normalizer node, flattening Sequence nodes. */
 function nodes(n: Json | null | undefined): Json[] {
@@ -110,7 +103,7 @@ export function convertTokenizer(
   if (model.type === 'BPE') {
     if (typeof model.vocab !== 'object' || model.vocab === null) throw new LlmcError('BPE model without a "vocab" object', file);
     for (const [piece, id] of Object.entries(model.vocab as Record<string, number>)) {
-      if (!Number.isInteger(id) || id < 0) throw new LlmcError(`bad id ${id} for token ${JSON.stringify(piece)}`, file);
+      if (!Number.isInteger(id) || id < 0) throw new LlmcError(`bad id ${id} for token ${summarize(piece)}`, file);
       if (id < n) pieces[id] = piece;
     }
   } else if (model.type === 'Unigram') {
@@ -126,7 +119,7 @@ export function convertTokenizer(
     if (Number.isInteger(a.id) && a.id < n) {
       pieces[a.id] = a.content;
       added.set(a.id, a);
-    } else if (Number.isInteger(a.id)) notes.push(`added token ${JSON.stringify(a.content)} (id ${a.id}) is beyond the model's vocabulary of ${n}; dropped`);
+    } else if (Number.isInteger(a.id)) notes.push(`added token ${summarize(a.content)} (id ${a.id}) is beyond the model's vocabulary of ${n}; dropped`);
   }
 
   const pre = nodes(tj.pre_tokenizer);
@@ -170,7 +163,7 @@ export function convertTokenizer(
     preName = regex !== undefined ? KNOWN_PRE[regex] : undefined;
     if (!preName) {
       preName = 'default';
-      notes.push(`warning: pre-tokenizer regex ${JSON.stringify(regex ?? null)} is not one llama.cpp knows; wrote tokenizer.ggml.pre = "default"`);
+      notes.push(`warning: pre-tokenizer regex ${summarize(regex ?? null)} is not one llama.cpp knows; wrote tokenizer.ggml.pre = "default"`);
     }
     kvs.push({ key: 'tokenizer.ggml.pre', value: str(preName) });
     kvs.push({ key: 'tokenizer.ggml.tokens', value: arr('STRING', tokens) });

@@ -9,6 +9,7 @@ import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeli
 import { findRecord, OUTLIER_SCALES } from '../../src/core/records/index.js';
 import type { QnnChunked } from './chunks.js';
 import { QnnRunner } from './run.js';
+import { readSubgraphs } from './files.js';
 
 const readOptional = (file: string) => fsp.readFile(file, 'utf8').catch(() => undefined);
 
@@ -33,7 +34,7 @@ export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRu
   };
   if (opts.chunk === undefined) return base;
   // --chunk: prefill through the chunk graphs in the chunk-schedule record's order (./run-chunks.ts).
-  const sg = JSON.parse(await fsp.readFile(path.join(a.dir, 'graph/subgraphs.json'), 'utf8')) as { chunked?: QnnChunked };
+  const sg = (await readSubgraphs(a.dir)) as { chunked?: QnnChunked };
   try {
     return await (await import('./run-chunks.js')).chunkedQnnRunner(a, opts, runner, base, sg.chunked);
   } catch (err) {

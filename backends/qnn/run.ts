@@ -10,7 +10,6 @@
  * its shadow), not a float approximation. Decoding runs one padded chunk per new token (the static
  * graphs have one shape).
  */
-import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import '../../src/exec/engine/ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
@@ -19,6 +18,7 @@ import { openArtifactSession } from '../../src/exec/engine/session-options.js';
 import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { GenerateRequest } from '../../src/core/pipeline/target.js';
+import { readJsonAs } from '../../src/core/util/json-file.js';
 import type { OutlierScales } from '../../src/core/records/index.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
 import type { SubgraphEntry } from './emit.js';
@@ -26,6 +26,7 @@ import type { Chunk, QLinear } from './plan.js';
 import { linearOf } from './plan.js';
 import { applyShadow, type ShadowWork } from './shadow-exec.js';
 import { ShadowStore } from './shadow.js';
+import { checkSubgraphs, CONFIG_OBJECT, readSubgraphs } from './files.js';
 import { openSimulation, type SubgraphExecutor } from './sim.js';
 
 export type QnnEngine = 'sim' | 'onnxruntime';
@@ -73,17 +74,13 @@ export class QnnRunner {
   ) {}
 
   static async open(dir: string, rec: OutlierScales, opts: { threads?: number; engine?: QnnEngine } = {}): Promise<QnnRunner> {
-    const read = async (file: string) => {
-      try {
-        return JSON.parse(await fsp.readFile(path.join(dir, file), 'utf8')) as Record<string, unknown>;
-      } catch (e) {
-        throw new LlmcError(`cannot read: ${(e as Error).message.split('\n')[0]}`, path.join(dir, file));
-      }
-    };
-    const spec = normalizeConfig(await read('config.json'), path.join(dir, 'config.json'));
-    const sg = await read('graph/subgraphs.json');
-    if (sg.format !== 'llmc-qnn-subgraphs/1') throw new LlmcError(`is not llmc-qnn-subgraphs/1 (format ${JSON.stringify(sg.format)})`, path.join(dir, 'graph/subgraphs.json'));
-    const subgraphs = sg.subgraphs as SubgraphEntry[];
+    const configFile = path.join(dir, 'config.json');
+    const spec = normalizeConfig(await readJsonAs(CONFIG_OBJECT, configFile), configFile);
+    const sgFile = path.join(dir, 'graph/subgraphs.json');
+    const sg = await readSubgraphs(dir);
+    checkSubgraphs(sg, spec, sgFile);
+    // Checked against the schema: the fields read at run time are there and well-typed.
+    const subgraphs = sg.subgraphs as unknown as SubgraphEntry[];
     const exec = opts.engine === 'onnxruntime' ? await openOnnxruntime(dir, subgraphs, opts.threads ?? 1) : openSimulation(dir, subgraphs);
     const shadow = new ShadowStore(dir);
     const decisions = new Map(rec.linears.map((l) => [l.weight, l]));
@@ -98,8 +95,10 @@ export class QnnRunner {
     const kvShape = subgraphs
       .filter((s) => s.kind === 'attention')
       .map((s) => {
-        const k = s.inputs.find((i) => /^past_key_values\.\d+\.key$/.test(i.name))!;
-        return { layer: Number(/\.(\d+)\./.exec(k.name)![1]), heads: Number(k.shape[1]), headDim: Number(k.shape[3]) };
+        const k = s.inputs.find((i) => /^past_key_values\.\d+\.key$/.test(i.name));
+        const [heads, headDim] = [k?.shape[1], k?.shape[3]];
+        if (!k || typeof heads !== 'number' || typeof headDim !== 'number') throw new LlmcError(`subgraph ${s.id}: no past_key_values.<layer>.key input of shape [1, heads, past, headDim]`, sgFile);
+        return { layer: Number(/\.(\d+)\./.exec(k.name)![1]), heads, headDim };
       });
     return new QnnRunner(spec, sg.chunk as Chunk, subgraphs, exec, linears, shadow, kvShape);
   }

@@ -8,10 +8,12 @@
  *                              bias of a shadowed linear that has one (its shadow node adds it)
  * A cold row's address: coldOffset + (k − #{hot channels < k}) · rowBytes.
  */
-import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
-import { AtomicFile, writeFileAtomic } from '../../src/core/util/atomic.js';
+import { AtomicFile, ioError, writeFileAtomic } from '../../src/core/util/atomic.js';
+import { parseJsonAs } from '../../src/core/util/json-schema.js';
+import { SHADOW_INDEX_FILE } from './files.js';
 import type { QuantizedWeight } from '../../src/core/quant/w8a8.js';
 import type { QLinear } from './plan.js';
 
@@ -127,14 +129,27 @@ export class ShadowStore {
 
   constructor(dir: string) {
     const file = path.join(dir, SHADOW_INDEX);
+    let text: string;
     try {
-      this.index = JSON.parse(readFileSync(file, 'utf8')) as ShadowIndex;
-      this.hot = readFileSync(path.join(dir, SHADOW_HOT));
-      this.fd = openSync(path.join(dir, SHADOW_COLD), 'r');
+      text = readFileSync(file, 'utf8');
     } catch (e) {
-      throw new LlmcError(`cannot read the shadow weights: ${(e as Error).message}`, file);
+      throw ioError(e, file, 'read');
     }
-    if (this.index.format !== 'llmc-qnn-shadow/1') throw new LlmcError(`is a ${String(this.index.format)} index, not llmc-qnn-shadow/1`, file);
+    this.index = parseJsonAs(SHADOW_INDEX_FILE, text, file) as ShadowIndex;
+    const hotFile = path.join(dir, SHADOW_HOT);
+    const coldFile = path.join(dir, SHADOW_COLD);
+    try {
+      this.hot = readFileSync(hotFile);
+      this.fd = openSync(coldFile, 'r');
+    } catch (e) {
+      throw ioError(e, (e as NodeJS.ErrnoException).path ?? hotFile, 'read');
+    }
+    const coldSize = fstatSync(this.fd).size;
+    if (this.hot.length < this.index.hotBytes || coldSize < this.index.coldBytes) {
+      closeSync(this.fd);
+      const [f, has, want] = this.hot.length < this.index.hotBytes ? [hotFile, this.hot.length, this.index.hotBytes] : [coldFile, coldSize, this.index.coldBytes];
+      throw new LlmcError(`is ${has} bytes, ${SHADOW_INDEX} says ${want}: the artifact is damaged; compile it again`, f);
+    }
     for (const e of this.index.entries) {
       this.byKey.set(`${e.weight}|${e.side}`, { entry: e, hotPos: new Map(e.hot.map((k, i) => [k, i])), hotSorted: [...e.hot].sort((a, b) => a - b) });
     }

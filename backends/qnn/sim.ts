@@ -366,7 +366,12 @@ function compileSubgraph(sg: SubgraphEntry, g: OnnxFile): Program {
       if (out[o.name]) continue;
       const data = v.get(o.name);
       if (!data) throw new Error(`internal: ${sg.id} computed no ${o.name}`);
-      out[o.name] = new ort.Tensor('float32', data, o.shape.map(Number));
+      // The listed shape must hold what the ops computed (a damaged graph/subgraphs.json may say otherwise).
+      const dims = o.shape.map(Number);
+      if (!dims.every((d) => Number.isSafeInteger(d) && d > 0) || dims.reduce((a, b) => a * b, 1) !== data.length) {
+        throw new LlmcError(`subgraph ${sg.id}: output ${o.name} of shape [${o.shape.join(', ')}] does not hold the ${data.length} values its ops compute`, 'graph/subgraphs.json');
+      }
+      out[o.name] = new ort.Tensor('float32', data, dims);
     }
     return out;
   };

@@ -22,6 +22,7 @@ import { z } from 'zod';
 import { LlmcError } from '../../src/core/errors.js';
 import { SUBGRAPH_KINDS, type SubgraphKind } from '../../src/core/chunks/partition.js';
 import type { KindCost } from '../../src/core/records/chunk-schedule.js';
+import { parseJson } from '../../src/core/util/json.js';
 
 export const COSTS_FORMAT = 'llmc-chunk-costs/1';
 export const DEPS_FORMAT = 'llmc-chunk-deps/1';
@@ -60,12 +61,7 @@ function parse<S extends z.ZodType>(schema: S, file: string, what: string): { va
   } catch (e) {
     throw new LlmcError(`cannot read the ${what}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, file, 2);
   }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (e) {
-    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file, 2);
-  }
+  const json = parseJson(text, file, { exitCode: 2 });
   const r = schema.safeParse(json);
   if (!r.success) {
     const issue = r.error.issues[0];

@@ -20,8 +20,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { UsageError } from '../../src/core/errors.js';
+import { UsageError, summarize } from '../../src/core/errors.js';
 import type { LatencyModel } from './cost.js';
+import { parseJson } from '../../src/core/util/json.js';
 
 export const LATENCY_FORMAT = 'llmc-latency/1';
 
@@ -37,9 +38,9 @@ export function readLatencyFile(file: string): LatencyModel {
   const sha = createHash('sha256').update(text).digest('hex');
   let v: unknown;
   try {
-    v = JSON.parse(text);
+    v = parseJson(text, undefined);
   } catch (e) {
-    throw new UsageError(`latency file ${file}: not valid JSON (${(e as Error).message})`);
+    throw new UsageError(`latency file ${file}: ${(e as Error).message}`);
   }
   return parseLatency(v, file, sha);
 }
@@ -59,7 +60,7 @@ export function parseLatency(v: unknown, file: string, sha256 = ''): LatencyMode
     return a;
   };
   const o = obj(v, 'the file');
-  if (o.format !== LATENCY_FORMAT) bad(`format must be "${LATENCY_FORMAT}", got ${JSON.stringify(o.format)}`);
+  if (o.format !== LATENCY_FORMAT) bad(`format must be "${LATENCY_FORMAT}", got ${summarize(o.format)}`);
   const ctx = nums(o.ctx, 'ctx', 1);
   if (ctx.some((c, i) => !Number.isInteger(c) || (i > 0 && c <= ctx[i - 1]))) bad('ctx must be ascending integers');
   const table = (x: unknown, cols: number[], what: string, along: string): number[][] => {

@@ -29,6 +29,7 @@ import { ELASTIC_LEVELS, findRecord, levelWidths, selectLevel, type DraftSpec, t
 import type { Progress } from '../../src/core/util/progress.js';
 import type { DraftChoice, TreeSearchOptions } from './options.js';
 import type { RankTrace } from './trie.js';
+import { parseJson } from '../../src/core/util/json.js';
 
 export interface ResolvedDraft {
   spec: DraftSpec;
@@ -42,7 +43,7 @@ export interface ResolvedDraft {
 function vocabOf(tokenizerJson: string | undefined): string | null {
   if (!tokenizerJson) return null;
   try {
-    const t = JSON.parse(tokenizerJson) as { model?: { vocab?: unknown }; added_tokens?: unknown };
+    const t = parseJson(tokenizerJson, undefined) as { model?: { vocab?: unknown }; added_tokens?: unknown };
     return JSON.stringify([t.model?.vocab ?? null, t.added_tokens ?? null]);
   } catch {
     return null;

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { LlmcError } from '../core/errors.js';
+import { parseJson } from '../core/util/json.js';
 
 const keyPath = (path: readonly PropertyKey[]) =>
   path.reduce<string>((s, k) => (typeof k === 'number' ? `${s}[${k}]` : s ? `${s}.${String(k)}` : String(k)), '');
@@ -26,12 +27,7 @@ export function issueLine(error: z.ZodError, hint?: KeyHint): string {
 
 /** Parse JSON text from `file` against `schema`; errors are one line, exit code 2. */
 export function parseJsonFile<S extends z.ZodType>(schema: S, text: string, file: string, hint?: KeyHint): z.infer<S> {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (e) {
-    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file, 2);
-  }
+  const value = parseJson(text, file, { exitCode: 2 });
   const r = schema.safeParse(value);
   if (!r.success) throw new LlmcError(issueLine(r.error, hint), file, 2);
   return r.data;

@@ -40,3 +40,44 @@ export class ExitCode extends LlmcError {
     this.name = 'ExitCode';
   }
 }
+
+/**
+ * A value as a message shows it: JSON-like, at most `max` characters and two levels deep, so an
+ * error message about a hostile value (nested 100,000 levels, megabytes long, a bigint) cannot
+ * itself fail or flood the terminal.
+ */
+export function summarize(v: unknown, max = 80): string {
+  const s = show(v, 0, max + 1);
+  return s.length > max ? `${s.slice(0, max - 1)}…` : s;
+}
+
+function show(v: unknown, depth: number, room: number): string {
+  const budget = Math.max(1, room);
+  switch (typeof v) {
+    case 'string':
+      return JSON.stringify(v.length > budget ? v.slice(0, budget) : v);
+    case 'bigint':
+      return `${v}n`;
+    case 'function':
+    case 'symbol':
+      return `<${typeof v}>`;
+    case 'object':
+      break;
+    default:
+      return String(v);
+  }
+  if (v === null) return 'null';
+  const isArr = Array.isArray(v);
+  if (ArrayBuffer.isView(v)) return `<${(v as unknown as { length?: number }).length ?? v.byteLength} ${v.constructor.name}>`;
+  const [open, close] = isArr ? ['[', ']'] : ['{', '}'];
+  const entries = isArr ? (v as unknown[]) : Object.keys(v as object);
+  if (entries.length === 0) return `${open}${close}`;
+  if (depth >= 2) return `${open}…${close}`;
+  let out = open;
+  for (let i = 0; i < entries.length; i++) {
+    if (out.length >= budget) return `${out}…${close}`;
+    const item = isArr ? show(entries[i], depth + 1, budget - out.length) : `${JSON.stringify(entries[i] as string)}: ${show((v as Record<string, unknown>)[entries[i] as string], depth + 1, budget - out.length)}`;
+    out += (i ? ', ' : '') + item;
+  }
+  return out + close;
+}

@@ -7,6 +7,7 @@ import { LlmcError, UsageError } from '../core/errors.js';
 import type { Engine } from '../exec/engine/engine.js';
 import { Sampler } from '../exec/runtime/sampling.js';
 import { Rng } from '../core/util/rng.js';
+import { parseJson } from '../core/util/json.js';
 
 export interface SelfGeneratedOptions {
   /** Number of sequences (default 10). */
@@ -109,7 +110,7 @@ export function idWindows(ids: readonly number[], length: number): number[][] {
 export function idSequencesOf(text: string, vocabSize: number, file: string): number[][] | null {
   let v: unknown;
   try {
-    v = JSON.parse(text);
+    v = parseJson(text, file);
   } catch {
     return null;
   }

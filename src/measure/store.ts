@@ -17,6 +17,9 @@ import { LlmcError } from '../core/errors.js';
 import { ensureOutputDir, writeFileAtomic } from '../core/util/atomic.js';
 import { LLMC_VERSION } from '../core/version.js';
 import type { CacheHandle, ProfileCacheRef } from '../core/pipeline/pass.js';
+import { z } from 'zod';
+import { pidLock } from '../core/util/pid-lock.js';
+import { parseJson } from '../core/util/json.js';
 
 export const PROFILE_FORMAT = 'llmc-profile';
 export const PROFILE_VERSION = 1;
@@ -43,16 +46,30 @@ export function profilePaths(cacheDir: string, kind: string, key: string): { jso
   return { json: `${base}.json`, bin: `${base}.bin` };
 }
 
+/** A profile's JSON head, checked before use (a damaged entry is recomputed). */
+const PROFILE_HEAD = z.looseObject({
+  format: z.string(),
+  version: z.number(),
+  key: z.string(),
+  meta: z.record(z.string(), z.unknown()),
+  arrays: z.record(z.string(), z.tuple([z.number().int().nonnegative(), z.number().int().nonnegative()])),
+  /** Absent in entries of earlier llmc versions. */
+  binSha256: z.string().optional(),
+});
+
 /** Read a cached profile; undefined when absent or unusable (never throws on a bad cache entry). */
 export async function loadProfile(cacheDir: string, kind: string, keyParts: Record<string, unknown>): Promise<Profile | undefined> {
   const key = profileKey(kind, keyParts);
   const p = profilePaths(cacheDir, kind, key);
   try {
-    const head = JSON.parse(await fsp.readFile(p.json, 'utf8'));
+    const parsed = PROFILE_HEAD.safeParse(parseJson(await fsp.readFile(p.json, 'utf8'), p.json));
+    if (!parsed.success) return undefined;
+    const head = parsed.data;
     if (head.format !== PROFILE_FORMAT || head.version !== PROFILE_VERSION || head.key !== key) return undefined;
     const bin = await fsp.readFile(p.bin);
+    if (head.binSha256 !== undefined && createHash('sha256').update(bin).digest('hex') !== head.binSha256) return undefined;
     const arrays: Record<string, Float64Array> = {};
-    for (const [name, [offset, length]] of Object.entries(head.arrays as Record<string, [number, number]>)) {
+    for (const [name, [offset, length]] of Object.entries(head.arrays)) {
       if (offset + length * 8 > bin.length) return undefined;
       const a = new Float64Array(length);
       for (let i = 0; i < length; i++) a[i] = bin.readDoubleLE(offset + i * 8);
@@ -80,8 +97,17 @@ export async function saveProfile(cacheDir: string, kind: string, keyParts: Reco
     const [off] = index[n];
     data.arrays[n].forEach((v, i) => bin.writeDoubleLE(v, off + i * 8));
   }
-  await writeFileAtomic(p.bin, bin);
-  await writeFileAtomic(p.json, stableJson({ format: PROFILE_FORMAT, version: PROFILE_VERSION, kind, key, keyParts, meta: data.meta, arrays: index }));
+  // One llmc at a time writes an entry (two compiles sharing a cache directory): the second leaves it
+  // to the first. The head names its .bin's sha256, so a reader never pairs a head with another .bin.
+  const got = await pidLock(path.join(cacheDir, `.${path.basename(p.json)}.llmc-lock`));
+  if (!('release' in got)) return { kind, key, keyParts, ...data, cached: false };
+  try {
+    await writeFileAtomic(p.bin, bin);
+    const binSha256 = createHash('sha256').update(bin).digest('hex');
+    await writeFileAtomic(p.json, stableJson({ format: PROFILE_FORMAT, version: PROFILE_VERSION, kind, key, keyParts, meta: data.meta, arrays: index, binSha256 }));
+  } finally {
+    got.release();
+  }
   return { kind, key, keyParts, ...data, cached: false };
 }
 
@@ -138,7 +164,7 @@ export async function findProfiles(cacheDir: string, kind: string, match: Record
     if (!name.startsWith(`${kind}-`) || !name.endsWith('.json') || !/^[0-9a-f]{32}$/.test(name.slice(kind.length + 1, -5))) continue;
     let keyParts: Record<string, unknown>;
     try {
-      keyParts = JSON.parse(await fsp.readFile(path.join(cacheDir, name), 'utf8')).keyParts;
+      keyParts = (parseJson(await fsp.readFile(path.join(cacheDir, name), 'utf8'), name) as { keyParts: Record<string, unknown> }).keyParts;
     } catch {
       continue;
     }

@@ -6,12 +6,13 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { checkArchSpec } from '../../core/arch/check.js';
-import { LlmcError } from '../../core/errors.js';
+import { LlmcError, summarize } from '../../core/errors.js';
 import { MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION, type Manifest, type ManifestFile } from '../../core/records/manifest.js';
 import { knownSha256 } from '../../core/util/atomic.js';
 import { Checker } from '../../core/util/check.js';
 import { readJsonIfPresent } from '../../core/util/json-file.js';
 import { sha256Files } from '../../core/util/sha256.js';
+import { parseJson } from '../../core/util/json.js';
 
 export async function describeFiles(dir: string, relPaths: string[]): Promise<ManifestFile[]> {
   const out: ManifestFile[] = [];
@@ -28,7 +29,7 @@ export function checkManifest(v: unknown, file: string): Manifest {
   const c = new Checker(file);
   const m = c.obj(v, 'manifest');
   if (m.format !== MANIFEST_FORMAT || m.version !== MANIFEST_VERSION) {
-    throw new LlmcError(`unsupported manifest ${JSON.stringify(m.format)} version ${JSON.stringify(m.version)}; this llmc reads ${MANIFEST_FORMAT} version ${MANIFEST_VERSION}`, file);
+    throw new LlmcError(`unsupported manifest ${summarize(m.format)} version ${summarize(m.version)}; this llmc reads ${MANIFEST_FORMAT} version ${MANIFEST_VERSION}`, file);
   }
   c.str(m.target, 'target');
   const src = c.obj(m.source, 'source');
@@ -44,7 +45,7 @@ export function checkManifest(v: unknown, file: string): Manifest {
   c.arr(m.files, 'files').forEach((f, i) => {
     const e = c.obj(f, `files[${i}]`);
     const p = c.str(e.path, `files[${i}].path`);
-    if (path.isAbsolute(p) || p.split(/[\\/]/).includes('..') || p.includes('\0')) c.fail(`files[${i}].path`, `${JSON.stringify(p)} leaves the artifact`);
+    if (path.isAbsolute(p) || p.split(/[\\/]/).includes('..') || p.includes('\0')) c.fail(`files[${i}].path`, `${summarize(p)} leaves the artifact`);
     c.int(e.size, `files[${i}].size`);
     c.str(e.sha256, `files[${i}].sha256`);
   });
@@ -53,13 +54,7 @@ export function checkManifest(v: unknown, file: string): Manifest {
 
 /** JSON text of a manifest, checked. */
 export function parseManifestText(text: string, file: string): Manifest {
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (e) {
-    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file);
-  }
-  return checkManifest(v, file);
+  return checkManifest(parseJson(text, file), file);
 }
 
 /** An artifact directory's manifest, checked; null when the directory has none (it is not an artifact). */

@@ -19,6 +19,7 @@ import { LlmcError, UsageError } from '../../core/errors.js';
 import { MANIFEST_FILE } from '../../core/records/manifest.js';
 import { ensureOutputDir, ioError, writeFileAtomic } from '../../core/util/atomic.js';
 import { onInterrupt } from '../../core/util/interrupt.js';
+import { alive, pidLock } from '../../core/util/pid-lock.js';
 import { TARGETS } from '../../../backends/index.js';
 import type { TargetDescriptor } from '../../core/pipeline/target.js';
 
@@ -180,16 +181,7 @@ async function prepare(out: string, opts: { force: boolean; singleFile: { extens
   });
 }
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-};
-
-/** `.<name>.llmc-lock` beside the output, created exclusively; a lock whose process is gone is taken over. */
+/** `.<name>.llmc-lock` beside the output (./pid-lock.ts); a lock whose process is gone is taken over. */
 async function lock(out: string): Promise<() => void> {
   const parent = path.dirname(path.resolve(out));
   // Errors name the output the user gave, not its parent.
@@ -197,26 +189,9 @@ async function lock(out: string): Promise<() => void> {
   await ensureOutputDir(parent).catch((err: LlmcError) => {
     throw new LlmcError(err.message, out, err.exitCode);
   });
-  const file = path.join(parent, `.${path.basename(out)}.llmc-lock`);
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      const h = await fsp.open(file, 'wx');
-      await h.writeFile(String(process.pid));
-      await h.close();
-      const forget = onInterrupt(() => rmSync(file, { force: true }));
-      return () => {
-        forget();
-        rmSync(file, { force: true });
-      };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw ioError(err, file, 'create the output lock');
-      const owner = Number(await fsp.readFile(file, 'utf8').catch(() => ''));
-      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && alive(owner)) {
-        throw new LlmcError(`busy: another llmc (pid ${owner}) is compiling into it; wait for it to finish or choose another output`, out);
-      }
-      rmSync(file, { force: true }); // its compile died
-    }
-  }
+  const got = await pidLock(path.join(parent, `.${path.basename(out)}.llmc-lock`));
+  if ('release' in got) return got.release;
+  if (got.owner > 0) throw new LlmcError(`busy: another llmc (pid ${got.owner}) is compiling into it; wait for it to finish or choose another output`, out);
   throw new LlmcError('cannot take the output lock', out);
 }
 

@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import type { ArchSpec } from '../../core/arch/spec.js';
-import { LlmcError } from '../../core/errors.js';
+import { LlmcError, summarize } from '../../core/errors.js';
 import { Checker } from '../../core/util/check.js';
 import { readJsonIfPresent } from '../../core/util/json-file.js';
 import { ensureOutputDir, writeFileAtomic } from '../../core/util/atomic.js';
@@ -49,8 +49,8 @@ export async function readProfileIndex(dir: string): Promise<ProfileIndex | null
   if (v === null) return null;
   const c = new Checker(file);
   const o = c.obj(v, 'profile');
-  if (o.format !== PROFILE_INDEX_FORMAT) c.fail('format', `must be "${PROFILE_INDEX_FORMAT}", got ${JSON.stringify(o.format)}`);
-  if (o.version !== PROFILE_INDEX_VERSION) c.fail('version', `this llmc reads version ${PROFILE_INDEX_VERSION}, got ${JSON.stringify(o.version)}`);
+  if (o.format !== PROFILE_INDEX_FORMAT) c.fail('format', `must be "${PROFILE_INDEX_FORMAT}", got ${summarize(o.format)}`);
+  if (o.version !== PROFILE_INDEX_VERSION) c.fail('version', `this llmc reads version ${PROFILE_INDEX_VERSION}, got ${summarize(o.version)}`);
   const ck = c.obj(o.checkpoint, 'checkpoint');
   c.str(ck.path, 'checkpoint.path');
   c.str(ck.sha256, 'checkpoint.sha256');

@@ -5,12 +5,13 @@
 import type { Checker } from '../util/check.js';
 import { isModelType, SUPPORTED_MODEL_TYPES } from './registry.js';
 import type { ArchSpec } from './types.js';
+import { summarize } from '../errors.js';
 
 const ROPE = ['linear', 'dynamic', 'yarn', 'longrope', 'llama3'];
 
 export function checkArchSpec(v: unknown, c: Checker, at = 'arch'): ArchSpec {
   const a = c.obj(v, at);
-  if (!isModelType(a.modelType)) c.fail(`${at}.modelType`, `must be one of ${SUPPORTED_MODEL_TYPES.join(', ')}, got ${JSON.stringify(a.modelType)}`);
+  if (!isModelType(a.modelType)) c.fail(`${at}.modelType`, `must be one of ${SUPPORTED_MODEL_TYPES.join(', ')}, got ${summarize(a.modelType)}`);
   const size = (k: string) => {
     const n = c.int(a[k], `${at}.${k}`, 1);
     if (n > 2 ** 31 - 1) c.fail(`${at}.${k}`, `must be below 2^31, got ${n}`);

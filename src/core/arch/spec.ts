@@ -2,7 +2,7 @@
  * The normalized architecture spec: one shape for every supported Hugging Face `model_type`,
  * so passes, engines and backends never read config.json themselves.
  */
-import { LlmcError } from '../errors.js';
+import { LlmcError, summarize } from '../errors.js';
 import { ARCHITECTURES, isModelType, SUPPORTED_MODEL_TYPES, type ConfigReader } from './registry.js';
 import { checkKnownKeys } from './keys.js';
 import { readRope } from './rope-config.js';
@@ -19,7 +19,7 @@ function num(cfg: Json, key: string, file: string, fallback?: number): number {
     if (fallback !== undefined) return fallback;
     throw new LlmcError(`missing "${key}"`, file);
   }
-  if (typeof v !== 'number' || !Number.isFinite(v)) throw new LlmcError(`"${key}" must be a number, got ${JSON.stringify(v)}`, file);
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new LlmcError(`"${key}" must be a number, got ${summarize(v)}`, file);
   return v;
 }
 
@@ -46,7 +46,7 @@ function checkArchitectures(architectures: unknown, modelType: string, causalLm:
   const names = Array.isArray(architectures) ? architectures : [architectures];
   if (names.length === 0 || names.some((n) => causalLm.includes(n as string))) return;
   throw new LlmcError(
-    `architectures ${JSON.stringify(architectures)} names no causal LM of model_type "${modelType}" (llmc compiles ${causalLm.join(' / ')}); ` +
+    `architectures ${summarize(architectures)} names no causal LM of model_type "${modelType}" (llmc compiles ${causalLm.join(' / ')}); ` +
       'a head or remote code of another kind is not supported',
     file,
   );
@@ -57,7 +57,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   const modelType = cfg.model_type;
   if (!isModelType(modelType)) {
     throw new LlmcError(
-      `unknown model_type ${JSON.stringify(modelType ?? null)}; supported: ${SUPPORTED_MODEL_TYPES.join(', ')}`,
+      `unknown model_type ${summarize(modelType ?? null)}; supported: ${SUPPORTED_MODEL_TYPES.join(', ')}`,
       file,
     );
   }

@@ -5,7 +5,7 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { LlmcError } from '../errors.js';
+import { LlmcError, summarize } from '../errors.js';
 import { ioError } from '../util/atomic.js';
 import { cachedSha256Files } from '../util/digest-cache.js';
 import { expectedTensorCount, expectedTensors } from '../arch/names.js';
@@ -13,6 +13,7 @@ import { SafetensorsFile, toF32, type TensorInfo } from './safetensors.js';
 import { matrixOf, type ModelAssets, type ModelSource, type StoredLayout, type TensorMeta } from './source.js';
 import { normalizeConfig, type ArchSpec } from '../arch/spec.js';
 import { firstNonFinite, nonFiniteError } from './finite.js';
+import { parseJsonObject } from '../util/json.js';
 
 export interface OpenOptions {
   /** Read Inf/NaN weights as they are instead of refusing them (--allow-nonfinite). */
@@ -38,15 +39,7 @@ async function readText(file: string): Promise<string | undefined> {
   }
 }
 
-function parseJson(text: string, file: string): Record<string, unknown> {
-  try {
-    const v = JSON.parse(text);
-    if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error();
-    return v;
-  } catch {
-    throw new LlmcError('not a valid JSON object', file);
-  }
-}
+const parseJson = (text: string, file: string): Record<string, unknown> => parseJsonObject(text, file, { maxBytes: 64 * 2 ** 20 });
 
 export class Checkpoint implements ModelSource {
   private hash: Promise<string> | undefined;
@@ -135,7 +128,7 @@ export class Checkpoint implements ModelSource {
       const weightMap = new Map<string, string>();
       for (const [name, f] of Object.entries(wm as Record<string, unknown>)) {
         if (typeof f !== 'string' || f.includes('/') || f.includes('\\') || f === '.' || f === '..' || f.includes('\0') || !f) {
-          throw new LlmcError(`bad shard file name ${JSON.stringify(f)} for "${name}" (a shard is a file in the checkpoint directory)`, indexFile);
+          throw new LlmcError(`bad shard file name ${summarize(f)} for "${name}" (a shard is a file in the checkpoint directory)`, indexFile);
         }
         weightMap.set(name, path.join(dir, f));
       }

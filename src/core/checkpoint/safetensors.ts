@@ -3,9 +3,10 @@
  * and written the way Hugging Face's `safetensors` library writes it.
  */
 import { promises as fsp } from 'node:fs';
-import { LlmcError } from '../errors.js';
+import { LlmcError, summarize } from '../errors.js';
 import { AtomicFile, ioError } from '../util/atomic.js';
 import { decodeBf16, decodeF16, encodeBf16, encodeF16 } from '../util/half.js';
+import { parseJsonObject } from '../util/json.js';
 
 export const DTYPE_BYTES = { F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1 } as const;
 export type DType = keyof typeof DTYPE_BYTES;
@@ -60,12 +61,9 @@ export class SafetensorsFile {
       await handle.read(headerBytes, 0, headerBytes.length, 8);
       let header: Record<string, unknown>;
       try {
-        header = JSON.parse(headerBytes.toString('utf8'));
-      } catch {
-        throw new LlmcError('corrupt safetensors header: not valid JSON', file);
-      }
-      if (typeof header !== 'object' || header === null || Array.isArray(header)) {
-        throw new LlmcError('corrupt safetensors header: not a JSON object', file);
+        header = parseJsonObject(headerBytes.toString('utf8'), file);
+      } catch (e) {
+        throw new LlmcError(`corrupt safetensors header: ${(e as Error).message}`, file);
       }
       const dataStart = 8 + headerBytes.length;
       const { tensors, metadata } = parseHeader(header, file, dataStart, size - dataStart);
@@ -115,7 +113,7 @@ function parseHeader(header: Record<string, unknown>, file: string, dataStart: n
     const t = raw as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
     const bad = (why: string) => new LlmcError(`corrupt safetensors header: tensor "${name}" ${why}`, file);
     if (typeof t !== 'object' || t === null) throw bad('is not an object');
-    if (typeof t.dtype !== 'string' || !(t.dtype in DTYPE_BYTES)) throw bad(`has unsupported dtype ${JSON.stringify(t.dtype)}`);
+    if (typeof t.dtype !== 'string' || !(t.dtype in DTYPE_BYTES)) throw bad(`has unsupported dtype ${summarize(t.dtype)}`);
     if (!Array.isArray(t.shape) || !t.shape.every((d) => Number.isInteger(d) && d >= 0)) throw bad('has an invalid shape');
     const off = t.data_offsets;
     if (!Array.isArray(off) || off.length !== 2 || !off.every((o) => Number.isInteger(o) && o >= 0) || off[0] > off[1]) {

@@ -9,7 +9,7 @@
  * read (dependencies, one task at a time per processor, makespan), so a reader can trust it.
  * Browser-safe.
  */
-import { LlmcError, UsageError } from '../errors.js';
+import { LlmcError, UsageError, summarize } from '../errors.js';
 import { Checker } from '../util/check.js';
 import { SUBGRAPH_KINDS, type SubgraphKind } from '../chunks/partition.js';
 import { buildProblem, heuristic, scheduleProblem, type HeuristicVariant, type Problem, type Template, type TemplateEdge } from '../chunks/schedule.js';
@@ -145,7 +145,7 @@ function readPlan(c: Checker, v: unknown, path: string, rec: ChunkSchedule): Chu
     if (k === undefined) c.fail(`${path}.costs`, `lacks subgraph kind "${s.kind}"`);
     const x = c.obj(k, `${path}.costs.${s.kind}`);
     for (const f of ['ms', 'msPerChunk'] as const) if (c.num(x[f], `${path}.costs.${s.kind}.${f}`) < 0) c.fail(`${path}.costs.${s.kind}.${f}`, 'is negative');
-    if (x.device !== s.device) c.fail(`${path}.costs.${s.kind}.device`, `is ${JSON.stringify(x.device)}, subgraph ${s.id} runs on ${s.device}`);
+    if (x.device !== s.device) c.fail(`${path}.costs.${s.kind}.device`, `is ${summarize(x.device)}, subgraph ${s.id} runs on ${s.device}`);
   }
   const rows = c.arr(o.schedules, `${path}.schedules`);
   rows.forEach((r, k) => {

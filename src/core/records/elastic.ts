@@ -9,7 +9,7 @@
  * writes them its own way) and its quality before and after them. Version 1 records are still read
  * (as levels without recovery).
  */
-import { LlmcError, UsageError } from '../errors.js';
+import { LlmcError, UsageError, summarize } from '../errors.js';
 import { Checker } from '../util/check.js';
 import { defineRecord } from './types.js';
 
@@ -143,7 +143,7 @@ export const ELASTIC_LEVELS = defineRecord<ElasticLevels>('elastic-prefix/2', 'e
   const v1 = o.format === 'elastic-prefix/1';
   if (!v1 && o.recovery !== null) {
     const r = c.obj(o.recovery, 'recovery');
-    if (r.method !== 'lora') c.fail('recovery.method', `must be "lora", got ${JSON.stringify(r.method)}`);
+    if (r.method !== 'lora') c.fail('recovery.method', `must be "lora", got ${summarize(r.method)}`);
     for (const k of ['rank', 'steps', 'batch'] as const) c.int(r[k], `recovery.${k}`, 1);
     for (const k of ['alpha', 'lr', 'ce'] as const) c.num(r[k], `recovery.${k}`);
   }

@@ -12,6 +12,7 @@
  */
 import type { Checker } from '../util/check.js';
 import { defineRecord } from './types.js';
+import { summarize } from '../errors.js';
 
 export type OutlierDecision = 'shadow' | 'clip' | 'widen';
 export const OUTLIER_DECISIONS: readonly OutlierDecision[] = ['shadow', 'clip', 'widen'];
@@ -96,8 +97,8 @@ export interface OutlierScales {
 
 function checkSide(c: Checker, v: unknown, p: string): void {
   const s = c.obj(v, p);
-  if (!OUTLIER_DECISIONS.includes(s.decision as OutlierDecision)) c.fail(`${p}.decision`, `must be one of ${OUTLIER_DECISIONS.join(', ')}, got ${JSON.stringify(s.decision)}`);
-  if (s.bits !== 8 && s.bits !== 16) c.fail(`${p}.bits`, `must be 8 or 16, got ${JSON.stringify(s.bits)}`);
+  if (!OUTLIER_DECISIONS.includes(s.decision as OutlierDecision)) c.fail(`${p}.decision`, `must be one of ${OUTLIER_DECISIONS.join(', ')}, got ${summarize(s.decision)}`);
+  if (s.bits !== 8 && s.bits !== 16) c.fail(`${p}.bits`, `must be 8 or 16, got ${summarize(s.bits)}`);
   const K = c.int(s.channels, `${p}.channels`, 1);
   for (const k of ['absMax', 'p999', 'T', 'mean', 'std', 'rho'] as const) c.num(s[k], `${p}.${k}`);
   if (!(c.num(s.scale, `${p}.scale`) > 0)) c.fail(`${p}.scale`, 'must be positive');
@@ -108,8 +109,8 @@ function checkSide(c: Checker, v: unknown, p: string): void {
 
 export const OUTLIER_SCALES = defineRecord<OutlierScales>('outlier-scales/1', 'static activation scales with shadow / clip / widen decisions (outliers)', (v, c) => {
   const o = c.obj(v, 'outlier-scales');
-  if (o.mode !== 'rank' && o.mode !== 'threshold') c.fail('mode', `must be rank or threshold, got ${JSON.stringify(o.mode)}`);
-  if (o.rounding !== 'half-even') c.fail('rounding', `must be half-even, got ${JSON.stringify(o.rounding)}`);
+  if (o.mode !== 'rank' && o.mode !== 'threshold') c.fail('mode', `must be rank or threshold, got ${summarize(o.mode)}`);
+  if (o.rounding !== 'half-even') c.fail('rounding', `must be half-even, got ${summarize(o.rounding)}`);
   c.arr(o.linears, 'linears').forEach((x, i) => {
     const p = `linears[${i}]`;
     const L = c.obj(x, p);

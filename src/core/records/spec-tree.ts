@@ -11,7 +11,7 @@
  * `predicted.perPositionAcceptedPerStep`; `validation` holds a 95% interval on the calibration
  * figure and the same figure on held-out prompts. Version 1 records are still read.
  */
-import { LlmcError } from '../errors.js';
+import { LlmcError, summarize } from '../errors.js';
 import { stableJson } from '../util/stable-json.js';
 import { Checker } from '../util/check.js';
 import {
@@ -182,7 +182,7 @@ function readPlan(c: Checker, v: unknown, path: string, v1: boolean): TreePlan {
   }
   const want = planArtifacts({ parent, rank });
   for (const k of ['n', 'depth', 'treeIndices', 'positionIds', 'retrieveIndices', 'keep', 'expansion', 'nnz'] as const) {
-    if (!same(o[k], want[k])) c.fail(`${path}.${k}`, `disagrees with the tree (parent/rank): expected ${JSON.stringify(want[k]).slice(0, 120)}`);
+    if (!same(o[k], want[k])) c.fail(`${path}.${k}`, `disagrees with the tree (parent/rank): expected ${summarize(want[k])}`);
   }
   const m = c.obj(o.mask, `${path}.mask`);
   const bytes = fromBase64(c.str(m.base64, `${path}.mask.base64`));
@@ -215,8 +215,8 @@ export const SPEC_TREE = defineRecord<SpecTree>('spec-tree/2', 'a speculative ve
   else if (d.kind === 'checkpoint') {
     c.str(d.sha256, 'draft.sha256');
     c.int(d.vocabSize, 'draft.vocabSize', 1);
-  } else c.fail('draft.kind', `must be level, skip or checkpoint, got ${JSON.stringify(d.kind)}`);
-  if (o.verify !== 'greedy') c.fail('verify', `must be "greedy", got ${JSON.stringify(o.verify)}`);
+  } else c.fail('draft.kind', `must be level, skip or checkpoint, got ${summarize(d.kind)}`);
+  if (o.verify !== 'greedy') c.fail('verify', `must be "greedy", got ${summarize(o.verify)}`);
   const plans = c.arr(o.plans, 'plans').map((p, i) => readPlan(c, p, `plans[${i}]`, v1));
   if (!plans.length) c.fail('plans', 'is empty');
   const buckets = c.arr(o.buckets, 'buckets');

@@ -7,7 +7,7 @@
  */
 import safeRegex from 'safe-regex2';
 import { parseJsonAs, TOKENIZER_CONFIG, TOKENIZER_JSON } from './schema.js';
-import { LlmcError } from '../errors.js';
+import { LlmcError, summarize } from '../errors.js';
 import { Bpe } from './bpe.js';
 import { CHAR_TO_BYTE, gpt2Split, toByteChars } from './bytelevel.js';
 
@@ -56,14 +56,14 @@ function stringPattern(p: unknown, fail: Fail, what: string): RegExp {
     try {
       re = new RegExp(o.Regex, 'gu');
     } catch {
-      return fail(`${what} regex ${JSON.stringify(o.Regex)} is not supported by JavaScript regular expressions`);
+      return fail(`${what} regex ${summarize(o.Regex, 200)} is not supported by JavaScript regular expressions`);
     }
     // A repetition inside a repetition can backtrack exponentially (`(a+)+$` hangs on 30 characters);
     // tokenizers' own patterns have none.
-    if (!safeRegex(o.Regex, { limit: 1000 })) fail(`${what} regex ${JSON.stringify(o.Regex)} nests repetitions, which can take exponential time on some inputs`);
+    if (!safeRegex(o.Regex, { limit: 1000 })) fail(`${what} regex ${summarize(o.Regex, 200)} nests repetitions, which can take exponential time on some inputs`);
     return re;
   }
-  return fail(`${what} has an unsupported pattern ${JSON.stringify(p)}`);
+  return fail(`${what} has an unsupported pattern ${summarize(p)}`);
 }
 
 // ---------------------------------------------------------------- normalizers
@@ -350,7 +350,7 @@ export function loadTokenizer(tokenizerJsonText: string, tokenizerConfigText?: s
       const i = m.indexOf(' ', 1);
       if (i > 0) return [m.slice(0, i), m.slice(i + 1)];
     }
-    return fail(`malformed merge ${JSON.stringify(m)}`);
+    return fail(`malformed merge ${summarize(m)}`);
   });
   const added: AddedToken[] = ((tj.added_tokens as Json[]) ?? []).map((t) => {
     if (t.single_word === true) fail(`added token "${String(t.content)}" with single_word=true`);

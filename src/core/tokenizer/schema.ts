@@ -7,6 +7,7 @@
  */
 import { z } from 'zod';
 import { LlmcError } from '../errors.js';
+import { parseJson } from '../util/json.js';
 
 const id = z.number().int().nonnegative();
 const component = z.looseObject({ type: z.string() });
@@ -63,12 +64,7 @@ function firstIssue(error: z.ZodError): string {
 
 /** Parse JSON text against a schema; one LlmcError naming `file` and the JSON path on any problem. */
 export function parseJsonAs<T>(schema: z.ZodType<T>, text: string, file: string): T {
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch (e) {
-    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file);
-  }
+  const v = parseJson(text, file);
   const r = schema.safeParse(v);
   if (!r.success) throw new LlmcError(`unexpected content ${firstIssue(r.error)}`, file);
   return r.data;

@@ -14,6 +14,7 @@ import { normalizeConfig, type ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { Sampler, type SamplingOptions } from '../runtime/sampling.js';
 import type { ArtifactRunner } from '../../core/pipeline/target.js';
+import { parseJsonObject } from '../../core/util/json.js';
 
 const firstLine = (err: unknown) => String((err as Error)?.message ?? err).split('\n')[0];
 
@@ -134,13 +135,7 @@ export async function openDecoderDir(dir: string, opts: { threads?: number; grap
   const configFile = path.join(dir, 'config.json');
   const configText = await readOptional(configFile);
   if (configText === undefined) throw new LlmcError('missing config.json', dir);
-  let spec: ArchSpec;
-  try {
-    spec = normalizeConfig(JSON.parse(configText) as Record<string, unknown>, configFile);
-  } catch (err) {
-    if (err instanceof LlmcError) throw err;
-    throw new LlmcError(`not valid JSON: ${(err as Error).message}`, configFile);
-  }
+  const spec: ArchSpec = normalizeConfig(parseJsonObject(configText, configFile), configFile);
   const decoder = await OnnxDecoder.open(path.join(dir, opts.graph ?? 'onnx/model.onnx'), opts);
   return {
     spec,

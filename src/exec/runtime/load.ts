@@ -5,7 +5,7 @@
  */
 import { expectedTensorCount, expectedTensors } from '../../core/arch/names.js';
 import { checkArchSpec } from '../../core/arch/check.js';
-import { LlmcError } from '../../core/errors.js';
+import { LlmcError, summarize } from '../../core/errors.js';
 import { Checker } from '../../core/util/check.js';
 import type { ByteSource } from './bytes.js';
 import {
@@ -35,6 +35,7 @@ export type { ArtifactManifest };
 import { WasmArena } from './wasm.js';
 import { loadOffloaded, type OffloadOptions } from './offload.js';
 import { DEFAULT_MIN_WORK, webWorker, type PoolOptions } from './pool.js';
+import { parseJson } from '../../core/util/json.js';
 
 /** What `load` reads: the manifest's text and the bytes of weights.bin. */
 export interface ArtifactSource {
@@ -82,21 +83,16 @@ export function parseManifest(text: string, file = 'llmc-manifest.json'): Artifa
   const bad = (msg: string): never => {
     throw new LlmcError(msg, file);
   };
-  let m: unknown;
-  try {
-    m = JSON.parse(text);
-  } catch (e) {
-    return bad(`not valid JSON (${(e as Error).message})`);
-  }
+  const m = parseJson(text, file);
   if (!isObj(m)) return bad('manifest is not a JSON object');
   if (m.format !== MANIFEST_FORMAT || m.version !== MANIFEST_VERSION) {
-    bad(`unsupported manifest ${JSON.stringify(m.format)} version ${JSON.stringify(m.version)}; this runtime reads ${MANIFEST_FORMAT} version ${MANIFEST_VERSION}`);
+    bad(`unsupported manifest ${summarize(m.format)} version ${summarize(m.version)}; this runtime reads ${MANIFEST_FORMAT} version ${MANIFEST_VERSION}`);
   }
-  if (m.target !== 'ts') bad(`artifact target is ${JSON.stringify(m.target)}; the TS runtime runs "ts" artifacts`);
+  if (m.target !== 'ts') bad(`artifact target is ${summarize(m.target)}; the TS runtime runs "ts" artifacts`);
   const ti = m.targetInfo;
   if (!isObj(ti) || ti.format !== TS_FORMAT || ti.version !== TS_FORMAT_VERSION) {
     bad(
-      `unsupported weights format ${JSON.stringify(isObj(ti) ? ti.format : null)} version ${JSON.stringify(isObj(ti) ? ti.version : null)}; this runtime reads ${TS_FORMAT} version ${TS_FORMAT_VERSION}`,
+      `unsupported weights format ${summarize(isObj(ti) ? ti.format : null)} version ${summarize(isObj(ti) ? ti.version : null)}; this runtime reads ${TS_FORMAT} version ${TS_FORMAT_VERSION}`,
     );
   }
   const c = new Checker(file);
@@ -116,14 +112,14 @@ export function parseManifest(text: string, file = 'llmc-manifest.json'): Artifa
   if (typeof t.weights !== 'string') bad('targetInfo.weights is missing');
   // A file of the artifact: never a path out of it.
   const w = t.weights as string;
-  if (!w || w.startsWith('/') || /^[a-zA-Z]:/.test(w) || w.split(/[\\/]/).includes('..') || w.includes('\0')) bad(`targetInfo.weights ${JSON.stringify(w)} is not a file of the artifact`);
+  if (!w || w.startsWith('/') || /^[a-zA-Z]:/.test(w) || w.split(/[\\/]/).includes('..') || w.includes('\0')) bad(`targetInfo.weights ${summarize(w)} is not a file of the artifact`);
   if (!Array.isArray(t.tensors)) bad('targetInfo.tensors is missing');
   for (const [i, e] of (t.tensors as unknown[]).entries()) {
     if (!isObj(e) || typeof e.name !== 'string') bad(`tensor table entry ${i} has no name`);
     const te = e as Record<string, unknown>;
     const what = `tensor "${te.name}"`;
-    if (!WEIGHT_FORMATS.includes(te.format as WeightFormat)) bad(`${what}: unknown format ${JSON.stringify(te.format)}`);
-    if (!Array.isArray(te.shape) || te.shape.length === 0 || !te.shape.every((d) => isCount(d) && d > 0)) bad(`${what}: bad shape ${JSON.stringify(te.shape)}`);
+    if (!WEIGHT_FORMATS.includes(te.format as WeightFormat)) bad(`${what}: unknown format ${summarize(te.format)}`);
+    if (!Array.isArray(te.shape) || te.shape.length === 0 || !te.shape.every((d) => isCount(d) && d > 0)) bad(`${what}: bad shape ${summarize(te.shape)}`);
     if (!isCount(te.offset) || !isCount(te.bytes)) bad(`${what}: offset and bytes must be non-negative integers`);
   }
   if (t.adapters !== undefined) {

@@ -11,7 +11,7 @@ import { OutputClosed, TokenSink } from '../token-sink.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 
 /** The runner for a checkpoint, or for an artifact through its target's descriptor (after checking its files). */
-async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels; dir: string }> {
+async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels; dir: string; hashes?: Promise<void> }> {
   const where = await locate(modelPath);
   if (where.kind === 'checkpoint') {
     checkRunOptions(CHECKPOINT_OFFER, o);
@@ -22,7 +22,15 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
   checkRunOptions(artifactOffer(where, where.target, where.manifestPath ?? where.path), o);
   if (where.manifestPath === null && o.verify) throw new UsageError("--verify: a GGUF without llmc's manifest beside it has no recorded sha256 to check against");
   await verifyFiles(where, { hash: Boolean(o.verify) });
-  return { runner: await where.target.open(where, o), levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined, dir: where.dir };
+  // Without --verify every file's sha256 is checked in the background while the model loads and
+  // runs; nothing is printed before it passes (a flipped byte in the weights is one line, not output).
+  const hashes = o.verify ? undefined : verifyFiles(where, { hash: true });
+  hashes?.catch(() => {});
+  const runner = await where.target.open(where, o).catch(async (err: unknown) => {
+    await hashes; // a damaged file says so, before whatever it made the loader say
+    throw err;
+  });
+  return { runner, levels: findRecord(where.manifest.passes, ELASTIC_LEVELS, where.dir) ?? undefined, dir: where.dir, hashes };
 }
 
 /** `--prompt-file FILE` (`-`: stdin) as text; one trailing newline is dropped, as llama.cpp's -f does. */
@@ -114,7 +122,7 @@ export function registerRun(program: Command): void {
     .option('--seed <s>', 'sampling seed', parseIntOption('--seed', 0), 0)
     .option('--threads <n>', 'CPU threads (default: all cores; one for the TS runtime and a GGUF under 64 MB)', parseIntOption('--threads', 1))
     .option('--level <level>', 'elastic level of an artifact compiled with --passes reorder (ts, cuda, gguf-levels): an id (L3) or a size fraction (0.5)')
-    .option('--verify', "check every file's sha256 against the manifest first")
+    .option('--verify', "check every file's sha256 before loading (default: in the background, before any output)")
     .option('--allow-overflow', "generate past the model's context length")
     .option('--allow-nonfinite', 'run a checkpoint whose weights hold Inf or NaN (refused by default)')
     .option('--expert-cache <n>', 'MoE ts artifact: at most N routed experts in memory, the rest read from the file on demand', parseIntOption('--expert-cache', 1))
@@ -156,7 +164,7 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.topP !== 1) throw new UsageError('--speculative decodes greedily: leave --top-p at 1');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
       const promptText: string | undefined = o.promptFile !== undefined ? await readPromptFile(o.promptFile) : o.prompt;
-      const { runner, levels, dir } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
+      const { runner, levels, dir, hashes } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
       const tokenizerFile = path.join(dir, 'tokenizer.json');
       try {
         // The tokenizer (and its schema library) loads only for models that have one.
@@ -192,6 +200,8 @@ export function registerRun(program: Command): void {
         const stop = new Set(eos);
         const decodeText = codec && ((ids: readonly number[]) => codec.decode(ids, { skipSpecial: true }));
         const sink = new TokenSink(o.json ? { kind: 'quiet' } : decodeText && !o.ids ? { kind: 'text', decode: decodeText } : { kind: 'ids' }, stop);
+        // The files' hashes, running since the load began, pass before the first token is shown.
+        await hashes;
         let generated: number[];
         try {
           generated = await runner.generate(promptIds, { maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed, stopIds: eos, onToken: sink.onToken });
