@@ -11,12 +11,14 @@ import { findConfig, resolveConfig, CONFIG_FILE, DEFAULT_CACHE_DIR, type Resolve
 import type { Manifest } from '../../../core/records/manifest.js';
 import { cliProgress, formatBytes, noteLine, printJson, table } from '../output.js';
 import { describePasses, describeTargets } from './list.js';
-import { collect, collectKeyValue } from '../options.js';
+import { collect, collectKeyValue, parseIntOption } from '../options.js';
 import { formatLevelTable, levelRows, type LevelRow } from '../levels.js';
 import { checkMeasurable, readBudgets } from '../../check/budgets.js';
 import { reportCheck } from './check.js';
 import { locate } from '../../artifact.js';
-import type { QuickEvaluation } from '../../evaluate/artifact.js';
+import { formatQuality } from '../quality.js';
+import type { HeldOut, QuickEvaluation } from '../../evaluate/artifact.js';
+import { DEFAULT_EVAL_TOKENS } from '../../evaluate/defaults.js';
 
 /** --help's reference of the formats and `--opt` keys of every target and pass, from the registries. */
 function registryHelp(): string {
@@ -69,7 +71,9 @@ export function registerCompile(program: Command): void {
   cmd
     .option('--check <budgets>', 'after compiling, check the artifact against a budget file (as llmc check; exit 1 when a budget fails)')
     .option('--print-config', 'print the resolved configuration (config file + flags) as JSON and stop')
-    .option('--no-eval', 'skip the quick quality evaluation against the source at the end (perplexity, KL, greedy agreement on held-out data)')
+    .option('--no-eval', 'skip the quality evaluation against the source at the end (perplexity, KL, top-token agreement on held-out data)')
+    .option('--eval-text <file>', "held-out text for the evaluation and --check (default: llmc's built-in held-out text for a model with a tokenizer, else sequences sampled from the source)")
+    .option('--eval-tokens <n>', `tokens the evaluation scores (default ${DEFAULT_EVAL_TOKENS}; fewer is faster, with wider confidence intervals)`, parseIntOption('--eval-tokens', 1))
     .option('--dry-run', 'run the passes and show what would be written (files, sizes, formats per tensor group) without writing it')
     .option('--json', 'print the manifest as JSON on stdout')
     .addHelpText('after', registryHelp())
@@ -109,6 +113,7 @@ export function registerCompile(program: Command): void {
       if (o.printConfig) return printJson(configJson(resolved));
       const budgets = resolved.check === null ? undefined : await readBudgets(resolved.check);
       if (budgets) checkMeasurable(budgets, plan.target.name, resolved.check!);
+      if (o.evalText !== undefined && !o.eval && !budgets) throw new UsageError('--eval-text is the held-out text of the evaluation, which --no-eval turns off');
       const out = resolved.out;
       if (out === null && !o.dryRun) throw new UsageError(`no output directory: give -o DIR${found ? ` or set "out" in ${found.file}` : ''}`);
       // Notes are shown with the summary, after the artifact is in place (a failed compile shows its error alone).
@@ -129,20 +134,23 @@ export function registerCompile(program: Command): void {
           const { printDryRun } = await import('./dry-run.js');
           return printDryRun(await dryRun({ ...common, outDir: out ?? '' }, plan), resolved, json, notes);
         }
+        // A held-out text is read and cut into windows before the compile, so a bad one costs nothing.
+        let held: HeldOut | undefined;
+        if (o.evalText !== undefined) held = await (await import('../../evaluate/artifact.js')).heldOutSet(source, { text: o.evalText, tokens: o.evalTokens });
         const manifest = await compile({ ...common, outDir: out! }, plan);
         const artifact = await locate(out!);
         if (artifact.kind !== 'artifact') throw new LlmcError('internal: the compile left no manifest', out!);
         let evaluation: QuickEvaluation | null = null;
         if (o.eval) {
           const { quickEvaluation } = await import('../../evaluate/artifact.js');
-          evaluation = await quickEvaluation(artifact, source, cacheDir, common.progress);
+          evaluation = await quickEvaluation(artifact, source, { held, tokens: o.evalTokens, cacheDir, progress: common.progress });
         }
         const seconds = (performance.now() - started) / 1000;
         if (!json) process.stderr.write(compileSummary(out!, manifest, notes, seconds, evaluation));
         const quality = { ...(evaluation === null ? {} : { quality: evaluation }), ...levelsJson(manifest) };
         if (budgets) {
           const { checkArtifact } = await import('../../check/check.js');
-          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir });
+          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir, held, evalTokens: o.evalTokens });
           reportCheck(summary, json ? { ...manifest, notes, seconds, ...quality, check: summary } : undefined);
         } else if (json) printJson({ ...manifest, notes, seconds, ...quality });
       } finally {
@@ -180,14 +188,8 @@ function levelsJson(m: Manifest): { levels?: LevelRow[] } {
   return levels ? { levels: levels.rows } : {};
 }
 
-/** The quick evaluation's lines of the summary. */
+/** The evaluation's lines of the summary. */
 function qualityLines(e: QuickEvaluation): string[] {
   if (!e.measured) return [`  quality: not measured: ${e.reason}`];
-  const { quality: q, heldOut: h } = e;
-  const from = h.source === 'self-generated' ? 'sampled from the source' : `of ${h.source.text}`;
-  const sign = q.pplDelta >= 0 ? '+' : '';
-  return [
-    `  quality against the source on held-out data (${h.sequences} × ${h.length} tokens ${from}, seed ${h.seed}; the artifact on ${q.executor}, the source on onnxruntime):`,
-    `    perplexity ${q.referencePpl.toFixed(3)} → ${q.candidatePpl.toFixed(3)} (${sign}${q.pplDelta.toPrecision(3)}), KL ${q.kl.toExponential(2)} nats, greedy agreement ${(100 * q.greedyAgreement).toFixed(1)}%`,
-  ];
+  return formatQuality(e.quality, e.heldOut);
 }
