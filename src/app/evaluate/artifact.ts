@@ -97,10 +97,12 @@ async function textHeldOut(source: ModelSource, file: string, tokens: number, bu
     for (let i = 0; i + step <= body.length; i += step) windows.push(bos != null ? [bos, ...body.slice(i, i + step)] : body.slice(i, i + step));
   }
   const need = Math.ceil(tokens / (length - 1));
+  if (windows.length === 0) throw new LlmcError(`is shorter than one window of ${length} tokens: give a longer held-out text`, file);
   if (windows.length < need) {
     throw new LlmcError(`gives ${windows.length} whole windows of ${length} tokens, ${need} needed to score ${tokens} tokens: give a longer text, or fewer with --eval-tokens ${windows.length * (length - 1)}`, file);
   }
-  const sequences = windows.slice(0, need);
+  // Spread evenly over the text, so a short evaluation still samples all of it.
+  const sequences = Array.from({ length: need }, (_, k) => windows[Math.floor((k * windows.length) / need)]);
   return { sequences, source: { text: file, sha256, ...(builtIn ? { builtIn: true as const } : {}) }, tokens: need * (length - 1), length, seed: null, profile: `sha256:${sha256}` };
 }
 
