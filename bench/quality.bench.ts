@@ -45,11 +45,15 @@ const GGUF = ['F32', 'BF16', 'F16', 'Q8_0', 'Q6_K', 'Q5_K_M', 'Q5_K_S', 'Q5_K', 
 const TS = ['F32', 'F16', 'Q8_0', 'Q6_K', 'Q5_0', 'Q4_K', 'Q4_0', 'Q3_K', 'Q2_K'];
 const CUDA = ['fp16', 'int8', 'int4'];
 
+/** Measured first (a run cut short still has the types people pick), the other GGUF types after. */
+const GGUF_FIRST = ['F16', 'Q8_0', 'Q6_K', 'Q5_K_M', 'Q4_K_M', 'Q4_0', 'Q3_K_M', 'Q2_K'];
+
 export const ROWS: RowSpec[] = [
-  ...GGUF.map((format) => ({ target: 'gguf', format })),
+  ...GGUF_FIRST.map((format) => ({ target: 'gguf', format })),
   ...TS.map((format) => ({ target: 'ts', format })),
   ...CUDA.map((format) => ({ target: 'cuda', format })),
   { target: 'qnn', format: 'w8a8', passes: 'outliers' },
+  ...GGUF.filter((f) => !GGUF_FIRST.includes(f)).map((format) => ({ target: 'gguf', format })),
 ];
 
 type Ci = [number, number];
@@ -185,6 +189,8 @@ export const suite: BenchSuite = {
         try {
           measured.push(await measureRow(spec, work, held.sequences, reference, V, params));
           const r = measured[measured.length - 1];
+          // LLMC_BENCH_QUALITY_PARTIAL=FILE: the rows so far, after each one (a long run can be read while it goes).
+          if (process.env.LLMC_BENCH_QUALITY_PARTIAL) await fsp.writeFile(process.env.LLMC_BENCH_QUALITY_PARTIAL, JSON.stringify({ tokens: held.tokens, rows: measured }, null, 1));
           process.stderr.write(`  ${r.bitsPerWeight.toFixed(2)} bpw, PPL ${r.ppl.toFixed(4)}, KL ${r.kl.toFixed(6)}, top ${(100 * r.topAgreement).toFixed(2)}% (${r.compileSeconds} + ${r.evalSeconds} s)\n`);
         } catch (e) {
           const err = e as { stderr?: string; message?: string };
