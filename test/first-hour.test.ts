@@ -266,7 +266,7 @@ describe('6. a summary at the end of a compile', () => {
 
   it('a GGUF is evaluated in llama.cpp itself: F32 agrees with the source, Q8_0 loses a little', async () => {
     const q = async (quant: string) => {
-      const r = await llmcWithEval('compile', STORIES, '--target', 'gguf', '--quant', quant, '-o', out(`q-${quant}.gguf`), '--cache-dir', out('eval-cache'), '--json');
+      const r = await llmcWithEval('compile', STORIES, '--target', 'gguf', '--quant', quant, '-o', out(`q-${quant}.gguf`), '--cache-dir', out('eval-cache'), '--json', '--eval-tokens', '630');
       expect(r.code, r.stderr).toBe(0);
       return JSON.parse(r.stdout).quality.quality as { kl: number; greedyAgreement: number; executor: string };
     };
