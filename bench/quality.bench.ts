@@ -2,7 +2,8 @@
  * The quality scoreboard (docs/quality.md): `dense-28M` (../shared/models/trained) compiled to every
  * GGUF type and preset llmc writes, every ts format, cuda fp16/int8/int4 and the qnn artifact after
  * the outliers pass; each compiled by the CLI and measured by its own runtime (the runner `llmc check`
- * opens: llama.cpp for GGUF, the TS runtime, onnxruntime for cuda and qnn) against the BF16 source on
+ * opens: llama.cpp for GGUF, the TS runtime, onnxruntime for cuda, llmc's simulation of the NPU's
+ * integer pipeline for qnn) against the BF16 source on
  * onnxruntime (its logits computed once per window and kept on disk), with the statistics of
  * src/app/evaluate, over
  * the same windows of `text/heldout.txt`: size, bits per weight (artifact bits / source parameters),
