@@ -90,7 +90,7 @@ describe.skipIf(!have)('held-out text on dense-28M', () => {
     expect(q.greedyAgreement).toBeLessThan(1);
     const text = await llmcWithEval('compile', MODEL, '--target', 'ts', '--quant', 'Q4_0', '-o', path.join(tmp, 'q4-text'), '--eval-tokens', '511');
     expect(text.code, text.stderr).toBe(0);
-    expect(text.stderr).toMatch(/^ {2}quality against the source on 511 tokens of llmc's built-in held-out text \(1 windows of 512\); the artifact on ts-runtime, the source on onnxruntime; ± 95% intervals:$/m);
+    expect(text.stderr).toMatch(/^ {2}quality against the source on 511 tokens of llmc's built-in held-out text \(1 window of 512\); the artifact on ts-runtime, the source on onnxruntime; ± 95% intervals:$/m);
     expect(text.stderr).toMatch(/^ {4}perplexity [\d.]+ ± [\d.]+ → [\d.]+ ± [\d.]+ \(Δ [+-][\d.]+ ± [\d.]+, ratio [\d.]+ ± [\d.]+\)$/m);
   });
 
