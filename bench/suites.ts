@@ -19,6 +19,7 @@ import { suite as prefill } from './prefill.bench.js';
 import { suite as llamacpp } from './llamacpp.bench.js';
 import { suite as pool } from './pool.bench.js';
 import { suite as qdot } from './qdot.bench.js';
+import { suite as quality } from './quality.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -46,4 +47,5 @@ export const SUITES: SuiteEntry[] = [
   llamacpp,
   pool,
   qdot,
+  quality,
 ];

@@ -59,7 +59,7 @@ describe('docs/ci.md', () => {
     }
     const check = JSON.parse(await fsp.readFile(path.join(tmp, 'out/check.json'), 'utf8'));
     expect(check).toMatchObject({ schema: 'llmc-check/1', ok: true, target: 'ts' });
-    expect(Object.keys(check.metrics).sort()).toEqual(['bytes', 'greedy_agreement', 'kl_delta', 'ppl_delta', 'tokens_per_s']);
+    expect(Object.keys(check.metrics).sort()).toEqual(['bytes', 'greedy_agreement', 'kl_delta', 'kl_p99', 'ppl_delta', 'ppl_ratio', 'tokens_per_s']);
     const html = await fsp.readFile(path.join(tmp, 'out/report.html'), 'utf8');
     expect(html).toContain('data-section="quality"');
     expect(existsSync(path.join(tmp, 'out/model/llmc-manifest.json'))).toBe(true);

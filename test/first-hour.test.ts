@@ -220,13 +220,13 @@ describe('6. a summary at the end of a compile', () => {
     type Q = { measured: true; quality: { referencePpl: number; candidatePpl: number; pplDelta: number; kl: number; greedyAgreement: number; executor: string; positions: number }; heldOut: { sequences: number; length: number; seed: number } };
     const cache = out('eval-cache');
     const compileQ = async (...args: string[]) => {
-      const r = await llmcWithEval('compile', STORIES, ...args, '--cache-dir', cache, '--json');
+      const r = await llmcWithEval('compile', STORIES, ...args, '--cache-dir', cache, '--json', '--eval-tokens', '630');
       expect(r.code, r.stderr).toBe(0);
       return JSON.parse(r.stdout).quality as Q;
     };
     // The perplexity of the source on the held-out set, recomputed in float64 by an independent implementation.
     const src = await openCheckpoint(STORIES);
-    const held = await heldOutSet(src, { cacheDir: { dir: cache, policy: 'on' } });
+    const held = await heldOutSet(src, { cacheDir: { dir: cache, policy: 'on' }, tokens: 630 });
     const ref = await Llama64.load(src);
     let nll = 0;
     let positions = 0;
@@ -253,9 +253,10 @@ describe('6. a summary at the end of a compile', () => {
     expect(q4.quality.greedyAgreement).toBeLessThan(q8.quality.greedyAgreement);
     expect(q8.quality.candidatePpl - q8.quality.referencePpl).toBeCloseTo(q8.quality.pplDelta, 9);
     // On stderr: one figure line under the summary.
-    const text = await llmcWithEval('compile', STORIES, '--target', 'hf', '--quant', 'F16', '-o', out('q-hf'), '--cache-dir', cache);
-    expect(text.stderr).toMatch(/^ {2}quality against the source on held-out data \(10 × 64 tokens sampled from the source, seed 42; the artifact on onnxruntime, the source on onnxruntime\):$/m);
-    expect(text.stderr).toMatch(/^ {4}perplexity \d+\.\d{3} → \d+\.\d{3} \([+-][\d.e+-]+\), KL [\d.e+-]+ nats, greedy agreement \d+\.\d%$/m);
+    const text = await llmcWithEval('compile', STORIES, '--target', 'hf', '--quant', 'F16', '-o', out('q-hf'), '--cache-dir', cache, '--eval-tokens', '630');
+    expect(text.stderr).toMatch(/^ {2}quality against the source on 630 tokens sampled from the source \(10 sequences of 64, seed 42\); the artifact on onnxruntime, the source on onnxruntime; ± 95% intervals:$/m);
+    expect(text.stderr).toMatch(/^ {4}perplexity [\d.]+ ± [\d.]+ → [\d.]+ ± [\d.]+ \(Δ [+-][\d.]+ ± [\d.]+, ratio [\d.]+ ± [\d.]+\)$/m);
+    expect(text.stderr).toMatch(/^ {4}KL -?[\d.]+ ± [\d.]+ nats \(99th percentile -?[\d.]+ ± [\d.]+\), same top token [\d.]+ ± [\d.]+%$/m);
     // A target llmc cannot run says so; --no-eval leaves the evaluation out.
     const trt = await llmcWithEval('compile', STORIES, '--target', 'tensorrt-llm', '-o', out('q-trt'));
     expect(trt.stderr).toMatch(/^ {2}quality: not measured: llmc does not run tensorrt-llm artifacts \(it runs .*\bts\b.*\)$/m);
@@ -266,7 +267,7 @@ describe('6. a summary at the end of a compile', () => {
 
   it('a GGUF is evaluated in llama.cpp itself: F32 agrees with the source, Q8_0 loses a little', async () => {
     const q = async (quant: string) => {
-      const r = await llmcWithEval('compile', STORIES, '--target', 'gguf', '--quant', quant, '-o', out(`q-${quant}.gguf`), '--cache-dir', out('eval-cache'), '--json');
+      const r = await llmcWithEval('compile', STORIES, '--target', 'gguf', '--quant', quant, '-o', out(`q-${quant}.gguf`), '--cache-dir', out('eval-cache'), '--json', '--eval-tokens', '630');
       expect(r.code, r.stderr).toBe(0);
       return JSON.parse(r.stdout).quality.quality as { kl: number; greedyAgreement: number; executor: string };
     };

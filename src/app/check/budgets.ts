@@ -12,12 +12,16 @@ import { evaluable, evaluableTargets } from '../evaluate/executors.js';
 export const METRICS = {
   bytes: 'artifact bytes (every file the manifest lists)',
   ppl_delta: 'held-out perplexity of the artifact minus that of the source model',
+  ppl_ratio: 'held-out perplexity of the artifact divided by that of the source model',
   kl_delta: 'mean KL(source ‖ artifact) per held-out token, nats',
+  kl_p99: '99th percentile of the per-token KL(source ‖ artifact), nats',
   greedy_agreement: 'fraction of held-out positions where both models pick the same next token',
   tokens_per_s: "decode speed on the artifact's runner, tokens per second",
 } as const;
 export type Metric = keyof typeof METRICS;
 export const METRIC_NAMES = Object.keys(METRICS) as Metric[];
+/** The metrics that need the source checkpoint and forward passes of both models. */
+export const QUALITY_METRICS = ['ppl_delta', 'ppl_ratio', 'kl_delta', 'kl_p99', 'greedy_agreement', 'tokens_per_s'] as const satisfies readonly Metric[];
 
 const bound = z
   .strictObject({ min: z.number().finite().optional(), max: z.number().finite().optional() })

@@ -9,7 +9,8 @@ import { openCheckpoint } from '../../core/checkpoint/index.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import type { Manifest } from '../../core/records/manifest.js';
 import type { ProfileCache } from '../../measure/store.js';
-import { evaluateArtifact, heldOutSet } from '../evaluate/artifact.js';
+import { evaluateArtifact, heldOutFacts, heldOutSet, type HeldOut, type HeldOutFacts } from '../evaluate/artifact.js';
+import type { QualityFigures } from '../evaluate/quality.js';
 import type { Artifact } from '../../core/pipeline/target.js';
 import { judge, RUN_METRICS, unmeasurable, type BudgetResult, type Budgets, type Metric } from './budgets.js';
 
@@ -30,11 +31,13 @@ export interface CheckSummary {
   evaluation: null | {
     executor: string;
     level: string | null;
-    heldOut: { source: 'self-generated' | { text: string; sha256: string }; sequences: number; length: number; seed: number; profile: string };
+    heldOut: HeldOutFacts;
     positions: number;
     sourcePpl: number;
     artifactPpl: number;
     speedTokens: number | null;
+    /** Every quality figure with its 95% confidence interval (src/app/evaluate/stats.ts). */
+    figures: Omit<QualityFigures, 'sequences' | 'positions'>;
   };
 }
 
@@ -46,8 +49,12 @@ export interface CheckOptions {
   source?: ModelSource;
   sourceDir?: string;
   level?: string;
-  /** Held-out text instead of sequences sampled from the source. */
+  /** Held-out text (default: the built-in text for a model with a tokenizer, else sequences sampled from the source). */
   evalText?: string;
+  /** Tokens to score (default DEFAULT_EVAL_TOKENS). */
+  evalTokens?: number;
+  /** The held-out set, already computed (compile --check reuses the compile's). */
+  held?: HeldOut;
   cacheDir?: ProfileCache;
   /** Why the artifact is not to be run here (compile --check after --no-eval): every budget but bytes fails with it. */
   notRun?: string;
@@ -67,20 +74,21 @@ export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {
     const opened = o.source ? undefined : await openSource(o.sourceDir ?? manifest.source.path, o.sourceDir === undefined);
     const source = o.source ?? opened!;
     try {
-      const held = await heldOutSet(source, { text: o.evalText, cacheDir: o.cacheDir });
+      const held = o.held ?? (await heldOutSet(source, { text: o.evalText, tokens: o.evalTokens, cacheDir: o.cacheDir }));
       const speedTokens = o.budgets.tokens_per_s ? SPEED_TOKENS : undefined;
       const q = await evaluateArtifact({ artifact: o.artifact, source, sequences: held.sequences, level: o.level, speedTokens });
-      Object.assign(metrics, { ppl_delta: q.pplDelta, kl_delta: q.kl, greedy_agreement: q.greedyAgreement });
+      Object.assign(metrics, { ppl_delta: q.pplDelta, ppl_ratio: q.pplRatio, kl_delta: q.kl, kl_p99: q.klP99, greedy_agreement: q.greedyAgreement });
       if (q.tokensPerSecond !== undefined) metrics.tokens_per_s = q.tokensPerSecond;
-      const { source: heldSource, length, seed } = held.spec;
+      const { executor, level, sequences: _s, positions, tokensPerSecond: _t, ...figures } = q;
       evaluation = {
-        executor: q.executor,
-        level: q.level,
-        heldOut: { source: heldSource, sequences: held.sequences.length, length, seed, profile: held.profile },
-        positions: q.positions,
+        executor,
+        level,
+        heldOut: heldOutFacts(held),
+        positions,
         sourcePpl: q.referencePpl,
         artifactPpl: q.candidatePpl,
         speedTokens: speedTokens ?? null,
+        figures,
       };
     } finally {
       await opened?.close();

@@ -13,34 +13,98 @@ import type { Artifact, ArtifactRunner } from '../../core/pipeline/target.js';
 import { Engine } from '../../exec/engine/index.js';
 import { artifactOffer, checkRunOptions } from '../../core/pipeline/run-usage.js';
 import { calibrationSet, textFileSpec, type CalibrationSpec } from '../../measure/calibration.js';
+import { idSequencesOf, idWindows } from '../../measure/sequences.js';
+import { loadTokenizer } from '../../core/tokenizer/index.js';
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
 import type { ProfileCache } from '../../measure/store.js';
+import { DEFAULT_EVAL_TOKENS, EVAL_SEED, EVAL_WINDOW, SELF_GENERATED_LENGTH } from './defaults.js';
 import { compareModels, type QualityFigures } from './quality.js';
 import { evaluableTargets } from './executors.js';
 
-/**
- * The held-out set evaluations use by default: the reorder pass's default calibration spec, so
- * one cached draw serves both (its held-out half comes from a derived seed, disjoint from calibration).
- */
-export const DEFAULT_EVAL_SPEC: Omit<CalibrationSpec, 'source'> = { count: 10, length: 64, seed: 42, heldOut: 10 };
+export { DEFAULT_EVAL_TOKENS, EVAL_WINDOW, SELF_GENERATED_LENGTH, EVAL_SEED };
+
+/** Where the held-out windows come from. */
+export type HeldOutSource = 'self-generated' | { text: string; sha256: string; builtIn?: true };
 
 export interface HeldOut {
+  /** The windows (sequences), each scored at every position but the last. */
   sequences: number[][];
-  spec: CalibrationSpec;
-  /** The calibration profile key (names this exact set). */
+  source: HeldOutSource;
+  /** Tokens scored: Σ (window length − 1). */
+  tokens: number;
+  /** Length of each window. */
+  length: number;
+  /** Seed of a self-generated set (null for text). */
+  seed: number | null;
+  /** Names this exact set: the calibration profile key of a self-generated set, sha256:… of a text. */
   profile: string;
 }
 
-/** Held-out sequences of `source`: sampled from it (seeded), or windows of a text file (`text`). */
-export async function heldOutSet(source: ModelSource, opts: { text?: string; sequences?: number; length?: number; seed?: number; cacheDir?: ProfileCache } = {}): Promise<HeldOut> {
-  const spec: CalibrationSpec = {
-    source: opts.text ? await textFileSpec(opts.text) : 'self-generated',
-    count: DEFAULT_EVAL_SPEC.count,
-    length: opts.length ?? DEFAULT_EVAL_SPEC.length,
-    seed: opts.seed ?? DEFAULT_EVAL_SPEC.seed,
-    heldOut: opts.sequences ?? DEFAULT_EVAL_SPEC.heldOut,
-  };
+/** llmc's built-in held-out text (data/eval/heldout.txt; see data/eval/README.md), from src/ or dist/. */
+export function builtInEvalText(): string {
+  for (const rel of ['../../../data/eval/heldout.txt', '../../../../data/eval/heldout.txt', '../data/eval/heldout.txt']) {
+    const file = fileURLToPath(new URL(rel, import.meta.url));
+    if (existsSync(file)) return file;
+  }
+  throw new LlmcError('internal: the built-in held-out text data/eval/heldout.txt is missing from this install');
+}
+
+export interface HeldOutOptions {
+  /** A text file (or JSON token ids); default: the built-in text when the model has a tokenizer, else sampled from the model. */
+  text?: string;
+  /** Tokens to score (default DEFAULT_EVAL_TOKENS): whole windows, so a little more. */
+  tokens?: number;
+  cacheDir?: ProfileCache;
+}
+
+/**
+ * The held-out windows of `source`: of the given text, else of the built-in held-out text when the
+ * model has a tokenizer, else sequences sampled from the model (seeded, disjoint from calibration).
+ */
+export async function heldOutSet(source: ModelSource, opts: HeldOutOptions = {}): Promise<HeldOut> {
+  const tokens = opts.tokens ?? DEFAULT_EVAL_TOKENS;
+  if (!Number.isInteger(tokens) || tokens < 1) throw new UsageError(`--eval-tokens must be a positive integer, got ${tokens}`);
+  const text = opts.text ?? (source.assets.tokenizer ? builtInEvalText() : undefined);
+  if (text !== undefined) return textHeldOut(source, text, tokens, opts.text === undefined);
+  const length = Math.min(SELF_GENERATED_LENGTH, source.spec.maxPositions);
+  const spec: CalibrationSpec = { source: 'self-generated', count: 10, length, seed: EVAL_SEED, heldOut: Math.ceil(tokens / (length - 1)) };
   const set = await calibrationSet(source, spec, { cacheDir: opts.cacheDir });
-  return { sequences: set.heldOut, spec, profile: set.key };
+  return { sequences: set.heldOut, source: 'self-generated', tokens: set.heldOut.length * (length - 1), length, seed: EVAL_SEED, profile: set.key };
+}
+
+/** Whole windows of `file` (text through the model's tokenizer, or JSON token ids), enough for `tokens` scored tokens. */
+async function textHeldOut(source: ModelSource, file: string, tokens: number, builtIn: boolean): Promise<HeldOut> {
+  const content = await readFile(file, 'utf8').catch((e: NodeJS.ErrnoException) => {
+    throw new LlmcError(`cannot read the held-out text: ${e.code ?? e.message}`, file);
+  });
+  const sha256 = createHash('sha256').update(content).digest('hex');
+  const length = Math.min(EVAL_WINDOW, source.spec.maxPositions);
+  const bos = source.spec.bosTokenId;
+  const idSeqs = idSequencesOf(content, source.spec.vocabSize, file);
+  let windows: number[][];
+  if (idSeqs) windows = idSeqs.flatMap((s) => idWindows(s, length)).filter((w) => w.length === length);
+  else {
+    if (!source.assets.tokenizer) {
+      throw new LlmcError('held-out text given, but the model has no tokenizer.json to encode it (give token ids as JSON [[1, 5, ...], ...], or leave --eval-text out for sequences sampled from the model)', file);
+    }
+    const ids = loadTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig).encode(content);
+    const body = bos != null && ids[0] === bos ? ids.slice(1) : ids;
+    // Every window starts like a document: BOS, then the next length − 1 tokens of the text.
+    const step = bos != null ? length - 1 : length;
+    windows = [];
+    for (let i = 0; i + step <= body.length; i += step) windows.push(bos != null ? [bos, ...body.slice(i, i + step)] : body.slice(i, i + step));
+  }
+  const need = Math.ceil(tokens / (length - 1));
+  if (windows.length === 0) throw new LlmcError(`is shorter than one window of ${length} tokens: give a longer held-out text`, file);
+  if (windows.length < need) {
+    throw new LlmcError(`gives ${windows.length} whole windows of ${length} tokens, ${need} needed to score ${tokens} tokens: give a longer text, or fewer with --eval-tokens ${windows.length * (length - 1)}`, file);
+  }
+  // Spread evenly over the text, so a short evaluation still samples all of it.
+  const sequences = Array.from({ length: need }, (_, k) => windows[Math.floor((k * windows.length) / need)]);
+  return { sequences, source: { text: file, sha256, ...(builtIn ? { builtIn: true as const } : {}) }, tokens: need * (length - 1), length, seed: null, profile: `sha256:${sha256}` };
 }
 
 export interface ArtifactQuality extends QualityFigures {
@@ -63,7 +127,7 @@ export interface EvaluateOptions {
   /** Measure the decode speed over this many tokens. */
   speedTokens?: number;
   threads?: number;
-  /** One tick per held-out sequence (a big model takes minutes). */
+  /** One tick per held-out window (a big model takes minutes). */
   progress?: Progress;
 }
 
@@ -108,7 +172,7 @@ export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQual
   });
   try {
     const progress = o.progress ?? silentProgress;
-    progress.start(`quality: the artifact on ${runner.engine} against the source`, o.sequences.length);
+    progress.start(`quality: the artifact on ${runner.engine} against the source, ${o.sequences.length} windows`, o.sequences.length);
     const figures = await compareModels((ids) => engine.logits(ids), runner.logits!, o.sequences, o.source.spec.vocabSize, () => progress.tick()).finally(() => progress.done());
     const out: ArtifactQuality = { ...figures, executor: runner.engine, level: runner.level ?? null };
     if (o.speedTokens) out.tokensPerSecond = await decodeSpeed(runner, o.speedTokens);
@@ -119,25 +183,27 @@ export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQual
   }
 }
 
-/** The end-of-compile evaluation: figures on the default held-out set, or why there are none. */
-export type QuickEvaluation =
-  | { measured: true; quality: ArtifactQuality; heldOut: { source: CalibrationSpec['source']; sequences: number; length: number; seed: number } }
-  | { measured: false; reason: string };
+/** What a held-out set was, for summaries: everything but the ids. */
+export type HeldOutFacts = Omit<HeldOut, 'sequences'> & { sequences: number };
+
+export const heldOutFacts = (h: HeldOut): HeldOutFacts => ({ ...h, sequences: h.sequences.length });
+
+/** The end-of-compile evaluation: figures on the held-out set, or why there are none. */
+export type QuickEvaluation = { measured: true; quality: ArtifactQuality; heldOut: HeldOutFacts } | { measured: false; reason: string };
 
 /**
- * Quality of a freshly compiled artifact against its source on the default held-out set (shared with
- * the reorder pass's calibration draw, so usually cached). An artifact llmc cannot run, or whose
- * runner is missing here (node-llama-cpp for GGUF), has no figures and a reason instead: the compile
- * itself succeeded.
+ * Quality of a freshly compiled artifact against its source on `held` (default: heldOutSet's default
+ * for the model). An artifact llmc cannot run, or whose runner is missing here (node-llama-cpp for
+ * GGUF), has no figures and a reason instead: the compile itself succeeded.
  */
-export async function quickEvaluation(artifact: Artifact, source: ModelSource, cacheDir?: ProfileCache, progress?: Progress): Promise<QuickEvaluation> {
+export async function quickEvaluation(artifact: Artifact, source: ModelSource, o: { held?: HeldOut; tokens?: number; cacheDir?: ProfileCache; progress?: Progress } = {}): Promise<QuickEvaluation> {
   if (!TARGETS.find((t) => t.name === artifact.manifest.target)?.open) {
     return { measured: false, reason: `llmc does not run ${artifact.manifest.target} artifacts (it runs ${evaluableTargets().join(', ')})` };
   }
   try {
-    const held = await heldOutSet(source, { cacheDir });
-    const quality = await evaluateArtifact({ artifact, source, sequences: held.sequences, progress });
-    return { measured: true, quality, heldOut: { source: held.spec.source, sequences: held.sequences.length, length: held.spec.length, seed: held.spec.seed } };
+    const held = o.held ?? (await heldOutSet(source, { tokens: o.tokens, cacheDir: o.cacheDir }));
+    const quality = await evaluateArtifact({ artifact, source, sequences: held.sequences, progress: o.progress });
+    return { measured: true, quality, heldOut: heldOutFacts(held) };
   } catch (e) {
     if (!(e instanceof LlmcError)) throw e;
     return { measured: false, reason: e.line };

@@ -16,16 +16,16 @@ import { findProfiles, type Profile } from '../../measure/store.js';
 import { DTYPE_BYTES, numel, type DType } from '../../core/checkpoint/safetensors.js';
 import { tensorGroups } from '../../core/pipeline/summary.js';
 import type { ManifestSummary } from '../../core/records/manifest.js';
+import type { HeldOutFacts } from '../evaluate/artifact.js';
+import type { QualityFigures } from '../evaluate/quality.js';
 
-export interface QualityFacts {
+/** The quality table's figures (src/app/evaluate: each with its 95% interval in ci95). */
+export interface QualityFacts extends Omit<QualityFigures, 'sequences' | 'positions' | 'referencePpl' | 'candidatePpl'> {
   executor: string;
-  heldOut: { source: unknown; sequences: number; length: number; seed: number };
+  heldOut: HeldOutFacts;
   positions: number;
   sourcePpl: number;
   artifactPpl: number;
-  pplDelta: number;
-  kl: number;
-  greedyAgreement: number;
   tokensPerSecond: number | null;
 }
 

@@ -5,6 +5,8 @@ import { locate } from '../../artifact.js';
 import { failureLine, METRICS, readBudgets, type Budgets } from '../../check/budgets.js';
 import type { CheckSummary } from '../../check/check.js';
 import { printJson } from '../output.js';
+import { parseIntOption } from '../options.js';
+import { DEFAULT_EVAL_TOKENS } from '../../evaluate/defaults.js';
 
 /**
  * Print a check's outcome: every bound on stdout (or `json`, the JSON to print instead), each failed
@@ -37,7 +39,8 @@ export function registerCheck(program: Command): void {
     .argument('<budgets>', 'budget file (JSON), e.g. {"bytes": {"max": 3e8}, "ppl_delta": {"max": 0.5}}')
     .option('--source <dir>', "the checkpoint the artifact was compiled from (default: the manifest's source path)")
     .option('--level <level>', 'check an elastic level of an artifact compiled with --passes reorder (an id like L3 or a size fraction)')
-    .option('--eval-text <file>', 'held-out text (needs a tokenizer) instead of sequences sampled from the source')
+    .option('--eval-text <file>', "held-out text (default: llmc's built-in held-out text for a model with a tokenizer, else sequences sampled from the source)")
+    .option('--eval-tokens <n>', `tokens the quality figures score (default ${DEFAULT_EVAL_TOKENS})`, parseIntOption('--eval-tokens', 1))
     .option('--cache-dir <dir>', 'where the held-out set is cached', '.llmc-cache')
     .option('--json', 'print the llmc-check/1 summary as JSON (docs/ci.md)')
     .addHelpText('after', `\n${budgetHelp}\n\nExamples:\n  llmc check out/model budgets.json\n  llmc check out/model budgets.json --json > check.json\n`)
@@ -46,7 +49,7 @@ export function registerCheck(program: Command): void {
       const artifact = await locate(dir);
       if (artifact.kind !== 'artifact') throw new LlmcError(`not an llmc artifact (no ${MANIFEST_FILE}); compile it first`, dir);
       const { checkArtifact } = await import('../../check/check.js');
-      const summary = await checkArtifact({ artifact, budgets, budgetFile, sourceDir: o.source, level: o.level, evalText: o.evalText, cacheDir: o.cacheDir });
+      const summary = await checkArtifact({ artifact, budgets, budgetFile, sourceDir: o.source, level: o.level, evalText: o.evalText, evalTokens: o.evalTokens, cacheDir: o.cacheDir });
       reportCheck(summary, o.json ? summary : undefined);
     });
 }

@@ -12,12 +12,14 @@ import type { Manifest } from '../../../core/records/manifest.js';
 import { cliProgress, collectNotes, formatBytes, noteLine, printJson, table } from '../output.js';
 import { checkOutputName } from '../../compile/output.js';
 import { describePasses, describeTargets } from './list.js';
-import { collect, collectKeyValue } from '../options.js';
+import { collect, collectKeyValue, parseIntOption } from '../options.js';
 import { formatLevelTable, levelRows, type LevelRow } from '../levels.js';
 import { readBudgets } from '../../check/budgets.js';
 import { reportCheck } from './check.js';
 import { locate } from '../../artifact.js';
-import type { QuickEvaluation } from '../../evaluate/artifact.js';
+import { formatQuality } from '../quality.js';
+import type { HeldOut, QuickEvaluation } from '../../evaluate/artifact.js';
+import { DEFAULT_EVAL_TOKENS } from '../../evaluate/defaults.js';
 
 /** commander's attribute name of a flag (`--calib-text <f>` → calibText). */
 const attributeOf = (flag: string) => flag.replace(/^--/, '').split(/[ =<[]/)[0].replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
@@ -59,6 +61,8 @@ export function registerCompile(program: Command): void {
     .option('--check <budgets>', 'then check the artifact against a budget file (as llmc check)')
     .option('--print-config', 'print the resolved configuration as JSON and stop')
     .option('--no-eval', 'skip the quality evaluation at the end (--check\'s quality budgets then fail)')
+    .option('--eval-text <file>', "held-out text for the evaluation and --check (default: llmc's built-in held-out text with a tokenizer, else samples from the source)")
+    .option('--eval-tokens <n>', `tokens the evaluation scores (default ${DEFAULT_EVAL_TOKENS}; fewer: faster, wider intervals)`, parseIntOption('--eval-tokens', 1))
     .option('--dry-run', 'run the passes, show what would be written, write nothing')
     .option('--json', 'print the manifest as JSON on stdout')
     .addHelpText(
@@ -95,6 +99,7 @@ export function registerCompile(program: Command): void {
       resolved.target.quant = plan.formats.quant ?? plan.target.formats.default;
       if (o.printConfig) return printJson(configJson(resolved));
       const budgets = resolved.check === null ? undefined : await readBudgets(resolved.check);
+      if (o.evalText !== undefined && !o.eval && !budgets) throw new UsageError('--eval-text is the held-out text of the evaluation, which --no-eval turns off');
       const out = resolved.out;
       if (out === null && !o.dryRun) throw new UsageError(`no output directory: give -o DIR${found ? ` or set "out" in ${found.file}` : ''}`);
       if (out !== null) checkOutputName(out, plan.target);
@@ -116,13 +121,16 @@ export function registerCompile(program: Command): void {
           const { printDryRun } = await import('./dry-run.js');
           return printDryRun(await dryRun({ ...common, outDir: out ?? '' }, plan), resolved, json, notes);
         }
+        // A held-out text is read and cut into windows before the compile, so a bad one costs nothing.
+        let held: HeldOut | undefined;
+        if (o.evalText !== undefined) held = await (await import('../../evaluate/artifact.js')).heldOutSet(source, { text: o.evalText, tokens: o.evalTokens });
         const manifest = await compile({ ...common, outDir: out! }, plan);
         const artifact = await locate(out!);
         if (artifact.kind !== 'artifact') throw new LlmcError('internal: the compile left no manifest', out!);
         let evaluation: QuickEvaluation | null = null;
         if (o.eval) {
           const { quickEvaluation } = await import('../../evaluate/artifact.js');
-          evaluation = await quickEvaluation(artifact, source, cacheDir, common.progress);
+          evaluation = await quickEvaluation(artifact, source, { held, tokens: o.evalTokens, cacheDir, progress: common.progress });
         }
         const seconds = (performance.now() - started) / 1000;
         if (!json) process.stderr.write(compileSummary(out!, manifest, notes, seconds, evaluation));
@@ -131,7 +139,7 @@ export function registerCompile(program: Command): void {
           const { checkArtifact } = await import('../../check/check.js');
           // No evaluation, no quality figures: its budgets fail saying so (CI never passes on what was not measured).
           const notRun = !o.eval ? 'the compile ran with --no-eval' : evaluation?.measured === false ? `the compile's evaluation was skipped: ${evaluation.reason}` : undefined;
-          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir, notRun });
+          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir, notRun, held, evalTokens: o.evalTokens });
           reportCheck(summary, json ? { ...manifest, notes, seconds, ...quality, check: summary } : undefined);
         } else if (json) printJson({ ...manifest, notes, seconds, ...quality });
       } finally {
@@ -169,14 +177,8 @@ function levelsJson(m: Manifest): { levels?: LevelRow[] } {
   return levels ? { levels: levels.rows } : {};
 }
 
-/** The quick evaluation's lines of the summary. */
+/** The evaluation's lines of the summary. */
 function qualityLines(e: QuickEvaluation): string[] {
   if (!e.measured) return [`  quality: not measured: ${e.reason}`];
-  const { quality: q, heldOut: h } = e;
-  const from = h.source === 'self-generated' ? 'sampled from the source' : `of ${h.source.text}`;
-  const sign = q.pplDelta >= 0 ? '+' : '';
-  return [
-    `  quality against the source on held-out data (${h.sequences} × ${h.length} tokens ${from}, seed ${h.seed}; the artifact on ${q.executor}, the source on onnxruntime):`,
-    `    perplexity ${q.referencePpl.toFixed(3)} → ${q.candidatePpl.toFixed(3)} (${sign}${q.pplDelta.toPrecision(3)}), KL ${q.kl.toExponential(2)} nats, greedy agreement ${(100 * q.greedyAgreement).toFixed(1)}%`,
-  ];
+  return formatQuality(e.quality, e.heldOut);
 }

@@ -2,8 +2,11 @@ import type { Command } from 'commander';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
 import type { Manifest } from '../../../core/records/manifest.js';
+import type { QualityFacts } from '../../report/context.js';
 import { evaluable, evaluableTargets } from '../../evaluate/executors.js';
 import { noteTo, printJson } from '../output.js';
+import { parseIntOption } from '../options.js';
+import { DEFAULT_EVAL_TOKENS } from '../../evaluate/defaults.js';
 
 const FORMATS: Record<string, 'html' | 'md' | 'json'> = { '.html': 'html', '.htm': 'html', '.md': 'md', '.json': 'json' };
 
@@ -17,7 +20,8 @@ export function registerReport(program: Command): void {
     .option('--json', 'print the report\'s figures as JSON on stdout')
     .option('--source <dir>', "the checkpoint an artifact was compiled from, for the quality table (default: the manifest's source path)")
     .option('--no-quality', 'leave out the quality table (no forward passes)')
-    .option('--eval-text <file>', 'held-out text for the quality table (needs a tokenizer); default: sequences sampled from the source')
+    .option('--eval-text <file>', "held-out text for the quality table (default: llmc's built-in held-out text for a model with a tokenizer, else sequences sampled from the source)")
+    .option('--eval-tokens <n>', `tokens the quality table scores (default ${DEFAULT_EVAL_TOKENS})`, parseIntOption('--eval-tokens', 1))
     .option('--profile <dir>', 'a profile directory to read measurements from (e.g. importance scores)')
     .option('--cache-dir <dir>', 'the profile cache compile used', '.llmc-cache')
     .addHelpText('after', '\nExamples:\n  llmc report out/model -o report.html\n  llmc report out/profile -o profile.md\n  llmc report out/model --json > report.json\n  llmc report out/q8 out/q4 -o compare.html\n')
@@ -57,7 +61,7 @@ export function registerReport(program: Command): void {
 }
 
 /** The quality table's figures, or null (with a note) when the artifact or its source cannot be run. */
-async function measureQuality(dir: string, manifest: Manifest, o: { source?: string; evalText?: string; cacheDir?: string }, note: (m: string) => void) {
+async function measureQuality(dir: string, manifest: Manifest, o: { source?: string; evalText?: string; evalTokens?: number; cacheDir?: string }, note: (m: string) => void): Promise<QualityFacts | null> {
   if (!evaluable(manifest.target)) {
     note(`quality table left out: llmc does not run ${manifest.target} artifacts (it runs ${evaluableTargets().join(', ')})`);
     return null;
@@ -81,20 +85,11 @@ async function measureQuality(dir: string, manifest: Manifest, o: { source?: str
       note(`quality table left out: ${sourceDir} is no longer the checkpoint the artifact was compiled from (sha256 differs); give it with --source DIR`);
       return null;
     }
-    const { evaluateArtifact, heldOutSet } = await import('../../evaluate/artifact.js');
-    const held = await heldOutSet(source, { text: o.evalText, cacheDir: o.cacheDir });
+    const { evaluateArtifact, heldOutFacts, heldOutSet } = await import('../../evaluate/artifact.js');
+    const held = await heldOutSet(source, { text: o.evalText, tokens: o.evalTokens, cacheDir: o.cacheDir });
     const q = await evaluateArtifact({ artifact: { path: dir, dir, manifest }, source, sequences: held.sequences, speedTokens: 64 });
-    return {
-      executor: q.executor,
-      heldOut: { source: held.spec.source, sequences: held.sequences.length, length: held.spec.length, seed: held.spec.seed },
-      positions: q.positions,
-      sourcePpl: q.referencePpl,
-      artifactPpl: q.candidatePpl,
-      pplDelta: q.pplDelta,
-      kl: q.kl,
-      greedyAgreement: q.greedyAgreement,
-      tokensPerSecond: q.tokensPerSecond ?? null,
-    };
+    const { executor, level: _l, sequences: _s, positions, referencePpl, candidatePpl, tokensPerSecond, ...figures } = q;
+    return { executor, heldOut: heldOutFacts(held), positions, sourcePpl: referencePpl, artifactPpl: candidatePpl, ...figures, tokensPerSecond: tokensPerSecond ?? null };
   } finally {
     await source.close();
   }
