@@ -310,14 +310,18 @@ describe('8. run has guard rails', () => {
     expect(r.stderr).toMatch(/exceed the model's context of 512; lower --max-tokens to 511/);
   });
 
-  it('checks file sizes always and hashes with --verify', async () => {
+  it('checks file sizes always and hashes before any output (in the background; first, with --verify)', async () => {
     const art = out('verify');
     expect((await llmc('compile', STORIES, '--target', 'ts', '-o', art)).code).toBe(0);
     const w = path.join(art, 'weights.bin');
     const bytes = readFileSync(w);
     bytes[1000] ^= 0xff;
     writeFileSync(w, bytes);
-    expect((await llmc('run', art, '--prompt-ids', '1', '-n', '2')).code).toBe(0); // same size: runs
+    // Same size: the background sha256 catches it before the first token is shown.
+    const bg = await llmc('run', art, '--prompt-ids', '1', '-n', '2');
+    expect(bg.code).toBe(1);
+    expect(bg.stdout).toBe('');
+    expect(bg.stderr).toMatch(/weights\.bin: sha256 [0-9a-f]+ differs from the manifest's/);
     const v = await llmc('run', art, '--prompt-ids', '1', '-n', '2', '--verify');
     expect(v.code).toBe(1);
     expect(v.stderr).toMatch(/weights\.bin: sha256 [0-9a-f]+ differs from the manifest's/);

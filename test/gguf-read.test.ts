@@ -2,6 +2,7 @@
  * llmc's GGUF header reader (backends/gguf/read.ts) against an independent one, @huggingface/gguf, on
  * files llmc compiled; and damaged files: each one line from `llmc run`, before llama.cpp sees them.
  */
+import { createHash } from 'node:crypto';
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -65,7 +66,14 @@ describe('a damaged GGUF: one line from llmc run, before llama.cpp loads it', ()
     const d = path.join(tmp, name);
     rmSync(d, { recursive: true, force: true });
     cpSync(dir, d, { recursive: true });
-    writeFileSync(path.join(d, 'model.gguf'), damage(Buffer.from(bytes)));
+    const damaged = damage(Buffer.from(bytes));
+    writeFileSync(path.join(d, 'model.gguf'), damaged);
+    // The manifest records the damaged file's sha256, so that the background hash check passes and
+    // only llmc's GGUF reader stands between the file and llama.cpp.
+    const manifestFile = path.join(d, 'llmc-manifest.json');
+    const manifest = JSON.parse(readFileSync(manifestFile, 'utf8'));
+    for (const f of manifest.files) if (f.path === 'model.gguf') f.sha256 = createHash('sha256').update(damaged).digest('hex');
+    writeFileSync(manifestFile, JSON.stringify(manifest));
     const r = await llmcInProcess('run', d, '--prompt-ids', '1', '--max-tokens', '2');
     expect(r.code, r.stderr).toBe(1);
     const lines = r.stderr.trim().split('\n');

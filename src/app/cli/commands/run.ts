@@ -24,7 +24,8 @@ async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: 
   await verifyFiles(where, { hash: Boolean(o.verify) });
   // Without --verify every file's sha256 is checked in the background while the model loads and
   // runs; nothing is printed before it passes (a flipped byte in the weights is one line, not output).
-  const hashes = o.verify ? undefined : verifyFiles(where, { hash: true });
+  // (A GGUF without llmc's manifest has no recorded hashes to check against.)
+  const hashes = o.verify || where.manifestPath === null ? undefined : verifyFiles(where, { hash: true });
   hashes?.catch(() => {});
   const runner = await where.target.open(where, o).catch(async (err: unknown) => {
     await hashes; // a damaged file says so, before whatever it made the loader say
