@@ -4,12 +4,13 @@
  * any other GGUF file (its manifest made from its own header: backends/gguf/bare.ts); and whether an
  * artifact's files are the ones its manifest lists.
  */
-import { createReadStream, promises as fsp } from 'node:fs';
+import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { TARGETS } from '../../backends/index.js';
 import { LlmcError } from '../core/errors.js';
 import type { Artifact, ForeignFile, TargetDescriptor } from '../core/pipeline/target.js';
 import { MANIFEST_FILE } from '../core/records/manifest.js';
+import { sha256Files } from '../core/util/sha256.js';
 import { parseManifestText } from './compile/manifest.js';
 
 export { parseManifestText };
@@ -42,13 +43,6 @@ export async function locate(p: string): Promise<Located> {
   throw new LlmcError('not a checkpoint directory, an llmc artifact directory, or a file with an llmc manifest beside it', p);
 }
 
-async function sha256File(file: string): Promise<string> {
-  // node:crypto loads only for --verify: it costs `llmc run` ~10 ms of start-up.
-  const h = (await import('node:crypto')).createHash('sha256');
-  for await (const chunk of createReadStream(file)) h.update(chunk as Buffer);
-  return h.digest('hex');
-}
-
 /** A file of an artifact that is not the one its manifest lists. */
 export interface FileProblem {
   file: string;
@@ -64,7 +58,8 @@ export async function checkFiles(a: Artifact, opts: { hash: boolean }): Promise<
     if (!st?.isFile()) problems.push({ file, problem: "missing: the artifact's manifest lists it; compile again" });
     else if (st.size !== f.size) problems.push({ file, problem: `${st.size} bytes, the manifest says ${f.size}: the artifact is damaged or from another compile; compile again` });
     else if (opts.hash) {
-      const got = await sha256File(file);
+      // On a worker thread past 64 MB (core/util/sha256.ts): `llmc run` hashes while the model loads.
+      const got = await sha256Files([file]);
       if (got !== f.sha256) problems.push({ file, problem: `sha256 ${got} differs from the manifest's ${f.sha256}: the file was changed; compile again` });
     }
   }
