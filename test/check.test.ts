@@ -217,6 +217,14 @@ describe('llmc compile --check', () => {
     const m = JSON.parse(json.stdout);
     expect(m.format).toBe('llmc-artifact');
     expect(m.check).toMatchObject({ schema: 'llmc-check/1', ok: true, metrics: { bytes: m.files[0].size } });
+    // A quality budget is judged on the compile's own evaluation: the same figures on the same held-out set.
+    const withQ = await llmcWithEval('compile', STORIES, '--target', 'ts', '-o', path.join(tmp, 'checked3'), '--cache-dir', cache, '--json', '--check', await budgetFile('okq.json', { kl_delta: { max: 1 } }));
+    expect(withQ.code, withQ.stderr).toBe(0);
+    const mq = JSON.parse(withQ.stdout);
+    expect(mq.quality.measured).toBe(true);
+    expect(mq.check.metrics.kl_delta).toBe(mq.quality.quality.kl);
+    expect(mq.check.evaluation.heldOut).toEqual(mq.quality.heldOut);
+    expect(mq.check.evaluation.positions).toBe(mq.quality.quality.positions);
 
     const never = path.join(tmp, 'never');
     const bad = await llmcInProcess('compile', STORIES, '--target', 'ts', '-o', never, '--check', await budgetFile('bad.json', { greedy: { min: 0.9 } }));

@@ -9,7 +9,7 @@ import { openCheckpoint } from '../../core/checkpoint/index.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import type { Manifest } from '../../core/records/manifest.js';
 import type { ProfileCache } from '../../measure/store.js';
-import { evaluateArtifact, heldOutFacts, heldOutSet, type HeldOut, type HeldOutFacts } from '../evaluate/artifact.js';
+import { evaluateArtifact, heldOutFacts, heldOutSet, type ArtifactQuality, type HeldOut, type HeldOutFacts } from '../evaluate/artifact.js';
 import type { QualityFigures } from '../evaluate/quality.js';
 import type { Artifact } from '../../core/pipeline/target.js';
 import { judge, RUN_METRICS, unmeasurable, type BudgetResult, type Budgets, type Metric } from './budgets.js';
@@ -55,6 +55,8 @@ export interface CheckOptions {
   evalTokens?: number;
   /** The held-out set, already computed (compile --check reuses the compile's). */
   held?: HeldOut;
+  /** The compile's full-width evaluation on this same held-out set (compile --check): reused rather than run again when no level or speed is asked. */
+  measured?: { quality: ArtifactQuality; heldOut: HeldOutFacts };
   cacheDir?: ProfileCache;
   /** Why the artifact is not to be run here (compile --check after --no-eval): every budget but bytes fails with it. */
   notRun?: string;
@@ -71,19 +73,26 @@ export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {
     if (!o.source && o.sourceDir === undefined && manifest.source.sha256 === '') {
       throw new UsageError(`${o.artifact.path}: a GGUF without llmc's manifest names no source checkpoint for the quality budgets; give it with --source DIR`);
     }
-    const opened = o.source ? undefined : await openSource(o.sourceDir ?? manifest.source.path, o.sourceDir === undefined);
+    const speedTokens = o.budgets.tokens_per_s ? SPEED_TOKENS : undefined;
+    const reuse = o.measured !== undefined && o.level === undefined && speedTokens === undefined ? o.measured : undefined;
+    const opened = o.source || reuse ? undefined : await openSource(o.sourceDir ?? manifest.source.path, o.sourceDir === undefined);
     const source = o.source ?? opened!;
     try {
-      const held = o.held ?? (await heldOutSet(source, { text: o.evalText, tokens: o.evalTokens, cacheDir: o.cacheDir }));
-      const speedTokens = o.budgets.tokens_per_s ? SPEED_TOKENS : undefined;
-      const q = await evaluateArtifact({ artifact: o.artifact, source, sequences: held.sequences, level: o.level, speedTokens });
+      let q: ArtifactQuality;
+      let heldOut: HeldOutFacts;
+      if (reuse) ({ quality: q, heldOut } = reuse);
+      else {
+        const held = o.held ?? (await heldOutSet(source, { text: o.evalText, tokens: o.evalTokens, cacheDir: o.cacheDir }));
+        q = await evaluateArtifact({ artifact: o.artifact, source, sequences: held.sequences, level: o.level, speedTokens });
+        heldOut = heldOutFacts(held);
+      }
       Object.assign(metrics, { ppl_delta: q.pplDelta, ppl_ratio: q.pplRatio, kl_delta: q.kl, kl_p99: q.klP99, greedy_agreement: q.greedyAgreement });
       if (q.tokensPerSecond !== undefined) metrics.tokens_per_s = q.tokensPerSecond;
       const { executor, level, sequences: _s, positions, tokensPerSecond: _t, ...figures } = q;
       evaluation = {
         executor,
         level,
-        heldOut: heldOutFacts(held),
+        heldOut,
         positions,
         sourcePpl: q.referencePpl,
         artifactPpl: q.candidatePpl,

@@ -62,23 +62,31 @@ export function wilson(k: number, n: number, z = Z95): { lo: number; hi: number 
   return { lo: Math.max(0, c - h), hi: Math.min(1, c + h) };
 }
 
-/** Sums of one quantity: its mean and the standard error of the mean (llama.cpp's mean_and_uncertainty). */
-function meanSe(sum: number, sum2: number, n: number): { mean: number; se: number } {
-  const mean = sum / n;
-  const variance = Math.max(0, sum2 / n - mean * mean);
-  return { mean, se: n > 1 ? Math.sqrt(variance / (n - 1)) : Infinity };
+/** Running sum and sum of squares of one per-position quantity. */
+class Moments {
+  private sum = 0;
+  private sum2 = 0;
+
+  add(x: number): void {
+    this.sum += x;
+    this.sum2 += x * x;
+  }
+
+  /** Its mean and the standard error of the mean over n values (llama.cpp's mean_and_uncertainty). */
+  meanSe(n: number): { mean: number; se: number } {
+    const mean = this.sum / n;
+    const variance = Math.max(0, this.sum2 / n - mean * mean);
+    return { mean, se: n > 1 ? Math.sqrt(variance / (n - 1)) : Infinity };
+  }
 }
 
 export class QualityAccumulator {
   private n = 0;
-  private sS = 0;
-  private sS2 = 0;
-  private sA = 0;
-  private sA2 = 0;
-  private sD = 0;
-  private sD2 = 0;
-  private sK = 0;
-  private sK2 = 0;
+  /** NLL of the source, of the artifact, their difference, and KL. */
+  private readonly nllS = new Moments();
+  private readonly nllA = new Moments();
+  private readonly diff = new Moments();
+  private readonly klm = new Moments();
   private agree = 0;
   private klMax = -Infinity;
   private kls: Float32Array;
@@ -93,15 +101,10 @@ export class QualityAccumulator {
 
   /** One scored position: the two NLLs of the true next token, the KL, and whether the argmaxes agree. */
   add(nllSource: number, nllArtifact: number, kl: number, sameTop: boolean): void {
-    const d = nllArtifact - nllSource;
-    this.sS += nllSource;
-    this.sS2 += nllSource * nllSource;
-    this.sA += nllArtifact;
-    this.sA2 += nllArtifact * nllArtifact;
-    this.sD += d;
-    this.sD2 += d * d;
-    this.sK += kl;
-    this.sK2 += kl * kl;
+    this.nllS.add(nllSource);
+    this.nllA.add(nllArtifact);
+    this.diff.add(nllArtifact - nllSource);
+    this.klm.add(kl);
     if (sameTop) this.agree++;
     if (kl > this.klMax) this.klMax = kl;
     if (this.n === this.kls.length) {
@@ -114,10 +117,7 @@ export class QualityAccumulator {
 
   result(): QualityStats {
     const n = this.n;
-    const s = meanSe(this.sS, this.sS2, n);
-    const a = meanSe(this.sA, this.sA2, n);
-    const d = meanSe(this.sD, this.sD2, n);
-    const k = meanSe(this.sK, this.sK2, n);
+    const [s, a, d, k] = [this.nllS, this.nllA, this.diff, this.klm].map((m) => m.meanSe(n));
     const ppl = (m: { mean: number; se: number }): Estimate => ({ value: Math.exp(m.mean), lo: Math.exp(m.mean - Z95 * m.se), hi: Math.exp(m.mean + Z95 * m.se) });
     // cov of the two means from var(a − s) = var a + var s − 2 cov.
     const cov = (a.se * a.se + s.se * s.se - d.se * d.se) / 2;

@@ -139,7 +139,7 @@ export function registerCompile(program: Command): void {
           const { checkArtifact } = await import('../../check/check.js');
           // No evaluation, no quality figures: its budgets fail saying so (CI never passes on what was not measured).
           const notRun = !o.eval ? 'the compile ran with --no-eval' : evaluation?.measured === false ? `the compile's evaluation was skipped: ${evaluation.reason}` : undefined;
-          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir, notRun, held, evalTokens: o.evalTokens });
+          const summary = await checkArtifact({ artifact, budgets, budgetFile: resolved.check!, source, cacheDir, notRun, held, evalTokens: o.evalTokens, measured: evaluation?.measured ? evaluation : undefined });
           reportCheck(summary, json ? { ...manifest, notes, seconds, ...quality, check: summary } : undefined);
         } else if (json) printJson({ ...manifest, notes, seconds, ...quality });
       } finally {
