@@ -8,7 +8,7 @@
  * integers), so any llama.cpp GGUF can be checked, inspected and run; `ggufArchSpec` reads the model a
  * GGUF describes from its metadata alone (a GGUF without llmc's manifest beside it).
  */
-import { yarnMscale } from '../../src/core/arch/rope-config.js';
+import { yarnWithDefaults } from '../../src/core/arch/rope-config.js';
 import { promises as fsp } from 'node:fs';
 import { archOf, GGUF_ARCHITECTURES, modelTypeOfGguf } from '../../src/core/arch/registry.js';
 import type { ArchSpec, MoeSpec, RopeScaling } from '../../src/core/arch/types.js';
@@ -327,18 +327,9 @@ export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
   let ropeScaling: RopeScaling | null = null;
   if (scaling === 'linear') ropeScaling = { type: 'linear', factor: num(a('rope.scaling.factor')) };
   else if (scaling === 'yarn') {
-    // llama.cpp's yarn: betas 32 / 1, truncated correction range, attention factor 0.1·ln(factor)+1 (what llmc writes, and convert_hf_to_gguf's default).
-    const factor = num(a('rope.scaling.factor'));
+    // llama.cpp's yarn defaults (what llmc writes, and convert_hf_to_gguf's default).
     const orig = md.get(a('rope.scaling.original_context_length'));
-    ropeScaling = {
-      type: 'yarn',
-      factor,
-      originalMaxPositions: orig !== undefined ? num(a('rope.scaling.original_context_length')) : num(a('context_length')),
-      betaFast: 32,
-      betaSlow: 1,
-      truncate: true,
-      attentionFactor: yarnMscale(factor),
-    };
+    ropeScaling = yarnWithDefaults(num(a('rope.scaling.factor')), orig !== undefined ? num(a('rope.scaling.original_context_length')) : num(a('context_length')));
   }
   const eos = [optionalId('eos_token_id'), optionalId('eot_token_id'), optionalId('eom_token_id')].filter((x): x is number => x !== null);
   return {

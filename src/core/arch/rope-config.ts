@@ -77,6 +77,17 @@ export const yarnMscale = (scale: number, mscale = 1): number => (scale <= 1 ? 1
 export const yarnDefaultAttention = (rs: { factor: number; attentionFactor: number }): boolean =>
   Math.abs(rs.attentionFactor - yarnMscale(rs.factor)) <= 1e-9 * rs.attentionFactor;
 
+/** yarn with transformers' / llama.cpp's defaults (betas 32 / 1, truncated correction range, attention factor 0.1·ln(factor)+1). */
+export const yarnWithDefaults = (factor: number, originalMaxPositions: number): RopeScaling => ({
+  type: 'yarn',
+  factor,
+  originalMaxPositions,
+  betaFast: 32,
+  betaSlow: 1,
+  truncate: true,
+  attentionFactor: yarnMscale(factor),
+});
+
 /** rope_theta and the resolved scaling of a config.json. */
 export function readRope(cfg: Json, file: string, ctx: RopeContext): { ropeTheta: number; ropeScaling: RopeScaling | null } {
   const fresh = ropeObject(cfg, 'rope_parameters', file);
