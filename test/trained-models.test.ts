@@ -36,7 +36,7 @@ import { tf } from '../src/exec/autodiff/tf.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { llmcInProcess } from './cli.js';
-import { compileGguf, llama } from './gguf-helpers.js';
+import { compileGguf, llamaGreedy } from './gguf-helpers.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const MOE = path.resolve(ROOT, '../shared/models/trained/moe-8x');
@@ -153,26 +153,6 @@ async function compileTo(modelDir: string, target: string, quant: string, outDir
   }
 }
 
-/** llama.cpp's greedy continuation of `prompt` (ids, BOS included), its KV cache in F32. */
-async function llamaGreedyF32Cache(modelPath: string, prompt: number[], n: number): Promise<number[]> {
-  const model = await (await llama()).loadModel({ modelPath });
-  try {
-    const ctx = await model.createContext({ contextSize: 128, threads: 1, experimentalKvCacheKeyType: 'F32', experimentalKvCacheValueType: 'F32' });
-    try {
-      const out: number[] = [];
-      for await (const t of ctx.getSequence().evaluate(prompt as import('node-llama-cpp').Token[], { temperature: 0 })) {
-        out.push(t);
-        if (out.length >= n) break;
-      }
-      return out;
-    } finally {
-      await ctx.dispose();
-    }
-  } finally {
-    await model.dispose();
-  }
-}
-
 async function llmcRunIds(dir: string, prompt: number[], n: number): Promise<number[]> {
   const r = await llmcInProcess('run', dir, '--prompt-ids', prompt.join(','), '--max-tokens', String(n), '--json');
   expect(r.code, r.stderr).toBe(0);
@@ -256,7 +236,7 @@ for (const name of ['dense-28M', 'draft-5M']) {
       it(`llama.cpp on the GGUF, ${quant}: 48 reference ids (float-noise margins aside)`, async () => {
         const { file } = await compileGguf(dir, path.join(tmp, `${name}-gguf-${quant}`), { quant });
         for (const p of m.prompts) {
-          const ids = await llamaGreedyF32Cache(file, p.prompt, N);
+          const ids = await llamaGreedy(file, p.prompt, N, { f32KvCache: true });
           let d = 0;
           while (d < N && ids[d] === p.greedy[d]) d++;
           if (d < N) console.log(`${name} llama.cpp ${quant} "${p.name}": leaves the reference at step ${d}, where its margin is ${p.margin[d].toFixed(4)}`);
