@@ -97,7 +97,7 @@ function argmax(v: ArrayLike<number>, from = 0, to = v.length): number {
 }
 
 /** Reference sequence, minus its last id: the positions whose next-token logits are the N steps. */
-const forcedInput = (p: Prompt) => [...p.prompt, ...p.greedy.slice(0, -1)];
+const forcedInput = (p: Pick<Prompt, 'prompt' | 'greedy'>) => [...p.prompt, ...p.greedy.slice(0, -1)];
 
 /**
  * Open a model: reference.json, and the reference's per-step margins from onnxruntime's float32
@@ -111,7 +111,7 @@ function useModel(dir: string): Loaded {
     try {
       const V = ck.spec.vocabSize;
       for (const r of readReference(dir)) {
-        const logits = await engine.logits([...r.prompt, ...r.greedy.slice(0, -1)]);
+        const logits = await engine.logits(forcedInput(r));
         const margin: number[] = [];
         const argmaxes: number[] = [];
         for (let t = 0; t < r.greedy.length; t++) {
