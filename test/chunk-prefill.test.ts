@@ -11,10 +11,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture, type FixtureArch } from '../fixtures/generate.js';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
 import { partitionGraph, templateOf, DEFAULT_DEVICE, type Partition } from '../src/core/chunks/partition.js';
 import { buildProblem, heuristic } from '../src/core/chunks/schedule.js';
 import { buildModel } from '../src/core/ir/build.js';
+import type { ModelGraph } from '../src/core/ir/ir.js';
 import { CHUNK_SCHEDULE, findRecord } from '../src/core/records/index.js';
 import { ChunkedPrefill } from '../src/exec/runtime/chunked.js';
 import { modelFromTensors } from '../src/exec/runtime/memory.js';
@@ -90,6 +91,19 @@ describe('chunked prefill on the TS runtime equals whole-prompt prefill', () => 
   });
 });
 
+/** The chunk graphs of `graph` lowered at `compute` (weights in that format), and a runner over them. */
+async function openChunks(ck: Checkpoint, graph: ModelGraph, p: Partition, compute: 'fp32' | 'fp16', c: number, nMax: number) {
+  const spec = ck.spec;
+  const set = lowerChunkGraphs(ck, graph, p, { compute, format: () => ({ kind: compute }) }, c, nMax);
+  const runner = await OrtChunkPrefill.open(c, p.subgraphs, nMax, async (name) => inlineBytes(set.graphs.find((g) => g.name === name)!), {
+    kvHeads: spec.numKvHeads,
+    headDim: spec.headDim,
+    vocab: spec.vocabSize,
+    maxPositions: spec.maxPositions,
+  });
+  return { set, runner };
+}
+
 describe('chunk graphs on onnxruntime equal the whole-prompt graph', () => {
   const stories = storiesEngine();
 
@@ -100,13 +114,7 @@ describe('chunk graphs on onnxruntime equal the whole-prompt graph', () => {
     const p = partitionGraph(graph);
     const c = 4;
     const nMax = 5;
-    const set = lowerChunkGraphs(ck, graph, p, { compute: 'fp32', format: () => ({ kind: 'fp32' }) }, c, nMax);
-    const runner = await OrtChunkPrefill.open(c, p.subgraphs, nMax, async (name) => inlineBytes(set.graphs.find((g) => g.name === name)!), {
-      kvHeads: spec.numKvHeads,
-      headDim: spec.headDim,
-      vocab: spec.vocabSize,
-      maxPositions: spec.maxPositions,
-    });
+    const { set, runner } = await openChunks(ck, graph, p, 'fp32', c, nMax);
     try {
       // One graph per static subgraph and one weightless attention graph per chunk index.
       expect(set.graphs.filter((g) => g.i === null).length).toBe(p.subgraphs.filter((s) => s.share === 'static').length);
@@ -141,13 +149,7 @@ describe('fp16 chunk graphs (the cuda default) on onnxruntime', () => {
     const got: Float32Array[] = [];
     for (const c of [17, 1, 8, 16, 32]) {
       const nMax = Math.ceil(P / c);
-      const set = lowerChunkGraphs(ck, graph, p, { compute: 'fp16', format: () => ({ kind: 'fp16' }) }, c, nMax);
-      const runner = await OrtChunkPrefill.open(c, p.subgraphs, nMax, async (name) => inlineBytes(set.graphs.find((g) => g.name === name)!), {
-        kvHeads: spec.numKvHeads,
-        headDim: spec.headDim,
-        vocab: spec.vocabSize,
-        maxPositions: spec.maxPositions,
-      });
+      const { runner } = await openChunks(ck, graph, p, 'fp16', c, nMax);
       try {
         got.push((await runner.prefill(ids, Int32Array.from({ length: nMax * p.subgraphs.length }, (_, t) => t))).logits);
       } finally {

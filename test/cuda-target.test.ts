@@ -227,18 +227,8 @@ describe('cuda target: quantized formats', () => {
       for (const opts of [{}, { 'cuda.zeroPoints': 'true' }, { 'cuda.int4': 'dequantizelinear' }, { 'cuda.int4': 'dequantizelinear', 'cuda.zeroPoints': 'true' }] as Record<string, string>[]) {
         const name = `deq-${Object.values(opts).join('-') || 'nb'}`;
         const q = await compileCuda(name, 'int4', { ...opts, 'cuda.embeddings': 'fp32', 'cuda.lmHead': 'fp32' }, [], fsrc);
-        const weights = dequantizedWeights(await fsp.readFile(path.join(q.dir, 'onnx/model.onnx')));
+        const { max, weights } = await againstDequantized(fsrc, q.dir, ids, name);
         expect(weights.size).toBe(fsrc.spec.numLayers * 7);
-        const deq = transformSource(fsrc, { label: 'dequantized', paramsHash: name, rewrite: (n, data) => weights.get(n) ?? data });
-        const g = lowerDecoder(deq, buildModel(deq.spec), { compute: 'fp32', format: () => ({ kind: 'fp32' }) });
-        const file = path.join(tmp, `${name}-f32.onnx`);
-        await writeOnnx(file, g, null);
-        const d = await OnnxDecoder.open(file);
-        const expected = await d.logits(ids);
-        await d.close();
-        const got = await decoderLogits(q.dir, ids);
-        let max = 0;
-        for (let i = 0; i < got.length; i++) max = Math.max(max, Math.abs(got[i] - expected[i]) / (1 + Math.abs(expected[i])));
         expect(max).toBeLessThan(1e-5);
       }
     } finally {
@@ -247,8 +237,8 @@ describe('cuda target: quantized formats', () => {
   });
 });
 
-/** Max relative difference of an int4 graph's logits from an fp32 graph of the weights it stores, dequantized from the file. */
-async function againstDequantized(source: ModelSource, dir: string, ids: number[], label: string): Promise<number> {
+/** Max relative difference of an int4 graph's logits from an fp32 graph of the weights it stores (returned too), dequantized from the file. */
+async function againstDequantized(source: ModelSource, dir: string, ids: number[], label: string): Promise<{ max: number; weights: Map<string, Float32Array> }> {
   const weights = dequantizedWeights(await fsp.readFile(path.join(dir, 'onnx/model.onnx')));
   const deq = transformSource(source, { label: 'dequantized', paramsHash: label, rewrite: (n, data) => weights.get(n) ?? data });
   const g = lowerDecoder(deq, buildModel(deq.spec), { compute: 'fp32', format: () => ({ kind: 'fp32' }) });
@@ -260,7 +250,7 @@ async function againstDequantized(source: ModelSource, dir: string, ids: number[
   const got = await decoderLogits(dir, ids);
   let max = 0;
   for (let i = 0; i < got.length; i++) max = Math.max(max, Math.abs(got[i] - expected[i]) / (1 + Math.abs(expected[i])));
-  return max;
+  return { max, weights };
 }
 
 describe('cuda int4 on rows no block divides (stories260K: FFN 172, hidden 64)', () => {
@@ -280,7 +270,7 @@ describe('cuda int4 on rows no block divides (stories260K: FFN 172, hidden 64)',
         const notes: string[] = [];
         const manifest = await compile({ source: src, target: 'cuda', outDir: path.join(tmp, label), passes: [], quant, opts: { ...opts, 'cuda.embeddings': 'fp32', 'cuda.lmHead': 'fp32' }, progress: silentProgress, note: (m) => notes.push(m) });
         expect(manifest.files.map((f) => f.path)).toContain('onnx/model.onnx');
-        expect(await againstDequantized(src, path.join(tmp, label), seq.slice(0, 16), label)).toBeLessThan(1e-5);
+        expect((await againstDequantized(src, path.join(tmp, label), seq.slice(0, 16), label)).max).toBeLessThan(1e-5);
         const l = await decoderLogits(path.join(tmp, label), seq);
         // Symmetric: both encodings store the same codes and scales, so the same logits.
         if (!enc.endsWith('-zp')) {

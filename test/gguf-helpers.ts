@@ -45,12 +45,16 @@ export async function llama(): Promise<Llama> {
   return llamaP;
 }
 
-/** Greedy continuation of `prompt` (token ids, no BOS added) by llama.cpp. */
-export async function llamaGreedy(modelPath: string, prompt: number[], n: number): Promise<number[]> {
+/**
+ * Greedy continuation of `prompt` (token ids, no BOS added) by llama.cpp. `f32KvCache`: the KV cache in
+ * F32 rather than llama.cpp's default F16, for comparisons with a float32 reference.
+ */
+export async function llamaGreedy(modelPath: string, prompt: number[], n: number, opts: { f32KvCache?: boolean } = {}): Promise<number[]> {
   const l = await llama();
   const model = await l.loadModel({ modelPath });
   try {
-    const ctx = await model.createContext({ contextSize: 256, threads: 1 });
+    const kv = opts.f32KvCache ? ({ experimentalKvCacheKeyType: 'F32', experimentalKvCacheValueType: 'F32' } as const) : {};
+    const ctx = await model.createContext({ contextSize: 256, threads: 1, ...kv });
     try {
       const out: number[] = [];
       if (n > 0) {

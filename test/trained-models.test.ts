@@ -36,7 +36,7 @@ import { tf } from '../src/exec/autodiff/tf.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { llmcInProcess } from './cli.js';
-import { compileGguf, llama } from './gguf-helpers.js';
+import { compileGguf, llamaGreedy } from './gguf-helpers.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const MOE = path.resolve(ROOT, '../shared/models/trained/moe-8x');
@@ -97,7 +97,7 @@ function argmax(v: ArrayLike<number>, from = 0, to = v.length): number {
 }
 
 /** Reference sequence, minus its last id: the positions whose next-token logits are the N steps. */
-const forcedInput = (p: Prompt) => [...p.prompt, ...p.greedy.slice(0, -1)];
+const forcedInput = (p: Pick<Prompt, 'prompt' | 'greedy'>) => [...p.prompt, ...p.greedy.slice(0, -1)];
 
 /**
  * Open a model: reference.json, and the reference's per-step margins from onnxruntime's float32
@@ -111,7 +111,7 @@ function useModel(dir: string): Loaded {
     try {
       const V = ck.spec.vocabSize;
       for (const r of readReference(dir)) {
-        const logits = await engine.logits([...r.prompt, ...r.greedy.slice(0, -1)]);
+        const logits = await engine.logits(forcedInput(r));
         const margin: number[] = [];
         const argmaxes: number[] = [];
         for (let t = 0; t < r.greedy.length; t++) {
@@ -150,26 +150,6 @@ async function compileTo(modelDir: string, target: string, quant: string, outDir
     await compile({ source, target, outDir, passes: [], quant, progress: silentProgress, note: () => {} });
   } finally {
     await source.close();
-  }
-}
-
-/** llama.cpp's greedy continuation of `prompt` (ids, BOS included), its KV cache in F32. */
-async function llamaGreedyF32Cache(modelPath: string, prompt: number[], n: number): Promise<number[]> {
-  const model = await (await llama()).loadModel({ modelPath });
-  try {
-    const ctx = await model.createContext({ contextSize: 128, threads: 1, experimentalKvCacheKeyType: 'F32', experimentalKvCacheValueType: 'F32' });
-    try {
-      const out: number[] = [];
-      for await (const t of ctx.getSequence().evaluate(prompt as import('node-llama-cpp').Token[], { temperature: 0 })) {
-        out.push(t);
-        if (out.length >= n) break;
-      }
-      return out;
-    } finally {
-      await ctx.dispose();
-    }
-  } finally {
-    await model.dispose();
   }
 }
 
@@ -256,7 +236,7 @@ for (const name of ['dense-28M', 'draft-5M']) {
       it(`llama.cpp on the GGUF, ${quant}: 48 reference ids (float-noise margins aside)`, async () => {
         const { file } = await compileGguf(dir, path.join(tmp, `${name}-gguf-${quant}`), { quant });
         for (const p of m.prompts) {
-          const ids = await llamaGreedyF32Cache(file, p.prompt, N);
+          const ids = await llamaGreedy(file, p.prompt, N, { f32KvCache: true });
           let d = 0;
           while (d < N && ids[d] === p.greedy[d]) d++;
           if (d < N) console.log(`${name} llama.cpp ${quant} "${p.name}": leaves the reference at step ${d}, where its margin is ${p.margin[d].toFixed(4)}`);
