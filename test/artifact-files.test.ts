@@ -77,6 +77,8 @@ describe('qnn artifact files', () => {
     truncateSync(path.join(d, 'weights/shadow_cold.bin'), 10);
     relist(d, 'weights/shadow_cold.bin');
     const r = await llmcInProcess('run', d, '--prompt-ids', '1,2', '-n', '2');
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
     expect(r.stderr.trim()).toMatch(/shadow_cold\.bin: is 10 bytes, weights\/shadow_index\.json says \d+: the artifact is damaged/);
   });
   it('subgraphs.json without chunk, with c: null, a NaN-making shape, a file outside the artifact, nested 100,000 levels', async () => {
@@ -94,8 +96,6 @@ describe('qnn artifact files', () => {
 describe('targetInfo keys that name files', () => {
   it('a cuda level graph outside the artifact is refused by key', async () => {
     // targetInfo.levels is read only with --level; a gguf artifact's targetInfo.file always.
-    const d = path.join(tmp, 'ti');
-    cpSync(cuda, d, { recursive: true });
     const { targetInfoAs, TARGET_INFO_LEVELS, TARGET_INFO_FILE } = await import('../src/core/records/target-info.js');
     expect(() => targetInfoAs(TARGET_INFO_LEVELS, { levels: [{ id: '1', file: '/etc/passwd' }] }, 'm.json')).toThrow(/^targetInfo\.levels\[0\]\.file: is not a file of the artifact/);
     expect(() => targetInfoAs(TARGET_INFO_FILE, { file: 7 }, 'm.json')).toThrow(/targetInfo\.file: expected string/);

@@ -72,7 +72,8 @@ describe('parseJson', () => {
       expect(() => parseJson(text, 'f.json')).toThrow(`nested deeper than ${JSON_MAX_DEPTH} levels`);
     }
     expect(parseJson(deep(JSON_MAX_DEPTH), 'f.json')).toBeTruthy();
-    expect(() => parseJson('[1, 2]', 'f.json', { maxBytes: 4 })).toThrow(/f\.json|over the 4 bytes/);
+    expect(() => parseJson('[1, 2]', 'f.json', { maxBytes: 4 })).toThrow(/^is 6 bytes, over the 4 bytes llmc reads for this file$/);
+    expect(() => parseJson('[1, 2]', 'f.json', { maxBytes: 4 })).toThrow(expect.objectContaining({ name: 'LlmcError', file: 'f.json', exitCode: 1 }));
     expect(() => parseJson('{', 'f.json')).toThrow(/not valid JSON/);
   });
 });

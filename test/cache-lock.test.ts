@@ -56,6 +56,7 @@ describe('profile cache entries under concurrency', () => {
     const f = path.join(tmp, 'x.lock');
     const a = await pidLock(f);
     expect('release' in a).toBe(true);
+    expect(readFileSync(f, 'utf8')).toBe(String(process.pid)); // the holder's pid, what another llmc checks
     writeFileSync(f, String(process.ppid)); // held by a live process that is not us
     const b = await pidLock(f);
     expect(b).toEqual({ owner: process.ppid });

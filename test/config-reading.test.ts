@@ -370,7 +370,7 @@ describe('what llmc cannot implement is refused with one line naming it (CLI, ex
     base = (await generateFixture(path.join(tmp, 'base'), { arch: 'llama', tokenizer: 'none' })).dir;
   });
 
-  /** A copy of the fixture with config.json patched (null deletes a key). */
+  /** A copy of the fixture with config.json patched (undefined deletes a key; null is written as null). */
   async function patched(name: string, patch: Json): Promise<{ dir: string; file: string }> {
     const dir = path.join(tmp, name);
     await fsp.cp(base, dir, { recursive: true });
@@ -391,7 +391,9 @@ describe('what llmc cannot implement is refused with one line naming it (CLI, ex
     ['llama3 without its factors', { rope_scaling: { rope_type: 'llama3', factor: 8 } }, /rope type "llama3" needs "rope_scaling\.low_freq_factor"/],
     ['partial_rotary_factor', { partial_rotary_factor: 0.5 }, /"partial_rotary_factor" 0\.5 rotates part of each head/],
     ['hidden_act', { hidden_act: 'gelu' }, /unsupported hidden_act "gelu"/],
-    ['sliding layers on llama', { layer_types: Array(4).fill('sliding_attention') }, /"layer_types" (has sliding_attention layers|must list)/],
+    // The fixture has 2 layers: a list of another length is refused before its kinds are read.
+    ['sliding layers on llama', { layer_types: Array(2).fill('sliding_attention') }, /"layer_types" has sliding_attention layers, which transformers' Llama does not implement/],
+    ['layer_types of the wrong length', { layer_types: Array(4).fill('sliding_attention') }, /"layer_types" must list "full_attention" or "sliding_attention" for each of the 2 layers/],
     ['is_encoder_decoder', { is_encoder_decoder: true }, /key "is_encoder_decoder" = true is not supported/],
   ];
   it.each(cases)('%s', async (name, patch, message) => {

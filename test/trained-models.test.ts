@@ -125,6 +125,7 @@ function useModel(dir: string): Loaded {
         expect(argmaxes, `${path.basename(dir)} "${r.name}": onnxruntime teacher-forced argmax`).toEqual(r.greedy);
         held.prompts.push({ ...r, margin });
       }
+      expect(held.prompts.length, `${dir}/reference.json lists no prompts`).toBeGreaterThan(0);
     } finally {
       await engine.close();
       await ck.close();
