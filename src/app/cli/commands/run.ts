@@ -157,7 +157,6 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       if (o.speculative && o.chunk !== undefined) throw new UsageError('--speculative and --chunk do not combine (speculative decoding prefills the prompt whole)');
-      if (o.speculative && o.expertCache !== undefined) throw new UsageError('--speculative and --expert-cache do not combine (the verifier runs the model resident)');
       if (o.speculative && o.topP !== 1) throw new UsageError('--speculative decodes greedily: leave --top-p at 1');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
       const promptText: string | undefined = o.promptFile !== undefined ? await readPromptFile(o.promptFile) : o.prompt;
