@@ -41,6 +41,7 @@ describe('checkRunOptions', () => {
       expect(() => checkRunOptions(all, o)).toThrow(/^--chunk and --(level|speculative|expert-cache) do not combine$/);
     }
     expect(() => checkRunOptions(all, { speculative: {}, level: 'L0' })).toThrow(/--speculative and --level do not combine/);
+    expect(() => checkRunOptions(all, { speculative: {}, experts })).toThrow(/^--speculative and --expert-cache do not combine/);
     expect(() => checkRunOptions(none, {})).not.toThrow();
   });
 });

@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import type * as ort from 'onnxruntime-node';
-import { LlmcError, UsageError } from '../../src/core/errors.js';
+import { LlmcError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { CHUNK_SCHEDULE, findRecord, MANIFEST_FILE, requireChunkSchedule } from '../../src/core/records/index.js';
 import { chunkOrderFor, chunkPlanOf, pickChunkPlan, type ChunkPlanRecord } from '../../src/core/records/chunk-schedule.js';
@@ -17,7 +17,6 @@ import { chunkGraphFile } from './chunks.js';
 import { TARGET_INFO_CHUNKS, targetInfoAs } from '../../src/core/records/target-info.js';
 
 export async function chunkedRunner(a: Artifact, opts: RunOptions, runner: ArtifactRunner & { decoder: OnnxDecoder }): Promise<ArtifactRunner> {
-  if (opts.level !== undefined) throw new UsageError('--chunk and --level do not combine');
   const rec = requireChunkSchedule(findRecord(a.manifest.passes, CHUNK_SCHEDULE, path.join(a.dir, MANIFEST_FILE)), a.path);
   const sets = targetInfoAs(TARGET_INFO_CHUNKS, a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).chunks ?? [];
   const chunk = opts.chunk!;

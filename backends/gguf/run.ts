@@ -5,7 +5,7 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { escapeControls, LlmcError, UsageError } from '../../src/core/errors.js';
+import { escapeControls, LlmcError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions, TextCodec } from '../../src/core/pipeline/target.js';
 import { checkGgufFile, checkGgufModel } from './read.js';
 import { MANIFEST_FILE } from '../../src/core/records/manifest.js';
@@ -63,16 +63,8 @@ function llamaLog(): { logger: (level: unknown, message: string) => void; last()
 /** Below this file size llama.cpp runs on one thread unless --threads says otherwise. */
 const SMALL_MODEL_BYTES = 64e6;
 
-/** Run options llama.cpp cannot honour on a GGUF: refused (exit 2) rather than ignored. */
-function refuseOptions(opts: RunOptions): void {
-  if (opts.experts) throw new UsageError('--expert-cache: llama.cpp keeps a GGUF\'s experts in its memory map itself; expert offloading runs ts artifacts (llmc compile --target ts)');
-  if (opts.speculative) throw new UsageError('--speculative runs ts artifacts compiled with --passes tree-search; a GGUF runs plain decoding in llama.cpp');
-  if (opts.chunk !== undefined) throw new UsageError('--chunk runs artifacts with chunk graphs (ts, cuda, qnn); a GGUF has none');
-  if (opts.engine !== undefined) throw new UsageError('--engine chooses how a qnn artifact runs; a GGUF runs in llama.cpp');
-}
-
+/** Options llama.cpp cannot honour (--level, --chunk, --speculative, --expert-cache, --engine) were refused by checkRunOptions. */
 export async function openGgufFile(file: string, a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
-  refuseOptions(opts);
   let llamaCpp: LlamaCpp;
   try {
     llamaCpp = (await import(NODE_LLAMA_CPP)) as LlamaCpp;
@@ -154,6 +146,5 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
 }
 
 export async function openGguf(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
-  if (opts.level !== undefined) throw new UsageError('--level: a gguf artifact is one model; compile --target gguf-levels for one GGUF per level');
   return openGgufFile(ggufFileOf(a), a, opts);
 }

@@ -4,7 +4,7 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { LlmcError, UsageError } from '../../src/core/errors.js';
+import { LlmcError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { findRecord, OUTLIER_SCALES } from '../../src/core/records/index.js';
 import type { QnnChunked } from './chunks.js';
@@ -14,7 +14,6 @@ import { readSubgraphs } from './files.js';
 const readOptional = (file: string) => fsp.readFile(file, 'utf8').catch(() => undefined);
 
 export async function openQnn(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
-  if (opts.level !== undefined) throw new UsageError('--level: a qnn artifact has no elastic levels');
   const rec = findRecord(a.manifest.passes, OUTLIER_SCALES, a.dir);
   if (!rec) throw new LlmcError('the manifest has no outlier-scales/1 record (written by pass outliers)', a.dir);
   const engine = opts.engine ?? 'sim';

@@ -2,7 +2,6 @@
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
-import { UsageError } from '../../src/core/errors.js';
 import { CHUNK_SCHEDULE, ELASTIC_LEVELS, findRecord, levelNotes, MANIFEST_FILE, requireChunkSchedule, requireSpecTree, selectLevel, SPEC_TREE } from '../../src/core/records/index.js';
 import { RecordChunks } from '../../src/exec/runtime/chunked.js';
 import { canMergeLevel } from '../../src/exec/runtime/load.js';
@@ -13,11 +12,6 @@ import { drafterFor, SpeculativeDecoder, treeFor } from '../../src/exec/runtime/
 
 export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
   const notes: string[] = [];
-  if (opts.chunk !== undefined) {
-    for (const [on, flag] of [[opts.level !== undefined, '--level'], [opts.speculative, '--speculative'], [opts.experts, '--expert-cache']] as const) {
-      if (on) throw new UsageError(`--chunk and ${flag} do not combine`);
-    }
-  }
   if (opts.threads !== undefined && opts.threads > 1 && opts.experts) notes.push('--threads has no effect with --expert-cache (the TS runtime runs it on one thread)');
   // --level runs one level: its recovery adapters merged into F32 copies of its slices at load (decode
   // 3–5× faster than low-rank terms per token on stories260K, bench/recovery.bench.ts), the rest of

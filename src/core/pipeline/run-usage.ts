@@ -65,4 +65,5 @@ export function checkRunOptions(offer: RunOffer, o: RunOptions): void {
   ];
   if (o.chunk !== undefined) for (const [on, flag] of together) if (on) throw new UsageError(`--chunk and ${flag} do not combine`);
   if (o.speculative && o.level !== undefined) throw new UsageError('--speculative and --level do not combine (the verification tree names its draft)');
+  if (o.speculative && o.experts) throw new UsageError('--speculative and --expert-cache do not combine (the verifier runs the model resident)');
 }

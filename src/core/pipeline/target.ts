@@ -131,6 +131,8 @@ export interface ForeignFile extends Artifact {
 export interface TextCodec {
   encode(text: string, opts?: { addBos?: boolean }): number[];
   decode(ids: readonly number[], opts?: { skipSpecial?: boolean }): string;
+  /** The tokenizer's eos token, which ends generation too (absent: the engine's spec names it). */
+  readonly eosId?: number | null;
 }
 
 /** How `llmc run` drives an artifact: prompt ids in, generated ids out. */

@@ -9,6 +9,7 @@ import { locate, verifyFiles } from '../../artifact.js';
 import { noteLine, printJson } from '../output.js';
 import { OutputClosed, TokenSink } from '../token-sink.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
+import { parseJson } from '../../../core/util/json.js';
 
 /** The runner for a checkpoint, or for an artifact through its target's descriptor (after checking its files). */
 async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels; dir: string; hashes?: Promise<void> }> {
@@ -55,15 +56,10 @@ async function readPromptFile(file: string): Promise<string> {
  * The ids that end generation: config.json's eos_token_id (the spec's), generation_config.json's
  * (an id or a list, as transformers' generate stops on) and the tokenizer's eos_token.
  */
-function eosIds(runner: ArtifactRunner, codec: { eosId: number | null } | null, generationConfigFile: string): number[] {
+function eosIds(runner: ArtifactRunner, tokenizerEos: number | null | undefined, generationConfigFile: string): number[] {
   const ids = new Set(runner.spec.eosTokenIds);
   if (runner.generationConfigJson !== undefined) {
-    let g: { eos_token_id?: unknown };
-    try {
-      g = JSON.parse(runner.generationConfigJson) as { eos_token_id?: unknown };
-    } catch (e) {
-      throw new LlmcError(`not valid JSON (${(e as Error).message})`, generationConfigFile);
-    }
+    const g = parseJson(runner.generationConfigJson, generationConfigFile) as { eos_token_id?: unknown } | null;
     const e = g?.eos_token_id;
     const list = e === undefined || e === null ? [] : Array.isArray(e) ? e : [e];
     for (const id of list) {
@@ -71,7 +67,7 @@ function eosIds(runner: ArtifactRunner, codec: { eosId: number | null } | null, 
       ids.add(id as number);
     }
   }
-  if (codec?.eosId != null) ids.add(codec.eosId);
+  if (tokenizerEos != null) ids.add(tokenizerEos);
   return [...ids];
 }
 
@@ -161,7 +157,6 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.temperature > 0) throw new UsageError('--speculative decodes greedily: leave --temperature at 0');
       if (o.draft !== undefined && !o.speculative) throw new UsageError('--draft is for --speculative');
       if (o.speculative && o.chunk !== undefined) throw new UsageError('--speculative and --chunk do not combine (speculative decoding prefills the prompt whole)');
-      if (o.speculative && o.expertCache !== undefined) throw new UsageError('--speculative and --expert-cache do not combine (the verifier runs the model resident)');
       if (o.speculative && o.topP !== 1) throw new UsageError('--speculative decodes greedily: leave --top-p at 1');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
       const promptText: string | undefined = o.promptFile !== undefined ? await readPromptFile(o.promptFile) : o.prompt;
@@ -197,7 +192,7 @@ export function registerRun(program: Command): void {
           );
         }
         if (!o.json) for (const n of new Set(runner.notes)) process.stderr.write(`${noteLine(n)}\n`);
-        const eos = o.ignoreEos ? [] : eosIds(runner, codec && 'eosId' in codec ? (codec as { eosId: number | null }) : null, path.join(dir, 'generation_config.json'));
+        const eos = o.ignoreEos ? [] : eosIds(runner, codec?.eosId, path.join(dir, 'generation_config.json'));
         const stop = new Set(eos);
         const decodeText = codec && ((ids: readonly number[]) => codec.decode(ids, { skipSpecial: true }));
         const sink = new TokenSink(o.json ? { kind: 'quiet' } : decodeText && !o.ids ? { kind: 'text', decode: decodeText } : { kind: 'ids' }, stop);
