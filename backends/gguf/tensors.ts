@@ -5,12 +5,11 @@
  */
 import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/core/checkpoint/index.js';
 import { LlmcError } from '../../src/core/errors.js';
-import { archOf, type ArchEntry } from '../../src/core/arch/registry.js';
+import { archOf, type GgufFamily } from '../../src/core/arch/registry.js';
 import { checkGgufRope } from './metadata.js';
 
-export type GgufArch = ArchEntry['gguf'];
-
-export function ggufArch(spec: ArchSpec): GgufArch {
+/** How llama.cpp writes the spec's family (the registry entry's gguf side). */
+export function ggufFamily(spec: ArchSpec): GgufFamily {
   return archOf(spec).gguf;
 }
 
@@ -21,7 +20,7 @@ export interface TensorPlan {
   shape: number[];
   /** Source tensors, concatenated along the first axis (several only for stacked experts). */
   sources: string[];
-  /** llama q/k: re-interleave rotary halves within each of this many heads. */
+  /** q/k of a family with permuteQK: re-interleave rotary halves within each of this many heads. */
   permuteHeads?: number;
   /** Computed rather than read (llama3 rope factors). */
   computed?: () => Float32Array;
@@ -77,10 +76,10 @@ export function llama3RopeFactors(spec: ArchSpec): Float32Array {
 }
 
 /** Every GGUF tensor of the model, in file order, with where its data comes from. */
-export function planTensors(source: ModelSource): { arch: GgufArch; tensors: TensorPlan[]; ignored: string[] } {
+export function planTensors(source: ModelSource): { family: GgufFamily; tensors: TensorPlan[]; ignored: string[] } {
   const spec = source.spec;
-  const arch = ggufArch(spec);
-  checkGgufRope(spec, arch);
+  const family = ggufFamily(spec);
+  checkGgufRope(spec, family);
   const shapeOf = (name: string): number[] => {
     const m = source.meta(name);
     if (!m) throw new LlmcError(`missing tensor "${name}"`, source.description);
@@ -105,16 +104,12 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
   };
   const bias = (w: string) => w.replace(/\.weight$/, '.bias');
 
-  if (arch === 'qwen2moe' && spec.moe!.denseLayers.length > 0) {
-    throw new LlmcError(
-      `layers ${spec.moe!.denseLayers.join(', ')} are dense (mlp_only_layers / decoder_sparse_step), which llama.cpp's qwen2moe cannot load`,
-      source.description,
-    );
-  }
-  const llamaPermute = arch === 'llama';
+  const refusal = family.refuse(spec);
+  if (refusal !== null) throw new LlmcError(refusal, source.description);
+  const llamaPermute = family.permuteQK;
 
   one('token_embd.weight', EMBED);
-  if (spec.ropeScaling?.type === 'llama3' && arch === 'llama') {
+  if (spec.ropeScaling?.type === 'llama3' && family.ropeFreqs) {
     tensors.push({ name: 'rope_freqs.weight', shape: [spec.headDim / 2], sources: [], computed: () => llama3RopeFactors(spec) });
   }
   for (let l = 0; l < spec.numLayers; l++) {
@@ -158,5 +153,5 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
   if (!spec.tieEmbeddings) one('output.weight', LM_HEAD);
   else used.add(LM_HEAD);
   const ignored = source.tensors.map((t) => t.name).filter((t) => !used.has(t));
-  return { arch, tensors, ignored };
+  return { family, tensors, ignored };
 }
