@@ -147,6 +147,7 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
         one(`${b}.ffn_up.bias`, bias(n.mlp.up));
       }
     }
+    for (const t of family.layerTensors(spec, l)) one(`${b}.${t.name}`, t.hf);
   }
   one('output_norm.weight', FINAL_NORM);
   // Tied embeddings: no output.weight, llama.cpp reuses token_embd (as the converter leaves it).

@@ -77,6 +77,12 @@ export interface GgufFamily {
   permuteQK: boolean;
   /** llama3 rope scaling carried as rope_freqs.weight (LlamaModel.generate_extra_tensors); an arch without it refuses llama3 rope. */
   ropeFreqs: boolean;
+  /**
+   * The family's own tensors of layer l beyond the Llama layout's (q/k norms, extra norms ...):
+   * llama.cpp's name after `blk.<l>.` and the Hugging Face tensor it comes from (gguf-py's
+   * TensorNameMap), written after the layer's MLP tensors.
+   */
+  layerTensors(spec: ArchSpec, l: number): { name: string; hf: string }[];
   /** A model of this family llama.cpp's arch cannot load: one line saying why, or null. */
   refuse(spec: ArchSpec): string | null;
   /** How llama.cpp's arch routes experts (read back from a GGUF without a manifest); null for a dense family. */

@@ -15,6 +15,7 @@ export const QWEN2_GGUF: GgufFamily = {
   metadata: (spec) => ({ kvs: ggufExpertCounts(spec), notes: [] }),
   permuteQK: false,
   ropeFreqs: false,
+  layerTensors: () => [],
   refuse: () => null,
   routing: null,
   type70B: false,
