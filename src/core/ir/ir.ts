@@ -37,7 +37,8 @@
  *
  * Elastic widths: linear ops (and moe experts) say which axis of theirs is made of elastic units
  * (`elastic`): query heads, KV groups or the neurons of one MLP of a layer. An executor running a
- * sub-model of prefixes of those units (an elastic level) computes only the kept rows and columns.
+ * sub-model of prefixes of those units (an elastic level) computes only the kept rows and columns,
+ * as width.ts defines them (one definition every executor applies).
  *
  * Graph inputs (see buildModel): input_ids int64 [B,T], cos/sin f32 [T, hd/2], logit_positions
  * int64 [N], past_key_<l>/past_value_<l> f32 [B,Hkv,P,hd]. Outputs: logits [B,N,V],

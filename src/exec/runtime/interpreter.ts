@@ -17,6 +17,7 @@ import { IO } from '../../core/ir/build.js';
 import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
 import { ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
+import { checkWidths, keptExtent, keptHeads, keptNeurons, type Extent, type LayerWidth } from '../../core/ir/width.js';
 import { dequantRow, matmul, matmulGroup, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
@@ -27,24 +28,7 @@ import { RopeCache } from './rope-cache.js';
 import { MAX_GROUP } from './pool.js';
 import { SiluMul } from './activation.js';
 
-/** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
-export interface LayerWidth {
-  /** KV groups kept (prefix of the KV heads; under MHA a group is one head). */
-  kvGroups: number;
-  /** Query heads kept in each kept group (prefix within the group); default all. */
-  qHeadsPerGroup?: number;
-  /**
-   * Neurons kept (prefix); default all. Dense models: the MLP. MoE models: each routed expert (as the
-   * reorder pass's levels say), while their dense layers (qwen2_moe mlp_only_layers) take `denseFfn`.
-   */
-  ffn?: number;
-  /** MoE layers: neurons kept per routed expert, overriding `ffn`. */
-  expertFfn?: number[];
-  /** Dense layers of an MoE model: neurons kept; default all. */
-  denseFfn?: number;
-  /** qwen2_moe: neurons kept in the shared expert; default all. */
-  sharedFfn?: number;
-}
+export type { LayerWidth };
 
 /** Tensor lookup the interpreter binds weights from (the loader provides it). */
 export interface WeightTable {
@@ -362,7 +346,7 @@ export class Interpreter {
     const s = this.spec;
     const T = ids.length;
     if (T === 0) throw new LlmcError('forward: no input ids');
-    if (widths) this.checkWidths(widths);
+    if (widths) checkWidths(s, widths);
     for (let t = 0; t < T; t++) {
       const id = ids[t];
       if (!Number.isInteger(id) || id < 0 || id >= s.vocabSize) throw new LlmcError(`token id ${id} is outside the vocabulary (0..${s.vocabSize - 1})`);
@@ -418,32 +402,13 @@ export class Interpreter {
 
   // ---- elastic widths ----------------------------------------------------------------------------
 
-  /**
-   * The kept extent of an elastic axis at this call's widths: `count` ranges of `len` channels,
-   * one every `stride` channels (a prefix is one range with stride = len).
-   */
-  private extent(axis: ElasticAxis | undefined, full: number, f: Frame): { count: number; stride: number; len: number } {
-    const w = axis ? f.widths?.[axis.layer] : undefined;
-    const prefix = (len: number) => ({ count: 1, stride: len, len });
-    if (!axis || !w) return prefix(full);
-    const hd = this.spec.headDim;
-    switch (axis.unit) {
-      case 'kv-heads':
-        return prefix(w.kvGroups * hd);
-      case 'q-heads': {
-        const qpg = w.qHeadsPerGroup ?? this.nrep;
-        return qpg === this.nrep ? prefix(w.kvGroups * this.nrep * hd) : { count: w.kvGroups, stride: this.nrep * hd, len: qpg * hd };
-      }
-      case 'neurons':
-        return prefix(this.neurons(axis.mlp, w) ?? full);
-    }
+  /** The kept extent of an elastic axis at this call's widths (core/ir/width.ts). */
+  private extent(axis: ElasticAxis | undefined, full: number, f: Frame): Extent {
+    return keptExtent(this.spec, axis, full, f.widths);
   }
 
   private neurons(slot: MoeMlp['slot'], w: LayerWidth): number | undefined {
-    if (slot === 'mlp') return w.ffn;
-    if (slot === 'dense') return w.denseFfn;
-    if (slot === 'shared') return w.sharedFfn;
-    return w.expertFfn?.[slot.expert] ?? w.ffn;
+    return keptNeurons(slot, w);
   }
 
   // ---- ops ---------------------------------------------------------------------------------------
@@ -632,9 +597,7 @@ export class Interpreter {
     let scores = new Float32Array(0);
     return (f) => {
       const T = f.T;
-      const w = f.widths?.[op.layer];
-      const G = w ? w.kvGroups : op.kvHeads;
-      const qpg = w?.qHeadsPerGroup ?? nrep;
+      const { groups: G, perGroup: qpg } = keptHeads(this.spec, f.widths?.[op.layer]);
       const kc = f.cache.k[op.layer];
       const vc = f.cache.v[op.layer];
       const q = Q.data;
@@ -794,28 +757,6 @@ export class Interpreter {
         }
       }
     };
-  }
-
-  private checkWidths(widths: LayerWidth[]): void {
-    const s = this.spec;
-    const nrep = this.nrep;
-    if (widths.length !== s.numLayers) throw new LlmcError(`widths: ${widths.length} entries for ${s.numLayers} layers`);
-    const within = (v: number | undefined, max: number, what: string, l: number) => {
-      if (v !== undefined && (!Number.isInteger(v) || v < 1 || v > max)) throw new LlmcError(`widths[${l}].${what} = ${v} is outside 1..${max}`);
-    };
-    const moe = s.moe;
-    widths.forEach((w, l) => {
-      within(w.kvGroups, s.numKvHeads, 'kvGroups', l);
-      if (w.kvGroups === undefined) throw new LlmcError(`widths[${l}].kvGroups is missing`);
-      within(w.qHeadsPerGroup, nrep, 'qHeadsPerGroup', l);
-      const dense = !moe || moe.denseLayers.includes(l);
-      if (dense) within(moe ? w.denseFfn : w.ffn, s.intermediateSize, moe ? 'denseFfn' : 'ffn', l);
-      else {
-        within(w.ffn, moe.expertIntermediateSize, 'ffn', l);
-        w.expertFfn?.forEach((f, e) => within(f, e < moe.numExperts ? moe.expertIntermediateSize : 0, `expertFfn[${e}]`, l));
-        if (moe.sharedExpertIntermediateSize) within(w.sharedFfn, moe.sharedExpertIntermediateSize, 'sharedFfn', l);
-      }
-    });
   }
 }
 
