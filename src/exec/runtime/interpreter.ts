@@ -14,7 +14,8 @@ import { biasOf } from '../../core/arch/names.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
-import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
+import type { AttentionMask, ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
+import { firstVisible, type MaskKind } from '../../core/ir/mask.js';
 import { ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
 import { checkWidths, keptExtent, keptHeads, keptNeurons, type Extent, type LayerWidth } from '../../core/ir/width.js';
@@ -29,6 +30,9 @@ import { MAX_GROUP } from './pool.js';
 import { SiluMul } from './activation.js';
 
 export type { LayerWidth };
+
+/** The attention masks this interpreter applies (every kind of the IR). */
+export const RUNTIME_MASKS: ReadonlySet<MaskKind> = new Set(['causal', 'sliding', 'chunk', 'tree']);
 
 /** Tensor lookup the interpreter binds weights from (the loader provides it). */
 export interface WeightTable {
@@ -580,7 +584,7 @@ export class Interpreter {
     };
   }
 
-  /** Causal GQA attention over the KV cache (sliding window when the model has one). */
+  /** GQA attention over the KV cache, masked as the op says (a tree mask applies the call's tree, else its base). */
   private attention(op: Extract<Op, { op: 'attention' }>): Step {
     const hd = op.headDim;
     const nrep = op.heads / op.kvHeads;
@@ -593,9 +597,10 @@ export class Interpreter {
     const atPositions = this.rowsOf.get(op.q) === 'N';
     const out = this.define(op.out, qDim, atPositions ? 'N' : 'T');
     const scale = 1 / Math.sqrt(hd);
-    const window = op.slidingWindow;
+    const mask = op.mask;
     let scores = new Float32Array(0);
     return (f) => {
+      if (f.tree && mask.kind !== 'tree') throw new LlmcError(`tree attention: layer ${op.layer}'s attention has a ${mask.kind} mask, not a tree (build the graph withTreeMasks)`);
       const T = f.T;
       const { groups: G, perGroup: qpg } = keptHeads(this.spec, f.widths?.[op.layer]);
       const kc = f.cache.k[op.layer];
@@ -612,13 +617,13 @@ export class Interpreter {
       if (qpg !== nrep) att.fill(0, 0, n * qDim);
       const mem = f.cache.memory;
       if (mem) {
-        if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, window, tokens);
-        else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, window, tokens);
+        if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, mask, tokens);
+        else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, mask, tokens);
         return;
       }
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
-      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, n, tokens, G, qpg, nrep, hd, qDim, kvDim, scale, window);
-      else attend(q, kc, vc, att, scores, n, tokens, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
+      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, n, tokens, G, qpg, nrep, hd, qDim, kvDim, scale, mask);
+      else attend(q, kc, vc, att, scores, n, tokens, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, mask);
     };
   }
 
@@ -821,18 +826,18 @@ function route(logits: Float32Array, K: number, mode: 'softmax-topk-renorm' | 's
 }
 
 /**
- * Causal attention of T new queries (positions pos0..pos0+T-1) over the cached keys and values,
+ * Masked attention of T new queries (positions pos0..pos0+T-1) over the cached keys and values,
  * for the first qpg query heads of the first G KV groups; `att` rows are [qDim].
  * A plain function of plain arguments: the hot loops see locals, not closure slots.
  */
 function attend(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array,
   T: number, tokens: ArrayLike<number> | null, pos0: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
-  scale: number, window: number | null,
+  scale: number, mask: AttentionMask,
 ): void {
   for (let t = 0; t < T; t++) {
     const p = pos0 + (tokens ? tokens[t] : t);
-    const pStart = window ? Math.max(0, p - window + 1) : 0;
+    const pStart = Math.max(0, firstVisible(mask, p));
     for (let g = 0; g < G; g++) {
       for (let hh = 0; hh < qpg; hh++) {
         const h = g * nrep + hh;
@@ -868,13 +873,13 @@ function attend(
 function attendTree(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array, tree: TreeAttention,
   T: number, tokens: ArrayLike<number> | null, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
-  scale: number, window: number | null,
+  scale: number, mask: AttentionMask,
 ): void {
   const keys = new Int32Array(scores.length);
   for (let t = 0; t < T; t++) {
     const tok = tokens ? tokens[t] : t;
     const p = tree.positions[tok];
-    const first = window ? p - window + 1 : 0;
+    const first = firstVisible(mask, p);
     let nk = 0;
     for (let j = Math.max(0, first); j < tree.shared; j++) keys[nk++] = j;
     for (const j of tree.visible[tok]) if (tree.keyPositions[j - tree.shared] >= first) keys[nk++] = j;
