@@ -28,6 +28,7 @@ import { DT_INT8 } from '../../src/exec/onnx/proto.js';
 import { BUILD_SCRIPT, buildScript, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
 import { chunkDeps, recordChunkLength, writeQnnChunkGraphs, type QnnChunked, type QnnChunkInfo } from './chunks.js';
 import { encodingsJson } from './encodings.js';
+import { fileOp } from './files.js';
 import { diskOutput, plannedOutput, type Output } from './output.js';
 import { lowerAttention, lowerEmbed, lowerHead, lowerStatic, type LoweredGraph } from './lower.js';
 import { QNN_SDK_VERSION, SOCS, type QnnOptions } from './options.js';
@@ -252,7 +253,7 @@ async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Prog
     files.push(...w.files);
     chunked = w;
   }
-  await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries, ...(chunked ? { chunked: chunked.chunked } : {}) });
+  await write(SUBGRAPHS, { format: 'llmc-qnn-subgraphs/1', chunk, subgraphs: entries.map((e) => ({ ...e, ops: e.ops.map(fileOp) })), ...(chunked ? { chunked: chunked.chunked } : {}) });
   await write(DEPS, { format: 'llmc-qnn-deps/1', ...subgraphDeps(subgraphs), ...(chunkRec ? { chunks: chunkDeps(chunkRec) } : {}) });
   const npu = subgraphs.filter((s) => s.device === 'NPU').map((s) => s.id);
   await out.text(HTP_EXT, htpExtJson());

@@ -10,6 +10,7 @@ import type { ArchSpec } from '../../src/core/arch/types.js';
 import { LlmcError } from '../../src/core/errors.js';
 import type { Op } from '../../src/core/ir/ir.js';
 import { opInputs, opOutputs } from '../../src/core/ir/values.js';
+import { causalWindow } from '../../src/core/ir/mask.js';
 import { readJsonAs } from '../../src/core/util/json-file.js';
 import { DECODER_IO } from '../../src/exec/onnx/decoder.js';
 
@@ -19,6 +20,24 @@ const offset = z.number().int().nonnegative();
 const artifactPath = z.string().min(1).refine((p) => !p.startsWith('/') && !/^[a-zA-Z]:/.test(p) && !p.split(/[\\/]/).includes('..') && !p.includes('\0'), 'is not a file of the artifact');
 const dim = z.union([count, z.string()]);
 const value = z.object({ name: z.string().min(1), shape: z.array(dim).max(8), dtype: z.enum(['float32', 'int64']), encodingRef: z.string().nullable() });
+
+/**
+ * An IR op as graph/subgraphs.json keeps it (format llmc-qnn-subgraphs/1): the attention mask is the
+ * window of a causal mask, `slidingWindow` (null: causal); the qnn target lowers no other kind.
+ */
+export function fileOp(op: Op): unknown {
+  if (op.op !== 'attention') return op;
+  const { mask, ...rest } = op;
+  return { ...rest, slidingWindow: causalWindow(mask, 'the qnn target') };
+}
+
+/** The IR op of a graph/subgraphs.json op (an IR op already is one). */
+export function irOp(o: unknown): Op {
+  const a = o as { op: string; slidingWindow?: number | null; mask?: unknown };
+  if (a.op !== 'attention' || a.mask !== undefined) return o as Op;
+  const { slidingWindow, ...rest } = a;
+  return { ...rest, mask: slidingWindow ? { kind: 'sliding', window: slidingWindow } : { kind: 'causal' } } as Op;
+}
 
 /** The IR ops the simulation runs (./sim.ts), each with its value names and sizes typed. */
 const v = z.string().min(1);

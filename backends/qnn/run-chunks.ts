@@ -2,7 +2,7 @@
  * `llmc run --chunk` on a qnn artifact compiled with chunk-partition: the prompt's chunks prefilled
  * through the artifact's static graphs and its chunk-index attention graphs (./chunks.ts) on
  * onnxruntime, task by task in the record's dispatch order (tabulated per N, the online heuristic
- * beyond). Chunk i's tasks work on chunk i's own values; the only state chunks share is the per-layer
+ * beyond), by the one chunked-prefill driver (src/core/chunks/drive.ts). Chunk i's tasks work on chunk i's own values; the only state chunks share is the per-layer
  * KV buffer, written when a chunk's qkv group ends (its RoPE'd keys and its values at slots
  * [i·c, (i+1)·c)) and read by attention i over slots [0, i·c) — what the record's Eq. 2 edges order.
  * So every order the record allows computes the same numbers. The last chunk's pad slots are masked
@@ -16,6 +16,7 @@ import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { CHUNK_SCHEDULE, findRecord, MANIFEST_FILE, requireChunkSchedule } from '../../src/core/records/index.js';
 import { chunkOrderFor, chunkPlanOf, type ChunkSchedule } from '../../src/core/records/chunk-schedule.js';
+import { ChunkedPrompt, runChunksAsync } from '../../src/core/chunks/drive.js';
 import { appendChunkRows, leadingSlots } from '../../src/exec/engine/chunks.js';
 import { openArtifactSession } from '../../src/exec/engine/session-options.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
@@ -73,7 +74,8 @@ export class QnnChunkPrefill {
     const P = ids.length;
     if (P < 1) throw new UsageError('the prompt is empty');
     if (P > spec.maxPositions) throw new UsageError(`the prompt (${P} tokens) is longer than the model's context (${spec.maxPositions} tokens)`);
-    const N = Math.ceil(P / c);
+    const prompt = new ChunkedPrompt(ids, c);
+    const N = prompt.N;
     if (N > this.chunked.attentionGraphs) throw new LlmcError(`the artifact has attention graphs for ${this.chunked.attentionGraphs} chunks of ${c}, the prompt needs ${N}`, this.dir);
     const tasks = order ?? this.scheduleFor(P).order;
     const H = spec.numKvHeads;
@@ -85,21 +87,14 @@ export class QnnChunkPrefill {
     const bufV = layers.map(() => new Float32Array(H * T * d));
     const big = (xs: number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
     const values = Array.from({ length: N }, (_, i) => {
-      const real = ids.slice(i * c, (i + 1) * c);
-      const padded = [...real, ...new Array<number>(c - real.length).fill(0)];
       const m = new Map<string, ort.Tensor>();
-      m.set('input_ids', new ort.Tensor('int64', big(padded), [1, c]));
-      m.set('position_ids', new ort.Tensor('int64', big(padded.map((_, t) => Math.min(i * c + t, spec.maxPositions - 1))), [1, c]));
-      return { m, n: real.length };
+      m.set('input_ids', new ort.Tensor('int64', big(prompt.chunk(i)), [1, c]));
+      m.set('position_ids', new ort.Tensor('int64', big(prompt.positions(i, spec.maxPositions)), [1, c]));
+      return { m, n: prompt.real(i) };
     });
-    const done = new Set<number>();
     const M = this.rec.subgraphs.length;
-    for (const [i, j] of tasks) {
+    const task = async (i: number, j: number) => {
       const g: ChunkGroup = this.chunked.groups[j];
-      for (const e of this.rec.edges) {
-        if (e.to !== j) continue;
-        for (let k = e.cross ? 0 : i; k <= i; k++) if (!done.has(k * M + e.from)) throw new LlmcError(`the schedule runs ${g.id} of chunk ${i} before ${this.rec.subgraphs[e.from].id} of chunk ${k}`, this.dir);
-      }
       const { m, n } = values[i];
       if (g.attentionLayer !== undefined) await this.attention(g.attentionLayer, i, m, bufK, bufV, P);
       for (const id of g.run) {
@@ -116,9 +111,9 @@ export class QnnChunkPrefill {
         appendChunkRows(bufK[a], m.get(k)!.data as Float32Array, i, c, H, d, T);
         appendChunkRows(bufV[a], m.get(v)!.data as Float32Array, i, c, H, d, T);
       }
-      done.add(i * M + j);
-    }
-    if (done.size !== N * M) throw new LlmcError(`the schedule runs ${done.size} of the ${N * M} tasks of ${N} chunk(s)`, this.dir);
+    };
+    const flat = Array.from(tasks, ([i, j]) => i * M + j);
+    await runChunksAsync({ task }, flat, N, M, { edges: this.rec.edges, ids: this.rec.subgraphs.map((s) => s.id), where: this.dir });
     const V = spec.vocabSize;
     const logits = new Float32Array(P * V);
     values.forEach(({ m, n }, i) => logits.set((m.get('logits')!.data as Float32Array).subarray(0, n * V), i * c * V));

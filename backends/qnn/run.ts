@@ -26,7 +26,7 @@ import type { Chunk, QLinear } from './plan.js';
 import { linearOf } from './plan.js';
 import { applyShadow, type ShadowWork } from './shadow-exec.js';
 import { ShadowStore } from './shadow.js';
-import { checkSubgraphs, CONFIG_OBJECT, readSubgraphs } from './files.js';
+import { checkSubgraphs, CONFIG_OBJECT, irOp, readSubgraphs } from './files.js';
 import { openSimulation, type SubgraphExecutor } from './sim.js';
 
 export type QnnEngine = 'sim' | 'onnxruntime';
@@ -80,7 +80,7 @@ export class QnnRunner {
     const sg = await readSubgraphs(dir);
     checkSubgraphs(sg, spec, sgFile);
     // Checked against the schema: the fields read at run time are there and well-typed.
-    const subgraphs = sg.subgraphs as unknown as SubgraphEntry[];
+    const subgraphs = sg.subgraphs.map((s) => ({ ...s, ops: s.ops.map(irOp) })) as unknown as SubgraphEntry[];
     const exec = opts.engine === 'onnxruntime' ? await openOnnxruntime(dir, subgraphs, opts.threads ?? 1) : openSimulation(dir, subgraphs);
     const shadow = new ShadowStore(dir);
     const decisions = new Map(rec.linears.map((l) => [l.weight, l]));

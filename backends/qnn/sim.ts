@@ -15,10 +15,12 @@ import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { LlmcError } from '../../src/core/errors.js';
 import type { Op } from '../../src/core/ir/ir.js';
+import { firstVisible } from '../../src/core/ir/mask.js';
 import { clampCodes, dequantize, intMatmul, quantizeUnclamped, requantize, type ActBits } from '../../src/core/quant/w8a8.js';
 import { DECODER_IO } from '../../src/exec/onnx/decoder.js';
 import { DT_FLOAT, DT_INT8, onnx, type ModelProto, type NodeProto, type TensorProto } from '../../src/exec/onnx/proto.js';
 import type { SubgraphEntry } from './emit.js';
+import { irOp } from './files.js';
 
 type Feeds = Record<string, ort.Tensor>;
 
@@ -247,7 +249,7 @@ function attention(op: Extract<Op, { op: 'attention' }>, q: Float32Array, k: Flo
       const qo = (t * H + h) * hd;
       let max = -Infinity;
       for (let j = 0; j < S; j++) {
-        const allowed = j <= P + t && mask[j] !== 0 && (op.slidingWindow === null || j > P + t - op.slidingWindow);
+        const allowed = j <= P + t && mask[j] !== 0 && j >= firstVisible(op.mask, P + t);
         if (!allowed) {
           scores[j] = -Infinity;
           continue;
@@ -380,7 +382,7 @@ function compileSubgraph(sg: SubgraphEntry, g: OnnxFile): Program {
 /** The integer-pipeline simulation of every subgraph of the artifact in `dir`. */
 export function openSimulation(dir: string, subgraphs: readonly SubgraphEntry[]): SubgraphExecutor {
   const programs = new Map<string, Program>();
-  for (const s of subgraphs) if (s.file) programs.set(s.id, compileSubgraph(s, new OnnxFile(path.join(dir, s.file))));
+  for (const s of subgraphs) if (s.file) programs.set(s.id, compileSubgraph({ ...s, ops: s.ops.map(irOp) }, new OnnxFile(path.join(dir, s.file))));
   return {
     run: async (sg, feeds) => programs.get(sg.id)!(feeds),
     close: async () => {},

@@ -6,7 +6,7 @@
  * round to the same widths are dropped.
  */
 import { isMoeLayer, type ArchSpec } from '../../src/core/arch/spec.js';
-import type { LayerWidth, Level, LevelLayer } from '../../src/core/records/elastic.js';
+import type { LevelWidth as LayerWidth, Level, LevelLayer } from '../../src/core/records/elastic.js';
 
 export type { LayerWidth, LevelLayer, Level };
 

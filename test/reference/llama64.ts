@@ -35,6 +35,8 @@ export class Llama64 {
   private w = new Map<string, Vec>();
   /** Replaces a linear's W·x (before its bias) where it returns a vector: fake-quantized references. */
   linearOverride: ((name: string, x: Vec) => Vec | null) | null = null;
+  /** The first key position query t of layer l sees (default: the architecture's causal or sliding span). */
+  firstKey: ((l: number, t: number) => number) | null = null;
   private constructor(readonly spec: ArchSpec) {}
 
   static async load(source: ModelSource): Promise<Llama64> {
@@ -218,7 +220,7 @@ export class Llama64 {
         for (let h = 0; h < H; h++) {
           const kvh = Math.floor(h / (H / KV));
           const w = s.slidingWindow !== null && (s.slidingLayers === null || s.slidingLayers.includes(l)) ? s.slidingWindow : null;
-          const lo = w ? Math.max(0, t - w + 1) : 0;
+          const lo = Math.max(0, this.firstKey ? this.firstKey(l, t) : w ? t - w + 1 : 0);
           const sc: number[] = [];
           for (let j = lo; j <= t; j++) {
             let d = 0;

@@ -4,8 +4,9 @@
  */
 import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames } from '../arch/names.js';
 import { mlpsOf } from '../arch/units.js';
-import { isMoeLayer, windowOf, type ArchSpec } from '../arch/spec.js';
+import { isMoeLayer, type ArchSpec } from '../arch/spec.js';
 import { mlpOps, moeOutput } from './expand.js';
+import { layerMask } from './mask.js';
 import type { ElasticAxis, GraphInput, MlpSlot, ModelGraph, MoeMlp, Op, TapPoint, V } from './ir.js';
 
 
@@ -93,7 +94,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       heads: spec.numHeads,
       kvHeads: spec.numKvHeads,
       headDim: hd,
-      slidingWindow: windowOf(spec, l),
+      mask: layerMask(spec, l),
     });
     taps.push({ kind: 'head-output', layer: l, key: `model.layers.${l}.self_attn`, value: `${p}.attn`, channels: spec.numHeads * hd, mask: null, heads: spec.numHeads });
     tapLinear(l, n.o, `${p}.attn`, spec.numHeads * hd, null);

@@ -14,10 +14,11 @@
  *   rmsnorm          out = x · rsqrt(mean(x², last axis) + eps) · w     (float32, as HF)
  *   linear           out = x · Wᵀ (+ bias)                               W is [out, in]
  *   rope             rotate_half rope on x [B,T,n·hd] with cos/sin [T, hd/2] (tables from rope.ts)
- *   attention        causal (optionally sliding-window) GQA attention with a KV cache:
+ *   attention        masked GQA attention with a KV cache:
  *                    q [B,T,H·hd], k/v [B,T,Hkv·hd] (already roped), pastK/pastV [B,Hkv,P,hd]
  *                    → out [B,T,H·hd], presentK/presentV [B,Hkv,P+T,hd]; query t sits at
- *                    position P+t and sees keys 0..P+t; scores scaled by 1/sqrt(hd).
+ *                    position P+t and sees the keys its `mask` keeps (AttentionMask below;
+ *                    causal: 0..P+t); scores scaled by 1/sqrt(hd).
  *   silu | sigmoid   elementwise
  *   mul | add        elementwise with numpy broadcasting ([B,T,1] scales [B,T,C])
  *   moe              a mixture-of-experts SwiGLU block: router logits x · Rᵀ [B,T,E], top-k routing
@@ -37,7 +38,8 @@
  *
  * Elastic widths: linear ops (and moe experts) say which axis of theirs is made of elastic units
  * (`elastic`): query heads, KV groups or the neurons of one MLP of a layer. An executor running a
- * sub-model of prefixes of those units (an elastic level) computes only the kept rows and columns.
+ * sub-model of prefixes of those units (an elastic level) computes only the kept rows and columns,
+ * as width.ts defines them (one definition every executor applies).
  *
  * Graph inputs (see buildModel): input_ids int64 [B,T], cos/sin f32 [T, hd/2], logit_positions
  * int64 [N], past_key_<l>/past_value_<l> f32 [B,Hkv,P,hd]. Outputs: logits [B,N,V],
@@ -82,6 +84,21 @@ export interface MoeMlp {
   slot: MlpSlot;
 }
 
+/**
+ * Which keys a query at position p sees (mask.ts: the one definition executors read).
+ *   causal   keys 0..p
+ *   sliding  keys p−window+1..p (Mistral, qwen2's windowed layers)
+ *   chunk    keys of p's own chunk of `size` positions up to p: ⌊p/size⌋·size..p (chunked local attention)
+ *   tree     the new tokens are a tree (speculative verification): each sees the committed keys and its
+ *            ancestors, listed per token by the graph input `ancestors`, all within `base`'s span;
+ *            a call that feeds no ancestors is a chain (= base).
+ */
+export type AttentionMask =
+  | { kind: 'causal' }
+  | { kind: 'sliding'; window: number }
+  | { kind: 'chunk'; size: number }
+  | { kind: 'tree'; ancestors: V; base: Exclude<AttentionMask, { kind: 'tree' }> };
+
 export type Op =
   | { op: 'embed'; out: V; ids: V; table: string }
   | { op: 'rmsnorm'; out: V; x: V; weight: string; eps: number; dim: number }
@@ -112,8 +129,8 @@ export type Op =
       heads: number;
       kvHeads: number;
       headDim: number;
-      /** Keys further back than this many positions are masked (Mistral); null = full causal. */
-      slidingWindow: number | null;
+      /** The keys each query sees. */
+      mask: AttentionMask;
     }
   | { op: 'silu'; out: V; x: V }
   | { op: 'sigmoid'; out: V; x: V }

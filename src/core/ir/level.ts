@@ -1,32 +1,18 @@
 /**
  * The IR of an elastic level: the same ops with the widths a level keeps (prefixes of KV groups, of
- * the query heads in each group, of each elastic MLP's neurons), read off the ops' elastic marks. An
- * exporter lowers it over the level's sliced weights (src/core/pipeline/elastic.ts sliceSource) to
+ * the query heads in each group, of each elastic MLP's neurons), read off the ops' elastic marks by
+ * the one definition of what a width keeps (width.ts). An exporter lowers it over the level's sliced weights (src/core/pipeline/elastic.ts sliceSource) to
  * get a physically smaller graph; per-layer widths may differ. Level graphs carry no tap points
  * (profiling observes the full model).
  */
 import { LlmcError } from '../errors.js';
-import type { LayerWidth } from '../records/elastic.js';
-import type { ElasticAxis, GraphInput, MlpSlot, ModelGraph, Op } from './ir.js';
-
-const elasticMlp = (slot: MlpSlot) => slot === 'mlp' || typeof slot === 'object';
+import type { ElasticAxis, GraphInput, ModelGraph, MoeMlp, Op } from './ir.js';
+import { keptHeads, keptNeurons, keptPrefix, type LayerWidth } from './width.js';
 
 export function levelGraph(graph: ModelGraph, widths: readonly LayerWidth[]): ModelGraph {
   const spec = graph.spec;
   if (widths.length !== spec.numLayers) throw new LlmcError(`level: ${widths.length} layer widths for ${spec.numLayers} layers`);
-  const hd = spec.headDim;
-  const extent = (axis: ElasticAxis | undefined, full: number): number => {
-    if (!axis) return full;
-    const w = widths[axis.layer];
-    switch (axis.unit) {
-      case 'kv-heads':
-        return w.kvGroups * hd;
-      case 'q-heads':
-        return w.kvGroups * w.qHeadsPerGroup * hd;
-      case 'neurons':
-        return elasticMlp(axis.mlp) ? w.ffn : full;
-    }
-  };
+  const extent = (axis: ElasticAxis | undefined, full: number): number => keptPrefix(spec, axis, full, widths);
   const rowsOf = new Map<string, ElasticAxis | undefined>();
   const ops = graph.ops.map((op): Op => {
     switch (op.op) {
@@ -37,12 +23,13 @@ export function levelGraph(graph: ModelGraph, widths: readonly LayerWidth[]): Mo
       case 'rope':
         return { ...op, heads: extent(rowsOf.get(op.x), op.heads * op.headDim) / op.headDim };
       case 'attention': {
-        const w = widths[op.layer];
-        return { ...op, heads: w.kvGroups * w.qHeadsPerGroup, kvHeads: w.kvGroups };
+        const { groups, perGroup } = keptHeads(spec, widths[op.layer]);
+        return { ...op, heads: groups * perGroup, kvHeads: groups };
       }
       case 'moe': {
         const w = widths[op.layer];
-        return { ...op, experts: op.experts.map((m) => (elasticMlp(m.slot) ? { ...m, width: w.ffn } : m)) };
+        const narrow = (m: MoeMlp): MoeMlp => ({ ...m, width: keptNeurons(m.slot, w) ?? m.width });
+        return { ...op, experts: op.experts.map(narrow), shared: op.shared && { ...op.shared, mlp: narrow(op.shared.mlp) } };
       }
       default:
         return op;
@@ -50,7 +37,7 @@ export function levelGraph(graph: ModelGraph, widths: readonly LayerWidth[]): Mo
   });
   const inputs = graph.inputs.map((i): GraphInput => {
     const at = graph.ops.find((o): o is Extract<Op, { op: 'attention' }> => o.op === 'attention' && (o.pastK === i.name || o.pastV === i.name));
-    return at ? { ...i, dims: [i.dims[0], widths[at.layer].kvGroups, ...i.dims.slice(2)] } : i;
+    return at ? { ...i, dims: [i.dims[0], keptHeads(spec, widths[at.layer]).groups, ...i.dims.slice(2)] } : i;
   });
   return { ...graph, ops, inputs, taps: [] };
 }

@@ -9,7 +9,7 @@ export function opInputs(op: Op): V[] {
     case 'rope':
       return [op.x, op.cos, op.sin];
     case 'attention':
-      return [op.q, op.k, op.v, op.pastK, op.pastV];
+      return op.mask.kind === 'tree' ? [op.q, op.k, op.v, op.pastK, op.pastV, op.mask.ancestors] : [op.q, op.k, op.v, op.pastK, op.pastV];
     case 'mul':
     case 'add':
       return [op.a, op.b];

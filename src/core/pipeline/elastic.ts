@@ -12,12 +12,12 @@ import { mlpsOf } from '../arch/units.js';
 import { gatherSource, transformSource, type Gather, type ModelSource } from '../checkpoint/source.js';
 import { LlmcError } from '../errors.js';
 import { mergeLowRank } from '../util/lowrank.js';
-import type { LayerWidth } from '../records/elastic.js';
+import { keptPrefix, type LevelWidth } from '../ir/width.js';
 import type { ArchSpec } from '../arch/spec.js';
 import type { LowRankAdapter, TensorAnnotation } from './unit.js';
 
 /** True when all layers share one width (a plain config.json can describe the sub-model). */
-export function uniformWidth(widths: LayerWidth[]): LayerWidth | null {
+export function uniformWidth(widths: LevelWidth[]): LevelWidth | null {
   const w = widths[0];
   return widths.every((x) => x.kvGroups === w.kvGroups && x.qHeadsPerGroup === w.qHeadsPerGroup && x.ffn === w.ffn) ? w : null;
 }
@@ -29,18 +29,14 @@ const prefix = (n: number) => Int32Array.from({ length: n }, (_, i) => i);
  * tensors' q/k/v rows, o columns, gate/up rows, down columns, and their biases). Tensors not listed
  * stay whole.
  */
-export function levelPrefixes(spec: ArchSpec, widths: readonly LayerWidth[]): Map<string, { rows?: number; cols?: number }> {
+export function levelPrefixes(spec: ArchSpec, widths: readonly LevelWidth[]): Map<string, { rows?: number; cols?: number }> {
   if (widths.length !== spec.numLayers) throw new LlmcError(`slice: ${widths.length} layer widths for ${spec.numLayers} layers`);
-  const R = spec.numHeads / spec.numKvHeads;
   const hd = spec.headDim;
   const kept = new Map<string, { rows?: number; cols?: number }>();
   widths.forEach((w, l) => {
-    if (w.qHeadsPerGroup !== R && w.kvGroups > 1) {
-      throw new LlmcError(`slice: layer ${l} keeps ${w.qHeadsPerGroup} of ${R} query heads per group: not a contiguous prefix (SPEC §4.2)`);
-    }
     const n = layerNames(l);
-    const q = { rows: w.kvGroups * w.qHeadsPerGroup * hd };
-    const kv = { rows: w.kvGroups * hd };
+    const q = { rows: keptPrefix(spec, { unit: 'q-heads', layer: l }, spec.numHeads * hd, widths) };
+    const kv = { rows: keptPrefix(spec, { unit: 'kv-heads', layer: l }, spec.numKvHeads * hd, widths) };
     kept.set(n.q, q).set(n.k, kv).set(n.v, kv).set(n.o, { cols: q.rows });
     if (spec.qkvBias) kept.set(n.qBias, q).set(n.kBias, kv).set(n.vBias, kv);
     for (const m of mlpsOf(spec, l)) {
@@ -54,7 +50,7 @@ export function levelPrefixes(spec: ArchSpec, widths: readonly LayerWidth[]): Ma
   return kept;
 }
 
-export function sliceSource(base: ModelSource, widths: LayerWidth[], label: string): ModelSource {
+export function sliceSource(base: ModelSource, widths: LevelWidth[], label: string): ModelSource {
   const spec = base.spec;
   const hd = spec.headDim;
   const gathers = new Map<string, Gather>();

@@ -12,17 +12,12 @@
 import { LlmcError, UsageError, summarize } from '../errors.js';
 import { Checker } from '../util/check.js';
 import { defineRecord } from './types.js';
+import type { LevelWidth } from '../ir/width.js';
 
-export interface LayerWidth {
-  /** KV heads kept (a prefix of the reordered groups). */
-  kvGroups: number;
-  /** Query heads kept in each kept group (a prefix inside each group). */
-  qHeadsPerGroup: number;
-  /** Neurons kept in the MLP (for MoE layers: in each routed expert; the shared expert stays full). */
-  ffn: number;
-}
+/** Per layer: the first `kvGroups` KV groups, `qHeadsPerGroup` query heads of each, `ffn` neurons of every elastic MLP (MoE: of each routed expert; the shared expert stays full). */
+export type { LevelWidth } from '../ir/width.js';
 
-export interface LevelLayer extends LayerWidth {
+export interface LevelLayer extends LevelWidth {
   layer: number;
   anchor: boolean;
   heads: number;
@@ -226,6 +221,6 @@ export function selectLevel(levels: readonly Level[] | null, request: string, wh
 }
 
 /** The runtime's per-layer widths for a level. */
-export function levelWidths(level: Level): LayerWidth[] {
+export function levelWidths(level: Level): LevelWidth[] {
   return level.layers.map((l) => ({ kvGroups: l.kvGroups, qHeadsPerGroup: l.qHeadsPerGroup, ffn: l.ffn }));
 }

@@ -13,6 +13,7 @@ import { LlmcError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op } from '../../core/ir/ir.js';
+import { causalWindow } from '../../core/ir/mask.js';
 import { ropeTables } from '../../core/ir/rope.js';
 import { initTf, tf } from './tf.js';
 
@@ -292,8 +293,9 @@ export class TfModel {
         const kT = tf.transpose(tf.reshape(get(op.k), [B, Tn, G, hd]), [0, 2, 3, 1]);
         const vh = tf.transpose(tf.reshape(get(op.v), [B, Tn, G, hd]), [0, 2, 1, 3]);
         // The mask depends on (R, window) only: built once per forward, kept in env for the other layers.
-        const maskKey = `#causal-bias:${R}:${op.slidingWindow}`;
-        if (!env.has(maskKey)) env.set(maskKey, this.causalBias(Tn, R, op.slidingWindow));
+        const window = causalWindow(op.mask, 'the tfjs lowering');
+        const maskKey = `#causal-bias:${R}:${window}`;
+        if (!env.has(maskKey)) env.set(maskKey, this.causalBias(Tn, R, window));
         const scores = tf.add(tf.mul(tf.matMul(qg, kT), 1 / Math.sqrt(hd)), get(maskKey));
         const out = tf.matMul(tf.softmax(scores), vh); // [B, G, R·Tn, hd]
         env.set(op.out, tf.reshape(tf.transpose(tf.reshape(out, [B, G, R, Tn, hd]), [0, 3, 1, 2, 4]), [B, Tn, H * hd]));

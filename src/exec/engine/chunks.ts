@@ -1,7 +1,7 @@
 /**
  * Chunked prefill on onnxruntime through the chunk graphs (src/exec/onnx/chunks.ts, the cuda
  * target's onnx/chunks/c<c>/): the prompt in chunks of c tokens (the last padded), every chunk's
- * subgraphs run in a given dispatch order. The KV append happens when a chunk's qkv graph returns (its
+ * subgraphs run in a given dispatch order by the one chunked-prefill driver (core/chunks/drive.ts). The KV append happens when a chunk's qkv graph returns (its
  * keys and values go to cache slots i·c..), so chunk i's attention graph reads the keys of chunks
  * 0..i−1 as past_key — Eq. 2 of mllm-NPU. Pad tokens follow the prompt (causal masking keeps them
  * out of real rows; positions past the rope table are clamped, their values never matter) and the
@@ -11,6 +11,7 @@ import './ort-env.js'; // before onnxruntime-node loads
 import * as ort from 'onnxruntime-node';
 import { openArtifactSession } from './session-options.js';
 import { LlmcError } from '../../core/errors.js';
+import { ChunkedPrompt, runChunksAsync } from '../../core/chunks/drive.js';
 import type { SubgraphKind } from '../../core/chunks/partition.js';
 import { ATTENTION_IO } from '../onnx/chunks.js';
 
@@ -103,37 +104,31 @@ export class OrtChunkPrefill {
   async prefill(ids: readonly number[], order: ArrayLike<number>, onTask?: (i: number, j: number, ms: number) => void): Promise<{ logits: Float32Array; cache: ChunkCache }> {
     const { c, subgraphs } = this;
     const { kvHeads: H, headDim: hd, vocab: V, dtype } = this.dims;
-    const P = ids.length;
-    const N = Math.ceil(P / c);
+    const prompt = new ChunkedPrompt(ids, c);
+    const { P, N } = prompt;
     const M = subgraphs.length;
     if (N > this.nMax) throw new LlmcError(`a prompt of ${P} tokens needs ${N} chunks of ${c}; the artifact has attention graphs for ${this.nMax} (up to ${this.nMax * c} tokens)`);
-    if (order.length !== N * M) throw new LlmcError(`chunk order has ${order.length} tasks for ${N} chunks of ${M} subgraphs`);
     const layers = Math.max(...subgraphs.map((s) => (s.layer ?? -1) + 1));
     const capacity = N * c;
     const make = () => (dtype === 'float16' ? new Uint16Array(H * capacity * hd) : new Float32Array(H * capacity * hd));
     const cache: ChunkCache = { dtype, kvHeads: H, headDim: hd, capacity, length: P, k: Array.from({ length: layers }, make), v: Array.from({ length: layers }, make) };
     const values: Map<string, ort.Tensor>[] = Array.from({ length: N }, () => new Map());
     const logits = new Float32Array(P * V);
-    const next = new Int32Array(N);
-    for (let n = 0; n < order.length; n++) {
-      const i = Math.floor(order[n] / M);
-      const j = order[n] % M;
-      if (j !== next[i]++) throw new LlmcError(`chunk order runs G(${i},${j}) before G(${i},${next[i] - 1})`);
-      const s = subgraphs[j];
+    const task = async (i: number, j: number) => {
       const t0 = onTask ? performance.now() : 0;
-      await this.runTask(s, i, values[i], cache, ids, logits);
+      await this.runTask(subgraphs[j], i, values[i], cache, prompt, logits);
       onTask?.(i, j, performance.now() - t0);
-    }
+    };
+    await runChunksAsync({ task }, order, N, M);
     return { logits, cache };
   }
 
   /** G(i, j): subgraph `s` of chunk i, its inputs from the chunk's values, its outputs into them (and the cache, the logits). */
-  private async runTask(s: ChunkSubgraphRef, i: number, mine: Map<string, ort.Tensor>, cache: ChunkCache, ids: readonly number[], logits: Float32Array): Promise<void> {
+  private async runTask(s: ChunkSubgraphRef, i: number, mine: Map<string, ort.Tensor>, cache: ChunkCache, prompt: ChunkedPrompt, logits: Float32Array): Promise<void> {
     const { c } = this;
     const { kvHeads: H, headDim: hd, vocab: V, maxPositions } = this.dims;
-    const P = ids.length;
     const capacity = cache.capacity;
-    const real = (k: number) => Math.min(c, P - k * c);
+    const real = (k: number) => prompt.real(k);
     const big = (xs: number[]) => new ort.Tensor('int64', BigInt64Array.from(xs, (x) => BigInt(x)), [1, xs.length]);
     if (s.kind === 'shadow') return;
     const feeds: Record<string, ort.Tensor> = {};
@@ -147,8 +142,8 @@ export class OrtChunkPrefill {
       mine.set(s.outputs[0], out[ATTENTION_IO.out]);
       return;
     }
-    if (s.kind === 'embed') feeds.input_ids = big(Array.from({ length: c }, (_, t) => (t < real(i) ? ids[i * c + t] : 0)));
-    if (s.kind === 'qkv') feeds.position_ids = big(Array.from({ length: c }, (_, t) => Math.min(i * c + t, maxPositions - 1)));
+    if (s.kind === 'embed') feeds.input_ids = big(prompt.chunk(i));
+    if (s.kind === 'qkv') feeds.position_ids = big(prompt.positions(i, maxPositions));
     const out = await this.statics.get(s.id)!.run(feeds);
     for (const v of s.outputs) mine.set(v, out[v]);
     if (s.kind === 'qkv') {

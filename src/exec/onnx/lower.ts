@@ -15,6 +15,7 @@ import { LlmcError } from '../../core/errors.js';
 import { buildModel } from '../../core/ir/build.js';
 import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op, TapKind, TapPoint } from '../../core/ir/ir.js';
+import { causalWindow, type MaskKind } from '../../core/ir/mask.js';
 import { bf16ToF16Into } from '../../core/quant/bf16.js';
 import { encodeF16 } from '../../core/util/half.js';
 import { transpose } from '../../core/util/transpose.js';
@@ -126,6 +127,9 @@ export interface WeightLowering {
   /** A float tensor used as it is (norm weights, biases), in the compute dtype. */
   vector(b: OnnxGraphBuilder, name: string, dims: number[]): string;
 }
+
+/** The attention masks the ONNX lowering builds (from the shapes): a target lowering to ONNX declares these. */
+export const ONNX_MASKS: ReadonlySet<MaskKind> = new Set(['causal', 'sliding']);
 
 /** What distinguishes the engine's graph from exported ones; lowerOp reads nothing else. */
 export interface LoweringMode {
@@ -412,7 +416,8 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
       const kT = b.node('Transpose', [b.node('Unsqueeze', [op.presentK, b.i64([2])])], [attr('perm', [0, 1, 2, 4, 3], 'ints')]);
       // Scores, mask and softmax in float32 (a float16 graph casts around them).
       const scores = b.node('Mul', [b.toF32(b.node('MatMul', [q5, kT])), b.f32(1 / Math.sqrt(hd))]);
-      const allowed = b.once(`mask:${op.slidingWindow}`, () => mode.mask(b, op.presentK, op.q, op.slidingWindow));
+      const window = causalWindow(op.mask, 'the ONNX lowering');
+      const allowed = b.once(`mask:${window}`, () => mode.mask(b, op.presentK, op.q, window));
       const probs = b.toCompute(b.node('Softmax', [b.node('Where', [allowed, scores, b.f32(NEG)])], [attr('axis', -1)]));
       const ctx = b.node('MatMul', [probs, b.node('Unsqueeze', [op.presentV, b.i64([2])])]);
       const ctxT = b.node('Transpose', [ctx], [attr('perm', [0, 3, 1, 2, 4], 'ints')]);

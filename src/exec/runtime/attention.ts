@@ -8,6 +8,8 @@
  * One kernel for causal and tree attention: the same keys in the same order give the same bits, which
  * speculative verification relies on (a token's row equals plain decoding's).
  */
+import type { AttentionMask } from '../../core/ir/ir.js';
+import { firstVisible } from '../../core/ir/mask.js';
 import { F32, I32, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { expLanes } from './activation.js';
 import { kernelModuleBytes } from './kernel-module.js';
@@ -207,26 +209,26 @@ export class KvMemory {
   /**
    * Causal attention of the T new rows of q ([T, qDim], positions pos0 …) into att, for the first qpg
    * heads of each of the first G KV groups (head h = g·nrep + hh reads group g); a sliding window
-   * keeps the last `window` positions. `tokens`: row r of q is new token tokens[r] (a layer that
+   * keeps the last `window` positions (the keys from firstVisible(mask, p) on). `tokens`: row r of q is new token tokens[r] (a layer that
    * needs only some positions' outputs); default row r is token r.
    */
-  attendCausal(layer: number, q: Float32Array, att: Float32Array, T: number, pos0: number, G: number, qpg: number, nrep: number, scale: number, window: number | null, tokens: ArrayLike<number> | null = null): void {
+  attendCausal(layer: number, q: Float32Array, att: Float32Array, T: number, pos0: number, G: number, qpg: number, nrep: number, scale: number, mask: AttentionMask, tokens: ArrayLike<number> | null = null): void {
     this.rows(layer, q, att, T, G, qpg, nrep, scale, (r) => {
       const p = pos0 + (tokens ? tokens[r] : r);
-      const first = window ? Math.max(0, p - window + 1) : 0;
+      const first = Math.max(0, firstVisible(mask, p));
       this.nKeys = p - first + 1;
       return this.runOff + 4 * first;
     });
   }
 
   /** Tree attention (see TreeAttention): token t sees the shared slots, then its visible ones, in slot order. */
-  attendTree(layer: number, q: Float32Array, att: Float32Array, T: number, tree: TreeAttention, G: number, qpg: number, nrep: number, scale: number, window: number | null, tokens: ArrayLike<number> | null = null): void {
+  attendTree(layer: number, q: Float32Array, att: Float32Array, T: number, tree: TreeAttention, G: number, qpg: number, nrep: number, scale: number, mask: AttentionMask, tokens: ArrayLike<number> | null = null): void {
     const i32 = this.i32;
     const list = this.listOff >> 2;
     this.rows(layer, q, att, T, G, qpg, nrep, scale, (r) => {
       const t = tokens ? tokens[r] : r;
       const p = tree.positions[t];
-      const first = window ? p - window + 1 : 0;
+      const first = firstVisible(mask, p);
       let n = 0;
       for (let j = Math.max(0, first); j < tree.shared; j++) i32[list + n++] = j;
       for (const j of tree.visible[t]) if (tree.keyPositions[j - tree.shared] >= first) i32[list + n++] = j;

@@ -4,7 +4,7 @@
  * qkv / attention / mlp, head) run in a dispatch order where a chunk's subgraph may run before an
  * earlier chunk's later ones. Each chunk runs on its own interpreter (its own activations) over the
  * model's weights, on top of the ordinary forward pass: chunk i is a call at cache slot i·c
- * (`Interpreter.stage`). The KV append happens when a chunk's qkv subgraph ends (its keys and values
+ * (`Interpreter.stage`), driven by the one chunked-prefill driver (core/chunks/drive.ts). The KV append happens when a chunk's qkv subgraph ends (its keys and values
  * go to slots i·c..), so the attention of chunk i reads the keys of chunks 0..i as soon as their qkv
  * subgraphs ran — the dependencies of Eq. 2, not the order chunks arrived in. Pad tokens sit after the
  * prompt: causal masking keeps them out of every real row, and the cache's length ends at the prompt,
@@ -12,6 +12,7 @@
  */
 import { LlmcError } from '../../core/errors.js';
 import type { Op } from '../../core/ir/ir.js';
+import { ChunkedPrompt, runChunks } from '../../core/chunks/drive.js';
 import { partitionGraph, type SubgraphKind } from '../../core/chunks/partition.js';
 import { chunkOrderFor, chunkPlanOf, pickChunkPlan, type ChunkPlanRecord, type ChunkSchedule } from '../../core/records/chunk-schedule.js';
 import type { Interpreter, KvCache, StagedCall } from './interpreter.js';
@@ -60,9 +61,8 @@ export class ChunkedPrefill {
    */
   prefill(ids: ArrayLike<number>, cache: KvCache = this.model.newCache(), logits: PrefillLogits = 'last', order?: ArrayLike<number>): Float32Array {
     const { c, subgraphs } = this.plan;
-    const P = ids.length;
-    if (P === 0) throw new LlmcError('forward: no input ids');
-    const N = Math.ceil(P / c);
+    const prompt = new ChunkedPrompt(ids, c);
+    const { P, N } = prompt;
     const M = subgraphs.length;
     const base = cache.length;
     const V = this.model.spec.vocabSize;
@@ -71,23 +71,16 @@ export class ChunkedPrefill {
     cache.reserve(base + N * c);
     while (this.pool.length < N) this.pool.push(this.model.newInterpreter());
     const calls: StagedCall[] = [];
-    const real = (i: number) => Math.min(c, P - i * c);
+    const real = (i: number) => prompt.real(i);
     for (let i = 0; i < N; i++) {
-      const chunk = Array.from({ length: c }, (_, t) => (t < real(i) ? ids[i * c + t] : 0));
+      const chunk = prompt.chunk(i);
       const rows = logits === 'all' ? Array.from({ length: real(i) }, (_, t) => t) : i === N - 1 ? [real(i) - 1] : [];
       calls.push(this.pool[i].stage(chunk, cache, rows, { pos0: base + i * c }));
     }
-    const next = new Int32Array(N); // the next subgraph each chunk runs
-    order ??= this.plan.order(N);
-    if (order.length !== N * M) throw new LlmcError(`chunk order has ${order.length} tasks for ${N} chunks of ${M} subgraphs`);
-    for (let n = 0; n < order.length; n++) {
-      const i = Math.floor(order[n] / M);
-      const j = order[n] % M;
-      if (j !== next[i]) throw new LlmcError(`chunk order runs G(${i},${j}) before G(${i},${next[i]})`);
-      next[i]++;
+    const task = (i: number, j: number) => {
       const s = subgraphs[j];
       // A chunk whose logits nobody asked for skips the head (nothing reads it).
-      if (s.kind === 'head' && logits === 'last' && i !== N - 1) continue;
+      if (s.kind === 'head' && logits === 'last' && i !== N - 1) return;
       calls[i].runOps(s.ops[0], s.ops[1]);
       const kv = this.kvOf[j];
       if (kv) {
@@ -96,7 +89,8 @@ export class ChunkedPrefill {
         cache.k[kv.layer].set(calls[i].value(kv.k).subarray(0, c * kvDim), at);
         cache.v[kv.layer].set(calls[i].value(kv.v).subarray(0, c * kvDim), at);
       }
-    }
+    };
+    runChunks({ task }, order ?? this.plan.order(N), N, M);
     cache.length = base + P;
     if (logits === 'last') return calls[N - 1].logits();
     const out = new Float32Array(P * V);

@@ -14,9 +14,11 @@ import { biasOf } from '../../core/arch/names.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
-import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
+import type { AttentionMask, ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
+import { firstVisible, type MaskKind } from '../../core/ir/mask.js';
 import { ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
+import { checkWidths, keptExtent, keptHeads, keptNeurons, type Extent, type LayerWidth } from '../../core/ir/width.js';
 import { dequantRow, matmul, matmulGroup, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
@@ -27,24 +29,10 @@ import { RopeCache } from './rope-cache.js';
 import { MAX_GROUP } from './pool.js';
 import { SiluMul } from './activation.js';
 
-/** Width of one layer when running a sub-model made of prefixes of its units (elastic levels). */
-export interface LayerWidth {
-  /** KV groups kept (prefix of the KV heads; under MHA a group is one head). */
-  kvGroups: number;
-  /** Query heads kept in each kept group (prefix within the group); default all. */
-  qHeadsPerGroup?: number;
-  /**
-   * Neurons kept (prefix); default all. Dense models: the MLP. MoE models: each routed expert (as the
-   * reorder pass's levels say), while their dense layers (qwen2_moe mlp_only_layers) take `denseFfn`.
-   */
-  ffn?: number;
-  /** MoE layers: neurons kept per routed expert, overriding `ffn`. */
-  expertFfn?: number[];
-  /** Dense layers of an MoE model: neurons kept; default all. */
-  denseFfn?: number;
-  /** qwen2_moe: neurons kept in the shared expert; default all. */
-  sharedFfn?: number;
-}
+export type { LayerWidth };
+
+/** The attention masks this interpreter applies (every kind of the IR). */
+export const RUNTIME_MASKS: ReadonlySet<MaskKind> = new Set(['causal', 'sliding', 'chunk', 'tree']);
 
 /** Tensor lookup the interpreter binds weights from (the loader provides it). */
 export interface WeightTable {
@@ -362,7 +350,7 @@ export class Interpreter {
     const s = this.spec;
     const T = ids.length;
     if (T === 0) throw new LlmcError('forward: no input ids');
-    if (widths) this.checkWidths(widths);
+    if (widths) checkWidths(s, widths);
     for (let t = 0; t < T; t++) {
       const id = ids[t];
       if (!Number.isInteger(id) || id < 0 || id >= s.vocabSize) throw new LlmcError(`token id ${id} is outside the vocabulary (0..${s.vocabSize - 1})`);
@@ -418,32 +406,13 @@ export class Interpreter {
 
   // ---- elastic widths ----------------------------------------------------------------------------
 
-  /**
-   * The kept extent of an elastic axis at this call's widths: `count` ranges of `len` channels,
-   * one every `stride` channels (a prefix is one range with stride = len).
-   */
-  private extent(axis: ElasticAxis | undefined, full: number, f: Frame): { count: number; stride: number; len: number } {
-    const w = axis ? f.widths?.[axis.layer] : undefined;
-    const prefix = (len: number) => ({ count: 1, stride: len, len });
-    if (!axis || !w) return prefix(full);
-    const hd = this.spec.headDim;
-    switch (axis.unit) {
-      case 'kv-heads':
-        return prefix(w.kvGroups * hd);
-      case 'q-heads': {
-        const qpg = w.qHeadsPerGroup ?? this.nrep;
-        return qpg === this.nrep ? prefix(w.kvGroups * this.nrep * hd) : { count: w.kvGroups, stride: this.nrep * hd, len: qpg * hd };
-      }
-      case 'neurons':
-        return prefix(this.neurons(axis.mlp, w) ?? full);
-    }
+  /** The kept extent of an elastic axis at this call's widths (core/ir/width.ts). */
+  private extent(axis: ElasticAxis | undefined, full: number, f: Frame): Extent {
+    return keptExtent(this.spec, axis, full, f.widths);
   }
 
   private neurons(slot: MoeMlp['slot'], w: LayerWidth): number | undefined {
-    if (slot === 'mlp') return w.ffn;
-    if (slot === 'dense') return w.denseFfn;
-    if (slot === 'shared') return w.sharedFfn;
-    return w.expertFfn?.[slot.expert] ?? w.ffn;
+    return keptNeurons(slot, w);
   }
 
   // ---- ops ---------------------------------------------------------------------------------------
@@ -615,7 +584,7 @@ export class Interpreter {
     };
   }
 
-  /** Causal GQA attention over the KV cache (sliding window when the model has one). */
+  /** GQA attention over the KV cache, masked as the op says (a tree mask applies the call's tree, else its base). */
   private attention(op: Extract<Op, { op: 'attention' }>): Step {
     const hd = op.headDim;
     const nrep = op.heads / op.kvHeads;
@@ -628,13 +597,12 @@ export class Interpreter {
     const atPositions = this.rowsOf.get(op.q) === 'N';
     const out = this.define(op.out, qDim, atPositions ? 'N' : 'T');
     const scale = 1 / Math.sqrt(hd);
-    const window = op.slidingWindow;
+    const mask = op.mask;
     let scores = new Float32Array(0);
     return (f) => {
+      if (f.tree && mask.kind !== 'tree') throw new LlmcError(`tree attention: layer ${op.layer}'s attention has a ${mask.kind} mask, not a tree (build the graph withTreeMasks)`);
       const T = f.T;
-      const w = f.widths?.[op.layer];
-      const G = w ? w.kvGroups : op.kvHeads;
-      const qpg = w?.qHeadsPerGroup ?? nrep;
+      const { groups: G, perGroup: qpg } = keptHeads(this.spec, f.widths?.[op.layer]);
       const kc = f.cache.k[op.layer];
       const vc = f.cache.v[op.layer];
       const q = Q.data;
@@ -649,13 +617,13 @@ export class Interpreter {
       if (qpg !== nrep) att.fill(0, 0, n * qDim);
       const mem = f.cache.memory;
       if (mem) {
-        if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, window, tokens);
-        else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, window, tokens);
+        if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, mask, tokens);
+        else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, mask, tokens);
         return;
       }
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
-      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, n, tokens, G, qpg, nrep, hd, qDim, kvDim, scale, window);
-      else attend(q, kc, vc, att, scores, n, tokens, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
+      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, n, tokens, G, qpg, nrep, hd, qDim, kvDim, scale, mask);
+      else attend(q, kc, vc, att, scores, n, tokens, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, mask);
     };
   }
 
@@ -795,28 +763,6 @@ export class Interpreter {
       }
     };
   }
-
-  private checkWidths(widths: LayerWidth[]): void {
-    const s = this.spec;
-    const nrep = this.nrep;
-    if (widths.length !== s.numLayers) throw new LlmcError(`widths: ${widths.length} entries for ${s.numLayers} layers`);
-    const within = (v: number | undefined, max: number, what: string, l: number) => {
-      if (v !== undefined && (!Number.isInteger(v) || v < 1 || v > max)) throw new LlmcError(`widths[${l}].${what} = ${v} is outside 1..${max}`);
-    };
-    const moe = s.moe;
-    widths.forEach((w, l) => {
-      within(w.kvGroups, s.numKvHeads, 'kvGroups', l);
-      if (w.kvGroups === undefined) throw new LlmcError(`widths[${l}].kvGroups is missing`);
-      within(w.qHeadsPerGroup, nrep, 'qHeadsPerGroup', l);
-      const dense = !moe || moe.denseLayers.includes(l);
-      if (dense) within(moe ? w.denseFfn : w.ffn, s.intermediateSize, moe ? 'denseFfn' : 'ffn', l);
-      else {
-        within(w.ffn, moe.expertIntermediateSize, 'ffn', l);
-        w.expertFfn?.forEach((f, e) => within(f, e < moe.numExperts ? moe.expertIntermediateSize : 0, `expertFfn[${e}]`, l));
-        if (moe.sharedExpertIntermediateSize) within(w.sharedFfn, moe.sharedExpertIntermediateSize, 'sharedFfn', l);
-      }
-    });
-  }
 }
 
 /** Ops whose output row r depends only on row r of their inputs (attention: of its queries). */
@@ -880,18 +826,18 @@ function route(logits: Float32Array, K: number, mode: 'softmax-topk-renorm' | 's
 }
 
 /**
- * Causal attention of T new queries (positions pos0..pos0+T-1) over the cached keys and values,
+ * Masked attention of T new queries (positions pos0..pos0+T-1) over the cached keys and values,
  * for the first qpg query heads of the first G KV groups; `att` rows are [qDim].
  * A plain function of plain arguments: the hot loops see locals, not closure slots.
  */
 function attend(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array,
   T: number, tokens: ArrayLike<number> | null, pos0: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
-  scale: number, window: number | null,
+  scale: number, mask: AttentionMask,
 ): void {
   for (let t = 0; t < T; t++) {
     const p = pos0 + (tokens ? tokens[t] : t);
-    const pStart = window ? Math.max(0, p - window + 1) : 0;
+    const pStart = Math.max(0, firstVisible(mask, p));
     for (let g = 0; g < G; g++) {
       for (let hh = 0; hh < qpg; hh++) {
         const h = g * nrep + hh;
@@ -927,13 +873,13 @@ function attend(
 function attendTree(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array, tree: TreeAttention,
   T: number, tokens: ArrayLike<number> | null, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
-  scale: number, window: number | null,
+  scale: number, mask: AttentionMask,
 ): void {
   const keys = new Int32Array(scores.length);
   for (let t = 0; t < T; t++) {
     const tok = tokens ? tokens[t] : t;
     const p = tree.positions[tok];
-    const first = window ? p - window + 1 : 0;
+    const first = firstVisible(mask, p);
     let nk = 0;
     for (let j = Math.max(0, first); j < tree.shared; j++) keys[nk++] = j;
     for (const j of tree.visible[tok]) if (tree.keyPositions[j - tree.shared] >= first) keys[nk++] = j;

@@ -8,6 +8,7 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import { buildModel } from '../../core/ir/build.js';
 import type { ModelGraph } from '../../core/ir/ir.js';
 import { skipLayers } from '../../core/ir/skip.js';
+import { withTreeMasks } from '../../core/ir/mask.js';
 import { Interpreter, KvCache, type LayerWidth, type TreeAttention, type WeightTable } from './interpreter.js';
 import type { ArtifactManifest } from './format.js';
 import type { LevelAdapters } from './lowrank.js';
@@ -94,7 +95,8 @@ export class Model {
     /** Another graph over the same weights (default: the architecture's). */
     graph?: ModelGraph,
   ) {
-    this.graph = graph ?? buildModel(spec);
+    // Attention takes the speculative trees a call may feed (a call without one is causal as the model).
+    this.graph = withTreeMasks(graph ?? buildModel(spec));
     this.interpreter = new Interpreter(spec, this.graph, table);
     this.experts = table.experts ?? null;
   }
@@ -111,6 +113,11 @@ export class Model {
   /** The same weights without some decoder layers (a self-speculative draft); shares the weights. */
   withoutLayers(layers: readonly number[]): Model {
     return new Model(this.spec, this.table, this.manifest, this.levelAdapters, skipLayers(buildModel(this.spec), layers));
+  }
+
+  /** Another graph of this model over the same weights (a graph transform: other attention masks, …). */
+  withGraph(graph: ModelGraph): Model {
+    return new Model(this.spec, this.table, this.manifest, this.levelAdapters, graph);
   }
 
   newCache(): KvCache {
