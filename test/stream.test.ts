@@ -11,6 +11,12 @@ import { StreamEngine } from '../src/exec/stream/engine.js';
 import { streamSegments } from '../src/exec/stream/segments.js';
 import { buildModel } from '../src/core/ir/build.js';
 import { STORIES } from './stories-engine.js';
+import { evaluateArtifact, heldOutSet } from '../src/app/evaluate/artifact.js';
+import { locate } from '../src/app/artifact.js';
+import { float32Bytes, STREAM_ABOVE_BYTES } from '../src/exec/stream/reference.js';
+import { llmcInProcess } from './cli.js';
+import { promises as fsp } from 'node:fs';
+import os from 'node:os';
 
 const DENSE = path.resolve(__dirname, '../../shared/models/trained/dense-28M');
 
@@ -108,3 +114,34 @@ for (const [name, dir] of [
     });
   });
 }
+
+describe('the quality evaluation with the source streamed', () => {
+  test('stories260K ts Q8_0: every figure equals the whole-graph evaluation; only large models stream by default', async () => {
+    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-stream-eval-'));
+    try {
+      const out = path.join(tmp, 'a');
+      const r = await llmcInProcess('compile', STORIES, '-o', out, '--target', 'ts', '--quant', 'Q8_0', '--cache-dir', path.join(tmp, 'cache'));
+      expect(r.code, r.stderr).toBe(0);
+      const located = await locate(out);
+      if (located.kind !== 'artifact' || located.manifestPath === null) throw new Error('not an artifact');
+      const source = await openCheckpoint(STORIES);
+      try {
+        const held = await heldOutSet(source, { tokens: 630, cacheDir: path.join(tmp, 'cache') });
+        const whole = await evaluateArtifact({ artifact: located, source, sequences: held.sequences, stream: false, threads: 1 });
+        const streamed = await evaluateArtifact({ artifact: located, source, sequences: held.sequences, stream: true, threads: 1 });
+        expect(streamed.positions).toBe(whole.positions);
+        for (const k of ['referencePpl', 'candidatePpl', 'kl', 'klP99', 'greedyAgreement'] as const) expect(streamed[k]).toBeCloseTo(whole[k], 6);
+        expect(float32Bytes(source.spec)).toBeLessThan(STREAM_ABOVE_BYTES);
+      } finally {
+        await source.close();
+      }
+    } finally {
+      await fsp.rm(tmp, { recursive: true, force: true });
+    }
+  });
+
+  test('the TinyLlama-1.1B shape streams by default (its float32 graph is above 2 GiB)', () => {
+    const spec = { vocabSize: 32000, hiddenSize: 2048, intermediateSize: 5632, numLayers: 22, numHeads: 32, numKvHeads: 4, headDim: 64, tieEmbeddings: false, qkvBias: false, oBias: false, mlpBias: false, moe: null };
+    expect(float32Bytes(spec as never)).toBeGreaterThan(2 ** 31);
+  });
+});
