@@ -15,6 +15,8 @@ import { evaluateArtifact, heldOutSet } from '../src/app/evaluate/artifact.js';
 import { locate } from '../src/app/artifact.js';
 import { float32Bytes, STREAM_ABOVE_BYTES } from '../src/exec/stream/reference.js';
 import { llmcInProcess } from './cli.js';
+import { activationScores } from '../passes/reorder/importance.js';
+import { measureLinears } from '../passes/outliers/measure.js';
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 
@@ -111,6 +113,22 @@ for (const [name, dir] of [
         expect(closeness(t.sum!, s.sum!, 1e-4, 1e-5)).toBeLessThanOrEqual(1);
         expect(closeness(t.top!.values, s.top!.values, 1e-4, 1e-6)).toBeLessThanOrEqual(1);
       }
+    });
+
+    test("the passes' statistics: reorder's activation importance and outliers' linear profiles equal the whole graph's", async () => {
+      const calib = windows(6, 32, 11);
+      const stream = new StreamEngine(ck, { threads: 1 });
+      const [a, b] = [await activationScores(engine, calib), await activationScores(stream, calib)];
+      for (let l = 0; l < ck.spec.numLayers; l++) expect(closeness(b.head[l], a.head[l], 1e-4, 1e-6)).toBeLessThanOrEqual(1);
+      for (const [k, v] of Object.entries(a.mlp)) expect(closeness(b.mlp[k], v, 1e-4, 1e-6)).toBeLessThanOrEqual(1);
+      const graph = buildModel(ck.spec);
+      const set = { calib, key: 'stream-test' };
+      const [x, y] = [await measureLinears(ck, graph, set, { engine: async () => engine }), await measureLinears(ck, graph, set, { engine: async () => stream })];
+      expect(y.map((r) => `${r.weight}|${r.side}`)).toEqual(x.map((r) => `${r.weight}|${r.side}`));
+      x.forEach((r, i) => {
+        for (const f of ['absMax', 'sum', 'sumSq', 'top'] as const) expect(closeness(y[i][f], r[f], 1e-4, 1e-5)).toBeLessThanOrEqual(1);
+        expect(y[i].topChannels).toEqual(r.topChannels);
+      });
     });
   });
 }

@@ -66,6 +66,10 @@ export class StreamEngine {
   /** The largest carried activations of the last sweep, in bytes (the calibration activations). */
   activationBytes = 0;
 
+  get spec(): ModelGraph['spec'] {
+    return this.graph.spec;
+  }
+
   constructor(
     readonly source: ModelSource,
     private readonly opts: StreamOptions = {},
