@@ -8,7 +8,7 @@
  */
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ModelGraph, TapPoint } from '../../src/core/ir/ir.js';
-import { Engine } from '../../src/exec/engine/index.js';
+import { openTapper, type Tapper } from '../../src/exec/stream/index.js';
 import type { LinearInputStats } from '../../src/exec/engine/taps.js';
 import { cachedProfile, type ProfileCache } from '../../src/measure/store.js';
 import type { Progress } from '../../src/core/util/progress.js';
@@ -46,7 +46,7 @@ export async function measureLinears(
   source: ModelSource,
   graph: ModelGraph,
   calib: { calib: number[][]; key: string },
-  opts: { cacheDir?: ProfileCache; progress?: Progress; engine?: () => Promise<Engine> },
+  opts: { cacheDir?: ProfileCache; progress?: Progress; engine?: () => Promise<Tapper> },
 ): Promise<RawSide[]> {
   const points = linearPoints(graph);
   const tokens = calib.calib.reduce((a, s) => a + s.length, 0);
@@ -56,17 +56,18 @@ export async function measureLinears(
     'outlier-stats',
     { checkpoint: await source.identity(), calibration: calib.key, points: points.map((p) => `${p.kind}:${p.key}:${p.value}:${p.channels}`), percentile: 99.9 },
     async () => {
-      const own = !opts.engine;
-      const engine = opts.engine ? await opts.engine() : await Engine.open(source, { graph });
+      // without a shared engine: a large model streams layer by layer (the same statistics)
+      const own = opts.engine ? null : await openTapper(source, { graph, progress: opts.progress });
+      const engine: Tapper = own ?? (await opts.engine!());
       try {
-        opts.progress?.start('outliers: profiling linears', 1);
+        if (!own) opts.progress?.start('outliers: profiling linears', 1);
         const top = topCount(tokens * maxC);
         const layers = Array.from({ length: graph.spec.numLayers }, (_, l) => l);
         const r = await engine.tap(calib.calib, [
           { kind: 'linear-input', layers, sums: true, top },
           { kind: 'linear-output', layers, sums: true, top },
         ]);
-        opts.progress?.done();
+        if (!own) opts.progress?.done();
         const arrays: Record<string, Float64Array> = {};
         for (const p of points) {
           const s = (p.kind === 'linear-input' ? r.linearInputs : r.linearOutputs).get(p.key) as LinearInputStats;
@@ -80,7 +81,7 @@ export async function measureLinears(
         }
         return { meta: { tokens, note: 'per side: per-channel max|x|, Σx, Σx², and the exact top n−⌊0.999n⌋+1 elements by |x| (signed) with their channels' }, arrays };
       } finally {
-        if (own) await engine.close();
+        await own?.close();
       }
     },
   );

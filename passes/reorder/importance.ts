@@ -9,7 +9,7 @@ import { layerNames } from '../../src/core/arch/names.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { TfModel } from '../../src/exec/autodiff/lower.js';
-import type { Engine } from '../../src/exec/engine/index.js';
+import type { Tapper } from '../../src/exec/stream/index.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
 import { identity, type LayerOrder } from './permute.js';
@@ -99,8 +99,9 @@ export async function taylorScores(model: TfModel, calib: number[][]): Promise<{
 /**
  * Minitron-style forward-only importance from the engine's in-graph taps: per head Σ over tokens of
  * ‖head output‖² (before o_proj), per neuron Σ over tokens of |act(gate)·up| (experts: routed tokens).
+ * The whole-model Engine or the layer-streamed one (a large model): the same taps.
  */
-export async function activationScores(engine: Engine, calib: number[][]): Promise<UnitScores> {
+export async function activationScores(engine: Tapper, calib: number[][]): Promise<UnitScores> {
   const spec = engine.spec;
   const r = await engine.tap(calib, [{ kind: 'head-output' }, { kind: 'mlp-act' }]);
   const head: Float64Array[] = [];

@@ -1,6 +1,7 @@
 /**
  * A quick evaluation of an artifact against the checkpoint it was compiled from, on held-out data:
- * the source runs on the onnxruntime Engine, the artifact on whatever its target's runner uses (the
+ * the source runs on onnxruntime (the whole-model Engine, or layer by layer for a model whose float32
+ * graph is large: src/exec/stream), the artifact on whatever its target's runner uses (the
  * TS runtime, onnxruntime, llama.cpp), at full width or at one of its elastic levels.
  * `evaluateArtifact` is the one entry point (the end-of-compile summary, `llmc check`, `--check` and
  * `llmc report` use it).
@@ -10,7 +11,7 @@ import { TARGETS } from '../../../backends/index.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import type { Artifact, ArtifactRunner } from '../../core/pipeline/target.js';
-import { Engine } from '../../exec/engine/index.js';
+import { sourceLogits } from '../../exec/stream/reference.js';
 import { artifactOffer, checkRunOptions } from '../../core/pipeline/run-usage.js';
 import { calibrationSet, textFileSpec, type CalibrationSpec } from '../../measure/calibration.js';
 import { idSequencesOf, idWindows } from '../../measure/sequences.js';
@@ -129,6 +130,8 @@ export interface EvaluateOptions {
   threads?: number;
   /** One tick per held-out window (a big model takes minutes). */
   progress?: Progress;
+  /** Run the source layer-streamed (true) or as one graph (false); default: streamed for a large model. */
+  stream?: boolean;
 }
 
 /** The artifact's runner, through its target's descriptor. */
@@ -166,19 +169,19 @@ export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQual
     throw new LlmcError(`is not the checkpoint ${o.artifact.path} was compiled from (sha256 ${have.slice(0, 12)}… ≠ the manifest's ${want.slice(0, 12)}…)`, o.source.description);
   }
   const runner = await openRunner(o);
-  const engine = await Engine.open(o.source, { threads: o.threads }).catch(async (e) => {
+  const progress = o.progress ?? silentProgress;
+  const reference = await sourceLogits(o.source, o.sequences, { threads: o.threads, stream: o.stream, progress }).catch(async (e) => {
     await runner.close();
     throw e;
   });
   try {
-    const progress = o.progress ?? silentProgress;
     progress.start(`quality: the artifact on ${runner.engine} against the source, ${o.sequences.length} windows`, o.sequences.length);
-    const figures = await compareModels((ids) => engine.logits(ids), runner.logits!, o.sequences, o.source.spec.vocabSize, () => progress.tick()).finally(() => progress.done());
+    const figures = await compareModels(reference.logits, runner.logits!, o.sequences, o.source.spec.vocabSize, () => progress.tick()).finally(() => progress.done());
     const out: ArtifactQuality = { ...figures, executor: runner.engine, level: runner.level ?? null };
     if (o.speedTokens) out.tokensPerSecond = await decodeSpeed(runner, o.speedTokens);
     return out;
   } finally {
-    await engine.close();
+    await reference.close();
     await runner.close();
   }
 }

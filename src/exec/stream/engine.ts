@@ -1,0 +1,239 @@
+/**
+ * The layer-streaming executor: the model run piece by piece (embedding, each decoder layer, the
+ * head; ./segments.ts), each piece lowered by the engine's own ONNX lowering and run on onnxruntime
+ * over the whole calibration batch before the next one is loaded. Only one piece's weights are in
+ * memory at a time (read from the checkpoint in its own dtype, as float32), so a model of any size
+ * runs where the whole-model graph is refused (protobuf's 2 GiB) or does not fit; the batch's hidden
+ * states are carried from piece to piece (`activationBytes`).
+ *
+ * It answers what the whole-model Engine answers for calibration and evaluation: `tap` (the same
+ * TapResult, the same batches) and logits at every position of held-out windows (`prefill`, then
+ * the head window by window, so [T, V] logits of one window are held at a time).
+ *
+ * onnxruntime per piece rather than the TS runtime's interpreter: on the TinyLlama-1.1B shape a decoder
+ * layer over 4096 tokens ran faster there (bench/stream.bench.ts prints both), and the whole-model
+ * Engine it replaces runs the same kernels, so its statistics agree to float32 rounding.
+ */
+import '../engine/ort-env.js'; // before onnxruntime-node loads
+import * as ort from 'onnxruntime-node';
+import type { ModelSource } from '../../core/checkpoint/source.js';
+import { LlmcError, UsageError } from '../../core/errors.js';
+import { buildModel, IO } from '../../core/ir/build.js';
+import type { ModelGraph, V } from '../../core/ir/ir.js';
+import { ropeTables } from '../../core/ir/rope.js';
+import { silentProgress, type Progress } from '../../core/util/progress.js';
+import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
+import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
+import { streamSegments, type Segment } from './segments.js';
+
+export interface StreamOptions {
+  /** onnxruntime intra-op threads (default: onnxruntime's choice). */
+  threads?: number;
+  /** The IR to run (a pass's transformed graph over `source`); default: the one built from the spec. */
+  graph?: ModelGraph;
+  /** One tick per batch per piece (a 1.1B model's sweep takes minutes). */
+  progress?: Progress;
+  /**
+   * Tokens per onnxruntime run of a piece: bounds the piece's own activations. Default: 4096 for
+   * tap (Engine.tap's batches, so `full` blocks come in the same order), one window per run for
+   * prefill (batched attention ran slower: 41 s against 31 s for 16 windows of 512 on dense-28M).
+   */
+  batchTokens?: number;
+}
+
+/** One onnxruntime run's rows: sequences of equal length. */
+interface Batch {
+  /** Indices into the sequences given. */
+  sequences: number[];
+  length: number;
+  ids: number[][];
+  /** The carried values at the current cut, [rows, T, C] each. */
+  carried: Map<V, Float32Array>;
+}
+
+/** Logits of held-out windows, computed head-side one window at a time. */
+export interface StreamedLogits {
+  /** Row-major [T, V] logits at every position of window `i` (of the windows given to prefill). */
+  logits(i: number): Promise<Float32Array>;
+  /** Bytes of the carried hidden states held. */
+  activationBytes: number;
+  close(): Promise<void>;
+}
+
+export class StreamEngine {
+  readonly graph: ModelGraph;
+  readonly segments: Segment[];
+  /** The largest carried activations of the last sweep, in bytes (the calibration activations). */
+  activationBytes = 0;
+
+  get spec(): ModelGraph['spec'] {
+    return this.graph.spec;
+  }
+
+  constructor(
+    readonly source: ModelSource,
+    private readonly opts: StreamOptions = {},
+  ) {
+    this.graph = opts.graph ?? buildModel(source.spec);
+    this.segments = streamSegments(this.graph);
+  }
+
+  /** One piece's session (its weights read now, float32), with the tap outputs asked for. */
+  private async open(seg: Segment, taps: TapSpec[]): Promise<{ session: ort.InferenceSession; taps: TapOutputs[] }> {
+    const lowered = await lowerToOnnx(this.source, { graph: seg.graph, taps });
+    // A piece runs a few times then is released: onnxruntime's arena and memory pattern would only
+    // grow the peak (results are the same without them; see Engine's tap sessions).
+    const options: ort.InferenceSession.SessionOptions = {
+      graphOptimizationLevel: 'all',
+      executionMode: 'sequential',
+      interOpNumThreads: 1,
+      enableCpuMemArena: false,
+      enableMemPattern: false,
+      extra: { session: { intra_op: { allow_spinning: '0' } } },
+    };
+    if (this.opts.threads) options.intraOpNumThreads = this.opts.threads;
+    const session = await ort.InferenceSession.create(lowered.bytes, options);
+    return { session, taps: lowered.taps };
+  }
+
+  private feeds(seg: Segment, b: Batch, positions: number[]): Record<string, ort.Tensor> {
+    const spec = this.graph.spec;
+    const B = b.ids.length;
+    const T = b.length;
+    const feeds: Record<string, ort.Tensor> = {};
+    const past = /^past_(key|value)_\d+$/;
+    let rope: { cos: Float32Array; sin: Float32Array } | null = null;
+    for (const input of seg.graph.inputs) {
+      const name = input.name;
+      if (name === IO.ids) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(b.ids.flat(), (x) => BigInt(x)), [B, T]);
+      else if (name === IO.cos || name === IO.sin) {
+        rope ??= ropeTables(spec, 0, T);
+        feeds[name] = new ort.Tensor('float32', name === IO.cos ? rope.cos : rope.sin, [T, spec.headDim / 2]);
+      } else if (name === IO.logitPositions) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(positions, (x) => BigInt(x)), [positions.length]);
+      else if (past.test(name)) feeds[name] = new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
+      else {
+        const v = b.carried.get(name);
+        if (!v) throw new LlmcError(`internal: piece ${seg.id} needs "${name}", which no earlier piece carried`);
+        feeds[name] = new ort.Tensor('float32', v, [B, T, v.length / (B * T)]);
+      }
+    }
+    return feeds;
+  }
+
+  /** Batches of equal-length sequences, at most `batchTokens` tokens each (one sequence at least). */
+  private batches(ids: number[][], tokens: number): Batch[] {
+    for (const r of ids) for (const id of r) if (!Number.isInteger(id) || id < 0 || id >= this.graph.spec.vocabSize) throw new UsageError(`token id ${id} is outside the vocabulary [0, ${this.graph.spec.vocabSize})`);
+    const byLength = new Map<number, number[]>();
+    ids.forEach((seq, i) => {
+      if (seq.length > 0) byLength.set(seq.length, [...(byLength.get(seq.length) ?? []), i]);
+    });
+    const out: Batch[] = [];
+    const per = (len: number) => Math.max(1, Math.floor(tokens / len));
+    for (const [len, group] of byLength) {
+      for (let i = 0; i < group.length; i += per(len)) {
+        const sequences = group.slice(i, i + per(len));
+        out.push({ sequences, length: len, ids: sequences.map((j) => ids[j]), carried: new Map() });
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Run pieces [0, end) over every batch, piece by piece: each piece's session is built, run on all
+   * batches (their carried values replaced by its outputs, its taps merged into `result`), released.
+   */
+  private async sweep(batches: Batch[], end: number, specs: TapSpec[], result: TapResult, positions: (b: Batch) => number[]): Promise<void> {
+    const progress = this.opts.progress ?? silentProgress;
+    progress.start(`streaming ${end} pieces over ${batches.reduce((a, b) => a + b.ids.length * b.length, 0)} tokens`, end * batches.length);
+    try {
+      for (let s = 0; s < end; s++) {
+        const seg = this.segments[s];
+        const { session, taps } = await this.open(seg, specs);
+        try {
+          const scratch = emptyTapResult();
+          for (const b of batches) {
+            const outputs = await session.run(this.feeds(seg, b, positions(b)));
+            const carried = new Map<V, Float32Array>();
+            for (const v of seg.carriedOut) carried.set(v, outputs[v].data as Float32Array);
+            // values read further on stay; the piece's inputs nothing later reads are dropped
+            for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
+            b.carried = carried;
+            if (taps.length) mergeTapOutputs(scratch, taps, outputs, b.ids.length, b.length);
+            progress.tick();
+          }
+          foldTaps(result, scratch);
+        } finally {
+          await session.release();
+        }
+        this.activationBytes = Math.max(this.activationBytes, batches.reduce((a, b) => a + [...b.carried.values()].reduce((n, x) => n + x.byteLength, 0), 0));
+      }
+    } finally {
+      progress.done();
+    }
+  }
+
+  private readLater(s: number, v: V): boolean {
+    return this.segments.slice(s + 1).some((g) => g.carriedIn.includes(v));
+  }
+
+  /**
+   * Profiling observations over `ids`, as Engine.tap gives them (the same batches, each run's logits
+   * at its last position, so the lm_head's input is observed there). The head runs only when a tap
+   * observes it.
+   */
+  async tap(ids: number[][], spec: TapSpec | TapSpec[]): Promise<TapResult> {
+    const specs = Array.isArray(spec) ? spec : [spec];
+    const batches = this.batches(ids, this.opts.batchTokens ?? 4096);
+    const result = emptyTapResult();
+    const head = this.segments[this.segments.length - 1];
+    const headTapped = head.graph.taps.some((p) => specs.some((s) => s.kind === p.kind && (!s.layers || s.layers.includes(p.layer))));
+    await this.sweep(batches, this.segments.length - (headTapped ? 0 : 1), specs, result, (b) => [b.length - 1]);
+    for (const b of batches) {
+      result.tokens += b.ids.length * b.length;
+      result.batches.push({ sequences: b.sequences, length: b.length });
+    }
+    return result;
+  }
+
+  /**
+   * Every piece but the head over `windows`; then `logits(i)` runs the head on window i's final
+   * hidden states alone (the head's session stays open until close()).
+   */
+  async prefill(windows: number[][]): Promise<StreamedLogits> {
+    const batches = this.batches(windows, this.opts.batchTokens ?? 1);
+    await this.sweep(batches, this.segments.length - 1, [], emptyTapResult(), () => []);
+    const head = this.segments[this.segments.length - 1];
+    const where = new Map<number, { b: Batch; row: number }>();
+    for (const b of batches) b.sequences.forEach((seq, row) => where.set(seq, { b, row }));
+    const { session } = await this.open(head, []);
+    let closed = false;
+    return {
+      activationBytes: this.activationBytes,
+      logits: async (i) => {
+        if (closed) throw new LlmcError('internal: streamed logits read after close');
+        const at = where.get(i);
+        if (!at) throw new LlmcError(`internal: window ${i} was not prefilled`);
+        const { b, row } = at;
+        const one: Batch = { sequences: [i], length: b.length, ids: [b.ids[row]], carried: new Map() };
+        for (const [v, x] of b.carried) {
+          const n = x.length / b.ids.length;
+          one.carried.set(v, x.slice(row * n, (row + 1) * n));
+        }
+        const outputs = await session.run(this.feeds(head, one, Array.from({ length: b.length }, (_, t) => t)));
+        return outputs[IO.logits].data as Float32Array;
+      },
+      close: async () => {
+        if (closed) return;
+        closed = true;
+        await session.release();
+      },
+    };
+  }
+}
+
+/** Fold one piece's tap results into the whole sweep's (each tap key belongs to one piece). */
+function foldTaps(into: TapResult, from: TapResult): void {
+  for (const k of ['linearInputs', 'linearOutputs', 'headOutputs', 'routerLogits', 'mlpActs'] as const) {
+    for (const [key, v] of from[k] as Map<string, unknown>) (into[k] as Map<string, unknown>).set(key, v);
+  }
+}
