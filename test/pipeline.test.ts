@@ -78,7 +78,15 @@ const toyTarget: TargetDescriptor<{ greeting: string }> = {
     specs: [{ key: 'greeting', help: 'written into the file' }],
     parse: (raw) => ({ greeting: raw.greeting ?? 'hello' }),
   },
-  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: true, perExpertFormats: true, qdq: false, chunkGraphs: false },
+  capabilities: {
+    elasticWidths: { kind: 'none' },
+    perTensorFormats: true,
+    perExpertFormats: true,
+    qdq: false,
+    lowers: { moe: false, 'sliding-window': false, 'tree-mask': false, 'chunk-graphs': false, 'shadow-outliers': false },
+    speculative: false,
+    expertCache: false,
+  },
   quantBlock: () => 1,
   requires: [TOY_MARKS],
   load: async () => ({

@@ -8,6 +8,13 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHECKPOINT_OFFER, checkRunOptions, type RunOffer } from '../src/core/pipeline/run-usage.js';
 import { UsageError } from '../src/core/errors.js';
+import { RUN_CATALOG } from '../src/app/artifact.js';
+import { planCompile } from '../src/app/compile/plan.js';
+import { TARGETS } from '../backends/index.js';
+import { checkModelLowered, modelFeatures } from '../src/core/pipeline/capabilities.js';
+import { GRAPH_FEATURES } from '../src/core/pipeline/target.js';
+import type { ArchSpec } from '../src/core/arch/types.js';
+import type { Level, Manifest } from '../src/core/records/index.js';
 import { llmcInProcess as llmc } from './cli.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
@@ -18,31 +25,78 @@ describe('checkRunOptions', () => {
   const experts = { capacity: 2 };
   const cases: [string, Parameters<typeof checkRunOptions>[1], RegExp][] = [
     ['--level', { level: '0.5' }, /^--level needs an artifact with elastic levels .*; this is a thing$/],
-    ['--chunk', { chunk: 16 }, /^--chunk needs .*chunk-partition.*; this is a thing$/],
-    ['--speculative', { speculative: {} }, /^--speculative needs .*tree-search.*; this is a thing$/],
-    ['--expert-cache', { experts }, /^--expert-cache needs .*mixture-of-experts/],
+    // The passes and targets a refusal names come from the registries: the passes that write the
+    // record, the targets whose capabilities declare the feature.
+    ['--chunk', { chunk: 16 }, /^--chunk needs an artifact with chunk graphs \(llmc compile --passes chunk-partition --target ts, cuda or qnn\); this is a thing$/],
+    ['--speculative', { speculative: {} }, /^--speculative needs an artifact with a verification tree \(llmc compile --passes tree-search --target ts\); this is a thing$/],
+    ['--expert-cache', { experts }, /^--expert-cache needs an artifact of a mixture-of-experts model \(llmc compile --target ts\); this is a thing$/],
     ['--engine', { engine: 'onnxruntime' }, /^--engine onnxruntime: a thing runs on one engine, with no choice$/],
   ];
   it.each(cases)('%s on a model that does not offer it is a UsageError (exit 2)', (_flag, o, message) => {
     let err: unknown;
     try {
-      checkRunOptions(none, o);
+      checkRunOptions(none, o, RUN_CATALOG);
     } catch (e) {
       err = e;
     }
     expect(err).toBeInstanceOf(UsageError);
     expect((err as UsageError).exitCode).toBe(2);
     expect((err as Error).message).toMatch(message);
-    expect(() => checkRunOptions(all, o)).not.toThrow();
+    expect(() => checkRunOptions(all, o, RUN_CATALOG)).not.toThrow();
   });
 
   it('options that do not combine are refused even where each alone is offered', () => {
     for (const o of [{ chunk: 8, level: 'L0' }, { chunk: 8, speculative: {} }, { chunk: 'auto' as const, experts }]) {
-      expect(() => checkRunOptions(all, o)).toThrow(/^--chunk and --(level|speculative|expert-cache) do not combine$/);
+      expect(() => checkRunOptions(all, o, RUN_CATALOG)).toThrow(/^--chunk and --(level|speculative|expert-cache) do not combine$/);
     }
-    expect(() => checkRunOptions(all, { speculative: {}, level: 'L0' })).toThrow(/--speculative and --level do not combine/);
-    expect(() => checkRunOptions(all, { speculative: {}, experts })).toThrow(/^--speculative and --expert-cache do not combine/);
-    expect(() => checkRunOptions(none, {})).not.toThrow();
+    expect(() => checkRunOptions(all, { speculative: {}, level: 'L0' }, RUN_CATALOG)).toThrow(/--speculative and --level do not combine/);
+    expect(() => checkRunOptions(all, { speculative: {}, experts }, RUN_CATALOG)).toThrow(/^--speculative and --expert-cache do not combine/);
+    expect(() => checkRunOptions(none, {}, RUN_CATALOG)).not.toThrow();
+  });
+});
+
+describe('declared capabilities: each target declares what it lowers and runs, checked once', () => {
+  const refusal = (f: () => unknown) => {
+    try {
+      f();
+    } catch (e) {
+      expect(e).toBeInstanceOf(UsageError);
+      expect((e as UsageError).exitCode).toBe(2);
+      return (e as Error).message;
+    }
+    throw new Error('not refused');
+  };
+
+  it('every target declares every graph feature', () => {
+    for (const t of TARGETS) expect(Object.keys(t.capabilities.lowers).sort(), t.name).toEqual(Object.keys(GRAPH_FEATURES).sort());
+  });
+
+  it('the pass manager refuses a pass whose graph feature the target does not lower (tree-search on cuda)', () => {
+    expect(refusal(() => planCompile({ target: 'cuda', passes: ['tree-search'] }))).toBe(
+      "--target cuda does not lower tree attention masks (tree-search's speculative verification tree), which pass tree-search needs (targets that do: ts)",
+    );
+    expect(refusal(() => planCompile({ target: 'hf', passes: ['chunk-partition'] }))).toMatch(/^--target hf does not lower fixed-shape prompt-chunk graphs .*, which pass chunk-partition needs \(targets that do: ts, cuda, qnn\)$/);
+    expect(refusal(() => planCompile({ target: 'gguf', passes: ['outliers'] }))).toMatch(/^--target gguf does not lower shadow outlier execution .*, which pass outliers needs \(targets that do: qnn\)$/);
+    expect(() => planCompile({ target: 'ts', passes: ['tree-search'], opts: { 'tree-search.draftSkip': '1' } })).not.toThrow();
+  });
+
+  it("a model's own features: refused where the target does not lower them, with its reason; approximated ones pass (the target notes them)", () => {
+    const spec = (over: Partial<ArchSpec>) => ({ modelType: 'mistral', moe: null, slidingWindow: null, ...over }) as ArchSpec;
+    const target = (name: string) => TARGETS.find((t) => t.name === name)!;
+    expect(modelFeatures(spec({ slidingWindow: 8 }))).toEqual(['sliding-window']);
+    expect(refusal(() => checkModelLowered(spec({ slidingWindow: 8 }), target('tensorrt-llm'), TARGETS))).toMatch(
+      /^--target tensorrt-llm does not lower sliding-window attention, which this mistral model has: .*convert_checkpoint\.py \(targets that do: hf, ts, cuda, qnn\)$/,
+    );
+    expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('gguf'), TARGETS)).not.toThrow();
+    expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('cuda'), TARGETS)).not.toThrow();
+    expect(() => checkModelLowered(spec({}), target('tensorrt-llm'), TARGETS)).not.toThrow();
+  });
+
+  it("a level's exact bytes come from its target's declaration (gguf-levels: the level's own file), not from the CLI knowing targets", () => {
+    const manifest = { target: 'gguf-levels', targetInfo: { levels: [{ id: 'L0', file: 'L0/model.gguf' }, { id: 'L1', file: 'L1/model.gguf' }] }, files: [{ path: 'L0/model.gguf', size: 123 }, { path: 'L1/model.gguf', size: 456 }] } as unknown as Manifest;
+    const gl = TARGETS.find((t) => t.name === 'gguf-levels')!;
+    expect(gl.levelBytes!(manifest, { id: 'L1' } as Level)).toBe(456);
+    expect(TARGETS.filter((t) => t.levelBytes).map((t) => t.name)).toEqual(['gguf-levels', 'ts']);
   });
 });
 

@@ -2,7 +2,7 @@
 import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { ELASTIC_LEVELS } from '../../src/core/records/elastic.js';
-import { GGUF_FORMATS, ggufQuantBlock } from '../gguf/index.js';
+import { GGUF_FORMATS, GGUF_LOWERS, ggufQuantBlock } from '../gguf/index.js';
 
 export const ggufLevels: TargetDescriptor = {
   name: 'gguf-levels',
@@ -14,11 +14,18 @@ export const ggufLevels: TargetDescriptor = {
     perTensorFormats: true,
     perExpertFormats: false,
     qdq: false,
-    chunkGraphs: false,
+    lowers: GGUF_LOWERS,
     adapters: true,
+    speculative: false,
+    expertCache: false,
   },
   quantBlock: ggufQuantBlock,
   requires: [ELASTIC_LEVELS],
+  // Each level is its own GGUF file: its size is the level's bytes.
+  levelBytes(m, lv) {
+    const file = ((m.targetInfo as { levels?: { id: string; file: string }[] }).levels ?? []).find((l) => l.id === lv.id)?.file;
+    return m.files.find((f) => f.path === file)?.size ?? 0;
+  },
   load: async () => (await import('./emit.js')).ggufLevelsTarget,
   open: async (a, o) => (await import('./run.js')).openGgufLevels(a, o),
 };

@@ -3,7 +3,7 @@
  * own converter and quantizer. This is its descriptor; ./emit.ts writes the file.
  */
 import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
-import type { FormatRequest, TargetDescriptor } from '../../src/core/pipeline/target.js';
+import type { FormatRequest, TargetCapabilities, TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { blockAlongRow, QUANT_TYPES } from '../../src/core/quant/types.js';
 import { DEFAULT_QUANT, validChoices } from './presets.js';
 
@@ -18,12 +18,21 @@ export function ggufQuantBlock(r: FormatRequest): number {
   return Math.max(r.quant === undefined ? 32 : blockAlongRow(r.quant), ...r.tensorTypes.map((t) => blockAlongRow(t.type)));
 }
 
+/** What a GGUF carries of the graph: llama.cpp writes sliding-window models without their window (metadata.ts notes it). */
+export const GGUF_LOWERS: TargetCapabilities['lowers'] = {
+  moe: true,
+  'sliding-window': { approximates: "llama.cpp's llama architecture attends to the whole context" },
+  'tree-mask': false,
+  'chunk-graphs': false,
+  'shadow-outliers': false,
+};
+
 export const gguf: TargetDescriptor = {
   name: 'gguf',
   description: 'GGUF v3 for llama.cpp (F32/F16/BF16, Q8_0, Q4_0..Q5_1, K-quants, llama.cpp presets like Q4_K_M)',
   formats: GGUF_FORMATS,
   options: NO_OPTIONS,
-  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: true, perExpertFormats: false, qdq: false, chunkGraphs: false },
+  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: true, perExpertFormats: false, qdq: false, lowers: GGUF_LOWERS, speculative: false, expertCache: false },
   quantBlock: ggufQuantBlock,
   requires: [],
   singleFile: { extension: '.gguf', file: 'model.gguf' },

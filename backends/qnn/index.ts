@@ -4,7 +4,6 @@
  * encodings JSON, the dynamic attention graphs for the CPU, shadow-outlier weights, HTP configs per
  * SoC and build-qnn.sh. ./emit.ts writes it; docs/outliers.md describes it.
  */
-import { UsageError } from '../../src/core/errors.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { OUTLIER_SCALES } from '../../src/core/records/outliers.js';
 import { QNN_FORMATS, QNN_OPTIONS, type QnnOptions } from './options.js';
@@ -14,14 +13,24 @@ export const qnn: TargetDescriptor<QnnOptions> = {
   description: 'Qualcomm QNN (HTP NPU): static W8A8 QDQ subgraphs + encodings JSON, CPU attention graphs, shadow outlier weights, htp.json, build-qnn.sh',
   formats: { quant: QNN_FORMATS, default: 'w8a8', tensorTypes: null },
   options: QNN_OPTIONS,
-  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: true, chunkGraphs: true, engines: ['sim', 'onnxruntime'] },
+  capabilities: {
+    elasticWidths: { kind: 'none' },
+    perTensorFormats: false,
+    perExpertFormats: false,
+    qdq: true,
+    lowers: {
+      moe: { refuses: 'token routing has no static per-tensor graph; qnn takes dense llama, mistral and qwen2 models' },
+      'sliding-window': true,
+      'tree-mask': false,
+      'chunk-graphs': true,
+      'shadow-outliers': true,
+    },
+    engines: ['sim', 'onnxruntime'],
+    speculative: false,
+    expertCache: false,
+  },
   quantBlock: () => 1,
   requires: [OUTLIER_SCALES],
-  checkArch(spec) {
-    if (spec.moe) {
-      throw new UsageError(`--target qnn cannot express ${spec.modelType}'s mixture-of-experts layers (token routing has no static per-tensor graph); it takes dense llama, mistral and qwen2 models`);
-    }
-  },
   load: async () => (await import('./emit.js')).qnnTarget,
   open: async (a, o) => (await import('./open.js')).openQnn(a, o),
 };

@@ -18,15 +18,26 @@ export const tensorrtLlm: TargetDescriptor = {
   description: 'TensorRT-LLM checkpoint (config.json + rank0.safetensors) for trtllm-build: fp16/bf16/fp32, int8/int4 weight-only (W8A16/W4A16)',
   formats: { quant: TRTLLM_FORMATS, default: 'fp16', tensorTypes: null },
   options: NO_OPTIONS,
-  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: false, perExpertFormats: false, qdq: false, chunkGraphs: false },
+  capabilities: {
+    elasticWidths: { kind: 'none' },
+    perTensorFormats: false,
+    perExpertFormats: false,
+    qdq: false,
+    lowers: {
+      // TensorRT-LLM runs Mixtral and Qwen2-MoE (LLaMAForCausalLM / QWenForCausalLM with a MoeConfig),
+      // but this writer has no expert tensors (mlp.router, stacked mlp.fc / mlp.proj) yet.
+      moe: { refuses: "this writer has no expert tensors yet: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py" },
+      'sliding-window': { refuses: "this writer's config.json carries no attention window: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py" },
+      'tree-mask': false,
+      'chunk-graphs': false,
+      'shadow-outliers': false,
+    },
+    speculative: false,
+    expertCache: false,
+  },
   quantBlock: () => 1,
   requires: [],
   checkArch(spec) {
-    // TensorRT-LLM runs Mixtral and Qwen2-MoE (LLaMAForCausalLM / QWenForCausalLM with a MoeConfig),
-    // but this writer has no expert tensors (mlp.router, stacked mlp.fc / mlp.proj) yet.
-    if (spec.moe) {
-      throw new UsageError(`--target tensorrt-llm writes dense llama, mistral and qwen2 checkpoints; ${spec.modelType}'s experts are not written yet: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py`);
-    }
     if (!archOf(spec).tensorrtLlm) {
       throw new UsageError(`--target tensorrt-llm writes ${written()} checkpoints, not ${spec.modelType}: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py`);
     }

@@ -3,7 +3,6 @@
  * (mllm-NPU §3.2–3.4). Descriptor only (cheap to import); the work is in ./pass.ts.
  * docs/chunk-partition.md describes the method, the files and the record.
  */
-import { UsageError } from '../../src/core/errors.js';
 import type { PassDescriptor } from '../../src/core/pipeline/pass.js';
 import { CHUNK_SCHEDULE } from '../../src/core/records/chunk-schedule.js';
 import { readCostFile, readDepsFile } from './files.js';
@@ -17,8 +16,8 @@ export const chunkPartition: PassDescriptor<ChunkPartitionOptions> = {
   after: ['reorder', 'expert-bits'],
   requires: [],
   produces: CHUNK_SCHEDULE,
-  check(options, target) {
-    if (!target.capabilities.chunkGraphs) throw new UsageError(`chunk-partition needs a target that runs prompt chunks (ts, cuda, qnn); ${target.name} does not`);
+  needs: ['chunk-graphs'],
+  check(options) {
     // The files are read and checked before any work.
     if (typeof options.costs === 'object') readCostFile(options.costs.file, ['embed', 'qkv', 'attention', 'mlp', 'head', ...(options.shadowLayers.length ? (['shadow'] as const) : [])]);
     if (options.deps) readDepsFile(options.deps);

@@ -16,6 +16,7 @@ export const outliers: PassDescriptor<OutliersOptions> = {
   after: ['reorder'],
   requires: [],
   produces: OUTLIER_SCALES,
+  needs: ['shadow-outliers'],
   check: checkOutliers,
   load: async () => (await import('./run.js')).outliersPass,
 };

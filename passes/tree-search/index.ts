@@ -18,6 +18,7 @@ export const treeSearch: PassDescriptor<TreeSearchOptions> = {
   after: ['reorder'],
   requires: [],
   produces: SPEC_TREE,
+  needs: ['tree-mask'],
   check(options, _target, _formats, run) {
     if (options.draft.kind === 'level' && !run.passes.includes('reorder')) {
       throw new UsageError('tree-search.draftLevel drafts with an elastic level of the target: add reorder to --passes');

@@ -7,11 +7,16 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { TARGETS } from '../../backends/index.js';
+import { PASSES } from '../../passes/index.js';
+import type { RunCatalog } from '../core/pipeline/run-usage.js';
 import { LlmcError } from '../core/errors.js';
 import type { Artifact, ForeignFile, TargetDescriptor } from '../core/pipeline/target.js';
 import { MANIFEST_FILE } from '../core/records/manifest.js';
 import { sha256Files } from '../core/util/sha256.js';
 import { parseManifestText } from './compile/manifest.js';
+
+/** The registries as `llmc run`, eval and check name them when refusing a run option (checkRunOptions). */
+export const RUN_CATALOG: RunCatalog = { targets: TARGETS, passes: PASSES };
 
 export { parseManifestText };
 

@@ -4,9 +4,9 @@
  * (elastic-prefix) of a manifest; a level whose held-out perplexity is at or above the vocabulary size
  * (uniform guessing) is flagged.
  */
-import { levelPrefixes } from '../../core/pipeline/elastic.js';
+import { TARGETS } from '../../../backends/index.js';
 import { formatBytes } from './output.js';
-import { ELASTIC_LEVELS, findRecord, formatLevelFraction as pct, formatPerplexity as ppl, levelWidths, worseThanUniform, type ElasticLevels, type Level, type Manifest } from '../../core/records/index.js';
+import { ELASTIC_LEVELS, findRecord, formatLevelFraction as pct, formatPerplexity as ppl, worseThanUniform, type ElasticLevels, type Level, type Manifest } from '../../core/records/index.js';
 
 export interface LevelRow {
   id: string;
@@ -38,33 +38,10 @@ export function levelRows(manifest: Manifest): { record: ElasticLevels; rows: Le
   return { record, rows };
 }
 
-/** A level's bytes: the file of gguf-levels, the kept tensor bytes (and adapters) of ts, else proportional. */
+/** A level's bytes: exact where its target's layout gives them (TargetDescriptor.levelBytes), else its share of the files. */
 function levelBytes(manifest: Manifest, record: ElasticLevels): (lv: Level) => { bytes: number; bytesExact: boolean } {
-  const ti = manifest.targetInfo as Record<string, unknown>;
-  const size = new Map(manifest.files.map((f) => [f.path, f.size]));
-  if (manifest.target === 'gguf-levels' && Array.isArray(ti.levels)) {
-    const files = new Map((ti.levels as { id: string; file: string }[]).map((l) => [l.id, size.get(l.file)]));
-    return (lv) => ({ bytes: files.get(lv.id) ?? 0, bytesExact: files.has(lv.id) });
-  }
-  if (manifest.target === 'ts' && Array.isArray(ti.tensors)) {
-    const tensors = ti.tensors as { name: string; shape: number[]; bytes: number }[];
-    const adapters = (ti.adapters ?? {}) as Record<string, { tensors: { a: string; b: string }[] }>;
-    const byName = new Map(tensors.map((t) => [t.name, t]));
-    const adapterNames = new Set(Object.values(adapters).flatMap((a) => a.tensors.flatMap((t) => [t.a, t.b])));
-    return (lv) => {
-      const kept = levelPrefixes(manifest.arch, levelWidths(lv));
-      let bytes = 0;
-      for (const t of tensors) {
-        if (adapterNames.has(t.name)) continue;
-        const k = kept.get(t.name);
-        const rows = t.shape[0];
-        const cols = t.shape[t.shape.length - 1];
-        bytes += (t.bytes * (k?.rows ?? rows) * (t.shape.length > 1 ? (k?.cols ?? cols) : 1)) / (rows * (t.shape.length > 1 ? cols : 1));
-      }
-      for (const t of adapters[lv.id]?.tensors ?? []) bytes += (byName.get(t.a)?.bytes ?? 0) + (byName.get(t.b)?.bytes ?? 0);
-      return { bytes: Math.round(bytes), bytesExact: true };
-    };
-  }
+  const exact = TARGETS.find((t) => t.name === manifest.target)?.levelBytes;
+  if (exact) return (lv) => ({ bytes: exact(manifest, lv), bytesExact: true });
   const total = manifest.files.reduce((n, f) => n + f.size, 0);
   return (lv) => ({ bytes: Math.round((total * lv.params) / record.full.params), bytesExact: false });
 }

@@ -9,6 +9,7 @@ import { DTYPE_BYTES, numel } from '../../core/checkpoint/safetensors.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
+import { checkModelLowered } from '../../core/pipeline/capabilities.js';
 import type { ProfileCacheRef } from '../../core/pipeline/pass.js';
 import { tensorGroups, type WrittenTensor } from '../../core/pipeline/summary.js';
 import type { EmitPlan } from '../../core/pipeline/target.js';
@@ -20,6 +21,7 @@ import { LLMC_VERSION } from '../../core/version.js';
 import { describeFiles } from './manifest.js';
 import { checkOutputName, prepareOutput } from './output.js';
 import { planCompile, type CompilePlan, type PlanRequest } from './plan.js';
+import { TARGETS } from '../../../backends/index.js';
 
 export interface CompileRequest extends PlanRequest {
   source: ModelSource;
@@ -50,6 +52,7 @@ export async function compile(req: CompileRequest, plan: CompilePlan = planCompi
 
 /** The unit after every pass of the plan, in the manager's order. */
 async function runPasses(req: CompileRequest, plan: CompilePlan): Promise<CompileUnit> {
+  checkModelLowered(req.source.spec, plan.target, TARGETS);
   plan.target.checkArch?.(req.source.spec);
   let unit = unitOf(req.source);
   for (const { descriptor, options } of plan.passes) {

@@ -9,6 +9,7 @@ import { formatIn as formatNamed } from '../../core/pipeline/format-names.js';
 import { PASSES } from '../../../passes/index.js';
 import { TARGETS } from '../../../backends/index.js';
 import { UsageError } from '../../core/errors.js';
+import { checkPassLowered } from '../../core/pipeline/capabilities.js';
 import { checkOptionKeys, type OptionSchema } from '../../core/pipeline/options.js';
 import type { PassDescriptor } from '../../core/pipeline/pass.js';
 import type { FormatRequest, TargetDescriptor } from '../../core/pipeline/target.js';
@@ -111,6 +112,8 @@ export function planPasses(req: Pick<PlanRequest, 'passes' | 'opts'>): PlannedPa
 export function planCompile(req: PlanRequest): CompilePlan {
   const target = findTarget(req.target);
   const { descriptors, raw } = listedPasses(req.passes);
+  // A pass whose output the target cannot lower is refused before its options are looked at.
+  for (const d of descriptors) checkPassLowered(d, target, TARGETS);
 
   // Route --opt owner.key=value to the pass or target that owns it.
   const targetRaw: Record<string, string> = {};

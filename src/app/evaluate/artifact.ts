@@ -24,6 +24,7 @@ import type { ProfileCache } from '../../measure/store.js';
 import { DEFAULT_EVAL_TOKENS, EVAL_SEED, EVAL_WINDOW, SELF_GENERATED_LENGTH } from './defaults.js';
 import { compareModels, type QualityFigures } from './quality.js';
 import { evaluableTargets } from './executors.js';
+import { RUN_CATALOG } from '../artifact.js';
 
 export { DEFAULT_EVAL_TOKENS, EVAL_WINDOW, SELF_GENERATED_LENGTH, EVAL_SEED };
 
@@ -140,7 +141,7 @@ async function openRunner(o: EvaluateOptions): Promise<ArtifactRunner> {
   const target = TARGETS.find((t) => t.name === manifest.target);
   if (!target?.open) throw new UsageError(`a ${manifest.target} artifact has no quality metrics here: llmc runs ${evaluableTargets().join(', ')} artifacts`);
   // --level on an artifact without levels is the same usage error (exit 2) as in llmc run.
-  checkRunOptions(artifactOffer(o.artifact, target), { level: o.level });
+  checkRunOptions(artifactOffer(o.artifact, target), { level: o.level }, RUN_CATALOG);
   const runner = await target.open(o.artifact, { level: o.level, threads: o.threads });
   if (!runner.logits) {
     await runner.close();

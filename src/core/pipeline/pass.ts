@@ -6,7 +6,7 @@
 import type { Progress } from '../util/progress.js';
 import type { RecordType } from '../records/types.js';
 import type { OptionSchema } from './options.js';
-import type { FormatRequest, TargetDescriptor } from './target.js';
+import type { FormatRequest, GraphFeature, TargetDescriptor } from './target.js';
 import type { CompileUnit } from './unit.js';
 import type { ModelSource } from '../checkpoint/source.js';
 
@@ -102,6 +102,8 @@ export interface PassDescriptor<O = unknown> {
   requires: readonly string[];
   /** The record type it writes. */
   produces: RecordType<unknown>;
+  /** Graph features its output carries, which the target must lower (the pass manager refuses the pass otherwise). */
+  needs?: readonly GraphFeature[];
   /** Checks of the combination with the target and the other passes, before any work; throws UsageError. */
   check?(options: O, target: TargetDescriptor, formats: FormatRequest, run: { passes: readonly string[] }): void;
   load(): Promise<Pass<O>>;

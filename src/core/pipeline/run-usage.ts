@@ -4,14 +4,16 @@
  * artifact, `--speculative` without a verification tree, two options that do not combine) is a usage
  * error, exit 2, the same on every target; a file that is missing, damaged or unreadable is an input
  * error, exit 1. Callers describe their model as a RunOffer (a checkpoint, an artifact, a bare GGUF)
- * and call checkRunOptions once; backends may then assume what was asked is there.
+ * and call checkRunOptions once; backends may then assume what was asked is there. What an artifact offers
+ * derives from its target's declared capabilities (TargetCapabilities) and the records it carries; a
+ * refusal names the passes and targets that give it, from the registries (RunCatalog).
  */
 import { UsageError } from '../errors.js';
 import { CHUNK_SCHEDULE } from '../records/chunk-schedule.js';
 import { ELASTIC_LEVELS } from '../records/elastic.js';
 import { SPEC_TREE } from '../records/spec-tree.js';
-import { findRecord } from '../records/types.js';
-import type { Artifact, RunEngine, RunOptions, TargetDescriptor } from './target.js';
+import { findRecord, type RecordType } from '../records/types.js';
+import type { Artifact, RunEngine, RunOptions, TargetCapabilities, TargetDescriptor } from './target.js';
 
 /** What a model on `llmc run`'s command line offers the options only some models honour. */
 export interface RunOffer {
@@ -32,29 +34,56 @@ export interface RunOffer {
 /** A Hugging Face checkpoint runs as it is on onnxruntime: none of the artifact options apply. */
 export const CHECKPOINT_OFFER: RunOffer = { what: 'a Hugging Face checkpoint', levels: false, chunks: false, speculative: false, expertCache: false, engines: null };
 
-/** What an llmc artifact offers: its target's capabilities and the records its passes wrote. */
+/** The registries, for naming in a refusal the passes and targets that give what was asked. */
+export interface RunCatalog {
+  targets: readonly TargetDescriptor[];
+  passes: readonly { name: string; produces: RecordType<unknown> }[];
+}
+
+/** One run feature: its flag, what it needs, the record a pass must write and the target's declaration of it. */
+interface RunFeature {
+  key: 'levels' | 'chunks' | 'speculative' | 'expertCache';
+  flag: string;
+  asked(o: RunOptions): boolean;
+  needs: string;
+  /** The record the artifact must carry (a pass writes it), if any. */
+  record?: RecordType<unknown>;
+  /** Whether the target declares it (TargetCapabilities). */
+  declared(c: TargetCapabilities): boolean;
+  /** What else the artifact must be (beyond the record). */
+  holds?(a: Artifact): boolean;
+}
+
+const RUN_FEATURES: readonly RunFeature[] = [
+  { key: 'levels', flag: '--level', asked: (o) => o.level !== undefined, needs: 'an artifact with elastic levels', record: ELASTIC_LEVELS, declared: (c) => c.elasticWidths.kind !== 'none' },
+  { key: 'chunks', flag: '--chunk', asked: (o) => o.chunk !== undefined, needs: 'an artifact with chunk graphs', record: CHUNK_SCHEDULE, declared: (c) => c.lowers['chunk-graphs'] === true },
+  { key: 'speculative', flag: '--speculative', asked: (o) => Boolean(o.speculative), needs: 'an artifact with a verification tree', record: SPEC_TREE, declared: (c) => c.speculative },
+  { key: 'expertCache', flag: '--expert-cache', asked: (o) => Boolean(o.experts), needs: 'an artifact of a mixture-of-experts model', declared: (c) => c.expertCache, holds: (a) => a.manifest.arch.moe !== null },
+];
+
+/** What an llmc artifact offers: what its target declares, and what the artifact holds (its passes' records, an MoE model). */
 export function artifactOffer(a: Artifact, target: TargetDescriptor, where?: string): RunOffer {
-  const c = target.capabilities;
-  const has = (type: Parameters<typeof findRecord>[1]) => findRecord(a.manifest.passes, type, where) !== null;
+  const offers = (f: RunFeature) => f.declared(target.capabilities) && (!f.record || findRecord(a.manifest.passes, f.record, where) !== null) && (f.holds?.(a) ?? true);
   return {
     what: `${/^(hf|[aeiou])/.test(target.name) ? 'an' : 'a'} ${target.name} artifact`,
-    levels: c.elasticWidths.kind !== 'none' && has(ELASTIC_LEVELS),
-    chunks: c.chunkGraphs && has(CHUNK_SCHEDULE),
-    speculative: Boolean(c.speculative) && has(SPEC_TREE),
-    expertCache: Boolean(c.expertCache) && a.manifest.arch.moe !== null,
-    engines: c.engines ?? null,
+    ...(Object.fromEntries(RUN_FEATURES.map((f) => [f.key, offers(f)])) as Record<RunFeature['key'], boolean>),
+    engines: target.capabilities.engines ?? null,
   };
 }
 
+/** `llmc compile --passes P --target A, B or C`: how to get an artifact with feature `f`, from the registries. */
+function howTo(f: RunFeature, catalog: RunCatalog): string {
+  const or = (names: string[]) => (names.length > 1 ? `${names.slice(0, -1).join(', ')} or ${names.at(-1)}` : names[0] ?? '(none)');
+  const passes = f.record ? catalog.passes.filter((p) => p.produces.id === f.record!.id).map((p) => p.name) : [];
+  const targets = catalog.targets.filter((t) => f.declared(t.capabilities)).map((t) => t.name);
+  return `llmc compile${passes.length ? ` --passes ${or(passes)}` : ''} --target ${or(targets)}`;
+}
+
 /** Refuses (UsageError, exit 2) an option the model does not offer, or two that do not combine. */
-export function checkRunOptions(offer: RunOffer, o: RunOptions): void {
-  const refuse = (flag: string, needs: string) => {
-    throw new UsageError(`${flag} needs ${needs}; this is ${offer.what}`);
-  };
-  if (o.level !== undefined && !offer.levels) refuse('--level', 'an artifact with elastic levels (llmc compile --passes reorder --target ts, cuda or gguf-levels)');
-  if (o.chunk !== undefined && !offer.chunks) refuse('--chunk', 'an artifact with chunk graphs (llmc compile --passes chunk-partition --target ts, cuda or qnn)');
-  if (o.speculative && !offer.speculative) refuse('--speculative', 'a ts artifact with a verification tree (llmc compile --target ts --passes tree-search)');
-  if (o.experts && !offer.expertCache) refuse('--expert-cache', 'a ts artifact of a mixture-of-experts model (llmc compile --target ts)');
+export function checkRunOptions(offer: RunOffer, o: RunOptions, catalog: RunCatalog): void {
+  for (const f of RUN_FEATURES) {
+    if (f.asked(o) && !offer[f.key]) throw new UsageError(`${f.flag} needs ${f.needs} (${howTo(f, catalog)}); this is ${offer.what}`);
+  }
   if (o.engine !== undefined && !offer.engines?.includes(o.engine)) {
     throw new UsageError(`--engine ${o.engine}: ${offer.what} runs on ${offer.engines ? offer.engines.join(' or ') : 'one engine, with no choice'}`);
   }

@@ -5,6 +5,7 @@
  */
 import type { ArchSpec } from '../arch/types.js';
 import { UsageError } from '../errors.js';
+import type { Level } from '../records/elastic.js';
 import type { Manifest } from '../records/manifest.js';
 import type { Progress } from '../util/progress.js';
 import type { WrittenTensor } from './summary.js';
@@ -38,6 +39,28 @@ export type ElasticSupport = { kind: 'per-layer' } | { kind: 'uniform'; why: str
 export const RUN_ENGINES = ['sim', 'onnxruntime'] as const;
 export type RunEngine = (typeof RUN_ENGINES)[number];
 
+/**
+ * Features of a model's graph a target may or may not lower: the model's own (MoE layers, sliding-window
+ * attention) and those a pass adds (a verification tree's mask, chunk graphs, shadow outliers). Each
+ * target declares every one (TargetCapabilities.lowers); the pass manager refuses a pass that needs one
+ * its target does not lower, the compile driver a model that has one.
+ */
+export const GRAPH_FEATURES = {
+  moe: 'mixture-of-experts layers',
+  'sliding-window': 'sliding-window attention',
+  'tree-mask': "tree attention masks (tree-search's speculative verification tree)",
+  'chunk-graphs': 'fixed-shape prompt-chunk graphs (chunked prefill)',
+  'shadow-outliers': 'shadow outlier execution (static W8A8 with the outliers added back)',
+} as const;
+export type GraphFeature = keyof typeof GRAPH_FEATURES;
+
+/**
+ * How a target treats one graph feature: `true` lowers it; `false` refuses it; `{ refuses }` refuses it
+ * and says why and what to do instead; `{ approximates }` writes the model without it (a note says so
+ * at every compile, as llama.cpp's converter does) — for a model feature only, never a pass's.
+ */
+export type Lowering = boolean | { refuses: string } | { approximates: string };
+
 export interface TargetCapabilities {
   elasticWidths: ElasticSupport;
   /** A format a pass chose per tensor (TensorAnnotation.format) is written as chosen. */
@@ -46,8 +69,8 @@ export interface TargetCapabilities {
   perExpertFormats: boolean;
   /** Static quantization as quantize/dequantize pairs with scales from a pass. */
   qdq: boolean;
-  /** Fixed-shape prompt-chunk subgraphs. */
-  chunkGraphs: boolean;
+  /** Each graph feature, lowered or not (`llmc list targets` shows them). */
+  lowers: Readonly<Record<GraphFeature, Lowering>>;
   /** The engines `llmc run --engine` may choose between for its artifacts (the first is the default); absent: one engine, no choice. */
   engines?: readonly RunEngine[];
   /**
@@ -56,11 +79,14 @@ export interface TargetCapabilities {
    * not train what would be dropped).
    */
   adapters?: boolean;
-  /** `llmc run --speculative` with the verification tree of --passes tree-search. Absent: false. */
-  speculative?: boolean;
-  /** `llmc run --expert-cache`: an MoE model's routed experts read from the file on demand. Absent: false. */
-  expertCache?: boolean;
+  /** `llmc run --speculative` with the verification tree of --passes tree-search. */
+  speculative: boolean;
+  /** `llmc run --expert-cache`: an MoE model's routed experts read from the file on demand. */
+  expertCache: boolean;
 }
+
+/** The target lowers `f` (an `approximates` is not lowering). */
+export const lowers = (target: Pick<TargetDescriptor, 'capabilities'>, f: GraphFeature): boolean => target.capabilities.lowers[f] === true;
 
 export interface EmitContext<O = unknown> {
   outDir: string;
@@ -218,6 +244,11 @@ export interface TargetDescriptor<O = unknown> {
   /** A target whose artifact is one file: `-o NAME<extension>` writes `file` there (manifest beside it). */
   singleFile?: { extension: string; file: string };
   load(): Promise<Target<O>>;
+  /**
+   * Bytes of one elastic level as deployed, where the artifact's layout gives them exactly (a file per
+   * level; a tensor table the level's prefixes are cut from). Absent: the level's share of the files.
+   */
+  levelBytes?(manifest: Manifest, level: Level): number;
   /** Files of this extension without llmc's manifest are read as this target's artifacts (loaded on use). */
   foreign?: { extension: string; open(file: string): Promise<ForeignFile> };
   /** How `llmc run` runs this target's artifacts, when llmc can (loaded on use). */

@@ -7,6 +7,7 @@ import { PASSES } from '../../../../passes/index.js';
 import { TARGETS } from '../../../../backends/index.js';
 import { UsageError } from '../../../core/errors.js';
 import type { OptionSpec } from '../../../core/pipeline/options.js';
+import { lowers, type GraphFeature, type Lowering, type TargetDescriptor } from '../../../core/pipeline/target.js';
 import { printJson } from '../output.js';
 import { FORMAT_ALIASES } from '../../../core/pipeline/format-names.js';
 
@@ -66,6 +67,29 @@ function optionLines(owner: string, specs: readonly OptionSpec[], indent: string
   return specs.map((s) => wrap(`--opt ${owner}.${s.key}: ${s.help}${s.default !== undefined ? ` (default: ${s.default})` : ''}`, indent));
 }
 
+/** What `llmc run` may ask of the target's artifacts (the declared capabilities). */
+function runsLine(t: TargetDescriptor): string {
+  if (!t.open) return 'llmc run: llmc does not run these artifacts itself';
+  const c = t.capabilities;
+  const flags = [
+    ...(c.elasticWidths.kind !== 'none' ? [`--level (${c.elasticWidths.kind} widths)`] : []),
+    ...(lowers(t, 'chunk-graphs') ? ['--chunk'] : []),
+    ...(c.speculative ? ['--speculative'] : []),
+    ...(c.expertCache ? ['--expert-cache'] : []),
+    ...(c.engines ? [`--engine ${c.engines.join('|')}`] : []),
+  ];
+  return `llmc run: ${flags.length ? flags.join(', ') : 'the full model, none of --level, --chunk, --speculative, --expert-cache'}`;
+}
+
+/** The graph features it lowers, approximates (and how) and refuses. */
+function lowersLine(t: TargetDescriptor): string {
+  const all = Object.entries(t.capabilities.lowers) as [GraphFeature, Lowering][];
+  const yes = all.filter(([, l]) => l === true).map(([f]) => f);
+  const approx = all.flatMap(([f, l]) => (typeof l === 'object' && 'approximates' in l ? [`${f} (${l.approximates})`] : []));
+  const no = all.filter(([, l]) => l === false || (typeof l === 'object' && 'refuses' in l)).map(([f]) => f);
+  return [`lowers: ${yes.join(', ') || 'none of the graph features'}`, ...(approx.length ? [`approximates ${approx.join(', ')}`] : []), ...(no.length ? [`refuses ${no.join(', ')}`] : [])].join('; ');
+}
+
 export function describeTargets(): string {
   const lines = ['Targets (--target NAME):'];
   for (const t of TARGETS) {
@@ -75,6 +99,7 @@ export function describeTargets(): string {
     lines.push(wrap(t.formats.tensorTypes ? `--tensor-type REGEX=TYPE with TYPE one of ${t.formats.tensorTypes.join(', ')}` : '--tensor-type: not taken', i));
     if (t.requires.length) lines.push(`${i}needs: ${t.requires.map((r) => `${r.what} (${PASSES.filter((p) => p.produces.id === r.id).map((p) => `--passes ${p.name}`).join(' or ')})`).join(', ')}`);
     if (t.singleFile) lines.push(`${i}-o NAME${t.singleFile.extension} writes that one file (its manifest beside it)`);
+    lines.push(wrap(runsLine(t), i), wrap(lowersLine(t), i));
     lines.push(...optionLines(t.name, t.options.specs, i));
   }
   return lines.join('\n');

@@ -5,7 +5,7 @@ import { LlmcError, UsageError } from '../../../core/errors.js';
 import { RUN_ENGINES, type ArtifactRunner, type RunEngine, type RunOptions } from '../../../core/pipeline/target.js';
 import { ELASTIC_LEVELS, findRecord, levelJson, type ElasticLevels } from '../../../core/records/index.js';
 import { artifactOffer, CHECKPOINT_OFFER, checkRunOptions } from '../../../core/pipeline/run-usage.js';
-import { locate, verifyFiles } from '../../artifact.js';
+import { locate, RUN_CATALOG, verifyFiles } from '../../artifact.js';
 import { noteLine, printJson } from '../output.js';
 import { OutputClosed, TokenSink } from '../token-sink.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
@@ -15,12 +15,12 @@ import { parseJson } from '../../../core/util/json.js';
 async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels; dir: string; hashes?: Promise<void> }> {
   const where = await locate(modelPath);
   if (where.kind === 'checkpoint') {
-    checkRunOptions(CHECKPOINT_OFFER, o);
+    checkRunOptions(CHECKPOINT_OFFER, o, RUN_CATALOG);
     const { openCheckpointRunner } = await import('../../../exec/engine/generator.js');
     return { runner: await openCheckpointRunner(where.dir, { threads: o.threads, allowNonFinite: o.allowNonFinite }), dir: where.dir };
   }
   if (!where.target.open) throw new UsageError(`llmc cannot run ${where.target.name} artifacts itself (${where.path}); see llmc list targets`);
-  checkRunOptions(artifactOffer(where, where.target, where.manifestPath ?? where.path), o);
+  checkRunOptions(artifactOffer(where, where.target, where.manifestPath ?? where.path), o, RUN_CATALOG);
   if (where.manifestPath === null && o.verify) throw new UsageError("--verify: a GGUF without llmc's manifest beside it has no recorded sha256 to check against");
   await verifyFiles(where, { hash: Boolean(o.verify) });
   // Without --verify every file's sha256 is checked in the background while the model loads and
