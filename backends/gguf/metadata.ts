@@ -59,16 +59,25 @@ export function modelMetadata(
     // Only written when head_dim is not n_embd / n_head (as the converter does for an explicit head_dim).
     kvs.push({ key: a('attention.key_length'), value: u32(spec.headDim) }, { key: a('attention.value_length'), value: u32(spec.headDim) });
   }
-  if (arch === 'llama') kvs.push({ key: a('rope.dimension_count'), value: u32(spec.headDim) });
+  // convert_hf_to_gguf's LlamaModel (and its granite / smollm3 subclasses) writes the rotary width.
+  if (arch === 'llama' || arch === 'granite' || arch === 'smollm3') kvs.push({ key: a('rope.dimension_count'), value: u32(spec.headDim) });
+  const m = spec.multipliers;
+  if (m) {
+    // GraniteModel: each only when set (non-zero); llama.cpp reads 0 as "none" (1, or 1/sqrt(head_dim) for attention).
+    if (m.attention) kvs.push({ key: a('attention.scale'), value: f32(m.attention) });
+    if (m.embedding) kvs.push({ key: a('embedding_scale'), value: f32(m.embedding) });
+    if (m.residual) kvs.push({ key: a('residual_scale'), value: f32(m.residual) });
+    if (m.logitsDivide) kvs.push({ key: a('logit_scale'), value: f32(m.logitsDivide) });
+  }
   const moe = spec.moe;
   if (moe) {
     kvs.push({ key: a('expert_count'), value: u32(moe.numExperts) }, { key: a('expert_used_count'), value: u32(moe.topK) });
-    if (arch === 'qwen2moe') {
+    if (arch === 'qwen2moe' || arch === 'qwen3moe') {
       kvs.push({ key: a('expert_feed_forward_length'), value: u32(moe.expertIntermediateSize) });
       if (moe.sharedExpertIntermediateSize) {
         kvs.push({ key: a('expert_shared_feed_forward_length'), value: u32(moe.sharedExpertIntermediateSize) });
       }
-      if (moe.routing === 'softmax-topk-renorm') {
+      if (arch === 'qwen2moe' && moe.routing === 'softmax-topk-renorm') {
         notes.push('warning: norm_topk_prob=true; llama.cpp\'s qwen2moe does not renormalize the top-k router weights');
       }
     }

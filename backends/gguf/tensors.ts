@@ -4,6 +4,7 @@
  * re-interleaved for the llama architecture, Mixtral experts stacked per layer into 3-D tensors.
  */
 import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/core/checkpoint/index.js';
+import { layerNorms } from '../../src/core/arch/names.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { archOf, type ArchEntry } from '../../src/core/arch/registry.js';
 import { checkGgufRope } from './metadata.js';
@@ -76,6 +77,30 @@ export function llama3RopeFactors(spec: ArchSpec): Float32Array {
   return out;
 }
 
+/**
+ * What llama.cpp's graph of `arch` computes differently from the spec, refused with one line: its
+ * qwen3moe always renormalizes the top-k router weights and olmoe never does, both run every layer
+ * through experts, and its olmoe has no grouped-query attention; smollm3 skips rope on every 4th layer (a constant, no GGUF key); granite takes
+ * head_dim as n_embd / n_head (the converter drops head_dim).
+ */
+export function checkGgufLayers(spec: ArchSpec, arch: GgufArch, file: string): void {
+  const refuse = (why: string): never => {
+    throw new LlmcError(`${why}; llama.cpp (GGUF ${arch}) cannot express it, so the gguf target refuses rather than change the model`, file);
+  };
+  const moe = spec.moe;
+  if (arch === 'qwen3moe' && moe!.routing !== 'softmax-topk-renorm') refuse('norm_topk_prob is false (top-k router weights kept unnormalized)');
+  if (arch === 'olmoe' && moe!.routing !== 'softmax-topk') refuse('norm_topk_prob is true (top-k router weights renormalized)');
+  if ((arch === 'qwen3moe' || arch === 'olmoe') && moe!.denseLayers.length > 0) refuse(`layers ${moe!.denseLayers.join(', ')} are dense (mlp_only_layers / decoder_sparse_step)`);
+  if (arch === 'smollm3') {
+    const every4 = Array.from({ length: spec.numLayers }, (_, l) => l).filter((l) => (l + 1) % 4 !== 0);
+    const rope = spec.ropeLayers ?? Array.from({ length: spec.numLayers }, (_, l) => l);
+    if (rope.join(',') !== every4.join(',')) refuse(`no_rope_layers rotates layers [${rope.join(', ')}], not all but every 4th`);
+  }
+  // llama.cpp's olmoe sizes attn_k_norm as n_embd: it has no grouped-query attention there.
+  if (arch === 'olmoe' && spec.numKvHeads !== spec.numHeads) refuse(`num_key_value_heads ${spec.numKvHeads} differs from num_attention_heads ${spec.numHeads} (grouped-query attention with a k_norm of ${spec.numKvHeads * spec.headDim})`);
+  if (arch === 'granite' && spec.headDim * spec.numHeads !== spec.hiddenSize) refuse(`head_dim ${spec.headDim} is not hidden_size / num_attention_heads`);
+}
+
 /** Every GGUF tensor of the model, in file order, with where its data comes from. */
 export function planTensors(source: ModelSource): { arch: GgufArch; tensors: TensorPlan[]; ignored: string[] } {
   const spec = source.spec;
@@ -111,7 +136,9 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
       source.description,
     );
   }
-  const llamaPermute = arch === 'llama';
+  checkGgufLayers(spec, arch, source.description);
+  // The architectures llama.cpp rotates GPT-J style (LLAMA_ROPE_TYPE_NORM): convert_hf_to_gguf's LlamaModel subclasses.
+  const llamaPermute = arch === 'llama' || arch === 'granite' || arch === 'smollm3';
 
   one('token_embd.weight', EMBED);
   if (spec.ropeScaling?.type === 'llama3' && arch === 'llama') {
@@ -120,7 +147,8 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
     const b = `blk.${l}`;
-    one(`${b}.attn_norm.weight`, n.inputNorm);
+    const norms = layerNorms(spec, l);
+    if (norms.attnIn) one(`${b}.attn_norm.weight`, norms.attnIn);
     one(`${b}.attn_q.weight`, n.q, llamaPermute ? { permuteHeads: spec.numHeads } : {});
     optional(`${b}.attn_q.bias`, n.qBias, llamaPermute ? { permuteHeads: spec.numHeads } : {});
     one(`${b}.attn_k.weight`, n.k, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
@@ -129,7 +157,12 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
     optional(`${b}.attn_v.bias`, n.vBias);
     one(`${b}.attn_output.weight`, n.o);
     optional(`${b}.attn_output.bias`, n.oBias);
-    one(`${b}.ffn_norm.weight`, n.postNorm);
+    if (spec.qkNorm) {
+      one(`${b}.attn_q_norm.weight`, n.qNorm);
+      one(`${b}.attn_k_norm.weight`, n.kNorm);
+    }
+    if (norms.attnOut) one(`${b}.post_attention_norm.weight`, norms.attnOut);
+    if (norms.mlpIn) one(`${b}.ffn_norm.weight`, norms.mlpIn);
     if (isMoeLayer(spec, l)) {
       const m = moeNames(spec, l);
       one(`${b}.ffn_gate_inp.weight`, m.router);
@@ -152,6 +185,7 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
         one(`${b}.ffn_up.bias`, bias(n.mlp.up));
       }
     }
+    if (norms.mlpOut) one(`${b}.post_ffw_norm.weight`, norms.mlpOut);
   }
   one('output_norm.weight', FINAL_NORM);
   // Tied embeddings: no output.weight, llama.cpp reuses token_embd (as the converter leaves it).
