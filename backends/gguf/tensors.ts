@@ -4,14 +4,13 @@
  * re-interleaved for the llama architecture, Mixtral experts stacked per layer into 3-D tensors.
  */
 import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/core/checkpoint/index.js';
-import { layerNorms } from '../../src/core/arch/names.js';
 import { LlmcError } from '../../src/core/errors.js';
-import { archOf, type ArchEntry } from '../../src/core/arch/registry.js';
+import { archOf, type GgufFamily } from '../../src/core/arch/registry.js';
+import { layerNorms } from '../../src/core/arch/names.js';
 import { checkGgufRope } from './metadata.js';
 
-export type GgufArch = ArchEntry['gguf'];
-
-export function ggufArch(spec: ArchSpec): GgufArch {
+/** How llama.cpp writes the spec's family (the registry entry's gguf side). */
+export function ggufFamily(spec: ArchSpec): GgufFamily {
   return archOf(spec).gguf;
 }
 
@@ -22,7 +21,7 @@ export interface TensorPlan {
   shape: number[];
   /** Source tensors, concatenated along the first axis (several only for stacked experts). */
   sources: string[];
-  /** llama q/k: re-interleave rotary halves within each of this many heads. */
+  /** q/k of a family with permuteQK: re-interleave rotary halves within each of this many heads. */
   permuteHeads?: number;
   /** Computed rather than read (llama3 rope factors). */
   computed?: () => Float32Array;
@@ -77,35 +76,11 @@ export function llama3RopeFactors(spec: ArchSpec): Float32Array {
   return out;
 }
 
-/**
- * What llama.cpp's graph of `arch` computes differently from the spec, refused with one line: its
- * qwen3moe always renormalizes the top-k router weights and olmoe never does, both run every layer
- * through experts, and its olmoe has no grouped-query attention; smollm3 skips rope on every 4th layer (a constant, no GGUF key); granite takes
- * head_dim as n_embd / n_head (the converter drops head_dim).
- */
-export function checkGgufLayers(spec: ArchSpec, arch: GgufArch, file: string): void {
-  const refuse = (why: string): never => {
-    throw new LlmcError(`${why}; llama.cpp (GGUF ${arch}) cannot express it, so the gguf target refuses rather than change the model`, file);
-  };
-  const moe = spec.moe;
-  if (arch === 'qwen3moe' && moe!.routing !== 'softmax-topk-renorm') refuse('norm_topk_prob is false (top-k router weights kept unnormalized)');
-  if (arch === 'olmoe' && moe!.routing !== 'softmax-topk') refuse('norm_topk_prob is true (top-k router weights renormalized)');
-  if ((arch === 'qwen3moe' || arch === 'olmoe') && moe!.denseLayers.length > 0) refuse(`layers ${moe!.denseLayers.join(', ')} are dense (mlp_only_layers / decoder_sparse_step)`);
-  if (arch === 'smollm3') {
-    const every4 = Array.from({ length: spec.numLayers }, (_, l) => l).filter((l) => (l + 1) % 4 !== 0);
-    const rope = spec.ropeLayers ?? Array.from({ length: spec.numLayers }, (_, l) => l);
-    if (rope.join(',') !== every4.join(',')) refuse(`no_rope_layers rotates layers [${rope.join(', ')}], not all but every 4th`);
-  }
-  // llama.cpp's olmoe sizes attn_k_norm as n_embd: it has no grouped-query attention there.
-  if (arch === 'olmoe' && spec.numKvHeads !== spec.numHeads) refuse(`num_key_value_heads ${spec.numKvHeads} differs from num_attention_heads ${spec.numHeads} (grouped-query attention with a k_norm of ${spec.numKvHeads * spec.headDim})`);
-  if (arch === 'granite' && spec.headDim * spec.numHeads !== spec.hiddenSize) refuse(`head_dim ${spec.headDim} is not hidden_size / num_attention_heads`);
-}
-
 /** Every GGUF tensor of the model, in file order, with where its data comes from. */
-export function planTensors(source: ModelSource): { arch: GgufArch; tensors: TensorPlan[]; ignored: string[] } {
+export function planTensors(source: ModelSource): { family: GgufFamily; tensors: TensorPlan[]; ignored: string[] } {
   const spec = source.spec;
-  const arch = ggufArch(spec);
-  checkGgufRope(spec, arch);
+  const family = ggufFamily(spec);
+  checkGgufRope(spec, family);
   const shapeOf = (name: string): number[] => {
     const m = source.meta(name);
     if (!m) throw new LlmcError(`missing tensor "${name}"`, source.description);
@@ -130,18 +105,12 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
   };
   const bias = (w: string) => w.replace(/\.weight$/, '.bias');
 
-  if (arch === 'qwen2moe' && spec.moe!.denseLayers.length > 0) {
-    throw new LlmcError(
-      `layers ${spec.moe!.denseLayers.join(', ')} are dense (mlp_only_layers / decoder_sparse_step), which llama.cpp's qwen2moe cannot load`,
-      source.description,
-    );
-  }
-  checkGgufLayers(spec, arch, source.description);
-  // The architectures llama.cpp rotates GPT-J style (LLAMA_ROPE_TYPE_NORM): convert_hf_to_gguf's LlamaModel subclasses.
-  const llamaPermute = arch === 'llama' || arch === 'granite' || arch === 'smollm3';
+  const refusal = family.refuse(spec);
+  if (refusal !== null) throw new LlmcError(refusal, source.description);
+  const llamaPermute = family.permuteQK;
 
   one('token_embd.weight', EMBED);
-  if (spec.ropeScaling?.type === 'llama3' && arch === 'llama') {
+  if (spec.ropeScaling?.type === 'llama3' && family.ropeFreqs) {
     tensors.push({ name: 'rope_freqs.weight', shape: [spec.headDim / 2], sources: [], computed: () => llama3RopeFactors(spec) });
   }
   for (let l = 0; l < spec.numLayers; l++) {
@@ -161,6 +130,7 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
       one(`${b}.attn_q_norm.weight`, n.qNorm);
       one(`${b}.attn_k_norm.weight`, n.kNorm);
     }
+    // gguf-py's ATTN_POST_NORM / FFN_POST_NORM for norms on a block's output (olmo2, gemma2).
     if (norms.attnOut) one(`${b}.post_attention_norm.weight`, norms.attnOut);
     if (norms.mlpIn) one(`${b}.ffn_norm.weight`, norms.mlpIn);
     if (isMoeLayer(spec, l)) {
@@ -192,5 +162,5 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
   if (!spec.tieEmbeddings) one('output.weight', LM_HEAD);
   else used.add(LM_HEAD);
   const ignored = source.tensors.map((t) => t.name).filter((t) => !used.has(t));
-  return { arch, tensors, ignored };
+  return { family, tensors, ignored };
 }

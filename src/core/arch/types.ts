@@ -3,8 +3,10 @@
  * passes, engines and targets never read config.json themselves (spec.ts makes it from config.json).
  */
 
-/** The Hugging Face model_type names the architecture registry knows. */
-export type ModelType = 'llama' | 'mistral' | 'qwen2' | 'mixtral' | 'qwen2_moe' | 'qwen3' | 'qwen3_moe' | 'olmoe' | 'olmo2' | 'granite' | 'smollm3';
+import type { ModelType } from './registry.js';
+
+/** The Hugging Face model_type names the architecture registry knows (one per family line there). */
+export type { ModelType };
 
 /**
  * Rotary scaling as transformers' modeling_rope_utils.py computes it, with every default resolved
