@@ -357,5 +357,10 @@ export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
     eosTokenIds: [...new Set(eos)],
     torchDtype: null,
     moe,
+    // llama.cpp computes the layer itself; these describe the file's shapes only (llmc never runs a bare GGUF's IR).
+    qkNorm: names.has('blk.0.attn_q_norm.weight') ? { scope: (h.tensors.find((t) => t.name === 'blk.0.attn_q_norm.weight')?.ne[0] ?? 0) === hiddenSize ? 'all' : 'head', offset: 0 } : null,
+    normPlacement: names.has('blk.0.attn_norm.weight') ? 'pre' : 'post',
+    ropeLayers: null,
+    multipliers: null,
   };
 }

@@ -6,6 +6,7 @@
 import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/core/checkpoint/index.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { archOf, type GgufFamily } from '../../src/core/arch/registry.js';
+import { layerNorms } from '../../src/core/arch/names.js';
 import { checkGgufRope } from './metadata.js';
 
 /** How llama.cpp writes the spec's family (the registry entry's gguf side). */
@@ -115,7 +116,8 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
     const b = `blk.${l}`;
-    one(`${b}.attn_norm.weight`, n.inputNorm);
+    const norms = layerNorms(spec, l);
+    if (norms.attnIn) one(`${b}.attn_norm.weight`, norms.attnIn);
     one(`${b}.attn_q.weight`, n.q, llamaPermute ? { permuteHeads: spec.numHeads } : {});
     optional(`${b}.attn_q.bias`, n.qBias, llamaPermute ? { permuteHeads: spec.numHeads } : {});
     one(`${b}.attn_k.weight`, n.k, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
@@ -124,7 +126,13 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
     optional(`${b}.attn_v.bias`, n.vBias);
     one(`${b}.attn_output.weight`, n.o);
     optional(`${b}.attn_output.bias`, n.oBias);
-    one(`${b}.ffn_norm.weight`, n.postNorm);
+    if (spec.qkNorm) {
+      one(`${b}.attn_q_norm.weight`, n.qNorm);
+      one(`${b}.attn_k_norm.weight`, n.kNorm);
+    }
+    // gguf-py's ATTN_POST_NORM / FFN_POST_NORM for norms on a block's output (olmo2, gemma2).
+    if (norms.attnOut) one(`${b}.post_attention_norm.weight`, norms.attnOut);
+    if (norms.mlpIn) one(`${b}.ffn_norm.weight`, norms.mlpIn);
     if (isMoeLayer(spec, l)) {
       const m = moeNames(spec, l);
       one(`${b}.ffn_gate_inp.weight`, m.router);
@@ -147,6 +155,7 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
         one(`${b}.ffn_up.bias`, bias(n.mlp.up));
       }
     }
+    if (norms.mlpOut) one(`${b}.post_ffw_norm.weight`, norms.mlpOut);
     for (const t of family.layerTensors(spec, l)) one(`${b}.${t.name}`, t.hf);
   }
   one('output_norm.weight', FINAL_NORM);

@@ -4,6 +4,8 @@
  * encodings JSON, the dynamic attention graphs for the CPU, shadow-outlier weights, HTP configs per
  * SoC and build-qnn.sh. ./emit.ts writes it; docs/outliers.md describes it.
  */
+import { UsageError } from '../../src/core/errors.js';
+import { beyondLlama } from '../../src/core/arch/spec.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { OUTLIER_SCALES } from '../../src/core/records/outliers.js';
 import { QNN_FORMATS, QNN_OPTIONS, type QnnOptions } from './options.js';
@@ -31,6 +33,10 @@ export const qnn: TargetDescriptor<QnnOptions> = {
   },
   quantBlock: () => 1,
   requires: [OUTLIER_SCALES],
+  checkArch(spec) {
+    const extra = beyondLlama(spec);
+    if (extra.length) throw new UsageError(`--target qnn does not lower ${spec.modelType}'s ${extra.join(', ')} (its subgraphs are Llama's layer); it takes dense llama, mistral and qwen2 models`);
+  },
   load: async () => (await import('./emit.js')).qnnTarget,
   open: async (a, o) => (await import('./open.js')).openQnn(a, o),
 };

@@ -64,5 +64,23 @@ export function checkArchSpec(v: unknown, c: Checker, at = 'arch'): ArchSpec {
     if (m.sharedExpertIntermediateSize !== null) c.int(m.sharedExpertIntermediateSize, `${at}.moe.sharedExpertIntermediateSize`, 1);
     c.ints(m.denseLayers, `${at}.moe.denseLayers`);
   }
+  // Manifests written before these families: Llama's layer.
+  if (a.qkNorm === undefined) a.qkNorm = null;
+  if (a.normPlacement === undefined) a.normPlacement = 'pre';
+  if (a.ropeLayers === undefined) a.ropeLayers = null;
+  if (a.multipliers === undefined) a.multipliers = null;
+  if (a.qkNorm !== null) {
+    const q = c.obj(a.qkNorm, `${at}.qkNorm`);
+    if (q.scope !== 'head' && q.scope !== 'all') c.fail(`${at}.qkNorm.scope`, 'must be "head" or "all"');
+    if (q.offset !== 0 && q.offset !== 1) c.fail(`${at}.qkNorm.offset`, 'must be 0 or 1');
+  }
+  if (!['pre', 'post', 'sandwich'].includes(a.normPlacement as string)) c.fail(`${at}.normPlacement`, 'must be pre, post or sandwich');
+  if (a.ropeLayers !== null) for (const l of c.ints(a.ropeLayers, `${at}.ropeLayers`)) if (l < 0 || l >= (a.numLayers as number)) c.fail(`${at}.ropeLayers`, 'must name layers of the model');
+  if (a.multipliers !== null) {
+    const m = c.obj(a.multipliers, `${at}.multipliers`);
+    for (const k of ['embedding', 'residual', 'logitsDivide']) if (!Number.isFinite(c.num(m[k], `${at}.multipliers.${k}`))) c.fail(`${at}.multipliers.${k}`, 'must be finite');
+    if (m.attention !== null && !(c.num(m.attention, `${at}.multipliers.attention`) > 0)) c.fail(`${at}.multipliers.attention`, 'must be positive or null');
+    if (m.logitsDivide === 0) c.fail(`${at}.multipliers.logitsDivide`, 'must not be 0');
+  }
   return a as unknown as ArchSpec;
 }

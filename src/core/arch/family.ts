@@ -4,7 +4,7 @@
  * here imports one, so a family can import these without a cycle.
  */
 import { LlmcError } from '../errors.js';
-import type { ArchSpec, MoeSpec } from './types.js';
+import type { ArchSpec, MoeSpec, Multipliers, QkNorm } from './types.js';
 
 export type Json = Record<string, unknown>;
 
@@ -124,6 +124,21 @@ export interface ArchEntry {
   gguf: GgufFamily;
   /** The tensorrt-llm target's class for this family; null: the target refuses it. */
   tensorrtLlm: TrtllmFamily | null;
+  /**
+   * transformers.js has this model_type (its models.js causal-LM mapping), so it loads the cuda
+   * target's directory; false: the cuda target refuses the family. Absent: true.
+   */
+  transformersJs?: boolean;
+  /** The layer features beyond Llama's (q/k norms, norm placement, rope-less layers, multipliers); absent: none. */
+  features?(cfg: ConfigReader, numLayers: number): Partial<Features>;
+}
+
+/** The ArchSpec fields a family sets beyond Llama's (spec.ts fills the defaults). */
+export interface Features {
+  qkNorm: QkNorm | null;
+  normPlacement: ArchSpec['normPlacement'];
+  ropeLayers: number[] | null;
+  multipliers: Multipliers | null;
 }
 
 /** Names of one dense SwiGLU MLP's projections under `prefix`. */
@@ -174,4 +189,53 @@ export const ggufF32 = (value: number): GgufMetaValue => ({ kind: 'FLOAT32', val
 /** TextModel.set_gguf_parameters' expert_count / expert_used_count, for a family with routed experts. */
 export function ggufExpertCounts(spec: ArchSpec): { key: string; value: GgufMetaValue }[] {
   return spec.moe ? [{ key: 'expert_count', value: ggufU32(spec.moe.numExperts) }, { key: 'expert_used_count', value: ggufU32(spec.moe.topK) }] : [];
+}
+
+/**
+ * Qwen3-MoE and OLMoE: mlp.gate routes over mlp.experts.<e>, no shared expert; the top-k weights
+ * renormalized only with norm_topk_prob. `expertsKey`: the config keys of the expert count, first
+ * present wins; `sparseSteps`: decoder_sparse_step / mlp_only_layers make some layers dense.
+ */
+export function plainMoe(expertsKey: readonly string[], widthKey: string, sparseSteps: boolean): MoeFamily {
+  return {
+    parse: (c, numLayers) => {
+      const key = expertsKey.find((k) => c.raw[k] !== undefined && c.raw[k] !== null) ?? expertsKey[0];
+      const numExperts = c.posInt(key);
+      const step = sparseSteps ? c.posInt('decoder_sparse_step', 1) : 1;
+      const mlpOnly = sparseSteps && Array.isArray(c.raw.mlp_only_layers) ? (c.raw.mlp_only_layers as number[]) : [];
+      const dense: number[] = [];
+      for (let l = 0; l < numLayers; l++) if (mlpOnly.includes(l) || (l + 1) % step !== 0) dense.push(l);
+      return {
+        routing: c.raw.norm_topk_prob === true ? 'softmax-topk-renorm' : 'softmax-topk',
+        numExperts,
+        topK: c.posInt('num_experts_per_tok'),
+        expertIntermediateSize: c.posInt(widthKey),
+        sharedExpertIntermediateSize: null,
+        denseLayers: dense,
+      };
+    },
+    names: (l, moe) => {
+      const p = `model.layers.${l}.mlp`;
+      return { router: `${p}.gate.weight`, experts: Array.from({ length: moe.numExperts }, (_, e) => mlpNames(`${p}.experts.${e}`)), shared: null, sharedGate: null };
+    },
+    expertWidthKey: widthKey,
+  };
+}
+
+/** Every layer attends to the whole context; a layer_types list saying otherwise is refused. */
+export function fullAttention(c: ConfigReader, numLayers: number): Attention {
+  const types = layerTypes(c, numLayers);
+  if (types?.includes(SLIDING)) throw new LlmcError(`"layer_types" has ${SLIDING} layers, which llmc's ${String(c.raw.model_type)} reader does not implement`, c.file);
+  return { slidingWindow: null, slidingLayers: null };
+}
+
+/** A GGUF family on NeoX rope (nothing permuted, no llama3 factors) that writes only the common keys and expert counts. */
+export function neoxGguf(arch: string, refuse: GgufFamily['refuse'], routing: MoeSpec['routing'] | null, extra: (spec: ArchSpec) => { key: string; value: GgufMetaValue }[] = () => []): GgufFamily {
+  return { arch, metadata: (spec) => ({ kvs: [...ggufExpertCounts(spec), ...extra(spec)], notes: [] }), permuteQK: false, ropeFreqs: false, layerTensors: () => [], refuse, routing, type70B: false };
+}
+
+/** What llama.cpp's MoE families here cannot load: dense layers among the expert ones. */
+export function denseLayersRefusal(spec: ArchSpec, arch: string): string | null {
+  const dense = spec.moe?.denseLayers ?? [];
+  return dense.length > 0 ? `layers ${dense.join(', ')} are dense (mlp_only_layers / decoder_sparse_step), which llama.cpp's ${arch} cannot load` : null;
 }

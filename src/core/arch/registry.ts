@@ -15,9 +15,15 @@ import { mistral } from './families/mistral/index.js';
 import { mixtral } from './families/mixtral/index.js';
 import { qwen2 } from './families/qwen2/index.js';
 import { qwen2_moe } from './families/qwen2_moe/index.js';
+import { qwen3 } from './families/qwen3/index.js';
+import { qwen3_moe } from './families/qwen3_moe/index.js';
+import { olmoe } from './families/olmoe/index.js';
+import { olmo2 } from './families/olmo2/index.js';
+import { granite } from './families/granite/index.js';
+import { smollm3 } from './families/smollm3/index.js';
 
 export { mlpNames } from './family.js';
-export type { ArchEntry, Attention, ConfigReader, GgufFamily, MlpNames, MoeFamily, MoeNames, TrtllmFamily } from './family.js';
+export type { ArchEntry, Attention, ConfigReader, Features, GgufFamily, MlpNames, MoeFamily, MoeNames, TrtllmFamily } from './family.js';
 
 /** One entry per supported `model_type` (its transformers 5 config class's keys that change the math, and more). */
 export const ARCHITECTURES = {
@@ -26,6 +32,12 @@ export const ARCHITECTURES = {
   qwen2,
   mixtral,
   qwen2_moe,
+  qwen3,
+  qwen3_moe,
+  olmoe,
+  olmo2,
+  granite,
+  smollm3,
 } satisfies Record<string, ArchEntry>;
 
 /** The Hugging Face model_type names the registry knows. */

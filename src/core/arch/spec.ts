@@ -3,7 +3,7 @@
  * so passes, engines and backends never read config.json themselves.
  */
 import { LlmcError, summarize } from '../errors.js';
-import { ARCHITECTURES, isModelType, SUPPORTED_MODEL_TYPES, type ConfigReader } from './registry.js';
+import { ARCHITECTURES, isModelType, SUPPORTED_MODEL_TYPES, type ArchEntry, type ConfigReader } from './registry.js';
 import { checkKnownKeys } from './keys.js';
 import { readRope } from './rope-config.js';
 import type { ArchSpec, MoeSpec } from './types.js';
@@ -61,7 +61,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
       file,
     );
   }
-  const entry = ARCHITECTURES[modelType];
+  const entry: ArchEntry = ARCHITECTURES[modelType];
   checkArchitectures(cfg.architectures, modelType, entry.causalLm, file);
   checkKnownKeys(cfg, modelType, entry.keys, entry.fixed, file);
   const reader: ConfigReader = { num: (k, f) => num(cfg, k, file, f), posInt: (k, f) => posInt(cfg, k, file, f), raw: cfg, file };
@@ -85,6 +85,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   const { ropeTheta, ropeScaling } = readRope(cfg, file, { headDim, maxPositions, defaultTheta: entry.defaultTheta });
   const { slidingWindow, slidingLayers } = entry.attention(reader, numLayers);
   // transformers keeps `dtype` when both are given.
+  const features = entry.features?.(reader, numLayers) ?? {};
   const dtype = typeof cfg.dtype === 'string' ? cfg.dtype : typeof cfg.torch_dtype === 'string' ? cfg.torch_dtype : null;
   return {
     modelType,
@@ -110,7 +111,29 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     eosTokenIds: tokenIds(cfg.eos_token_id),
     torchDtype: dtype,
     moe,
+    qkNorm: features.qkNorm ?? null,
+    normPlacement: features.normPlacement ?? 'pre',
+    ropeLayers: features.ropeLayers ?? null,
+    multipliers: features.multipliers ?? null,
   };
+}
+
+/**
+ * What a layer of this spec does beyond Llama's (empty for llama, mistral, qwen2, mixtral, qwen2_moe):
+ * targets that lower only Llama's layer refuse a spec with any, naming them.
+ */
+export function beyondLlama(spec: ArchSpec): string[] {
+  const out: string[] = [];
+  if (spec.qkNorm) out.push(spec.qkNorm.scope === 'head' ? 'per-head q/k RMSNorm' : 'q/k RMSNorm over the whole projection');
+  if (spec.normPlacement !== 'pre') out.push(spec.normPlacement === 'post' ? 'norms after the attention and MLP blocks' : 'sandwich norms');
+  if (spec.ropeLayers) out.push('layers without rope');
+  if (spec.multipliers) out.push('embedding / residual / attention / logit multipliers');
+  return out;
+}
+
+/** True when layer `l` rotates q and k. */
+export function hasRope(spec: Pick<ArchSpec, 'ropeLayers'>, l: number): boolean {
+  return spec.ropeLayers == null || spec.ropeLayers.includes(l);
 }
 
 /** The attention window of layer `l` (null: the whole context). */

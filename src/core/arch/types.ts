@@ -92,5 +92,37 @@ export interface ArchSpec {
   /** The dtype the checkpoint declares (`dtype`, else the older `torch_dtype`), informational. */
   torchDtype: string | null;
   moe: MoeSpec | null;
+  /**
+   * RMSNorm of the query and key projections before rope (null: none). 'head': one weight of headDim
+   * shared by the heads, each head normalized alone (qwen3); 'all': over the whole projection, one weight
+   * per channel (olmo2, olmoe). offset 1: the weight is stored as w − 1 (gemma).
+   */
+  qkNorm: QkNorm | null;
+  /**
+   * Where a layer's norms sit. 'pre': x + f(norm(x)) (llama); 'post': x + norm(f(x)), no input norm
+   * (olmo2: post_attention_layernorm / post_feedforward_layernorm on the block outputs); 'sandwich':
+   * both (gemma2/3).
+   */
+  normPlacement: 'pre' | 'post' | 'sandwich';
+  /** The layers that rotate q and k (null: all; smollm3's no_rope_layers leaves some without). */
+  ropeLayers: number[] | null;
+  /** Granite's scalars (null: all 1, attention 1/sqrt(headDim)). */
+  multipliers: Multipliers | null;
+}
+
+export interface QkNorm {
+  scope: 'head' | 'all';
+  offset: 0 | 1;
+}
+
+export interface Multipliers {
+  /** Embeddings are multiplied by this. */
+  embedding: number;
+  /** Each block's output is multiplied by this before it joins the residual. */
+  residual: number;
+  /** The attention scores' scale (null: 1/sqrt(headDim)). */
+  attention: number | null;
+  /** The logits are divided by this. */
+  logitsDivide: number;
 }
 

@@ -2,9 +2,9 @@
  * The transformer, written once: Llama-family decoder (llama, mistral, qwen2) and its MoE
  * variants (mixtral, qwen2_moe) as an IR graph (see ir.ts) built from the normalized ArchSpec.
  */
-import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames } from '../arch/names.js';
+import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames, layerNorms, moeNames } from '../arch/names.js';
 import { mlpsOf } from '../arch/units.js';
-import { isMoeLayer, type ArchSpec } from '../arch/spec.js';
+import { hasRope, isMoeLayer, type ArchSpec } from '../arch/spec.js';
 import { mlpOps, moeOutput } from './expand.js';
 import { layerMask } from './mask.js';
 import type { ElasticAxis, GraphInput, MlpSlot, ModelGraph, MoeMlp, Op, TapPoint, V } from './ir.js';
@@ -55,10 +55,42 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     tapOutput(layer, m.down, `${m.prefix}.down`, D, mask);
   };
 
+  const mult = spec.multipliers;
+  /** x scaled by `by` (no op when by is 1). */
+  const scaled = (out: V, x: V, by: number): V => {
+    if (by === 1) return x;
+    ops.push({ op: 'scale', out, x, by });
+    return out;
+  };
+  /** x + block, the block normalized (`norm`, post-norm placements) and scaled (granite) first. */
+  const residual = (out: V, x: V, block: V, norm: string | null, p: string): void => {
+    if (norm) {
+      ops.push({ op: 'rmsnorm', out: `${p}_norm`, x: block, weight: norm, eps: spec.rmsNormEps, dim: D });
+      block = `${p}_norm`;
+    }
+    ops.push({ op: 'add', out, a: x, b: scaled(`${p}_scaled`, block, mult?.residual ?? 1) });
+  };
+  /** The block's input: x normalized by `norm`, or x itself. */
+  const blockInput = (out: V, x: V, norm: string | null): V => {
+    if (!norm) return x;
+    ops.push({ op: 'rmsnorm', out, x, weight: norm, eps: spec.rmsNormEps, dim: D });
+    return out;
+  };
+  const qk = spec.qkNorm;
+  /** q or k after its norm (qkNorm), before rope. */
+  const qkNormed = (v: V, weight: string, heads: number): V => {
+    if (!qk) return v;
+    const off = qk.offset ? { offset: qk.offset } : {};
+    if (qk.scope === 'head') ops.push({ op: 'rmsnorm', out: `${v}_norm`, x: v, weight, eps: spec.rmsNormEps, dim: hd, heads, ...off });
+    else ops.push({ op: 'rmsnorm', out: `${v}_norm`, x: v, weight, eps: spec.rmsNormEps, dim: heads * hd, ...off });
+    return `${v}_norm`;
+  };
+
   ops.push({ op: 'embed', out: 'h0', ids: IO.ids, table: EMBED });
-  let h: V = 'h0';
+  let h: V = scaled('h0_scaled', 'h0', mult?.embedding ?? 1);
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
+    const norms = layerNorms(spec, l);
     const p = `l${l}`;
     inputs.push(
       { name: IO.pastKey(l), dtype: 'float32', dims: ['B', spec.numKvHeads, 'P', hd] },
@@ -69,8 +101,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     const kvHeads: ElasticAxis = { unit: 'kv-heads', layer: l };
 
     // Attention block.
-    ops.push({ op: 'rmsnorm', out: `${p}.attn_in`, x: h, weight: n.inputNorm, eps: spec.rmsNormEps, dim: D });
-    const xa = `${p}.attn_in`;
+    const xa = blockInput(`${p}.attn_in`, h, norms.attnIn);
     for (const w of [n.q, n.k, n.v]) tapLinear(l, w, xa, D, null);
     linear(`${p}.q`, xa, n.q, D, spec.numHeads * hd, spec.qkvBias, { rows: qHeads });
     linear(`${p}.k`, xa, n.k, D, spec.numKvHeads * hd, spec.qkvBias, { rows: kvHeads });
@@ -78,15 +109,21 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     tapOutput(l, n.q, `${p}.q`, spec.numHeads * hd, null);
     tapOutput(l, n.k, `${p}.k`, spec.numKvHeads * hd, null);
     tapOutput(l, n.v, `${p}.v`, spec.numKvHeads * hd, null);
-    ops.push({ op: 'rope', out: `${p}.q_rot`, x: `${p}.q`, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
-    ops.push({ op: 'rope', out: `${p}.k_rot`, x: `${p}.k`, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
+    let q = qkNormed(`${p}.q`, n.qNorm, spec.numHeads);
+    let k = qkNormed(`${p}.k`, n.kNorm, spec.numKvHeads);
+    if (hasRope(spec, l)) {
+      ops.push({ op: 'rope', out: `${p}.q_rot`, x: q, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
+      ops.push({ op: 'rope', out: `${p}.k_rot`, x: k, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
+      q = `${p}.q_rot`;
+      k = `${p}.k_rot`;
+    }
     ops.push({
       op: 'attention',
       out: `${p}.attn`,
       presentK: IO.presentKey(l),
       presentV: IO.presentValue(l),
-      q: `${p}.q_rot`,
-      k: `${p}.k_rot`,
+      q,
+      k,
       v: `${p}.v`,
       pastK: IO.pastKey(l),
       pastV: IO.pastValue(l),
@@ -95,16 +132,16 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       kvHeads: spec.numKvHeads,
       headDim: hd,
       mask: layerMask(spec, l),
+      ...(mult?.attention != null ? { scale: mult.attention } : {}),
     });
     taps.push({ kind: 'head-output', layer: l, key: `model.layers.${l}.self_attn`, value: `${p}.attn`, channels: spec.numHeads * hd, mask: null, heads: spec.numHeads });
     tapLinear(l, n.o, `${p}.attn`, spec.numHeads * hd, null);
     linear(`${p}.o`, `${p}.attn`, n.o, spec.numHeads * hd, D, spec.oBias, { cols: qHeads });
     tapOutput(l, n.o, `${p}.o`, D, null);
-    ops.push({ op: 'add', out: `${p}.resid1`, a: h, b: `${p}.o` });
+    residual(`${p}.resid1`, h, `${p}.o`, norms.attnOut, `${p}.attn_out`);
 
     // MLP block.
-    ops.push({ op: 'rmsnorm', out: `${p}.mlp_in`, x: `${p}.resid1`, weight: n.postNorm, eps: spec.rmsNormEps, dim: D });
-    const xm = `${p}.mlp_in`;
+    const xm = blockInput(`${p}.mlp_in`, `${p}.resid1`, norms.mlpIn);
     const mlpOf = (m: ReturnType<typeof mlpsOf>[number], slot: MlpSlot): MoeMlp => ({
       prefix: m.prefix,
       gate: m.gate,
@@ -150,13 +187,15 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       ops.push(op);
       mlpOut = op.out;
     }
-    ops.push({ op: 'add', out: `${p}.out`, a: `${p}.resid1`, b: mlpOut });
+    residual(`${p}.out`, `${p}.resid1`, mlpOut, norms.mlpOut, `${p}.mlp_out`);
     h = `${p}.out`;
   }
   ops.push({ op: 'gatherPositions', out: 'h_last', x: h, positions: IO.logitPositions });
   ops.push({ op: 'rmsnorm', out: 'h_final', x: 'h_last', weight: FINAL_NORM, eps: spec.rmsNormEps, dim: D });
   const head = spec.tieEmbeddings ? EMBED : LM_HEAD;
   taps.push({ kind: 'linear-input', layer: spec.numLayers, key: head, value: 'h_final', channels: D, mask: null });
-  ops.push({ op: 'linear', out: IO.logits, x: 'h_final', weight: head, bias: null, inFeatures: D, outFeatures: spec.vocabSize });
+  const divide = mult?.logitsDivide ?? 1;
+  ops.push({ op: 'linear', out: divide === 1 ? IO.logits : 'logits_raw', x: 'h_final', weight: head, bias: null, inFeatures: D, outFeatures: spec.vocabSize });
+  if (divide !== 1) ops.push({ op: 'scale', out: IO.logits, x: 'logits_raw', by: 1 / divide });
   return { spec, inputs, ops, outputs, taps };
 }

@@ -12,13 +12,16 @@
  * Op vocabulary (the whole list a lowering must implement)
  *   embed            out[b,t,:] = table[ids[b,t], :]
  *   rmsnorm          out = x · rsqrt(mean(x², last axis) + eps) · w     (float32, as HF)
+ *                    `heads`: x holds heads × dim channels, each head normalized alone with the
+ *                    same w [dim] (qwen3's q/k norms); `offset` 1: the weight applied is (1 + w)
+ *   scale            out = x · by   (a constant: granite's multipliers)
  *   linear           out = x · Wᵀ (+ bias)                               W is [out, in]
  *   rope             rotate_half rope on x [B,T,n·hd] with cos/sin [T, hd/2] (tables from rope.ts)
  *   attention        masked GQA attention with a KV cache:
  *                    q [B,T,H·hd], k/v [B,T,Hkv·hd] (already roped), pastK/pastV [B,Hkv,P,hd]
  *                    → out [B,T,H·hd], presentK/presentV [B,Hkv,P+T,hd]; query t sits at
  *                    position P+t and sees the keys its `mask` keeps (AttentionMask below;
- *                    causal: 0..P+t); scores scaled by 1/sqrt(hd).
+ *                    causal: 0..P+t); scores scaled by `scale` (default 1/sqrt(hd)).
  *   silu | sigmoid   elementwise
  *   mul | add        elementwise with numpy broadcasting ([B,T,1] scales [B,T,C])
  *   moe              a mixture-of-experts SwiGLU block: router logits x · Rᵀ [B,T,E], top-k routing
@@ -101,7 +104,20 @@ export type AttentionMask =
 
 export type Op =
   | { op: 'embed'; out: V; ids: V; table: string }
-  | { op: 'rmsnorm'; out: V; x: V; weight: string; eps: number; dim: number }
+  | {
+      op: 'rmsnorm';
+      out: V;
+      x: V;
+      weight: string;
+      eps: number;
+      /** The weight's length: the channels normalized together. */
+      dim: number;
+      /** x is heads × dim channels, each head normalized alone (absent: x is dim channels). */
+      heads?: number;
+      /** 1: the weight is applied as (1 + w) (absent: 0). */
+      offset?: 0 | 1;
+    }
+  | { op: 'scale'; out: V; x: V; by: number }
   | {
       op: 'linear';
       out: V;
@@ -131,6 +147,8 @@ export type Op =
       headDim: number;
       /** The keys each query sees. */
       mask: AttentionMask;
+      /** The scores' scale (absent: 1/sqrt(headDim)). */
+      scale?: number;
     }
   | { op: 'silu'; out: V; x: V }
   | { op: 'sigmoid'; out: V; x: V }

@@ -231,11 +231,18 @@ export class TfModel {
         env.set(op.out, tf.gather(W(op.table), get(op.ids)));
         return;
       case 'rmsnorm': {
-        const x = get(op.x);
+        // Per-head norms (heads): normalized over each head's dim channels.
+        const x0 = get(op.x);
+        const x = op.heads ? tf.reshape(x0, [...x0.shape.slice(0, -1), op.heads, op.dim]) : x0;
         const ms = tf.mean(tf.square(x), -1, true);
-        env.set(op.out, tf.mul(tf.mul(x, tf.rsqrt(tf.add(ms, op.eps))), W(op.weight)));
+        const w = op.offset ? tf.add(W(op.weight), 1) : W(op.weight);
+        const y = tf.mul(tf.mul(x, tf.rsqrt(tf.add(ms, op.eps))), w);
+        env.set(op.out, op.heads ? tf.reshape(y, x0.shape) : y);
         return;
       }
+      case 'scale':
+        env.set(op.out, tf.mul(get(op.x), op.by));
+        return;
       case 'linear': {
         const x = get(op.x);
         const wT = W(`${op.weight}#T`);
@@ -296,7 +303,7 @@ export class TfModel {
         const window = causalWindow(op.mask, 'the tfjs lowering');
         const maskKey = `#causal-bias:${R}:${window}`;
         if (!env.has(maskKey)) env.set(maskKey, this.causalBias(Tn, R, window));
-        const scores = tf.add(tf.mul(tf.matMul(qg, kT), 1 / Math.sqrt(hd)), get(maskKey));
+        const scores = tf.add(tf.mul(tf.matMul(qg, kT), op.scale ?? 1 / Math.sqrt(hd)), get(maskKey));
         const out = tf.matMul(tf.softmax(scores), vh); // [B, G, R·Tn, hd]
         env.set(op.out, tf.reshape(tf.transpose(tf.reshape(out, [B, G, R, Tn, hd]), [0, 3, 1, 2, 4]), [B, Tn, H * hd]));
         return;

@@ -368,12 +368,19 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
     case 'rmsnorm': {
       // x / sqrt(mean(x²) + eps) · w: the pattern onnxruntime fuses into one SimplifiedLayerNormalization
       // kernel. A float16 graph normalizes in float32 and scales in float16, as Hugging Face's LlamaRMSNorm.
-      const x = b.toF32(op.x);
+      // Per-head norms (heads): x as [B, T, heads, dim], normalized over dim.
+      const x = op.heads ? b.node('Reshape', [b.toF32(op.x), b.i64([0, 0, op.heads, op.dim])]) : b.toF32(op.x);
       const ms = b.reduce('ReduceMean', b.node('Pow', [x, b.f32(2)]), [-1], 1);
       const norm = b.toCompute(b.node('Div', [x, b.node('Sqrt', [b.node('Add', [ms, b.f32(op.eps)])])]));
-      b.node('Mul', [norm, mode.weights.vector(b, op.weight, [op.dim])], [], op.out);
+      const stored = mode.weights.vector(b, op.weight, [op.dim]);
+      const w = op.offset ? b.node('Add', [stored, b.toCompute(b.f32(1))]) : stored;
+      if (!op.heads) b.node('Mul', [norm, w], [], op.out);
+      else b.node('Reshape', [b.node('Mul', [norm, w]), b.i64([0, 0, op.heads * op.dim])], [], op.out);
       return;
     }
+    case 'scale':
+      b.node('Mul', [op.x, b.toCompute(b.f32(op.by))], [], op.out);
+      return;
     case 'linear': {
       const y = mode.weights.linear(b, op, embedTables.has(op.weight), op.bias ? undefined : op.out);
       if (op.bias) {
@@ -415,7 +422,7 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
       b.node('Concat', [op.pastV, toCache(op.v)], [attr('axis', 2)], op.presentV);
       const kT = b.node('Transpose', [b.node('Unsqueeze', [op.presentK, b.i64([2])])], [attr('perm', [0, 1, 2, 4, 3], 'ints')]);
       // Scores, mask and softmax in float32 (a float16 graph casts around them).
-      const scores = b.node('Mul', [b.toF32(b.node('MatMul', [q5, kT])), b.f32(1 / Math.sqrt(hd))]);
+      const scores = b.node('Mul', [b.toF32(b.node('MatMul', [q5, kT])), b.f32(op.scale ?? 1 / Math.sqrt(hd))]);
       const window = causalWindow(op.mask, 'the ONNX lowering');
       const allowed = b.once(`mask:${window}`, () => mode.mask(b, op.presentK, op.q, window));
       const probs = b.toCompute(b.node('Softmax', [b.node('Where', [allowed, scores, b.f32(NEG)])], [attr('axis', -1)]));

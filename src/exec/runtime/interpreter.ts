@@ -429,15 +429,20 @@ export class Interpreter {
         };
       }
       case 'rmsnorm': {
-        const w = this.table.vector(op.weight);
+        const stored = this.table.vector(op.weight);
+        const w = op.offset ? stored.map((v) => v + 1) : stored;
+        const heads = op.heads ?? 1;
         const x = this.buffer(op.x);
-        const out = this.define(op.out, op.dim, this.rowsOf.get(op.x));
+        const out = this.define(op.out, op.dim * heads, this.rowsOf.get(op.x));
         const count = this.counter(op.x);
         return (f) => {
           const n = count(f);
-          rmsNorm(x.data, w, out.rows(n), n, op.dim, op.eps);
+          // Per-head norms: [n, heads·dim] is [n·heads, dim].
+          rmsNorm(x.data, w, out.rows(n), n * heads, op.dim, op.eps);
         };
       }
+      case 'scale':
+        return this.unary(op.x, op.out, (v) => v * op.by);
       case 'linear':
         return this.linear(op);
       case 'rope': {
@@ -449,7 +454,9 @@ export class Interpreter {
         this.rowsOf.set(op.out, atPositions ? 'N' : 'T');
         const hd = op.headDim;
         const C = op.heads * hd;
-        const from = this.producer.get(op.x);
+        // Through a q/k norm to the projection.
+        let from = this.producer.get(op.x);
+        if (from?.op === 'rmsnorm') from = this.producer.get(from.x);
         const axis = from?.op === 'linear' ? from.elastic?.rows : undefined;
         return (f) => {
           const e = this.extent(axis, C, f);
@@ -596,7 +603,7 @@ export class Interpreter {
     // Queries at the logit positions only (positionRows): row r is new token f.positions[r].
     const atPositions = this.rowsOf.get(op.q) === 'N';
     const out = this.define(op.out, qDim, atPositions ? 'N' : 'T');
-    const scale = 1 / Math.sqrt(hd);
+    const scale = op.scale ?? 1 / Math.sqrt(hd);
     const mask = op.mask;
     let scores = new Float32Array(0);
     return (f) => {
@@ -766,7 +773,7 @@ export class Interpreter {
 }
 
 /** Ops whose output row r depends only on row r of their inputs (attention: of its queries). */
-const ROWWISE = new Set<Op['op']>(['linear', 'rmsnorm', 'rope', 'silu', 'sigmoid', 'mul', 'add', 'moe', 'attention']);
+const ROWWISE = new Set<Op['op']>(['linear', 'rmsnorm', 'scale', 'rope', 'silu', 'sigmoid', 'mul', 'add', 'moe', 'attention']);
 
 /**
  * The values of which only the logit positions' rows are ever read, so they are computed for those

@@ -1,0 +1,323 @@
+/**
+ * The families of issue 29 read by llmc (qwen3, qwen3_moe, olmoe, olmo2, granite, smollm3): each
+ * transformers-5.17-written checkpoint under ../shared/models/archs reproduces transformers' own
+ * float32 logits on onnxruntime and the TS runtime at every position, greedy ids agree where the
+ * reference's top-2 margin allows, and tfjs gradients match finite differences.
+ */
+import { existsSync, promises as fsp, readFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { normalizeConfig, openCheckpoint } from '../src/core/checkpoint/index.js';
+import { Engine } from '../src/exec/engine/index.js';
+import { loadDir } from '../src/exec/runtime/node.js';
+import { compileTs } from './ts-artifact.js';
+import { TfModel } from '../src/exec/autodiff/lower.js';
+import { tf } from '../src/exec/autodiff/tf.js';
+import { Rng } from '../src/core/util/rng.js';
+import { compileGguf, llamaLogits } from './gguf-helpers.js';
+import { writeSafetensors } from '../src/core/checkpoint/safetensors.js';
+import { readGgufHeader } from '../backends/gguf/read.js';
+import { compile } from '../src/app/compile/compile.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
+
+type Json = Record<string, unknown>;
+const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
+const HAVE = existsSync(ARCHS);
+if (!HAVE) console.log(`arch-families: ${ARCHS} is absent; the tests on transformers-written checkpoints are skipped`);
+const FAMILIES = ['qwen3', 'qwen3_moe', 'olmoe', 'olmo2', 'granite', 'smollm3'];
+/** llama.cpp's architecture names (convert_hf_to_gguf.py's MODEL_ARCH of each class). */
+const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen3_moe: 'qwen3moe', olmoe: 'olmoe', olmo2: 'olmo2', granite: 'granite', smollm3: 'smollm3' };
+
+let tmp: string;
+beforeAll(async () => {
+  tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-arch-families-'));
+});
+afterAll(async () => {
+  await fsp.rm(tmp, { recursive: true, force: true });
+});
+
+const readJson = (f: string) => JSON.parse(readFileSync(f, 'utf8')) as Json;
+
+/** reference_logits.safetensors: one float32 tensor [positions, vocab]. */
+export function referenceLogits(file: string): { data: Float32Array; shape: number[] } {
+  const buf = readFileSync(file);
+  const n = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8')) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+  const [name] = Object.keys(header).filter((k) => k !== '__metadata__');
+  const t = header[name];
+  const bytes = buf.subarray(8 + n + t.data_offsets[0], 8 + n + t.data_offsets[1]);
+  return { data: new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)), shape: t.shape };
+}
+
+/** The worst position's max |a − b| / max |b| (each position's row on its own scale). */
+export function worstRowError(a: Float32Array, b: Float32Array, V: number): number {
+  let worst = 0;
+  for (let r = 0; r * V < b.length; r++) {
+    let e = 0;
+    let m = 0;
+    for (let i = r * V; i < (r + 1) * V; i++) {
+      e = Math.max(e, Math.abs(a[i] - b[i]));
+      m = Math.max(m, Math.abs(b[i]));
+    }
+    worst = Math.max(worst, e / m);
+  }
+  return worst;
+}
+
+/** Positions where a's argmax differs from b's although b's top-2 margin exceeds `margin`. */
+function argmaxDisagreements(a: Float32Array, b: Float32Array, V: number, margin: number): number[] {
+  const bad: number[] = [];
+  for (let r = 0; r * V < b.length; r++) {
+    const row = (x: Float32Array) => x.subarray(r * V, (r + 1) * V);
+    const arg = (x: Float32Array) => x.reduce((best, v, i) => (v > x[best] ? i : best), 0);
+    const rb = row(b);
+    const top = arg(rb);
+    const second = Math.max(...Array.from(rb).filter((_, i) => i !== top));
+    if (rb[top] - second > margin && arg(row(a)) !== top) bad.push(r);
+  }
+  return bad;
+}
+
+describe.skipIf(!HAVE).each(FAMILIES)("%s reproduces transformers' reference logits", (name) => {
+  const dir = path.join(ARCHS, name);
+  let ids: number[];
+  let ref: { data: Float32Array; shape: number[] };
+  beforeAll(() => {
+    ids = (readJson(path.join(dir, 'reference.json')).prompt_ids as number[]).slice();
+    ref = referenceLogits(path.join(dir, 'reference_logits.safetensors'));
+    expect(ref.shape[0]).toBe(ids.length);
+  });
+
+  it('config.json normalizes', () => {
+    const file = path.join(dir, 'config.json');
+    expect(normalizeConfig(readJson(file), file).modelType).toBe(name);
+  });
+
+  it('onnxruntime, every position within 1e-4 relative; argmax equal where the margin allows', async () => {
+    const ck = await openCheckpoint(dir);
+    const engine = await Engine.open(ck, { threads: 1 });
+    try {
+      const got = await engine.logits(ids);
+      const err = worstRowError(got, ref.data, ref.shape[1]);
+      console.log(`${name} onnxruntime worst row error ${err.toExponential(2)}`);
+      expect(err).toBeLessThan(1e-4);
+      expect(argmaxDisagreements(got, ref.data, ref.shape[1], 1e-3)).toEqual([]);
+    } finally {
+      await engine.close();
+      await ck.close();
+    }
+  });
+
+  it('tfjs, every position within 1e-4 relative', async () => {
+    const ck = await openCheckpoint(dir);
+    const model = await TfModel.load(ck);
+    try {
+      const err = worstRowError(await model.allLogits(ids), ref.data, ref.shape[1]);
+      console.log(`${name} tfjs worst row error ${err.toExponential(2)}`);
+      expect(err).toBeLessThan(1e-4);
+    } finally {
+      model.dispose();
+      await ck.close();
+    }
+  });
+
+  it('the TS runtime (F32 artifact), every position within 1e-4 relative', async () => {
+    const out = path.join(tmp, `ts-${name}`);
+    await compileTs(dir, out);
+    const model = await loadDir(out);
+    const got = model.forward(ids);
+    const err = worstRowError(got, ref.data, ref.shape[1]);
+    console.log(`${name} ts runtime worst row error ${err.toExponential(2)}`);
+    expect(err).toBeLessThan(1e-4);
+    expect(argmaxDisagreements(got, ref.data, ref.shape[1], 1e-3)).toEqual([]);
+  });
+});
+
+describe.skipIf(!HAVE).each(['olmo2', 'qwen3', 'granite'])('%s: tfjs gradients equal finite differences', (name) => {
+  // olmo2: a whole-projection q norm and post-norms; qwen3: per-head q/k norms; granite: the multipliers.
+  it('the directional derivative of the loss along a random direction of q_proj and down_proj', async () => {
+    const ck = await openCheckpoint(path.join(ARCHS, name));
+    const model = await TfModel.load(ck);
+    try {
+      const seq = [(readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[]).slice(0, 10)];
+      const names = ['model.layers.1.self_attn.q_proj.weight', 'model.layers.2.mlp.down_proj.weight'];
+      const { grads } = await model.gradients(seq, names);
+      const rng = new Rng(5);
+      const base = await Promise.all(names.map(async (n) => ({ n, shape: ck.meta(n)!.shape, w: await ck.readF32(n) })));
+      const dirs = base.map((b) => Float32Array.from(b.w, () => rng.normal()));
+      let analytic = 0;
+      base.forEach((b, i) => grads.get(b.n)!.forEach((g, k) => (analytic += g * dirs[i][k])));
+      const at = (eps: number) =>
+        tf.tidy(() => {
+          // The lowering holds linear weights transposed ([in, out]) under `name#T`.
+          const over = new Map(base.map((b, i) => [`${b.n}#T`, tf.transpose(tf.tensor2d(Float32Array.from(b.w, (v, k) => v + eps * dirs[i][k]), b.shape as [number, number]))]));
+          return model.loss(seq, {}, over).dataSync()[0];
+        });
+      const central = (h: number) => (at(h) - at(-h)) / (2 * h);
+      const numeric = (4 * central(1e-3) - central(2e-3)) / 3;
+      expect(Math.abs(analytic)).toBeGreaterThan(1e-3);
+      expect(Math.abs(analytic - numeric) / Math.abs(numeric)).toBeLessThan(5e-3);
+    } finally {
+      model.dispose();
+      await ck.close();
+    }
+  });
+});
+
+/**
+ * The olmoe checkpoint with its KV heads repeated (num_key_value_heads = num_attention_heads): the
+ * same function (each query head reads the same keys and values; k_norm's mean over duplicated
+ * channels is the mean over the originals), in the layout llama.cpp's olmoe loads (it has no GQA).
+ */
+async function olmoeWithoutGqa(out: string): Promise<string> {
+  const dir = path.join(ARCHS, 'olmoe');
+  const cfg = readJson(path.join(dir, 'config.json'));
+  const H = cfg.num_attention_heads as number;
+  const G = cfg.num_key_value_heads as number;
+  const hd = cfg.head_dim as number;
+  const ck = await openCheckpoint(dir);
+  try {
+    const tensors = await Promise.all(
+      ck.tensors.map(async (t) => {
+        let data = await ck.readF32(t.name);
+        let shape = t.shape;
+        if (/\.(k_proj|v_proj)\.weight$|\.k_norm\.weight$/.test(t.name)) {
+          const cols = t.shape.length === 2 ? t.shape[1] : 1;
+          const rep = new Float32Array(H * hd * cols);
+          for (let h = 0; h < H; h++) rep.set(data.subarray(Math.floor(h / (H / G)) * hd * cols, (Math.floor(h / (H / G)) + 1) * hd * cols), h * hd * cols);
+          data = rep;
+          shape = t.shape.length === 2 ? [H * hd, cols] : [H * hd];
+        }
+        const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+        return { name: t.name, dtype: 'F32' as const, shape, bytes: async () => bytes };
+      }),
+    );
+    await fsp.mkdir(out, { recursive: true });
+    await writeSafetensors(path.join(out, 'model.safetensors'), tensors);
+  } finally {
+    await ck.close();
+  }
+  await fsp.writeFile(path.join(out, 'config.json'), JSON.stringify({ ...cfg, num_key_value_heads: H }));
+  return out;
+}
+
+describe.skipIf(!HAVE).each(FAMILIES)('%s in llama.cpp (F32 GGUF under its own architecture name)', (name) => {
+  // llama.cpp keeps its KV cache in f16: ~1e-3 relative (config-reading's llama3-rope case shows the same).
+  it("every position's logits within 3e-3 relative of transformers'", async () => {
+    const ref = referenceLogits(path.join(ARCHS, name, 'reference_logits.safetensors'));
+    // llama.cpp's olmoe has no grouped-query attention (the gguf target refuses the checkpoint as is): its MHA equivalent.
+    const dir = name === 'olmoe' ? await olmoeWithoutGqa(path.join(tmp, 'olmoe-mha')) : path.join(ARCHS, name);
+    const ids = readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[];
+    const V = ref.shape[1];
+    const { file } = await compileGguf(dir, path.join(tmp, `gguf-${name}`), { quant: 'F32' });
+    const h = await readGgufHeader(file);
+    expect(h.metadata.get('general.architecture')).toBe(GGUF_ARCH[name]);
+    if (name === 'granite') {
+      const cfg = readJson(path.join(dir, 'config.json'));
+      expect([h.metadata.get('granite.embedding_scale'), h.metadata.get('granite.residual_scale'), h.metadata.get('granite.attention.scale'), h.metadata.get('granite.logit_scale')]).toEqual(
+        ['embedding_multiplier', 'residual_multiplier', 'attention_multiplier', 'logits_scaling'].map((k) => Math.fround(cfg[k] as number)),
+      );
+    }
+    const rows = await llamaLogits(file, ids, V);
+    const got = new Float32Array(ids.length * V);
+    rows.forEach((r, t) => got.set(r, t * V));
+    const err = worstRowError(got, ref.data, V);
+    console.log(`${name} llama.cpp worst row error ${err.toExponential(2)}`);
+    expect(err).toBeLessThan(3e-3);
+  });
+});
+
+describe.skipIf(!HAVE)('the gguf target refuses what llama.cpp computes otherwise, in one line', () => {
+  it('olmoe with grouped-query attention', async () => {
+    await expect(compileGguf(path.join(ARCHS, 'olmoe'), path.join(tmp, 'gguf-olmoe-gqa'), { quant: 'F32' })).rejects.toThrow(/num_key_value_heads 2 differs from num_attention_heads 4, but llama.cpp's olmoe has no grouped-query attention/);
+  });
+});
+
+describe.skipIf(!HAVE).each(FAMILIES)('%s through the hf and cuda targets', (name) => {
+  const dir = path.join(ARCHS, name);
+  const build = async (target: string, quant?: string) => {
+    const out = path.join(tmp, `${target}-${name}`);
+    const source = await openCheckpoint(dir);
+    try {
+      await compile({ source, target, outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    return out;
+  };
+
+  it('hf: the written checkpoint reads back and reproduces the reference on onnxruntime', async () => {
+    const out = await build('hf');
+    const ck = await openCheckpoint(out);
+    const engine = await Engine.open(ck, { threads: 1 });
+    try {
+      const ref = referenceLogits(path.join(dir, 'reference_logits.safetensors'));
+      const ids = readJson(path.join(dir, 'reference.json')).prompt_ids as number[];
+      expect(worstRowError(await engine.logits(ids), ref.data, ref.shape[1])).toBeLessThan(1e-4);
+    } finally {
+      await engine.close();
+      await ck.close();
+    }
+  });
+
+  it("cuda: the fp32 decoder graph reproduces the reference within 1e-4 (olmoe: refused, transformers.js has no olmoe)", async () => {
+    if (name === 'olmoe') {
+      await expect(build('cuda', 'fp32')).rejects.toThrow(/--target cuda writes what transformers.js loads, and transformers.js has no olmoe model type/);
+      return;
+    }
+    const out = await build('cuda', 'fp32');
+    const d = await OnnxDecoder.open(path.join(out, 'onnx/model.onnx'));
+    try {
+      const ref = referenceLogits(path.join(dir, 'reference_logits.safetensors'));
+      const ids = readJson(path.join(dir, 'reference.json')).prompt_ids as number[];
+      const err = worstRowError(await d.logits(ids), ref.data, ref.shape[1]);
+      console.log(`${name} cuda fp32 worst row error ${err.toExponential(2)}`);
+      expect(err).toBeLessThan(1e-4);
+    } finally {
+      await d.close();
+    }
+  });
+
+  it('tensorrt-llm and qnn refuse the family in one line', async () => {
+    const source = await openCheckpoint(dir);
+    try {
+      for (const target of ['tensorrt-llm', 'qnn']) {
+        const run = compile({ source, target, outDir: path.join(tmp, `${target}-${name}`), passes: target === 'qnn' ? ['outliers'] : [], progress: silentProgress, note: () => {} });
+        await expect(run).rejects.toThrow(new RegExp(`--target ${target} .*${name}`));
+      }
+    } finally {
+      await source.close();
+    }
+  });
+});
+
+/** transformers.js's decoder-only model types among these families (models.js MODEL_FOR_CAUSAL_LM_MAPPING_NAMES). */
+describe.skipIf(!HAVE).each(FAMILIES.filter((f) => f !== 'olmoe'))('%s: transformers.js loads the cuda directory', (name) => {
+  it("AutoModelForCausalLM's greedy continuation equals transformers' (reference.json greedy_16)", async () => {
+    const { AutoModelForCausalLM, env, Tensor } = await import('@huggingface/transformers');
+    env.allowRemoteModels = false;
+    env.localModelPath = tmp;
+    const dir = path.join(ARCHS, name);
+    const out = path.join(tmp, `tjs-${name}`);
+    const source = await openCheckpoint(dir);
+    try {
+      await compile({ source, target: 'cuda', outDir: out, passes: [], quant: 'fp32', progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    const ref = readJson(path.join(dir, 'reference.json'));
+    const prompt = ref.prompt_ids as number[];
+    const want = ref.greedy_16 as number[];
+    const model = await AutoModelForCausalLM.from_pretrained(`tjs-${name}`, { local_files_only: true, device: 'cpu' });
+    try {
+      const ids = new Tensor('int64', BigInt64Array.from(prompt, BigInt), [1, prompt.length]);
+      const mask = new Tensor('int64', new BigInt64Array(prompt.length).fill(1n), [1, prompt.length]);
+      const res = (await model.generate({ input_ids: ids, attention_mask: mask, max_new_tokens: want.length, min_new_tokens: want.length, do_sample: false })) as InstanceType<typeof Tensor>;
+      expect(Array.from(res.data as BigInt64Array, Number).slice(prompt.length)).toEqual(want);
+    } finally {
+      await model.dispose();
+    }
+  });
+});
