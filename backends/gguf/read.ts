@@ -10,7 +10,7 @@
  */
 import { yarnWithDefaults } from '../../src/core/arch/rope-config.js';
 import { promises as fsp } from 'node:fs';
-import { archOf, GGUF_ARCHITECTURES, modelTypeOfGguf } from '../../src/core/arch/registry.js';
+import { archOf, GGUF_ARCHITECTURES, LLAMA_FEATURES, modelTypeOfGguf, type ArchEntry } from '../../src/core/arch/registry.js';
 import type { ArchSpec, MoeSpec, RopeScaling } from '../../src/core/arch/types.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { QUANT_TYPES, type QuantType } from '../../src/core/quant/types.js';
@@ -279,12 +279,19 @@ export function checkGgufModel(h: GgufHeader, expect: { numLayers: number; hidde
  * context, vocabulary and stop ids by. llama.cpp itself does the math, so only what those need is
  * read exactly; a key llama.cpp needs that is missing or malformed is one error naming it.
  */
+/** The GGUF architectures this reader describes: the llama-style families (gemma's and phi3's extra math it does not read back). */
+const READABLE = GGUF_ARCHITECTURES.filter((a) => {
+  const t = modelTypeOfGguf(a, false)!;
+  const e: ArchEntry = archOf({ modelType: t });
+  return !e.features && !e.fused;
+});
+
 export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
   const md = h.metadata;
   const arch = md.get('general.architecture');
   if (typeof arch !== 'string') throw new LlmcError('not a GGUF model: no general.architecture', file);
-  if (!GGUF_ARCHITECTURES.includes(arch)) {
-    throw new LlmcError(`general.architecture "${arch}": llmc reads ${GGUF_ARCHITECTURES.join(', ')} GGUFs (the families it compiles); run this one with llama.cpp's llama-cli -m ${file}`, file);
+  if (!READABLE.includes(arch)) {
+    throw new LlmcError(`general.architecture "${arch}": llmc reads ${READABLE.join(', ')} GGUFs (the families it compiles); run this one with llama.cpp's llama-cli -m ${file}`, file);
   }
   const bad = (key: string, why: string): never => {
     throw new LlmcError(`not a usable GGUF model: ${key} ${why}`, file);
@@ -349,7 +356,8 @@ export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
     qkvBias: names.has('blk.0.attn_q.bias'),
     oBias: names.has('blk.0.attn_output.bias'),
     mlpBias: names.has('blk.0.ffn_up.bias'),
-    hiddenAct: 'silu',
+    ...LLAMA_FEATURES,
+    localRope: null,
     slidingWindow: null,
     slidingLayers: null,
     bosTokenId: optionalId('bos_token_id'),

@@ -3,7 +3,7 @@
  * manifest is one error naming the field instead of a crash or a wrong model. Browser-safe.
  */
 import type { Checker } from '../util/check.js';
-import { isModelType, SUPPORTED_MODEL_TYPES } from './registry.js';
+import { isModelType, LLAMA_FEATURES, SUPPORTED_MODEL_TYPES } from './registry.js';
 import type { ArchSpec } from './types.js';
 import { summarize } from '../errors.js';
 
@@ -44,7 +44,25 @@ export function checkArchSpec(v: unknown, c: Checker, at = 'arch'): ArchSpec {
     }
   }
   for (const k of ['tieEmbeddings', 'qkvBias', 'oBias', 'mlpBias']) if (typeof a[k] !== 'boolean') c.fail(`${at}.${k}`, 'must be true or false');
-  if (a.hiddenAct !== 'silu') c.fail(`${at}.hiddenAct`, 'must be "silu"');
+  if (a.hiddenAct !== 'silu' && a.hiddenAct !== 'gelu_tanh') c.fail(`${at}.hiddenAct`, 'must be "silu" or "gelu_tanh"');
+  // Manifests written before gemma's features: llama's.
+  for (const [k, v] of Object.entries(LLAMA_FEATURES)) if (a[k] === undefined) a[k] = v;
+  if (a.localRope === undefined) a.localRope = null;
+  if (a.qkNorm !== null) {
+    const q = c.obj(a.qkNorm, `${at}.qkNorm`);
+    if (q.scope !== 'head' && q.scope !== 'all') c.fail(`${at}.qkNorm.scope`, 'must be "head" or "all"');
+    if (q.offset !== 0 && q.offset !== 1) c.fail(`${at}.qkNorm.offset`, 'must be 0 or 1');
+  }
+  if (!['pre', 'post', 'sandwich'].includes(a.normPlacement as string)) c.fail(`${at}.normPlacement`, 'must be "pre", "post" or "sandwich"');
+  if (a.rmsNormOffset !== 0 && a.rmsNormOffset !== 1) c.fail(`${at}.rmsNormOffset`, 'must be 0 or 1');
+  for (const k of ['embeddingScale', 'attnSoftcap', 'finalSoftcap', 'queryPreAttnScalar']) {
+    if (a[k] !== null && !(c.num(a[k], `${at}.${k}`) > 0)) c.fail(`${at}.${k}`, 'must be positive or null');
+  }
+  if (a.localRope !== null) {
+    const r = c.obj(a.localRope, `${at}.localRope`);
+    if (!(c.num(r.theta, `${at}.localRope.theta`) > 0)) c.fail(`${at}.localRope.theta`, 'must be positive');
+    if (r.scaling !== null) c.fail(`${at}.localRope.scaling`, 'must be null (the sliding layers of gemma3 rotate without scaling)');
+  }
   if (a.slidingWindow !== null) c.int(a.slidingWindow, `${at}.slidingWindow`, 1);
   // Manifests written before per-layer windows: every layer slides.
   if (a.slidingLayers === undefined) a.slidingLayers = null;

@@ -25,7 +25,14 @@ export const biasOf = (weight: string): string => weight.replace(/\.weight$/, '.
 
 export const layerNames = (l: number) => ({
   inputNorm: `model.layers.${l}.input_layernorm.weight`,
+  /** Llama: the MLP's input norm; sandwich and post placements: the attention output's norm. */
   postNorm: `model.layers.${l}.post_attention_layernorm.weight`,
+  /** Sandwich placement (gemma): the MLP's input norm. */
+  preFfnNorm: `model.layers.${l}.pre_feedforward_layernorm.weight`,
+  /** Sandwich and post placements: the MLP output's norm. */
+  postFfnNorm: `model.layers.${l}.post_feedforward_layernorm.weight`,
+  qNorm: attn(l, 'q_norm.weight'),
+  kNorm: attn(l, 'k_norm.weight'),
   q: attn(l, 'q_proj.weight'),
   k: attn(l, 'k_proj.weight'),
   v: attn(l, 'v_proj.weight'),
@@ -50,11 +57,16 @@ export type TensorRole = 'embedding' | 'lm_head' | 'norm' | 'attention' | 'mlp' 
  */
 export function expectedTensorCount(spec: ArchSpec): number {
   const mlp = 3 + (spec.mlpBias ? 3 : 0);
-  const attn = 4 + (spec.qkvBias ? 3 : 0) + (spec.oBias ? 1 : 0);
+  const attn = 4 + (spec.qkvBias ? 3 : 0) + (spec.oBias ? 1 : 0) + (spec.qkNorm ? 2 : 0) + extraNorms(spec).length;
   const moe = spec.moe;
   const moeLayers = moe ? spec.numLayers - moe.denseLayers.filter((l) => l < spec.numLayers).length : 0;
   const perMoe = moe ? 1 + moe.numExperts * mlp + (moe.sharedExpertIntermediateSize ? mlp + 1 : 0) : 0;
   return 1 + spec.numLayers * (2 + attn) + (spec.numLayers - moeLayers) * mlp + moeLayers * perMoe + 1 + (spec.tieEmbeddings ? 0 : 1);
+}
+
+/** Layer norms beyond input_layernorm and post_attention_layernorm (sandwich: pre- and post-feedforward; post: post-feedforward). */
+function extraNorms(spec: Pick<ArchSpec, 'normPlacement'>): ('preFfnNorm' | 'postFfnNorm')[] {
+  return spec.normPlacement === 'sandwich' ? ['preFfnNorm', 'postFfnNorm'] : spec.normPlacement === 'post' ? ['postFfnNorm'] : [];
 }
 
 /** Every tensor the spec requires, with its shape ([out, in] for linears, as HF stores them) and role. */
@@ -79,6 +91,11 @@ export function expectedTensors(spec: ArchSpec): ExpectedTensor[] {
       { name: n.v, shape: [kvDim, D], role: 'attention' },
       { name: n.o, shape: [D, qDim], role: 'attention' },
     );
+    for (const k of extraNorms(spec)) out.push({ name: n[k], shape: [D], role: 'norm' });
+    if (spec.qkNorm) {
+      const head = spec.qkNorm.scope === 'head';
+      out.push({ name: n.qNorm, shape: [head ? spec.headDim : qDim], role: 'norm' }, { name: n.kNorm, shape: [head ? spec.headDim : kvDim], role: 'norm' });
+    }
     if (spec.qkvBias) {
       out.push({ name: n.qBias, shape: [qDim], role: 'attention' }, { name: n.kBias, shape: [kvDim], role: 'attention' }, { name: n.vBias, shape: [kvDim], role: 'attention' });
     }

@@ -7,6 +7,7 @@
  */
 import { LlmcError } from '../errors.js';
 import type { ArchSpec, ModelType, MoeSpec } from './types.js';
+import { readRope, type RopeContext } from './rope-config.js';
 
 type Json = Record<string, unknown>;
 
@@ -48,6 +49,19 @@ export interface Attention {
   slidingLayers: number[] | null;
 }
 
+/** The ArchSpec fields a family decides besides sizes, rope and attention layout (llama's: LLAMA_FEATURES). */
+export type Features = Pick<
+  ArchSpec,
+  'hiddenAct' | 'qkNorm' | 'normPlacement' | 'rmsNormOffset' | 'embeddingScale' | 'attnSoftcap' | 'finalSoftcap' | 'queryPreAttnScalar'
+>;
+
+/** One checkpoint tensor made of several of the IR's (phi3 qkv_proj, gate_up_proj): split at ingestion into row ranges. */
+export interface FusedTensor {
+  name: string;
+  /** The parts, in row order: each one's Hugging Face name as llmc uses it and its row count. */
+  parts: { name: string; rows: number }[];
+}
+
 export interface ArchEntry {
   /** config.json keys this model_type reads besides keys.ts's COMMON_KEYS; any other key that is not harmless is refused. */
   keys: readonly string[];
@@ -62,7 +76,13 @@ export interface ArchEntry {
   /** o_proj carries a bias. */
   oBias(cfg: Json): boolean;
   /** llama.cpp's name for the architecture (GGUF general.architecture). */
-  gguf: 'llama' | 'qwen2' | 'qwen2moe';
+  gguf: 'llama' | 'qwen2' | 'qwen2moe' | 'gemma2' | 'gemma3' | 'phi3';
+  /** The family's math beyond llama's (norm placement, activations, scalings); absent: llama's. */
+  features?(cfg: ConfigReader, hiddenSize: number): Features;
+  /** Per-layer-type rope (gemma3): full layers' rope and, where they differ, the sliding layers'; absent: readRope. */
+  rope?(cfg: ConfigReader, ctx: RopeContext, attention: Attention, numLayers: number): Pick<ArchSpec, 'ropeTheta' | 'ropeScaling' | 'localRope'>;
+  /** Fused checkpoint tensors of layer l the IR reads as separate ones (phi3). */
+  fused?(l: number, spec: ArchSpec): FusedTensor[];
   /** transformers' causal-LM classes of this model_type: a config whose `architectures` names none of them is not this layout. */
   causalLm: readonly string[];
   moe: MoeFamily | null;
@@ -209,6 +229,136 @@ const QWEN2_MOE: MoeFamily = {
   expertWidthKey: 'moe_intermediate_size',
 };
 
+/** Llama's math: pre-norm, SwiGLU, RMSNorm by w, unscaled embeddings, 1/sqrt(head_dim) attention. */
+export const LLAMA_FEATURES: Features = {
+  hiddenAct: 'silu',
+  qkNorm: null,
+  normPlacement: 'pre',
+  rmsNormOffset: 0,
+  embeddingScale: null,
+  attnSoftcap: null,
+  finalSoftcap: null,
+  queryPreAttnScalar: null,
+};
+
+/** A positive number or null (transformers' "off"). */
+function optionalPositive(c: ConfigReader, key: string): number | null {
+  const v = c.raw[key];
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'number' || !Number.isFinite(v) || !(v > 0)) throw new LlmcError(`"${key}" must be a positive number or null, got ${JSON.stringify(v)}`, c.file);
+  return v;
+}
+
+/** GELU with the tanh approximation: the activation names transformers maps to it. */
+const GELU_TANH = ['gelu_pytorch_tanh', 'gelu_new', 'gelu_fast'];
+
+/**
+ * Gemma 2 / 3: `hidden_activation` (transformers ignores the older `hidden_act` there), sandwich
+ * norms by (1 + w), embeddings times sqrt(hidden_size) in the activation dtype (float32 here),
+ * query_pre_attn_scalar, soft-capping; gemma3 adds per-head q/k norms.
+ */
+function gemmaFeatures(qkNorm: boolean) {
+  return (c: ConfigReader, hiddenSize: number): Features => {
+    const act = c.raw.hidden_activation ?? 'gelu_pytorch_tanh';
+    if (!GELU_TANH.includes(act as string)) throw new LlmcError(`unsupported hidden_activation ${JSON.stringify(act)} (supported: ${GELU_TANH.join(', ')})`, c.file);
+    if (c.raw.use_bidirectional_attention === true) throw new LlmcError('"use_bidirectional_attention": true (an encoder) is not a causal LM; llmc compiles causal decoders', c.file);
+    return {
+      hiddenAct: 'gelu_tanh',
+      qkNorm: qkNorm ? { scope: 'head', offset: 1 } : null,
+      normPlacement: 'sandwich',
+      rmsNormOffset: 1,
+      embeddingScale: Math.fround(Math.sqrt(hiddenSize)),
+      // transformers 5.17 runs gemma with its default attention (sdpa), which drops the softcap argument:
+      // only the eager path caps the scores. The references (what from_pretrained computes) are sdpa's,
+      // and match to 1e-6 without the cap (5e-5 with it), so llmc follows them; the value is still checked.
+      attnSoftcap: optionalPositive(c, 'attn_logit_softcapping') && null,
+      finalSoftcap: optionalPositive(c, 'final_logit_softcapping'),
+      queryPreAttnScalar: c.raw.query_pre_attn_scalar === undefined ? 256 : c.posInt('query_pre_attn_scalar'),
+    };
+  };
+}
+
+/** Gemma 2: sliding_window (default 4096) on the even layers unless layer_types says otherwise. */
+function gemma2Attention(c: ConfigReader, numLayers: number): Attention {
+  const w = c.raw.sliding_window === undefined ? 4096 : windowOf(c);
+  const types = layerTypes(c, numLayers) ?? Array.from({ length: numLayers }, (_, l) => ((l + 1) % 2 ? SLIDING : FULL));
+  return slidingFrom(c, types, w);
+}
+
+/** Gemma 3: every sliding_window_pattern-th layer is full (default 6), the others slide, unless layer_types says otherwise. */
+function gemma3Attention(c: ConfigReader, numLayers: number): Attention {
+  const w = c.raw.sliding_window === undefined ? 4096 : windowOf(c);
+  const pattern = c.raw.sliding_window_pattern ?? c.raw._sliding_window_pattern ?? 6;
+  if (typeof pattern !== 'number' || !Number.isSafeInteger(pattern) || pattern <= 0) throw new LlmcError(`"sliding_window_pattern" must be a positive integer, got ${JSON.stringify(pattern)}`, c.file);
+  const types = layerTypes(c, numLayers) ?? Array.from({ length: numLayers }, (_, l) => ((l + 1) % pattern ? SLIDING : FULL));
+  return slidingFrom(c, types, w);
+}
+
+/**
+ * Gemma 3's rope per layer type: `rope_parameters` {full_attention, sliding_attention} (transformers
+ * >= 5), or the older rope_theta + rope_scaling for full layers and rope_local_base_freq (default
+ * 10000, no scaling) for sliding ones. Where only one kind of layer exists, its rope is the model's.
+ */
+function gemma3Rope(c: ConfigReader, ctx: RopeContext, att: Attention, numLayers: number): Pick<ArchSpec, 'ropeTheta' | 'ropeScaling' | 'localRope'> {
+  const rp = c.raw.rope_parameters;
+  const nested = typeof rp === 'object' && rp !== null && !Array.isArray(rp) && Object.values(rp).some((v) => typeof v === 'object' && v !== null && !Array.isArray(v));
+  const strip = (cfg: Json): Json => {
+    const { rope_parameters: _p, rope_scaling: _s, rope_theta: _t, rope_local_base_freq: _l, ...rest } = cfg;
+    return rest;
+  };
+  let full: { ropeTheta: number; ropeScaling: ArchSpec['ropeScaling'] };
+  let local: { ropeTheta: number; ropeScaling: ArchSpec['ropeScaling'] };
+  if (nested) {
+    const p = rp as Json;
+    for (const k of Object.keys(p)) if (k !== FULL && k !== SLIDING) throw new LlmcError(`"rope_parameters" has a setting for "${k}"; gemma3 layers are ${FULL} or ${SLIDING}`, c.file);
+    const side = (k: string) => {
+      if (p[k] === undefined || p[k] === null) throw new LlmcError(`"rope_parameters" has no "${k}" setting`, c.file);
+      return readRope({ ...strip(c.raw), rope_parameters: p[k] }, c.file, ctx);
+    };
+    full = side(FULL);
+    local = side(SLIDING);
+  } else {
+    full = readRope(c.raw, c.file, { ...ctx, defaultTheta: 1e6 });
+    const base = c.raw.rope_local_base_freq === undefined ? 10000 : c.num('rope_local_base_freq');
+    if (!(base > 0)) throw new LlmcError(`"rope_local_base_freq" must be positive, got ${base}`, c.file);
+    local = { ropeTheta: base, ropeScaling: null };
+  }
+  const slidingCount = att.slidingWindow === null ? 0 : att.slidingLayers === null ? numLayers : att.slidingLayers.length;
+  const same = full.ropeTheta === local.ropeTheta && JSON.stringify(full.ropeScaling) === JSON.stringify(local.ropeScaling);
+  if (slidingCount === numLayers) return { ...local, localRope: null };
+  if (slidingCount === 0 || same) return { ...full, localRope: null };
+  if (local.ropeScaling) throw new LlmcError(`rope scaling "${local.ropeScaling.type}" on the sliding layers beside another rope on the full ones is not implemented (only a plain local base)`, c.file);
+  return { ...full, localRope: { theta: local.ropeTheta, scaling: null } };
+}
+
+/** Phi-3: q, k and v in one qkv_proj, gate and up in one gate_up_proj (split into llmc's names at ingestion). */
+function phi3Fused(l: number, spec: ArchSpec): FusedTensor[] {
+  const a = `model.layers.${l}.self_attn`;
+  const m = `model.layers.${l}.mlp`;
+  const kv = spec.numKvHeads * spec.headDim;
+  return [
+    {
+      name: `${a}.qkv_proj.weight`,
+      parts: [
+        { name: `${a}.q_proj.weight`, rows: spec.numHeads * spec.headDim },
+        { name: `${a}.k_proj.weight`, rows: kv },
+        { name: `${a}.v_proj.weight`, rows: kv },
+      ],
+    },
+    {
+      name: `${m}.gate_up_proj.weight`,
+      parts: [
+        { name: `${m}.gate_proj.weight`, rows: spec.intermediateSize },
+        { name: `${m}.up_proj.weight`, rows: spec.intermediateSize },
+      ],
+    },
+  ];
+}
+
+const GEMMA_KEYS = ['sliding_window', 'attn_logit_softcapping', 'final_logit_softcapping', 'query_pre_attn_scalar', 'hidden_activation', 'use_bidirectional_attention'];
+/** Gemma: transformers ignores `hidden_act` (hidden_activation decides), and builds no biases without attention_bias. */
+const GEMMA_FIXED = { attention_bias: false, cache_implementation: 'hybrid' };
+
 /** One entry per supported `model_type`: the keys of transformers 5's config class that change the math. */
 export const ARCHITECTURES = {
   // 'LLaMAForCausalLM': the class name of transformers' first llama conversions (2023), same layout.
@@ -255,6 +405,40 @@ export const ARCHITECTURES = {
     gguf: 'qwen2moe',
     causalLm: ['Qwen2MoeForCausalLM'],
     moe: QWEN2_MOE,
+  },
+  gemma2: {
+    ...NO_BIAS,
+    keys: [...GEMMA_KEYS, 'hidden_act'],
+    fixed: GEMMA_FIXED,
+    defaultTheta: 10000,
+    attention: gemma2Attention,
+    gguf: 'gemma2',
+    causalLm: ['Gemma2ForCausalLM'],
+    moe: null,
+    features: gemmaFeatures(false),
+  },
+  gemma3_text: {
+    ...NO_BIAS,
+    keys: [...GEMMA_KEYS, 'hidden_act', 'rope_local_base_freq', 'sliding_window_pattern', '_sliding_window_pattern'],
+    fixed: GEMMA_FIXED,
+    defaultTheta: 1e6,
+    attention: gemma3Attention,
+    gguf: 'gemma3',
+    causalLm: ['Gemma3ForCausalLM'],
+    moe: null,
+    features: gemmaFeatures(true),
+    rope: gemma3Rope,
+  },
+  phi3: {
+    ...NO_BIAS,
+    keys: ['sliding_window', 'resid_pdrop', 'embd_pdrop'],
+    fixed: NO_BIAS_KEYS,
+    defaultTheta: 10000,
+    attention: mistralAttention,
+    gguf: 'phi3',
+    causalLm: ['Phi3ForCausalLM'],
+    moe: null,
+    fused: phi3Fused,
   },
 } as const satisfies Record<ModelType, ArchEntry>;
 

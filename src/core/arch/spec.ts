@@ -3,7 +3,7 @@
  * so passes, engines and backends never read config.json themselves.
  */
 import { LlmcError, summarize } from '../errors.js';
-import { ARCHITECTURES, isModelType, SUPPORTED_MODEL_TYPES, type ConfigReader } from './registry.js';
+import { ARCHITECTURES, isModelType, LLAMA_FEATURES, SUPPORTED_MODEL_TYPES, type ArchEntry, type ConfigReader } from './registry.js';
 import { checkKnownKeys } from './keys.js';
 import { readRope } from './rope-config.js';
 import type { ArchSpec, MoeSpec } from './types.js';
@@ -72,8 +72,12 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     throw new LlmcError(`num_attention_heads (${numHeads}) is not a multiple of num_key_value_heads (${numKvHeads})`, file);
   }
   const headDim = posInt(cfg, 'head_dim', file, hiddenSize / numHeads);
-  const act = String(cfg.hidden_act ?? 'silu');
-  if (act !== 'silu') throw new LlmcError(`unsupported hidden_act "${act}" (supported: silu)`, file);
+  const family: ArchEntry = entry;
+  if (!family.features) {
+    const act = String(cfg.hidden_act ?? 'silu');
+    if (act !== 'silu') throw new LlmcError(`unsupported hidden_act "${act}" (supported: silu)`, file);
+  }
+  const features = family.features ? family.features(reader, hiddenSize) : LLAMA_FEATURES;
   const numLayers = posInt(cfg, 'num_hidden_layers', file);
 
   const moe: MoeSpec | null = entry.moe ? entry.moe.parse(reader, numLayers) : null;
@@ -82,8 +86,12 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   }
 
   const maxPositions = posInt(cfg, 'max_position_embeddings', file, 2048);
-  const { ropeTheta, ropeScaling } = readRope(cfg, file, { headDim, maxPositions, defaultTheta: entry.defaultTheta });
-  const { slidingWindow, slidingLayers } = entry.attention(reader, numLayers);
+  const attention = entry.attention(reader, numLayers);
+  const { slidingWindow, slidingLayers } = attention;
+  const ropeCtx = { headDim, maxPositions, defaultTheta: entry.defaultTheta };
+  const { ropeTheta, ropeScaling, localRope } = family.rope
+    ? family.rope(reader, ropeCtx, attention, numLayers)
+    : { ...readRope(cfg, file, ropeCtx), localRope: null };
   // transformers keeps `dtype` when both are given.
   const dtype = typeof cfg.dtype === 'string' ? cfg.dtype : typeof cfg.torch_dtype === 'string' ? cfg.torch_dtype : null;
   return {
@@ -103,7 +111,8 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     qkvBias: entry.qkvBias(cfg),
     oBias: entry.oBias(cfg),
     mlpBias: cfg.mlp_bias === true,
-    hiddenAct: 'silu',
+    ...features,
+    localRope,
     slidingWindow,
     slidingLayers,
     bosTokenId: typeof cfg.bos_token_id === 'number' ? cfg.bos_token_id : null,
@@ -117,6 +126,12 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
 export function windowOf(spec: Pick<ArchSpec, 'slidingWindow' | 'slidingLayers'>, l: number): number | null {
   if (spec.slidingWindow === null) return null;
   return spec.slidingLayers == null || spec.slidingLayers.includes(l) ? spec.slidingWindow : null;
+}
+
+/** The rotary base and scaling of layer `l` (gemma3's sliding layers may have their own). */
+export function ropeOf(spec: ArchSpec, l: number): Pick<ArchSpec, 'ropeTheta' | 'ropeScaling'> {
+  if (spec.localRope && windowOf(spec, l) !== null) return { ropeTheta: spec.localRope.theta, ropeScaling: spec.localRope.scaling };
+  return spec;
 }
 
 /** True when layer `l` routes through experts. */

@@ -4,7 +4,7 @@
  */
 
 /** The Hugging Face model_type names the architecture registry knows. */
-export type ModelType = 'llama' | 'mistral' | 'qwen2' | 'mixtral' | 'qwen2_moe';
+export type ModelType = 'llama' | 'mistral' | 'qwen2' | 'mixtral' | 'qwen2_moe' | 'gemma2' | 'gemma3_text' | 'phi3';
 
 /**
  * Rotary scaling as transformers' modeling_rope_utils.py computes it, with every default resolved
@@ -80,7 +80,33 @@ export interface ArchSpec {
   /** o_proj carries a bias (llama attention_bias=true). */
   oBias: boolean;
   mlpBias: boolean;
-  hiddenAct: 'silu';
+  /** The MLP's gate activation: SiLU (SwiGLU) or GELU with the tanh approximation (GeGLU, gemma's gelu_pytorch_tanh). */
+  hiddenAct: 'silu' | 'gelu_tanh';
+  /**
+   * RMSNorm on q and k before rope (qwen3, olmo2, gemma3): per head over head_dim channels, or over
+   * all of q's / k's channels; offset 1: the norm multiplies by (1 + w) (gemma).
+   */
+  qkNorm: null | { scope: 'head' | 'all'; offset: 0 | 1 };
+  /**
+   * Where the decoder layer's norms sit: 'pre' (llama: norm → block → add), 'post' (olmo2: block →
+   * norm → add), 'sandwich' (gemma2/3: norm → block → norm → add, for attention and MLP alike).
+   */
+  normPlacement: 'pre' | 'post' | 'sandwich';
+  /** 1: every decoder RMSNorm (layer, final, q/k) multiplies by (1 + w), as gemma's does; 0: by w. */
+  rmsNormOffset: 0 | 1;
+  /** The embeddings are multiplied by this (gemma: sqrt(hidden_size) rounded to the activation dtype); null: not scaled. */
+  embeddingScale: number | null;
+  /** Attention scores pass through cap·tanh(s/cap) before the mask and softmax (gemma2 attn_logit_softcapping); null: none. */
+  attnSoftcap: number | null;
+  /** The logits pass through cap·tanh(z/cap) (gemma final_logit_softcapping); null: none. */
+  finalSoftcap: number | null;
+  /** Attention scores are scaled by queryPreAttnScalar^-0.5 instead of head_dim^-0.5 (gemma); null: head_dim. */
+  queryPreAttnScalar: number | null;
+  /**
+   * The sliding layers' own rotary base (gemma3 rope_local_base_freq / rope_parameters.sliding_attention),
+   * where it differs from the full layers' ropeTheta / ropeScaling; null: every layer uses those.
+   */
+  localRope: null | { theta: number; scaling: RopeScaling | null };
   /** The attention window of the sliding layers (null: every layer attends to the whole context). */
   slidingWindow: number | null;
   /** The layers that use slidingWindow (layer_types / max_window_layers); null: all of them. */

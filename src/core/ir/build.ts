@@ -6,6 +6,7 @@ import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames } from '../arc
 import { mlpsOf } from '../arch/units.js';
 import { isMoeLayer, windowOf, type ArchSpec } from '../arch/spec.js';
 import { mlpOps, moeOutput } from './expand.js';
+import { LlmcError } from '../errors.js';
 import type { ElasticAxis, GraphInput, MlpSlot, ModelGraph, MoeMlp, Op, TapPoint, V } from './ir.js';
 
 
@@ -54,7 +55,14 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     tapOutput(layer, m.down, `${m.prefix}.down`, D, mask);
   };
 
-  ops.push({ op: 'embed', out: 'h0', ids: IO.ids, table: EMBED });
+  if (spec.localRope) throw new LlmcError(`${spec.modelType}: a rotary base of the sliding layers (${spec.localRope.theta}) other than the full layers' (${spec.ropeTheta}) is not implemented yet`);
+  const offset = spec.rmsNormOffset;
+  const norm = (out: V, x: V, weight: string): V => {
+    ops.push({ op: 'rmsnorm', out, x, weight, eps: spec.rmsNormEps, dim: D, ...(offset ? { offset } : {}) });
+    return out;
+  };
+  ops.push({ op: 'embed', out: spec.embeddingScale === null ? 'h0' : 'embed', ids: IO.ids, table: EMBED });
+  if (spec.embeddingScale !== null) ops.push({ op: 'scale', out: 'h0', x: 'embed', by: spec.embeddingScale });
   let h: V = 'h0';
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
@@ -67,9 +75,8 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     const qHeads: ElasticAxis = { unit: 'q-heads', layer: l };
     const kvHeads: ElasticAxis = { unit: 'kv-heads', layer: l };
 
-    // Attention block.
-    ops.push({ op: 'rmsnorm', out: `${p}.attn_in`, x: h, weight: n.inputNorm, eps: spec.rmsNormEps, dim: D });
-    const xa = `${p}.attn_in`;
+    // Attention block (olmo2's 'post' placement normalizes only the block's output).
+    const xa = spec.normPlacement === 'post' ? h : norm(`${p}.attn_in`, h, n.inputNorm);
     for (const w of [n.q, n.k, n.v]) tapLinear(l, w, xa, D, null);
     linear(`${p}.q`, xa, n.q, D, spec.numHeads * hd, spec.qkvBias, { rows: qHeads });
     linear(`${p}.k`, xa, n.k, D, spec.numKvHeads * hd, spec.qkvBias, { rows: kvHeads });
@@ -77,8 +84,18 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     tapOutput(l, n.q, `${p}.q`, spec.numHeads * hd, null);
     tapOutput(l, n.k, `${p}.k`, spec.numKvHeads * hd, null);
     tapOutput(l, n.v, `${p}.v`, spec.numKvHeads * hd, null);
-    ops.push({ op: 'rope', out: `${p}.q_rot`, x: `${p}.q`, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
-    ops.push({ op: 'rope', out: `${p}.k_rot`, x: `${p}.k`, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
+    let [q, k] = [`${p}.q`, `${p}.k`];
+    if (spec.qkNorm) {
+      const qn = spec.qkNorm;
+      const perHead = qn.scope === 'head';
+      const qkn = (out: V, x: V, weight: string, heads: number) =>
+        ops.push({ op: 'rmsnorm', out, x, weight, eps: spec.rmsNormEps, dim: perHead ? hd : heads * hd, ...(perHead ? { heads } : {}), ...(qn.offset ? { offset: qn.offset } : {}) });
+      qkn(`${p}.q_norm`, q, n.qNorm, spec.numHeads);
+      qkn(`${p}.k_norm`, k, n.kNorm, spec.numKvHeads);
+      [q, k] = [`${p}.q_norm`, `${p}.k_norm`];
+    }
+    ops.push({ op: 'rope', out: `${p}.q_rot`, x: q, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
+    ops.push({ op: 'rope', out: `${p}.k_rot`, x: k, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
     ops.push({
       op: 'attention',
       out: `${p}.attn`,
@@ -94,16 +111,19 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       kvHeads: spec.numKvHeads,
       headDim: hd,
       slidingWindow: windowOf(spec, l),
+      ...(spec.queryPreAttnScalar !== null ? { scale: spec.queryPreAttnScalar ** -0.5 } : {}),
+      ...(spec.attnSoftcap !== null ? { softcap: spec.attnSoftcap } : {}),
     });
     taps.push({ kind: 'head-output', layer: l, key: `model.layers.${l}.self_attn`, value: `${p}.attn`, channels: spec.numHeads * hd, mask: null, heads: spec.numHeads });
     tapLinear(l, n.o, `${p}.attn`, spec.numHeads * hd, null);
     linear(`${p}.o`, `${p}.attn`, n.o, spec.numHeads * hd, D, spec.oBias, { cols: qHeads });
     tapOutput(l, n.o, `${p}.o`, D, null);
-    ops.push({ op: 'add', out: `${p}.resid1`, a: h, b: `${p}.o` });
+    const attnOut = spec.normPlacement === 'pre' ? `${p}.o` : norm(`${p}.o_norm`, `${p}.o`, n.postNorm);
+    ops.push({ op: 'add', out: `${p}.resid1`, a: h, b: attnOut });
 
     // MLP block.
-    ops.push({ op: 'rmsnorm', out: `${p}.mlp_in`, x: `${p}.resid1`, weight: n.postNorm, eps: spec.rmsNormEps, dim: D });
-    const xm = `${p}.mlp_in`;
+    const xm =
+      spec.normPlacement === 'post' ? `${p}.resid1` : norm(`${p}.mlp_in`, `${p}.resid1`, spec.normPlacement === 'sandwich' ? n.preFfnNorm : n.postNorm);
     const mlpOf = (m: ReturnType<typeof mlpsOf>[number], slot: MlpSlot): MoeMlp => ({
       prefix: m.prefix,
       gate: m.gate,
@@ -117,7 +137,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     if (!isMoeLayer(spec, l)) {
       const m = mlpOf(mlpsOf(spec, l)[0], spec.moe ? 'dense' : 'mlp');
       tapMlp(m, xm, l, null);
-      ops.push(...mlpOps(m, xm, D));
+      ops.push(...mlpOps(m, xm, D, spec.hiddenAct));
       mlpOut = `${m.prefix}.down`;
     } else {
       const moe = spec.moe!;
@@ -149,13 +169,16 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       ops.push(op);
       mlpOut = op.out;
     }
+    if (spec.normPlacement !== 'pre') mlpOut = norm(`${p}.mlp_norm`, mlpOut, n.postFfnNorm);
     ops.push({ op: 'add', out: `${p}.out`, a: `${p}.resid1`, b: mlpOut });
     h = `${p}.out`;
   }
   ops.push({ op: 'gatherPositions', out: 'h_last', x: h, positions: IO.logitPositions });
-  ops.push({ op: 'rmsnorm', out: 'h_final', x: 'h_last', weight: FINAL_NORM, eps: spec.rmsNormEps, dim: D });
+  norm('h_final', 'h_last', FINAL_NORM);
   const head = spec.tieEmbeddings ? EMBED : LM_HEAD;
   taps.push({ kind: 'linear-input', layer: spec.numLayers, key: head, value: 'h_final', channels: D, mask: null });
-  ops.push({ op: 'linear', out: IO.logits, x: 'h_final', weight: head, bias: null, inFeatures: D, outFeatures: spec.vocabSize });
+  const capped = spec.finalSoftcap !== null;
+  ops.push({ op: 'linear', out: capped ? 'logits_raw' : IO.logits, x: 'h_final', weight: head, bias: null, inFeatures: D, outFeatures: spec.vocabSize });
+  if (capped) ops.push({ op: 'softcap', out: IO.logits, x: 'logits_raw', cap: spec.finalSoftcap! });
   return { spec, inputs, ops, outputs, taps };
 }

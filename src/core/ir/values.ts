@@ -40,7 +40,7 @@ export function valueChannels(graph: ModelGraph): Map<V, number> {
         ch.set(op.out, spec.hiddenSize);
         break;
       case 'rmsnorm':
-        ch.set(op.out, op.dim);
+        ch.set(op.out, op.dim * (op.heads ?? 1));
         break;
       case 'linear':
         ch.set(op.out, op.outFeatures);
@@ -53,6 +53,9 @@ export function valueChannels(graph: ModelGraph): Map<V, number> {
         break;
       case 'silu':
       case 'sigmoid':
+      case 'gelu_tanh':
+      case 'scale':
+      case 'softcap':
       case 'gatherPositions':
         ch.set(op.out, of(op.x));
         break;

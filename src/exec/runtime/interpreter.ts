@@ -460,13 +460,16 @@ export class Interpreter {
         };
       }
       case 'rmsnorm': {
-        const w = this.table.vector(op.weight);
+        // gemma's (1 + w) rounded to f32 once, as torch adds it in float32; a per-head norm is one row per head.
+        const w0 = this.table.vector(op.weight);
+        const w = op.offset ? Float32Array.from(w0, (v) => v + 1) : w0;
+        const heads = op.heads ?? 1;
         const x = this.buffer(op.x);
-        const out = this.define(op.out, op.dim, this.rowsOf.get(op.x));
+        const out = this.define(op.out, op.dim * heads, this.rowsOf.get(op.x));
         const count = this.counter(op.x);
         return (f) => {
           const n = count(f);
-          rmsNorm(x.data, w, out.rows(n), n, op.dim, op.eps);
+          rmsNorm(x.data, w, out.rows(n), n * heads, op.dim, op.eps);
         };
       }
       case 'linear':
@@ -499,6 +502,16 @@ export class Interpreter {
         return this.unary(op.x, op.out, (v) => v / (1 + Math.exp(-v)));
       case 'sigmoid':
         return this.unary(op.x, op.out, (v) => 1 / (1 + Math.exp(-v)));
+      case 'gelu_tanh':
+        return this.unary(op.x, op.out, geluTanh);
+      case 'scale': {
+        const by = op.by;
+        return this.unary(op.x, op.out, (v) => v * by);
+      }
+      case 'softcap': {
+        const cap = op.cap;
+        return this.unary(op.x, op.out, (v) => cap * Math.tanh(v / cap));
+      }
       case 'mul':
       case 'add':
         return this.elementwise(op.op, op.a, op.b, op.out);
@@ -627,8 +640,10 @@ export class Interpreter {
     // Queries at the logit positions only (positionRows): row r is new token f.positions[r].
     const atPositions = this.rowsOf.get(op.q) === 'N';
     const out = this.define(op.out, qDim, atPositions ? 'N' : 'T');
-    const scale = 1 / Math.sqrt(hd);
+    const scale = op.scale ?? 1 / Math.sqrt(hd);
     const window = op.slidingWindow;
+    // Soft-capped scores (gemma2) take the JS loops: the SIMD kernel has no tanh.
+    const cap = op.softcap ?? 0;
     let scores = new Float32Array(0);
     return (f) => {
       const T = f.T;
@@ -648,14 +663,14 @@ export class Interpreter {
       // Dropped heads stay zero, so o_proj's column span ignores them.
       if (qpg !== nrep) att.fill(0, 0, n * qDim);
       const mem = f.cache.memory;
-      if (mem) {
+      if (mem && !cap) {
         if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, window, tokens);
         else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, window, tokens);
         return;
       }
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
-      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, n, tokens, G, qpg, nrep, hd, qDim, kvDim, scale, window);
-      else attend(q, kc, vc, att, scores, n, tokens, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window);
+      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, n, tokens, G, qpg, nrep, hd, qDim, kvDim, scale, window, cap);
+      else attend(q, kc, vc, att, scores, n, tokens, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, window, cap);
     };
   }
 
@@ -887,7 +902,7 @@ function route(logits: Float32Array, K: number, mode: 'softmax-topk-renorm' | 's
 function attend(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array,
   T: number, tokens: ArrayLike<number> | null, pos0: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
-  scale: number, window: number | null,
+  scale: number, window: number | null, cap = 0,
 ): void {
   for (let t = 0; t < T; t++) {
     const p = pos0 + (tokens ? tokens[t] : t);
@@ -902,6 +917,7 @@ function attend(
           let d = 0;
           for (let i = 0; i < hd; i++) d += q[qo + i] * kc[ko + i];
           d *= scale;
+          if (cap) d = cap * Math.tanh(d / cap);
           scores[j] = d;
           if (d > max) max = d;
         }
@@ -927,7 +943,7 @@ function attend(
 function attendTree(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array, tree: TreeAttention,
   T: number, tokens: ArrayLike<number> | null, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
-  scale: number, window: number | null,
+  scale: number, window: number | null, cap = 0,
 ): void {
   const keys = new Int32Array(scores.length);
   for (let t = 0; t < T; t++) {
@@ -947,6 +963,7 @@ function attendTree(
           let d = 0;
           for (let i = 0; i < hd; i++) d += q[qo + i] * kc[ko + i];
           d *= scale;
+          if (cap) d = cap * Math.tanh(d / cap);
           scores[k] = d;
           if (d > max) max = d;
         }
@@ -974,6 +991,11 @@ function checkTree(tree: TreeAttention, T: number, pos0: number): void {
     }
     if (v[v.length - 1] !== pos0 + t) throw new LlmcError(`tree attention: row ${t} must see itself (slot ${pos0 + t}) last`);
   });
+}
+
+/** GELU, tanh approximation (transformers' gelu_pytorch_tanh). */
+function geluTanh(x: number): number {
+  return 0.5 * x * (1 + Math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
 /** Rotate-half RoPE on v[o..o+hd) with row `t` of the tables (pairs i and i + hd/2). */
