@@ -90,7 +90,7 @@ function worstRowError(a: Float32Array, b: Float32Array, V: number): number {
   return worst;
 }
 
-describe.skipIf(!HAVE_SHARED).each(['llama3-rope', 'mistral-swa', 'gemma2', 'gemma3_text', 'phi3'])("%s reproduces transformers' reference logits", (name) => {
+describe.skipIf(!HAVE_SHARED).each(['llama3-rope', 'mistral-swa'])("%s reproduces transformers' reference logits", (name) => {
   const dir = path.join(SHARED, 'archs', name);
   let ids: number[];
   let ref: { data: Float32Array; shape: number[] };

@@ -10,7 +10,7 @@
  */
 import { yarnWithDefaults } from '../../src/core/arch/rope-config.js';
 import { promises as fsp } from 'node:fs';
-import { archOf, GGUF_ARCHITECTURES, LLAMA_FEATURES, modelTypeOfGguf, type ArchEntry } from '../../src/core/arch/registry.js';
+import { archOf, GGUF_ARCHITECTURES, modelTypeOfGguf } from '../../src/core/arch/registry.js';
 import type { ArchSpec, MoeSpec, RopeScaling } from '../../src/core/arch/types.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { QUANT_TYPES, type QuantType } from '../../src/core/quant/types.js';
@@ -279,12 +279,8 @@ export function checkGgufModel(h: GgufHeader, expect: { numLayers: number; hidde
  * context, vocabulary and stop ids by. llama.cpp itself does the math, so only what those need is
  * read exactly; a key llama.cpp needs that is missing or malformed is one error naming it.
  */
-/** The GGUF architectures this reader describes: the llama-style families (gemma's and phi3's extra math it does not read back). */
-const READABLE = GGUF_ARCHITECTURES.filter((a) => {
-  const t = modelTypeOfGguf(a, false)!;
-  const e: ArchEntry = archOf({ modelType: t });
-  return !e.features && !e.fused;
-});
+/** The GGUF architectures this reader describes (gemma's norms, activation and soft-capping and phi3's fused tensors it does not read back). */
+const READABLE = GGUF_ARCHITECTURES.filter((a) => !['gemma2', 'gemma3', 'phi3'].includes(a));
 
 export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
   const md = h.metadata;
@@ -356,7 +352,10 @@ export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
     qkvBias: names.has('blk.0.attn_q.bias'),
     oBias: names.has('blk.0.attn_output.bias'),
     mlpBias: names.has('blk.0.ffn_up.bias'),
-    ...LLAMA_FEATURES,
+    hiddenAct: 'silu',
+    rmsNormOffset: 0,
+    attnSoftcap: null,
+    finalSoftcap: null,
     localRope: null,
     slidingWindow: null,
     slidingLayers: null,
@@ -364,5 +363,10 @@ export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
     eosTokenIds: [...new Set(eos)],
     torchDtype: null,
     moe,
+    // llama.cpp computes the layer itself; these describe the file's shapes only (llmc never runs a bare GGUF's IR).
+    qkNorm: names.has('blk.0.attn_q_norm.weight') ? { scope: (h.tensors.find((t) => t.name === 'blk.0.attn_q_norm.weight')?.ne[0] ?? 0) === hiddenSize ? 'all' : 'head', offset: 0 } : null,
+    normPlacement: names.has('blk.0.attn_norm.weight') ? 'pre' : 'post',
+    ropeLayers: null,
+    multipliers: null,
   };
 }

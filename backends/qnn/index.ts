@@ -5,6 +5,7 @@
  * SoC and build-qnn.sh. ./emit.ts writes it; docs/outliers.md describes it.
  */
 import { UsageError } from '../../src/core/errors.js';
+import { beyondLlama } from '../../src/core/arch/spec.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { OUTLIER_SCALES } from '../../src/core/records/outliers.js';
 import { QNN_FORMATS, QNN_OPTIONS, type QnnOptions } from './options.js';
@@ -21,6 +22,8 @@ export const qnn: TargetDescriptor<QnnOptions> = {
     if (spec.moe) {
       throw new UsageError(`--target qnn cannot express ${spec.modelType}'s mixture-of-experts layers (token routing has no static per-tensor graph); it takes dense llama, mistral and qwen2 models`);
     }
+    const extra = beyondLlama(spec);
+    if (extra.length) throw new UsageError(`--target qnn does not lower ${spec.modelType}'s ${extra.join(', ')} (its subgraphs are Llama's layer); it takes dense llama, mistral and qwen2 models`);
   },
   load: async () => (await import('./emit.js')).qnnTarget,
   open: async (a, o) => (await import('./open.js')).openQnn(a, o),

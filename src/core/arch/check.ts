@@ -3,7 +3,7 @@
  * manifest is one error naming the field instead of a crash or a wrong model. Browser-safe.
  */
 import type { Checker } from '../util/check.js';
-import { isModelType, LLAMA_FEATURES, SUPPORTED_MODEL_TYPES } from './registry.js';
+import { isModelType, SUPPORTED_MODEL_TYPES } from './registry.js';
 import type { ArchSpec } from './types.js';
 import { summarize } from '../errors.js';
 
@@ -46,16 +46,12 @@ export function checkArchSpec(v: unknown, c: Checker, at = 'arch'): ArchSpec {
   for (const k of ['tieEmbeddings', 'qkvBias', 'oBias', 'mlpBias']) if (typeof a[k] !== 'boolean') c.fail(`${at}.${k}`, 'must be true or false');
   if (a.hiddenAct !== 'silu' && a.hiddenAct !== 'gelu_tanh') c.fail(`${at}.hiddenAct`, 'must be "silu" or "gelu_tanh"');
   // Manifests written before gemma's features: llama's.
-  for (const [k, v] of Object.entries(LLAMA_FEATURES)) if (a[k] === undefined) a[k] = v;
+  if (a.rmsNormOffset === undefined) a.rmsNormOffset = 0;
+  if (a.attnSoftcap === undefined) a.attnSoftcap = null;
+  if (a.finalSoftcap === undefined) a.finalSoftcap = null;
   if (a.localRope === undefined) a.localRope = null;
-  if (a.qkNorm !== null) {
-    const q = c.obj(a.qkNorm, `${at}.qkNorm`);
-    if (q.scope !== 'head' && q.scope !== 'all') c.fail(`${at}.qkNorm.scope`, 'must be "head" or "all"');
-    if (q.offset !== 0 && q.offset !== 1) c.fail(`${at}.qkNorm.offset`, 'must be 0 or 1');
-  }
-  if (!['pre', 'post', 'sandwich'].includes(a.normPlacement as string)) c.fail(`${at}.normPlacement`, 'must be "pre", "post" or "sandwich"');
   if (a.rmsNormOffset !== 0 && a.rmsNormOffset !== 1) c.fail(`${at}.rmsNormOffset`, 'must be 0 or 1');
-  for (const k of ['embeddingScale', 'attnSoftcap', 'finalSoftcap', 'queryPreAttnScalar']) {
+  for (const k of ['attnSoftcap', 'finalSoftcap']) {
     if (a[k] !== null && !(c.num(a[k], `${at}.${k}`) > 0)) c.fail(`${at}.${k}`, 'must be positive or null');
   }
   if (a.localRope !== null) {
@@ -81,6 +77,24 @@ export function checkArchSpec(v: unknown, c: Checker, at = 'arch'): ArchSpec {
     c.int(m.expertIntermediateSize, `${at}.moe.expertIntermediateSize`, 1);
     if (m.sharedExpertIntermediateSize !== null) c.int(m.sharedExpertIntermediateSize, `${at}.moe.sharedExpertIntermediateSize`, 1);
     c.ints(m.denseLayers, `${at}.moe.denseLayers`);
+  }
+  // Manifests written before these families: Llama's layer.
+  if (a.qkNorm === undefined) a.qkNorm = null;
+  if (a.normPlacement === undefined) a.normPlacement = 'pre';
+  if (a.ropeLayers === undefined) a.ropeLayers = null;
+  if (a.multipliers === undefined) a.multipliers = null;
+  if (a.qkNorm !== null) {
+    const q = c.obj(a.qkNorm, `${at}.qkNorm`);
+    if (q.scope !== 'head' && q.scope !== 'all') c.fail(`${at}.qkNorm.scope`, 'must be "head" or "all"');
+    if (q.offset !== 0 && q.offset !== 1) c.fail(`${at}.qkNorm.offset`, 'must be 0 or 1');
+  }
+  if (!['pre', 'post', 'sandwich'].includes(a.normPlacement as string)) c.fail(`${at}.normPlacement`, 'must be pre, post or sandwich');
+  if (a.ropeLayers !== null) for (const l of c.ints(a.ropeLayers, `${at}.ropeLayers`)) if (l < 0 || l >= (a.numLayers as number)) c.fail(`${at}.ropeLayers`, 'must name layers of the model');
+  if (a.multipliers !== null) {
+    const m = c.obj(a.multipliers, `${at}.multipliers`);
+    for (const k of ['embedding', 'residual', 'logitsDivide']) if (!Number.isFinite(c.num(m[k], `${at}.multipliers.${k}`))) c.fail(`${at}.multipliers.${k}`, 'must be finite');
+    if (m.attention !== null && !(c.num(m.attention, `${at}.multipliers.attention`) > 0)) c.fail(`${at}.multipliers.attention`, 'must be positive or null');
+    if (m.logitsDivide === 0) c.fail(`${at}.multipliers.logitsDivide`, 'must not be 0');
   }
   return a as unknown as ArchSpec;
 }

@@ -25,14 +25,7 @@ export const biasOf = (weight: string): string => weight.replace(/\.weight$/, '.
 
 export const layerNames = (l: number) => ({
   inputNorm: `model.layers.${l}.input_layernorm.weight`,
-  /** Llama: the MLP's input norm; sandwich and post placements: the attention output's norm. */
   postNorm: `model.layers.${l}.post_attention_layernorm.weight`,
-  /** Sandwich placement (gemma): the MLP's input norm. */
-  preFfnNorm: `model.layers.${l}.pre_feedforward_layernorm.weight`,
-  /** Sandwich and post placements: the MLP output's norm. */
-  postFfnNorm: `model.layers.${l}.post_feedforward_layernorm.weight`,
-  qNorm: attn(l, 'q_norm.weight'),
-  kNorm: attn(l, 'k_norm.weight'),
   q: attn(l, 'q_proj.weight'),
   k: attn(l, 'k_proj.weight'),
   v: attn(l, 'v_proj.weight'),
@@ -41,8 +34,39 @@ export const layerNames = (l: number) => ({
   kBias: attn(l, 'k_proj.bias'),
   vBias: attn(l, 'v_proj.bias'),
   oBias: attn(l, 'o_proj.bias'),
+  qNorm: attn(l, 'q_norm.weight'),
+  kNorm: attn(l, 'k_norm.weight'),
+  preFfNorm: `model.layers.${l}.pre_feedforward_layernorm.weight`,
+  postFfNorm: `model.layers.${l}.post_feedforward_layernorm.weight`,
   mlp: mlpNames(`model.layers.${l}.mlp`),
 });
+
+/** A layer's norms by where they sit (spec.normPlacement): on a block's input, on its output, or absent. */
+export interface LayerNorms {
+  attnIn: string | null;
+  attnOut: string | null;
+  mlpIn: string | null;
+  mlpOut: string | null;
+}
+
+export function layerNorms(spec: Pick<ArchSpec, 'normPlacement'>, l: number): LayerNorms {
+  const n = layerNames(l);
+  switch (spec.normPlacement) {
+    case 'pre':
+      return { attnIn: n.inputNorm, attnOut: null, mlpIn: n.postNorm, mlpOut: null };
+    // olmo2: post_attention_layernorm normalizes the attention's output.
+    case 'post':
+      return { attnIn: null, attnOut: n.postNorm, mlpIn: null, mlpOut: n.postFfNorm };
+    case 'sandwich':
+      return { attnIn: n.inputNorm, attnOut: n.postNorm, mlpIn: n.preFfNorm, mlpOut: n.postFfNorm };
+  }
+}
+
+/** The widths of layer l's q and k norm weights (none without qkNorm). */
+function qkNormWidths(spec: ArchSpec): [number, number] | null {
+  if (!spec.qkNorm) return null;
+  return spec.qkNorm.scope === 'head' ? [spec.headDim, spec.headDim] : [spec.numHeads * spec.headDim, spec.numKvHeads * spec.headDim];
+}
 
 export const EMBED = 'model.embed_tokens.weight';
 export const FINAL_NORM = 'model.norm.weight';
@@ -57,16 +81,12 @@ export type TensorRole = 'embedding' | 'lm_head' | 'norm' | 'attention' | 'mlp' 
  */
 export function expectedTensorCount(spec: ArchSpec): number {
   const mlp = 3 + (spec.mlpBias ? 3 : 0);
-  const attn = 4 + (spec.qkvBias ? 3 : 0) + (spec.oBias ? 1 : 0) + (spec.qkNorm ? 2 : 0) + extraNorms(spec).length;
+  const attn = 4 + (spec.qkvBias ? 3 : 0) + (spec.oBias ? 1 : 0) + (spec.qkNorm ? 2 : 0);
+  const norms = Object.values(layerNorms(spec, 0)).filter((n) => n !== null).length;
   const moe = spec.moe;
   const moeLayers = moe ? spec.numLayers - moe.denseLayers.filter((l) => l < spec.numLayers).length : 0;
   const perMoe = moe ? 1 + moe.numExperts * mlp + (moe.sharedExpertIntermediateSize ? mlp + 1 : 0) : 0;
-  return 1 + spec.numLayers * (2 + attn) + (spec.numLayers - moeLayers) * mlp + moeLayers * perMoe + 1 + (spec.tieEmbeddings ? 0 : 1);
-}
-
-/** Layer norms beyond input_layernorm and post_attention_layernorm (sandwich: pre- and post-feedforward; post: post-feedforward). */
-function extraNorms(spec: Pick<ArchSpec, 'normPlacement'>): ('preFfnNorm' | 'postFfnNorm')[] {
-  return spec.normPlacement === 'sandwich' ? ['preFfnNorm', 'postFfnNorm'] : spec.normPlacement === 'post' ? ['postFfnNorm'] : [];
+  return 1 + spec.numLayers * (norms + attn) + (spec.numLayers - moeLayers) * mlp + moeLayers * perMoe + 1 + (spec.tieEmbeddings ? 0 : 1);
 }
 
 /** Every tensor the spec requires, with its shape ([out, in] for linears, as HF stores them) and role. */
@@ -83,23 +103,19 @@ export function expectedTensors(spec: ArchSpec): ExpectedTensor[] {
   };
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
+    for (const norm of Object.values(layerNorms(spec, l))) if (norm) out.push({ name: norm, shape: [D], role: 'norm' });
     out.push(
-      { name: n.inputNorm, shape: [D], role: 'norm' },
-      { name: n.postNorm, shape: [D], role: 'norm' },
       { name: n.q, shape: [qDim, D], role: 'attention' },
       { name: n.k, shape: [kvDim, D], role: 'attention' },
       { name: n.v, shape: [kvDim, D], role: 'attention' },
       { name: n.o, shape: [D, qDim], role: 'attention' },
     );
-    for (const k of extraNorms(spec)) out.push({ name: n[k], shape: [D], role: 'norm' });
-    if (spec.qkNorm) {
-      const head = spec.qkNorm.scope === 'head';
-      out.push({ name: n.qNorm, shape: [head ? spec.headDim : qDim], role: 'norm' }, { name: n.kNorm, shape: [head ? spec.headDim : kvDim], role: 'norm' });
-    }
     if (spec.qkvBias) {
       out.push({ name: n.qBias, shape: [qDim], role: 'attention' }, { name: n.kBias, shape: [kvDim], role: 'attention' }, { name: n.vBias, shape: [kvDim], role: 'attention' });
     }
     if (spec.oBias) out.push({ name: n.oBias, shape: [D], role: 'attention' });
+    const qk = qkNormWidths(spec);
+    if (qk) out.push({ name: n.qNorm, shape: [qk[0]], role: 'norm' }, { name: n.kNorm, shape: [qk[1]], role: 'norm' });
     if (isMoeLayer(spec, l)) {
       const m = moeNames(spec, l);
       const moe = spec.moe!;

@@ -6,7 +6,7 @@
  * every executor and target) reads the normalized ArchSpec and the names this entry gives.
  */
 import { LlmcError } from '../errors.js';
-import type { ArchSpec, ModelType, MoeSpec } from './types.js';
+import type { ArchSpec, ModelType, MoeSpec, Multipliers, QkNorm } from './types.js';
 import { readRope, type RopeContext } from './rope-config.js';
 
 type Json = Record<string, unknown>;
@@ -49,19 +49,6 @@ export interface Attention {
   slidingLayers: number[] | null;
 }
 
-/** The ArchSpec fields a family decides besides sizes, rope and attention layout (llama's: LLAMA_FEATURES). */
-export type Features = Pick<
-  ArchSpec,
-  'hiddenAct' | 'qkNorm' | 'normPlacement' | 'rmsNormOffset' | 'embeddingScale' | 'attnSoftcap' | 'finalSoftcap' | 'queryPreAttnScalar'
->;
-
-/** One checkpoint tensor made of several of the IR's (phi3 qkv_proj, gate_up_proj): split at ingestion into row ranges. */
-export interface FusedTensor {
-  name: string;
-  /** The parts, in row order: each one's Hugging Face name as llmc uses it and its row count. */
-  parts: { name: string; rows: number }[];
-}
-
 export interface ArchEntry {
   /** config.json keys this model_type reads besides keys.ts's COMMON_KEYS; any other key that is not harmless is refused. */
   keys: readonly string[];
@@ -76,9 +63,9 @@ export interface ArchEntry {
   /** o_proj carries a bias. */
   oBias(cfg: Json): boolean;
   /** llama.cpp's name for the architecture (GGUF general.architecture). */
-  gguf: 'llama' | 'qwen2' | 'qwen2moe' | 'gemma2' | 'gemma3' | 'phi3';
-  /** The family's math beyond llama's (norm placement, activations, scalings); absent: llama's. */
-  features?(cfg: ConfigReader, hiddenSize: number): Features;
+  gguf: 'llama' | 'qwen2' | 'qwen2moe' | 'qwen3' | 'qwen3moe' | 'olmoe' | 'olmo2' | 'granite' | 'smollm3' | 'gemma2' | 'gemma3' | 'phi3';
+  /** The layer features beyond Llama's (q/k norms, norm placement, rope-less layers, multipliers); absent: none. */
+  features?(cfg: ConfigReader, numLayers: number): Partial<Features>;
   /** Per-layer-type rope (gemma3): full layers' rope and, where they differ, the sliding layers'; absent: readRope. */
   rope?(cfg: ConfigReader, ctx: RopeContext, attention: Attention, numLayers: number): Pick<ArchSpec, 'ropeTheta' | 'ropeScaling' | 'localRope'>;
   /** Fused checkpoint tensors of layer l the IR reads as separate ones (phi3). */
@@ -86,6 +73,25 @@ export interface ArchEntry {
   /** transformers' causal-LM classes of this model_type: a config whose `architectures` names none of them is not this layout. */
   causalLm: readonly string[];
   moe: MoeFamily | null;
+}
+
+/** The ArchSpec fields a family sets beyond Llama's (spec.ts fills the defaults). */
+export interface Features {
+  qkNorm: QkNorm | null;
+  normPlacement: ArchSpec['normPlacement'];
+  ropeLayers: number[] | null;
+  multipliers: Multipliers | null;
+  hiddenAct: ArchSpec['hiddenAct'];
+  rmsNormOffset: ArchSpec['rmsNormOffset'];
+  attnSoftcap: number | null;
+  finalSoftcap: number | null;
+}
+
+/** One checkpoint tensor made of several of the IR's (phi3 qkv_proj, gate_up_proj): split at ingestion into row ranges. */
+export interface FusedTensor {
+  name: string;
+  /** The parts, in row order: each one's Hugging Face name as llmc uses it and its row count. */
+  parts: { name: string; rows: number }[];
 }
 
 /** Names of one dense SwiGLU MLP's projections under `prefix`. */
@@ -229,17 +235,81 @@ const QWEN2_MOE: MoeFamily = {
   expertWidthKey: 'moe_intermediate_size',
 };
 
-/** Llama's math: pre-norm, SwiGLU, RMSNorm by w, unscaled embeddings, 1/sqrt(head_dim) attention. */
-export const LLAMA_FEATURES: Features = {
-  hiddenAct: 'silu',
-  qkNorm: null,
-  normPlacement: 'pre',
-  rmsNormOffset: 0,
-  embeddingScale: null,
-  attnSoftcap: null,
-  finalSoftcap: null,
-  queryPreAttnScalar: null,
-};
+/** Qwen3-MoE and OLMoE: mlp.gate routes over mlp.experts.<e>, no shared expert; top-k renormalized only with norm_topk_prob. */
+function plainMoe(expertsKey: readonly string[], widthKey: string, sparseSteps: boolean): MoeFamily {
+  return {
+    parse: (c, numLayers) => {
+      const key = expertsKey.find((k) => c.raw[k] !== undefined && c.raw[k] !== null) ?? expertsKey[0];
+      const numExperts = c.posInt(key);
+      const step = sparseSteps ? c.posInt('decoder_sparse_step', 1) : 1;
+      const mlpOnly = sparseSteps && Array.isArray(c.raw.mlp_only_layers) ? (c.raw.mlp_only_layers as number[]) : [];
+      const dense: number[] = [];
+      for (let l = 0; l < numLayers; l++) if (mlpOnly.includes(l) || (l + 1) % step !== 0) dense.push(l);
+      return {
+        routing: c.raw.norm_topk_prob === true ? 'softmax-topk-renorm' : 'softmax-topk',
+        numExperts,
+        topK: c.posInt('num_experts_per_tok'),
+        expertIntermediateSize: c.posInt(widthKey),
+        sharedExpertIntermediateSize: null,
+        denseLayers: dense,
+      };
+    },
+    names: (l, moe) => {
+      const p = `model.layers.${l}.mlp`;
+      return { router: `${p}.gate.weight`, experts: Array.from({ length: moe.numExperts }, (_, e) => mlpNames(`${p}.experts.${e}`)), shared: null, sharedGate: null };
+    },
+    expertWidthKey: widthKey,
+  };
+}
+
+/** Qwen3-MoE: transformers 5 names the expert count num_local_experts (num_experts before). */
+const QWEN3_MOE = plainMoe(['num_local_experts', 'num_experts'], 'moe_intermediate_size', true);
+const OLMOE_MOE = plainMoe(['num_experts'], 'intermediate_size', false);
+
+/** A window on every layer when use_sliding_window says so: refused, as transformers' Qwen3-MoE masks it differently per version. */
+function noWindowUnlessAsked(c: ConfigReader, numLayers: number): Attention {
+  if (c.raw.use_sliding_window === true && windowOf(c) !== null) throw new LlmcError(`use_sliding_window with sliding_window ${windowOf(c)} is not implemented for ${String(c.raw.model_type)}`, c.file);
+  const types = layerTypes(c, numLayers);
+  if (types?.includes(SLIDING)) throw new LlmcError(`"layer_types" has ${SLIDING} layers, which llmc's ${String(c.raw.model_type)} reader does not implement`, c.file);
+  return { slidingWindow: null, slidingLayers: null };
+}
+
+/** SmolLM3: `no_rope_layers[l]` 1 = layer l rotates (default: every no_rope_layer_interval-th layer does not). */
+function smolRopeLayers(c: ConfigReader, numLayers: number): number[] {
+  const v = c.raw.no_rope_layers;
+  let flags: number[];
+  if (v === undefined || v === null) {
+    const every = c.posInt('no_rope_layer_interval', 4);
+    flags = Array.from({ length: numLayers }, (_, l) => ((l + 1) % every !== 0 ? 1 : 0));
+  } else {
+    if (!Array.isArray(v) || v.length < numLayers || !v.every((x) => x === 0 || x === 1)) {
+      throw new LlmcError(`"no_rope_layers" must give 0 or 1 for each of the ${numLayers} layers, got ${JSON.stringify(v).slice(0, 120)}`, c.file);
+    }
+    flags = v as number[];
+  }
+  return flags.slice(0, numLayers).flatMap((f, l) => (f === 1 ? [l] : []));
+}
+
+/** SmolLM3: layer_types, else sliding on the rope-less layers when use_sliding_window. */
+function smolAttention(c: ConfigReader, numLayers: number): Attention {
+  const w = windowOf(c);
+  const rope = smolRopeLayers(c, numLayers);
+  const types = layerTypes(c, numLayers) ?? Array.from({ length: numLayers }, (_, l) => (c.raw.use_sliding_window === true && w !== null && !rope.includes(l) ? SLIDING : FULL));
+  return slidingFrom(c, types, w);
+}
+
+/** Granite's four scalars (each 1.0 by default in transformers' GraniteConfig, attention_multiplier included). */
+function graniteMultipliers(c: ConfigReader): Multipliers {
+  return {
+    embedding: c.num('embedding_multiplier', 1),
+    residual: c.num('residual_multiplier', 1),
+    attention: c.num('attention_multiplier', 1),
+    logitsDivide: c.num('logits_scaling', 1),
+  };
+}
+
+/** Attention biases on all four projections with attention_bias (qwen3, granite, smollm3, olmo*). */
+const ALL_BIAS = LLAMA_BIAS;
 
 /** A positive number or null (transformers' "off"). */
 function optionalPositive(c: ConfigReader, key: string): number | null {
@@ -258,22 +328,24 @@ const GELU_TANH = ['gelu_pytorch_tanh', 'gelu_new', 'gelu_fast'];
  * query_pre_attn_scalar, soft-capping; gemma3 adds per-head q/k norms.
  */
 function gemmaFeatures(qkNorm: boolean) {
-  return (c: ConfigReader, hiddenSize: number): Features => {
+  return (c: ConfigReader): Partial<Features> => {
     const act = c.raw.hidden_activation ?? 'gelu_pytorch_tanh';
     if (!GELU_TANH.includes(act as string)) throw new LlmcError(`unsupported hidden_activation ${JSON.stringify(act)} (supported: ${GELU_TANH.join(', ')})`, c.file);
     if (c.raw.use_bidirectional_attention === true) throw new LlmcError('"use_bidirectional_attention": true (an encoder) is not a causal LM; llmc compiles causal decoders', c.file);
+    optionalPositive(c, 'attn_logit_softcapping');
+    const qpas = c.raw.query_pre_attn_scalar === undefined ? 256 : c.posInt('query_pre_attn_scalar');
     return {
       hiddenAct: 'gelu_tanh',
       qkNorm: qkNorm ? { scope: 'head', offset: 1 } : null,
       normPlacement: 'sandwich',
       rmsNormOffset: 1,
-      embeddingScale: Math.fround(Math.sqrt(hiddenSize)),
+      // sqrt(hidden_size) in the activation dtype (float32 here), as transformers casts the normalizer.
+      multipliers: { embedding: Math.fround(Math.sqrt(c.posInt('hidden_size'))), residual: 1, attention: qpas ** -0.5, logitsDivide: 1 },
       // transformers 5.17 runs gemma with its default attention (sdpa), which drops the softcap argument:
-      // only the eager path caps the scores. The references (what from_pretrained computes) are sdpa's,
-      // and match to 1e-6 without the cap (5e-5 with it), so llmc follows them; the value is still checked.
-      attnSoftcap: optionalPositive(c, 'attn_logit_softcapping') && null,
+      // only the eager path caps the scores. The references (what from_pretrained computes) are sdpa's
+      // and match to 1e-6 without the cap (5e-5 off with it), so llmc follows them; the value is checked.
+      attnSoftcap: null,
       finalSoftcap: optionalPositive(c, 'final_logit_softcapping'),
-      queryPreAttnScalar: c.raw.query_pre_attn_scalar === undefined ? 256 : c.posInt('query_pre_attn_scalar'),
     };
   };
 }
@@ -405,6 +477,76 @@ export const ARCHITECTURES = {
     gguf: 'qwen2moe',
     causalLm: ['Qwen2MoeForCausalLM'],
     moe: QWEN2_MOE,
+  },
+  qwen3: {
+    ...ALL_BIAS,
+    keys: ['attention_bias', 'use_sliding_window', 'sliding_window', 'max_window_layers'],
+    fixed: { mlp_bias: false },
+    defaultTheta: 10000,
+    attention: qwen2Attention,
+    gguf: 'qwen3',
+    causalLm: ['Qwen3ForCausalLM'],
+    moe: null,
+    features: () => ({ qkNorm: { scope: 'head', offset: 0 } }),
+  },
+  qwen3_moe: {
+    ...ALL_BIAS,
+    keys: ['attention_bias', 'use_sliding_window', 'sliding_window', 'max_window_layers', 'num_experts', 'num_local_experts', 'num_experts_per_tok', 'moe_intermediate_size', 'norm_topk_prob', 'decoder_sparse_step', 'mlp_only_layers'],
+    fixed: { mlp_bias: false },
+    defaultTheta: 10000,
+    attention: noWindowUnlessAsked,
+    gguf: 'qwen3moe',
+    causalLm: ['Qwen3MoeForCausalLM'],
+    moe: QWEN3_MOE,
+    features: () => ({ qkNorm: { scope: 'head', offset: 0 } }),
+  },
+  olmoe: {
+    ...ALL_BIAS,
+    keys: ['attention_bias', 'num_experts', 'num_experts_per_tok', 'norm_topk_prob'],
+    // clip_qkv clamps q/k/v; only its unset value is implemented.
+    fixed: { mlp_bias: false, clip_qkv: null },
+    defaultTheta: 10000,
+    attention: llamaAttention,
+    gguf: 'olmoe',
+    causalLm: ['OlmoeForCausalLM'],
+    moe: OLMOE_MOE,
+    features: () => ({ qkNorm: { scope: 'all', offset: 0 } }),
+  },
+  olmo2: {
+    ...ALL_BIAS,
+    keys: ['attention_bias'],
+    fixed: { mlp_bias: false },
+    defaultTheta: 10000,
+    attention: llamaAttention,
+    gguf: 'olmo2',
+    causalLm: ['Olmo2ForCausalLM'],
+    moe: null,
+    features: () => ({ qkNorm: { scope: 'all', offset: 0 }, normPlacement: 'post' }),
+  },
+  granite: {
+    ...ALL_BIAS,
+    keys: ['attention_bias', 'mlp_bias', 'embedding_multiplier', 'residual_multiplier', 'attention_multiplier', 'logits_scaling'],
+    fixed: {},
+    defaultTheta: 10000,
+    attention: llamaAttention,
+    gguf: 'granite',
+    causalLm: ['GraniteForCausalLM'],
+    moe: null,
+    features: (c) => ({ multipliers: graniteMultipliers(c) }),
+  },
+  smollm3: {
+    ...ALL_BIAS,
+    keys: ['attention_bias', 'mlp_bias', 'use_sliding_window', 'sliding_window', 'no_rope_layers', 'no_rope_layer_interval'],
+    fixed: {},
+    defaultTheta: 2000000,
+    attention: smolAttention,
+    gguf: 'smollm3',
+    causalLm: ['SmolLM3ForCausalLM'],
+    moe: null,
+    features: (c, n) => {
+      const rope = smolRopeLayers(c, n);
+      return { ropeLayers: rope.length === n ? null : rope };
+    },
   },
   gemma2: {
     ...NO_BIAS,

@@ -3,7 +3,7 @@
  * so passes, engines and backends never read config.json themselves.
  */
 import { LlmcError, summarize } from '../errors.js';
-import { ARCHITECTURES, isModelType, LLAMA_FEATURES, SUPPORTED_MODEL_TYPES, type ArchEntry, type ConfigReader } from './registry.js';
+import { ARCHITECTURES, isModelType, SUPPORTED_MODEL_TYPES, type ArchEntry, type ConfigReader } from './registry.js';
 import { checkKnownKeys } from './keys.js';
 import { readRope } from './rope-config.js';
 import type { ArchSpec, MoeSpec } from './types.js';
@@ -61,7 +61,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
       file,
     );
   }
-  const entry = ARCHITECTURES[modelType];
+  const entry: ArchEntry = ARCHITECTURES[modelType];
   checkArchitectures(cfg.architectures, modelType, entry.causalLm, file);
   checkKnownKeys(cfg, modelType, entry.keys, entry.fixed, file);
   const reader: ConfigReader = { num: (k, f) => num(cfg, k, file, f), posInt: (k, f) => posInt(cfg, k, file, f), raw: cfg, file };
@@ -72,13 +72,13 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     throw new LlmcError(`num_attention_heads (${numHeads}) is not a multiple of num_key_value_heads (${numKvHeads})`, file);
   }
   const headDim = posInt(cfg, 'head_dim', file, hiddenSize / numHeads);
-  const family: ArchEntry = entry;
-  if (!family.features) {
+  const numLayers = posInt(cfg, 'num_hidden_layers', file);
+  const features = entry.features?.(reader, numLayers) ?? {};
+  // Families that name their activation elsewhere (gemma's hidden_activation) say which in features.hiddenAct.
+  if (!features.hiddenAct) {
     const act = String(cfg.hidden_act ?? 'silu');
     if (act !== 'silu') throw new LlmcError(`unsupported hidden_act "${act}" (supported: silu)`, file);
   }
-  const features = family.features ? family.features(reader, hiddenSize) : LLAMA_FEATURES;
-  const numLayers = posInt(cfg, 'num_hidden_layers', file);
 
   const moe: MoeSpec | null = entry.moe ? entry.moe.parse(reader, numLayers) : null;
   if (moe && moe.topK > moe.numExperts) {
@@ -89,8 +89,8 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   const attention = entry.attention(reader, numLayers);
   const { slidingWindow, slidingLayers } = attention;
   const ropeCtx = { headDim, maxPositions, defaultTheta: entry.defaultTheta };
-  const { ropeTheta, ropeScaling, localRope } = family.rope
-    ? family.rope(reader, ropeCtx, attention, numLayers)
+  const { ropeTheta, ropeScaling, localRope } = entry.rope
+    ? entry.rope(reader, ropeCtx, attention, numLayers)
     : { ...readRope(cfg, file, ropeCtx), localRope: null };
   // transformers keeps `dtype` when both are given.
   const dtype = typeof cfg.dtype === 'string' ? cfg.dtype : typeof cfg.torch_dtype === 'string' ? cfg.torch_dtype : null;
@@ -111,27 +111,57 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     qkvBias: entry.qkvBias(cfg),
     oBias: entry.oBias(cfg),
     mlpBias: cfg.mlp_bias === true,
-    ...features,
-    localRope,
+    hiddenAct: features.hiddenAct ?? 'silu',
     slidingWindow,
     slidingLayers,
     bosTokenId: typeof cfg.bos_token_id === 'number' ? cfg.bos_token_id : null,
     eosTokenIds: tokenIds(cfg.eos_token_id),
     torchDtype: dtype,
     moe,
+    qkNorm: features.qkNorm ?? null,
+    normPlacement: features.normPlacement ?? 'pre',
+    ropeLayers: features.ropeLayers ?? null,
+    multipliers: features.multipliers ?? null,
+    rmsNormOffset: features.rmsNormOffset ?? 0,
+    attnSoftcap: features.attnSoftcap ?? null,
+    finalSoftcap: features.finalSoftcap ?? null,
+    localRope,
   };
 }
 
-/** The attention window of layer `l` (null: the whole context). */
-export function windowOf(spec: Pick<ArchSpec, 'slidingWindow' | 'slidingLayers'>, l: number): number | null {
-  if (spec.slidingWindow === null) return null;
-  return spec.slidingLayers == null || spec.slidingLayers.includes(l) ? spec.slidingWindow : null;
+/**
+ * What a layer of this spec does beyond Llama's (empty for llama, mistral, qwen2, mixtral, qwen2_moe):
+ * targets that lower only Llama's layer refuse a spec with any, naming them.
+ */
+export function beyondLlama(spec: ArchSpec): string[] {
+  const out: string[] = [];
+  if (spec.qkNorm) out.push(spec.qkNorm.scope === 'head' ? 'per-head q/k RMSNorm' : 'q/k RMSNorm over the whole projection');
+  if (spec.normPlacement !== 'pre') out.push(spec.normPlacement === 'post' ? 'norms after the attention and MLP blocks' : 'sandwich norms');
+  if (spec.ropeLayers) out.push('layers without rope');
+  if (spec.multipliers) out.push('embedding / residual / attention / logit multipliers');
+  if (spec.hiddenAct !== 'silu') out.push('GELU-tanh MLP');
+  if (spec.rmsNormOffset) out.push('(1 + w) RMSNorm');
+  if (spec.attnSoftcap !== null) out.push('attention soft-capping');
+  if (spec.finalSoftcap !== null) out.push('final logit soft-capping');
+  if (spec.localRope) out.push('a rotary base of its own on the sliding layers');
+  return out;
 }
 
 /** The rotary base and scaling of layer `l` (gemma3's sliding layers may have their own). */
 export function ropeOf(spec: ArchSpec, l: number): Pick<ArchSpec, 'ropeTheta' | 'ropeScaling'> {
   if (spec.localRope && windowOf(spec, l) !== null) return { ropeTheta: spec.localRope.theta, ropeScaling: spec.localRope.scaling };
   return spec;
+}
+
+/** True when layer `l` rotates q and k. */
+export function hasRope(spec: Pick<ArchSpec, 'ropeLayers'>, l: number): boolean {
+  return spec.ropeLayers == null || spec.ropeLayers.includes(l);
+}
+
+/** The attention window of layer `l` (null: the whole context). */
+export function windowOf(spec: Pick<ArchSpec, 'slidingWindow' | 'slidingLayers'>, l: number): number | null {
+  if (spec.slidingWindow === null) return null;
+  return spec.slidingLayers == null || spec.slidingLayers.includes(l) ? spec.slidingWindow : null;
 }
 
 /** True when layer `l` routes through experts. */

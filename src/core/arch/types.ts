@@ -4,7 +4,7 @@
  */
 
 /** The Hugging Face model_type names the architecture registry knows. */
-export type ModelType = 'llama' | 'mistral' | 'qwen2' | 'mixtral' | 'qwen2_moe' | 'gemma2' | 'gemma3_text' | 'phi3';
+export type ModelType = 'llama' | 'mistral' | 'qwen2' | 'mixtral' | 'qwen2_moe' | 'qwen3' | 'qwen3_moe' | 'olmoe' | 'olmo2' | 'granite' | 'smollm3' | 'gemma2' | 'gemma3_text' | 'phi3';
 
 /**
  * Rotary scaling as transformers' modeling_rope_utils.py computes it, with every default resolved
@@ -82,31 +82,6 @@ export interface ArchSpec {
   mlpBias: boolean;
   /** The MLP's gate activation: SiLU (SwiGLU) or GELU with the tanh approximation (GeGLU, gemma's gelu_pytorch_tanh). */
   hiddenAct: 'silu' | 'gelu_tanh';
-  /**
-   * RMSNorm on q and k before rope (qwen3, olmo2, gemma3): per head over head_dim channels, or over
-   * all of q's / k's channels; offset 1: the norm multiplies by (1 + w) (gemma).
-   */
-  qkNorm: null | { scope: 'head' | 'all'; offset: 0 | 1 };
-  /**
-   * Where the decoder layer's norms sit: 'pre' (llama: norm → block → add), 'post' (olmo2: block →
-   * norm → add), 'sandwich' (gemma2/3: norm → block → norm → add, for attention and MLP alike).
-   */
-  normPlacement: 'pre' | 'post' | 'sandwich';
-  /** 1: every decoder RMSNorm (layer, final, q/k) multiplies by (1 + w), as gemma's does; 0: by w. */
-  rmsNormOffset: 0 | 1;
-  /** The embeddings are multiplied by this (gemma: sqrt(hidden_size) rounded to the activation dtype); null: not scaled. */
-  embeddingScale: number | null;
-  /** Attention scores pass through cap·tanh(s/cap) before the mask and softmax (gemma2 attn_logit_softcapping); null: none. */
-  attnSoftcap: number | null;
-  /** The logits pass through cap·tanh(z/cap) (gemma final_logit_softcapping); null: none. */
-  finalSoftcap: number | null;
-  /** Attention scores are scaled by queryPreAttnScalar^-0.5 instead of head_dim^-0.5 (gemma); null: head_dim. */
-  queryPreAttnScalar: number | null;
-  /**
-   * The sliding layers' own rotary base (gemma3 rope_local_base_freq / rope_parameters.sliding_attention),
-   * where it differs from the full layers' ropeTheta / ropeScaling; null: every layer uses those.
-   */
-  localRope: null | { theta: number; scaling: RopeScaling | null };
   /** The attention window of the sliding layers (null: every layer attends to the whole context). */
   slidingWindow: number | null;
   /** The layers that use slidingWindow (layer_types / max_window_layers); null: all of them. */
@@ -116,5 +91,48 @@ export interface ArchSpec {
   /** The dtype the checkpoint declares (`dtype`, else the older `torch_dtype`), informational. */
   torchDtype: string | null;
   moe: MoeSpec | null;
+  /**
+   * RMSNorm of the query and key projections before rope (null: none). 'head': one weight of headDim
+   * shared by the heads, each head normalized alone (qwen3); 'all': over the whole projection, one weight
+   * per channel (olmo2, olmoe). offset 1: the weight is stored as w − 1 (gemma).
+   */
+  qkNorm: QkNorm | null;
+  /**
+   * Where a layer's norms sit. 'pre': x + f(norm(x)) (llama); 'post': x + norm(f(x)), no input norm
+   * (olmo2: post_attention_layernorm / post_feedforward_layernorm on the block outputs); 'sandwich':
+   * both (gemma2/3).
+   */
+  normPlacement: 'pre' | 'post' | 'sandwich';
+  /** The layers that rotate q and k (null: all; smollm3's no_rope_layers leaves some without). */
+  ropeLayers: number[] | null;
+  /** Granite's scalars (null: all 1, attention 1/sqrt(headDim)); gemma's embedding sqrt(hidden) and query_pre_attn_scalar^-0.5. */
+  multipliers: Multipliers | null;
+  /** 1: the layer and final RMSNorms multiply by (1 + w), as gemma's do; 0: by w. */
+  rmsNormOffset: 0 | 1;
+  /** Attention scores become cap·tanh(s/cap) before the mask (null: none; see the gemma entry on attn_logit_softcapping). */
+  attnSoftcap: number | null;
+  /** The logits become cap·tanh(z/cap) (gemma final_logit_softcapping); null: none. */
+  finalSoftcap: number | null;
+  /**
+   * The sliding layers' own rotary base (gemma3 rope_local_base_freq / rope_parameters.sliding_attention)
+   * where it differs from the full layers' ropeTheta; null: every layer uses ropeTheta / ropeScaling.
+   */
+  localRope: { theta: number; scaling: null } | null;
+}
+
+export interface QkNorm {
+  scope: 'head' | 'all';
+  offset: 0 | 1;
+}
+
+export interface Multipliers {
+  /** Embeddings are multiplied by this. */
+  embedding: number;
+  /** Each block's output is multiplied by this before it joins the residual. */
+  residual: number;
+  /** The attention scores' scale (null: 1/sqrt(headDim)). */
+  attention: number | null;
+  /** The logits are divided by this. */
+  logitsDivide: number;
 }
 

@@ -2,9 +2,9 @@
  * The transformer, written once: Llama-family decoder (llama, mistral, qwen2) and its MoE
  * variants (mixtral, qwen2_moe) as an IR graph (see ir.ts) built from the normalized ArchSpec.
  */
-import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames } from '../arch/names.js';
+import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames, layerNorms, moeNames } from '../arch/names.js';
 import { mlpsOf } from '../arch/units.js';
-import { isMoeLayer, windowOf, type ArchSpec } from '../arch/spec.js';
+import { hasRope, isMoeLayer, windowOf, type ArchSpec } from '../arch/spec.js';
 import { mlpOps, moeOutput } from './expand.js';
 import { LlmcError } from '../errors.js';
 import type { ElasticAxis, GraphInput, MlpSlot, ModelGraph, MoeMlp, Op, TapPoint, V } from './ir.js';
@@ -55,17 +55,45 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     tapOutput(layer, m.down, `${m.prefix}.down`, D, mask);
   };
 
+  const mult = spec.multipliers;
+  /** gemma's layer and final norms multiply by (1 + w). */
+  const offset = spec.rmsNormOffset ? { offset: spec.rmsNormOffset } : {};
   if (spec.localRope) throw new LlmcError(`${spec.modelType}: a rotary base of the sliding layers (${spec.localRope.theta}) other than the full layers' (${spec.ropeTheta}) is not implemented yet`);
-  const offset = spec.rmsNormOffset;
-  const norm = (out: V, x: V, weight: string): V => {
-    ops.push({ op: 'rmsnorm', out, x, weight, eps: spec.rmsNormEps, dim: D, ...(offset ? { offset } : {}) });
+  /** x scaled by `by` (no op when by is 1). */
+  const scaled = (out: V, x: V, by: number): V => {
+    if (by === 1) return x;
+    ops.push({ op: 'scale', out, x, by });
     return out;
   };
-  ops.push({ op: 'embed', out: spec.embeddingScale === null ? 'h0' : 'embed', ids: IO.ids, table: EMBED });
-  if (spec.embeddingScale !== null) ops.push({ op: 'scale', out: 'h0', x: 'embed', by: spec.embeddingScale });
-  let h: V = 'h0';
+  /** x + block, the block normalized (`norm`, post-norm placements) and scaled (granite) first. */
+  const residual = (out: V, x: V, block: V, norm: string | null, p: string): void => {
+    if (norm) {
+      ops.push({ op: 'rmsnorm', out: `${p}_norm`, x: block, weight: norm, eps: spec.rmsNormEps, dim: D, ...offset });
+      block = `${p}_norm`;
+    }
+    ops.push({ op: 'add', out, a: x, b: scaled(`${p}_scaled`, block, mult?.residual ?? 1) });
+  };
+  /** The block's input: x normalized by `norm`, or x itself. */
+  const blockInput = (out: V, x: V, norm: string | null): V => {
+    if (!norm) return x;
+    ops.push({ op: 'rmsnorm', out, x, weight: norm, eps: spec.rmsNormEps, dim: D, ...offset });
+    return out;
+  };
+  const qk = spec.qkNorm;
+  /** q or k after its norm (qkNorm), before rope. */
+  const qkNormed = (v: V, weight: string, heads: number): V => {
+    if (!qk) return v;
+    const off = qk.offset ? { offset: qk.offset } : {};
+    if (qk.scope === 'head') ops.push({ op: 'rmsnorm', out: `${v}_norm`, x: v, weight, eps: spec.rmsNormEps, dim: hd, heads, ...off });
+    else ops.push({ op: 'rmsnorm', out: `${v}_norm`, x: v, weight, eps: spec.rmsNormEps, dim: heads * hd, ...off });
+    return `${v}_norm`;
+  };
+
+  ops.push({ op: 'embed', out: 'h0', ids: IO.ids, table: EMBED });
+  let h: V = scaled('h0_scaled', 'h0', mult?.embedding ?? 1);
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
+    const norms = layerNorms(spec, l);
     const p = `l${l}`;
     inputs.push(
       { name: IO.pastKey(l), dtype: 'float32', dims: ['B', spec.numKvHeads, 'P', hd] },
@@ -75,8 +103,8 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     const qHeads: ElasticAxis = { unit: 'q-heads', layer: l };
     const kvHeads: ElasticAxis = { unit: 'kv-heads', layer: l };
 
-    // Attention block (olmo2's 'post' placement normalizes only the block's output).
-    const xa = spec.normPlacement === 'post' ? h : norm(`${p}.attn_in`, h, n.inputNorm);
+    // Attention block.
+    const xa = blockInput(`${p}.attn_in`, h, norms.attnIn);
     for (const w of [n.q, n.k, n.v]) tapLinear(l, w, xa, D, null);
     linear(`${p}.q`, xa, n.q, D, spec.numHeads * hd, spec.qkvBias, { rows: qHeads });
     linear(`${p}.k`, xa, n.k, D, spec.numKvHeads * hd, spec.qkvBias, { rows: kvHeads });
@@ -84,25 +112,21 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     tapOutput(l, n.q, `${p}.q`, spec.numHeads * hd, null);
     tapOutput(l, n.k, `${p}.k`, spec.numKvHeads * hd, null);
     tapOutput(l, n.v, `${p}.v`, spec.numKvHeads * hd, null);
-    let [q, k] = [`${p}.q`, `${p}.k`];
-    if (spec.qkNorm) {
-      const qn = spec.qkNorm;
-      const perHead = qn.scope === 'head';
-      const qkn = (out: V, x: V, weight: string, heads: number) =>
-        ops.push({ op: 'rmsnorm', out, x, weight, eps: spec.rmsNormEps, dim: perHead ? hd : heads * hd, ...(perHead ? { heads } : {}), ...(qn.offset ? { offset: qn.offset } : {}) });
-      qkn(`${p}.q_norm`, q, n.qNorm, spec.numHeads);
-      qkn(`${p}.k_norm`, k, n.kNorm, spec.numKvHeads);
-      [q, k] = [`${p}.q_norm`, `${p}.k_norm`];
+    let q = qkNormed(`${p}.q`, n.qNorm, spec.numHeads);
+    let k = qkNormed(`${p}.k`, n.kNorm, spec.numKvHeads);
+    if (hasRope(spec, l)) {
+      ops.push({ op: 'rope', out: `${p}.q_rot`, x: q, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
+      ops.push({ op: 'rope', out: `${p}.k_rot`, x: k, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
+      q = `${p}.q_rot`;
+      k = `${p}.k_rot`;
     }
-    ops.push({ op: 'rope', out: `${p}.q_rot`, x: q, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
-    ops.push({ op: 'rope', out: `${p}.k_rot`, x: k, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
     ops.push({
       op: 'attention',
       out: `${p}.attn`,
       presentK: IO.presentKey(l),
       presentV: IO.presentValue(l),
-      q: `${p}.q_rot`,
-      k: `${p}.k_rot`,
+      q,
+      k,
       v: `${p}.v`,
       pastK: IO.pastKey(l),
       pastV: IO.pastValue(l),
@@ -111,19 +135,17 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       kvHeads: spec.numKvHeads,
       headDim: hd,
       slidingWindow: windowOf(spec, l),
-      ...(spec.queryPreAttnScalar !== null ? { scale: spec.queryPreAttnScalar ** -0.5 } : {}),
+      ...(mult?.attention != null ? { scale: mult.attention } : {}),
       ...(spec.attnSoftcap !== null ? { softcap: spec.attnSoftcap } : {}),
     });
     taps.push({ kind: 'head-output', layer: l, key: `model.layers.${l}.self_attn`, value: `${p}.attn`, channels: spec.numHeads * hd, mask: null, heads: spec.numHeads });
     tapLinear(l, n.o, `${p}.attn`, spec.numHeads * hd, null);
     linear(`${p}.o`, `${p}.attn`, n.o, spec.numHeads * hd, D, spec.oBias, { cols: qHeads });
     tapOutput(l, n.o, `${p}.o`, D, null);
-    const attnOut = spec.normPlacement === 'pre' ? `${p}.o` : norm(`${p}.o_norm`, `${p}.o`, n.postNorm);
-    ops.push({ op: 'add', out: `${p}.resid1`, a: h, b: attnOut });
+    residual(`${p}.resid1`, h, `${p}.o`, norms.attnOut, `${p}.attn_out`);
 
     // MLP block.
-    const xm =
-      spec.normPlacement === 'post' ? `${p}.resid1` : norm(`${p}.mlp_in`, `${p}.resid1`, spec.normPlacement === 'sandwich' ? n.preFfnNorm : n.postNorm);
+    const xm = blockInput(`${p}.mlp_in`, `${p}.resid1`, norms.mlpIn);
     const mlpOf = (m: ReturnType<typeof mlpsOf>[number], slot: MlpSlot): MoeMlp => ({
       prefix: m.prefix,
       gate: m.gate,
@@ -169,16 +191,17 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       ops.push(op);
       mlpOut = op.out;
     }
-    if (spec.normPlacement !== 'pre') mlpOut = norm(`${p}.mlp_norm`, mlpOut, n.postFfnNorm);
-    ops.push({ op: 'add', out: `${p}.out`, a: `${p}.resid1`, b: mlpOut });
+    residual(`${p}.out`, `${p}.resid1`, mlpOut, norms.mlpOut, `${p}.mlp_out`);
     h = `${p}.out`;
   }
   ops.push({ op: 'gatherPositions', out: 'h_last', x: h, positions: IO.logitPositions });
-  norm('h_final', 'h_last', FINAL_NORM);
+  ops.push({ op: 'rmsnorm', out: 'h_final', x: 'h_last', weight: FINAL_NORM, eps: spec.rmsNormEps, dim: D, ...offset });
   const head = spec.tieEmbeddings ? EMBED : LM_HEAD;
   taps.push({ kind: 'linear-input', layer: spec.numLayers, key: head, value: 'h_final', channels: D, mask: null });
-  const capped = spec.finalSoftcap !== null;
-  ops.push({ op: 'linear', out: capped ? 'logits_raw' : IO.logits, x: 'h_final', weight: head, bias: null, inFeatures: D, outFeatures: spec.vocabSize });
-  if (capped) ops.push({ op: 'softcap', out: IO.logits, x: 'logits_raw', cap: spec.finalSoftcap! });
+  const divide = mult?.logitsDivide ?? 1;
+  const cap = spec.finalSoftcap;
+  ops.push({ op: 'linear', out: divide === 1 && cap === null ? IO.logits : 'logits_raw', x: 'h_final', weight: head, bias: null, inFeatures: D, outFeatures: spec.vocabSize });
+  if (divide !== 1) ops.push({ op: 'scale', out: cap === null ? IO.logits : 'logits_div', x: 'logits_raw', by: 1 / divide });
+  if (cap !== null) ops.push({ op: 'softcap', out: IO.logits, x: divide === 1 ? 'logits_raw' : 'logits_div', cap });
   return { spec, inputs, ops, outputs, taps };
 }

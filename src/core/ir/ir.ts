@@ -11,20 +11,20 @@
  *
  * Op vocabulary (the whole list a lowering must implement)
  *   embed            out[b,t,:] = table[ids[b,t], :]
- *   rmsnorm          out = x · rsqrt(mean(x², last axis) + eps) · w     (float32, as HF);
- *                    `offset` 1: · (1 + w) (gemma); `heads`: x holds heads × dim channels, each
- *                    head normalized on its own with the one [dim] weight (q/k norms)
+ *   rmsnorm          out = x · rsqrt(mean(x², last axis) + eps) · w     (float32, as HF)
+ *                    `heads`: x holds heads × dim channels, each head normalized alone with the
+ *                    same w [dim] (qwen3's q/k norms); `offset` 1: the weight applied is (1 + w)
+ *   scale            out = x · by   (a constant: granite's multipliers)
  *   linear           out = x · Wᵀ (+ bias)                               W is [out, in]
  *   rope             rotate_half rope on x [B,T,n·hd] with cos/sin [T, hd/2] (tables from rope.ts)
  *   attention        causal (optionally sliding-window) GQA attention with a KV cache:
  *                    q [B,T,H·hd], k/v [B,T,Hkv·hd] (already roped), pastK/pastV [B,Hkv,P,hd]
  *                    → out [B,T,H·hd], presentK/presentV [B,Hkv,P+T,hd]; query t sits at
- *                    position P+t and sees keys 0..P+t; scores scaled by `scale` (default
- *                    1/sqrt(hd)), then soft-capped when `softcap` is set: cap·tanh(s/cap)
+ *                    position P+t and sees keys 0..P+t; scores scaled by `scale` (default 1/sqrt(hd)),
+ *                    then soft-capped when `softcap` is set: cap·tanh(s/cap), before the mask
  *   silu | sigmoid   elementwise
- *   gelu_tanh        elementwise 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³)))
- *   scale            out = x · by (a constant)
- *   softcap          out = cap · tanh(x / cap)
+ *   gelu_tanh        elementwise 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³)))  (gemma's MLP)
+ *   softcap          out = cap · tanh(x / cap)   (gemma's final logits)
  *   mul | add        elementwise with numpy broadcasting ([B,T,1] scales [B,T,C])
  *   moe              a mixture-of-experts SwiGLU block: router logits x · Rᵀ [B,T,E], top-k routing
  *                    over the experts, each expert's output scaled by its routing weight and summed in
@@ -96,13 +96,14 @@ export type Op =
       x: V;
       weight: string;
       eps: number;
-      /** Channels normalized together (the weight's length): the whole row, or one head. */
+      /** The weight's length: the channels normalized together. */
       dim: number;
-      /** x is heads × dim channels, each head normalized on its own (absent: one group, x has dim channels). */
+      /** x is heads × dim channels, each head normalized alone (absent: x is dim channels). */
       heads?: number;
-      /** 1: multiply by (1 + w) (gemma); absent or 0: by w. */
+      /** 1: the weight is applied as (1 + w) (absent: 0). */
       offset?: 0 | 1;
     }
+  | { op: 'scale'; out: V; x: V; by: number }
   | {
       op: 'linear';
       out: V;
@@ -132,15 +133,14 @@ export type Op =
       headDim: number;
       /** Keys further back than this many positions are masked (Mistral); null = full causal. */
       slidingWindow: number | null;
-      /** Multiplies q·k (absent: 1/sqrt(headDim)). */
+      /** The scores' scale (absent: 1/sqrt(headDim)). */
       scale?: number;
-      /** Scores become cap·tanh(s/cap) after scaling, before the mask (gemma2); absent: none. */
+      /** Scores become cap·tanh(s/cap) after scaling, before the mask; absent: none. */
       softcap?: number;
     }
   | { op: 'silu'; out: V; x: V }
   | { op: 'sigmoid'; out: V; x: V }
   | { op: 'gelu_tanh'; out: V; x: V }
-  | { op: 'scale'; out: V; x: V; by: number }
   | { op: 'softcap'; out: V; x: V; cap: number }
   | { op: 'mul'; out: V; a: V; b: V }
   | { op: 'add'; out: V; a: V; b: V }

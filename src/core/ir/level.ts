@@ -34,7 +34,16 @@ export function levelGraph(graph: ModelGraph, widths: readonly LayerWidth[]): Mo
         rowsOf.set(op.out, op.elastic?.rows);
         return { ...op, outFeatures: extent(op.elastic?.rows, op.outFeatures), inFeatures: extent(op.elastic?.cols, op.inFeatures) };
       }
+      case 'rmsnorm': {
+        const axis = rowsOf.get(op.x);
+        if (!axis) return op;
+        // Per-head q/k norms keep the heads the projection kept; one norm over a whole projection would change with them.
+        if (op.heads === undefined) throw new LlmcError(`level: ${op.weight} normalizes a whole projection, so it has no narrower levels`);
+        rowsOf.set(op.out, axis);
+        return { ...op, heads: extent(axis, op.heads * op.dim) / op.dim };
+      }
       case 'rope':
+        rowsOf.set(op.out, rowsOf.get(op.x));
         return { ...op, heads: extent(rowsOf.get(op.x), op.heads * op.headDim) / op.headDim };
       case 'attention': {
         const w = widths[op.layer];

@@ -4,7 +4,6 @@
  * it; the KV cache keeps its layer indices (skipped layers' entries stay empty).
  */
 import { LlmcError } from '../errors.js';
-import { layerNames } from '../arch/names.js';
 import type { ModelGraph, Op, V } from './ir.js';
 
 /** Fields of ops that name input values. */
@@ -19,10 +18,11 @@ export function skipLayers(graph: ModelGraph, layers: readonly number[]): ModelG
   const rename = new Map<V, V>();
   const drop = new Set<number>();
   for (const l of [...skip].sort((a, b) => a - b)) {
-    const start = ops.findIndex((op) => op.op === 'rmsnorm' && op.weight === layerNames(l).inputNorm);
+    // The layer's first op (its input norm, or q_proj where norms follow the blocks) reads the layer's input.
+    const start = ops.findIndex((op) => (op.op === 'rmsnorm' || op.op === 'linear') && op.out.startsWith(`l${l}.`));
     const end = ops.findIndex((op) => op.op === 'add' && op.out === `l${l}.out`);
     if (start < 0 || end < start) throw new LlmcError(`skip layers: layer ${l} is not a block of the graph`);
-    const input = (ops[start] as Extract<Op, { op: 'rmsnorm' }>).x;
+    const input = (ops[start] as Extract<Op, { op: 'rmsnorm' | 'linear' }>).x;
     rename.set(`l${l}.out`, rename.get(input) ?? input);
     for (let i = start; i <= end; i++) drop.add(i);
   }

@@ -53,8 +53,8 @@ export function valueChannels(graph: ModelGraph): Map<V, number> {
         break;
       case 'silu':
       case 'sigmoid':
-      case 'gelu_tanh':
       case 'scale':
+      case 'gelu_tanh':
       case 'softcap':
       case 'gatherPositions':
         ch.set(op.out, of(op.x));

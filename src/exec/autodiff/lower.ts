@@ -230,11 +230,18 @@ export class TfModel {
         env.set(op.out, tf.gather(W(op.table), get(op.ids)));
         return;
       case 'rmsnorm': {
-        const x = get(op.x);
+        // Per-head norms (heads): normalized over each head's dim channels.
+        const x0 = get(op.x);
+        const x = op.heads ? tf.reshape(x0, [...x0.shape.slice(0, -1), op.heads, op.dim]) : x0;
         const ms = tf.mean(tf.square(x), -1, true);
-        env.set(op.out, tf.mul(tf.mul(x, tf.rsqrt(tf.add(ms, op.eps))), W(op.weight)));
+        const w = op.offset ? tf.add(W(op.weight), 1) : W(op.weight);
+        const y = tf.mul(tf.mul(x, tf.rsqrt(tf.add(ms, op.eps))), w);
+        env.set(op.out, op.heads ? tf.reshape(y, x0.shape) : y);
         return;
       }
+      case 'scale':
+        env.set(op.out, tf.mul(get(op.x), op.by));
+        return;
       case 'linear': {
         const x = get(op.x);
         const wT = W(`${op.weight}#T`);
@@ -294,7 +301,9 @@ export class TfModel {
         // The mask depends on (R, window) only: built once per forward, kept in env for the other layers.
         const maskKey = `#causal-bias:${R}:${op.slidingWindow}`;
         if (!env.has(maskKey)) env.set(maskKey, this.causalBias(Tn, R, op.slidingWindow));
-        const scores = tf.add(tf.mul(tf.matMul(qg, kT), 1 / Math.sqrt(hd)), get(maskKey));
+        const scaled = tf.mul(tf.matMul(qg, kT), op.scale ?? 1 / Math.sqrt(hd));
+        const capped = op.softcap === undefined ? scaled : softcap(scaled, op.softcap);
+        const scores = tf.add(capped, get(maskKey));
         const out = tf.matMul(tf.softmax(scores), vh); // [B, G, R·Tn, hd]
         env.set(op.out, tf.reshape(tf.transpose(tf.reshape(out, [B, G, R, Tn, hd]), [0, 3, 1, 2, 4]), [B, Tn, H * hd]));
         return;
@@ -306,6 +315,15 @@ export class TfModel {
       }
       case 'sigmoid':
         env.set(op.out, tf.sigmoid(get(op.x)));
+        return;
+      case 'gelu_tanh': {
+        const x = get(op.x);
+        const inner = tf.mul(tf.add(x, tf.mul(tf.pow(x, 3), 0.044715)), Math.sqrt(2 / Math.PI));
+        env.set(op.out, tf.mul(tf.mul(x, 0.5), tf.add(tf.tanh(inner), 1)));
+        return;
+      }
+      case 'softcap':
+        env.set(op.out, softcap(get(op.x), op.cap));
         return;
       case 'mul':
         env.set(op.out, tf.mul(get(op.a), get(op.b)));
@@ -349,6 +367,11 @@ export class TfModel {
         return;
     }
   }
+}
+
+/** cap · tanh(x / cap). */
+function softcap(x: T, cap: number): T {
+  return tf.mul(tf.tanh(tf.div(x, cap)), cap);
 }
 
 function W(weights: Map<string, T>, name: string): T {

@@ -364,16 +364,19 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
     case 'rmsnorm': {
       // x / sqrt(mean(x²) + eps) · w: the pattern onnxruntime fuses into one SimplifiedLayerNormalization
       // kernel. A float16 graph normalizes in float32 and scales in float16, as Hugging Face's LlamaRMSNorm.
-      // Per-head norms (q/k) normalize [B, T, heads, dim] over dim; gemma's offset multiplies by (1 + w).
-      const x = b.toF32(op.heads ? b.node('Reshape', [op.x, b.i64([0, 0, op.heads, op.dim])]) : op.x);
+      // Per-head norms (heads): x as [B, T, heads, dim], normalized over dim.
+      const x = op.heads ? b.node('Reshape', [b.toF32(op.x), b.i64([0, 0, op.heads, op.dim])]) : b.toF32(op.x);
       const ms = b.reduce('ReduceMean', b.node('Pow', [x, b.f32(2)]), [-1], 1);
       const norm = b.toCompute(b.node('Div', [x, b.node('Sqrt', [b.node('Add', [ms, b.f32(op.eps)])])]));
-      const w = mode.weights.vector(b, op.weight, [op.dim]);
-      const scale = op.offset ? b.toCompute(b.node('Add', [b.toF32(w), b.f32(1)])) : w;
-      if (!op.heads) b.node('Mul', [norm, scale], [], op.out);
-      else b.node('Reshape', [b.node('Mul', [norm, scale]), b.i64([0, 0, op.heads * op.dim])], [], op.out);
+      const stored = mode.weights.vector(b, op.weight, [op.dim]);
+      const w = op.offset ? b.node('Add', [stored, b.toCompute(b.f32(1))]) : stored;
+      if (!op.heads) b.node('Mul', [norm, w], [], op.out);
+      else b.node('Reshape', [b.node('Mul', [norm, w]), b.i64([0, 0, op.heads * op.dim])], [], op.out);
       return;
     }
+    case 'scale':
+      b.node('Mul', [op.x, b.toCompute(b.f32(op.by))], [], op.out);
+      return;
     case 'linear': {
       const y = mode.weights.linear(b, op, embedTables.has(op.weight), op.bias ? undefined : op.out);
       if (op.bias) {
@@ -438,9 +441,6 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
       b.toCompute(y, op.out);
       return;
     }
-    case 'scale':
-      b.toCompute(b.node('Mul', [b.toF32(op.x), b.f32(op.by)]), op.out);
-      return;
     case 'softcap':
       b.toCompute(softcap(b, b.toF32(op.x), op.cap), op.out);
       return;

@@ -460,18 +460,20 @@ export class Interpreter {
         };
       }
       case 'rmsnorm': {
-        // gemma's (1 + w) rounded to f32 once, as torch adds it in float32; a per-head norm is one row per head.
-        const w0 = this.table.vector(op.weight);
-        const w = op.offset ? Float32Array.from(w0, (v) => v + 1) : w0;
+        const stored = this.table.vector(op.weight);
+        const w = op.offset ? stored.map((v) => v + 1) : stored;
         const heads = op.heads ?? 1;
         const x = this.buffer(op.x);
         const out = this.define(op.out, op.dim * heads, this.rowsOf.get(op.x));
         const count = this.counter(op.x);
         return (f) => {
           const n = count(f);
+          // Per-head norms: [n, heads·dim] is [n·heads, dim].
           rmsNorm(x.data, w, out.rows(n), n * heads, op.dim, op.eps);
         };
       }
+      case 'scale':
+        return this.unary(op.x, op.out, (v) => v * op.by);
       case 'linear':
         return this.linear(op);
       case 'rope': {
@@ -483,7 +485,9 @@ export class Interpreter {
         this.rowsOf.set(op.out, atPositions ? 'N' : 'T');
         const hd = op.headDim;
         const C = op.heads * hd;
-        const from = this.producer.get(op.x);
+        // Through a q/k norm to the projection.
+        let from = this.producer.get(op.x);
+        if (from?.op === 'rmsnorm') from = this.producer.get(from.x);
         const axis = from?.op === 'linear' ? from.elastic?.rows : undefined;
         return (f) => {
           const e = this.extent(axis, C, f);
@@ -504,10 +508,6 @@ export class Interpreter {
         return this.unary(op.x, op.out, (v) => 1 / (1 + Math.exp(-v)));
       case 'gelu_tanh':
         return this.unary(op.x, op.out, geluTanh);
-      case 'scale': {
-        const by = op.by;
-        return this.unary(op.x, op.out, (v) => v * by);
-      }
       case 'softcap': {
         const cap = op.cap;
         return this.unary(op.x, op.out, (v) => cap * Math.tanh(v / cap));
@@ -642,7 +642,7 @@ export class Interpreter {
     const out = this.define(op.out, qDim, atPositions ? 'N' : 'T');
     const scale = op.scale ?? 1 / Math.sqrt(hd);
     const window = op.slidingWindow;
-    // Soft-capped scores (gemma2) take the JS loops: the SIMD kernel has no tanh.
+    // Soft-capped scores take the JS loops: the SIMD kernel has no tanh.
     const cap = op.softcap ?? 0;
     let scores = new Float32Array(0);
     return (f) => {
@@ -835,7 +835,7 @@ export class Interpreter {
 }
 
 /** Ops whose output row r depends only on row r of their inputs (attention: of its queries). */
-const ROWWISE = new Set<Op['op']>(['linear', 'rmsnorm', 'rope', 'silu', 'sigmoid', 'mul', 'add', 'moe', 'attention']);
+const ROWWISE = new Set<Op['op']>(['linear', 'rmsnorm', 'scale', 'gelu_tanh', 'softcap', 'rope', 'silu', 'sigmoid', 'mul', 'add', 'moe', 'attention']);
 
 /**
  * The values of which only the logit positions' rows are ever read, so they are computed for those
