@@ -6,7 +6,6 @@ import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames, layerNorms, moeNames } 
 import { mlpsOf } from '../arch/units.js';
 import { hasRope, isMoeLayer, windowOf, type ArchSpec } from '../arch/spec.js';
 import { mlpOps, moeOutput } from './expand.js';
-import { LlmcError } from '../errors.js';
 import type { ElasticAxis, GraphInput, MlpSlot, ModelGraph, MoeMlp, Op, TapPoint, V } from './ir.js';
 
 
@@ -15,6 +14,9 @@ export const IO = {
   ids: 'input_ids',
   cos: 'cos',
   sin: 'sin',
+  /** The sliding layers' own tables (spec.localRope: gemma3's rope_local_base_freq), [T, hd/2]. */
+  cosLocal: 'cos_local',
+  sinLocal: 'sin_local',
   logitPositions: 'logit_positions',
   logits: 'logits',
   pastKey: (l: number) => `past_key_${l}`,
@@ -34,6 +36,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     { name: IO.sin, dtype: 'float32', dims: ['T', hd / 2] },
     { name: IO.logitPositions, dtype: 'int64', dims: ['N'] },
   ];
+  if (spec.localRope) inputs.push({ name: IO.cosLocal, dtype: 'float32', dims: ['T', hd / 2] }, { name: IO.sinLocal, dtype: 'float32', dims: ['T', hd / 2] });
   const outputs: V[] = [IO.logits];
 
   const linear = (out: V, x: V, weight: string, inF: number, outF: number, hasBias: boolean, elastic?: { rows?: ElasticAxis; cols?: ElasticAxis }) => {
@@ -58,7 +61,6 @@ export function buildModel(spec: ArchSpec): ModelGraph {
   const mult = spec.multipliers;
   /** gemma's layer and final norms multiply by (1 + w). */
   const offset = spec.rmsNormOffset ? { offset: spec.rmsNormOffset } : {};
-  if (spec.localRope) throw new LlmcError(`${spec.modelType}: a rotary base of the sliding layers (${spec.localRope.theta}) other than the full layers' (${spec.ropeTheta}) is not implemented yet`);
   /** x scaled by `by` (no op when by is 1). */
   const scaled = (out: V, x: V, by: number): V => {
     if (by === 1) return x;
@@ -115,8 +117,10 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     let q = qkNormed(`${p}.q`, n.qNorm, spec.numHeads);
     let k = qkNormed(`${p}.k`, n.kNorm, spec.numKvHeads);
     if (hasRope(spec, l)) {
-      ops.push({ op: 'rope', out: `${p}.q_rot`, x: q, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
-      ops.push({ op: 'rope', out: `${p}.k_rot`, x: k, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
+      const local = spec.localRope !== null && windowOf(spec, l) !== null;
+      const [cos, sin] = local ? [IO.cosLocal, IO.sinLocal] : [IO.cos, IO.sin];
+      ops.push({ op: 'rope', out: `${p}.q_rot`, x: q, cos, sin, heads: spec.numHeads, headDim: hd });
+      ops.push({ op: 'rope', out: `${p}.k_rot`, x: k, cos, sin, heads: spec.numKvHeads, headDim: hd });
       q = `${p}.q_rot`;
       k = `${p}.k_rot`;
     }

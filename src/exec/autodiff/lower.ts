@@ -13,7 +13,7 @@ import { LlmcError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op } from '../../core/ir/ir.js';
-import { ropeTables } from '../../core/ir/rope.js';
+import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { initTf, tf } from './tf.js';
 
 type T = tf.Tensor;
@@ -106,6 +106,12 @@ export class TfModel {
     const full = (t: Float32Array) => Float32Array.from({ length: Tn * hd }, (_, k) => t[Math.floor(k / hd) * (hd / 2) + (k % (hd / 2))]);
     env.set(IO.cos, tf.tensor2d(full(cos), [Tn, hd]));
     env.set(IO.sin, tf.tensor2d(full(sin), [Tn, hd]));
+    const local = localRopeSpec(spec);
+    if (local) {
+      const t = ropeTables(local, 0, Tn);
+      env.set(IO.cosLocal, tf.tensor2d(full(t.cos), [Tn, hd]));
+      env.set(IO.sinLocal, tf.tensor2d(full(t.sin), [Tn, hd]));
+    }
     env.set(IO.logitPositions, tf.range(0, Tn, 1, 'int32'));
     const headTaps = new Map<string, number>(this.graph.taps.filter((t) => t.kind === 'head-output').map((t) => [t.value, t.layer]));
     const mlpTaps = new Map<string, string>(this.graph.taps.filter((t) => t.kind === 'mlp-act').map((t) => [t.value, t.key]));

@@ -15,7 +15,7 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
 import type { ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
-import { ropeRows, ropeTables } from '../../core/ir/rope.js';
+import { localRopeSpec, ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
 import { dequantRow, matmul, matmulGroup, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
@@ -155,6 +155,8 @@ interface Frame {
   cache: KvCache;
   cos: Float32Array;
   sin: Float32Array;
+  /** The sliding layers' own tables (spec.localRope), rows as cos/sin's; null without. */
+  local: { cos: Float32Array; sin: Float32Array } | null;
   /** Row of cos/sin for new token t: ropeRow[t], or ropeBase + t when ropeRow is null. */
   ropeBase: number;
   ropeRow: Int32Array | null;
@@ -191,6 +193,8 @@ export class Interpreter {
   /** The step that runs each op (a fused silu·mul pair shares one). */
   private readonly stepOf: number[] = [];
   private readonly rope: RopeCache;
+  /** The sliding layers' tables (gemma3's local base), or null. */
+  private readonly localRope: RopeCache | null;
   /** The SIMD silu·mul, shared by every MLP (null: the JS loop). */
   private readonly simdSilu: SiluMul | null;
 
@@ -201,6 +205,8 @@ export class Interpreter {
   ) {
     this.nrep = spec.numHeads / spec.numKvHeads;
     this.rope = new RopeCache(spec);
+    const local = localRopeSpec(spec);
+    this.localRope = local ? new RopeCache(local) : null;
     this.simdSilu = table.jsOnly ? null : SiluMul.create();
     const uses = new Map<V, number>();
     for (const op of graph.ops) for (const v of opInputs(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
@@ -375,9 +381,13 @@ export class Interpreter {
     const tree = opts.tree;
     const base = { T, pos0, positions, ids, cache, widths, adapters: opts.adapters, tree, rowwise: opts.rowwise };
     const end = tree ? Math.max(...tree.positions) + 1 : pos0 + T;
-    if (this.rope.cover(end)) return { ...base, cos: this.rope.cos, sin: this.rope.sin, ropeBase: pos0, ropeRow: tree ? tree.positions : null };
-    const { cos, sin } = tree ? ropeRows(s, tree.positions) : ropeTables(s, pos0, T);
-    return { ...base, cos, sin, ropeBase: 0, ropeRow: null };
+    const lr = this.localRope;
+    if (this.rope.cover(end) && (!lr || lr.cover(end))) {
+      return { ...base, cos: this.rope.cos, sin: this.rope.sin, local: lr && { cos: lr.cos, sin: lr.sin }, ropeBase: pos0, ropeRow: tree ? tree.positions : null };
+    }
+    const tables = (sp: ArchSpec) => (tree ? ropeRows(sp, tree.positions) : ropeTables(sp, pos0, T));
+    const local = localRopeSpec(s);
+    return { ...base, ...tables(s), local: local && tables(local), ropeBase: 0, ropeRow: null };
   }
 
   /** The cache now holds the call's positions; the logits asked for. */
@@ -489,13 +499,15 @@ export class Interpreter {
         let from = this.producer.get(op.x);
         if (from?.op === 'rmsnorm') from = this.producer.get(from.x);
         const axis = from?.op === 'linear' ? from.elastic?.rows : undefined;
+        const isLocal = op.cos === IO.cosLocal;
         return (f) => {
           const e = this.extent(axis, C, f);
           const n = atPositions ? f.positions.length : f.T;
+          const { cos, sin } = isLocal ? f.local! : f;
           for (let r = 0; r < n; r++) {
             const t = atPositions ? f.positions[r] : r;
             for (let g = 0; g < e.count; g++) {
-              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, r * C + c, hd, f.cos, f.sin, f.ropeRow ? f.ropeRow[t] : f.ropeBase + t);
+              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, r * C + c, hd, cos, sin, f.ropeRow ? f.ropeRow[t] : f.ropeBase + t);
             }
           }
         };
