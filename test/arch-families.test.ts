@@ -15,12 +15,17 @@ import { compileTs } from './ts-artifact.js';
 import { TfModel } from '../src/exec/autodiff/lower.js';
 import { tf } from '../src/exec/autodiff/tf.js';
 import { Rng } from '../src/core/util/rng.js';
+import { compileGguf, llamaLogits } from './gguf-helpers.js';
+import { writeSafetensors } from '../src/core/checkpoint/safetensors.js';
+import { readGgufHeader } from '../backends/gguf/read.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
 const HAVE = existsSync(ARCHS);
 if (!HAVE) console.log(`arch-families: ${ARCHS} is absent; the tests on transformers-written checkpoints are skipped`);
 const FAMILIES = ['qwen3', 'qwen3_moe', 'olmoe', 'olmo2', 'granite', 'smollm3', 'gemma2', 'gemma3_text', 'phi3'];
+/** llama.cpp's architecture names (convert_hf_to_gguf.py's MODEL_ARCH of each class). */
+const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen3_moe: 'qwen3moe', olmoe: 'olmoe', olmo2: 'olmo2', granite: 'granite', smollm3: 'smollm3' };
 
 let tmp: string;
 beforeAll(async () => {
@@ -156,5 +161,74 @@ describe.skipIf(!HAVE).each(['olmo2', 'qwen3', 'granite', 'gemma2', 'gemma3_text
       model.dispose();
       await ck.close();
     }
+  });
+});
+
+/**
+ * The olmoe checkpoint with its KV heads repeated (num_key_value_heads = num_attention_heads): the
+ * same function (each query head reads the same keys and values; k_norm's mean over duplicated
+ * channels is the mean over the originals), in the layout llama.cpp's olmoe loads (it has no GQA).
+ */
+async function olmoeWithoutGqa(out: string): Promise<string> {
+  const dir = path.join(ARCHS, 'olmoe');
+  const cfg = readJson(path.join(dir, 'config.json'));
+  const H = cfg.num_attention_heads as number;
+  const G = cfg.num_key_value_heads as number;
+  const hd = cfg.head_dim as number;
+  const ck = await openCheckpoint(dir);
+  try {
+    const tensors = await Promise.all(
+      ck.tensors.map(async (t) => {
+        let data = await ck.readF32(t.name);
+        let shape = t.shape;
+        if (/\.(k_proj|v_proj)\.weight$|\.k_norm\.weight$/.test(t.name)) {
+          const cols = t.shape.length === 2 ? t.shape[1] : 1;
+          const rep = new Float32Array(H * hd * cols);
+          for (let h = 0; h < H; h++) rep.set(data.subarray(Math.floor(h / (H / G)) * hd * cols, (Math.floor(h / (H / G)) + 1) * hd * cols), h * hd * cols);
+          data = rep;
+          shape = t.shape.length === 2 ? [H * hd, cols] : [H * hd];
+        }
+        const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+        return { name: t.name, dtype: 'F32' as const, shape, bytes: async () => bytes };
+      }),
+    );
+    await fsp.mkdir(out, { recursive: true });
+    await writeSafetensors(path.join(out, 'model.safetensors'), tensors);
+  } finally {
+    await ck.close();
+  }
+  await fsp.writeFile(path.join(out, 'config.json'), JSON.stringify({ ...cfg, num_key_value_heads: H }));
+  return out;
+}
+
+describe.skipIf(!HAVE).each(Object.keys(GGUF_ARCH))('%s in llama.cpp (F32 GGUF under its own architecture name)', (name) => {
+  // llama.cpp keeps its KV cache in f16: ~1e-3 relative (config-reading's llama3-rope case shows the same).
+  it("every position's logits within 3e-3 relative of transformers'", async () => {
+    const ref = referenceLogits(path.join(ARCHS, name, 'reference_logits.safetensors'));
+    // llama.cpp's olmoe has no grouped-query attention (the gguf target refuses the checkpoint as is): its MHA equivalent.
+    const dir = name === 'olmoe' ? await olmoeWithoutGqa(path.join(tmp, 'olmoe-mha')) : path.join(ARCHS, name);
+    const ids = readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[];
+    const V = ref.shape[1];
+    const { file } = await compileGguf(dir, path.join(tmp, `gguf-${name}`), { quant: 'F32' });
+    const h = await readGgufHeader(file);
+    expect(h.metadata.get('general.architecture')).toBe(GGUF_ARCH[name]);
+    if (name === 'granite') {
+      const cfg = readJson(path.join(dir, 'config.json'));
+      expect([h.metadata.get('granite.embedding_scale'), h.metadata.get('granite.residual_scale'), h.metadata.get('granite.attention.scale'), h.metadata.get('granite.logit_scale')]).toEqual(
+        ['embedding_multiplier', 'residual_multiplier', 'attention_multiplier', 'logits_scaling'].map((k) => Math.fround(cfg[k] as number)),
+      );
+    }
+    const rows = await llamaLogits(file, ids, V);
+    const got = new Float32Array(ids.length * V);
+    rows.forEach((r, t) => got.set(r, t * V));
+    const err = worstRowError(got, ref.data, V);
+    console.log(`${name} llama.cpp worst row error ${err.toExponential(2)}`);
+    expect(err).toBeLessThan(3e-3);
+  });
+});
+
+describe.skipIf(!HAVE)('the gguf target refuses what llama.cpp computes otherwise, in one line', () => {
+  it('olmoe with grouped-query attention', async () => {
+    await expect(compileGguf(path.join(ARCHS, 'olmoe'), path.join(tmp, 'gguf-olmoe-gqa'), { quant: 'F32' })).rejects.toThrow(/num_key_value_heads 2 differs from num_attention_heads 4, but llama.cpp's olmoe has no grouped-query attention/);
   });
 });

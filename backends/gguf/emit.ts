@@ -13,7 +13,8 @@ import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
 import { ChunkEncoder } from './encode.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, DEFAULT_QUANT, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
-import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
+import { neOf, planTensors, type TensorPlan } from './tensors.js';
+import type { GgufFamily } from '../../src/core/arch/registry.js';
 import { ChunkBuffers, tensorChunks, type RawDtype } from './stream.js';
 import { convertTokenizer, placeholderVocab } from './vocab.js';
 import { GgufFileWriter, layoutGguf, type GgufTensorInfo } from './writer.js';
@@ -34,7 +35,7 @@ interface PlannedTensor extends TensorPlan {
 }
 
 export interface GgufPlan {
-  arch: GgufArch;
+  family: GgufFamily;
   choice: QuantChoice;
   tensors: PlannedTensor[];
   notes: string[];
@@ -47,18 +48,18 @@ export interface GgufPlan {
 export function planGguf(source: ModelSource, formats: FormatRequest, annotations: ReadonlyMap<string, TensorAnnotation> = new Map()): GgufPlan {
   const choice = parseQuant(formats.quant, DEFAULT_QUANT);
   const overrides = formats.tensorTypes.map((o) => ({ pattern: o.pattern, type: parseTensorType(o.type) }));
-  const { arch, tensors, ignored } = planTensors(source);
+  const { family, tensors, ignored } = planTensors(source);
   unmatchedPatterns(formats.tensorTypes, tensors.map((t) => t.name));
   const spec = source.spec;
   const notes: string[] = [];
   if (ignored.length) notes.push(`ignored ${ignored.length} tensor(s) llama.cpp does not use: ${ignored.slice(0, 5).join(', ')}${ignored.length > 5 ? ', ...' : ''}`);
   const facts: ModelFacts = {
-    arch,
+    arch: family.arch,
     numLayers: spec.numLayers,
     gqa: spec.numHeads / spec.numKvHeads,
     numExperts: spec.moe?.numExperts ?? 0,
     hasOutput: tensors.some((t) => t.name === 'output.weight'),
-    is70B: arch === 'llama' && spec.numLayers === 80 && spec.numHeads !== spec.numKvHeads,
+    is70B: family.type70B && spec.numLayers === 80 && spec.numHeads !== spec.numKvHeads,
   };
   const fallbacks = new Map<string, string[]>();
   const planned = tensors.map((t) => {
@@ -73,7 +74,7 @@ export function planGguf(source: ModelSource, formats: FormatRequest, annotation
   for (const [k, names] of fallbacks) {
     notes.push(`${names.length} tensor(s) have rows not divisible by the block size, fell back ${k} (as llama.cpp does): ${names.slice(0, 4).join(', ')}${names.length > 4 ? ', ...' : ''}`);
   }
-  return { arch, choice, tensors: planned, notes };
+  return { family, choice, tensors: planned, notes };
 }
 
 /** The format passes chose for a GGUF tensor's sources: one stacked tensor has one type, so its experts must agree. */
@@ -96,7 +97,7 @@ function modelName(dir: string): string {
 function prepare(unit: CompileUnit, formats: FormatRequest) {
   const { source } = unit;
   const plan = planGguf(source, formats, unit.annotations);
-  const meta = modelMetadata(source.spec, plan.arch, { name: modelName(source.dir), fileType: plan.choice.fileType });
+  const meta = modelMetadata(source.spec, plan.family, { name: modelName(source.dir), fileType: plan.choice.fileType });
   const tokFile = path.join(source.dir, 'tokenizer.json');
   const vocab = source.assets.tokenizer
     ? convertTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig, source.spec, tokFile)
@@ -198,7 +199,7 @@ export const ggufTarget: Target = {
         format: 'gguf',
         ggufVersion: 3,
         file: GGUF_FILE,
-        architecture: plan.arch,
+        architecture: plan.family.arch,
         quant: plan.choice.label,
         preset: plan.choice.ftype,
         fileType: plan.choice.fileType,

@@ -1,27 +1,29 @@
 /**
- * The general.* and <arch>.* metadata as convert_hf_to_gguf.py writes it (gguf-py Keys), for
- * llama (also mistral, and mixtral in the llama MoE layout), qwen2 and qwen2moe.
+ * The general.* and <arch>.* metadata as convert_hf_to_gguf.py writes it (gguf-py Keys): the keys
+ * every text model gets here, the family's own from its registry entry (GgufFamily.metadata).
  */
 import type { ArchSpec } from '../../src/core/checkpoint/index.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
 import { GGUF_DEFAULT_ALIGNMENT, f32, str, u32, type GgufKv } from './writer.js';
-import type { GgufArch } from './tensors.js';
+import type { GgufFamily } from '../../src/core/arch/registry.js';
 
 /**
  * The rope scaling llama.cpp can run as transformers computes it, or a one-line refusal naming the
  * type (or the yarn parameter) it cannot express: llama.cpp has no dynamic NTK or longrope for these
  * architectures, derives yarn's attention factor as 0.1·ln(factor)+1 with beta_fast 32 / beta_slow 1
- * and floored/ceiled correction dims, and reads llama3 factors (rope_freqs.weight) only in llama.
+ * and floored/ceiled correction dims, and reads llama3 factors (rope_freqs.weight) only where the
+ * family writes them (GgufFamily.ropeFreqs).
  */
-export function checkGgufRope(spec: ArchSpec, arch: GgufArch): ArchSpec['ropeScaling'] {
+export function checkGgufRope(spec: ArchSpec, family: GgufFamily): ArchSpec['ropeScaling'] {
   const rs = spec.ropeScaling;
+  const arch = family.arch;
   const refuse = (why: string) => {
     throw new LlmcError(`rope type "${rs!.type}"${why}; llama.cpp (GGUF ${arch}) cannot express it, so the gguf target refuses rather than drop it`);
   };
   if (!rs) return rs;
   if (rs.type === 'dynamic' || rs.type === 'longrope') refuse('');
-  if (rs.type === 'llama3' && arch !== 'llama') refuse(` on ${arch}`);
+  if (rs.type === 'llama3' && !family.ropeFreqs) refuse(` on ${arch}`);
   if (rs.type === 'yarn') {
     if (!yarnDefaultAttention(rs)) refuse(` with attention factor ${rs.attentionFactor} (not 0.1·ln(factor)+1)`);
     if (rs.betaFast !== 32 || rs.betaSlow !== 1) refuse(` with beta_fast ${rs.betaFast} / beta_slow ${rs.betaSlow} (not 32 / 1)`);
@@ -35,10 +37,10 @@ export const GGML_QUANT_VERSION = 2;
 
 export function modelMetadata(
   spec: ArchSpec,
-  arch: GgufArch,
+  family: GgufFamily,
   opts: { name: string; fileType: number },
 ): { kvs: GgufKv[]; notes: string[] } {
-  const notes: string[] = [];
+  const arch = family.arch;
   const a = (k: string) => `${arch}.${k}`;
   const kvs: GgufKv[] = [
     { key: 'general.architecture', value: str(arch) },
@@ -59,21 +61,10 @@ export function modelMetadata(
     // Only written when head_dim is not n_embd / n_head (as the converter does for an explicit head_dim).
     kvs.push({ key: a('attention.key_length'), value: u32(spec.headDim) }, { key: a('attention.value_length'), value: u32(spec.headDim) });
   }
-  if (arch === 'llama') kvs.push({ key: a('rope.dimension_count'), value: u32(spec.headDim) });
-  const moe = spec.moe;
-  if (moe) {
-    kvs.push({ key: a('expert_count'), value: u32(moe.numExperts) }, { key: a('expert_used_count'), value: u32(moe.topK) });
-    if (arch === 'qwen2moe') {
-      kvs.push({ key: a('expert_feed_forward_length'), value: u32(moe.expertIntermediateSize) });
-      if (moe.sharedExpertIntermediateSize) {
-        kvs.push({ key: a('expert_shared_feed_forward_length'), value: u32(moe.sharedExpertIntermediateSize) });
-      }
-      if (moe.routing === 'softmax-topk-renorm') {
-        notes.push('warning: norm_topk_prob=true; llama.cpp\'s qwen2moe does not renormalize the top-k router weights');
-      }
-    }
-  }
-  const rs = checkGgufRope(spec, arch);
+  const own = family.metadata(spec);
+  const notes = [...own.notes];
+  for (const kv of own.kvs) kvs.push({ key: a(kv.key), value: kv.value });
+  const rs = checkGgufRope(spec, family);
   if (rs?.type === 'linear' || rs?.type === 'yarn') {
     kvs.push({ key: a('rope.scaling.type'), value: str(rs.type) }, { key: a('rope.scaling.factor'), value: f32(rs.factor) });
     if (rs.type === 'yarn') kvs.push({ key: a('rope.scaling.original_context_length'), value: u32(rs.originalMaxPositions) });

@@ -314,11 +314,12 @@ export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
   let moe: MoeSpec | null = null;
   const modelType = modelTypeOfGguf(arch, experts > 0)!;
   if (experts > 0) {
-    if (!archOf({ modelType }).moe) bad(a('expert_count'), `is ${experts}, but llmc knows ${arch} without experts`);
+    const entry = archOf({ modelType });
+    if (!entry.moe || !entry.gguf.routing) bad(a('expert_count'), `is ${experts}, but llmc knows ${arch} without experts`);
     const shared = num(a('expert_shared_feed_forward_length'), 0);
     moe = {
-      // llama.cpp's llama (Mixtral) renormalizes the top-k router weights; its qwen2moe does not.
-      routing: arch === 'llama' ? 'softmax-topk-renorm' : 'softmax-topk',
+      // As llama.cpp's arch routes (the family's gguf.routing): its llama (Mixtral) renormalizes the top-k weights, its qwen2moe does not.
+      routing: entry.gguf.routing!,
       numExperts: experts,
       topK: num(a('expert_used_count')),
       expertIntermediateSize: num(a('expert_feed_forward_length'), num(a('feed_forward_length'), 0)),

@@ -5,12 +5,12 @@
  */
 import { EMBED, FINAL_NORM, LM_HEAD, layerNames, moeNames, type ArchSpec, isMoeLayer, type ModelSource } from '../../src/core/checkpoint/index.js';
 import { LlmcError } from '../../src/core/errors.js';
-import { archOf, type ArchEntry } from '../../src/core/arch/registry.js';
+import { archOf, type GgufFamily } from '../../src/core/arch/registry.js';
+import { layerNorms } from '../../src/core/arch/names.js';
 import { checkGgufRope } from './metadata.js';
 
-export type GgufArch = ArchEntry['gguf'];
-
-export function ggufArch(spec: ArchSpec): GgufArch {
+/** How llama.cpp writes the spec's family (the registry entry's gguf side). */
+export function ggufFamily(spec: ArchSpec): GgufFamily {
   return archOf(spec).gguf;
 }
 
@@ -21,7 +21,7 @@ export interface TensorPlan {
   shape: number[];
   /** Source tensors, concatenated along the first axis (several only for stacked experts). */
   sources: string[];
-  /** llama q/k: re-interleave rotary halves within each of this many heads. */
+  /** q/k of a family with permuteQK: re-interleave rotary halves within each of this many heads. */
   permuteHeads?: number;
   /** Computed rather than read (llama3 rope factors). */
   computed?: () => Float32Array;
@@ -77,10 +77,10 @@ export function llama3RopeFactors(spec: ArchSpec): Float32Array {
 }
 
 /** Every GGUF tensor of the model, in file order, with where its data comes from. */
-export function planTensors(source: ModelSource): { arch: GgufArch; tensors: TensorPlan[]; ignored: string[] } {
+export function planTensors(source: ModelSource): { family: GgufFamily; tensors: TensorPlan[]; ignored: string[] } {
   const spec = source.spec;
-  const arch = ggufArch(spec);
-  checkGgufRope(spec, arch);
+  const family = ggufFamily(spec);
+  checkGgufRope(spec, family);
   const shapeOf = (name: string): number[] => {
     const m = source.meta(name);
     if (!m) throw new LlmcError(`missing tensor "${name}"`, source.description);
@@ -105,22 +105,19 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
   };
   const bias = (w: string) => w.replace(/\.weight$/, '.bias');
 
-  if (arch === 'qwen2moe' && spec.moe!.denseLayers.length > 0) {
-    throw new LlmcError(
-      `layers ${spec.moe!.denseLayers.join(', ')} are dense (mlp_only_layers / decoder_sparse_step), which llama.cpp's qwen2moe cannot load`,
-      source.description,
-    );
-  }
-  const llamaPermute = arch === 'llama';
+  const refusal = family.refuse(spec);
+  if (refusal !== null) throw new LlmcError(refusal, source.description);
+  const llamaPermute = family.permuteQK;
 
   one('token_embd.weight', EMBED);
-  if (spec.ropeScaling?.type === 'llama3' && arch === 'llama') {
+  if (spec.ropeScaling?.type === 'llama3' && family.ropeFreqs) {
     tensors.push({ name: 'rope_freqs.weight', shape: [spec.headDim / 2], sources: [], computed: () => llama3RopeFactors(spec) });
   }
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
     const b = `blk.${l}`;
-    one(`${b}.attn_norm.weight`, n.inputNorm);
+    const norms = layerNorms(spec, l);
+    if (norms.attnIn) one(`${b}.attn_norm.weight`, norms.attnIn);
     one(`${b}.attn_q.weight`, n.q, llamaPermute ? { permuteHeads: spec.numHeads } : {});
     optional(`${b}.attn_q.bias`, n.qBias, llamaPermute ? { permuteHeads: spec.numHeads } : {});
     one(`${b}.attn_k.weight`, n.k, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
@@ -129,7 +126,13 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
     optional(`${b}.attn_v.bias`, n.vBias);
     one(`${b}.attn_output.weight`, n.o);
     optional(`${b}.attn_output.bias`, n.oBias);
-    one(`${b}.ffn_norm.weight`, n.postNorm);
+    if (spec.qkNorm) {
+      one(`${b}.attn_q_norm.weight`, n.qNorm);
+      one(`${b}.attn_k_norm.weight`, n.kNorm);
+    }
+    // gguf-py's ATTN_POST_NORM / FFN_POST_NORM for norms on a block's output (olmo2, gemma2).
+    if (norms.attnOut) one(`${b}.post_attention_norm.weight`, norms.attnOut);
+    if (norms.mlpIn) one(`${b}.ffn_norm.weight`, norms.mlpIn);
     if (isMoeLayer(spec, l)) {
       const m = moeNames(spec, l);
       one(`${b}.ffn_gate_inp.weight`, m.router);
@@ -152,11 +155,12 @@ export function planTensors(source: ModelSource): { arch: GgufArch; tensors: Ten
         one(`${b}.ffn_up.bias`, bias(n.mlp.up));
       }
     }
+    if (norms.mlpOut) one(`${b}.post_ffw_norm.weight`, norms.mlpOut);
   }
   one('output_norm.weight', FINAL_NORM);
   // Tied embeddings: no output.weight, llama.cpp reuses token_embd (as the converter leaves it).
   if (!spec.tieEmbeddings) one('output.weight', LM_HEAD);
   else used.add(LM_HEAD);
   const ignored = source.tensors.map((t) => t.name).filter((t) => !used.has(t));
-  return { arch, tensors, ignored };
+  return { family, tensors, ignored };
 }

@@ -17,23 +17,13 @@ import { fromF32, writeSafetensors, type FloatDType, type TensorToWrite } from '
 import { LlmcError } from '../../src/core/errors.js';
 import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
+import { archOf, type TrtllmFamily } from '../../src/core/arch/registry.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { writeFileAtomic } from '../../src/core/util/atomic.js';
 
 export const WEIGHTS = 'rank0.safetensors';
 
-/**
- * The model classes of TensorRT-LLM (tensorrt_llm/models/__init__.py MODEL_MAP) by model_type:
- * LlamaForCausalLM / MistralForCausalLM → LLaMAForCausalLM (models/llama/config.py LLaMAConfig),
- * Qwen2ForCausalLM → QWenForCausalLM (models/qwen/config.py QWenConfig). Mixtral and Qwen2-MoE are
- * refused by the descriptor before this runs (no expert tensors are written).
- */
-export const TRTLLM_CLASSES: Record<string, { architecture: string; family: 'llama' | 'qwen' }> = {
-  llama: { architecture: 'LlamaForCausalLM', family: 'llama' },
-  mistral: { architecture: 'MistralForCausalLM', family: 'llama' },
-  qwen2: { architecture: 'Qwen2ForCausalLM', family: 'qwen' },
-};
 const DTYPE: Record<string, { dtype: string; st: FloatDType }> = {
   fp16: { dtype: 'float16', st: 'F16' },
   bf16: { dtype: 'bfloat16', st: 'BF16' },
@@ -68,13 +58,20 @@ export function rotaryScaling(rs: ArchSpec['ropeScaling']): Record<string, unkno
   }
 }
 
+/** The TensorRT-LLM class of the spec's family (its registry entry); the descriptor refuses a family without one before emit. */
+function trtllmFamily(s: ArchSpec): TrtllmFamily {
+  const cls = archOf(s).tensorrtLlm;
+  if (!cls) throw new LlmcError(`internal: tensorrt-llm emit for ${s.modelType} (the descriptor refuses it)`);
+  return cls;
+}
+
 /**
  * config.json: PretrainedConfig.to_dict's fields (models/modeling_utils.py) and those of the model
- * class's config (LLaMAConfig or QWenConfig: moe, rotary_base, rotary_scaling, attn_bias, ...).
+ * class's config (the family's TrtllmFamily.config: LLaMAConfig's or QWenConfig's own fields).
  */
 export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, unknown> {
   const s = unit.source.spec;
-  const cls = TRTLLM_CLASSES[s.modelType];
+  const cls = trtllmFamily(s);
   const common = {
     architecture: cls.architecture,
     dtype: DTYPE[quant].dtype,
@@ -101,29 +98,14 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
     mapping: { world_size: 1, tp_size: 1, pp_size: 1 },
     quantization: { quant_algo: QUANT_ALGO[quant], kv_cache_quant_algo: null, exclude_modules: ['lm_head'] },
   };
-  if (cls.family === 'llama') {
-    // LLaMAConfig: a dense model's MoeConfig is 0 experts (its default normalization, RENORMALIZE = 1);
-    // residual_mlp off (HF parallel_attn_mlp_res).
-    return { ...common, residual_mlp: false, moe: { num_experts: 0, top_k: 0, normalization_mode: 1 } };
-  }
-  // QWenConfig / QWenDecoderLayer read config.qwen_type with no default ('qwen2' for Qwen2ForCausalLM,
-  // as from_hugging_face sets it from model_type); moe as from_hugging_face builds it (NONE = 0);
-  // moe_intermediate_size / moe_shared_expert_intermediate_size 0 for a dense model; no logn attention.
-  return {
-    ...common,
-    qwen_type: 'qwen2',
-    moe: { num_experts: 0, top_k: 0, normalization_mode: 0 },
-    moe_intermediate_size: 0,
-    moe_shared_expert_intermediate_size: 0,
-    use_logn_attn: false,
-  };
+  return { ...common, ...cls.config(s) };
 }
 
 export const tensorrtLlmTarget: Target = {
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
     const { source } = unit;
     const s = source.spec;
-    if (!(s.modelType in TRTLLM_CLASSES)) throw new LlmcError(`internal: tensorrt-llm emit for ${s.modelType} (the descriptor refuses it)`, source.description);
+    trtllmFamily(s);
     const quant = ctx.formats.quant ?? 'fp16';
     const st = DTYPE[quant].st;
     const shape = (name: string) => {

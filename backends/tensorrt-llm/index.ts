@@ -6,6 +6,10 @@
 import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
 import { UsageError } from '../../src/core/errors.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
+import { archOf, SUPPORTED_MODEL_TYPES } from '../../src/core/arch/registry.js';
+
+/** The families whose registry entry names a TensorRT-LLM class. */
+const written = () => SUPPORTED_MODEL_TYPES.filter((t) => archOf({ modelType: t }).tensorrtLlm !== null).join(', ');
 
 export const TRTLLM_FORMATS = ['fp16', 'bf16', 'fp32', 'int8', 'int4'] as const;
 
@@ -22,6 +26,9 @@ export const tensorrtLlm: TargetDescriptor = {
     // but this writer has no expert tensors (mlp.router, stacked mlp.fc / mlp.proj) yet.
     if (spec.moe) {
       throw new UsageError(`--target tensorrt-llm writes dense llama, mistral and qwen2 checkpoints; ${spec.modelType}'s experts are not written yet: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py`);
+    }
+    if (!archOf(spec).tensorrtLlm) {
+      throw new UsageError(`--target tensorrt-llm writes ${written()} checkpoints, not ${spec.modelType}: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py`);
     }
     if (spec.oBias) throw new UsageError('--target tensorrt-llm does not write an o_proj bias (attention.dense.bias); this model has one');
   },

@@ -3,8 +3,10 @@
  * passes, engines and targets never read config.json themselves (spec.ts makes it from config.json).
  */
 
-/** The Hugging Face model_type names the architecture registry knows. */
-export type ModelType = 'llama' | 'mistral' | 'qwen2' | 'mixtral' | 'qwen2_moe' | 'qwen3' | 'qwen3_moe' | 'olmoe' | 'olmo2' | 'granite' | 'smollm3' | 'gemma2' | 'gemma3_text' | 'phi3';
+import type { ModelType } from './registry.js';
+
+/** The Hugging Face model_type names the architecture registry knows (one per family line there). */
+export type { ModelType };
 
 /**
  * Rotary scaling as transformers' modeling_rope_utils.py computes it, with every default resolved
@@ -105,11 +107,11 @@ export interface ArchSpec {
   normPlacement: 'pre' | 'post' | 'sandwich';
   /** The layers that rotate q and k (null: all; smollm3's no_rope_layers leaves some without). */
   ropeLayers: number[] | null;
-  /** Granite's scalars (null: all 1, attention 1/sqrt(headDim)); gemma's embedding sqrt(hidden) and query_pre_attn_scalar^-0.5. */
+  /** Granite's scalars (null: all 1, attention 1/sqrt(headDim)). */
   multipliers: Multipliers | null;
   /** 1: the layer and final RMSNorms multiply by (1 + w), as gemma's do; 0: by w. */
   rmsNormOffset: 0 | 1;
-  /** Attention scores become cap·tanh(s/cap) before the mask (null: none; see the gemma entry on attn_logit_softcapping). */
+  /** Attention scores become cap·tanh(s/cap) before the mask (null: none; see the gemma2 family on attn_logit_softcapping). */
   attnSoftcap: number | null;
   /** The logits become cap·tanh(z/cap) (gemma final_logit_softcapping); null: none. */
   finalSoftcap: number | null;
