@@ -26,7 +26,7 @@ type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
 const HAVE = existsSync(ARCHS);
 if (!HAVE) console.log(`arch-families: ${ARCHS} is absent; the tests on transformers-written checkpoints are skipped`);
-const FAMILIES = ['qwen3', 'qwen3_moe', 'olmoe', 'olmo2', 'granite', 'smollm3'];
+const FAMILIES = ['qwen3', 'qwen3_moe', 'olmoe', 'olmo2', 'granite', 'smollm3', 'gemma2', 'gemma3_text', 'phi3'];
 /** llama.cpp's architecture names (convert_hf_to_gguf.py's MODEL_ARCH of each class). */
 const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen3_moe: 'qwen3moe', olmoe: 'olmoe', olmo2: 'olmo2', granite: 'granite', smollm3: 'smollm3' };
 
@@ -135,8 +135,9 @@ describe.skipIf(!HAVE).each(FAMILIES)("%s reproduces transformers' reference log
   });
 });
 
-describe.skipIf(!HAVE).each(['olmo2', 'qwen3', 'granite'])('%s: tfjs gradients equal finite differences', (name) => {
-  // olmo2: a whole-projection q norm and post-norms; qwen3: per-head q/k norms; granite: the multipliers.
+describe.skipIf(!HAVE).each(['olmo2', 'qwen3', 'granite', 'gemma2', 'gemma3_text', 'phi3'])('%s: tfjs gradients equal finite differences', (name) => {
+  // olmo2: a whole-projection q norm and post-norms; qwen3: per-head q/k norms; granite: the multipliers;
+  // gemma2: sandwich (1 + w) norms, GELU-tanh, final soft-capping; gemma3: per-head (1 + w) q/k norms; phi3: split qkv / gate_up.
   it('the directional derivative of the loss along a random direction of q_proj and down_proj', async () => {
     const ck = await openCheckpoint(path.join(ARCHS, name));
     const model = await TfModel.load(ck);
@@ -203,7 +204,7 @@ async function olmoeWithoutGqa(out: string): Promise<string> {
   return out;
 }
 
-describe.skipIf(!HAVE).each(FAMILIES)('%s in llama.cpp (F32 GGUF under its own architecture name)', (name) => {
+describe.skipIf(!HAVE).each(Object.keys(GGUF_ARCH))('%s in llama.cpp (F32 GGUF under its own architecture name)', (name) => {
   // llama.cpp keeps its KV cache in f16: ~1e-3 relative (config-reading's llama3-rope case shows the same).
   it("every position's logits within 3e-3 relative of transformers'", async () => {
     const ref = referenceLogits(path.join(ARCHS, name, 'reference_logits.safetensors'));

@@ -279,12 +279,15 @@ export function checkGgufModel(h: GgufHeader, expect: { numLayers: number; hidde
  * context, vocabulary and stop ids by. llama.cpp itself does the math, so only what those need is
  * read exactly; a key llama.cpp needs that is missing or malformed is one error naming it.
  */
+/** The GGUF architectures this reader describes (gemma's norms, activation and soft-capping and phi3's fused tensors it does not read back). */
+const READABLE = GGUF_ARCHITECTURES.filter((a) => !['gemma2', 'gemma3', 'phi3'].includes(a));
+
 export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
   const md = h.metadata;
   const arch = md.get('general.architecture');
   if (typeof arch !== 'string') throw new LlmcError('not a GGUF model: no general.architecture', file);
-  if (!GGUF_ARCHITECTURES.includes(arch)) {
-    throw new LlmcError(`general.architecture "${arch}": llmc reads ${GGUF_ARCHITECTURES.join(', ')} GGUFs (the families it compiles); run this one with llama.cpp's llama-cli -m ${file}`, file);
+  if (!READABLE.includes(arch)) {
+    throw new LlmcError(`general.architecture "${arch}": llmc reads ${READABLE.join(', ')} GGUFs (the families it compiles); run this one with llama.cpp's llama-cli -m ${file}`, file);
   }
   const bad = (key: string, why: string): never => {
     throw new LlmcError(`not a usable GGUF model: ${key} ${why}`, file);
@@ -351,6 +354,10 @@ export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
     oBias: names.has('blk.0.attn_output.bias'),
     mlpBias: names.has('blk.0.ffn_up.bias'),
     hiddenAct: 'silu',
+    rmsNormOffset: 0,
+    attnSoftcap: null,
+    finalSoftcap: null,
+    localRope: null,
     slidingWindow: null,
     slidingLayers: null,
     bosTokenId: optionalId('bos_token_id'),

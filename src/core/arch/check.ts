@@ -44,7 +44,21 @@ export function checkArchSpec(v: unknown, c: Checker, at = 'arch'): ArchSpec {
     }
   }
   for (const k of ['tieEmbeddings', 'qkvBias', 'oBias', 'mlpBias']) if (typeof a[k] !== 'boolean') c.fail(`${at}.${k}`, 'must be true or false');
-  if (a.hiddenAct !== 'silu') c.fail(`${at}.hiddenAct`, 'must be "silu"');
+  if (a.hiddenAct !== 'silu' && a.hiddenAct !== 'gelu_tanh') c.fail(`${at}.hiddenAct`, 'must be "silu" or "gelu_tanh"');
+  // Manifests written before gemma's features: llama's.
+  if (a.rmsNormOffset === undefined) a.rmsNormOffset = 0;
+  if (a.attnSoftcap === undefined) a.attnSoftcap = null;
+  if (a.finalSoftcap === undefined) a.finalSoftcap = null;
+  if (a.localRope === undefined) a.localRope = null;
+  if (a.rmsNormOffset !== 0 && a.rmsNormOffset !== 1) c.fail(`${at}.rmsNormOffset`, 'must be 0 or 1');
+  for (const k of ['attnSoftcap', 'finalSoftcap']) {
+    if (a[k] !== null && !(c.num(a[k], `${at}.${k}`) > 0)) c.fail(`${at}.${k}`, 'must be positive or null');
+  }
+  if (a.localRope !== null) {
+    const r = c.obj(a.localRope, `${at}.localRope`);
+    if (!(c.num(r.theta, `${at}.localRope.theta`) > 0)) c.fail(`${at}.localRope.theta`, 'must be positive');
+    if (r.scaling !== null) c.fail(`${at}.localRope.scaling`, 'must be null (the sliding layers of gemma3 rotate without scaling)');
+  }
   if (a.slidingWindow !== null) c.int(a.slidingWindow, `${at}.slidingWindow`, 1);
   // Manifests written before per-layer windows: every layer slides.
   if (a.slidingLayers === undefined) a.slidingLayers = null;

@@ -5,6 +5,7 @@
  */
 import { LlmcError } from '../errors.js';
 import type { ArchSpec, MoeSpec, Multipliers, QkNorm } from './types.js';
+import type { RopeContext } from './rope-config.js';
 
 export type Json = Record<string, unknown>;
 
@@ -131,6 +132,17 @@ export interface ArchEntry {
   transformersJs?: boolean;
   /** The layer features beyond Llama's (q/k norms, norm placement, rope-less layers, multipliers); absent: none. */
   features?(cfg: ConfigReader, numLayers: number): Partial<Features>;
+  /** Per-layer-type rope (gemma3): the full layers' rope and, where it differs, the sliding layers' base; absent: one rope (readRope). */
+  rope?(cfg: ConfigReader, ctx: RopeContext, attention: Attention, numLayers: number): Pick<ArchSpec, 'ropeTheta' | 'ropeScaling' | 'localRope'>;
+  /** Fused checkpoint tensors of layer l that the IR reads as separate ones (phi3): split at ingestion into row ranges. */
+  fused?(l: number, spec: ArchSpec): FusedTensor[];
+}
+
+/** One checkpoint tensor made of several of the IR's (phi3 qkv_proj, gate_up_proj). */
+export interface FusedTensor {
+  name: string;
+  /** The parts in row order: the Hugging Face name llmc reads each under, and its row count. */
+  parts: { name: string; rows: number }[];
 }
 
 /** The ArchSpec fields a family sets beyond Llama's (spec.ts fills the defaults). */
@@ -139,6 +151,10 @@ export interface Features {
   normPlacement: ArchSpec['normPlacement'];
   ropeLayers: number[] | null;
   multipliers: Multipliers | null;
+  hiddenAct: ArchSpec['hiddenAct'];
+  rmsNormOffset: ArchSpec['rmsNormOffset'];
+  attnSoftcap: number | null;
+  finalSoftcap: number | null;
 }
 
 /** Names of one dense SwiGLU MLP's projections under `prefix`. */

@@ -21,9 +21,12 @@ import { olmoe } from './families/olmoe/index.js';
 import { olmo2 } from './families/olmo2/index.js';
 import { granite } from './families/granite/index.js';
 import { smollm3 } from './families/smollm3/index.js';
+import { gemma2 } from './families/gemma2/index.js';
+import { gemma3_text } from './families/gemma3_text/index.js';
+import { phi3 } from './families/phi3/index.js';
 
 export { mlpNames } from './family.js';
-export type { ArchEntry, Attention, ConfigReader, Features, GgufFamily, MlpNames, MoeFamily, MoeNames, TrtllmFamily } from './family.js';
+export type { ArchEntry, Attention, ConfigReader, Features, FusedTensor, GgufFamily, MlpNames, MoeFamily, MoeNames, TrtllmFamily } from './family.js';
 
 /** One entry per supported `model_type` (its transformers 5 config class's keys that change the math, and more). */
 export const ARCHITECTURES = {
@@ -38,6 +41,9 @@ export const ARCHITECTURES = {
   olmo2,
   granite,
   smollm3,
+  gemma2,
+  gemma3_text,
+  phi3,
 } satisfies Record<string, ArchEntry>;
 
 /** The Hugging Face model_type names the registry knows. */

@@ -72,9 +72,13 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     throw new LlmcError(`num_attention_heads (${numHeads}) is not a multiple of num_key_value_heads (${numKvHeads})`, file);
   }
   const headDim = posInt(cfg, 'head_dim', file, hiddenSize / numHeads);
-  const act = String(cfg.hidden_act ?? 'silu');
-  if (act !== 'silu') throw new LlmcError(`unsupported hidden_act "${act}" (supported: silu)`, file);
   const numLayers = posInt(cfg, 'num_hidden_layers', file);
+  const features = entry.features?.(reader, numLayers) ?? {};
+  // Families that name their activation elsewhere (gemma's hidden_activation) say which in features.hiddenAct.
+  if (!features.hiddenAct) {
+    const act = String(cfg.hidden_act ?? 'silu');
+    if (act !== 'silu') throw new LlmcError(`unsupported hidden_act "${act}" (supported: silu)`, file);
+  }
 
   const moe: MoeSpec | null = entry.moe ? entry.moe.parse(reader, numLayers) : null;
   if (moe && moe.topK > moe.numExperts) {
@@ -82,10 +86,13 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   }
 
   const maxPositions = posInt(cfg, 'max_position_embeddings', file, 2048);
-  const { ropeTheta, ropeScaling } = readRope(cfg, file, { headDim, maxPositions, defaultTheta: entry.defaultTheta });
-  const { slidingWindow, slidingLayers } = entry.attention(reader, numLayers);
+  const attention = entry.attention(reader, numLayers);
+  const { slidingWindow, slidingLayers } = attention;
+  const ropeCtx = { headDim, maxPositions, defaultTheta: entry.defaultTheta };
+  const { ropeTheta, ropeScaling, localRope } = entry.rope
+    ? entry.rope(reader, ropeCtx, attention, numLayers)
+    : { ...readRope(cfg, file, ropeCtx), localRope: null };
   // transformers keeps `dtype` when both are given.
-  const features = entry.features?.(reader, numLayers) ?? {};
   const dtype = typeof cfg.dtype === 'string' ? cfg.dtype : typeof cfg.torch_dtype === 'string' ? cfg.torch_dtype : null;
   return {
     modelType,
@@ -104,7 +111,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     qkvBias: entry.qkvBias(cfg),
     oBias: entry.oBias(cfg),
     mlpBias: cfg.mlp_bias === true,
-    hiddenAct: 'silu',
+    hiddenAct: features.hiddenAct ?? 'silu',
     slidingWindow,
     slidingLayers,
     bosTokenId: typeof cfg.bos_token_id === 'number' ? cfg.bos_token_id : null,
@@ -115,6 +122,10 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
     normPlacement: features.normPlacement ?? 'pre',
     ropeLayers: features.ropeLayers ?? null,
     multipliers: features.multipliers ?? null,
+    rmsNormOffset: features.rmsNormOffset ?? 0,
+    attnSoftcap: features.attnSoftcap ?? null,
+    finalSoftcap: features.finalSoftcap ?? null,
+    localRope,
   };
 }
 
@@ -128,7 +139,18 @@ export function beyondLlama(spec: ArchSpec): string[] {
   if (spec.normPlacement !== 'pre') out.push(spec.normPlacement === 'post' ? 'norms after the attention and MLP blocks' : 'sandwich norms');
   if (spec.ropeLayers) out.push('layers without rope');
   if (spec.multipliers) out.push('embedding / residual / attention / logit multipliers');
+  if (spec.hiddenAct !== 'silu') out.push('GELU-tanh MLP');
+  if (spec.rmsNormOffset) out.push('(1 + w) RMSNorm');
+  if (spec.attnSoftcap !== null) out.push('attention soft-capping');
+  if (spec.finalSoftcap !== null) out.push('final logit soft-capping');
+  if (spec.localRope) out.push('a rotary base of its own on the sliding layers');
   return out;
+}
+
+/** The rotary base and scaling of layer `l` (gemma3's sliding layers may have their own). */
+export function ropeOf(spec: ArchSpec, l: number): Pick<ArchSpec, 'ropeTheta' | 'ropeScaling'> {
+  if (spec.localRope && windowOf(spec, l) !== null) return { ropeTheta: spec.localRope.theta, ropeScaling: spec.localRope.scaling };
+  return spec;
 }
 
 /** True when layer `l` rotates q and k. */

@@ -82,7 +82,8 @@ export interface ArchSpec {
   /** o_proj carries a bias (llama attention_bias=true). */
   oBias: boolean;
   mlpBias: boolean;
-  hiddenAct: 'silu';
+  /** The MLP's gate activation: SiLU (SwiGLU) or GELU with the tanh approximation (GeGLU, gemma's gelu_pytorch_tanh). */
+  hiddenAct: 'silu' | 'gelu_tanh';
   /** The attention window of the sliding layers (null: every layer attends to the whole context). */
   slidingWindow: number | null;
   /** The layers that use slidingWindow (layer_types / max_window_layers); null: all of them. */
@@ -108,6 +109,17 @@ export interface ArchSpec {
   ropeLayers: number[] | null;
   /** Granite's scalars (null: all 1, attention 1/sqrt(headDim)). */
   multipliers: Multipliers | null;
+  /** 1: the layer and final RMSNorms multiply by (1 + w), as gemma's do; 0: by w. */
+  rmsNormOffset: 0 | 1;
+  /** Attention scores become cap·tanh(s/cap) before the mask (null: none; see the gemma2 family on attn_logit_softcapping). */
+  attnSoftcap: number | null;
+  /** The logits become cap·tanh(z/cap) (gemma final_logit_softcapping); null: none. */
+  finalSoftcap: number | null;
+  /**
+   * The sliding layers' own rotary base (gemma3 rope_local_base_freq / rope_parameters.sliding_attention)
+   * where it differs from the full layers' ropeTheta; null: every layer uses ropeTheta / ropeScaling.
+   */
+  localRope: { theta: number; scaling: null } | null;
 }
 
 export interface QkNorm {

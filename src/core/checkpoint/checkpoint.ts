@@ -12,6 +12,7 @@ import { expectedTensorCount, expectedTensors } from '../arch/names.js';
 import { SafetensorsFile, toF32, type TensorInfo } from './safetensors.js';
 import { matrixOf, type ModelAssets, type ModelSource, type StoredLayout, type TensorMeta } from './source.js';
 import { normalizeConfig, type ArchSpec } from '../arch/spec.js';
+import { archOf, type ArchEntry } from '../arch/registry.js';
 import { firstNonFinite, nonFiniteError } from './finite.js';
 import { parseJsonObject } from '../util/json.js';
 
@@ -40,6 +41,43 @@ async function readText(file: string): Promise<string | undefined> {
 }
 
 const parseJson = (text: string, file: string): Record<string, unknown> => parseJsonObject(text, file, { maxBytes: 64 * 2 ** 20 });
+
+/**
+ * Fused tensors (phi3 qkv_proj, gate_up_proj) replaced, in place in the listing, by their row ranges
+ * under the names the IR reads: a row range of a row-major tensor is itself a contiguous byte range,
+ * so every reader (f32, raw bytes, byte-range layouts) sees ordinary tensors.
+ */
+function splitFused(spec: ArchSpec, infos: Map<string, TensorInfo>, configFile: string): void {
+  const family: ArchEntry = archOf(spec);
+  if (!family.fused) return;
+  const byName = new Map<string, TensorInfo[]>();
+  for (let l = 0; l < spec.numLayers; l++) {
+    for (const f of family.fused(l, spec)) {
+      const info = infos.get(f.name);
+      if (!info) continue; // named as missing below, under the parts' names
+      const rows = f.parts.reduce((a, p) => a + p.rows, 0);
+      if (info.shape.length !== 2 || info.shape[0] !== rows) {
+        throw new LlmcError(`tensor "${f.name}" has shape [${info.shape}] but config.json implies ${rows} rows (${f.parts.map((p) => p.rows).join(' + ')})`, info.file);
+      }
+      const cols = info.shape[1];
+      const esize = info.byteLength / (rows * cols);
+      let at = info.offset;
+      byName.set(
+        f.name,
+        f.parts.map((p) => {
+          const part: TensorInfo = { name: p.name, dtype: info.dtype, shape: [p.rows, cols], file: info.file, offset: at, byteLength: p.rows * cols * esize };
+          at += part.byteLength;
+          if (infos.has(p.name)) throw new LlmcError(`the checkpoint holds both "${f.name}" and "${p.name}"`, configFile);
+          return part;
+        }),
+      );
+    }
+  }
+  if (byName.size === 0) return;
+  const all = [...infos.values()];
+  infos.clear();
+  for (const t of all) for (const u of byName.get(t.name) ?? [t]) infos.set(u.name, u);
+}
 
 export class Checkpoint implements ModelSource {
   private hash: Promise<string> | undefined;
@@ -87,6 +125,7 @@ export class Checkpoint implements ModelSource {
           if (info.file !== file) throw new LlmcError(`shard index puts "${name}" in ${path.basename(file)}, but it is in ${path.basename(info.file)}`, path.join(dir, INDEX));
         }
       }
+      splitFused(spec, infos, configFile);
       // Listing what config.json expects is bounded by what the files hold (a config claiming 1e6
       // layers must not build millions of names); a few missing tensors get named one by one below.
       const want = expectedTensorCount(spec);

@@ -201,7 +201,7 @@ export function chunkIo(graph: ModelGraph, s: Subgraph, c: number, i = 0): { inp
   const inputs = s.inputs.map(act);
   const outputs = s.outputs.map(act);
   if (s.feeds.includes(IO.ids)) inputs.unshift({ name: CHUNK_IO.inputIds, dtype: 'int64', dims: [1, c] });
-  if (s.feeds.includes(IO.cos)) inputs.push({ name: CHUNK_IO.positionIds, dtype: 'int64', dims: [1, c] });
+  if (s.feeds.includes(IO.cos) || s.feeds.includes(IO.cosLocal)) inputs.push({ name: CHUNK_IO.positionIds, dtype: 'int64', dims: [1, c] });
   if (s.kind === 'attention') {
     const op = graph.ops[s.ops[0]] as Extract<Op, { op: 'attention' }>;
     const kv = (name: string, n: number): TensorShape => ({ name, dtype: 'float32', dims: [1, op.kvHeads, n, op.headDim] });

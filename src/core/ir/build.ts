@@ -4,7 +4,7 @@
  */
 import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames, layerNorms, moeNames } from '../arch/names.js';
 import { mlpsOf } from '../arch/units.js';
-import { hasRope, isMoeLayer, type ArchSpec } from '../arch/spec.js';
+import { hasRope, isMoeLayer, windowOf, type ArchSpec } from '../arch/spec.js';
 import { mlpOps, moeOutput } from './expand.js';
 import { layerMask } from './mask.js';
 import type { ElasticAxis, GraphInput, MlpSlot, ModelGraph, MoeMlp, Op, TapPoint, V } from './ir.js';
@@ -15,6 +15,9 @@ export const IO = {
   ids: 'input_ids',
   cos: 'cos',
   sin: 'sin',
+  /** The sliding layers' own tables (spec.localRope: gemma3's rope_local_base_freq), [T, hd/2]. */
+  cosLocal: 'cos_local',
+  sinLocal: 'sin_local',
   logitPositions: 'logit_positions',
   logits: 'logits',
   pastKey: (l: number) => `past_key_${l}`,
@@ -34,6 +37,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     { name: IO.sin, dtype: 'float32', dims: ['T', hd / 2] },
     { name: IO.logitPositions, dtype: 'int64', dims: ['N'] },
   ];
+  if (spec.localRope) inputs.push({ name: IO.cosLocal, dtype: 'float32', dims: ['T', hd / 2] }, { name: IO.sinLocal, dtype: 'float32', dims: ['T', hd / 2] });
   const outputs: V[] = [IO.logits];
 
   const linear = (out: V, x: V, weight: string, inF: number, outF: number, hasBias: boolean, elastic?: { rows?: ElasticAxis; cols?: ElasticAxis }) => {
@@ -56,6 +60,8 @@ export function buildModel(spec: ArchSpec): ModelGraph {
   };
 
   const mult = spec.multipliers;
+  /** gemma's layer and final norms multiply by (1 + w). */
+  const offset = spec.rmsNormOffset ? { offset: spec.rmsNormOffset } : {};
   /** x scaled by `by` (no op when by is 1). */
   const scaled = (out: V, x: V, by: number): V => {
     if (by === 1) return x;
@@ -65,7 +71,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
   /** x + block, the block normalized (`norm`, post-norm placements) and scaled (granite) first. */
   const residual = (out: V, x: V, block: V, norm: string | null, p: string): void => {
     if (norm) {
-      ops.push({ op: 'rmsnorm', out: `${p}_norm`, x: block, weight: norm, eps: spec.rmsNormEps, dim: D });
+      ops.push({ op: 'rmsnorm', out: `${p}_norm`, x: block, weight: norm, eps: spec.rmsNormEps, dim: D, ...offset });
       block = `${p}_norm`;
     }
     ops.push({ op: 'add', out, a: x, b: scaled(`${p}_scaled`, block, mult?.residual ?? 1) });
@@ -73,7 +79,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
   /** The block's input: x normalized by `norm`, or x itself. */
   const blockInput = (out: V, x: V, norm: string | null): V => {
     if (!norm) return x;
-    ops.push({ op: 'rmsnorm', out, x, weight: norm, eps: spec.rmsNormEps, dim: D });
+    ops.push({ op: 'rmsnorm', out, x, weight: norm, eps: spec.rmsNormEps, dim: D, ...offset });
     return out;
   };
   const qk = spec.qkNorm;
@@ -112,8 +118,10 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     let q = qkNormed(`${p}.q`, n.qNorm, spec.numHeads);
     let k = qkNormed(`${p}.k`, n.kNorm, spec.numKvHeads);
     if (hasRope(spec, l)) {
-      ops.push({ op: 'rope', out: `${p}.q_rot`, x: q, cos: IO.cos, sin: IO.sin, heads: spec.numHeads, headDim: hd });
-      ops.push({ op: 'rope', out: `${p}.k_rot`, x: k, cos: IO.cos, sin: IO.sin, heads: spec.numKvHeads, headDim: hd });
+      const local = spec.localRope !== null && windowOf(spec, l) !== null;
+      const [cos, sin] = local ? [IO.cosLocal, IO.sinLocal] : [IO.cos, IO.sin];
+      ops.push({ op: 'rope', out: `${p}.q_rot`, x: q, cos, sin, heads: spec.numHeads, headDim: hd });
+      ops.push({ op: 'rope', out: `${p}.k_rot`, x: k, cos, sin, heads: spec.numKvHeads, headDim: hd });
       q = `${p}.q_rot`;
       k = `${p}.k_rot`;
     }
@@ -133,6 +141,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
       headDim: hd,
       mask: layerMask(spec, l),
       ...(mult?.attention != null ? { scale: mult.attention } : {}),
+      ...(spec.attnSoftcap !== null ? { softcap: spec.attnSoftcap } : {}),
     });
     taps.push({ kind: 'head-output', layer: l, key: `model.layers.${l}.self_attn`, value: `${p}.attn`, channels: spec.numHeads * hd, mask: null, heads: spec.numHeads });
     tapLinear(l, n.o, `${p}.attn`, spec.numHeads * hd, null);
@@ -155,7 +164,7 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     if (!isMoeLayer(spec, l)) {
       const m = mlpOf(mlpsOf(spec, l)[0], spec.moe ? 'dense' : 'mlp');
       tapMlp(m, xm, l, null);
-      ops.push(...mlpOps(m, xm, D));
+      ops.push(...mlpOps(m, xm, D, spec.hiddenAct));
       mlpOut = `${m.prefix}.down`;
     } else {
       const moe = spec.moe!;
@@ -191,11 +200,13 @@ export function buildModel(spec: ArchSpec): ModelGraph {
     h = `${p}.out`;
   }
   ops.push({ op: 'gatherPositions', out: 'h_last', x: h, positions: IO.logitPositions });
-  ops.push({ op: 'rmsnorm', out: 'h_final', x: 'h_last', weight: FINAL_NORM, eps: spec.rmsNormEps, dim: D });
+  ops.push({ op: 'rmsnorm', out: 'h_final', x: 'h_last', weight: FINAL_NORM, eps: spec.rmsNormEps, dim: D, ...offset });
   const head = spec.tieEmbeddings ? EMBED : LM_HEAD;
   taps.push({ kind: 'linear-input', layer: spec.numLayers, key: head, value: 'h_final', channels: D, mask: null });
   const divide = mult?.logitsDivide ?? 1;
-  ops.push({ op: 'linear', out: divide === 1 ? IO.logits : 'logits_raw', x: 'h_final', weight: head, bias: null, inFeatures: D, outFeatures: spec.vocabSize });
-  if (divide !== 1) ops.push({ op: 'scale', out: IO.logits, x: 'logits_raw', by: 1 / divide });
+  const cap = spec.finalSoftcap;
+  ops.push({ op: 'linear', out: divide === 1 && cap === null ? IO.logits : 'logits_raw', x: 'h_final', weight: head, bias: null, inFeatures: D, outFeatures: spec.vocabSize });
+  if (divide !== 1) ops.push({ op: 'scale', out: cap === null ? IO.logits : 'logits_div', x: 'logits_raw', by: 1 / divide });
+  if (cap !== null) ops.push({ op: 'softcap', out: IO.logits, x: divide === 1 ? 'logits_raw' : 'logits_div', cap });
   return { spec, inputs, ops, outputs, taps };
 }

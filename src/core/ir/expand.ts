@@ -11,8 +11,8 @@ type MoeOp = Extract<Op, { op: 'moe' }>;
 
 const layerOf = (prefix: string) => Number(/^model\.layers\.(\d+)\./.exec(prefix)![1]);
 
-/** The primitive ops of one SwiGLU MLP: down(silu(gate(x)) · up(x)), values named under its prefix. */
-export function mlpOps(m: MoeMlp, x: V, D: number): Op[] {
+/** The primitive ops of one gated MLP: down(act(gate(x)) · up(x)) (SwiGLU, or GeGLU with gelu_tanh), values named under its prefix. */
+export function mlpOps(m: MoeMlp, x: V, D: number, act: 'silu' | 'gelu_tanh' = 'silu'): Op[] {
   const p = m.prefix;
   const neurons: ElasticAxis = { unit: 'neurons', layer: layerOf(p), mlp: m.slot };
   const lin = (out: V, input: V, weight: string, inF: number, outF: number, elastic: { rows?: ElasticAxis; cols?: ElasticAxis }): Op => ({
@@ -28,7 +28,7 @@ export function mlpOps(m: MoeMlp, x: V, D: number): Op[] {
   return [
     lin(`${p}.gate`, x, m.gate, D, m.width, { rows: neurons }),
     lin(`${p}.up`, x, m.up, D, m.width, { rows: neurons }),
-    { op: 'silu', out: `${p}.act`, x: `${p}.gate` },
+    { op: act, out: `${p}.act`, x: `${p}.gate` },
     { op: 'mul', out: `${p}.h`, a: `${p}.act`, b: `${p}.up` },
     lin(`${p}.down`, `${p}.h`, m.down, m.width, D, { cols: neurons }),
   ];

@@ -21,8 +21,11 @@
  *                    q [B,T,H·hd], k/v [B,T,Hkv·hd] (already roped), pastK/pastV [B,Hkv,P,hd]
  *                    → out [B,T,H·hd], presentK/presentV [B,Hkv,P+T,hd]; query t sits at
  *                    position P+t and sees the keys its `mask` keeps (AttentionMask below;
- *                    causal: 0..P+t); scores scaled by `scale` (default 1/sqrt(hd)).
+ *                    causal: 0..P+t); scores scaled by `scale` (default 1/sqrt(hd)),
+ *                    then soft-capped when `softcap` is set: cap·tanh(s/cap), before the mask
  *   silu | sigmoid   elementwise
+ *   gelu_tanh        elementwise 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³)))  (gemma's MLP)
+ *   softcap          out = cap · tanh(x / cap)   (gemma's final logits)
  *   mul | add        elementwise with numpy broadcasting ([B,T,1] scales [B,T,C])
  *   moe              a mixture-of-experts SwiGLU block: router logits x · Rᵀ [B,T,E], top-k routing
  *                    over the experts, each expert's output scaled by its routing weight and summed in
@@ -149,9 +152,13 @@ export type Op =
       mask: AttentionMask;
       /** The scores' scale (absent: 1/sqrt(headDim)). */
       scale?: number;
+      /** Scores become cap·tanh(s/cap) after scaling, before the mask; absent: none. */
+      softcap?: number;
     }
   | { op: 'silu'; out: V; x: V }
   | { op: 'sigmoid'; out: V; x: V }
+  | { op: 'gelu_tanh'; out: V; x: V }
+  | { op: 'softcap'; out: V; x: V; cap: number }
   | { op: 'mul'; out: V; a: V; b: V }
   | { op: 'add'; out: V; a: V; b: V }
   | {

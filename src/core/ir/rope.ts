@@ -75,6 +75,11 @@ export function ropeFrequencies(spec: Pick<ArchSpec, 'headDim' | 'ropeTheta' | '
   }
 }
 
+/** The spec as the sliding layers rotate (gemma3's local base), for their tables; null without a local rope. */
+export function localRopeSpec<S extends Pick<ArchSpec, 'localRope' | 'ropeTheta' | 'ropeScaling'>>(spec: S): S | null {
+  return spec.localRope ? { ...spec, ropeTheta: spec.localRope.theta, ropeScaling: spec.localRope.scaling } : null;
+}
+
 /**
  * Sequences up to this length share one set of frequencies (the ones ropeFrequencies gives for
  * seqLen 0); past it 'dynamic' and 'longrope' change them. Infinity for every other type.

@@ -54,6 +54,8 @@ export function valueChannels(graph: ModelGraph): Map<V, number> {
       case 'silu':
       case 'sigmoid':
       case 'scale':
+      case 'gelu_tanh':
+      case 'softcap':
       case 'gatherPositions':
         ch.set(op.out, of(op.x));
         break;

@@ -14,7 +14,7 @@ import { buildModel, IO } from '../../core/ir/build.js';
 import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op } from '../../core/ir/ir.js';
 import { causalWindow } from '../../core/ir/mask.js';
-import { ropeTables } from '../../core/ir/rope.js';
+import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { initTf, tf } from './tf.js';
 
 type T = tf.Tensor;
@@ -107,6 +107,12 @@ export class TfModel {
     const full = (t: Float32Array) => Float32Array.from({ length: Tn * hd }, (_, k) => t[Math.floor(k / hd) * (hd / 2) + (k % (hd / 2))]);
     env.set(IO.cos, tf.tensor2d(full(cos), [Tn, hd]));
     env.set(IO.sin, tf.tensor2d(full(sin), [Tn, hd]));
+    const local = localRopeSpec(spec);
+    if (local) {
+      const t = ropeTables(local, 0, Tn);
+      env.set(IO.cosLocal, tf.tensor2d(full(t.cos), [Tn, hd]));
+      env.set(IO.sinLocal, tf.tensor2d(full(t.sin), [Tn, hd]));
+    }
     env.set(IO.logitPositions, tf.range(0, Tn, 1, 'int32'));
     const headTaps = new Map<string, number>(this.graph.taps.filter((t) => t.kind === 'head-output').map((t) => [t.value, t.layer]));
     const mlpTaps = new Map<string, string>(this.graph.taps.filter((t) => t.kind === 'mlp-act').map((t) => [t.value, t.key]));
@@ -303,7 +309,9 @@ export class TfModel {
         const window = causalWindow(op.mask, 'the tfjs lowering');
         const maskKey = `#causal-bias:${R}:${window}`;
         if (!env.has(maskKey)) env.set(maskKey, this.causalBias(Tn, R, window));
-        const scores = tf.add(tf.mul(tf.matMul(qg, kT), op.scale ?? 1 / Math.sqrt(hd)), get(maskKey));
+        const scaled = tf.mul(tf.matMul(qg, kT), op.scale ?? 1 / Math.sqrt(hd));
+        const capped = op.softcap === undefined ? scaled : softcap(scaled, op.softcap);
+        const scores = tf.add(capped, get(maskKey));
         const out = tf.matMul(tf.softmax(scores), vh); // [B, G, R·Tn, hd]
         env.set(op.out, tf.reshape(tf.transpose(tf.reshape(out, [B, G, R, Tn, hd]), [0, 3, 1, 2, 4]), [B, Tn, H * hd]));
         return;
@@ -315,6 +323,15 @@ export class TfModel {
       }
       case 'sigmoid':
         env.set(op.out, tf.sigmoid(get(op.x)));
+        return;
+      case 'gelu_tanh': {
+        const x = get(op.x);
+        const inner = tf.mul(tf.add(x, tf.mul(tf.pow(x, 3), 0.044715)), Math.sqrt(2 / Math.PI));
+        env.set(op.out, tf.mul(tf.mul(x, 0.5), tf.add(tf.tanh(inner), 1)));
+        return;
+      }
+      case 'softcap':
+        env.set(op.out, softcap(get(op.x), op.cap));
         return;
       case 'mul':
         env.set(op.out, tf.mul(get(op.a), get(op.b)));
@@ -358,6 +375,11 @@ export class TfModel {
         return;
     }
   }
+}
+
+/** cap · tanh(x / cap). */
+function softcap(x: T, cap: number): T {
+  return tf.mul(tf.tanh(tf.div(x, cap)), cap);
 }
 
 function W(weights: Map<string, T>, name: string): T {

@@ -17,7 +17,7 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph } from '../../core/ir/ir.js';
-import { ropeTables } from '../../core/ir/rope.js';
+import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec, type WeightInput } from '../onnx/lower.js';
 import { Sampler, type SamplingOptions } from '../runtime/sampling.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from './taps.js';
@@ -173,6 +173,12 @@ export class Engine {
       [IO.sin]: new ort.Tensor('float32', sin, [T, half]),
       [IO.logitPositions]: new ort.Tensor('int64', BigInt64Array.from(positions, (x) => BigInt(x)), [positions.length]),
     };
+    const local = localRopeSpec(spec);
+    if (local) {
+      const t = ropeTables(local, P, T);
+      feeds[IO.cosLocal] = new ort.Tensor('float32', t.cos, [T, half]);
+      feeds[IO.sinLocal] = new ort.Tensor('float32', t.sin, [T, half]);
+    }
     for (let l = 0; l < spec.numLayers; l++) {
       const empty = () => new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
       feeds[IO.pastKey(l)] = past ? past[2 * l] : empty();

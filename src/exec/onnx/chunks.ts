@@ -90,6 +90,7 @@ export function lowerChunkGraphs(source: ModelSource, graph: ModelGraph, partiti
     const b = new OnnxGraphBuilder(source, mode);
     const io = chunkIo(graph, s, c);
     if (s.feeds.includes(IO.cos)) gatherRope(b, spec, CHUNK_IO.positionIds);
+    if (s.feeds.includes(IO.cosLocal)) gatherRope(b, spec, CHUNK_IO.positionIds, 'local');
     let ops: Op[] = graph.ops.slice(s.ops[0], s.ops[1]).flatMap((op) => (op.op === 'moe' ? expandMoe(op) : [op]));
     // logits leave as float32 (an fp16 graph casts its lm_head output).
     if (compute !== DT_FLOAT) ops = ops.map((op) => ('out' in op && op.out === IO.logits ? ({ ...op, out: 'logits_fp16' } as Op) : op));

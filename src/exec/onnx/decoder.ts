@@ -21,7 +21,7 @@ import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
 import { primitiveOps } from '../../core/ir/expand.js';
 import type { ModelGraph, Op } from '../../core/ir/ir.js';
-import { assertPositionTables, positionTables } from '../../core/ir/rope.js';
+import { assertPositionTables, localRopeSpec, positionTables } from '../../core/ir/rope.js';
 import { encodeF16 } from '../../core/util/half.js';
 import { transpose } from '../../core/util/transpose.js';
 import { LLMC_VERSION } from '../../core/version.js';
@@ -334,15 +334,18 @@ export function opsetFor(ops: readonly Op[], formats: DecoderFormats): number {
  * Rope tables for every position (initializers cos_cache / sin_cache [max_position_embeddings, hd/2]
  * in the compute dtype), gathered by `positionIds` into the IR's cos/sin values [B, T, hd/2].
  */
-export function gatherRope(b: OnnxGraphBuilder, spec: ModelGraph['spec'], positionIds: string): void {
+export function gatherRope(b: OnnxGraphBuilder, spec: ModelGraph['spec'], positionIds: string, which: 'global' | 'local' = 'global'): void {
   const compute = b.mode.compute;
   const half = spec.headDim / 2;
   const maxPositions = spec.maxPositions;
   assertPositionTables(spec, 'the ONNX decoder graph (position_ids in)');
-  const tables = () => positionTables(spec, 'the ONNX decoder graph (position_ids in)');
+  const local = which === 'local' ? localRopeSpec(spec) : null;
+  if (which === 'local' && !local) throw new LlmcError('internal: local rope tables of a model without a local rope');
+  const tables = () => positionTables(local ?? spec, 'the ONNX decoder graph (position_ids in)');
+  const suffix = local ? '_local' : '';
   let cache: ReturnType<typeof tables> | null = null;
   const table = (which: 'cos' | 'sin'): PendingTensor => ({
-    name: `${which}_cache`,
+    name: `${which}${suffix}_cache`,
     dims: [maxPositions, half],
     dataType: compute,
     byteLength: maxPositions * half * (compute === DT_FLOAT16 ? 2 : 4),
@@ -354,7 +357,7 @@ export function gatherRope(b: OnnxGraphBuilder, spec: ModelGraph['spec'], positi
     },
   });
   for (const which of ['cos', 'sin'] as const) {
-    b.node('Gather', [b.tensor(table(which)), positionIds], [attr('axis', 0)], which === 'cos' ? IO.cos : IO.sin);
+    b.node('Gather', [b.tensor(table(which)), positionIds], [attr('axis', 0)], which === 'cos' ? (local ? IO.cosLocal : IO.cos) : local ? IO.sinLocal : IO.sin);
   }
 }
 
@@ -370,6 +373,7 @@ export function lowerDecoder(source: ModelSource, graph: ModelGraph, formats: De
 
   // Rope tables for every position, gathered by position_ids into the IR's cos/sin values [B, T, hd/2].
   gatherRope(b, spec, DECODER_IO.positionIds);
+  if (spec.localRope) gatherRope(b, spec, DECODER_IO.positionIds, 'local');
 
   // The IR's KV-cache values take the convention's names; logits leave as float32.
   const kvHeads: number[] = [];

@@ -422,7 +422,8 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
       b.node('Concat', [op.pastV, toCache(op.v)], [attr('axis', 2)], op.presentV);
       const kT = b.node('Transpose', [b.node('Unsqueeze', [op.presentK, b.i64([2])])], [attr('perm', [0, 1, 2, 4, 3], 'ints')]);
       // Scores, mask and softmax in float32 (a float16 graph casts around them).
-      const scores = b.node('Mul', [b.toF32(b.node('MatMul', [q5, kT])), b.f32(op.scale ?? 1 / Math.sqrt(hd))]);
+      const scaled = b.node('Mul', [b.toF32(b.node('MatMul', [q5, kT])), b.f32(op.scale ?? 1 / Math.sqrt(hd))]);
+      const scores = op.softcap === undefined ? scaled : softcap(b, scaled, op.softcap);
       const window = causalWindow(op.mask, 'the ONNX lowering');
       const allowed = b.once(`mask:${window}`, () => mode.mask(b, op.presentK, op.q, window));
       const probs = b.toCompute(b.node('Softmax', [b.node('Where', [allowed, scores, b.f32(NEG)])], [attr('axis', -1)]));
@@ -436,6 +437,17 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
       return;
     case 'sigmoid':
       b.node('Sigmoid', [op.x], [], op.out);
+      return;
+    case 'gelu_tanh': {
+      // 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))), in float32 (opset 17 has no Gelu).
+      const x = b.toF32(op.x);
+      const inner = b.node('Mul', [b.node('Add', [x, b.node('Mul', [b.node('Pow', [x, b.f32(3)]), b.f32(0.044715)])]), b.f32(Math.sqrt(2 / Math.PI))]);
+      const y = b.node('Mul', [b.node('Mul', [x, b.f32(0.5)]), b.node('Add', [b.node('Tanh', [inner]), b.f32(1)])]);
+      b.toCompute(y, op.out);
+      return;
+    }
+    case 'softcap':
+      b.toCompute(softcap(b, b.toF32(op.x), op.cap), op.out);
       return;
     case 'mul':
       b.node('Mul', [op.a, op.b], [], op.out);
@@ -481,6 +493,11 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
     case 'moe':
       throw new LlmcError('internal: the ONNX lowering runs the expanded moe op (primitiveOps)');
   }
+}
+
+/** cap · tanh(x / cap) of a float32 value. */
+function softcap(b: OnnxGraphBuilder, x: string, cap: number): string {
+  return b.node('Mul', [b.node('Tanh', [b.node('Div', [x, b.f32(cap)])]), b.f32(cap)]);
 }
 
 /** ConstantOfShape's float32 fill value. */

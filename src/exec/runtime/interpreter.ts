@@ -16,7 +16,7 @@ import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
 import type { AttentionMask, ElasticAxis, ModelGraph, MoeMlp, Op, V } from '../../core/ir/ir.js';
 import { firstVisible, type MaskKind } from '../../core/ir/mask.js';
-import { ropeRows, ropeTables } from '../../core/ir/rope.js';
+import { localRopeSpec, ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
 import { checkWidths, keptExtent, keptHeads, keptNeurons, type Extent, type LayerWidth } from '../../core/ir/width.js';
 import { dequantRow, matmul, matmulGroup, type Weight } from './kernels.js';
@@ -143,6 +143,8 @@ interface Frame {
   cache: KvCache;
   cos: Float32Array;
   sin: Float32Array;
+  /** The sliding layers' own tables (spec.localRope), rows as cos/sin's; null without. */
+  local: { cos: Float32Array; sin: Float32Array } | null;
   /** Row of cos/sin for new token t: ropeRow[t], or ropeBase + t when ropeRow is null. */
   ropeBase: number;
   ropeRow: Int32Array | null;
@@ -179,6 +181,8 @@ export class Interpreter {
   /** The step that runs each op (a fused silu·mul pair shares one). */
   private readonly stepOf: number[] = [];
   private readonly rope: RopeCache;
+  /** The sliding layers' tables (gemma3's local base), or null. */
+  private readonly localRope: RopeCache | null;
   /** The SIMD silu·mul, shared by every MLP (null: the JS loop). */
   private readonly simdSilu: SiluMul | null;
 
@@ -189,6 +193,8 @@ export class Interpreter {
   ) {
     this.nrep = spec.numHeads / spec.numKvHeads;
     this.rope = new RopeCache(spec);
+    const local = localRopeSpec(spec);
+    this.localRope = local ? new RopeCache(local) : null;
     this.simdSilu = table.jsOnly ? null : SiluMul.create();
     const uses = new Map<V, number>();
     for (const op of graph.ops) for (const v of opInputs(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
@@ -363,9 +369,13 @@ export class Interpreter {
     const tree = opts.tree;
     const base = { T, pos0, positions, ids, cache, widths, adapters: opts.adapters, tree, rowwise: opts.rowwise };
     const end = tree ? Math.max(...tree.positions) + 1 : pos0 + T;
-    if (this.rope.cover(end)) return { ...base, cos: this.rope.cos, sin: this.rope.sin, ropeBase: pos0, ropeRow: tree ? tree.positions : null };
-    const { cos, sin } = tree ? ropeRows(s, tree.positions) : ropeTables(s, pos0, T);
-    return { ...base, cos, sin, ropeBase: 0, ropeRow: null };
+    const lr = this.localRope;
+    if (this.rope.cover(end) && (!lr || lr.cover(end))) {
+      return { ...base, cos: this.rope.cos, sin: this.rope.sin, local: lr && { cos: lr.cos, sin: lr.sin }, ropeBase: pos0, ropeRow: tree ? tree.positions : null };
+    }
+    const tables = (sp: ArchSpec) => (tree ? ropeRows(sp, tree.positions) : ropeTables(sp, pos0, T));
+    const local = localRopeSpec(s);
+    return { ...base, ...tables(s), local: local && tables(local), ropeBase: 0, ropeRow: null };
   }
 
   /** The cache now holds the call's positions; the logits asked for. */
@@ -458,13 +468,15 @@ export class Interpreter {
         let from = this.producer.get(op.x);
         if (from?.op === 'rmsnorm') from = this.producer.get(from.x);
         const axis = from?.op === 'linear' ? from.elastic?.rows : undefined;
+        const isLocal = op.cos === IO.cosLocal;
         return (f) => {
           const e = this.extent(axis, C, f);
           const n = atPositions ? f.positions.length : f.T;
+          const { cos, sin } = isLocal ? f.local! : f;
           for (let r = 0; r < n; r++) {
             const t = atPositions ? f.positions[r] : r;
             for (let g = 0; g < e.count; g++) {
-              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, r * C + c, hd, f.cos, f.sin, f.ropeRow ? f.ropeRow[t] : f.ropeBase + t);
+              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, r * C + c, hd, cos, sin, f.ropeRow ? f.ropeRow[t] : f.ropeBase + t);
             }
           }
         };
@@ -475,6 +487,12 @@ export class Interpreter {
         return this.unary(op.x, op.out, (v) => v / (1 + Math.exp(-v)));
       case 'sigmoid':
         return this.unary(op.x, op.out, (v) => 1 / (1 + Math.exp(-v)));
+      case 'gelu_tanh':
+        return this.unary(op.x, op.out, geluTanh);
+      case 'softcap': {
+        const cap = op.cap;
+        return this.unary(op.x, op.out, (v) => cap * Math.tanh(v / cap));
+      }
       case 'mul':
       case 'add':
         return this.elementwise(op.op, op.a, op.b, op.out);
@@ -605,6 +623,8 @@ export class Interpreter {
     const out = this.define(op.out, qDim, atPositions ? 'N' : 'T');
     const scale = op.scale ?? 1 / Math.sqrt(hd);
     const mask = op.mask;
+    // Soft-capped scores take the JS loops: the SIMD kernel has no tanh.
+    const cap = op.softcap ?? 0;
     let scores = new Float32Array(0);
     return (f) => {
       if (f.tree && mask.kind !== 'tree') throw new LlmcError(`tree attention: layer ${op.layer}'s attention has a ${mask.kind} mask, not a tree (build the graph withTreeMasks)`);
@@ -623,14 +643,14 @@ export class Interpreter {
       // Dropped heads stay zero, so o_proj's column span ignores them.
       if (qpg !== nrep) att.fill(0, 0, n * qDim);
       const mem = f.cache.memory;
-      if (mem) {
+      if (mem && !cap) {
         if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, mask, tokens);
         else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, mask, tokens);
         return;
       }
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
-      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, n, tokens, G, qpg, nrep, hd, qDim, kvDim, scale, mask);
-      else attend(q, kc, vc, att, scores, n, tokens, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, mask);
+      if (f.tree) attendTree(q, kc, vc, att, scores, f.tree, n, tokens, G, qpg, nrep, hd, qDim, kvDim, scale, mask, cap);
+      else attend(q, kc, vc, att, scores, n, tokens, f.pos0, G, qpg, nrep, hd, qDim, kvDim, scale, mask, cap);
     };
   }
 
@@ -773,7 +793,7 @@ export class Interpreter {
 }
 
 /** Ops whose output row r depends only on row r of their inputs (attention: of its queries). */
-const ROWWISE = new Set<Op['op']>(['linear', 'rmsnorm', 'scale', 'rope', 'silu', 'sigmoid', 'mul', 'add', 'moe', 'attention']);
+const ROWWISE = new Set<Op['op']>(['linear', 'rmsnorm', 'scale', 'gelu_tanh', 'softcap', 'rope', 'silu', 'sigmoid', 'mul', 'add', 'moe', 'attention']);
 
 /**
  * The values of which only the logit positions' rows are ever read, so they are computed for those
@@ -840,7 +860,7 @@ function route(logits: Float32Array, K: number, mode: 'softmax-topk-renorm' | 's
 function attend(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array,
   T: number, tokens: ArrayLike<number> | null, pos0: number, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
-  scale: number, mask: AttentionMask,
+  scale: number, mask: AttentionMask, cap = 0,
 ): void {
   for (let t = 0; t < T; t++) {
     const p = pos0 + (tokens ? tokens[t] : t);
@@ -855,6 +875,7 @@ function attend(
           let d = 0;
           for (let i = 0; i < hd; i++) d += q[qo + i] * kc[ko + i];
           d *= scale;
+          if (cap) d = cap * Math.tanh(d / cap);
           scores[j] = d;
           if (d > max) max = d;
         }
@@ -880,7 +901,7 @@ function attend(
 function attendTree(
   q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array, scores: Float32Array, tree: TreeAttention,
   T: number, tokens: ArrayLike<number> | null, G: number, qpg: number, nrep: number, hd: number, qDim: number, kvDim: number,
-  scale: number, mask: AttentionMask,
+  scale: number, mask: AttentionMask, cap = 0,
 ): void {
   const keys = new Int32Array(scores.length);
   for (let t = 0; t < T; t++) {
@@ -900,6 +921,7 @@ function attendTree(
           let d = 0;
           for (let i = 0; i < hd; i++) d += q[qo + i] * kc[ko + i];
           d *= scale;
+          if (cap) d = cap * Math.tanh(d / cap);
           scores[k] = d;
           if (d > max) max = d;
         }
@@ -927,6 +949,11 @@ function checkTree(tree: TreeAttention, T: number, pos0: number): void {
     }
     if (v[v.length - 1] !== pos0 + t) throw new LlmcError(`tree attention: row ${t} must see itself (slot ${pos0 + t}) last`);
   });
+}
+
+/** GELU, tanh approximation (transformers' gelu_pytorch_tanh). */
+function geluTanh(x: number): number {
+  return 0.5 * x * (1 + Math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
 /** Rotate-half RoPE on v[o..o+hd) with row `t` of the tables (pairs i and i + hd/2). */

@@ -1,0 +1,80 @@
+/**
+ * Gemma 2 (transformers' Gemma2ForCausalLM): sandwich norms (input, post-attention, pre- and
+ * post-feedforward) multiplying by (1 + w), embeddings times sqrt(hidden_size), GELU-tanh (GeGLU)
+ * MLP, query_pre_attn_scalar, final logit soft-capping, sliding and full layers alternating.
+ */
+import { LlmcError } from '../../../errors.js';
+import { layerTypes, NO_BIAS, slidingFrom, SLIDING, FULL, windowOf, type ArchEntry, type Attention, type ConfigReader, type Features, type GgufFamily } from '../../family.js';
+
+/** A positive number or null (transformers' "off"). */
+function optionalPositive(c: ConfigReader, key: string): number | null {
+  const v = c.raw[key];
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'number' || !Number.isFinite(v) || !(v > 0)) throw new LlmcError(`"${key}" must be a positive number or null, got ${JSON.stringify(v)}`, c.file);
+  return v;
+}
+
+/** GELU with the tanh approximation: the activation names transformers maps to it. */
+const GELU_TANH = ['gelu_pytorch_tanh', 'gelu_new', 'gelu_fast'];
+
+/** Gemma 2 and 3's layer math (gemma3 adds per-head q/k norms by (1 + w)). */
+export function gemmaFeatures(qkNorm: boolean) {
+  return (c: ConfigReader): Partial<Features> => {
+    // transformers' gemma classes read hidden_activation; the older hidden_act they ignore.
+    const act = c.raw.hidden_activation ?? 'gelu_pytorch_tanh';
+    if (!GELU_TANH.includes(act as string)) throw new LlmcError(`unsupported hidden_activation ${JSON.stringify(act)} (supported: ${GELU_TANH.join(', ')})`, c.file);
+    if (c.raw.use_bidirectional_attention === true) throw new LlmcError('"use_bidirectional_attention": true (an encoder) is not a causal LM; llmc compiles causal decoders', c.file);
+    optionalPositive(c, 'attn_logit_softcapping');
+    const qpas = c.raw.query_pre_attn_scalar === undefined ? 256 : c.posInt('query_pre_attn_scalar');
+    return {
+      hiddenAct: 'gelu_tanh',
+      qkNorm: qkNorm ? { scope: 'head', offset: 1 } : null,
+      normPlacement: 'sandwich',
+      rmsNormOffset: 1,
+      // sqrt(hidden_size) in the activation dtype (float32 here), as transformers casts the normalizer.
+      multipliers: { embedding: Math.fround(Math.sqrt(c.posInt('hidden_size'))), residual: 1, attention: qpas ** -0.5, logitsDivide: 1 },
+      // transformers 5.17 runs gemma with its default attention (sdpa), which drops the softcap argument:
+      // only its eager path caps the scores. The references (what from_pretrained computes) are sdpa's and
+      // match to 1e-6 without the cap (5e-5 off with it), so llmc follows them; the value is still checked.
+      attnSoftcap: null,
+      finalSoftcap: optionalPositive(c, 'final_logit_softcapping'),
+    };
+  };
+}
+
+/** The config keys both gemma classes read. */
+export const GEMMA_KEYS = ['sliding_window', 'attn_logit_softcapping', 'final_logit_softcapping', 'query_pre_attn_scalar', 'hidden_activation', 'use_bidirectional_attention', 'hidden_act'];
+/** Gemma builds no biases (attention_bias false); "hybrid" caches compute the same. */
+export const GEMMA_FIXED = { attention_bias: false, cache_implementation: 'hybrid' };
+
+/** Gemma 2: sliding_window (default 4096) on the even layers unless layer_types says otherwise. */
+function gemma2Attention(c: ConfigReader, numLayers: number): Attention {
+  const w = c.raw.sliding_window === undefined ? 4096 : windowOf(c);
+  const types = layerTypes(c, numLayers) ?? Array.from({ length: numLayers }, (_, l) => ((l + 1) % 2 ? SLIDING : FULL));
+  return slidingFrom(c, types, w);
+}
+
+/** llmc writes no gemma GGUF yet (norms +1, llama.cpp's fixed layer pattern and attention scale). */
+export const gemmaGgufPending = (arch: string): GgufFamily => ({
+  arch,
+  metadata: () => ({ kvs: [], notes: [] }),
+  permuteQK: false,
+  ropeFreqs: false,
+  layerTensors: () => [],
+  refuse: () => `llmc does not write ${arch} GGUFs yet`,
+  routing: null,
+  type70B: false,
+});
+
+export const gemma2: ArchEntry = {
+  ...NO_BIAS,
+  keys: GEMMA_KEYS,
+  fixed: GEMMA_FIXED,
+  defaultTheta: 10000,
+  attention: gemma2Attention,
+  causalLm: ['Gemma2ForCausalLM'],
+  moe: null,
+  features: gemmaFeatures(false),
+  gguf: gemmaGgufPending('gemma2'),
+  tensorrtLlm: null,
+};

@@ -1,0 +1,71 @@
+/**
+ * Gemma 3 text (transformers' Gemma3ForCausalLM): Gemma 2's layer with per-head q/k RMSNorms by
+ * (1 + w), one full layer every sliding_window_pattern (default 6), and a rope per layer type: the
+ * full layers' rope_parameters.full_attention (older: rope_theta + rope_scaling), the sliding ones'
+ * own base (rope_parameters.sliding_attention, older: rope_local_base_freq).
+ */
+import { LlmcError } from '../../../errors.js';
+import { readRope, type RopeContext } from '../../rope-config.js';
+import type { ArchSpec } from '../../types.js';
+import { FULL, layerTypes, NO_BIAS, SLIDING, slidingFrom, windowOf, type ArchEntry, type Attention, type ConfigReader, type Json } from '../../family.js';
+import { GEMMA_FIXED, GEMMA_KEYS, gemmaFeatures, gemmaGgufPending } from '../gemma2/index.js';
+
+/** Every sliding_window_pattern-th layer is full (default 6), the others slide, unless layer_types says otherwise. */
+function gemma3Attention(c: ConfigReader, numLayers: number): Attention {
+  const w = c.raw.sliding_window === undefined ? 4096 : windowOf(c);
+  const pattern = c.raw.sliding_window_pattern ?? c.raw._sliding_window_pattern ?? 6;
+  if (typeof pattern !== 'number' || !Number.isSafeInteger(pattern) || pattern <= 0) throw new LlmcError(`"sliding_window_pattern" must be a positive integer, got ${JSON.stringify(pattern)}`, c.file);
+  const types = layerTypes(c, numLayers) ?? Array.from({ length: numLayers }, (_, l) => ((l + 1) % pattern ? SLIDING : FULL));
+  return slidingFrom(c, types, w);
+}
+
+/**
+ * Gemma 3's rope per layer type: `rope_parameters` {full_attention, sliding_attention} (transformers
+ * >= 5), or the older rope_theta + rope_scaling for full layers and rope_local_base_freq (default
+ * 10000, no scaling) for sliding ones. Where only one kind of layer exists, its rope is the model's.
+ */
+function gemma3Rope(c: ConfigReader, ctx: RopeContext, att: Attention, numLayers: number): Pick<ArchSpec, 'ropeTheta' | 'ropeScaling' | 'localRope'> {
+  const rp = c.raw.rope_parameters;
+  const nested = typeof rp === 'object' && rp !== null && !Array.isArray(rp) && Object.values(rp).some((v) => typeof v === 'object' && v !== null && !Array.isArray(v));
+  const strip = (cfg: Json): Json => {
+    const { rope_parameters: _p, rope_scaling: _s, rope_theta: _t, rope_local_base_freq: _l, ...rest } = cfg;
+    return rest;
+  };
+  let full: { ropeTheta: number; ropeScaling: ArchSpec['ropeScaling'] };
+  let local: { ropeTheta: number; ropeScaling: ArchSpec['ropeScaling'] };
+  if (nested) {
+    const p = rp as Json;
+    for (const k of Object.keys(p)) if (k !== FULL && k !== SLIDING) throw new LlmcError(`"rope_parameters" has a setting for "${k}"; gemma3 layers are ${FULL} or ${SLIDING}`, c.file);
+    const side = (k: string) => {
+      if (p[k] === undefined || p[k] === null) throw new LlmcError(`"rope_parameters" has no "${k}" setting`, c.file);
+      return readRope({ ...strip(c.raw), rope_parameters: p[k] }, c.file, ctx);
+    };
+    full = side(FULL);
+    local = side(SLIDING);
+  } else {
+    full = readRope(c.raw, c.file, { ...ctx, defaultTheta: 1e6 });
+    const base = c.raw.rope_local_base_freq === undefined ? 10000 : c.num('rope_local_base_freq');
+    if (!(base > 0)) throw new LlmcError(`"rope_local_base_freq" must be positive, got ${base}`, c.file);
+    local = { ropeTheta: base, ropeScaling: null };
+  }
+  const slidingCount = att.slidingWindow === null ? 0 : att.slidingLayers === null ? numLayers : att.slidingLayers.length;
+  const same = full.ropeTheta === local.ropeTheta && JSON.stringify(full.ropeScaling) === JSON.stringify(local.ropeScaling);
+  if (slidingCount === numLayers) return { ...local, localRope: null };
+  if (slidingCount === 0 || same) return { ...full, localRope: null };
+  if (local.ropeScaling) throw new LlmcError(`rope scaling "${local.ropeScaling.type}" on the sliding layers beside another rope on the full ones is not implemented (only a plain local base)`, c.file);
+  return { ...full, localRope: { theta: local.ropeTheta, scaling: null } };
+}
+
+export const gemma3_text: ArchEntry = {
+  ...NO_BIAS,
+  keys: [...GEMMA_KEYS, 'rope_local_base_freq', 'sliding_window_pattern', '_sliding_window_pattern'],
+  fixed: GEMMA_FIXED,
+  defaultTheta: 1e6,
+  attention: gemma3Attention,
+  causalLm: ['Gemma3ForCausalLM'],
+  moe: null,
+  features: gemmaFeatures(true),
+  rope: gemma3Rope,
+  gguf: gemmaGgufPending('gemma3'),
+  tensorrtLlm: null,
+};
