@@ -18,7 +18,7 @@ import { LlmcError } from '../../src/core/errors.js';
 import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
-import type { CompileUnit } from '../../src/core/pipeline/unit.js';
+import { refuseGraphEdits, type CompileUnit } from '../../src/core/pipeline/unit.js';
 import { writeFileAtomic } from '../../src/core/util/atomic.js';
 
 export const WEIGHTS = 'rank0.safetensors';
@@ -121,6 +121,7 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
 
 export const tensorrtLlmTarget: Target = {
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+    refuseGraphEdits(unit, 'tensorrt-llm');
     const { source } = unit;
     const s = source.spec;
     if (!(s.modelType in TRTLLM_CLASSES)) throw new LlmcError(`internal: tensorrt-llm emit for ${s.modelType} (the descriptor refuses it)`, source.description);
