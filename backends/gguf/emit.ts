@@ -7,7 +7,7 @@ import { LlmcError } from '../../src/core/errors.js';
 import { numel } from '../../src/core/checkpoint/index.js';
 import { QUANT_TYPES, rowBytes, type QuantType } from '../../src/core/quant/index.js';
 import { unmatchedPatterns, type EmitContext, type EmitResult, type FormatRequest, type Target } from '../../src/core/pipeline/target.js';
-import type { CompileUnit, TensorAnnotation } from '../../src/core/pipeline/unit.js';
+import { refuseGraphEdits, type CompileUnit, type TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
 import { ChunkEncoder } from './encode.js';
@@ -114,6 +114,7 @@ function prepare(unit: CompileUnit, formats: FormatRequest) {
 
 export const ggufTarget: Target = {
   async plan(unit, ctx) {
+    refuseGraphEdits(unit, 'gguf');
     const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);
     const fileSize = layoutGguf([...meta.kvs, ...vocab.kvs], infos).fileSize;
     return {
@@ -124,6 +125,7 @@ export const ggufTarget: Target = {
   },
 
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+    refuseGraphEdits(unit, 'gguf');
     const { source } = unit;
     const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);
     for (const n of notes) ctx.note(n);

@@ -9,7 +9,7 @@ import { DTYPE_BYTES, fromF32, numel, safetensorsLayout, writeSafetensors, type 
 import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
-import type { CompileUnit } from '../../src/core/pipeline/unit.js';
+import { refuseGraphEdits, type CompileUnit } from '../../src/core/pipeline/unit.js';
 
 export const HF_FORMATS: readonly FloatDType[] = ['F32', 'F16', 'BF16'];
 const TORCH_DTYPE: Record<FloatDType, string> = { F32: 'float32', F16: 'float16', BF16: 'bfloat16' };
@@ -41,6 +41,7 @@ const carried = (unit: CompileUnit): [string, string][] =>
 
 export const hfTarget: Target = {
   async plan(unit, ctx) {
+    refuseGraphEdits(unit, 'hf');
     const { forced, dtypeOf } = dtypes(ctx.formats);
     const tensors = unit.source.tensors.map((t) => ({ name: t.name, dtype: dtypeOf(t.dtype), shape: t.shape }));
     const { fileSize } = safetensorsLayout(tensors);
@@ -56,6 +57,7 @@ export const hfTarget: Target = {
   },
 
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+    refuseGraphEdits(unit, 'hf');
     const { source } = unit;
     const { outDir } = ctx;
     const { forced, dtypeOf } = dtypes(ctx.formats);

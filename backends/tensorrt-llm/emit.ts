@@ -19,7 +19,7 @@ import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import { archOf, type TrtllmFamily } from '../../src/core/arch/registry.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
-import type { CompileUnit } from '../../src/core/pipeline/unit.js';
+import { refuseGraphEdits, type CompileUnit } from '../../src/core/pipeline/unit.js';
 import { writeFileAtomic } from '../../src/core/util/atomic.js';
 
 export const WEIGHTS = 'rank0.safetensors';
@@ -103,6 +103,7 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
 
 export const tensorrtLlmTarget: Target = {
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+    refuseGraphEdits(unit, 'tensorrt-llm');
     const { source } = unit;
     const s = source.spec;
     trtllmFamily(s);

@@ -28,7 +28,7 @@ import { AtomicFile, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { tensorRoles, type TensorRole } from '../../src/core/arch/names.js';
 import { unmatchedPatterns, type EmitContext, type EmitResult, type Target } from '../../src/core/pipeline/target.js';
 import type { WrittenTensor } from '../../src/core/pipeline/summary.js';
-import type { CompileUnit } from '../../src/core/pipeline/unit.js';
+import { refuseGraphEdits, type CompileUnit } from '../../src/core/pipeline/unit.js';
 import { ChunkBuffers, tensorChunks, type RawDtype } from '../gguf/stream.js';
 import { ChunkEncoder } from '../gguf/encode.js';
 import { encodesBf16 } from '../../src/core/quant/bf16.js';
@@ -105,6 +105,7 @@ function weightsFileBytes(plan: ReturnType<typeof planFormats>['plan'], adapters
 
 export const tsTarget: Target = {
   async plan(unit, ctx) {
+    refuseGraphEdits(unit, 'ts');
     const { plan, notes } = planFormats(unit, ctx.formats);
     const adapters = levelAdapters(unit).tensors;
     const tensors = plan.map((p) => ({ name: p.meta.name, sources: [p.meta.name], format: p.format, bytes: formatTensorBytes(p.format, p.meta.shape)! }) as WrittenTensor);
@@ -115,6 +116,7 @@ export const tsTarget: Target = {
   },
 
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+    refuseGraphEdits(unit, 'ts');
     const { source } = unit;
     const { quant, plan, notes } = planFormats(unit, ctx.formats);
     for (const n of notes) ctx.note(n);

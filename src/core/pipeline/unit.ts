@@ -8,6 +8,7 @@
  * Units are immutable values: a pass returns a new one (`evolve`).
  */
 import type { ModelSource } from '../checkpoint/source.js';
+import { UsageError } from '../errors.js';
 import { buildModel } from '../ir/build.js';
 import type { ModelGraph } from '../ir/ir.js';
 import type { PassRecord } from '../records/manifest.js';
@@ -50,6 +51,16 @@ export interface CompileUnit {
 /** The unit of a checkpoint: its IR built from its architecture, nothing decided yet. */
 export function unitOf(source: ModelSource): CompileUnit {
   return { source, graph: buildModel(source.spec), annotations: new Map(), records: [] };
+}
+
+/**
+ * For targets that rebuild the model from its config instead of lowering `unit.graph` (ts, gguf, hf,
+ * tensorrt-llm): a pass's graph edits (outliers.rotate=hadamard's online rotations) would be lost and
+ * the weights it rewrote run without them, so such a unit is refused, naming the target.
+ */
+export function refuseGraphEdits(unit: CompileUnit, target: string): void {
+  if (JSON.stringify(unit.graph.ops) === JSON.stringify(buildModel(unit.source.spec).ops)) return;
+  throw new UsageError(`target ${target} rebuilds the model from its config and cannot carry a pass's graph edits (outliers.rotate=hadamard): compile for qnn or cuda, or without the edit`);
 }
 
 /**
