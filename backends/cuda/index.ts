@@ -5,9 +5,10 @@
  * build-engine.sh for trtexec. ./emit.ts writes it; docs/cuda.md describes it.
  */
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
+import { CUDA_INFO, type CudaInfo } from './info.js';
 import { CUDA_FORMATS, CUDA_OPTIONS, cudaQuantBlock, DEFAULT_FORMAT, type CudaOptions } from './options.js';
 
-export const cuda: TargetDescriptor<CudaOptions> = {
+export const cuda: TargetDescriptor<CudaOptions, CudaInfo> = {
   name: 'cuda',
   description: 'ONNX decoder dir for onnxruntime / transformers.js / TensorRT (fp32, fp16, int8, int4 MatMulNBits or DequantizeLinear) + build-engine.sh',
   formats: { quant: CUDA_FORMATS, default: DEFAULT_FORMAT, tensorTypes: CUDA_FORMATS },
@@ -23,6 +24,7 @@ export const cuda: TargetDescriptor<CudaOptions> = {
   },
   quantBlock: (r) => cudaQuantBlock(r),
   requires: [],
+  info: CUDA_INFO,
   load: async () => (await import('./emit.js')).cudaTarget,
   open: async (a, o) => (await import('./run.js')).openCuda(a, o),
 };

@@ -11,6 +11,7 @@ import type { CompileUnit, TensorAnnotation } from '../../src/core/pipeline/unit
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
 import { ChunkEncoder } from './encode.js';
+import type { GgufInfo } from './info.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, DEFAULT_QUANT, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
 import { neOf, planTensors, type GgufArch, type TensorPlan } from './tensors.js';
@@ -111,7 +112,7 @@ function prepare(unit: CompileUnit, formats: FormatRequest) {
   return { plan, meta, vocab, notes, infos };
 }
 
-export const ggufTarget: Target = {
+export const ggufTarget: Target<unknown, GgufInfo> = {
   async plan(unit, ctx) {
     const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);
     const fileSize = layoutGguf([...meta.kvs, ...vocab.kvs], infos).fileSize;
@@ -122,7 +123,7 @@ export const ggufTarget: Target = {
     };
   },
 
-  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<GgufInfo>> {
     const { source } = unit;
     const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);
     for (const n of notes) ctx.note(n);

@@ -9,6 +9,7 @@ import { DTYPE_BYTES, fromF32, numel, safetensorsLayout, writeSafetensors, type 
 import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
+import type { HfInfo } from './info.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 
 export const HF_FORMATS: readonly FloatDType[] = ['F32', 'F16', 'BF16'];
@@ -39,7 +40,7 @@ const carried = (unit: CompileUnit): [string, string][] =>
     ] as [string, string | undefined][]
   ).filter((f): f is [string, string] => f[1] !== undefined);
 
-export const hfTarget: Target = {
+export const hfTarget: Target<unknown, HfInfo> = {
   async plan(unit, ctx) {
     const { forced, dtypeOf } = dtypes(ctx.formats);
     const tensors = unit.source.tensors.map((t) => ({ name: t.name, dtype: dtypeOf(t.dtype), shape: t.shape }));
@@ -55,7 +56,7 @@ export const hfTarget: Target = {
     };
   },
 
-  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<HfInfo>> {
     const { source } = unit;
     const { outDir } = ctx;
     const { forced, dtypeOf } = dtypes(ctx.formats);

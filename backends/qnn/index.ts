@@ -7,8 +7,9 @@
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { OUTLIER_SCALES } from '../../src/core/records/outliers.js';
 import { QNN_FORMATS, QNN_OPTIONS, type QnnOptions } from './options.js';
+import { QNN_INFO, type QnnInfo } from './info.js';
 
-export const qnn: TargetDescriptor<QnnOptions> = {
+export const qnn: TargetDescriptor<QnnOptions, QnnInfo> = {
   name: 'qnn',
   description: 'Qualcomm QNN (HTP NPU): static W8A8 QDQ subgraphs + encodings JSON, CPU attention graphs, shadow outlier weights, htp.json, build-qnn.sh',
   formats: { quant: QNN_FORMATS, default: 'w8a8', tensorTypes: null },
@@ -31,6 +32,7 @@ export const qnn: TargetDescriptor<QnnOptions> = {
   },
   quantBlock: () => 1,
   requires: [OUTLIER_SCALES],
+  info: QNN_INFO,
   load: async () => (await import('./emit.js')).qnnTarget,
   open: async (a, o) => (await import('./open.js')).openQnn(a, o),
 };

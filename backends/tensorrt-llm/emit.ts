@@ -18,6 +18,7 @@ import { LlmcError } from '../../src/core/errors.js';
 import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
+import type { TensorrtLlmInfo } from './info.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { writeFileAtomic } from '../../src/core/util/atomic.js';
 
@@ -119,8 +120,8 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
   };
 }
 
-export const tensorrtLlmTarget: Target = {
-  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<TensorrtLlmInfo>> {
     const { source } = unit;
     const s = source.spec;
     if (!(s.modelType in TRTLLM_CLASSES)) throw new LlmcError(`internal: tensorrt-llm emit for ${s.modelType} (the descriptor refuses it)`, source.description);
@@ -180,6 +181,6 @@ export const tensorrtLlmTarget: Target = {
     ctx.progress.done();
     const config = trtllmConfig(unit, quant);
     await writeFileAtomic(path.join(ctx.outDir, 'config.json'), JSON.stringify(config, null, 4) + '\n');
-    return { files: ['config.json', WEIGHTS], targetInfo: { format: 'tensorrt-llm-checkpoint', dtype: config.dtype, quantAlgo: QUANT_ALGO[quant], ranks: 1 } };
+    return { files: ['config.json', WEIGHTS], targetInfo: { format: 'tensorrt-llm-checkpoint', dtype: String(config.dtype), quantAlgo: QUANT_ALGO[quant], ranks: 1 } };
   },
 };

@@ -6,10 +6,11 @@
 import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
 import { UsageError } from '../../src/core/errors.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
+import { TENSORRT_LLM_INFO, type TensorrtLlmInfo } from './info.js';
 
 export const TRTLLM_FORMATS = ['fp16', 'bf16', 'fp32', 'int8', 'int4'] as const;
 
-export const tensorrtLlm: TargetDescriptor = {
+export const tensorrtLlm: TargetDescriptor<unknown, TensorrtLlmInfo> = {
   name: 'tensorrt-llm',
   description: 'TensorRT-LLM checkpoint (config.json + rank0.safetensors) for trtllm-build: fp16/bf16/fp32, int8/int4 weight-only (W8A16/W4A16)',
   formats: { quant: TRTLLM_FORMATS, default: 'fp16', tensorTypes: null },
@@ -33,6 +34,7 @@ export const tensorrtLlm: TargetDescriptor = {
   },
   quantBlock: () => 1,
   requires: [],
+  info: TENSORRT_LLM_INFO,
   checkArch(spec) {
     if (spec.oBias) throw new UsageError('--target tensorrt-llm does not write an o_proj bias (attention.dense.bias); this model has one');
   },

@@ -103,7 +103,7 @@ function weightsFileBytes(plan: ReturnType<typeof planFormats>['plan'], adapters
   return tensors.reduce((size, bytes) => size + alignUp(bytes), 0);
 }
 
-export const tsTarget: Target = {
+export const tsTarget: Target<unknown, TsTargetInfo> = {
   async plan(unit, ctx) {
     const { plan, notes } = planFormats(unit, ctx.formats);
     const adapters = levelAdapters(unit).tensors;
@@ -114,7 +114,7 @@ export const tsTarget: Target = {
     return { files, tensors, notes };
   },
 
-  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<TsTargetInfo>> {
     const { source } = unit;
     const { quant, plan, notes } = planFormats(unit, ctx.formats);
     for (const n of notes) ctx.note(n);
@@ -179,7 +179,7 @@ export const tsTarget: Target = {
     };
     return {
       files,
-      targetInfo: targetInfo as unknown as Record<string, unknown>,
+      targetInfo,
       tensors: tensors.map((e) => (adapterNames.has(e.name) ? { name: e.name, sources: [], format: e.format, bytes: e.bytes, group: 'adapters' } : { name: e.name, sources: [e.name], format: e.format, bytes: e.bytes })),
     };
   },
