@@ -18,12 +18,10 @@ import {
   TS_FORMAT,
   TS_FORMAT_VERSION,
   WEIGHTS_FILE,
-  WEIGHT_FORMATS,
   formatTensorBytes,
   type ArtifactManifest,
   type TensorEntry,
   type TsTargetInfo,
-  type WeightFormat,
 } from './format.js';
 import { dequantRow, Weight } from './kernels.js';
 import { Model, weightTable, type LevelAdapters } from './model.js';
@@ -77,7 +75,6 @@ export interface LoadOptions {
 
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
 
 /** Parse and check the manifest text (no weights needed). */
 export function parseManifest(text: string, file = 'llmc-manifest.json'): ArtifactManifest {
