@@ -94,11 +94,13 @@ describe('qnn artifact files', () => {
 });
 
 describe('targetInfo keys that name files', () => {
-  it('a cuda level graph outside the artifact is refused by key', async () => {
+  it("a level's file outside the artifact is refused by key (each target's declared targetInfo)", async () => {
     // targetInfo.levels is read only with --level; a gguf artifact's targetInfo.file always.
-    const { targetInfoAs, TARGET_INFO_LEVELS, TARGET_INFO_FILE } = await import('../src/core/records/target-info.js');
-    expect(() => targetInfoAs(TARGET_INFO_LEVELS, { levels: [{ id: '1', file: '/etc/passwd' }] }, 'm.json')).toThrow(/^targetInfo\.levels\[0\]\.file: is not a file of the artifact/);
-    expect(() => targetInfoAs(TARGET_INFO_FILE, { file: 7 }, 'm.json')).toThrow(/targetInfo\.file: expected string/);
+    const { GGUF_LEVELS_INFO } = await import('../backends/gguf-levels/info.js');
+    const { GGUF_INFO } = await import('../backends/gguf/info.js');
+    const level = { id: '1', nominal: 0.5, paramFrac: 0.5, file: '/etc/passwd', kvGroups: 1, heads: 2, ffn: 8, adaptersMerged: false };
+    expect(() => GGUF_LEVELS_INFO.read({ format: 'gguf-levels', widths: 'uniform', levels: [level] }, 'm.json')).toThrow(/^targetInfo\.levels\[0\]\.file: is not a file of the artifact/);
+    expect(() => GGUF_INFO.read({ file: 7 }, 'm.json')).toThrow(/targetInfo\.file: expected string/);
   });
 });
 

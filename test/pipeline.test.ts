@@ -89,6 +89,7 @@ const toyTarget: TargetDescriptor<{ greeting: string }> = {
   },
   quantBlock: () => 1,
   requires: [TOY_MARKS],
+  info: defineRecord('targetInfo:toy-target', "the toy target's targetInfo", (v, c) => ({ toy: c.obj(v, 'targetInfo').toy === true })),
   load: async () => ({
     async emit(unit, ctx) {
       const marks = findRecord(unit.records, TOY_MARKS);

@@ -92,8 +92,17 @@ describe('declared capabilities: each target declares what it lowers and runs, c
     expect(() => checkModelLowered(spec({}), target('tensorrt-llm'), TARGETS)).not.toThrow();
   });
 
+  it('llmc list targets shows what each target runs and lowers, from the declarations', async () => {
+    const list = (await llmc('list', 'targets')).stdout.replace(/\s+/g, ' ');
+    expect(list).toContain('cuda: ONNX decoder');
+    expect(list).toContain('llmc run: --level (per-layer widths), --chunk lowers: moe, sliding-window, chunk-graphs; refuses tree-mask, shadow-outliers');
+    expect(list).toContain("lowers: moe; approximates sliding-window (llama.cpp's llama architecture attends to the whole context)");
+    expect(list).toContain('llmc run: llmc does not run these artifacts itself lowers: none of the graph features; refuses moe, sliding-window');
+  });
+
   it("a level's exact bytes come from its target's declaration (gguf-levels: the level's own file), not from the CLI knowing targets", () => {
-    const manifest = { target: 'gguf-levels', targetInfo: { levels: [{ id: 'L0', file: 'L0/model.gguf' }, { id: 'L1', file: 'L1/model.gguf' }] }, files: [{ path: 'L0/model.gguf', size: 123 }, { path: 'L1/model.gguf', size: 456 }] } as unknown as Manifest;
+    const level = (id: string) => ({ id, nominal: 0.5, paramFrac: 0.5, file: `${id}/model.gguf`, kvGroups: 1, heads: 2, ffn: 8, quant: 'F16', adaptersMerged: false });
+    const manifest = { target: 'gguf-levels', targetInfo: { format: 'gguf-levels', widths: 'uniform', levels: [level('L0'), level('L1')] }, files: [{ path: 'L0/model.gguf', size: 123 }, { path: 'L1/model.gguf', size: 456 }] } as unknown as Manifest;
     const gl = TARGETS.find((t) => t.name === 'gguf-levels')!;
     expect(gl.levelBytes!(manifest, { id: 'L1' } as Level)).toBe(456);
     expect(TARGETS.filter((t) => t.levelBytes).map((t) => t.name)).toEqual(['gguf-levels', 'ts']);

@@ -9,7 +9,7 @@
  *   exactly what the target run accepts, and the trace replay predicts it;
  * - bad input: one line, exit 2.
  */
-import { promises as fsp, readFileSync } from 'node:fs';
+import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -126,15 +126,17 @@ describe('speculative decoding = plain greedy decoding', () => {
     }
   });
 
-  it('the record is deterministic and rides in every target\'s manifest; the default latency is measured here with the TS runtime', async () => {
+  it('the record is deterministic; a target that cannot lower the tree refuses the pass; the default latency is measured here with the TS runtime', async () => {
     const again = path.join(tmp, 'elastic-again');
     const hf = path.join(tmp, 'elastic-hf');
     const args = ['--passes', 'reorder,tree-search', '--levels', '0.5,1', '--importance', 'activation', '--opt', 'reorder.evaluate=false', '--opt', 'reorder.recover=none', '--opt', 'tree-search.draftLevel=0.5', '--opt', `tree-search.latency=${PHONE}`, '--opt', 'tree-search.calib=8', '--cache-dir', cache];
     expect((await llmc('compile', STORIES, '--target', 'ts', '-q', 'F32', ...args, '-o', again)).code).toBe(0);
     expect(await fsp.readFile(path.join(again, 'llmc-manifest.json'), 'utf8')).toBe(await fsp.readFile(path.join(elastic, 'llmc-manifest.json'), 'utf8'));
-    expect((await llmc('compile', STORIES, '--target', 'hf', ...args, '-o', hf)).code).toBe(0);
-    const hfRec = findRecord(JSON.parse(await fsp.readFile(path.join(hf, 'llmc-manifest.json'), 'utf8')).passes, SPEC_TREE)!;
-    expect(hfRec.plans).toEqual(rec.plans);
+    // hf (and cuda) declare no tree masks: the pass manager refuses tree-search there, before any work.
+    const refused = await llmc('compile', STORIES, '--target', 'hf', ...args, '-o', hf);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/^llmc: --target hf does not lower tree attention masks .*, which pass tree-search needs \(targets that do: ts\)\n$/);
+    expect(existsSync(hf)).toBe(false);
 
     const measured = path.join(tmp, 'measured');
     const m = await llmc('compile', STORIES, '--target', 'ts', '--passes', 'tree-search', '--opt', 'tree-search.draftSkip=4', '--opt', 'tree-search.calib=4', '--opt', 'tree-search.budget=16', '--cache-dir', cache, '-o', measured, '--json');

@@ -18,6 +18,7 @@ import type { ModelGraph } from '../../src/core/ir/ir.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { sliceSource } from '../../src/core/pipeline/elastic.js';
 import type { EmitContext, EmitResult, FormatRequest, Target, WrittenTensor } from '../../src/core/pipeline/target.js';
+import type { CudaInfo } from './info.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { CHUNK_SCHEDULE, ELASTIC_LEVELS, findRecord, type Level } from '../../src/core/records/index.js';
 import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core/util/atomic.js';
@@ -99,8 +100,8 @@ function graphFacts(file: string, g: DecoderGraph, compute: 'fp32' | 'fp16'): Gr
   return { file, opset: g.opset, compute, matMulNBits: ops.includes('MatMulNBits'), int8, dequantized: dq, io: g.io };
 }
 
-export const cudaTarget: Target<CudaOptions> = {
-  async emit(unit: CompileUnit, ctx: EmitContext<CudaOptions>): Promise<EmitResult> {
+export const cudaTarget: Target<CudaOptions, CudaInfo> = {
+  async emit(unit: CompileUnit, ctx: EmitContext<CudaOptions>): Promise<EmitResult<CudaInfo>> {
     const o = ctx.options;
     const { source } = unit;
     const trtexec = o.build ? await findTrtexec() : null;
@@ -192,7 +193,7 @@ export const cudaTarget: Target<CudaOptions> = {
         return [d, { note: p.note, workspaceMiB: p.workspaceMiB, dla: p.dla, prefill: p.profiles[0].dims, decode: p.profiles[1].dims, tensorrt8: p.single.dims }];
       }),
     );
-    const targetInfo: Record<string, unknown> = {
+    const targetInfo: CudaInfo = {
       format: 'onnx-decoder',
       layout: 'optimum',
       graph: GRAPH,

@@ -7,9 +7,10 @@
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { UsageError } from '../../src/core/errors.js';
 import { archOf } from '../../src/core/arch/registry.js';
+import { CUDA_INFO, type CudaInfo } from './info.js';
 import { CUDA_FORMATS, CUDA_OPTIONS, cudaQuantBlock, DEFAULT_FORMAT, type CudaOptions } from './options.js';
 
-export const cuda: TargetDescriptor<CudaOptions> = {
+export const cuda: TargetDescriptor<CudaOptions, CudaInfo> = {
   name: 'cuda',
   description: 'ONNX decoder dir for onnxruntime / transformers.js / TensorRT (fp32, fp16, int8, int4 MatMulNBits or DequantizeLinear) + build-engine.sh',
   formats: { quant: CUDA_FORMATS, default: DEFAULT_FORMAT, tensorTypes: CUDA_FORMATS },
@@ -30,6 +31,7 @@ export const cuda: TargetDescriptor<CudaOptions> = {
       throw new UsageError(`--target cuda writes what transformers.js loads, and transformers.js has no ${spec.modelType} model type; compile ${spec.modelType} for --target ts, hf or gguf instead`);
     }
   },
+  info: CUDA_INFO,
   load: async () => (await import('./emit.js')).cudaTarget,
   open: async (a, o) => (await import('./run.js')).openCuda(a, o),
 };

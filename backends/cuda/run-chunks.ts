@@ -14,11 +14,11 @@ import { cacheTensor, OrtChunkPrefill } from '../../src/exec/engine/chunks.js';
 import type { OnnxDecoder } from '../../src/exec/engine/decoder-dir.js';
 import { Sampler } from '../../src/exec/runtime/sampling.js';
 import { chunkGraphFile } from './chunks.js';
-import { TARGET_INFO_CHUNKS, targetInfoAs } from '../../src/core/records/target-info.js';
+import { CUDA_INFO } from './info.js';
 
 export async function chunkedRunner(a: Artifact, opts: RunOptions, runner: ArtifactRunner & { decoder: OnnxDecoder }): Promise<ArtifactRunner> {
   const rec = requireChunkSchedule(findRecord(a.manifest.passes, CHUNK_SCHEDULE, path.join(a.dir, MANIFEST_FILE)), a.path);
-  const sets = targetInfoAs(TARGET_INFO_CHUNKS, a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).chunks ?? [];
+  const sets = CUDA_INFO.read(a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).chunks ?? [];
   const chunk = opts.chunk!;
   if (chunk !== 'auto') chunkPlanOf(rec, chunk, a.path);
   const { spec, decoder } = runner;

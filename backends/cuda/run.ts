@@ -8,7 +8,7 @@ import { ELASTIC_LEVELS, findRecord, levelNotes, selectLevel } from '../../src/c
 import { openDecoderDir } from '../../src/exec/engine/decoder-dir.js';
 import path from 'node:path';
 import { MANIFEST_FILE } from '../../src/core/records/manifest.js';
-import { TARGET_INFO_LEVELS, targetInfoAs } from '../../src/core/records/target-info.js';
+import { CUDA_INFO } from './info.js';
 
 export async function openCuda(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
   let graph: string | undefined;
@@ -18,7 +18,7 @@ export async function openCuda(a: Artifact, opts: RunOptions): Promise<ArtifactR
     const record = findRecord(a.manifest.passes, ELASTIC_LEVELS, a.dir);
     const level = selectLevel(record?.levels ?? null, opts.level, a.path);
     // A level that keeps every unit is the full graph.
-    graph = targetInfoAs(TARGET_INFO_LEVELS, a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).levels?.find((l) => l.id === level.id)?.file;
+    graph = CUDA_INFO.read(a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).levels?.find((l) => l.id === level.id)?.file;
     levelId = level.id;
     notes = levelNotes(level, record!, a.manifest.arch.vocabSize);
   }

@@ -14,6 +14,7 @@ import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
 import { mergeAdapters, sliceSource, uniformWidth } from '../../src/core/pipeline/elastic.js';
 import type { EmitContext, EmitPlan, EmitResult, Target } from '../../src/core/pipeline/target.js';
+import type { GgufLevelsInfo } from './info.js';
 import { evolve, type CompileUnit } from '../../src/core/pipeline/unit.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
 import { ensureOutputDir } from '../../src/core/util/atomic.js';
@@ -29,7 +30,7 @@ function levelUnits(unit: CompileUnit) {
   });
 }
 
-export const ggufLevelsTarget: Target = {
+export const ggufLevelsTarget: Target<unknown, GgufLevelsInfo> = {
   async plan(unit, ctx) {
     const out: EmitPlan = { files: [], tensors: [], notes: [] };
     for (const { lv, unit: level } of levelUnits(unit)) {
@@ -41,9 +42,9 @@ export const ggufLevelsTarget: Target = {
     return out;
   },
 
-  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<GgufLevelsInfo>> {
     const files: string[] = [];
-    const levels: Record<string, unknown>[] = [];
+    const levels: GgufLevelsInfo['levels'] = [];
     for (const { lv, unit: level } of levelUnits(unit)) {
       const dir = path.join(ctx.outDir, lv.id);
       await ensureOutputDir(dir);
@@ -53,7 +54,7 @@ export const ggufLevelsTarget: Target = {
         id: lv.id,
         nominal: lv.nominal,
         paramFrac: lv.paramFrac,
-        file: `${lv.id}/${r.targetInfo.file as string}`,
+        file: `${lv.id}/${r.targetInfo.file}`,
         kvGroups: lv.layers[0].kvGroups,
         heads: lv.layers[0].heads,
         ffn: lv.layers[0].ffn,

@@ -3,8 +3,9 @@ import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { ELASTIC_LEVELS } from '../../src/core/records/elastic.js';
 import { GGUF_FORMATS, GGUF_LOWERS, ggufQuantBlock } from '../gguf/index.js';
+import { GGUF_LEVELS_INFO, type GgufLevelsInfo } from './info.js';
 
-export const ggufLevels: TargetDescriptor = {
+export const ggufLevels: TargetDescriptor<unknown, GgufLevelsInfo> = {
   name: 'gguf-levels',
   description: 'one GGUF per elastic level of --passes reorder (uniform widths), <level>/model.gguf',
   formats: GGUF_FORMATS,
@@ -21,9 +22,10 @@ export const ggufLevels: TargetDescriptor = {
   },
   quantBlock: ggufQuantBlock,
   requires: [ELASTIC_LEVELS],
+  info: GGUF_LEVELS_INFO,
   // Each level is its own GGUF file: its size is the level's bytes.
   levelBytes(m, lv) {
-    const file = ((m.targetInfo as { levels?: { id: string; file: string }[] }).levels ?? []).find((l) => l.id === lv.id)?.file;
+    const file = GGUF_LEVELS_INFO.read(m.targetInfo).levels.find((l) => l.id === lv.id)?.file;
     return m.files.find((f) => f.path === file)?.size ?? 0;
   },
   load: async () => (await import('./emit.js')).ggufLevelsTarget,

@@ -4,12 +4,12 @@ import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeli
 import { ELASTIC_LEVELS, findRecord, levelNotes, selectLevel } from '../../src/core/records/index.js';
 import { openGgufFile } from '../gguf/run.js';
 import { MANIFEST_FILE } from '../../src/core/records/manifest.js';
-import { TARGET_INFO_LEVELS, targetInfoAs } from '../../src/core/records/target-info.js';
+import { GGUF_LEVELS_INFO } from './info.js';
 
 export async function openGgufLevels(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
   const record = findRecord(a.manifest.passes, ELASTIC_LEVELS, a.dir);
   const level = selectLevel(record?.levels ?? null, opts.level ?? '1', a.path);
-  const files = targetInfoAs(TARGET_INFO_LEVELS, a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).levels ?? [];
+  const files = GGUF_LEVELS_INFO.read(a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).levels;
   const file = files.find((l) => l.id === level.id)?.file ?? `${level.id}/model.gguf`;
   const runner = await openGgufFile(path.join(a.dir, file), a, { ...opts, level: undefined });
   runner.notes.unshift(...levelNotes(level, record!, runner.spec.vocabSize));

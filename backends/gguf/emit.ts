@@ -11,6 +11,7 @@ import { refuseGraphEdits, type CompileUnit, type TensorAnnotation } from '../..
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
 import { ChunkEncoder } from './encode.js';
+import type { GgufInfo } from './info.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, DEFAULT_QUANT, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
 import { neOf, planTensors, type TensorPlan } from './tensors.js';
@@ -112,7 +113,7 @@ function prepare(unit: CompileUnit, formats: FormatRequest) {
   return { plan, meta, vocab, notes, infos };
 }
 
-export const ggufTarget: Target = {
+export const ggufTarget: Target<unknown, GgufInfo> = {
   async plan(unit, ctx) {
     refuseGraphEdits(unit, 'gguf');
     const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);
@@ -124,7 +125,7 @@ export const ggufTarget: Target = {
     };
   },
 
-  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<GgufInfo>> {
     refuseGraphEdits(unit, 'gguf');
     const { source } = unit;
     const { plan, meta, vocab, notes, infos } = prepare(unit, ctx.formats);

@@ -6,6 +6,7 @@ import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
 import type { FormatRequest, TargetCapabilities, TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { blockAlongRow, QUANT_TYPES } from '../../src/core/quant/types.js';
 import { DEFAULT_QUANT, validChoices } from './presets.js';
+import { GGUF_INFO, type GgufInfo } from './info.js';
 
 /** GGUF's formats: llama.cpp's presets and plain ggml types for --quant, ggml types per tensor. */
 export const GGUF_FORMATS = { quant: validChoices(), default: DEFAULT_QUANT, tensorTypes: Object.keys(QUANT_TYPES) };
@@ -27,7 +28,7 @@ export const GGUF_LOWERS: TargetCapabilities['lowers'] = {
   'shadow-outliers': false,
 };
 
-export const gguf: TargetDescriptor = {
+export const gguf: TargetDescriptor<unknown, GgufInfo> = {
   name: 'gguf',
   description: 'GGUF v3 for llama.cpp (F32/F16/BF16, Q8_0, Q4_0..Q5_1, K-quants, llama.cpp presets like Q4_K_M)',
   formats: GGUF_FORMATS,
@@ -35,6 +36,7 @@ export const gguf: TargetDescriptor = {
   capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: true, perExpertFormats: false, qdq: false, lowers: GGUF_LOWERS, speculative: false, expertCache: false },
   quantBlock: ggufQuantBlock,
   requires: [],
+  info: GGUF_INFO,
   singleFile: { extension: '.gguf', file: 'model.gguf' },
   load: async () => (await import('./emit.js')).ggufTarget,
   open: async (a, o) => (await import('./run.js')).openGguf(a, o),

@@ -9,10 +9,10 @@ import { escapeControls, LlmcError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions, TextCodec } from '../../src/core/pipeline/target.js';
 import { checkGgufFile, checkGgufModel } from './read.js';
 import { MANIFEST_FILE } from '../../src/core/records/manifest.js';
-import { TARGET_INFO_FILE, targetInfoAs } from '../../src/core/records/target-info.js';
+import { GGUF_INFO } from './info.js';
 
 /** The GGUF file of an artifact: the single file itself, or `file` in its directory. */
-export function ggufFileOf(a: Artifact, file = targetInfoAs(TARGET_INFO_FILE, a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).file ?? 'model.gguf'): string {
+export function ggufFileOf(a: Artifact, file = GGUF_INFO.read(a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).file): string {
   return a.path.toLowerCase().endsWith('.gguf') ? a.path : path.join(a.dir, file);
 }
 

@@ -10,6 +10,7 @@ import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js'
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import { refuseGraphEdits, type CompileUnit } from '../../src/core/pipeline/unit.js';
+import type { HfInfo } from './info.js';
 
 export const HF_FORMATS: readonly FloatDType[] = ['F32', 'F16', 'BF16'];
 const TORCH_DTYPE: Record<FloatDType, string> = { F32: 'float32', F16: 'float16', BF16: 'bfloat16' };
@@ -39,7 +40,7 @@ const carried = (unit: CompileUnit): [string, string][] =>
     ] as [string, string | undefined][]
   ).filter((f): f is [string, string] => f[1] !== undefined);
 
-export const hfTarget: Target = {
+export const hfTarget: Target<unknown, HfInfo> = {
   async plan(unit, ctx) {
     refuseGraphEdits(unit, 'hf');
     const { forced, dtypeOf } = dtypes(ctx.formats);
@@ -56,7 +57,7 @@ export const hfTarget: Target = {
     };
   },
 
-  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<HfInfo>> {
     refuseGraphEdits(unit, 'hf');
     const { source } = unit;
     const { outDir } = ctx;

@@ -1,8 +1,9 @@
 /** Target `hf`: a Hugging Face checkpoint directory every llmc command accepts again. ./emit.ts writes it. */
 import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
+import { HF_INFO, type HfInfo } from './info.js';
 
-export const hf: TargetDescriptor = {
+export const hf: TargetDescriptor<unknown, HfInfo> = {
   name: 'hf',
   description: 'Hugging Face checkpoint dir (safetensors + config.json + tokenizer files)',
   formats: { quant: ['F32', 'F16', 'BF16'], default: null, tensorTypes: null },
@@ -19,6 +20,7 @@ export const hf: TargetDescriptor = {
   },
   quantBlock: () => 1,
   requires: [],
+  info: HF_INFO,
   load: async () => (await import('./emit.js')).hfTarget,
   open: async (a, o) => (await import('./run.js')).openHf(a, o),
 };

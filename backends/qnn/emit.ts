@@ -20,6 +20,7 @@ import { LlmcError } from '../../src/core/errors.js';
 import type { Op } from '../../src/core/ir/ir.js';
 import { subgraphDeps, deviceSwitches, type Subgraph } from '../../src/core/ir/subgraphs.js';
 import type { EmitContext, EmitPlan, EmitResult, Target, WrittenTensor } from '../../src/core/pipeline/target.js';
+import type { QnnInfo } from './info.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { quantizeWeight, type QuantizedWeight } from '../../src/core/quant/w8a8.js';
 import { CHUNK_SCHEDULE, findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
@@ -124,8 +125,8 @@ function outliersJson(rec: OutlierScales, rowBytes: (weight: string, side: 'inpu
   };
 }
 
-export const qnnTarget: Target<QnnOptions> = {
-  async emit(unit: CompileUnit, ctx: EmitContext<QnnOptions>): Promise<EmitResult> {
+export const qnnTarget: Target<QnnOptions, QnnInfo> = {
+  async emit(unit: CompileUnit, ctx: EmitContext<QnnOptions>): Promise<EmitResult<QnnInfo>> {
     if (ctx.options.build && !process.env.QNN_SDK_ROOT) {
       throw new LlmcError(`qnn.build=true needs the QNN SDK ${QNN_SDK_VERSION}: export QNN_SDK_ROOT=/path/to/qairt/<version>, or compile without qnn.build and run build-qnn.sh where the SDK is`);
     }
@@ -145,7 +146,7 @@ export const qnnTarget: Target<QnnOptions> = {
 };
 
 /** The artifact through `out`: every file emit writes, in order; NPU graph ids for the context build. */
-async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Progress, note: (m: string) => void): Promise<EmitResult & { npu: string[] }> {
+async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Progress, note: (m: string) => void): Promise<EmitResult<QnnInfo> & { npu: string[] }> {
   const ctx = { progress, note };
   const rec = findRecord(unit.records, OUTLIER_SCALES);
   if (!rec) throw new LlmcError('internal: --target qnn without the outliers record (the pass manager requires it)');

@@ -9,8 +9,9 @@ import { beyondLlama } from '../../src/core/arch/spec.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { OUTLIER_SCALES } from '../../src/core/records/outliers.js';
 import { QNN_FORMATS, QNN_OPTIONS, type QnnOptions } from './options.js';
+import { QNN_INFO, type QnnInfo } from './info.js';
 
-export const qnn: TargetDescriptor<QnnOptions> = {
+export const qnn: TargetDescriptor<QnnOptions, QnnInfo> = {
   name: 'qnn',
   description: 'Qualcomm QNN (HTP NPU): static W8A8 QDQ subgraphs + encodings JSON, CPU attention graphs, shadow outlier weights, htp.json, build-qnn.sh',
   formats: { quant: QNN_FORMATS, default: 'w8a8', tensorTypes: null },
@@ -37,6 +38,7 @@ export const qnn: TargetDescriptor<QnnOptions> = {
     const extra = beyondLlama(spec);
     if (extra.length) throw new UsageError(`--target qnn does not lower ${spec.modelType}'s ${extra.join(', ')} (its subgraphs are Llama's layer); it takes dense llama, mistral and qwen2 models`);
   },
+  info: QNN_INFO,
   load: async () => (await import('./emit.js')).qnnTarget,
   open: async (a, o) => (await import('./open.js')).openQnn(a, o),
 };

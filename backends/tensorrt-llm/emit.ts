@@ -20,6 +20,7 @@ import type { ArchSpec } from '../../src/core/arch/spec.js';
 import { archOf, type TrtllmFamily } from '../../src/core/arch/registry.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import { refuseGraphEdits, type CompileUnit } from '../../src/core/pipeline/unit.js';
+import type { TensorrtLlmInfo } from './info.js';
 import { writeFileAtomic } from '../../src/core/util/atomic.js';
 
 export const WEIGHTS = 'rank0.safetensors';
@@ -101,8 +102,8 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
   return { ...common, ...cls.config(s) };
 }
 
-export const tensorrtLlmTarget: Target = {
-  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<TensorrtLlmInfo>> {
     refuseGraphEdits(unit, 'tensorrt-llm');
     const { source } = unit;
     const s = source.spec;
@@ -163,6 +164,6 @@ export const tensorrtLlmTarget: Target = {
     ctx.progress.done();
     const config = trtllmConfig(unit, quant);
     await writeFileAtomic(path.join(ctx.outDir, 'config.json'), JSON.stringify(config, null, 4) + '\n');
-    return { files: ['config.json', WEIGHTS], targetInfo: { format: 'tensorrt-llm-checkpoint', dtype: config.dtype, quantAlgo: QUANT_ALGO[quant], ranks: 1 } };
+    return { files: ['config.json', WEIGHTS], targetInfo: { format: 'tensorrt-llm-checkpoint', dtype: String(config.dtype), quantAlgo: QUANT_ALGO[quant], ranks: 1 } };
   },
 };

@@ -10,10 +10,11 @@ import { archOf, SUPPORTED_MODEL_TYPES } from '../../src/core/arch/registry.js';
 
 /** The families whose registry entry names a TensorRT-LLM class. */
 const written = () => SUPPORTED_MODEL_TYPES.filter((t) => archOf({ modelType: t }).tensorrtLlm !== null).join(', ');
+import { TENSORRT_LLM_INFO, type TensorrtLlmInfo } from './info.js';
 
 export const TRTLLM_FORMATS = ['fp16', 'bf16', 'fp32', 'int8', 'int4'] as const;
 
-export const tensorrtLlm: TargetDescriptor = {
+export const tensorrtLlm: TargetDescriptor<unknown, TensorrtLlmInfo> = {
   name: 'tensorrt-llm',
   description: 'TensorRT-LLM checkpoint (config.json + rank0.safetensors) for trtllm-build: fp16/bf16/fp32, int8/int4 weight-only (W8A16/W4A16)',
   formats: { quant: TRTLLM_FORMATS, default: 'fp16', tensorTypes: null },
@@ -37,6 +38,7 @@ export const tensorrtLlm: TargetDescriptor = {
   },
   quantBlock: () => 1,
   requires: [],
+  info: TENSORRT_LLM_INFO,
   checkArch(spec) {
     if (!archOf(spec).tensorrtLlm) {
       throw new UsageError(`--target tensorrt-llm writes ${written()} checkpoints, not ${spec.modelType}: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py`);

@@ -103,7 +103,7 @@ function weightsFileBytes(plan: ReturnType<typeof planFormats>['plan'], adapters
   return tensors.reduce((size, bytes) => size + alignUp(bytes), 0);
 }
 
-export const tsTarget: Target = {
+export const tsTarget: Target<unknown, TsTargetInfo> = {
   async plan(unit, ctx) {
     refuseGraphEdits(unit, 'ts');
     const { plan, notes } = planFormats(unit, ctx.formats);
@@ -115,7 +115,7 @@ export const tsTarget: Target = {
     return { files, tensors, notes };
   },
 
-  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult> {
+  async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<TsTargetInfo>> {
     refuseGraphEdits(unit, 'ts');
     const { source } = unit;
     const { quant, plan, notes } = planFormats(unit, ctx.formats);
@@ -181,7 +181,7 @@ export const tsTarget: Target = {
     };
     return {
       files,
-      targetInfo: targetInfo as unknown as Record<string, unknown>,
+      targetInfo,
       tensors: tensors.map((e) => (adapterNames.has(e.name) ? { name: e.name, sources: [], format: e.format, bytes: e.bytes, group: 'adapters' } : { name: e.name, sources: [e.name], format: e.format, bytes: e.bytes })),
     };
   },

@@ -2,11 +2,10 @@
 import { levelPrefixes } from '../../src/core/pipeline/elastic.js';
 import { levelWidths, type Level } from '../../src/core/records/elastic.js';
 import type { Manifest } from '../../src/core/records/manifest.js';
+import { TS_INFO } from '../../src/exec/runtime/format.js';
 
 export function tsLevelBytes(manifest: Manifest, lv: Level): number {
-  const ti = manifest.targetInfo as Record<string, unknown>;
-  const tensors = (ti.tensors ?? []) as { name: string; shape: number[]; bytes: number }[];
-  const adapters = (ti.adapters ?? {}) as Record<string, { tensors: { a: string; b: string }[] }>;
+  const { tensors, adapters = {} } = TS_INFO.read(manifest.targetInfo);
   const byName = new Map(tensors.map((t) => [t.name, t]));
   const adapterNames = new Set(Object.values(adapters).flatMap((a) => a.tensors.flatMap((t) => [t.a, t.b])));
   const kept = levelPrefixes(manifest.arch, levelWidths(lv));

@@ -68,6 +68,8 @@ async function runPasses(req: CompileRequest, plan: CompilePlan): Promise<Compil
     if (metadata.format !== descriptor.produces.id) {
       throw new LlmcError(`internal: pass ${descriptor.name} wrote a ${String(metadata.format)} record, its descriptor says ${descriptor.produces.id}`);
     }
+    // What the manifest will carry (JSON) must read back as its type: a pass that breaks its own record fails here, naming the field.
+    descriptor.produces.read(asWritten(metadata), `internal: pass ${descriptor.name} wrote a record its type ${descriptor.produces.id} refuses`);
     unit = evolve(out.unit, { record: { name: descriptor.name, options: options as Record<string, unknown>, metadata } });
   }
   return unit;
@@ -106,6 +108,7 @@ async function run(req: CompileRequest, plan: CompilePlan, workDir: string): Pro
   identity.catch(() => {}); // surfaced where awaited
   const target = await plan.target.load();
   const result = await target.emit(unit, { outDir: workDir, formats: plan.formats, options: plan.targetOptions, progress: req.progress, note: req.note });
+  plan.target.info.read(asWritten(result.targetInfo), `internal: target ${plan.target.name} wrote a targetInfo its schema refuses`);
   return {
     format: MANIFEST_FORMAT,
     version: MANIFEST_VERSION,
@@ -113,12 +116,15 @@ async function run(req: CompileRequest, plan: CompilePlan, workDir: string): Pro
     target: plan.target.name,
     source: { path: req.source.description, sha256: await identity },
     arch: unit.source.spec,
-    targetInfo: result.targetInfo,
+    targetInfo: result.targetInfo as Record<string, unknown>,
     passes: [...unit.records],
     files: await describeFiles(workDir, result.files),
     ...(result.tensors ? { summary: summarize(req.source, result.tensors) } : {}),
   };
 }
+
+/** A value as the manifest's JSON will hold it (undefined keys gone, non-finite numbers null), for checking against its declared type. */
+const asWritten = (v: unknown): unknown => JSON.parse(JSON.stringify(v));
 
 /** Bytes per tensor group and format, against the same tensors in the source checkpoint. */
 function summarize(source: ModelSource, tensors: readonly WrittenTensor[]): ManifestSummary {

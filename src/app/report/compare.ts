@@ -8,23 +8,23 @@ import path from 'node:path';
 import { LlmcError } from '../../core/errors.js';
 import { formatIn } from '../../core/pipeline/format-names.js';
 import type { Manifest } from '../../core/records/manifest.js';
+import { SHARED_TARGET_INFO } from '../../core/records/target-info.js';
 import type { QualityFacts, ReportContext } from './context.js';
 import { fmtBytes, fmtNum, type Cell, type Report, type Section } from './doc.js';
 
 /** Each source tensor's format as the artifact wrote it, or null when its target does not record one per tensor. */
 export function tensorFormats(m: Manifest): Map<string, string> | null {
-  const info = m.targetInfo as { tensors?: unknown; formats?: unknown };
-  if (Array.isArray(info.tensors)) {
+  const info = SHARED_TARGET_INFO.read(m.targetInfo);
+  if (info.tensors) {
     const out = new Map<string, string>();
     // ts: {name, format}; gguf: {name, source, type}.
-    for (const t of info.tensors as { name?: string; source?: string; format?: string; type?: string }[]) {
-      const name = t.source ?? t.name;
+    for (const t of info.tensors) {
       const format = t.format ?? t.type;
-      if (typeof name === 'string' && typeof format === 'string') out.set(name, format);
+      if (format !== undefined) out.set(t.source ?? t.name, format);
     }
     return out;
   }
-  if (info.formats && typeof info.formats === 'object') return new Map(Object.entries(info.formats as Record<string, string>));
+  if (info.formats) return new Map(Object.entries(info.formats));
   return null;
 }
 
@@ -40,7 +40,7 @@ export function compareReport(a: ReportContext, b: ReportContext): Report {
   const [la, lb] = na === nb ? ['A', 'B'] : [na, nb];
   const sections: Section[] = [];
 
-  const quant = (m: Manifest) => String((m.targetInfo as { quant?: unknown }).quant ?? '—');
+  const quant = (m: Manifest) => SHARED_TARGET_INFO.read(m.targetInfo).quant ?? '—';
   sections.push({
     id: 'side-by-side',
     title: 'The two artifacts',

@@ -98,11 +98,11 @@ export interface EmitContext<O = unknown> {
   note: (message: string) => void;
 }
 
-export interface EmitResult {
+export interface EmitResult<I extends object = object> {
   /** Paths relative to outDir, every file the artifact consists of (not the manifest). */
   files: string[];
-  /** Goes into the manifest's `targetInfo`. */
-  targetInfo: Record<string, unknown>;
+  /** Goes into the manifest's `targetInfo`, of the type the descriptor declares (`info`; the driver checks it). */
+  targetInfo: I;
   /** Every tensor written, for the compile summary (formats and bytes per tensor group). */
   tensors?: WrittenTensor[];
 }
@@ -116,9 +116,9 @@ export interface EmitPlan {
   notes: string[];
 }
 
-export interface Target<O = unknown> {
+export interface Target<O = unknown, I extends object = object> {
   /** Write the artifact's files (atomically) into ctx.outDir; the driver writes the manifest over them. */
-  emit(unit: CompileUnit, ctx: EmitContext<O>): Promise<EmitResult>;
+  emit(unit: CompileUnit, ctx: EmitContext<O>): Promise<EmitResult<I>>;
   /** The files and tensors `emit` would write, without writing (reads no tensor data). Optional: a target without it cannot --dry-run. */
   plan?(unit: CompileUnit, ctx: Omit<EmitContext<O>, 'progress' | 'note'>): Promise<EmitPlan>;
 }
@@ -226,12 +226,17 @@ export interface RunOptions {
   engine?: RunEngine;
 }
 
-export interface TargetDescriptor<O = unknown> {
+export interface TargetDescriptor<O = unknown, I extends object = object> {
   name: string;
   description: string;
   formats: TargetFormats;
   options: OptionSchema<O>;
   capabilities: TargetCapabilities;
+  /**
+   * The manifest's targetInfo this target writes, as a record type (src/core/records/target-info.ts):
+   * the driver checks what `emit` returns against it; readers get it typed: `info.read(manifest.targetInfo, file)`.
+   */
+  info: RecordType<I>;
   /** Quantization block along a row for this request: elastic widths (in-sliced dimensions) align to it. */
   quantBlock(request: FormatRequest): number;
   /** Records some pass must write before this target can lower the unit. */
@@ -243,7 +248,7 @@ export interface TargetDescriptor<O = unknown> {
   checkArch?(spec: ArchSpec): void;
   /** A target whose artifact is one file: `-o NAME<extension>` writes `file` there (manifest beside it). */
   singleFile?: { extension: string; file: string };
-  load(): Promise<Target<O>>;
+  load(): Promise<Target<O, I>>;
   /**
    * Bytes of one elastic level as deployed, where the artifact's layout gives them exactly (a file per
    * level; a tensor table the level's prefixes are cut from). Absent: the level's share of the files.

@@ -6,6 +6,8 @@
 import type { ArchSpec } from '../../core/arch/spec.js';
 import type { PassRecord } from '../../core/records/manifest.js';
 import { QUANT_TYPES } from '../../core/quant/types.js';
+import { LlmcError, summarize } from '../../core/errors.js';
+import { defineRecord } from '../../core/records/types.js';
 
 /** The common manifest (shape and identity): src/core/records/manifest.ts. */
 export { MANIFEST_FILE, MANIFEST_FORMAT, MANIFEST_VERSION } from '../../core/records/manifest.js';
@@ -56,6 +58,50 @@ export interface TsTargetInfo {
    */
   adapters?: Record<string, TsLevelAdapters>;
 }
+
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
+
+/** Check a ts artifact's targetInfo (the runtime reads it untrusted; the driver checks it when written); `bad` throws. */
+export function checkTsTargetInfo(ti: unknown, bad: (message: string) => never): TsTargetInfo {
+  if (!isObj(ti) || ti.format !== TS_FORMAT || ti.version !== TS_FORMAT_VERSION) {
+    bad(`unsupported weights format ${summarize(isObj(ti) ? ti.format : null)} version ${summarize(isObj(ti) ? ti.version : null)}; this runtime reads ${TS_FORMAT} version ${TS_FORMAT_VERSION}`);
+  }
+  const t = ti as Record<string, unknown>;
+  if (typeof t.weights !== 'string') bad('targetInfo.weights is missing');
+  // A file of the artifact: never a path out of it.
+  const w = t.weights as string;
+  if (!w || w.startsWith('/') || /^[a-zA-Z]:/.test(w) || w.split(/[\\/]/).includes('..') || w.includes('\0')) bad(`targetInfo.weights ${summarize(w)} is not a file of the artifact`);
+  if (t.alignment !== undefined && !(isCount(t.alignment) && t.alignment > 0)) bad(`targetInfo.alignment must be a positive integer, got ${summarize(t.alignment)}`);
+  if (t.quant !== undefined && !WEIGHT_FORMATS.includes(t.quant as WeightFormat)) bad(`targetInfo.quant: unknown format ${summarize(t.quant)}`);
+  if (!Array.isArray(t.tensors)) bad('targetInfo.tensors is missing');
+  for (const [i, e] of (t.tensors as unknown[]).entries()) {
+    if (!isObj(e) || typeof e.name !== 'string') bad(`tensor table entry ${i} has no name`);
+    const te = e as Record<string, unknown>;
+    const what = `tensor "${te.name}"`;
+    if (!WEIGHT_FORMATS.includes(te.format as WeightFormat)) bad(`${what}: unknown format ${summarize(te.format)}`);
+    if (!Array.isArray(te.shape) || te.shape.length === 0 || !te.shape.every((d) => isCount(d) && d > 0)) bad(`${what}: bad shape ${summarize(te.shape)}`);
+    if (!isCount(te.offset) || !isCount(te.bytes)) bad(`${what}: offset and bytes must be non-negative integers`);
+  }
+  if (t.adapters !== undefined) {
+    if (!isObj(t.adapters)) bad('targetInfo.adapters must be an object of levels');
+    for (const [id, a] of Object.entries(t.adapters as Record<string, unknown>)) {
+      const what = `targetInfo.adapters.${id}`;
+      if (!isObj(a) || !isCount(a.rank) || a.rank < 1 || typeof a.scale !== 'number' || !Number.isFinite(a.scale) || !Array.isArray(a.tensors)) bad(`${what} needs rank, scale and tensors`);
+      for (const [i, e] of (a as { tensors: unknown[] }).tensors.entries()) {
+        if (!isObj(e) || typeof e.weight !== 'string' || typeof e.a !== 'string' || typeof e.b !== 'string') bad(`${what}.tensors[${i}] needs weight, a and b names`);
+      }
+    }
+  }
+  return t as unknown as TsTargetInfo;
+}
+
+/** The ts target's targetInfo as a record type (TargetDescriptor.info): the same checks as the runtime's. */
+export const TS_INFO = defineRecord<TsTargetInfo>('targetInfo:ts', "the ts target's targetInfo", (v, c) =>
+  checkTsTargetInfo(v, (message) => {
+    throw new LlmcError(message, c.where);
+  }),
+);
 
 export interface TsLevelAdapters {
   rank: number;

@@ -10,6 +10,7 @@ import { Checker } from '../../core/util/check.js';
 import type { ByteSource } from './bytes.js';
 import {
   alignUp,
+  checkTsTargetInfo,
   FORMAT_BLOCK,
   MANIFEST_FORMAT,
   MANIFEST_VERSION,
@@ -17,12 +18,10 @@ import {
   TS_FORMAT,
   TS_FORMAT_VERSION,
   WEIGHTS_FILE,
-  WEIGHT_FORMATS,
   formatTensorBytes,
   type ArtifactManifest,
   type TensorEntry,
   type TsTargetInfo,
-  type WeightFormat,
 } from './format.js';
 import { dequantRow, Weight } from './kernels.js';
 import { Model, weightTable, type LevelAdapters } from './model.js';
@@ -76,7 +75,6 @@ export interface LoadOptions {
 
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
 
 /** Parse and check the manifest text (no weights needed). */
 export function parseManifest(text: string, file = 'llmc-manifest.json'): ArtifactManifest {
@@ -108,30 +106,7 @@ export function parseManifest(text: string, file = 'llmc-manifest.json'): Artifa
     c.str(r.name, `passes[${i}].name`);
     c.obj(r.metadata, `passes[${i}].metadata`);
   });
-  const t = ti as Record<string, unknown>;
-  if (typeof t.weights !== 'string') bad('targetInfo.weights is missing');
-  // A file of the artifact: never a path out of it.
-  const w = t.weights as string;
-  if (!w || w.startsWith('/') || /^[a-zA-Z]:/.test(w) || w.split(/[\\/]/).includes('..') || w.includes('\0')) bad(`targetInfo.weights ${summarize(w)} is not a file of the artifact`);
-  if (!Array.isArray(t.tensors)) bad('targetInfo.tensors is missing');
-  for (const [i, e] of (t.tensors as unknown[]).entries()) {
-    if (!isObj(e) || typeof e.name !== 'string') bad(`tensor table entry ${i} has no name`);
-    const te = e as Record<string, unknown>;
-    const what = `tensor "${te.name}"`;
-    if (!WEIGHT_FORMATS.includes(te.format as WeightFormat)) bad(`${what}: unknown format ${summarize(te.format)}`);
-    if (!Array.isArray(te.shape) || te.shape.length === 0 || !te.shape.every((d) => isCount(d) && d > 0)) bad(`${what}: bad shape ${summarize(te.shape)}`);
-    if (!isCount(te.offset) || !isCount(te.bytes)) bad(`${what}: offset and bytes must be non-negative integers`);
-  }
-  if (t.adapters !== undefined) {
-    if (!isObj(t.adapters)) bad('targetInfo.adapters must be an object of levels');
-    for (const [id, a] of Object.entries(t.adapters as Record<string, unknown>)) {
-      const what = `targetInfo.adapters.${id}`;
-      if (!isObj(a) || !isCount(a.rank) || a.rank < 1 || typeof a.scale !== 'number' || !Number.isFinite(a.scale) || !Array.isArray(a.tensors)) bad(`${what} needs rank, scale and tensors`);
-      for (const [i, e] of (a as { tensors: unknown[] }).tensors.entries()) {
-        if (!isObj(e) || typeof e.weight !== 'string' || typeof e.a !== 'string' || typeof e.b !== 'string') bad(`${what}.tensors[${i}] needs weight, a and b names`);
-      }
-    }
-  }
+  checkTsTargetInfo(ti, bad);
   return m as unknown as ArtifactManifest;
 }
 

@@ -4,10 +4,10 @@
  * heuristic and the improved schedule against the lower bound, for N = 1..nMax chunks — plus, for a
  * cuda or qnn artifact, what sharing the static chunk graphs saves (targetInfo.chunks, from written sizes).
  */
-import type { ChunkMemoryRow } from '../../../core/chunks/memory.js';
 import { CHUNK_SCHEDULE, type ChunkSchedule } from '../../../core/records/index.js';
 import { fmtBytes, fmtNum, type Block } from '../doc.js';
 import { recordSection } from './types.js';
+import { SHARED_TARGET_INFO } from '../../../core/records/target-info.js';
 
 export const chunkScheduleSection = recordSection<ChunkSchedule>({
   record: CHUNK_SCHEDULE,
@@ -34,7 +34,7 @@ export const chunkScheduleSection = recordSection<ChunkSchedule>({
         rows: record.choice.expected.map((e) => [e.c, fmtNum(e.serialMs, 4), fmtNum(e.makespanMs, 4), record.choice.chosen.includes(e.c) ? 'yes' : '']),
       });
     }
-    const sets = (ctx.manifest?.targetInfo.chunks as { c: number; memory: { rows: ChunkMemoryRow[] } }[] | undefined) ?? [];
+    const sets = (ctx.manifest && SHARED_TARGET_INFO.read(ctx.manifest.targetInfo).chunks) ?? [];
     for (const plan of record.chunks) {
       blocks.push({
         kind: 'table',

@@ -7,6 +7,7 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { onnx } from '../../../exec/onnx/proto.js';
 import type { GeneralSection } from './types.js';
+import { SHARED_TARGET_INFO } from '../../../core/records/target-info.js';
 
 type ValueInfo = { name?: string | null; type?: { tensorType?: { elemType?: number | null; shape?: { dim?: { dimValue?: unknown; dimParam?: string | null }[] | null } | null } | null } | null };
 
@@ -38,8 +39,8 @@ function collapse(rows: [string, string, string][]): [string, string, string][] 
 export const graphSection: GeneralSection = {
   id: 'graph',
   async build(ctx) {
-    const graphFile = (ctx.manifest?.targetInfo as { graph?: unknown } | undefined)?.graph;
-    if (typeof graphFile !== 'string' || !graphFile.endsWith('.onnx')) return null;
+    const graphFile = ctx.manifest && SHARED_TARGET_INFO.read(ctx.manifest.targetInfo).graph;
+    if (!graphFile?.endsWith('.onnx')) return null;
     const model = onnx.ModelProto.decode(await fsp.readFile(path.join(ctx.dir, graphFile)));
     const g = model.graph!;
     // Inputs that are initializers (old-style graphs) are weights, not the interface.

@@ -3,6 +3,7 @@ import { expectedTensors } from '../../../core/arch/names.js';
 import { numel } from '../../../core/checkpoint/safetensors.js';
 import { fmtBytes, fmtCount } from '../doc.js';
 import type { GeneralSection } from './types.js';
+import { SHARED_TARGET_INFO } from '../../../core/records/target-info.js';
 
 export const summarySection: GeneralSection = {
   id: 'summary',
@@ -22,8 +23,8 @@ export const summarySection: GeneralSection = {
     ];
     const m = ctx.manifest;
     if (m) {
-      const info = m.targetInfo as { quant?: unknown };
-      items.push(['target', m.target + (info.quant ? `, ${String(info.quant)}` : '')]);
+      const { quant } = SHARED_TARGET_INFO.read(m.targetInfo);
+      items.push(['target', m.target + (quant ? `, ${quant}` : '')]);
       items.push(['artifact', `${m.files.length} file(s), ${fmtBytes(m.files.reduce((s, f) => s + f.size, 0))}`]);
       items.push(['passes', m.passes.map((p) => `${p.name} (${String(p.metadata.format)})`).join(', ') || 'none']);
       items.push(['llmc', m.llmcVersion]);
