@@ -124,6 +124,11 @@ export interface ArchEntry {
   gguf: GgufFamily;
   /** The tensorrt-llm target's class for this family; null: the target refuses it. */
   tensorrtLlm: TrtllmFamily | null;
+  /**
+   * onnxruntime-genai's model type for this family (genai_config.json model.type: src/models/model_type.h,
+   * ModelType::IsLLM), or null where it has none: the cuda target then writes no genai_config.json.
+   */
+  ortGenai: string | null;
 }
 
 /** Names of one dense SwiGLU MLP's projections under `prefix`. */
