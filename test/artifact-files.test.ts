@@ -96,7 +96,7 @@ describe('qnn artifact files', () => {
 describe('targetInfo keys that name files', () => {
   it("a level's file outside the artifact is refused by key (each target's declared targetInfo)", async () => {
     // targetInfo.levels is read only with --level; a gguf artifact's targetInfo.file always.
-    const { GGUF_LEVELS_INFO } = await import('../backends/gguf-levels/info.js');
+    const { GGUF_LEVELS_INFO } = await import('../backends/gguf/levels/info.js');
     const { GGUF_INFO } = await import('../backends/gguf/info.js');
     const level = { id: '1', nominal: 0.5, paramFrac: 0.5, file: '/etc/passwd', kvGroups: 1, heads: 2, ffn: 8, adaptersMerged: false };
     expect(() => GGUF_LEVELS_INFO.read({ format: 'gguf-levels', widths: 'uniform', levels: [level] }, 'm.json')).toThrow(/^targetInfo\.levels\[0\]\.file: is not a file of the artifact/);

@@ -130,6 +130,11 @@ export interface ArchEntry {
    * target's directory; false: the cuda target refuses the family. Absent: true.
    */
   transformersJs?: boolean;
+  /**
+   * onnxruntime-genai's model type for this family (genai_config.json model.type: src/models/model_type.h,
+   * ModelType::IsLLM), or null where it has none: the cuda target then writes no genai_config.json.
+   */
+  ortGenai: string | null;
   /** The layer features beyond Llama's (q/k norms, norm placement, rope-less layers, multipliers); absent: none. */
   features?(cfg: ConfigReader, numLayers: number): Partial<Features>;
   /** Per-layer-type rope (gemma3): the full layers' rope and, where it differs, the sliding layers' base; absent: one rope (readRope). */

@@ -77,4 +77,5 @@ export const gemma2: ArchEntry = {
   features: gemmaFeatures(false),
   gguf: gemmaGgufPending('gemma2'),
   tensorrtLlm: null,
+  ortGenai: null,
 };

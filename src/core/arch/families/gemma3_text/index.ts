@@ -68,4 +68,5 @@ export const gemma3_text: ArchEntry = {
   rope: gemma3Rope,
   gguf: gemmaGgufPending('gemma3'),
   tensorrtLlm: null,
+  ortGenai: null,
 };

@@ -45,4 +45,5 @@ export const granite: ArchEntry = {
     type70B: false,
   },
   tensorrtLlm: null,
+  ortGenai: null,
 };

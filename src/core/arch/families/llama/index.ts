@@ -45,4 +45,5 @@ export const llama: ArchEntry = {
   moe: null,
   gguf: LLAMA_GGUF,
   tensorrtLlm: llamaTrtllm('LlamaForCausalLM'),
+  ortGenai: 'llama',
 };

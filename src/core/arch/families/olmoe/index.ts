@@ -31,6 +31,7 @@ export const olmoe: ArchEntry = {
     'softmax-topk',
   ),
   tensorrtLlm: null,
+  ortGenai: null,
   // transformers.js (3.x) has no olmoe model type.
   transformersJs: false,
 };

@@ -43,4 +43,5 @@ export const phi3: ArchEntry = {
   fused: phi3Fused,
   gguf: gemmaGgufPending('phi3'),
   tensorrtLlm: null,
+  ortGenai: null,
 };

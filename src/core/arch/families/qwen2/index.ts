@@ -45,4 +45,5 @@ export const qwen2: ArchEntry = {
       use_logn_attn: false,
     }),
   },
+  ortGenai: 'qwen2',
 };

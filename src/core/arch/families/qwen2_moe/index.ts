@@ -77,4 +77,5 @@ export const qwen2_moe: ArchEntry = {
     type70B: false,
   },
   tensorrtLlm: null,
+  ortGenai: null,
 };

@@ -19,4 +19,5 @@ export const qwen3: ArchEntry = {
   // convert_hf_to_gguf's Qwen3Model (model_arch QWEN3): NeoX rope, attn_q_norm / attn_k_norm.
   gguf: neoxGguf('qwen3', () => null, null),
   tensorrtLlm: null,
+  ortGenai: null,
 };

@@ -35,4 +35,5 @@ export const qwen3_moe: ArchEntry = {
     (spec) => [{ key: 'expert_feed_forward_length', value: ggufU32(spec.moe!.expertIntermediateSize) }],
   ),
   tensorrtLlm: null,
+  ortGenai: null,
 };

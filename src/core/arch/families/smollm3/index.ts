@@ -58,4 +58,5 @@ export const smollm3: ArchEntry = {
     type70B: false,
   },
   tensorrtLlm: null,
+  ortGenai: null,
 };

@@ -1,6 +1,6 @@
 /** The gguf-levels target's targetInfo: one GGUF per elastic level, with the level's uniform widths. */
 import { z } from 'zod';
-import { artifactPath, count, defineTargetInfo } from '../../src/core/records/target-info.js';
+import { artifactPath, count, defineTargetInfo } from '../../../src/core/records/target-info.js';
 
 export const GGUF_LEVELS_INFO = defineTargetInfo(
   'gguf-levels',
