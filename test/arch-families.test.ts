@@ -21,6 +21,7 @@ import { readGgufHeader } from '../backends/gguf/read.js';
 import { compile } from '../src/app/compile/compile.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
+import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
@@ -318,6 +319,36 @@ describe.skipIf(!HAVE).each(FAMILIES.filter((f) => f !== 'olmoe'))('%s: transfor
       expect(Array.from(res.data as BigInt64Array, Number).slice(prompt.length)).toEqual(want);
     } finally {
       await model.dispose();
+    }
+  });
+});
+
+describe.skipIf(!HAVE)('reorder on the families', () => {
+  // Per-head q/k norms share one weight across heads: permuting heads (and neurons) leaves the function as is.
+  it.each(['qwen3', 'qwen3_moe', 'granite', 'smollm3'])('%s: a random permutation of every layer\'s heads and neurons keeps the reference logits (onnxruntime, 1e-4)', async (name) => {
+    const dir = path.join(ARCHS, name);
+    const ck = await openCheckpoint(dir);
+    const permuted = permuteSource(ck, randomOrders(ck, 7, Array.from({ length: ck.spec.numLayers }, (_, l) => l)));
+    const engine = await Engine.open(permuted, { threads: 1 });
+    try {
+      const ref = referenceLogits(path.join(dir, 'reference_logits.safetensors'));
+      const ids = readJson(path.join(dir, 'reference.json')).prompt_ids as number[];
+      expect(worstRowError(await engine.logits(ids), ref.data, ref.shape[1])).toBeLessThan(1e-4);
+      // Not vacuous: the heads did move.
+      expect(await permuted.readF32('model.layers.0.self_attn.q_proj.weight')).not.toEqual(await ck.readF32('model.layers.0.self_attn.q_proj.weight'));
+    } finally {
+      await engine.close();
+      await ck.close();
+    }
+  });
+
+  it.each(['olmo2', 'olmoe'])('%s: refused in one line (q/k norm over the whole projection)', async (name) => {
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      const run = compile({ source, target: 'ts', outDir: path.join(tmp, `reorder-${name}`), passes: ['reorder'], progress: silentProgress, note: () => {} });
+      await expect(run).rejects.toThrow(new RegExp(`reorder: ${name}'s q/k RMSNorm spans the whole projection`));
+    } finally {
+      await source.close();
     }
   });
 });
