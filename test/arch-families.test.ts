@@ -22,6 +22,7 @@ import { compile } from '../src/app/compile/compile.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
 import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
+import { llmcInProcess } from './cli.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
@@ -351,4 +352,50 @@ describe.skipIf(!HAVE)('reorder on the families', () => {
       await source.close();
     }
   });
+});
+
+describe.skipIf(!HAVE)('the other passes on the families', () => {
+  const prompt = (name: string) => readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[];
+  const greedy = (name: string) => (readJson(path.join(ARCHS, name, 'reference.json')).greedy_16 as number[]).slice(0, 8);
+  const runIds = async (dir: string, name: string, ...flags: string[]) => {
+    const r = await llmcInProcess('run', dir, '--prompt-ids', prompt(name).join(','), '-n', '8', ...flags, '--json');
+    expect(r.code).toBe(0);
+    return JSON.parse(r.stdout).generated_ids as number[];
+  };
+  const build = async (name: string, target: string, passes: string[], opts: Record<string, string>, out: string) => {
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      await compile({ source, target, outDir: out, passes, opts, progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    return out;
+  };
+
+  // granite: scale ops in the embed, mlp and head parts; olmo2: a layer that starts at its q projection (no input norm).
+  it.each(['granite', 'olmo2'])("chunk-partition on %s: chunked prefill (5 chunks of 4) continues as transformers' greedy", async (name) => {
+    const out = await build(name, 'ts', ['chunk-partition'], { 'chunk-partition.chunk': '4' }, path.join(tmp, `cp-${name}`));
+    expect(await runIds(out, name, '--chunk', 'auto')).toEqual(greedy(name));
+  });
+
+  it.each(['olmo2', 'smollm3'])("tree-search on %s with a layer-skipping draft: speculative decoding continues as transformers' greedy", async (name) => {
+    const out = await build(name, 'ts', ['tree-search'], { 'tree-search.draftSkip': '1,2' }, path.join(tmp, `tree-${name}`));
+    expect(await runIds(out, name, '--speculative')).toEqual(greedy(name));
+  });
+
+  it.each([
+    ['qwen3_moe', 'gguf'],
+    ['olmoe', 'ts'],
+  ])('expert-bits on %s (target %s): a format per expert (or per layer for gguf) within a 5 bpw budget', async (name, target) => {
+    const out = path.join(tmp, `eb-${name}`);
+    await build(name, target, ['expert-bits'], { 'expert-bits.budgetBpw': '5' }, out);
+    const manifest = readJson(path.join(out, 'llmc-manifest.json'));
+    const rec = (manifest.passes as Json[]).find((p) => p.name === 'expert-bits')?.metadata as Json | undefined;
+    expect(rec?.format).toBe('expert-table/1');
+    // gguf stacks a layer's experts in one tensor of one type: the plan is per layer and projection there.
+    expect(rec?.granularity).toBe(target === 'gguf' ? 'layer-proj' : 'expert');
+    expect((rec?.budget as Json).kind).toBe('bpw');
+    // The artifact runs (llama.cpp for gguf, the TS runtime for ts).
+    expect(await runIds(target === 'gguf' ? path.join(out, 'model.gguf') : out, name)).toHaveLength(8);
+  }, 240_000);
 });
