@@ -399,3 +399,18 @@ describe.skipIf(!HAVE)('the other passes on the families', () => {
     expect(await runIds(target === 'gguf' ? path.join(out, 'model.gguf') : out, name)).toHaveLength(8);
   }, 240_000);
 });
+
+describe('llmc list architectures', () => {
+  it('lists every registry family with its targets and passes, as the refusals above decide', async () => {
+    const r = await llmcInProcess('list', 'architectures', '--json');
+    expect(r.code).toBe(0);
+    const rows = JSON.parse(r.stdout) as { modelType: string; targets: Record<string, unknown>; passes: Record<string, boolean> }[];
+    const by = new Map(rows.map((a) => [a.modelType, a]));
+    for (const f of FAMILIES) expect(by.get(f)?.targets.gguf).toBe(GGUF_ARCH[f]);
+    expect(by.get('olmoe')!.targets.cuda).toBe(false);
+    expect(by.get('qwen3')!.targets.cuda).toBe(true);
+    expect(FAMILIES.map((f) => by.get(f)!.passes.reorder)).toEqual([true, true, false, false, true, true]);
+    expect(FAMILIES.map((f) => by.get(f)!.passes['expert-bits'])).toEqual([false, true, true, false, false, false]);
+    for (const f of FAMILIES) expect([by.get(f)!.targets['tensorrt-llm'], by.get(f)!.targets.qnn]).toEqual([null, false]);
+  });
+});
