@@ -414,3 +414,20 @@ describe('llmc list architectures', () => {
     for (const f of FAMILIES) expect([by.get(f)!.targets['tensorrt-llm'], by.get(f)!.targets.qnn]).toEqual([null, false]);
   });
 });
+
+describe.skipIf(!HAVE)('config keys of the families that change the math and are not implemented are refused in one line', () => {
+  const cfg = (name: string) => readJson(path.join(ARCHS, name, 'config.json'));
+  it.each([
+    ['olmoe', { clip_qkv: 8 }, /key "clip_qkv" = 8 is not supported by llmc's olmoe reader/],
+    ['qwen3_moe', { use_sliding_window: true, sliding_window: 16 }, /use_sliding_window with sliding_window 16 is not implemented for qwen3_moe/],
+    ['smollm3', { no_rope_layers: [1, 2, 1, 0] }, /"no_rope_layers" must give 0 or 1/],
+    ['granite', { mup_scale: 2 }, /key "mup_scale" .* is not understood by llmc's granite reader/],
+  ] as [string, Json, RegExp][])('%s with %j', (name, patch, msg) => {
+    expect(() => normalizeConfig({ ...cfg(name), ...patch }, 'config.json')).toThrow(msg);
+  });
+
+  it('smollm3 without no_rope_layers: every no_rope_layer_interval-th layer attends without rope', () => {
+    const c = { ...cfg('smollm3'), num_hidden_layers: 8, layer_types: undefined, no_rope_layers: undefined, no_rope_layer_interval: 4 };
+    expect(normalizeConfig(c, 'config.json').ropeLayers).toEqual([0, 1, 2, 4, 5, 6]);
+  });
+});
