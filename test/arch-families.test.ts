@@ -21,6 +21,8 @@ import { readGgufHeader } from '../backends/gguf/read.js';
 import { compile } from '../src/app/compile/compile.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
+import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
+import { llmcInProcess } from './cli.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
@@ -320,5 +322,113 @@ describe.skipIf(!HAVE).each(FAMILIES.filter((f) => f !== 'olmoe'))('%s: transfor
     } finally {
       await model.dispose();
     }
+  });
+});
+
+describe.skipIf(!HAVE)('reorder on the families', () => {
+  // Per-head q/k norms share one weight across heads: permuting heads (and neurons) leaves the function as is.
+  it.each(['qwen3', 'qwen3_moe', 'granite', 'smollm3'])('%s: a random permutation of every layer\'s heads and neurons keeps the reference logits (onnxruntime, 1e-4)', async (name) => {
+    const dir = path.join(ARCHS, name);
+    const ck = await openCheckpoint(dir);
+    const permuted = permuteSource(ck, randomOrders(ck, 7, Array.from({ length: ck.spec.numLayers }, (_, l) => l)));
+    const engine = await Engine.open(permuted, { threads: 1 });
+    try {
+      const ref = referenceLogits(path.join(dir, 'reference_logits.safetensors'));
+      const ids = readJson(path.join(dir, 'reference.json')).prompt_ids as number[];
+      expect(worstRowError(await engine.logits(ids), ref.data, ref.shape[1])).toBeLessThan(1e-4);
+      // Not vacuous: the heads did move.
+      expect(await permuted.readF32('model.layers.0.self_attn.q_proj.weight')).not.toEqual(await ck.readF32('model.layers.0.self_attn.q_proj.weight'));
+    } finally {
+      await engine.close();
+      await ck.close();
+    }
+  });
+
+  it.each(['olmo2', 'olmoe'])('%s: refused in one line (q/k norm over the whole projection)', async (name) => {
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      const run = compile({ source, target: 'ts', outDir: path.join(tmp, `reorder-${name}`), passes: ['reorder'], progress: silentProgress, note: () => {} });
+      await expect(run).rejects.toThrow(new RegExp(`reorder: ${name}'s q/k RMSNorm spans the whole projection`));
+    } finally {
+      await source.close();
+    }
+  });
+});
+
+describe.skipIf(!HAVE)('the other passes on the families', () => {
+  const prompt = (name: string) => readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[];
+  const greedy = (name: string) => (readJson(path.join(ARCHS, name, 'reference.json')).greedy_16 as number[]).slice(0, 8);
+  const runIds = async (dir: string, name: string, ...flags: string[]) => {
+    const r = await llmcInProcess('run', dir, '--prompt-ids', prompt(name).join(','), '-n', '8', ...flags, '--json');
+    expect(r.code).toBe(0);
+    return JSON.parse(r.stdout).generated_ids as number[];
+  };
+  const build = async (name: string, target: string, passes: string[], opts: Record<string, string>, out: string) => {
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      await compile({ source, target, outDir: out, passes, opts, progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    return out;
+  };
+
+  // granite: scale ops in the embed, mlp and head parts; olmo2: a layer that starts at its q projection (no input norm).
+  it.each(['granite', 'olmo2'])("chunk-partition on %s: chunked prefill (5 chunks of 4) continues as transformers' greedy", async (name) => {
+    const out = await build(name, 'ts', ['chunk-partition'], { 'chunk-partition.chunk': '4' }, path.join(tmp, `cp-${name}`));
+    expect(await runIds(out, name, '--chunk', 'auto')).toEqual(greedy(name));
+  });
+
+  it.each(['olmo2', 'smollm3'])("tree-search on %s with a layer-skipping draft: speculative decoding continues as transformers' greedy", async (name) => {
+    const out = await build(name, 'ts', ['tree-search'], { 'tree-search.draftSkip': '1,2' }, path.join(tmp, `tree-${name}`));
+    expect(await runIds(out, name, '--speculative')).toEqual(greedy(name));
+  });
+
+  it.each([
+    ['qwen3_moe', 'gguf'],
+    ['olmoe', 'ts'],
+  ])('expert-bits on %s (target %s): a format per expert (or per layer for gguf) within a 5 bpw budget', async (name, target) => {
+    const out = path.join(tmp, `eb-${name}`);
+    await build(name, target, ['expert-bits'], { 'expert-bits.budgetBpw': '5' }, out);
+    const manifest = readJson(path.join(out, 'llmc-manifest.json'));
+    const rec = (manifest.passes as Json[]).find((p) => p.name === 'expert-bits')?.metadata as Json | undefined;
+    expect(rec?.format).toBe('expert-table/1');
+    // gguf stacks a layer's experts in one tensor of one type: the plan is per layer and projection there.
+    expect(rec?.granularity).toBe(target === 'gguf' ? 'layer-proj' : 'expert');
+    expect((rec?.budget as Json).kind).toBe('bpw');
+    // The artifact runs (llama.cpp for gguf, the TS runtime for ts).
+    expect(await runIds(target === 'gguf' ? path.join(out, 'model.gguf') : out, name)).toHaveLength(8);
+  }, 240_000);
+});
+
+describe('llmc list architectures', () => {
+  it('lists every registry family with its targets and passes, as the refusals above decide', async () => {
+    const r = await llmcInProcess('list', 'architectures', '--json');
+    expect(r.code).toBe(0);
+    const rows = JSON.parse(r.stdout) as { modelType: string; targets: Record<string, unknown>; passes: Record<string, boolean> }[];
+    const by = new Map(rows.map((a) => [a.modelType, a]));
+    for (const f of FAMILIES) expect(by.get(f)?.targets.gguf).toBe(GGUF_ARCH[f]);
+    expect(by.get('olmoe')!.targets.cuda).toBe(false);
+    expect(by.get('qwen3')!.targets.cuda).toBe(true);
+    expect(FAMILIES.map((f) => by.get(f)!.passes.reorder)).toEqual([true, true, false, false, true, true]);
+    expect(FAMILIES.map((f) => by.get(f)!.passes['expert-bits'])).toEqual([false, true, true, false, false, false]);
+    for (const f of FAMILIES) expect([by.get(f)!.targets['tensorrt-llm'], by.get(f)!.targets.qnn]).toEqual([null, false]);
+  });
+});
+
+describe.skipIf(!HAVE)('config keys of the families that change the math and are not implemented are refused in one line', () => {
+  const cfg = (name: string) => readJson(path.join(ARCHS, name, 'config.json'));
+  it.each([
+    ['olmoe', { clip_qkv: 8 }, /key "clip_qkv" = 8 is not supported by llmc's olmoe reader/],
+    ['qwen3_moe', { use_sliding_window: true, sliding_window: 16 }, /use_sliding_window with sliding_window 16 is not implemented for qwen3_moe/],
+    ['smollm3', { no_rope_layers: [1, 2, 1, 0] }, /"no_rope_layers" must give 0 or 1/],
+    ['granite', { mup_scale: 2 }, /key "mup_scale" .* is not understood by llmc's granite reader/],
+  ] as [string, Json, RegExp][])('%s with %j', (name, patch, msg) => {
+    expect(() => normalizeConfig({ ...cfg(name), ...patch }, 'config.json')).toThrow(msg);
+  });
+
+  it('smollm3 without no_rope_layers: every no_rope_layer_interval-th layer attends without rope', () => {
+    const c = { ...cfg('smollm3'), num_hidden_layers: 8, layer_types: undefined, no_rope_layers: undefined, no_rope_layer_interval: 4 };
+    expect(normalizeConfig(c, 'config.json').ropeLayers).toEqual([0, 1, 2, 4, 5, 6]);
   });
 });

@@ -252,6 +252,7 @@ export function fullAttention(c: ConfigReader, numLayers: number): Attention {
 
 /** A GGUF family on NeoX rope (nothing permuted, no llama3 factors) that writes only the common keys and expert counts. */
 export function neoxGguf(arch: string, refuse: GgufFamily['refuse'], routing: MoeSpec['routing'] | null, extra: (spec: ArchSpec) => { key: string; value: GgufMetaValue }[] = () => []): GgufFamily {
+  // q/k norms and norms on block outputs come from the spec (backends/gguf/tensors.ts), not layerTensors.
   return { arch, metadata: (spec) => ({ kvs: [...ggufExpertCounts(spec), ...extra(spec)], notes: [] }), permuteQK: false, ropeFreqs: false, layerTensors: () => [], refuse, routing, type70B: false };
 }
 

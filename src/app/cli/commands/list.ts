@@ -1,5 +1,5 @@
 /**
- * `llmc list [targets|passes|formats] [--json]`: what the registries hold, with every option, format and
+ * `llmc list [targets|passes|formats|architectures] [--json]`: what the registries hold, with every option, format and
  * default (the catalogue `llmc compile --help` points to), read from the code so it cannot drift.
  */
 import type { Command } from 'commander';
@@ -10,8 +10,9 @@ import type { OptionSpec } from '../../../core/pipeline/options.js';
 import { lowers, type GraphFeature, type Lowering, type TargetDescriptor } from '../../../core/pipeline/target.js';
 import { printJson } from '../output.js';
 import { FORMAT_ALIASES } from '../../../core/pipeline/format-names.js';
+import { ARCHITECTURES, SUPPORTED_MODEL_TYPES, type ArchEntry, type Features } from '../../../core/arch/registry.js';
 
-const KINDS = ['targets', 'passes', 'formats'] as const;
+const KINDS = ['targets', 'passes', 'formats', 'architectures'] as const;
 type Kind = (typeof KINDS)[number];
 
 const options = (specs: readonly OptionSpec[]) => specs.map((s) => ({ key: s.key, help: s.help, default: s.default ?? null }));
@@ -40,6 +41,8 @@ function listing(kind: Kind): unknown {
         requires: p.requires,
         writes: p.produces.id,
       }));
+    case 'architectures':
+      return SUPPORTED_MODEL_TYPES.map(architecture);
     case 'formats':
       return {
         ...Object.fromEntries(TARGETS.map((t) => [t.name, { quant: t.formats.quant, default: t.formats.default, tensorTypes: t.formats.tensorTypes }])),
@@ -90,6 +93,71 @@ function lowersLine(t: TargetDescriptor): string {
   return [`lowers: ${yes.join(', ') || 'none of the graph features'}`, ...(approx.length ? [`approximates ${approx.join(', ')}`] : []), ...(no.length ? [`refuses ${no.join(', ')}`] : [])].join('; ');
 }
 
+/** A family's layer features at its config class's defaults (the features that depend on no size). */
+function defaultFeatures(e: ArchEntry): Partial<Features> {
+  const fallback = (k: string, f?: number) => {
+    if (f === undefined) throw new Error(k);
+    return f;
+  };
+  try {
+    return e.features?.({ num: fallback, posInt: fallback, raw: {}, file: 'config.json' }, 4) ?? {};
+  } catch {
+    return {};
+  }
+}
+
+/**
+ * What each family is and where it goes, read from its registry entry: the classes it reads, its
+ * layer beyond Llama's, and per target the name it is written under or why it is refused. Conditions
+ * that depend on a model's config (llama.cpp's olmoe without grouped-query attention, ...) are the
+ * targets' one-line refusals at compile time.
+ */
+function architecture(t: (typeof SUPPORTED_MODEL_TYPES)[number]) {
+  const e: ArchEntry = ARCHITECTURES[t];
+  const f = defaultFeatures(e);
+  const layer = [
+    ...(e.moe ? ['routed experts'] : []),
+    ...(f.qkNorm ? [f.qkNorm.scope === 'head' ? 'per-head q/k norm' : 'q/k norm over the projection'] : []),
+    ...(f.normPlacement && f.normPlacement !== 'pre' ? [`${f.normPlacement}-norms`] : []),
+    ...(f.ropeLayers !== undefined ? ['rope-less layers'] : []),
+    ...(f.multipliers ? ['multipliers'] : []),
+  ];
+  const llamaLayer = layer.length === 0 || (layer.length === 1 && e.moe !== null);
+  return {
+    modelType: t,
+    classes: e.causalLm,
+    layer,
+    targets: {
+      ts: true,
+      hf: true,
+      gguf: e.gguf.arch,
+      cuda: e.transformersJs !== false,
+      'tensorrt-llm': e.moe ? null : (e.tensorrtLlm?.architecture ?? null),
+      qnn: !e.moe && layer.length === 0,
+      'gguf-levels': f.qkNorm?.scope !== 'all' ? e.gguf.arch : null,
+    },
+    passes: {
+      reorder: f.qkNorm?.scope !== 'all',
+      'expert-bits': e.moe !== null,
+      outliers: !e.moe && llamaLayer,
+      'chunk-partition': true,
+      'tree-search': true,
+    },
+  };
+}
+
+export function describeArchitectures(): string {
+  const lines = ['Architectures (config.json model_type; targets and passes that take them, "-" where refused):'];
+  for (const t of SUPPORTED_MODEL_TYPES) {
+    const a = architecture(t);
+    lines.push(`  ${t}: ${a.classes.join(' / ')}${a.layer.length ? `; ${a.layer.join(', ')}` : ''}`);
+    const targets = Object.entries(a.targets).map(([k, v]) => (v === true ? k : v ? `${k} (${v})` : `-${k}`));
+    lines.push(wrap(`targets: ${targets.join(', ')}`, '      '));
+    lines.push(wrap(`passes: ${Object.entries(a.passes).map(([k, v]) => (v ? k : `-${k}`)).join(', ')}`, '      '));
+  }
+  return lines.join('\n');
+}
+
 export function describeTargets(): string {
   const lines = ['Targets (--target NAME):'];
   for (const t of TARGETS) {
@@ -127,14 +195,15 @@ export function describeFormats(): string {
 export function registerList(program: Command): void {
   program
     .command('list')
-    .description('List the targets, passes or formats this llmc knows, with their options and defaults')
-    .argument('[what]', `${KINDS.join(' | ')} (default: all three)`)
+    .description('List the targets, passes, formats or architectures this llmc knows, with their options and defaults')
+    .argument('[what]', `${KINDS.join(' | ')} (default: all)`)
     .option('--json', 'machine-readable output')
     .addHelpText('after', '\nExamples:\n  llmc list targets\n  llmc list passes --json\n')
     .action((what: string | undefined, o: { json?: boolean }) => {
       if (what !== undefined && !(KINDS as readonly string[]).includes(what)) throw new UsageError(`list: unknown "${what}"; list ${KINDS.join(', ')}`);
       const kinds = what === undefined ? KINDS : [what as Kind];
       if (o.json) return printJson(what === undefined ? Object.fromEntries(KINDS.map((k) => [k, listing(k)])) : listing(kinds[0]));
-      process.stdout.write(kinds.map((k) => (k === 'targets' ? describeTargets() : k === 'passes' ? describePasses() : describeFormats())).join('\n\n') + '\n');
+      const text = { targets: describeTargets, passes: describePasses, formats: describeFormats, architectures: describeArchitectures };
+      process.stdout.write(kinds.map((k) => text[k]()).join('\n\n') + '\n');
     });
 }

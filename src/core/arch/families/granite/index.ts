@@ -45,5 +45,6 @@ export const granite: ArchEntry = {
     type70B: false,
   },
   tensorrtLlm: null,
+  // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
   ortGenai: null,
 };

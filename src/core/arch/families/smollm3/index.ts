@@ -58,5 +58,6 @@ export const smollm3: ArchEntry = {
     type70B: false,
   },
   tensorrtLlm: null,
+  // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
   ortGenai: null,
 };
