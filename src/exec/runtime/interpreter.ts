@@ -487,8 +487,11 @@ export class Interpreter {
           (this.ort ? rmsNormOrt : rmsNorm)(x.data, w, out.rows(n), n * heads, op.dim, op.eps);
         };
       }
-      case 'scale':
-        return this.unary(op.x, op.out, (v) => v * op.by);
+      case 'scale': {
+        // onnxruntime multiplies by the float32 constant
+        const by = this.ort ? Math.fround(op.by) : op.by;
+        return this.unary(op.x, op.out, (v) => v * by);
+      }
       case 'linear':
         return this.linear(op);
       case 'rope': {
