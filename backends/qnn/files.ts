@@ -43,7 +43,8 @@ export function irOp(o: unknown): Op {
 const v = z.string().min(1);
 const op = z.discriminatedUnion('op', [
   z.looseObject({ op: z.literal('embed'), out: v, ids: v, table: z.string() }),
-  z.looseObject({ op: z.literal('rmsnorm'), out: v, x: v, weight: z.string(), eps: z.number().positive(), dim: count }),
+  z.looseObject({ op: z.literal('rmsnorm'), out: v, x: v, weight: z.string(), eps: z.number().positive(), dim: count, heads: count.optional() }),
+  z.looseObject({ op: z.literal('scale'), out: v, x: v, by: z.number() }),
   z.looseObject({ op: z.literal('linear'), out: v, x: v, weight: z.string(), bias: z.string().nullable(), inFeatures: count, outFeatures: count }),
   z.looseObject({ op: z.literal('rope'), out: v, x: v, cos: v, sin: v, heads: count, headDim: count }),
   z.looseObject({ op: z.literal('attention'), out: v, presentK: v, presentV: v, q: v, k: v, v, pastK: v, pastV: v, layer: offset, heads: count, kvHeads: count, headDim: count, slidingWindow: count.nullable() }),
@@ -151,9 +152,12 @@ export function checkSubgraphs(sg: SubgraphsFile, spec: ArchSpec, file: string):
           ? [['heads', o.heads, spec.numHeads], ['kvHeads', o.kvHeads, spec.numKvHeads], ['headDim', o.headDim, spec.headDim]]
           : o.op === 'rope'
             ? [['headDim', o.headDim, spec.headDim]]
-            : o.op === 'rmsnorm'
-              ? [['dim', o.dim, spec.hiddenSize]]
-              : [];
+            : [];
+      // A norm over the hidden state, or a q/k norm over each head or the whole projection.
+      const normed = o.op === 'rmsnorm' ? o.dim * (o.heads ?? 1) : 0;
+      if (o.op === 'rmsnorm' && ![spec.hiddenSize, spec.numHeads * spec.headDim, spec.numKvHeads * spec.headDim].includes(normed)) {
+        bad(`${at}.ops[${k}].dim`, `is ${o.dim}${o.heads ? ` × ${o.heads} heads` : ''}, config.json says ${spec.hiddenSize} (or a q/k projection's width)`);
+      }
       for (const [key, got, value] of want) if (got !== value) bad(`${at}.ops[${k}].${key}`, `is ${got}, config.json says ${value}`);
       if (o.op === 'attention' && o.layer >= spec.numLayers) bad(`${at}.ops[${k}].layer`, `is ${o.layer}, the model has ${spec.numLayers} layers`);
       if (o.op === 'rope' && o.heads !== spec.numHeads && o.heads !== spec.numKvHeads) bad(`${at}.ops[${k}].heads`, `is ${o.heads}, config.json says ${spec.numHeads} (or ${spec.numKvHeads} KV)`);

@@ -22,7 +22,7 @@ export const qnn: TargetDescriptor<QnnOptions, QnnInfo> = {
     perExpertFormats: false,
     qdq: true,
     lowers: {
-      moe: { refuses: 'token routing has no static per-tensor graph; qnn takes dense llama, mistral and qwen2 models' },
+      moe: { refuses: 'token routing has no static per-tensor graph; qnn takes dense llama, mistral, qwen2, smollm3 and olmo2 models' },
       'sliding-window': true,
       'tree-mask': false,
       'chunk-graphs': true,
@@ -35,8 +35,10 @@ export const qnn: TargetDescriptor<QnnOptions, QnnInfo> = {
   quantBlock: () => 1,
   requires: [OUTLIER_SCALES],
   checkArch(spec) {
-    const extra = beyondLlama(spec);
-    if (extra.length) throw new UsageError(`--target qnn does not lower ${spec.modelType}'s ${extra.join(', ')} (its subgraphs are Llama's layer); it takes dense llama, mistral and qwen2 models`);
+    // Past Llama's layer, the subgraphs and the simulation run layers without rope (smollm3) and
+    // post-block norms with q/k norms over the whole projection (olmo2); test/qnn-archs.test.ts.
+    const extra = beyondLlama({ ...spec, ropeLayers: null, normPlacement: spec.normPlacement === 'post' ? 'pre' : spec.normPlacement, qkNorm: spec.qkNorm?.scope === 'head' ? spec.qkNorm : null });
+    if (extra.length) throw new UsageError(`--target qnn does not lower ${spec.modelType}'s ${extra.join(', ')} (its subgraphs are Llama's layer); it takes dense llama, mistral, qwen2, smollm3 and olmo2 models`);
   },
   info: QNN_INFO,
   load: async () => (await import('./emit.js')).qnnTarget,

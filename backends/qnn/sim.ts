@@ -5,8 +5,10 @@
  *   q = sat(round_half_even(x/s_x)),  acc = q·W_q (int8 × int8, exact int32 accumulation),
  *   code = sat(round_half_even(f32(acc)·f32(f32(s_x·s_w)/s_y))),  y = code·s_y (+ bias)
  * (16-bit activations: the product in float32, as QDQ's float path; src/core/quant/w8a8.ts). Everything
- * else (RMSNorm, SiLU, residual adds, RoPE, the masked attention over the KV cache, embed, head) in
- * float32 as the CPU graphs compute it. The shadow nodes between subgraphs stay with the runner
+ * else (RMSNorm, SiLU, residual adds, RoPE, the masked attention over the KV cache, embed, head) is the
+ * shared TS interpreter (src/exec/runtime/interpreter.ts) rounding as onnxruntime does (`rounding:
+ * 'ort'`), one per subgraph, fed the subgraph's inputs, with the kernels here plugged in for its
+ * linears (`WeightTable.linearKernel`). The shadow nodes between subgraphs stay with the runner
  * (./shadow-exec.ts on shadow_{hot,cold}.bin), so this executor and onnxruntime are interchangeable
  * under it (./run.ts: `--engine sim|onnxruntime`).
  */
@@ -15,9 +17,11 @@ import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { LlmcError } from '../../src/core/errors.js';
 import type { Op } from '../../src/core/ir/ir.js';
-import { firstVisible } from '../../src/core/ir/mask.js';
+import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
 import { clampCodes, dequantize, intMatmul, quantizeUnclamped, requantize, type ActBits } from '../../src/core/quant/w8a8.js';
 import { DECODER_IO } from '../../src/exec/onnx/decoder.js';
+import { Interpreter, KvCache, type WeightTable } from '../../src/exec/runtime/interpreter.js';
+import { Weight } from '../../src/exec/runtime/kernels.js';
 import { DT_FLOAT, DT_INT8, onnx, type ModelProto, type NodeProto, type TensorProto } from '../../src/exec/onnx/proto.js';
 import type { SubgraphEntry } from './emit.js';
 import { irOp } from './files.js';
@@ -160,19 +164,6 @@ class OnnxFile {
   }
 }
 
-const f = Math.fround;
-
-function rmsnorm(x: Float32Array, w: Float32Array, D: number, eps: number): Float32Array {
-  const y = new Float32Array(x.length);
-  for (let r = 0; r < x.length / D; r++) {
-    let ss = 0;
-    for (let i = 0; i < D; i++) ss += x[r * D + i] * x[r * D + i];
-    const den = f(Math.sqrt(f(f(ss / D) + eps)));
-    for (let i = 0; i < D; i++) y[r * D + i] = f(x[r * D + i] / den) * w[i];
-  }
-  return y;
-}
-
 function intLinear(l: IntLinear, x: Float32Array): Float32Array {
   const T = x.length / l.K;
   const q = clampCodes(quantizeUnclamped(x, l.sx), l.inBits);
@@ -182,9 +173,9 @@ function intLinear(l: IntLinear, x: Float32Array): Float32Array {
   return y;
 }
 
-function floatLinear(l: FloatLinear, x: Float32Array): Float32Array {
+/** onnxruntime's float MatMul as the head's graph runs it: float64 sums in k order, rounded once. */
+function floatLinear(l: FloatLinear, x: Float32Array, y: Float32Array): void {
   const T = x.length / l.K;
-  const y = new Float32Array(T * l.O);
   const acc = new Float64Array(l.O);
   for (let t = 0; t < T; t++) {
     acc.fill(0);
@@ -196,178 +187,77 @@ function floatLinear(l: FloatLinear, x: Float32Array): Float32Array {
     }
     for (let o = 0; o < l.O; o++) y[t * l.O + o] = acc[o] + (l.bias ? l.bias[o] : 0);
   }
-  return y;
-}
-
-/** HF rotate-half RoPE on [T, heads·hd] with cos/sin [T, hd/2]. */
-function rope(x: Float32Array, cos: Float32Array, sin: Float32Array, heads: number, hd: number): Float32Array {
-  const half = hd / 2;
-  const T = x.length / (heads * hd);
-  const y = new Float32Array(x.length);
-  for (let t = 0; t < T; t++) {
-    for (let h = 0; h < heads; h++) {
-      const o = (t * heads + h) * hd;
-      for (let i = 0; i < hd; i++) {
-        const c = cos[t * half + (i % half)];
-        const s = sin[t * half + (i % half)];
-        const rot = i < half ? -x[o + i + half] : x[o + i - half];
-        y[o + i] = f(f(x[o + i] * c) + f(rot * s));
-      }
-    }
-  }
-  return y;
 }
 
 const int64s = (t: ort.Tensor) => Array.from(t.data as BigInt64Array, Number);
 
-/** Masked attention of a chunk after `past` cached positions; the cache as [1, Hkv, S, hd]. */
-function attention(op: Extract<Op, { op: 'attention' }>, q: Float32Array, k: Float32Array, v: Float32Array, feeds: Feeds): Feeds {
-  const { heads: H, kvHeads: Hk, headDim: hd, layer } = op;
-  const T = q.length / (H * hd);
-  const pastK = feeds[DECODER_IO.pastKey(layer)];
-  const pastV = feeds[DECODER_IO.pastValue(layer)];
-  const P = Number(pastK.dims[2]);
-  const S = P + T;
-  const append = (past: Float32Array, now: Float32Array) => {
-    const out = new Float32Array(Hk * S * hd);
-    for (let h = 0; h < Hk; h++) {
-      out.set(past.subarray(h * P * hd, (h + 1) * P * hd), h * S * hd);
-      for (let t = 0; t < T; t++) out.set(now.subarray((t * Hk + h) * hd, (t * Hk + h + 1) * hd), (h * S + P + t) * hd);
-    }
-    return out;
-  };
-  const K = append(pastK.data as Float32Array, k);
-  const V = append(pastV.data as Float32Array, v);
-  const mask = int64s(feeds[DECODER_IO.attentionMask]);
-  const scale = f(1 / Math.sqrt(hd));
-  const out = new Float32Array(T * H * hd);
-  const scores = new Float64Array(S);
-  const rep = H / Hk;
-  for (let t = 0; t < T; t++) {
-    for (let h = 0; h < H; h++) {
-      const g = Math.floor(h / rep);
-      const qo = (t * H + h) * hd;
-      let max = -Infinity;
-      for (let j = 0; j < S; j++) {
-        const allowed = j <= P + t && mask[j] !== 0 && j >= firstVisible(op.mask, P + t);
-        if (!allowed) {
-          scores[j] = -Infinity;
-          continue;
-        }
-        let dot = 0;
-        const ko = (g * S + j) * hd;
-        for (let i = 0; i < hd; i++) dot += q[qo + i] * K[ko + i];
-        scores[j] = f(f(dot) * scale);
-        if (scores[j] > max) max = scores[j];
-      }
-      let sum = 0;
-      for (let j = 0; j < S; j++) {
-        scores[j] = scores[j] === -Infinity ? 0 : Math.exp(scores[j] - max);
-        sum += scores[j];
-      }
-      for (let i = 0; i < hd; i++) {
-        let acc = 0;
-        for (let j = 0; j < S; j++) if (scores[j]) acc += f(scores[j] / sum) * V[(g * S + j) * hd + i];
-        out[qo + i] = acc;
-      }
-    }
-  }
+/** The interpreter's weights from one subgraph's ONNX file; its linears run the integer (or float MatMul) kernel. */
+function weightTable(g: OnnxFile): WeightTable {
   return {
-    [op.out]: new ort.Tensor('float32', out, [T, H * hd]),
-    [DECODER_IO.presentKey(layer)]: new ort.Tensor('float32', K, [1, Hk, S, hd]),
-    [DECODER_IO.presentValue(layer)]: new ort.Tensor('float32', V, [1, Hk, S, hd]),
+    weight: (name) => {
+      const data = g.floats(name);
+      const [rows, cols] = g.dims(name);
+      return new Weight(name, 'F32', rows, cols, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+    },
+    vector: (name) => g.floats(name),
+    has: (name) => g.has(name),
+    jsOnly: true,
+    linearKernel: (op) => {
+      if (g.producer.has(`${op.out}.mm`)) {
+        const l = g.intLinear(op);
+        return (x, _n, y) => y.set(intLinear(l, x));
+      }
+      const l = g.floatLinear(op);
+      return (x, _n, y) => floatLinear(l, x, y);
+    },
   };
 }
 
-/** One subgraph compiled to a function of its feeds, over the weights of its ONNX file. */
+/** One subgraph compiled to a function of its feeds: the shared interpreter over its ops, rounding as onnxruntime. */
 type Program = (feeds: Feeds) => Feeds;
 
-function compileSubgraph(sg: SubgraphEntry, g: OnnxFile): Program {
-  // A step reads and writes float values `v`; the attention step also gives the KV cache (`out`).
-  const steps: ((v: Map<string, Float32Array>, feeds: Feeds, out: Feeds) => void)[] = [];
-  for (const op of sg.ops) {
-    switch (op.op) {
-      case 'embed': {
-        const table = g.floats(op.table);
-        const [, D] = g.dims(op.table);
-        steps.push((v, feeds) => {
-          const ids = int64s(feeds[op.ids]);
-          const y = new Float32Array(ids.length * D);
-          ids.forEach((id, t) => y.set(table.subarray(id * D, (id + 1) * D), t * D));
-          v.set(op.out, y);
-        });
-        break;
-      }
-      case 'rmsnorm': {
-        const w = g.floats(op.weight);
-        steps.push((v) => v.set(op.out, rmsnorm(v.get(op.x)!, w, op.dim, op.eps)));
-        break;
-      }
-      case 'linear': {
-        if (g.producer.has(`${op.out}.mm`)) {
-          const l = g.intLinear(op);
-          steps.push((v) => v.set(op.out, intLinear(l, v.get(op.x)!)));
-        } else {
-          const l = g.floatLinear(op);
-          steps.push((v) => v.set(op.out, floatLinear(l, v.get(op.x)!)));
-        }
-        break;
-      }
-      case 'rope': {
-        // cos/sin: rows of the graph's tables at position_ids.
-        const tables = { cos: g.floats('cos_cache'), sin: g.floats('sin_cache') };
-        const half = op.headDim / 2;
-        steps.push((v, feeds) => {
-          for (const [which, name] of [['cos', op.cos], ['sin', op.sin]] as const) {
-            if (v.has(name)) continue;
-            const pos = int64s(feeds[DECODER_IO.positionIds]);
-            const y = new Float32Array(pos.length * half);
-            pos.forEach((p, t) => y.set(tables[which].subarray(p * half, (p + 1) * half), t * half));
-            v.set(name, y);
-          }
-          v.set(op.out, rope(v.get(op.x)!, v.get(op.cos)!, v.get(op.sin)!, op.heads, op.headDim));
-        });
-        break;
-      }
-      case 'attention':
-        steps.push((v, feeds, out) => {
-          const r = attention(op, v.get(op.q)!, v.get(op.k)!, v.get(op.v)!, feeds);
-          v.set(op.out, r[op.out].data as Float32Array);
-          for (const name of [DECODER_IO.presentKey(op.layer), DECODER_IO.presentValue(op.layer)]) out[name] = r[name];
-        });
-        break;
-      case 'silu':
-        steps.push((v) => v.set(op.out, v.get(op.x)!.map((x) => f(x * f(1 / (1 + Math.exp(-x)))))));
-        break;
-      case 'sigmoid':
-        steps.push((v) => v.set(op.out, v.get(op.x)!.map((x) => 1 / (1 + Math.exp(-x)))));
-        break;
-      case 'mul':
-      case 'add': {
-        const mul = op.op === 'mul';
-        steps.push((v) => {
-          const a = v.get(op.a)!;
-          const b = v.get(op.b)!;
-          v.set(op.out, a.map((x, i) => (mul ? x * b[i] : x + b[i])));
-        });
-        break;
-      }
-      case 'gatherPositions': // the artifact's head gives logits at every position
-        steps.push((v) => v.set(op.out, v.get(op.x)!));
-        break;
-      default:
-        throw new LlmcError(`the qnn simulation has no ${op.op} op (subgraph ${sg.id})`, g.file);
-    }
-  }
+function compileSubgraph(spec: ArchSpec, sg: SubgraphEntry, g: OnnxFile): Program {
+  const known = new Set(['embed', 'rmsnorm', 'scale', 'linear', 'rope', 'attention', 'silu', 'sigmoid', 'mul', 'add', 'gatherPositions']);
+  for (const op of sg.ops) if (!known.has(op.op)) throw new LlmcError(`the qnn simulation has no ${op.op} op (subgraph ${sg.id})`, g.file);
+  const past = new Set(sg.ops.flatMap((op) => (op.op === 'attention' ? [DECODER_IO.pastKey(op.layer), DECODER_IO.pastValue(op.layer)] : [])));
+  const floats = sg.inputs.filter((i) => i.dtype === 'float32' && !past.has(i.name)).map((i) => ({ name: i.name, channels: Number(i.shape[i.shape.length - 1]) }));
+  const interp = new Interpreter(spec, { ops: sg.ops }, weightTable(g), { rounding: 'ort', inputs: floats });
+  const attention = sg.ops.filter((op): op is Extract<Op, { op: 'attention' }> => op.op === 'attention');
+  const kvDim = spec.numKvHeads * spec.headDim;
   return (feeds) => {
-    const v = new Map<string, Float32Array>();
-    for (const i of sg.inputs) if (i.dtype === 'float32') v.set(i.name, feeds[i.name].data as Float32Array);
+    const ids = feeds[DECODER_IO.inputIds];
+    const T = ids ? ids.data.length : floats.length ? feeds[floats[0].name].data.length / floats[0].channels : Number(feeds[DECODER_IO.positionIds]?.data.length);
+    const P = attention.length ? Number(feeds[DECODER_IO.pastKey(attention[0].layer)].dims[2]) : 0;
+    const cache = new KvCache(spec.numLayers, kvDim);
+    cache.reserve(P + T);
+    // The past keys and values [1, Hkv, P, hd] into the interpreter's cache rows [P, Hkv·hd].
+    for (const op of attention) {
+      for (const [name, rows] of [[DECODER_IO.pastKey(op.layer), cache.k[op.layer]], [DECODER_IO.pastValue(op.layer), cache.v[op.layer]]] as const) {
+        const src = feeds[name].data as Float32Array;
+        for (let h = 0; h < op.kvHeads; h++) for (let p = 0; p < P; p++) rows.set(src.subarray((h * P + p) * op.headDim, (h * P + p + 1) * op.headDim), p * kvDim + h * op.headDim);
+      }
+    }
+    cache.length = P;
+    const pos = feeds[DECODER_IO.positionIds];
+    const call = interp.stage(ids ? int64s(ids) : new Array<number>(T).fill(0), cache, Array.from({ length: T }, (_, t) => t), {
+      pos0: P,
+      feeds: new Map(floats.map((i) => [i.name, feeds[i.name].data as Float32Array])),
+      positionIds: pos ? Int32Array.from(int64s(pos)) : undefined,
+      keyMask: attention.length ? int64s(feeds[DECODER_IO.attentionMask]) : undefined,
+    });
+    call.runOps(0, sg.ops.length);
     const out: Feeds = {};
-    for (const s of steps) s(v, feeds, out);
+    const S = P + T;
+    for (const op of attention) {
+      for (const [name, rows] of [[DECODER_IO.presentKey(op.layer), cache.k[op.layer]], [DECODER_IO.presentValue(op.layer), cache.v[op.layer]]] as const) {
+        const y = new Float32Array(op.kvHeads * S * op.headDim);
+        for (let h = 0; h < op.kvHeads; h++) for (let p = 0; p < S; p++) y.set(rows.subarray(p * kvDim + h * op.headDim, p * kvDim + (h + 1) * op.headDim), (h * S + p) * op.headDim);
+        out[name] = new ort.Tensor('float32', y, [1, op.kvHeads, S, op.headDim]);
+      }
+    }
     for (const o of sg.outputs) {
       if (out[o.name]) continue;
-      const data = v.get(o.name);
-      if (!data) throw new Error(`internal: ${sg.id} computed no ${o.name}`);
+      const data = call.value(o.name).slice();
       // The listed shape must hold what the ops computed (a damaged graph/subgraphs.json may say otherwise).
       const dims = o.shape.map(Number);
       if (!dims.every((d) => Number.isSafeInteger(d) && d > 0) || dims.reduce((a, b) => a * b, 1) !== data.length) {
@@ -379,10 +269,21 @@ function compileSubgraph(sg: SubgraphEntry, g: OnnxFile): Program {
   };
 }
 
-/** The integer-pipeline simulation of every subgraph of the artifact in `dir`. */
-export function openSimulation(dir: string, subgraphs: readonly SubgraphEntry[]): SubgraphExecutor {
+/** The integer-pipeline simulation of every subgraph of the artifact in `dir` (its config.json unless `spec`). */
+export function openSimulation(dir: string, subgraphs: readonly SubgraphEntry[], spec?: ArchSpec): SubgraphExecutor {
+  const configFile = path.join(dir, 'config.json');
+  let s = spec;
+  if (!s) {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(configFile, 'utf8'));
+    } catch (e) {
+      throw new LlmcError(`cannot read the model config: ${(e as Error).message.split('\n')[0]}`, configFile);
+    }
+    s = normalizeConfig(raw as Record<string, unknown>, configFile);
+  }
   const programs = new Map<string, Program>();
-  for (const s of subgraphs) if (s.file) programs.set(s.id, compileSubgraph({ ...s, ops: s.ops.map(irOp) }, new OnnxFile(path.join(dir, s.file))));
+  for (const sg of subgraphs) if (sg.file) programs.set(sg.id, compileSubgraph(s, { ...sg, ops: sg.ops.map(irOp) }, new OnnxFile(path.join(dir, sg.file))));
   return {
     run: async (sg, feeds) => programs.get(sg.id)!(feeds),
     close: async () => {},

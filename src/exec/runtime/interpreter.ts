@@ -43,6 +43,26 @@ export interface WeightTable {
   experts?: ExpertStore;
   /** Every kernel in JavaScript (the weights were loaded with `wasm: false`): attention too. */
   jsOnly?: boolean;
+  /**
+   * The executor's own kernel for a linear (the qnn simulation's integer pipeline), or undefined for
+   * the interpreter's matmul over `weight(op.weight)`. A table with this hook runs linears one by one.
+   */
+  linearKernel?(op: Extract<Op, { op: 'linear' }>): LinearKernel | undefined;
+}
+
+/** y[n, outFeatures] = linear(x[n, inFeatures]), bias included. */
+export type LinearKernel = (x: Float32Array, n: number, y: Float32Array) => void;
+
+/**
+ * How the interpreter rounds. 'ort': as onnxruntime's CPU kernels run the ONNX graphs of
+ * src/exec/onnx (each float32 op rounded on its own: RMSNorm's Pow/ReduceMean/Sqrt/Div, RoPE's
+ * Mul/Add, SiLU as Sigmoid·x, attention's scores in float64 then rounded, normalized weights rounded),
+ * so an executor can reproduce onnxruntime bit for bit (the qnn simulation); no SIMD and no fusion.
+ */
+export interface InterpreterOptions {
+  rounding?: 'ort';
+  /** Values the graph reads that no op writes, fed per call (`RunOptions.feeds`): name and channels. */
+  inputs?: readonly { name: V; channels: number }[];
 }
 
 /** Per-layer keys and values of the positions seen so far. Make one with `model.newCache()`. */
@@ -119,6 +139,12 @@ export interface RunOptions {
    * such allocation costs ~20 µs and page faults; docs/lab/speed-history.md, "Chromium vs Node").
    */
   into?: Float32Array;
+  /** Values of `InterpreterOptions.inputs`, [T, channels] each. */
+  feeds?: ReadonlyMap<V, Float32Array>;
+  /** The rope row (position) of each new token (default pos0 + t). */
+  positionIds?: Int32Array;
+  /** Per cache slot (0..pos0+T): 0 where the key is padding, masked out of every query ('ort' rounding only). */
+  keyMask?: ArrayLike<number>;
 }
 
 /** A forward call run op range by op range (`Interpreter.stage`). */
@@ -153,6 +179,7 @@ interface Frame {
   adapters: LevelAdapters | undefined;
   tree?: TreeAttention;
   rowwise?: boolean;
+  keyMask?: ArrayLike<number>;
 }
 
 /** A step returns a promise only where it waits for I/O (offloaded experts). */
@@ -185,17 +212,21 @@ export class Interpreter {
   private readonly localRope: RopeCache | null;
   /** The SIMD silu·mul, shared by every MLP (null: the JS loop). */
   private readonly simdSilu: SiluMul | null;
+  private readonly ort: boolean;
 
   constructor(
     readonly spec: ArchSpec,
-    readonly graph: ModelGraph,
+    readonly graph: Pick<ModelGraph, 'ops'>,
     private readonly table: WeightTable,
+    opts: InterpreterOptions = {},
   ) {
     this.nrep = spec.numHeads / spec.numKvHeads;
     this.rope = new RopeCache(spec);
     const local = localRopeSpec(spec);
     this.localRope = local ? new RopeCache(local) : null;
-    this.simdSilu = table.jsOnly ? null : SiluMul.create();
+    this.ort = opts.rounding === 'ort';
+    this.simdSilu = table.jsOnly || this.ort ? null : SiluMul.create();
+    for (const i of opts.inputs ?? []) this.define(i.name, i.channels);
     const uses = new Map<V, number>();
     for (const op of graph.ops) for (const v of opInputs(op)) uses.set(v, (uses.get(v) ?? 0) + 1);
     const ops = graph.ops;
@@ -206,7 +237,7 @@ export class Interpreter {
       const next = ops[i + 1];
       // silu(g) read only by the next op, a mul with u: one fused loop (and its rounding).
       this.stepOf[i] = this.steps.length;
-      if (op.op === 'silu' && next?.op === 'mul' && next.a === op.out && uses.get(op.out) === 1) {
+      if (!this.ort && op.op === 'silu' && next?.op === 'mul' && next.a === op.out && uses.get(op.out) === 1) {
         this.stepOf[i + 1] = this.steps.length;
         this.steps.push(this.gathering(atPositions.has(next.out) ? [op.x, next.b] : [], () => this.siluMul(op.x, next.b, next.out)));
         i++;
@@ -228,6 +259,7 @@ export class Interpreter {
   private groupLinears(ops: readonly Op[], atPositions: Set<V>): void {
     type Linear = Extract<Op, { op: 'linear' }>;
     // an output at the logit positions is read off x's rows without a gathering step only where x has those rows alone
+    if (this.table.linearKernel) return;
     const plain = (op: Op | undefined): op is Linear => op?.op === 'linear' && (!atPositions.has(op.out) || this.rowsOf.get(op.x) === 'N');
     for (let i = 0; i < ops.length; ) {
       const first = ops[i];
@@ -367,13 +399,17 @@ export class Interpreter {
     if (opts.tree) checkTree(opts.tree, T, pos0);
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
     const tree = opts.tree;
-    const base = { T, pos0, positions, ids, cache, widths, adapters: opts.adapters, tree, rowwise: opts.rowwise };
-    const end = tree ? Math.max(...tree.positions) + 1 : pos0 + T;
+    if (opts.keyMask && !this.ort) throw new LlmcError("internal: a key mask needs the interpreter's 'ort' rounding");
+    for (const [v, data] of opts.feeds ?? []) this.buffer(v).rows(T).set(data);
+    const base = { T, pos0, positions, ids, cache, widths, adapters: opts.adapters, tree, rowwise: opts.rowwise, keyMask: opts.keyMask };
+    const rows = tree ? tree.positions : opts.positionIds;
+    if (rows && rows.length !== T) throw new LlmcError(`forward: ${rows.length} position ids for ${T} new tokens`);
+    const end = rows ? Math.max(...rows) + 1 : pos0 + T;
     const lr = this.localRope;
     if (this.rope.cover(end) && (!lr || lr.cover(end))) {
-      return { ...base, cos: this.rope.cos, sin: this.rope.sin, local: lr && { cos: lr.cos, sin: lr.sin }, ropeBase: pos0, ropeRow: tree ? tree.positions : null };
+      return { ...base, cos: this.rope.cos, sin: this.rope.sin, local: lr && { cos: lr.cos, sin: lr.sin }, ropeBase: pos0, ropeRow: rows ?? null };
     }
-    const tables = (sp: ArchSpec) => (tree ? ropeRows(sp, tree.positions) : ropeTables(sp, pos0, T));
+    const tables = (sp: ArchSpec) => (rows ? ropeRows(sp, rows) : ropeTables(sp, pos0, T));
     const local = localRopeSpec(s);
     return { ...base, ...tables(s), local: local && tables(local), ropeBase: 0, ropeRow: null };
   }
@@ -448,11 +484,14 @@ export class Interpreter {
         return (f) => {
           const n = count(f);
           // Per-head norms: [n, heads·dim] is [n·heads, dim].
-          rmsNorm(x.data, w, out.rows(n), n * heads, op.dim, op.eps);
+          (this.ort ? rmsNormOrt : rmsNorm)(x.data, w, out.rows(n), n * heads, op.dim, op.eps);
         };
       }
-      case 'scale':
-        return this.unary(op.x, op.out, (v) => v * op.by);
+      case 'scale': {
+        // onnxruntime multiplies by the float32 constant
+        const by = this.ort ? Math.fround(op.by) : op.by;
+        return this.unary(op.x, op.out, (v) => v * by);
+      }
       case 'linear':
         return this.linear(op);
       case 'rope': {
@@ -469,6 +508,7 @@ export class Interpreter {
         if (from?.op === 'rmsnorm') from = this.producer.get(from.x);
         const axis = from?.op === 'linear' ? from.elastic?.rows : undefined;
         const isLocal = op.cos === IO.cosLocal;
+        const rot = this.ort ? ropeOrt : rope;
         return (f) => {
           const e = this.extent(axis, C, f);
           const n = atPositions ? f.positions.length : f.T;
@@ -476,7 +516,7 @@ export class Interpreter {
           for (let r = 0; r < n; r++) {
             const t = atPositions ? f.positions[r] : r;
             for (let g = 0; g < e.count; g++) {
-              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rope(x.data, r * C + c, hd, cos, sin, f.ropeRow ? f.ropeRow[t] : f.ropeBase + t);
+              for (let c = g * e.stride; c < g * e.stride + e.len; c += hd) rot(x.data, r * C + c, hd, cos, sin, f.ropeRow ? f.ropeRow[t] : f.ropeBase + t);
             }
           }
         };
@@ -484,6 +524,8 @@ export class Interpreter {
       case 'attention':
         return this.attention(op);
       case 'silu':
+        // onnxruntime: Sigmoid, then Mul, each rounded to float32
+        if (this.ort) return this.unary(op.x, op.out, (v) => Math.fround(v * Math.fround(1 / (1 + Math.exp(-v)))));
         return this.unary(op.x, op.out, (v) => v / (1 + Math.exp(-v)));
       case 'sigmoid':
         return this.unary(op.x, op.out, (v) => 1 / (1 + Math.exp(-v)));
@@ -521,6 +563,17 @@ export class Interpreter {
 
   /** y = x · Wᵀ (+ bias) over the kept rows (outputs) and columns (inputs) of the weight. */
   private linear(op: Extract<Op, { op: 'linear' }>): Step {
+    const kernel = this.table.linearKernel?.(op);
+    if (kernel) {
+      const x = this.buffer(op.x);
+      const out = this.define(op.out, op.outFeatures, this.rowsOf.get(op.x));
+      const count = this.counter(op.x);
+      return (f) => {
+        const n = count(f);
+        if (f.widths && op.elastic) throw new LlmcError(`${op.weight}: this executor's linears run at full width only`);
+        kernel(x.data.subarray(0, n * op.inFeatures), n, out.rows(n).subarray(0, n * op.outFeatures));
+      };
+    }
     const W = this.table.weight(op.weight);
     const bias = op.bias && this.table.has(op.bias) ? this.table.vector(op.bias) : null;
     const x = this.buffer(op.x);
@@ -646,6 +699,12 @@ export class Interpreter {
       if (mem && !cap) {
         if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, mask, tokens);
         else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, mask, tokens);
+        return;
+      }
+      if (this.ort) {
+        if (f.tree || qpg !== nrep || G !== op.kvHeads) throw new LlmcError(`layer ${op.layer}: 'ort' rounding runs full-width causal attention only`);
+        if (cap) throw new LlmcError(`layer ${op.layer}: 'ort' rounding has no soft-capped attention`);
+        attendOrt(q, kc, vc, att, n, tokens, f.pos0, op.heads, nrep, hd, kvDim, Math.fround(scale), mask, f.keyMask);
         return;
       }
       if (scores.length < f.pos0 + T) scores = new Float32Array(f.pos0 + T);
@@ -894,6 +953,52 @@ function attend(
 }
 
 /**
+ * `attend` rounded as onnxruntime runs the ONNX attention (src/exec/onnx): each score's dot product in
+ * float64, rounded to float32, times the float32 scale, rounded; softmax in float64 with each
+ * normalized weight rounded to float32; the weighted sum of values in float64. Keys whose `keyMask`
+ * slot is 0 (padding) are masked out.
+ */
+function attendOrt(
+  q: Float32Array, kc: Float32Array, vc: Float32Array, att: Float32Array,
+  T: number, tokens: ArrayLike<number> | null, pos0: number, H: number, nrep: number, hd: number, kvDim: number,
+  scale: number, mask: AttentionMask, keyMask: ArrayLike<number> | undefined,
+): void {
+  const f = Math.fround;
+  const qDim = H * hd;
+  const scores = new Float64Array(pos0 + T);
+  for (let t = 0; t < T; t++) {
+    const p = pos0 + (tokens ? tokens[t] : t);
+    const pStart = Math.max(0, firstVisible(mask, p));
+    for (let h = 0; h < H; h++) {
+      const g = Math.floor(h / nrep);
+      const qo = t * qDim + h * hd;
+      let max = -Infinity;
+      for (let j = pStart; j <= p; j++) {
+        if (keyMask && keyMask[j] === 0) {
+          scores[j] = -Infinity;
+          continue;
+        }
+        const ko = j * kvDim + g * hd;
+        let dot = 0;
+        for (let i = 0; i < hd; i++) dot += q[qo + i] * kc[ko + i];
+        scores[j] = f(f(dot) * scale);
+        if (scores[j] > max) max = scores[j];
+      }
+      let sum = 0;
+      for (let j = pStart; j <= p; j++) {
+        scores[j] = scores[j] === -Infinity ? 0 : Math.exp(scores[j] - max);
+        sum += scores[j];
+      }
+      for (let i = 0; i < hd; i++) {
+        let acc = 0;
+        for (let j = pStart; j <= p; j++) if (scores[j]) acc += f(scores[j] / sum) * vc[j * kvDim + g * hd + i];
+        att[qo + i] = acc;
+      }
+    }
+  }
+}
+
+/**
  * Tree attention: new token t at position positions[t] attends to the shared slots and to its
  * visible slots (its ancestors and itself), in slot order, which is position order: the same keys
  * in the same order as a causal run reaching that token, so the same arithmetic (as `attend`).
@@ -967,6 +1072,33 @@ function rope(v: Float32Array, o: number, hd: number, cos: Float32Array, sin: Fl
     const sn = sin[c0 + i];
     v[o + i] = a * c - b * sn;
     v[o + i + half] = b * c + a * sn;
+  }
+}
+
+/** `rope` with each product and the sum rounded to float32 (onnxruntime's Mul, Mul, Add). */
+function ropeOrt(v: Float32Array, o: number, hd: number, cos: Float32Array, sin: Float32Array, t: number): void {
+  const f = Math.fround;
+  const half = hd >> 1;
+  const c0 = t * half;
+  for (let i = 0; i < half; i++) {
+    const a = v[o + i];
+    const b = v[o + i + half];
+    const c = cos[c0 + i];
+    const sn = sin[c0 + i];
+    v[o + i] = f(f(a * c) + f(-b * sn));
+    v[o + i + half] = f(f(b * c) + f(a * sn));
+  }
+}
+
+/** `rmsNorm` rounded as onnxruntime: mean of squares, + eps, sqrt each rounded, x / rms rounded, times w. */
+function rmsNormOrt(x: Float32Array, w: Float32Array, out: Float32Array, T: number, D: number, eps: number): void {
+  const f = Math.fround;
+  for (let t = 0; t < T; t++) {
+    const o = t * D;
+    let ss = 0;
+    for (let i = 0; i < D; i++) ss += x[o + i] * x[o + i];
+    const den = f(Math.sqrt(f(f(ss / D) + eps)));
+    for (let i = 0; i < D; i++) out[o + i] = f(x[o + i] / den) * w[i];
   }
 }
 
