@@ -25,7 +25,7 @@ const HAVE = existsSync(ARCHS);
 if (!HAVE) console.log(`arch-families: ${ARCHS} is absent; the tests on transformers-written checkpoints are skipped`);
 const FAMILIES = ['qwen3', 'qwen3_moe', 'olmoe', 'olmo2', 'granite', 'smollm3', 'gemma2', 'gemma3_text', 'phi3'];
 /** llama.cpp's architecture names (convert_hf_to_gguf.py's MODEL_ARCH of each class). */
-const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen3_moe: 'qwen3moe', olmoe: 'olmoe', olmo2: 'olmo2', granite: 'granite', smollm3: 'smollm3' };
+const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen3_moe: 'qwen3moe', olmoe: 'olmoe', olmo2: 'olmo2', granite: 'granite', smollm3: 'smollm3', gemma2: 'gemma2', gemma3_text: 'gemma3', phi3: 'phi3' };
 
 let tmp: string;
 beforeAll(async () => {

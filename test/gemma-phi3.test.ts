@@ -17,6 +17,7 @@ import { TfModel } from '../src/exec/autodiff/lower.js';
 import { compile } from '../src/app/compile/compile.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
+import { compileGguf } from './gguf-helpers.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
@@ -129,6 +130,18 @@ describe.skipIf(!HAVE)("gemma3: full and sliding layers each rotate with their o
       expect(worstRowError(b[k], a.onnxruntime, V), `${k} (bases swapped with the kinds) vs onnxruntime`).toBeLessThan(1e-5);
     }
     expect(worstRowError(one.onnxruntime, a.onnxruntime, V)).toBeGreaterThan(1e-3);
+  });
+});
+
+describe.skipIf(!HAVE)('the gguf target refuses what llama.cpp computes otherwise, in one line', () => {
+  it("gemma3 layers that do not follow llama.cpp's every-6th-full layout", async () => {
+    const dir = await variant('gemma3_text', 'gemma3-sf', { layer_types: ['sliding_attention', 'full_attention', 'sliding_attention', 'full_attention'] });
+    await expect(compileGguf(dir, path.join(tmp, 'gguf-gemma3-sf'), { quant: 'F32' })).rejects.toThrow(/sliding layers \[0,2\] differ from llama.cpp's gemma3 layout/);
+  });
+
+  it("gemma2 with query_pre_attn_scalar other than head_dim (llama.cpp scales by head_dim)", async () => {
+    const dir = await variant('gemma2', 'gemma2-qpas', { query_pre_attn_scalar: 32 });
+    await expect(compileGguf(dir, path.join(tmp, 'gguf-gemma2-qpas'), { quant: 'F32' })).rejects.toThrow(/query_pre_attn_scalar gives attention scale 0.17677.*but llama.cpp's gemma2 scales by 0.25/);
   });
 });
 

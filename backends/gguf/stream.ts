@@ -139,8 +139,9 @@ export async function* tensorChunks(source: ModelSource, t: TensorPlan, options:
   const opts = typeof options === 'number' ? { maxElems: options } : options;
   const maxElems = opts.maxElems;
   const bufs = opts.buffers ?? new ChunkBuffers();
-  if (t.computed) {
-    const data = t.computed();
+  if (t.computed || t.plusOne) {
+    // Norm weights (small, one vector) are read whole for gemma's 1 + w.
+    const data = t.computed ? t.computed() : (await source.readF32(t.sources[0])).map((v) => v + 1);
     const c = { data, length: data.length, source: t.name, offset: 0 };
     if (!source.allowNonFinite) checkFinite(c, source.description);
     yield c;
