@@ -179,3 +179,61 @@ describe.skipIf(!HAVE)('phi3: fused qkv_proj and gate_up_proj split at ingestion
     await expect(openCheckpoint(dir)).rejects.toThrow(/gate_up_proj.weight" has shape \[256,64\] but config.json implies 192 rows \(96 \+ 96\)/);
   });
 });
+
+describe.skipIf(!HAVE).each(['gemma2', 'gemma3_text', 'phi3'])('%s through the hf and cuda targets', (name) => {
+  const ref = () => {
+    const buf = readFileSync(path.join(ARCHS, name, 'reference_logits.safetensors'));
+    const n = Number(buf.readBigUInt64LE(0));
+    const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8')) as Record<string, { data_offsets: [number, number] }>;
+    const t = header[Object.keys(header).find((k) => k !== '__metadata__')!];
+    const bytes = buf.subarray(8 + n + t.data_offsets[0], 8 + n + t.data_offsets[1]);
+    return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  };
+  const prompt = () => readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[];
+
+  it('hf: the directory holds transformers\' own tensor names (phi3 fused again) and reproduces the reference', async () => {
+    const out = path.join(tmp, `hf-${name}`);
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      await compile({ source, target: 'hf', outDir: out, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    const header = (f: string) => {
+      const buf = readFileSync(f);
+      return Object.keys(JSON.parse(buf.subarray(8, 8 + Number(buf.readBigUInt64LE(0))).toString('utf8'))).sort();
+    };
+    expect(header(path.join(out, 'model.safetensors'))).toEqual(header(path.join(ARCHS, name, 'model.safetensors')));
+    const ck = await openCheckpoint(out);
+    const engine = await Engine.open(ck, { threads: 1 });
+    try {
+      expect(worstRowError(await engine.logits(prompt()), ref(), 512)).toBeLessThan(1e-4);
+    } finally {
+      await engine.close();
+      await ck.close();
+    }
+  });
+
+  it('cuda (fp32): transformers.js loads the directory and its logits match the reference', async () => {
+    const { AutoModelForCausalLM, env, Tensor } = await import('@huggingface/transformers');
+    env.allowRemoteModels = false;
+    env.localModelPath = tmp;
+    const out = path.join(tmp, `tjs-${name}`);
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      await compile({ source, target: 'cuda', outDir: out, passes: [], quant: 'fp32', progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    const model = await AutoModelForCausalLM.from_pretrained(`tjs-${name}`, { local_files_only: true, device: 'cpu' });
+    try {
+      const ids = prompt();
+      const input_ids = new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]);
+      const attention_mask = new Tensor('int64', new BigInt64Array(ids.length).fill(1n), [1, ids.length]);
+      const { logits } = (await model({ input_ids, attention_mask })) as { logits: InstanceType<typeof Tensor> };
+      expect(worstRowError(logits.data as Float32Array, ref(), 512)).toBeLessThan(1e-4);
+    } finally {
+      await model.dispose();
+    }
+  });
+});
