@@ -18,6 +18,10 @@ import { Rng } from '../src/core/util/rng.js';
 import { compileGguf, llamaLogits } from './gguf-helpers.js';
 import { writeSafetensors } from '../src/core/checkpoint/safetensors.js';
 import { readGgufHeader } from '../backends/gguf/read.js';
+import { compile } from '../src/app/compile/compile.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
+import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
@@ -230,5 +234,122 @@ describe.skipIf(!HAVE).each(Object.keys(GGUF_ARCH))('%s in llama.cpp (F32 GGUF u
 describe.skipIf(!HAVE)('the gguf target refuses what llama.cpp computes otherwise, in one line', () => {
   it('olmoe with grouped-query attention', async () => {
     await expect(compileGguf(path.join(ARCHS, 'olmoe'), path.join(tmp, 'gguf-olmoe-gqa'), { quant: 'F32' })).rejects.toThrow(/num_key_value_heads 2 differs from num_attention_heads 4, but llama.cpp's olmoe has no grouped-query attention/);
+  });
+});
+
+describe.skipIf(!HAVE).each(FAMILIES)('%s through the hf and cuda targets', (name) => {
+  const dir = path.join(ARCHS, name);
+  const build = async (target: string, quant?: string) => {
+    const out = path.join(tmp, `${target}-${name}`);
+    const source = await openCheckpoint(dir);
+    try {
+      await compile({ source, target, outDir: out, passes: [], quant, progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    return out;
+  };
+
+  it('hf: the written checkpoint reads back and reproduces the reference on onnxruntime', async () => {
+    const out = await build('hf');
+    const ck = await openCheckpoint(out);
+    const engine = await Engine.open(ck, { threads: 1 });
+    try {
+      const ref = referenceLogits(path.join(dir, 'reference_logits.safetensors'));
+      const ids = readJson(path.join(dir, 'reference.json')).prompt_ids as number[];
+      expect(worstRowError(await engine.logits(ids), ref.data, ref.shape[1])).toBeLessThan(1e-4);
+    } finally {
+      await engine.close();
+      await ck.close();
+    }
+  });
+
+  it("cuda: the fp32 decoder graph reproduces the reference within 1e-4 (olmoe: refused, transformers.js has no olmoe)", async () => {
+    if (name === 'olmoe') {
+      await expect(build('cuda', 'fp32')).rejects.toThrow(/--target cuda writes what transformers.js loads, and transformers.js has no olmoe model type/);
+      return;
+    }
+    const out = await build('cuda', 'fp32');
+    const d = await OnnxDecoder.open(path.join(out, 'onnx/model.onnx'));
+    try {
+      const ref = referenceLogits(path.join(dir, 'reference_logits.safetensors'));
+      const ids = readJson(path.join(dir, 'reference.json')).prompt_ids as number[];
+      const err = worstRowError(await d.logits(ids), ref.data, ref.shape[1]);
+      console.log(`${name} cuda fp32 worst row error ${err.toExponential(2)}`);
+      expect(err).toBeLessThan(1e-4);
+    } finally {
+      await d.close();
+    }
+  });
+
+  it('tensorrt-llm and qnn refuse the family in one line', async () => {
+    const source = await openCheckpoint(dir);
+    try {
+      for (const target of ['tensorrt-llm', 'qnn']) {
+        const run = compile({ source, target, outDir: path.join(tmp, `${target}-${name}`), passes: target === 'qnn' ? ['outliers'] : [], progress: silentProgress, note: () => {} });
+        await expect(run).rejects.toThrow(new RegExp(`--target ${target} .*${name}`));
+      }
+    } finally {
+      await source.close();
+    }
+  });
+});
+
+/** transformers.js's decoder-only model types among these families (models.js MODEL_FOR_CAUSAL_LM_MAPPING_NAMES). */
+describe.skipIf(!HAVE).each(FAMILIES.filter((f) => f !== 'olmoe'))('%s: transformers.js loads the cuda directory', (name) => {
+  it("AutoModelForCausalLM's greedy continuation equals transformers' (reference.json greedy_16)", async () => {
+    const { AutoModelForCausalLM, env, Tensor } = await import('@huggingface/transformers');
+    env.allowRemoteModels = false;
+    env.localModelPath = tmp;
+    const dir = path.join(ARCHS, name);
+    const out = path.join(tmp, `tjs-${name}`);
+    const source = await openCheckpoint(dir);
+    try {
+      await compile({ source, target: 'cuda', outDir: out, passes: [], quant: 'fp32', progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    const ref = readJson(path.join(dir, 'reference.json'));
+    const prompt = ref.prompt_ids as number[];
+    const want = ref.greedy_16 as number[];
+    const model = await AutoModelForCausalLM.from_pretrained(`tjs-${name}`, { local_files_only: true, device: 'cpu' });
+    try {
+      const ids = new Tensor('int64', BigInt64Array.from(prompt, BigInt), [1, prompt.length]);
+      const mask = new Tensor('int64', new BigInt64Array(prompt.length).fill(1n), [1, prompt.length]);
+      const res = (await model.generate({ input_ids: ids, attention_mask: mask, max_new_tokens: want.length, min_new_tokens: want.length, do_sample: false })) as InstanceType<typeof Tensor>;
+      expect(Array.from(res.data as BigInt64Array, Number).slice(prompt.length)).toEqual(want);
+    } finally {
+      await model.dispose();
+    }
+  });
+});
+
+describe.skipIf(!HAVE)('reorder on the families', () => {
+  // Per-head q/k norms share one weight across heads: permuting heads (and neurons) leaves the function as is.
+  it.each(['qwen3', 'qwen3_moe', 'granite', 'smollm3'])('%s: a random permutation of every layer\'s heads and neurons keeps the reference logits (onnxruntime, 1e-4)', async (name) => {
+    const dir = path.join(ARCHS, name);
+    const ck = await openCheckpoint(dir);
+    const permuted = permuteSource(ck, randomOrders(ck, 7, Array.from({ length: ck.spec.numLayers }, (_, l) => l)));
+    const engine = await Engine.open(permuted, { threads: 1 });
+    try {
+      const ref = referenceLogits(path.join(dir, 'reference_logits.safetensors'));
+      const ids = readJson(path.join(dir, 'reference.json')).prompt_ids as number[];
+      expect(worstRowError(await engine.logits(ids), ref.data, ref.shape[1])).toBeLessThan(1e-4);
+      // Not vacuous: the heads did move.
+      expect(await permuted.readF32('model.layers.0.self_attn.q_proj.weight')).not.toEqual(await ck.readF32('model.layers.0.self_attn.q_proj.weight'));
+    } finally {
+      await engine.close();
+      await ck.close();
+    }
+  });
+
+  it.each(['olmo2', 'olmoe'])('%s: refused in one line (q/k norm over the whole projection)', async (name) => {
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      const run = compile({ source, target: 'ts', outDir: path.join(tmp, `reorder-${name}`), passes: ['reorder'], progress: silentProgress, note: () => {} });
+      await expect(run).rejects.toThrow(new RegExp(`reorder: ${name}'s q/k RMSNorm spans the whole projection`));
+    } finally {
+      await source.close();
+    }
   });
 });

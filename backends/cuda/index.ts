@@ -5,6 +5,8 @@
  * build-engine.sh for trtexec. ./emit.ts writes it; docs/cuda.md describes it.
  */
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
+import { UsageError } from '../../src/core/errors.js';
+import { archOf } from '../../src/core/arch/registry.js';
 import { CUDA_FORMATS, CUDA_OPTIONS, cudaQuantBlock, DEFAULT_FORMAT, type CudaOptions } from './options.js';
 
 export const cuda: TargetDescriptor<CudaOptions> = {
@@ -15,6 +17,11 @@ export const cuda: TargetDescriptor<CudaOptions> = {
   capabilities: { elasticWidths: { kind: 'per-layer' }, perTensorFormats: true, perExpertFormats: true, qdq: false, chunkGraphs: true },
   quantBlock: (r) => cudaQuantBlock(r),
   requires: [],
+  checkArch(spec) {
+    if (archOf(spec).transformersJs === false) {
+      throw new UsageError(`--target cuda writes what transformers.js loads, and transformers.js has no ${spec.modelType} model type; compile ${spec.modelType} for --target ts, hf or gguf instead`);
+    }
+  },
   load: async () => (await import('./emit.js')).cudaTarget,
   open: async (a, o) => (await import('./run.js')).openCuda(a, o),
 };

@@ -32,7 +32,7 @@ import {
 import { levelMasks, maskedLoss, skipLayerMasks } from './masks.js';
 import { checkUniformAnchors, type ReorderOptions } from './options.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
-import { permuteSource, type LayerOrder } from './permute.js';
+import { checkReorderable, permuteSource, type LayerOrder } from './permute.js';
 import { describeLevel, fullWidth, planLevels } from './planner.js';
 
 /** What the pass records in every manifest (passes[].metadata): record `elastic-prefix/2`. */
@@ -306,6 +306,7 @@ export async function analyzeReorder(
 export const reorderPass: Pass<ReorderOptions> = {
   /** What any target's compile will look up: calibration, layer losses (unless anchors are listed), importance (every provider for auto). */
   async profile(source, o, ctx) {
+    checkReorderable(source.spec);
     const notes: string[] = [];
     const m = new Measurements(source, o, ctx.cacheDir, ctx.progress, notes);
     try {
@@ -320,6 +321,7 @@ export const reorderPass: Pass<ReorderOptions> = {
   },
 
   async run(unit, options, ctx) {
+    checkReorderable(unit.source.spec);
     const { metadata, source, adapters } = await analyzeReorder(unit.source, options, ctx);
     for (const n of metadata.notes) ctx.note(`reorder: ${n}`);
     return { unit: evolve(unit, { source, annotate: adapters }), record: metadata };

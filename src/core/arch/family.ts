@@ -123,6 +123,11 @@ export interface ArchEntry {
   gguf: GgufFamily;
   /** The tensorrt-llm target's class for this family; null: the target refuses it. */
   tensorrtLlm: TrtllmFamily | null;
+  /**
+   * transformers.js has this model_type (its models.js causal-LM mapping), so it loads the cuda
+   * target's directory; false: the cuda target refuses the family. Absent: true.
+   */
+  transformersJs?: boolean;
   /** The layer features beyond Llama's (q/k norms, norm placement, rope-less layers, multipliers); absent: none. */
   features?(cfg: ConfigReader, numLayers: number): Partial<Features>;
   /** Per-layer-type rope (gemma3): the full layers' rope and, where it differs, the sliding layers' base; absent: one rope (readRope). */

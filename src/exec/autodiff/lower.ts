@@ -238,7 +238,8 @@ export class TfModel {
       case 'rmsnorm': {
         // Per-head norms (heads): normalized over each head's dim channels.
         const x0 = get(op.x);
-        const x = op.heads ? tf.reshape(x0, [...x0.shape.slice(0, -1), op.heads, op.dim]) : x0;
+        // The heads from the value (a level's sliced projection keeps fewer).
+        const x = op.heads ? tf.reshape(x0, [...x0.shape.slice(0, -1), x0.shape[x0.shape.length - 1]! / op.dim, op.dim]) : x0;
         const ms = tf.mean(tf.square(x), -1, true);
         const w = op.offset ? tf.add(W(op.weight), 1) : W(op.weight);
         const y = tf.mul(tf.mul(x, tf.rsqrt(tf.add(ms, op.eps))), w);

@@ -365,13 +365,13 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
       // x / sqrt(mean(x²) + eps) · w: the pattern onnxruntime fuses into one SimplifiedLayerNormalization
       // kernel. A float16 graph normalizes in float32 and scales in float16, as Hugging Face's LlamaRMSNorm.
       // Per-head norms (heads): x as [B, T, heads, dim], normalized over dim.
-      const x = op.heads ? b.node('Reshape', [b.toF32(op.x), b.i64([0, 0, op.heads, op.dim])]) : b.toF32(op.x);
+      const x = op.heads ? b.node('Reshape', [b.toF32(op.x), b.i64([0, 0, -1, op.dim])]) : b.toF32(op.x);
       const ms = b.reduce('ReduceMean', b.node('Pow', [x, b.f32(2)]), [-1], 1);
       const norm = b.toCompute(b.node('Div', [x, b.node('Sqrt', [b.node('Add', [ms, b.f32(op.eps)])])]));
       const stored = mode.weights.vector(b, op.weight, [op.dim]);
       const w = op.offset ? b.node('Add', [stored, b.toCompute(b.f32(1))]) : stored;
       if (!op.heads) b.node('Mul', [norm, w], [], op.out);
-      else b.node('Reshape', [b.node('Mul', [norm, w]), b.i64([0, 0, op.heads * op.dim])], [], op.out);
+      else b.node('Reshape', [b.node('Mul', [norm, w]), b.i64([0, 0, -1])], [], op.out);
       return;
     }
     case 'scale':

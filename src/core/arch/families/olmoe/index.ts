@@ -31,4 +31,6 @@ export const olmoe: ArchEntry = {
     'softmax-topk',
   ),
   tensorrtLlm: null,
+  // transformers.js (3.x) has no olmoe model type.
+  transformersJs: false,
 };
