@@ -19,6 +19,8 @@ import { silentProgress } from '../src/core/util/progress.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
 import { compileGguf } from './gguf-helpers.js';
 import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
+import { partitionGraph } from '../src/core/chunks/partition.js';
+import { ChunkedPrefill } from '../src/exec/runtime/chunked.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
@@ -243,6 +245,24 @@ describe.skipIf(!HAVE).each(['gemma2', 'gemma3_text', 'phi3'])('%s through the h
       expect(worstRowError(logits.data as Float32Array, ref(), 512)).toBeLessThan(1e-4);
     } finally {
       await model.dispose();
+    }
+  });
+});
+
+describe.skipIf(!HAVE).each(['gemma2', 'gemma3_text', 'phi3'])('%s: chunk-partition cuts the graph and chunked prefill equals whole-prompt prefill (TS runtime)', (name) => {
+  it('c ∈ {4, 8}, the 20-token prompt (gemma2: its window of 8 crosses chunks)', async () => {
+    const ck = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      const model = await modelFromTensors(ck);
+      const p = partitionGraph(model.graph);
+      const tokens = readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[];
+      const whole = model.forward(tokens, model.newCache());
+      for (const c of [4, 8]) {
+        const chunked = new ChunkedPrefill(model, { c, subgraphs: p.subgraphs, order: () => Int32Array.from({ length: Math.ceil(tokens.length / c) * p.subgraphs.length }, (_, t) => t) });
+        expect(worstRowError(chunked.prefill(tokens, model.newCache(), 'all'), whole, 512), `c=${c}`).toBeLessThan(1e-5);
+      }
+    } finally {
+      await ck.close();
     }
   });
 });

@@ -73,11 +73,13 @@ export function partitionGraph(graph: ModelGraph, opts: { shadowLayers?: readonl
   };
   const attention = ops.flatMap((op, k) => (op.op === 'attention' ? [k] : []));
   if (!attention.length) throw new PartitionError('the graph has no attention op');
-  // A layer's qkv part starts at the input norm feeding its query projection: q ← rope ← linear ← rmsnorm.
+  // A layer's qkv part starts at the input norm feeding its query projection: q ← rope ← (q norm ←) linear ← rmsnorm.
   const qkvStart = attention.map((a) => {
     const op = ops[a] as Extract<Op, { op: 'attention' }>;
     const rope = ops[opAt(op.q, 'rope')] as Extract<Op, { op: 'rope' }>;
-    const lin = ops[opAt(rope.x, 'linear')] as Extract<Op, { op: 'linear' }>;
+    const qNorm = producer.get(rope.x);
+    const projected = qNorm !== undefined && ops[qNorm].op === 'rmsnorm' ? (ops[qNorm] as Extract<Op, { op: 'rmsnorm' }>).x : rope.x;
+    const lin = ops[opAt(projected, 'linear')] as Extract<Op, { op: 'linear' }>;
     return opAt(lin.x, 'rmsnorm');
   });
   const head = ops.findIndex((op) => op.op === 'gatherPositions');
@@ -92,17 +94,18 @@ export function partitionGraph(graph: ModelGraph, opts: { shadowLayers?: readonl
     const id = layer === null ? kind : `l${layer}.${kind}`;
     parts.push({ id, kind, layer, share: kind === 'attention' ? 'dynamic' : 'static', ops: [from, to] });
   };
-  part('embed', null, 0, qkvStart[0], ['embed']);
+  // Elementwise scalings (gemma's embedding scale, granite's multipliers), GELU-tanh and soft-capping sit with their neighbours.
+  part('embed', null, 0, qkvStart[0], ['embed', 'scale']);
   attention.forEach((a, n) => {
     const layer = (ops[a] as Extract<Op, { op: 'attention' }>).layer;
     if (qkvStart[n] >= a || (n > 0 && qkvStart[n] <= attention[n - 1])) throw new PartitionError(`layer ${layer}'s projections are not between its attention and the previous one`);
     part('qkv', layer, qkvStart[n], a, ['rmsnorm', 'linear', 'rope']);
     part('attention', layer, a, a + 1, ['attention']);
-    part('mlp', layer, a + 1, n + 1 < attention.length ? qkvStart[n + 1] : head, ['linear', 'add', 'rmsnorm', 'silu', 'sigmoid', 'mul', 'moe', 'router', 'column']);
+    part('mlp', layer, a + 1, n + 1 < attention.length ? qkvStart[n + 1] : head, ['linear', 'add', 'rmsnorm', 'silu', 'sigmoid', 'gelu_tanh', 'scale', 'mul', 'moe', 'router', 'column']);
     if (shadows.has(layer)) parts.push({ id: `l${layer}.shadow`, kind: 'shadow', layer, share: 'static', ops: [a + 1, a + 1] });
   });
   for (const l of shadows) if (!parts.some((p) => p.kind === 'mlp' && p.layer === l)) throw new PartitionError(`shadow layer ${l} is not a layer of the graph`);
-  part('head', null, head, ops.length, ['gatherPositions', 'rmsnorm', 'linear']);
+  part('head', null, head, ops.length, ['gatherPositions', 'rmsnorm', 'linear', 'scale', 'softcap']);
 
   // Boundary values and data edges.
   const inputs = GRAPH_INPUTS(graph);

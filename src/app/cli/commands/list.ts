@@ -1,5 +1,5 @@
 /**
- * `llmc list [targets|passes|formats] [--json]`: what the registries hold, with every option, format and
+ * `llmc list [targets|passes|formats|architectures] [--json]`: what the registries hold, with every option, format and
  * default (the catalogue `llmc compile --help` points to), read from the code so it cannot drift.
  */
 import type { Command } from 'commander';
@@ -9,8 +9,21 @@ import { UsageError } from '../../../core/errors.js';
 import type { OptionSpec } from '../../../core/pipeline/options.js';
 import { printJson } from '../output.js';
 import { FORMAT_ALIASES } from '../../../core/pipeline/format-names.js';
+import { ARCHITECTURES, SUPPORTED_MODEL_TYPES, type ArchEntry } from '../../../core/arch/registry.js';
 
-const KINDS = ['targets', 'passes', 'formats'] as const;
+/**
+ * Each model_type and what the targets make of it, from its registry entry: llama.cpp's architecture,
+ * TensorRT-LLM's class, whether transformers.js (the cuda target) has it. Every model_type compiles to
+ * ts and hf; a checkpoint's own features may still be refused by a target in one line (naming them).
+ */
+function architectures() {
+  return SUPPORTED_MODEL_TYPES.map((t) => {
+    const e: ArchEntry = ARCHITECTURES[t];
+    return { modelType: t, classes: e.causalLm, gguf: e.gguf.arch, tensorrtLlm: e.tensorrtLlm?.architecture ?? null, cuda: e.transformersJs !== false, ts: true, hf: true };
+  });
+}
+
+const KINDS = ['targets', 'passes', 'formats', 'architectures'] as const;
 type Kind = (typeof KINDS)[number];
 
 const options = (specs: readonly OptionSpec[]) => specs.map((s) => ({ key: s.key, help: s.help, default: s.default ?? null }));
@@ -44,6 +57,8 @@ function listing(kind: Kind): unknown {
         ...Object.fromEntries(TARGETS.map((t) => [t.name, { quant: t.formats.quant, default: t.formats.default, tensorTypes: t.formats.tensorTypes }])),
         aliases: FORMAT_ALIASES,
       };
+    case 'architectures':
+      return architectures();
   }
 }
 
@@ -99,17 +114,30 @@ export function describeFormats(): string {
   return lines.join('\n');
 }
 
+export function describeArchitectures(): string {
+  const rows = architectures().map((a) => [a.modelType, a.gguf, a.tensorrtLlm ?? 'refused', a.cuda ? 'yes' : 'refused', 'yes', 'yes']);
+  const head = ['model_type', 'gguf (llama.cpp arch)', 'tensorrt-llm', 'cuda (transformers.js)', 'ts', 'hf'];
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (r: string[]) => '  ' + r.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd();
+  return [
+    'Architectures (config.json model_type) and the targets that write them (a checkpoint feature a target cannot express is refused in one line):',
+    line(head),
+    ...rows.map(line),
+  ].join('\n');
+}
+
 export function registerList(program: Command): void {
   program
     .command('list')
-    .description('List the targets, passes or formats this llmc knows, with their options and defaults')
-    .argument('[what]', `${KINDS.join(' | ')} (default: all three)`)
+    .description('List the targets, passes, formats or architectures this llmc knows, with their options and defaults')
+    .argument('[what]', `${KINDS.join(' | ')} (default: all of them)`)
     .option('--json', 'machine-readable output')
     .addHelpText('after', '\nExamples:\n  llmc list targets\n  llmc list passes --json\n')
     .action((what: string | undefined, o: { json?: boolean }) => {
       if (what !== undefined && !(KINDS as readonly string[]).includes(what)) throw new UsageError(`list: unknown "${what}"; list ${KINDS.join(', ')}`);
       const kinds = what === undefined ? KINDS : [what as Kind];
       if (o.json) return printJson(what === undefined ? Object.fromEntries(KINDS.map((k) => [k, listing(k)])) : listing(kinds[0]));
-      process.stdout.write(kinds.map((k) => (k === 'targets' ? describeTargets() : k === 'passes' ? describePasses() : describeFormats())).join('\n\n') + '\n');
+      const text = (k: Kind) => (k === 'targets' ? describeTargets() : k === 'passes' ? describePasses() : k === 'formats' ? describeFormats() : describeArchitectures());
+      process.stdout.write(kinds.map(text).join('\n\n') + '\n');
     });
 }
