@@ -21,6 +21,7 @@ import { compileGguf } from './gguf-helpers.js';
 import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
 import { partitionGraph } from '../src/core/chunks/partition.js';
 import { ChunkedPrefill } from '../src/exec/runtime/chunked.js';
+import { llmcInProcess } from './cli.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
@@ -264,5 +265,20 @@ describe.skipIf(!HAVE).each(['gemma2', 'gemma3_text', 'phi3'])('%s: chunk-partit
     } finally {
       await ck.close();
     }
+  });
+});
+
+describe('llmc list architectures', () => {
+  it('lists each model_type with its llama.cpp architecture, TensorRT-LLM class and transformers.js support (--json)', async () => {
+    const r = await llmcInProcess('list', 'architectures', '--json');
+    expect(r.code).toBe(0);
+    const rows = JSON.parse(r.stdout) as { modelType: string; gguf: string; tensorrtLlm: string | null; cuda: boolean }[];
+    const by = new Map(rows.map((x) => [x.modelType, x]));
+    expect(by.get('gemma2')).toMatchObject({ gguf: 'gemma2', tensorrtLlm: null, cuda: true });
+    expect(by.get('gemma3_text')).toMatchObject({ gguf: 'gemma3', tensorrtLlm: null, cuda: true });
+    expect(by.get('phi3')).toMatchObject({ gguf: 'phi3', tensorrtLlm: null, cuda: true });
+    expect(by.get('llama')).toMatchObject({ gguf: 'llama', tensorrtLlm: 'LlamaForCausalLM' });
+    const text = await llmcInProcess('list', 'architectures');
+    expect(text.stdout).toMatch(/^ {2}gemma3_text +gemma3 +refused +yes +yes +yes$/m);
   });
 });
