@@ -5,7 +5,7 @@
  */
 import type { TargetDescriptor } from '../src/core/pipeline/target.js';
 import { gguf } from './gguf/index.js';
-import { ggufLevels } from './gguf-levels/index.js';
+import { ggufLevels } from './gguf/levels/index.js';
 import { hf } from './hf/index.js';
 import { ts } from './ts/index.js';
 import { cuda } from './cuda/index.js';

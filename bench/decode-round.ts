@@ -2,7 +2,7 @@
  * The decode timing loop of the browser comparison (bench/browser-runtime.ts): Node runs it from
  * here, and the page runs this same file bundled by esbuild, so both sides time the same code.
  */
-import { argmax } from '../src/exec/runtime/sampling.js';
+import { argmax } from '../src/core/sampling.js';
 
 /**
  * How a timed round runs. 'fresh': a new KV cache per round and a new logits array per token (the

@@ -19,7 +19,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { loadDir } from '../src/exec/runtime/node.js';
 import type { Model } from '../src/exec/runtime/model.js';
-import { argmax } from '../src/exec/runtime/sampling.js';
+import { argmax } from '../src/core/sampling.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 import { compilePlain } from './compile-plain.js';
 import { buildLlama2c, runLlama2c, writeLlama2c, type CDecode } from './llama2c.js';

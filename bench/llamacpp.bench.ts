@@ -16,7 +16,7 @@ import type { Token } from 'node-llama-cpp';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { MANIFEST_FILE } from '../src/exec/runtime/format.js';
 import type { Model } from '../src/exec/runtime/model.js';
-import { argmax } from '../src/exec/runtime/sampling.js';
+import { argmax } from '../src/core/sampling.js';
 import { cachedFixture, round, runIfMain, type BenchSuite } from './harness.js';
 import { compilePlain } from './compile-plain.js';
 import { reusedState } from './decode-round.js';

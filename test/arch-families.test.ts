@@ -22,6 +22,7 @@ import { compile } from '../src/app/compile/compile.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
 import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
+import { llmcInProcess } from './cli.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
@@ -353,5 +354,84 @@ describe.skipIf(!HAVE)('reorder on the families', () => {
     } finally {
       await source.close();
     }
+  });
+});
+
+describe.skipIf(!HAVE)('the other passes on the families', () => {
+  const prompt = (name: string) => readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[];
+  const greedy = (name: string) => (readJson(path.join(ARCHS, name, 'reference.json')).greedy_16 as number[]).slice(0, 8);
+  const runIds = async (dir: string, name: string, ...flags: string[]) => {
+    const r = await llmcInProcess('run', dir, '--prompt-ids', prompt(name).join(','), '-n', '8', ...flags, '--json');
+    expect(r.code).toBe(0);
+    return JSON.parse(r.stdout).generated_ids as number[];
+  };
+  const build = async (name: string, target: string, passes: string[], opts: Record<string, string>, out: string) => {
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      await compile({ source, target, outDir: out, passes, opts, progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    return out;
+  };
+
+  // granite: scale ops in the embed, mlp and head parts; olmo2: a layer that starts at its q projection (no input norm).
+  it.each(['granite', 'olmo2'])("chunk-partition on %s: chunked prefill (5 chunks of 4) continues as transformers' greedy", async (name) => {
+    const out = await build(name, 'ts', ['chunk-partition'], { 'chunk-partition.chunk': '4' }, path.join(tmp, `cp-${name}`));
+    expect(await runIds(out, name, '--chunk', 'auto')).toEqual(greedy(name));
+  });
+
+  it.each(['olmo2', 'smollm3'])("tree-search on %s with a layer-skipping draft: speculative decoding continues as transformers' greedy", async (name) => {
+    const out = await build(name, 'ts', ['tree-search'], { 'tree-search.draftSkip': '1,2' }, path.join(tmp, `tree-${name}`));
+    expect(await runIds(out, name, '--speculative')).toEqual(greedy(name));
+  });
+
+  it.each([
+    ['qwen3_moe', 'gguf'],
+    ['olmoe', 'ts'],
+  ])('expert-bits on %s (target %s): a format per expert (or per layer for gguf) within a 5 bpw budget', async (name, target) => {
+    const out = path.join(tmp, `eb-${name}`);
+    await build(name, target, ['expert-bits'], { 'expert-bits.budgetBpw': '5' }, out);
+    const manifest = readJson(path.join(out, 'llmc-manifest.json'));
+    const rec = (manifest.passes as Json[]).find((p) => p.name === 'expert-bits')?.metadata as Json | undefined;
+    expect(rec?.format).toBe('expert-table/1');
+    // gguf stacks a layer's experts in one tensor of one type: the plan is per layer and projection there.
+    expect(rec?.granularity).toBe(target === 'gguf' ? 'layer-proj' : 'expert');
+    expect((rec?.budget as Json).kind).toBe('bpw');
+    // The artifact runs (llama.cpp for gguf, the TS runtime for ts).
+    expect(await runIds(target === 'gguf' ? path.join(out, 'model.gguf') : out, name)).toHaveLength(8);
+  }, 240_000);
+});
+
+describe('llmc list architectures', () => {
+  it('lists every registry family with its targets and passes, as the refusals above decide', async () => {
+    const r = await llmcInProcess('list', 'architectures', '--json');
+    expect(r.code).toBe(0);
+    const rows = JSON.parse(r.stdout) as { modelType: string; targets: Record<string, unknown>; passes: Record<string, boolean> }[];
+    const by = new Map(rows.map((a) => [a.modelType, a]));
+    for (const f of FAMILIES) expect(by.get(f)?.targets.gguf).toBe(GGUF_ARCH[f]);
+    expect(by.get('olmoe')!.targets.cuda).toBe(false);
+    expect(by.get('qwen3')!.targets.cuda).toBe(true);
+    expect(FAMILIES.map((f) => by.get(f)!.passes.reorder)).toEqual([true, true, false, false, true, true, true, true, true]);
+    expect(FAMILIES.map((f) => by.get(f)!.passes['expert-bits'])).toEqual([false, true, true, false, false, false, false, false, false]);
+    // phi3 split at ingestion is Llama's layer, which qnn lowers.
+    for (const f of FAMILIES) expect([by.get(f)!.targets['tensorrt-llm'], by.get(f)!.targets.qnn]).toEqual([null, f === 'phi3']);
+  });
+});
+
+describe.skipIf(!HAVE)('config keys of the families that change the math and are not implemented are refused in one line', () => {
+  const cfg = (name: string) => readJson(path.join(ARCHS, name, 'config.json'));
+  it.each([
+    ['olmoe', { clip_qkv: 8 }, /key "clip_qkv" = 8 is not supported by llmc's olmoe reader/],
+    ['qwen3_moe', { use_sliding_window: true, sliding_window: 16 }, /use_sliding_window with sliding_window 16 is not implemented for qwen3_moe/],
+    ['smollm3', { no_rope_layers: [1, 2, 1, 0] }, /"no_rope_layers" must give 0 or 1/],
+    ['granite', { mup_scale: 2 }, /key "mup_scale" .* is not understood by llmc's granite reader/],
+  ] as [string, Json, RegExp][])('%s with %j', (name, patch, msg) => {
+    expect(() => normalizeConfig({ ...cfg(name), ...patch }, 'config.json')).toThrow(msg);
+  });
+
+  it('smollm3 without no_rope_layers: every no_rope_layer_interval-th layer attends without rope', () => {
+    const c = { ...cfg('smollm3'), num_hidden_layers: 8, layer_types: undefined, no_rope_layers: undefined, no_rope_layer_interval: 4 };
+    expect(normalizeConfig(c, 'config.json').ropeLayers).toEqual([0, 1, 2, 4, 5, 6]);
   });
 });

@@ -269,16 +269,13 @@ describe.skipIf(!HAVE).each(['gemma2', 'gemma3_text', 'phi3'])('%s: chunk-partit
 });
 
 describe('llmc list architectures', () => {
-  it('lists each model_type with its llama.cpp architecture, TensorRT-LLM class and transformers.js support (--json)', async () => {
+  it('gemma2 / gemma3_text / phi3: their layer features, targets and passes (--json)', async () => {
     const r = await llmcInProcess('list', 'architectures', '--json');
     expect(r.code).toBe(0);
-    const rows = JSON.parse(r.stdout) as { modelType: string; gguf: string; tensorrtLlm: string | null; cuda: boolean }[];
-    const by = new Map(rows.map((x) => [x.modelType, x]));
-    expect(by.get('gemma2')).toMatchObject({ gguf: 'gemma2', tensorrtLlm: null, cuda: true });
-    expect(by.get('gemma3_text')).toMatchObject({ gguf: 'gemma3', tensorrtLlm: null, cuda: true });
-    expect(by.get('phi3')).toMatchObject({ gguf: 'phi3', tensorrtLlm: null, cuda: true });
-    expect(by.get('llama')).toMatchObject({ gguf: 'llama', tensorrtLlm: 'LlamaForCausalLM' });
-    const text = await llmcInProcess('list', 'architectures');
-    expect(text.stdout).toMatch(/^ {2}gemma3_text +gemma3 +refused +yes +yes +yes$/m);
+    type Row = { modelType: string; layer: string[]; targets: Record<string, unknown>; passes: Record<string, boolean> };
+    const by = new Map((JSON.parse(r.stdout) as Row[]).map((x) => [x.modelType, x]));
+    expect(by.get('gemma2')).toMatchObject({ layer: expect.arrayContaining(['sandwich-norms', 'GELU-tanh MLP', '(1 + w) norms', 'final logit soft-capping']), targets: { gguf: 'gemma2', cuda: true, qnn: false, 'tensorrt-llm': null } });
+    expect(by.get('gemma3_text')).toMatchObject({ layer: expect.arrayContaining(['per-head q/k norm', 'rope base per layer type']), targets: { gguf: 'gemma3', qnn: false }, passes: { reorder: true } });
+    expect(by.get('phi3')).toMatchObject({ layer: [], targets: { gguf: 'phi3', qnn: true, cuda: true }, passes: { reorder: true, outliers: true } });
   });
 });

@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, openSync, writeSync, 
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ChunkEncoder } from '../backends/gguf/encode.js';
+import { ChunkEncoder } from '../src/core/quant/encode.js';
 import { allFiniteBf16, simdKernels, bf16ToF16Into, bf16ToF16IntoJs, bf16ToF32Into, bf16ToQ8_0Into, bf16ToQ8_0IntoJs, copyF16Into, f16ToF32Into } from '../src/core/quant/bf16.js';
 import { quantize, type QuantType } from '../src/core/quant/index.js';
 import { quantizeQ4_0Js, quantizeQ4_1Js, quantizeQ5_0Js, quantizeQ5_1Js, quantizeQ8_0Js } from '../src/core/quant/legacy.js';

@@ -15,8 +15,8 @@ import { compile } from '../src/app/compile/compile.js';
 import { openCheckpoint, type ModelSource } from '../src/core/checkpoint/index.js';
 import { UsageError } from '../src/core/errors.js';
 import { sliceSource } from '../src/core/pipeline/elastic.js';
-import { evolve, NO_OPTIONS, type PassDescriptor, type TargetDescriptor } from '../src/core/pipeline/index.js';
-import { defineRecord, findRecord } from '../src/core/records/index.js';
+import { toyPass } from './fixtures/toy-plugin/pass.js';
+import { toyTarget } from './fixtures/toy-plugin/target.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { llmcInProcess } from './cli.js';
 
@@ -28,75 +28,11 @@ beforeAll(async () => {
 });
 afterAll(async () => fsp.rm(tmp, { recursive: true, force: true }));
 
-/** A record, a pass and a target defined here, known to llmc only through the registries. */
-interface ToyRecord {
-  format: 'toy-marks/1';
-  marked: string[];
-  scale: number;
-}
-const TOY_MARKS = defineRecord<ToyRecord>('toy-marks/1', 'toy marks', (v, c) => {
-  const o = c.obj(v, 'toy');
-  c.num(o.scale, 'scale');
-  c.arr(o.marked, 'marked').forEach((m, i) => c.str(m, `marked[${i}]`));
-  return o as unknown as ToyRecord;
-});
-
-const toyPass: PassDescriptor<{ scale: number }> = {
-  name: 'toy',
-  description: 'marks the q projections Q8_0 and records them',
-  options: {
-    specs: [{ key: 'scale', help: 'a number recorded as is', default: '1' }],
-    parse: (raw) => {
-      const scale = Number(raw.scale ?? '1');
-      if (!Number.isFinite(scale)) throw new UsageError(`toy.scale must be a number, got "${raw.scale}"`);
-      return { scale };
-    },
-  },
-  flags: [{ flag: '--toy-scale <n>', key: 'scale', help: 'toy: the scale' }],
-  after: ['reorder'],
-  requires: [],
-  produces: TOY_MARKS,
-  load: async () => ({
-    async run(unit, options, ctx) {
-      const marked = unit.source.tensors.map((t) => t.name).filter((n) => n.endsWith('q_proj.weight'));
-      // Runs after reorder whatever the order on the command line: its record is already there.
-      const after = unit.records.map((r) => r.name);
-      ctx.note(`toy: after ${after.join(',') || 'nothing'}, target ${ctx.target.name}`);
-      return {
-        unit: evolve(unit, { annotate: new Map(marked.map((n) => [n, { format: 'Q8_0' }])) }),
-        record: { format: 'toy-marks/1', marked, scale: options.scale } satisfies ToyRecord,
-      };
-    },
-  }),
-};
-
-const toyTarget: TargetDescriptor<{ greeting: string }> = {
-  name: 'toy-target',
-  description: 'writes what it was given as JSON',
-  formats: { quant: ['A', 'B'], default: 'A', tensorTypes: null },
-  options: {
-    specs: [{ key: 'greeting', help: 'written into the file' }],
-    parse: (raw) => ({ greeting: raw.greeting ?? 'hello' }),
-  },
-  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: true, perExpertFormats: true, qdq: false, chunkGraphs: false },
-  quantBlock: () => 1,
-  requires: [TOY_MARKS],
-  load: async () => ({
-    async emit(unit, ctx) {
-      const marks = findRecord(unit.records, TOY_MARKS);
-      const body = {
-        greeting: ctx.options.greeting,
-        quant: ctx.formats.quant ?? null,
-        ops: unit.graph.ops.length,
-        formats: Object.fromEntries([...unit.annotations].map(([n, a]) => [n, a.format])),
-        scale: marks?.scale,
-      };
-      await fsp.writeFile(path.join(ctx.outDir, 'toy.json'), JSON.stringify(body));
-      return { files: ['toy.json'], targetInfo: { toy: true } };
-    },
-  }),
-};
-
+/**
+ * A pass and a target from their own folder (test/fixtures/toy-plugin), each added with one
+ * registry line: nothing else in llmc knows them (the layering test checks the folder imports only
+ * src/core and itself, and that no file outside it names them).
+ */
 describe('a pass and a target added through the registries alone', () => {
   beforeAll(() => {
     PASSES.push(toyPass);
@@ -119,7 +55,8 @@ describe('a pass and a target added through the registries alone', () => {
     const body = JSON.parse(readFileSync(path.join(out, 'toy.json'), 'utf8'));
     expect(body.greeting).toBe('hi');
     expect(body.quant).toBe('B'); // the table's spelling
-    expect(body.scale).toBe(2.5);
+    expect(body.scale).toBe(2.5); // the pass's typed record, read back by the target
+    expect(body.marked).toEqual(Array.from({ length: 5 }, (_, l) => `model.layers.${l}.self_attn.q_proj.weight`));
     expect(body.ops).toBeGreaterThan(50); // the unit's IR reached the target
     expect(Object.keys(body.formats)).toHaveLength(5); // stories260K: 5 layers' q_proj
     const manifest = JSON.parse(readFileSync(path.join(out, 'llmc-manifest.json'), 'utf8'));
@@ -127,6 +64,11 @@ describe('a pass and a target added through the registries alone', () => {
     expect(manifest.passes.map((p: { name: string }) => p.name)).toEqual(['reorder', 'toy']);
     expect(manifest.passes[1].metadata.format).toBe('toy-marks/1');
     expect(manifest.passes[1].options).toEqual({ scale: 2.5 });
+    // The commands that read an artifact take it too: nothing in llmc was written for it.
+    for (const cmd of [['inspect'], ['verify'], ['report', '--json']]) {
+      const c = await llmcInProcess(cmd[0], out, ...cmd.slice(1));
+      expect(c.code, `${cmd[0]}: ${c.stderr}`).toBe(0);
+    }
   });
 
   it('--help and llmc list list them, from the registries', async () => {
@@ -234,19 +176,38 @@ describe('layers of the code', () => {
     ['src/exec/', ['src/core/', 'src/exec/']],
     ['src/measure/', ['src/core/', 'src/exec/', 'src/measure/']],
     ['src/app/', ['src/core/', 'src/exec/', 'src/measure/', 'src/app/', 'passes/index', 'backends/index']],
-    ['passes/', ['src/core/', 'src/exec/', 'src/measure/', 'passes/']],
-    ['backends/', ['src/core/', 'src/exec/', 'backends/']],
+    // The registries list their plugins.
+    ['passes/index', ['src/core/', 'passes/']],
+    ['backends/index', ['src/core/', 'backends/']],
   ];
+  /** A plugin (passes/<name>/, backends/<name>/) imports the layers docs/architecture.md lets it, and its own folder: never another plugin. */
+  const PLUGIN_LAYERS: Record<string, string[]> = { passes: ['src/core/', 'src/exec/', 'src/measure/'], backends: ['src/core/', 'src/exec/'] };
+  const allowedFor = (f: string): string[] => {
+    const rule = RULES.find(([prefix]) => f.startsWith(prefix));
+    if (rule) return rule[1];
+    const [kind, name] = f.split(path.sep);
+    return [...PLUGIN_LAYERS[kind], path.join(kind, name) + path.sep];
+  };
 
-  it('nothing imports upwards: core ← exec ← measure ← passes / targets ← app (profile, compile, cli)', () => {
+  it('nothing imports upwards: core ← exec ← measure ← passes / targets ← app (profile, compile, cli); a plugin imports no other plugin', () => {
     const bad: string[] = [];
     for (const dir of ['src', 'passes', 'backends']) {
       for (const f of files(dir)) {
-        const allowed = RULES.find(([prefix]) => f.startsWith(prefix))![1];
+        const allowed = allowedFor(f);
         for (const target of imports(f)) if (!allowed.some((a) => target.startsWith(a))) bad.push(`${f} → ${target}`);
       }
     }
     expect(bad).toEqual([]);
+  });
+
+  it('the toy plugin (test/fixtures/toy-plugin) needs nothing but src/core and its own folder, and nothing in llmc names it', () => {
+    const toy = path.join('test', 'fixtures', 'toy-plugin');
+    const plugin = files(toy);
+    expect(plugin.length).toBeGreaterThan(0);
+    const bad = plugin.flatMap((f) => imports(f).filter((t) => !t.startsWith('src/core/') && !t.startsWith(toy + path.sep)).map((t) => `${f} → ${t}`));
+    expect(bad).toEqual([]);
+    const named = ['src', 'passes', 'backends'].flatMap(files).filter((f) => /toy-plugin|toy-marks|toy-target|toyPass|toyTarget/.test(readFileSync(path.join(ROOT, f), 'utf8')));
+    expect(named).toEqual([]);
   });
 
   it('only the architecture registry branches on the model type', () => {

@@ -14,7 +14,7 @@ import { UsageError } from '../src/core/errors.js';
 import { Rng } from '../src/core/util/rng.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { findTarget } from '../src/app/compile/plan.js';
-import { argmax } from '../src/exec/runtime/sampling.js';
+import { argmax } from '../src/core/sampling.js';
 import { relErr } from './numeric.js';
 
 const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');

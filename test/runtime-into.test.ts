@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadDir } from '../src/exec/runtime/node.js';
-import { argmax } from '../src/exec/runtime/sampling.js';
+import { argmax } from '../src/core/sampling.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import { compileTs } from './ts-artifact.js';
 

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/exec/engine/engine.js';
-import { Sampler } from '../src/exec/runtime/sampling.js';
+import { Sampler } from '../src/core/sampling.js';
 import { urlSource } from '../src/exec/runtime/bytes.js';
 import { load } from '../src/exec/runtime/load.js';
 import { loadDir } from '../src/exec/runtime/node.js';

@@ -5,16 +5,14 @@
  * parser knows (it throws on others); I/O names are the graph's, with `%d` for the layer.
  */
 import type { ArchSpec } from '../../src/core/arch/types.js';
+import { archOf } from '../../src/core/arch/registry.js';
 import { DECODER_IO, type DecoderIo } from '../../src/exec/onnx/decoder.js';
 
 export const GENAI_CONFIG = 'genai_config.json';
 
-/** onnxruntime-genai's decoder-only model types (src/models/model_type.h, ModelType::IsLLM), those llmc writes. */
-const GENAI_LLM_TYPES = 'llama mistral qwen2'.split(' ');
-
-/** The genai model type of a spec, or null when onnxruntime-genai has none (its LLM list has no MoE type llmc writes). */
+/** The genai model type of a spec (its family's registry entry), or null when onnxruntime-genai has none. */
 export function genaiModelType(spec: ArchSpec): string | null {
-  return GENAI_LLM_TYPES.includes(spec.modelType) ? spec.modelType : null;
+  return archOf(spec).ortGenai;
 }
 
 const layerTemplate = (name: (l: number) => string) => name(0).replace('.0.', '.%d.');

@@ -9,10 +9,11 @@ import type * as ort from 'onnxruntime-node';
 import { LlmcError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { CHUNK_SCHEDULE, findRecord, MANIFEST_FILE, requireChunkSchedule } from '../../src/core/records/index.js';
-import { chunkOrderFor, chunkPlanOf, pickChunkPlan, type ChunkPlanRecord } from '../../src/core/records/chunk-schedule.js';
+import { chunkPlanOf, type ChunkPlanRecord } from '../../src/core/records/chunk-schedule.js';
+import { chunkOrderFor, pickChunkPlan } from '../../src/core/chunks/dispatch.js';
 import { cacheTensor, OrtChunkPrefill } from '../../src/exec/engine/chunks.js';
 import type { OnnxDecoder } from '../../src/exec/engine/decoder-dir.js';
-import { Sampler } from '../../src/exec/runtime/sampling.js';
+import { Sampler } from '../../src/core/sampling.js';
 import { chunkGraphFile } from './chunks.js';
 import { TARGET_INFO_CHUNKS, targetInfoAs } from '../../src/core/records/target-info.js';
 

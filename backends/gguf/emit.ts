@@ -10,12 +10,12 @@ import { unmatchedPatterns, type EmitContext, type EmitResult, type FormatReques
 import type { CompileUnit, TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
-import { ChunkEncoder } from './encode.js';
+import { ChunkEncoder } from '../../src/core/quant/encode.js';
 import { modelMetadata } from './metadata.js';
 import { chooseTensorType, DEFAULT_QUANT, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
 import { neOf, planTensors, type TensorPlan } from './tensors.js';
 import type { GgufFamily } from '../../src/core/arch/registry.js';
-import { ChunkBuffers, tensorChunks, type RawDtype } from './stream.js';
+import { ChunkBuffers, tensorChunks, type RawDtype } from '../../src/core/checkpoint/stream.js';
 import { convertTokenizer, placeholderVocab } from './vocab.js';
 import { GgufFileWriter, layoutGguf, type GgufTensorInfo } from './writer.js';
 

@@ -8,54 +8,18 @@ import { LlmcError } from '../../src/core/errors.js';
 import { archOf, type GgufFamily } from '../../src/core/arch/registry.js';
 import { layerNorms } from '../../src/core/arch/names.js';
 import { checkGgufRope } from './metadata.js';
+import type { StreamedTensor } from '../../src/core/checkpoint/stream.js';
 
 /** How llama.cpp writes the spec's family (the registry entry's gguf side). */
 export function ggufFamily(spec: ArchSpec): GgufFamily {
   return archOf(spec).gguf;
 }
 
-export interface TensorPlan {
-  /** GGUF tensor name. */
-  name: string;
-  /** Row-major shape as written (a stacked expert tensor is [experts, rows, cols]). */
-  shape: number[];
-  /** Source tensors, concatenated along the first axis (several only for stacked experts). */
-  sources: string[];
-  /** q/k of a family with permuteQK: re-interleave rotary halves within each of this many heads. */
-  permuteHeads?: number;
-  /** Written as 1 + w (gemma's norms, GgufFamily.normPlusOne). */
-  plusOne?: boolean;
-  /** Computed rather than read (llama3 rope factors). */
-  computed?: () => Float32Array;
-}
+/** A GGUF tensor (name: llama.cpp's) and where its values come from. */
+export type TensorPlan = StreamedTensor;
 
 /** ggml's ne: innermost (contiguous) dimension first. */
 export const neOf = (shape: readonly number[]) => [...shape].reverse();
-
-/**
- * LlamaModel.permute: Hugging Face stores each head's rotary pairs as two halves
- * [x0..x(d/2-1), y0..]; llama.cpp's (non-NeoX) rope expects them interleaved [x0, y0, x1, y1 ...].
- * Row r = j*(d/2) + i of a head moves to row 2i + j. Works on f32 values or raw 16-bit values, into
- * `out` when given (no allocation).
- */
-export function permuteRotaryRows<T extends Float32Array | Uint16Array>(data: T, rows: number, heads: number, out?: T): T {
-  const cols = data.length / rows;
-  const hd = rows / heads;
-  if (!Number.isInteger(hd) || hd % 2 !== 0) {
-    throw new LlmcError(`cannot permute ${rows} rows into ${heads} heads of even size`);
-  }
-  const half = hd / 2;
-  const dst = out ?? (new (data.constructor as new (n: number) => T)(data.length));
-  for (let h = 0; h < heads; h++) {
-    for (let j = 0; j < 2; j++) {
-      for (let i = 0; i < half; i++) {
-        const src = (h * hd + j * half + i) * cols;
-        dst.set(data.subarray(src, src + cols) as ArrayLike<number>, (h * hd + 2 * i + j) * cols);
-      }
-    }
-  }
-  return dst;
-}
 
 /** convert_hf_to_gguf's llama3 rope factors (rope_freqs.weight), one per rotary frequency. */
 export function llama3RopeFactors(spec: ArchSpec): Float32Array {
@@ -169,6 +133,7 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
       }
     }
     if (norms.mlpOut) norm(`${b}.post_ffw_norm.weight`, norms.mlpOut);
+    for (const t of family.layerTensors(spec, l)) one(`${b}.${t.name}`, t.hf);
   }
   norm('output_norm.weight', FINAL_NORM);
   // Tied embeddings: no output.weight, llama.cpp reuses token_embd (as the converter leaves it).

@@ -15,10 +15,11 @@ import * as ort from 'onnxruntime-node';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { CHUNK_SCHEDULE, findRecord, MANIFEST_FILE, requireChunkSchedule } from '../../src/core/records/index.js';
-import { chunkOrderFor, chunkPlanOf, type ChunkSchedule } from '../../src/core/records/chunk-schedule.js';
+import { chunkPlanOf, type ChunkSchedule } from '../../src/core/records/chunk-schedule.js';
+import { chunkOrderFor } from '../../src/core/chunks/dispatch.js';
 import { appendChunkRows, leadingSlots } from '../../src/exec/engine/chunks.js';
 import { openArtifactSession } from '../../src/exec/engine/session-options.js';
-import { Sampler } from '../../src/exec/runtime/sampling.js';
+import { Sampler } from '../../src/core/sampling.js';
 import { chunkAttentionFile, type ChunkGroup, type QnnChunked } from './chunks.js';
 import type { Kv, QnnRunner } from './run.js';
 

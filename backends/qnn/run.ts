@@ -20,7 +20,7 @@ import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { GenerateRequest } from '../../src/core/pipeline/target.js';
 import { readJsonAs } from '../../src/core/util/json-file.js';
 import type { OutlierScales } from '../../src/core/records/index.js';
-import { Sampler } from '../../src/exec/runtime/sampling.js';
+import { Sampler } from '../../src/core/sampling.js';
 import type { SubgraphEntry } from './emit.js';
 import type { Chunk, QLinear } from './plan.js';
 import { linearOf } from './plan.js';

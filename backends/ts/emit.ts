@@ -1,7 +1,7 @@
 /**
  * The `ts` target: weights.bin (every tensor, 64-byte aligned, in F32 / F16 / ggml blocks) plus a tensor
  * table in the manifest's targetInfo, for the TS runtime in src/exec/runtime. Format: docs/ts-artifact.md.
- * Streams chunks of whole rows through the gguf target's reader and encoder (backends/gguf/stream.ts,
+ * Streams chunks of whole rows through the shared reader and encoder (src/core/checkpoint/stream.ts,
  * encode.ts: raw bf16 / f16 bits straight to F16 / Q8_0 / F32, src/core/quant otherwise), so memory
  * follows the chunk, not the largest tensor, and the bytes equal the GGUF target's for the same type.
  */
@@ -29,8 +29,8 @@ import { tensorRoles, type TensorRole } from '../../src/core/arch/names.js';
 import { unmatchedPatterns, type EmitContext, type EmitResult, type Target } from '../../src/core/pipeline/target.js';
 import type { WrittenTensor } from '../../src/core/pipeline/summary.js';
 import type { CompileUnit } from '../../src/core/pipeline/unit.js';
-import { ChunkBuffers, tensorChunks, type RawDtype } from '../gguf/stream.js';
-import { ChunkEncoder } from '../gguf/encode.js';
+import { ChunkBuffers, tensorChunks, type RawDtype } from '../../src/core/checkpoint/stream.js';
+import { ChunkEncoder } from '../../src/core/quant/encode.js';
 import { encodesBf16 } from '../../src/core/quant/bf16.js';
 
 /** Values per streamed chunk (16 MB of f32). */

@@ -23,7 +23,7 @@ import { cachedProfile } from '../../src/measure/store.js';
 import type { Engine } from '../../src/exec/engine/engine.js';
 import { modelFromTensors } from '../../src/exec/runtime/memory.js';
 import type { Model } from '../../src/exec/runtime/model.js';
-import { argmax } from '../../src/exec/runtime/sampling.js';
+import { argmax } from '../../src/core/sampling.js';
 import type { Drafter } from '../../src/exec/runtime/speculative.js';
 import { ELASTIC_LEVELS, findRecord, levelWidths, selectLevel, type DraftSpec, type PassRecord } from '../../src/core/records/index.js';
 import type { Progress } from '../../src/core/util/progress.js';

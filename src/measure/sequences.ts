@@ -5,7 +5,7 @@
  */
 import { LlmcError, UsageError } from '../core/errors.js';
 import type { Engine } from '../exec/engine/engine.js';
-import { Sampler } from '../exec/runtime/sampling.js';
+import { Sampler } from '../core/sampling.js';
 import { Rng } from '../core/util/rng.js';
 import { parseJson } from '../core/util/json.js';
 

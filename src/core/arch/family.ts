@@ -78,6 +78,12 @@ export interface GgufFamily {
   permuteQK: boolean;
   /** llama3 rope scaling carried as rope_freqs.weight (LlamaModel.generate_extra_tensors); an arch without it refuses llama3 rope. */
   ropeFreqs: boolean;
+  /**
+   * The family's own tensors of layer l beyond the Llama layout's (q/k norms, extra norms ...):
+   * llama.cpp's name after `blk.<l>.` and the Hugging Face tensor it comes from (gguf-py's
+   * TensorNameMap), written after the layer's MLP tensors.
+   */
+  layerTensors(spec: ArchSpec, l: number): { name: string; hf: string }[];
   /** A model of this family llama.cpp's arch cannot load: one line saying why, or null. */
   refuse(spec: ArchSpec): string | null;
   /** How llama.cpp's arch routes experts (read back from a GGUF without a manifest); null for a dense family. */
@@ -123,6 +129,11 @@ export interface ArchEntry {
   gguf: GgufFamily;
   /** The tensorrt-llm target's class for this family; null: the target refuses it. */
   tensorrtLlm: TrtllmFamily | null;
+  /**
+   * onnxruntime-genai's model type for this family (genai_config.json model.type: src/models/model_type.h,
+   * ModelType::IsLLM), or null where it has none: the cuda target then writes no genai_config.json.
+   */
+  ortGenai: string | null;
   /**
    * transformers.js has this model_type (its models.js causal-LM mapping), so it loads the cuda
    * target's directory; false: the cuda target refuses the family. Absent: true.
@@ -245,7 +256,8 @@ export function fullAttention(c: ConfigReader, numLayers: number): Attention {
 
 /** A GGUF family on NeoX rope (nothing permuted, no llama3 factors) that writes only the common keys and expert counts. */
 export function neoxGguf(arch: string, refuse: GgufFamily['refuse'], routing: MoeSpec['routing'] | null, extra: (spec: ArchSpec) => { key: string; value: GgufMetaValue }[] = () => []): GgufFamily {
-  return { arch, metadata: (spec) => ({ kvs: [...ggufExpertCounts(spec), ...extra(spec)], notes: [] }), permuteQK: false, ropeFreqs: false, refuse, routing, type70B: false };
+  // q/k norms and norms on block outputs come from the spec (backends/gguf/tensors.ts), not layerTensors.
+  return { arch, metadata: (spec) => ({ kvs: [...ggufExpertCounts(spec), ...extra(spec)], notes: [] }), permuteQK: false, ropeFreqs: false, layerTensors: () => [], refuse, routing, type70B: false };
 }
 
 /** What llama.cpp's MoE families here cannot load: dense layers among the expert ones. */

@@ -5,7 +5,7 @@
  * `families/<model_type>/index.ts` exporting its ArchEntry (./family.ts says what each field means:
  * the config keys it reads, its default rope_theta and sliding-window layout, biases, experts, and
  * how each target writes it: `gguf` as llama.cpp's convert_hf_to_gguf.py class does, `tensorrtLlm`
- * as TensorRT-LLM's class, or null to refuse), then add one line to ARCHITECTURES below. Nothing
+ * as TensorRT-LLM's class or null to refuse, `ortGenai` onnxruntime-genai's model type or null), then add one line to ARCHITECTURES below. Nothing
  * else changes: ModelType, config reading, the IR, every executor and target read the entry.
  */
 import type { ArchSpec } from './types.js';

@@ -73,14 +73,20 @@ export function partitionGraph(graph: ModelGraph, opts: { shadowLayers?: readonl
   };
   const attention = ops.flatMap((op, k) => (op.op === 'attention' ? [k] : []));
   if (!attention.length) throw new PartitionError('the graph has no attention op');
-  // A layer's qkv part starts at the input norm feeding its query projection: q ← rope ← (q norm ←) linear ← rmsnorm.
+  // A layer's qkv part starts at the input norm feeding its query projection: q ← [rope] ← [q norm] ←
+  // linear ← rmsnorm; where norms follow the blocks (olmo2) the projection reads the residual, and
+  // the part starts at the projection.
   const qkvStart = attention.map((a) => {
     const op = ops[a] as Extract<Op, { op: 'attention' }>;
-    const rope = ops[opAt(op.q, 'rope')] as Extract<Op, { op: 'rope' }>;
-    const qNorm = producer.get(rope.x);
-    const projected = qNorm !== undefined && ops[qNorm].op === 'rmsnorm' ? (ops[qNorm] as Extract<Op, { op: 'rmsnorm' }>).x : rope.x;
-    const lin = ops[opAt(projected, 'linear')] as Extract<Op, { op: 'linear' }>;
-    return opAt(lin.x, 'rmsnorm');
+    let q = op.q;
+    for (const kind of ['rope', 'rmsnorm'] as const) {
+      const k = producer.get(q);
+      if (k !== undefined && ops[k].op === kind) q = (ops[k] as Extract<Op, { op: typeof kind }>).x;
+    }
+    const at = opAt(q, 'linear');
+    const lin = ops[at] as Extract<Op, { op: 'linear' }>;
+    const norm = producer.get(lin.x);
+    return norm !== undefined && ops[norm].op === 'rmsnorm' && norm > (attention[attention.indexOf(a) - 1] ?? -1) ? norm : at;
   });
   const head = ops.findIndex((op) => op.op === 'gatherPositions');
   if (head < 0 || head < attention[attention.length - 1]) throw new PartitionError('the graph has no gatherPositions op after its last layer');

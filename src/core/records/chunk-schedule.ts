@@ -7,12 +7,14 @@
  * plus how c was chosen. Read by the TS runtime (`llmc run --chunk`), the cuda target (chunk graphs)
  * and the report. Every schedule is re-checked against the template and the costs when the record is
  * read (dependencies, one task at a time per processor, makespan), so a reader can trust it.
- * Browser-safe.
+ * The record's types and that check only: choosing a plan and a dispatch order from it is
+ * src/core/chunks/dispatch.ts, beside the scheduler. Browser-safe.
  */
 import { LlmcError, UsageError, summarize } from '../errors.js';
 import { Checker } from '../util/check.js';
 import { SUBGRAPH_KINDS, type SubgraphKind } from '../chunks/partition.js';
-import { buildProblem, heuristic, scheduleProblem, type HeuristicVariant, type Problem, type Template, type TemplateEdge } from '../chunks/schedule.js';
+import { scheduleProblem, type HeuristicVariant, type TemplateEdge } from '../chunks/schedule.js';
+import { chunkProblem } from '../chunks/dispatch.js';
 import { defineRecord } from './types.js';
 
 export interface ChunkSubgraphRecord {
@@ -82,56 +84,11 @@ export interface ChunkSchedule {
   notes: string[];
 }
 
-/** The record's scheduling template. */
-export function chunkTemplate(rec: Pick<ChunkSchedule, 'subgraphs' | 'edges'>): Template {
-  return { nodes: rec.subgraphs.map((s) => ({ id: s.id, device: s.device })), edges: rec.edges };
-}
-
-/** Duration of G(i, j) at chunk length `plan.c`: the kind's ms plus msPerChunk per chunk up to i (SPEC's cost model; the pass tabulates with it too). */
-export function chunkDuration(rec: { subgraphs: readonly { kind: string }[] }, plan: { costs: Readonly<Record<string, KindCost>> }): (i: number, j: number) => number {
-  return (i, j) => {
-    const k = plan.costs[rec.subgraphs[j].kind];
-    return k.ms + k.msPerChunk * (i + 1);
-  };
-}
-
-export function chunkProblem(rec: Pick<ChunkSchedule, 'subgraphs' | 'edges'>, plan: Pick<ChunkPlanRecord, 'costs'>, N: number): Problem {
-  return buildProblem(chunkTemplate(rec), N, chunkDuration(rec, plan));
-}
-
 /** The plan of chunk length `c`, or a usage error naming the lengths there are. */
 export function chunkPlanOf(rec: ChunkSchedule, c: number, where?: string): ChunkPlanRecord {
   const plan = rec.chunks.find((p) => p.c === c);
   if (!plan) throw new LlmcError(`the artifact has chunk graphs for c = ${rec.chunks.map((p) => p.c).join(', ')}, not ${c}`, where, 2);
   return plan;
-}
-
-/** The dispatch order for N chunks: the tabulated improved schedule, or the heuristic online beyond nMax. */
-export function chunkOrderFor(rec: ChunkSchedule, plan: ChunkPlanRecord, N: number): { order: ArrayLike<number>; makespan: number; tabulated: boolean } {
-  const row = plan.schedules.find((r) => r.N === N);
-  if (row) return { order: row.order, makespan: row.makespan.improved, tabulated: true };
-  const s = heuristic(chunkProblem(rec, plan, N), rec.heuristic);
-  return { order: s.order, makespan: s.makespan, tabulated: false };
-}
-
-/** Predicted prefill time of N chunks at `plan.c` by the record's objective: Σ T (serial) or the schedule's makespan. */
-export function predictedMs(rec: ChunkSchedule, plan: ChunkPlanRecord, N: number): number {
-  if (rec.choice.objective === 'makespan') return chunkOrderFor(rec, plan, N).makespan;
-  const dur = chunkDuration(rec, plan);
-  let s = 0;
-  for (let i = 0; i < N; i++) for (let j = 0; j < rec.subgraphs.length; j++) s += dur(i, j);
-  return s;
-}
-
-/** The chunk length the record predicts fastest for a prompt of P tokens (ties: the shorter). */
-export function pickChunkPlan(rec: ChunkSchedule, P: number): ChunkPlanRecord {
-  let best = rec.chunks[0];
-  let bestMs = Infinity;
-  for (const plan of rec.chunks) {
-    const ms = predictedMs(rec, plan, Math.ceil(P / plan.c));
-    if (ms < bestMs) [best, bestMs] = [plan, ms];
-  }
-  return best;
 }
 
 function readPlan(c: Checker, v: unknown, path: string, rec: ChunkSchedule): ChunkPlanRecord {

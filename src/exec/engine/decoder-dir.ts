@@ -12,7 +12,7 @@ import * as ort from 'onnxruntime-node';
 import { artifactSessionOptions } from './session-options.js';
 import { normalizeConfig, type ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
-import { Sampler, type SamplingOptions } from '../runtime/sampling.js';
+import { Sampler, type SamplingOptions } from '../../core/sampling.js';
 import type { ArtifactRunner } from '../../core/pipeline/target.js';
 import { parseJsonObject } from '../../core/util/json.js';
 

@@ -19,7 +19,7 @@ import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph } from '../../core/ir/ir.js';
 import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec, type WeightInput } from '../onnx/lower.js';
-import { Sampler, type SamplingOptions } from '../runtime/sampling.js';
+import { Sampler, type SamplingOptions } from '../../core/sampling.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from './taps.js';
 
 export type { TapSpec } from '../onnx/lower.js';

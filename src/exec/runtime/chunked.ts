@@ -13,7 +13,8 @@
 import { LlmcError } from '../../core/errors.js';
 import type { Op } from '../../core/ir/ir.js';
 import { partitionGraph, type SubgraphKind } from '../../core/chunks/partition.js';
-import { chunkOrderFor, chunkPlanOf, pickChunkPlan, type ChunkPlanRecord, type ChunkSchedule } from '../../core/records/chunk-schedule.js';
+import { chunkPlanOf, type ChunkPlanRecord, type ChunkSchedule } from '../../core/records/chunk-schedule.js';
+import { chunkOrderFor, pickChunkPlan } from '../../core/chunks/dispatch.js';
 import type { Interpreter, KvCache, StagedCall } from './interpreter.js';
 import type { Model } from './model.js';
 

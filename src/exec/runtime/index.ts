@@ -11,5 +11,5 @@ export { Model, KvCache, type LayerWidth, type ForwardOptions, type GenerateOpti
 export { bufferSource, urlSource, type ByteSource } from './bytes.js';
 export { Weight, matmul, dequantRow } from './kernels.js';
 export * from './format.js';
-export { Sampler, argmax, type SamplingOptions } from './sampling.js';
+export { Sampler, argmax, type SamplingOptions } from '../../core/sampling.js';
 export { webWorker, type PoolOptions, type PoolWorker, type SpawnWorker } from './pool.js';

@@ -13,7 +13,7 @@ import type { ArtifactManifest } from './format.js';
 import type { LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
 import { dequantRow, type Weight } from './kernels.js';
-import { Sampler, type SamplingOptions } from './sampling.js';
+import { Sampler, type SamplingOptions } from '../../core/sampling.js';
 import { ELASTIC_LEVELS, levelWidths, selectLevel, type Level } from '../../core/records/elastic.js';
 import { findRecord } from '../../core/records/types.js';
 import { LlmcError } from '../../core/errors.js';

@@ -15,7 +15,7 @@ import { LlmcError, UsageError } from '../../core/errors.js';
 import { ELASTIC_LEVELS, findRecord } from '../../core/records/index.js';
 import { describeDraft, planForContext, type SpecTree } from '../../core/records/spec-tree.js';
 import type { KvCache, LayerWidth, LevelAdapters, Model, TreeAttention } from './model.js';
-import { argmax } from './sampling.js';
+import { argmax } from '../../core/sampling.js';
 import { buildDynamicTree, nextAlpha, topCandidates, topTokens, type DynamicTree, type FallbackPolicyLike } from './tree-policy.js';
 
 /** The draft: a model (the target itself for an elastic level), at some widths, with the level's recovery adapters. */

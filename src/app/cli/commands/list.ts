@@ -9,19 +9,7 @@ import { UsageError } from '../../../core/errors.js';
 import type { OptionSpec } from '../../../core/pipeline/options.js';
 import { printJson } from '../output.js';
 import { FORMAT_ALIASES } from '../../../core/pipeline/format-names.js';
-import { ARCHITECTURES, SUPPORTED_MODEL_TYPES, type ArchEntry } from '../../../core/arch/registry.js';
-
-/**
- * Each model_type and what the targets make of it, from its registry entry: llama.cpp's architecture,
- * TensorRT-LLM's class, whether transformers.js (the cuda target) has it. Every model_type compiles to
- * ts and hf; a checkpoint's own features may still be refused by a target in one line (naming them).
- */
-function architectures() {
-  return SUPPORTED_MODEL_TYPES.map((t) => {
-    const e: ArchEntry = ARCHITECTURES[t];
-    return { modelType: t, classes: e.causalLm, gguf: e.gguf.arch, tensorrtLlm: e.tensorrtLlm?.architecture ?? null, cuda: e.transformersJs !== false, ts: true, hf: true };
-  });
-}
+import { ARCHITECTURES, SUPPORTED_MODEL_TYPES, type ArchEntry, type Features } from '../../../core/arch/registry.js';
 
 const KINDS = ['targets', 'passes', 'formats', 'architectures'] as const;
 type Kind = (typeof KINDS)[number];
@@ -52,13 +40,13 @@ function listing(kind: Kind): unknown {
         requires: p.requires,
         writes: p.produces.id,
       }));
+    case 'architectures':
+      return SUPPORTED_MODEL_TYPES.map(architecture);
     case 'formats':
       return {
         ...Object.fromEntries(TARGETS.map((t) => [t.name, { quant: t.formats.quant, default: t.formats.default, tensorTypes: t.formats.tensorTypes }])),
         aliases: FORMAT_ALIASES,
       };
-    case 'architectures':
-      return architectures();
   }
 }
 
@@ -79,6 +67,75 @@ const wrap = (text: string, indent: string, width = 100) => {
 function optionLines(owner: string, specs: readonly OptionSpec[], indent: string): string[] {
   if (!specs.length) return [`${indent}options: none`];
   return specs.map((s) => wrap(`--opt ${owner}.${s.key}: ${s.help}${s.default !== undefined ? ` (default: ${s.default})` : ''}`, indent));
+}
+
+/** A family's layer features at its config class's defaults (the features that depend on no size). */
+function defaultFeatures(e: ArchEntry): Partial<Features> {
+  const fallback = (k: string, f?: number) => {
+    if (f === undefined) throw new Error(k);
+    return f;
+  };
+  try {
+    return e.features?.({ num: fallback, posInt: fallback, raw: {}, file: 'config.json' }, 4) ?? {};
+  } catch {
+    return {};
+  }
+}
+
+/**
+ * What each family is and where it goes, read from its registry entry: the classes it reads, its
+ * layer beyond Llama's, and per target the name it is written under or why it is refused. Conditions
+ * that depend on a model's config (llama.cpp's olmoe without grouped-query attention, ...) are the
+ * targets' one-line refusals at compile time.
+ */
+function architecture(t: (typeof SUPPORTED_MODEL_TYPES)[number]) {
+  const e: ArchEntry = ARCHITECTURES[t];
+  const f = defaultFeatures(e);
+  const layer = [
+    ...(e.moe ? ['routed experts'] : []),
+    ...(f.qkNorm ? [f.qkNorm.scope === 'head' ? 'per-head q/k norm' : 'q/k norm over the projection'] : []),
+    ...(f.normPlacement && f.normPlacement !== 'pre' ? [`${f.normPlacement}-norms`] : []),
+    ...(f.ropeLayers !== undefined ? ['rope-less layers'] : []),
+    ...(f.multipliers ? ['multipliers'] : []),
+    ...(f.hiddenAct === 'gelu_tanh' ? ['GELU-tanh MLP'] : []),
+    ...(f.rmsNormOffset ? ['(1 + w) norms'] : []),
+    ...(f.finalSoftcap ? ['final logit soft-capping'] : []),
+    ...(e.rope ? ['rope base per layer type'] : []),
+  ];
+  const llamaLayer = layer.length === 0 || (layer.length === 1 && e.moe !== null);
+  return {
+    modelType: t,
+    classes: e.causalLm,
+    layer,
+    targets: {
+      ts: true,
+      hf: true,
+      gguf: e.gguf.arch,
+      cuda: e.transformersJs !== false,
+      'tensorrt-llm': e.moe ? null : (e.tensorrtLlm?.architecture ?? null),
+      qnn: !e.moe && layer.length === 0,
+      'gguf-levels': f.qkNorm?.scope !== 'all' ? e.gguf.arch : null,
+    },
+    passes: {
+      reorder: f.qkNorm?.scope !== 'all',
+      'expert-bits': e.moe !== null,
+      outliers: !e.moe && llamaLayer,
+      'chunk-partition': true,
+      'tree-search': true,
+    },
+  };
+}
+
+export function describeArchitectures(): string {
+  const lines = ['Architectures (config.json model_type; targets and passes that take them, "-" where refused):'];
+  for (const t of SUPPORTED_MODEL_TYPES) {
+    const a = architecture(t);
+    lines.push(`  ${t}: ${a.classes.join(' / ')}${a.layer.length ? `; ${a.layer.join(', ')}` : ''}`);
+    const targets = Object.entries(a.targets).map(([k, v]) => (v === true ? k : v ? `${k} (${v})` : `-${k}`));
+    lines.push(wrap(`targets: ${targets.join(', ')}`, '      '));
+    lines.push(wrap(`passes: ${Object.entries(a.passes).map(([k, v]) => (v ? k : `-${k}`)).join(', ')}`, '      '));
+  }
+  return lines.join('\n');
 }
 
 export function describeTargets(): string {
@@ -114,30 +171,18 @@ export function describeFormats(): string {
   return lines.join('\n');
 }
 
-export function describeArchitectures(): string {
-  const rows = architectures().map((a) => [a.modelType, a.gguf, a.tensorrtLlm ?? 'refused', a.cuda ? 'yes' : 'refused', 'yes', 'yes']);
-  const head = ['model_type', 'gguf (llama.cpp arch)', 'tensorrt-llm', 'cuda (transformers.js)', 'ts', 'hf'];
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (r: string[]) => '  ' + r.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd();
-  return [
-    'Architectures (config.json model_type) and the targets that write them (a checkpoint feature a target cannot express is refused in one line):',
-    line(head),
-    ...rows.map(line),
-  ].join('\n');
-}
-
 export function registerList(program: Command): void {
   program
     .command('list')
     .description('List the targets, passes, formats or architectures this llmc knows, with their options and defaults')
-    .argument('[what]', `${KINDS.join(' | ')} (default: all of them)`)
+    .argument('[what]', `${KINDS.join(' | ')} (default: all)`)
     .option('--json', 'machine-readable output')
     .addHelpText('after', '\nExamples:\n  llmc list targets\n  llmc list passes --json\n')
     .action((what: string | undefined, o: { json?: boolean }) => {
       if (what !== undefined && !(KINDS as readonly string[]).includes(what)) throw new UsageError(`list: unknown "${what}"; list ${KINDS.join(', ')}`);
       const kinds = what === undefined ? KINDS : [what as Kind];
       if (o.json) return printJson(what === undefined ? Object.fromEntries(KINDS.map((k) => [k, listing(k)])) : listing(kinds[0]));
-      const text = (k: Kind) => (k === 'targets' ? describeTargets() : k === 'passes' ? describePasses() : k === 'formats' ? describeFormats() : describeArchitectures());
-      process.stdout.write(kinds.map(text).join('\n\n') + '\n');
+      const text = { targets: describeTargets, passes: describePasses, formats: describeFormats, architectures: describeArchitectures };
+      process.stdout.write(kinds.map((k) => text[k]()).join('\n\n') + '\n');
     });
 }

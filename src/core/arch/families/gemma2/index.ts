@@ -20,7 +20,7 @@ function optionalPositive(c: ConfigReader, key: string): number | null {
 const GELU_TANH = ['gelu_pytorch_tanh', 'gelu_new', 'gelu_fast'];
 
 /** Gemma 2 and 3's layer math (gemma3 adds per-head q/k norms by (1 + w)). */
-export function gemmaFeatures(qkNorm: boolean) {
+export function gemmaFeatures(qkNorm: boolean, finalSoftcapDefault: number | null) {
   return (c: ConfigReader): Partial<Features> => {
     // transformers' gemma classes read hidden_activation; the older hidden_act they ignore.
     const act = c.raw.hidden_activation ?? 'gelu_pytorch_tanh';
@@ -34,12 +34,14 @@ export function gemmaFeatures(qkNorm: boolean) {
       normPlacement: 'sandwich',
       rmsNormOffset: 1,
       // sqrt(hidden_size) in the activation dtype (float32 here), as transformers casts the normalizer.
-      multipliers: { embedding: Math.fround(Math.sqrt(c.posInt('hidden_size'))), residual: 1, attention: qpas ** -0.5, logitsDivide: 1 },
+      // hidden_size is required (spec.ts reads it first); the fallback serves `llmc list` reading a family's defaults.
+      multipliers: { embedding: Math.fround(Math.sqrt(c.posInt('hidden_size', 1))), residual: 1, attention: qpas ** -0.5, logitsDivide: 1 },
       // transformers 5.17 runs gemma with its default attention (sdpa), which drops the softcap argument:
       // only its eager path caps the scores. The references (what from_pretrained computes) are sdpa's and
       // match to 1e-6 without the cap (5e-5 off with it), so llmc follows them; the value is still checked.
       attnSoftcap: null,
-      finalSoftcap: optionalPositive(c, 'final_logit_softcapping'),
+      // Absent: the config class's default (Gemma2Config 30.0, Gemma3TextConfig None); null: off.
+      finalSoftcap: c.raw.final_logit_softcapping === undefined ? finalSoftcapDefault : optionalPositive(c, 'final_logit_softcapping'),
     };
   };
 }
@@ -90,6 +92,7 @@ const GEMMA2_GGUF: GgufFamily = {
   }),
   permuteQK: false,
   ropeFreqs: false,
+  layerTensors: () => [],
   refuse: (spec) => (spec.finalSoftcap === null ? "final_logit_softcapping null: llama.cpp's gemma2 always caps the logits" : gemmaLayoutRefusal(spec, 'gemma2', 2, 46)),
   routing: null,
   type70B: false,
@@ -104,7 +107,9 @@ export const gemma2: ArchEntry = {
   attention: gemma2Attention,
   causalLm: ['Gemma2ForCausalLM'],
   moe: null,
-  features: gemmaFeatures(false),
+  features: gemmaFeatures(false, 30),
   gguf: GEMMA2_GGUF,
   tensorrtLlm: null,
+  // onnxruntime-genai's gemma / phi3 builders are not checked against llmc's graphs: no genai_config.json.
+  ortGenai: null,
 };

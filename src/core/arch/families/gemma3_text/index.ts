@@ -23,6 +23,7 @@ const GEMMA3_GGUF: GgufFamily = {
   }),
   permuteQK: false,
   ropeFreqs: false,
+  layerTensors: () => [],
   refuse: (spec) => {
     if (spec.finalSoftcap !== null) return "final_logit_softcapping is set, which llama.cpp's gemma3 does not apply";
     const local = spec.localRope?.theta ?? (spec.slidingWindow !== null ? spec.ropeTheta : LLAMA_CPP_LOCAL_BASE);
@@ -89,8 +90,10 @@ export const gemma3_text: ArchEntry = {
   attention: gemma3Attention,
   causalLm: ['Gemma3ForCausalLM'],
   moe: null,
-  features: gemmaFeatures(true),
+  features: gemmaFeatures(true, null),
   rope: gemma3Rope,
   gguf: GEMMA3_GGUF,
   tensorrtLlm: null,
+  // onnxruntime-genai's gemma / phi3 builders are not checked against llmc's graphs: no genai_config.json.
+  ortGenai: null,
 };

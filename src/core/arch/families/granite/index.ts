@@ -36,6 +36,7 @@ export const granite: ArchEntry = {
     },
     permuteQK: true,
     ropeFreqs: false,
+    layerTensors: () => [],
     refuse: (spec) =>
       spec.headDim * spec.numHeads !== spec.hiddenSize
         ? `head_dim ${spec.headDim} is not hidden_size / num_attention_heads, which llama.cpp's granite assumes; the gguf target refuses it`
@@ -44,4 +45,6 @@ export const granite: ArchEntry = {
     type70B: false,
   },
   tensorrtLlm: null,
+  // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
+  ortGenai: null,
 };

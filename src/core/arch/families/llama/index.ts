@@ -18,6 +18,7 @@ export const LLAMA_GGUF: GgufFamily = {
   metadata: (spec) => ({ kvs: [{ key: 'rope.dimension_count', value: ggufU32(spec.headDim) }, ...ggufExpertCounts(spec)], notes: [] }),
   permuteQK: true,
   ropeFreqs: true,
+  layerTensors: () => [],
   refuse: () => null,
   // llama.cpp's llama (Mixtral) renormalizes the top-k router weights.
   routing: 'softmax-topk-renorm',
@@ -44,4 +45,5 @@ export const llama: ArchEntry = {
   moe: null,
   gguf: LLAMA_GGUF,
   tensorrtLlm: llamaTrtllm('LlamaForCausalLM'),
+  ortGenai: 'llama',
 };

@@ -28,4 +28,5 @@ export const mistral: ArchEntry = {
   // convert_hf_to_gguf's MistralModel is a LlamaModel (llama.cpp runs it as llama).
   gguf: LLAMA_GGUF,
   tensorrtLlm: llamaTrtllm('MistralForCausalLM'),
+  ortGenai: 'mistral',
 };

@@ -40,4 +40,6 @@ export const mixtral: ArchEntry = {
   gguf: LLAMA_GGUF,
   // TensorRT-LLM runs Mixtral (LLaMAForCausalLM with a MoeConfig), but the target writes no expert tensors yet.
   tensorrtLlm: null,
+  // onnxruntime-genai's LLM list has no MoE type llmc writes.
+  ortGenai: null,
 };

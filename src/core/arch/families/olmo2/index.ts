@@ -17,4 +17,6 @@ export const olmo2: ArchEntry = {
   // convert_hf_to_gguf's Olmo2Model (model_arch OLMO2): post_attention_norm / post_ffw_norm, attn_q_norm / attn_k_norm.
   gguf: neoxGguf('olmo2', () => null, null),
   tensorrtLlm: null,
+  // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
+  ortGenai: null,
 };

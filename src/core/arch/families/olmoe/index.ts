@@ -31,6 +31,8 @@ export const olmoe: ArchEntry = {
     'softmax-topk',
   ),
   tensorrtLlm: null,
+  // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
+  ortGenai: null,
   // transformers.js (3.x) has no olmoe model type.
   transformersJs: false,
 };

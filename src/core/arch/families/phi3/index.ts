@@ -20,6 +20,7 @@ const PHI3_GGUF: GgufFamily = {
   }),
   permuteQK: false,
   ropeFreqs: false,
+  layerTensors: () => [],
   refuse: () => null,
   routing: null,
   type70B: false,
@@ -61,4 +62,6 @@ export const phi3: ArchEntry = {
   fused: phi3Fused,
   gguf: PHI3_GGUF,
   tensorrtLlm: null,
+  // onnxruntime-genai's gemma / phi3 builders are not checked against llmc's graphs: no genai_config.json.
+  ortGenai: null,
 };

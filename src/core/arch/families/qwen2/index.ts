@@ -15,6 +15,7 @@ export const QWEN2_GGUF: GgufFamily = {
   metadata: (spec) => ({ kvs: ggufExpertCounts(spec), notes: [] }),
   permuteQK: false,
   ropeFreqs: false,
+  layerTensors: () => [],
   refuse: () => null,
   routing: null,
   type70B: false,
@@ -44,4 +45,5 @@ export const qwen2: ArchEntry = {
       use_logn_attn: false,
     }),
   },
+  ortGenai: 'qwen2',
 };

@@ -70,10 +70,12 @@ export const qwen2_moe: ArchEntry = {
     },
     permuteQK: false,
     ropeFreqs: false,
+    layerTensors: () => [],
     refuse: (spec) => (spec.moe!.denseLayers.length > 0 ? `layers ${spec.moe!.denseLayers.join(', ')} are dense (mlp_only_layers / decoder_sparse_step), which llama.cpp's qwen2moe cannot load` : null),
     // llama.cpp's qwen2moe does not renormalize the top-k router weights.
     routing: 'softmax-topk',
     type70B: false,
   },
   tensorrtLlm: null,
+  ortGenai: null,
 };

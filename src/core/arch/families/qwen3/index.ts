@@ -19,4 +19,6 @@ export const qwen3: ArchEntry = {
   // convert_hf_to_gguf's Qwen3Model (model_arch QWEN3): NeoX rope, attn_q_norm / attn_k_norm.
   gguf: neoxGguf('qwen3', () => null, null),
   tensorrtLlm: null,
+  // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
+  ortGenai: null,
 };

@@ -35,4 +35,6 @@ export const qwen3_moe: ArchEntry = {
     (spec) => [{ key: 'expert_feed_forward_length', value: ggufU32(spec.moe!.expertIntermediateSize) }],
   ),
   tensorrtLlm: null,
+  // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
+  ortGenai: null,
 };

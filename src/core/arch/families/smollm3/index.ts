@@ -48,6 +48,7 @@ export const smollm3: ArchEntry = {
     metadata: (spec) => ({ kvs: [{ key: 'rope.dimension_count', value: ggufU32(spec.headDim) }], notes: [] }),
     permuteQK: true,
     ropeFreqs: false,
+    layerTensors: () => [],
     refuse: (spec) => {
       const every4 = Array.from({ length: spec.numLayers }, (_, l) => l).filter((l) => (l + 1) % 4 !== 0);
       const rope = spec.ropeLayers ?? Array.from({ length: spec.numLayers }, (_, l) => l);
@@ -57,4 +58,6 @@ export const smollm3: ArchEntry = {
     type70B: false,
   },
   tensorrtLlm: null,
+  // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
+  ortGenai: null,
 };

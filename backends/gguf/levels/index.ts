@@ -1,8 +1,8 @@
 /** Target `gguf-levels`: one GGUF per elastic level of the reorder pass (<level>/model.gguf). ./emit.ts writes them. */
-import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
-import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
-import { ELASTIC_LEVELS } from '../../src/core/records/elastic.js';
-import { GGUF_FORMATS, ggufQuantBlock } from '../gguf/index.js';
+import { NO_OPTIONS } from '../../../src/core/pipeline/options.js';
+import type { TargetDescriptor } from '../../../src/core/pipeline/target.js';
+import { ELASTIC_LEVELS } from '../../../src/core/records/elastic.js';
+import { GGUF_FORMATS, ggufQuantBlock } from '../index.js';
 
 export const ggufLevels: TargetDescriptor = {
   name: 'gguf-levels',

@@ -5,9 +5,9 @@
  * (WebAssembly SIMD kernels) into reused buffers, so they allocate nothing; raw f16 chunks for an F16
  * tensor are copied as they are.
  */
-import { quantizeParallel, type QuantType } from '../../src/core/quant/index.js';
-import { allFiniteBf16, BF16_DIRECT, copyF16Into, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from '../../src/core/quant/bf16.js';
-import { ChunkBuffers, SLOT, type Chunk } from './stream.js';
+import { quantizeParallel, type QuantType } from './index.js';
+import { allFiniteBf16, BF16_DIRECT, copyF16Into, bf16ToF16Into, bf16ToF32Into, bf16ToQ8_0Into } from './bf16.js';
+import { ChunkBuffers, SLOT, type Chunk } from '../checkpoint/stream.js';
 
 function encodeTensor(type: QuantType, data: Float32Array, rowLength: number): Uint8Array | Promise<Uint8Array> {
   // F32 is the data itself: no copy.

@@ -9,13 +9,54 @@
  * finite check inside their own loops, see Chunk.failNonFinite).
  */
 import { promises as fsp } from 'node:fs';
-import { DTYPE_BYTES, numel, readStoredRange, type ModelSource } from '../../src/core/checkpoint/index.js';
-import { bf16ToF32, f16ToF32 } from '../../src/core/util/half.js';
-import { bf16ToF32Into, f16ToF32Into } from '../../src/core/quant/bf16.js';
-import { LlmcError } from '../../src/core/errors.js';
-import { nonFiniteError } from '../../src/core/checkpoint/finite.js';
-import { ioError } from '../../src/core/util/atomic.js';
-import { permuteRotaryRows, type TensorPlan } from './tensors.js';
+import { DTYPE_BYTES, numel, readStoredRange, type ModelSource } from './index.js';
+import { bf16ToF32, f16ToF32 } from '../util/half.js';
+import { bf16ToF32Into, f16ToF32Into } from '../quant/bf16.js';
+import { LlmcError } from '../errors.js';
+import { nonFiniteError } from './finite.js';
+import { ioError } from '../util/atomic.js';
+
+/** A tensor as a target writes it: its shape and where its values come from (the gguf and ts targets plan theirs). */
+export interface StreamedTensor {
+  /** The tensor's name as written (errors name it). */
+  name: string;
+  /** Row-major shape as written (a stacked expert tensor is [experts, rows, cols]). */
+  shape: number[];
+  /** Source tensors, concatenated along the first axis (several only for stacked experts). */
+  sources: string[];
+  /** q/k for llama.cpp's non-NeoX rope: re-interleave rotary halves within each of this many heads. */
+  permuteHeads?: number;
+  /** Written as 1 + w (gemma's norms: convert_hf_to_gguf adds 1, llama.cpp multiplies by the weight as stored). */
+  plusOne?: boolean;
+  /** Computed rather than read (llama3 rope factors). */
+  computed?: () => Float32Array;
+}
+
+/**
+ * LlamaModel.permute: Hugging Face stores each head's rotary pairs as two halves
+ * [x0..x(d/2-1), y0..]; llama.cpp's (non-NeoX) rope expects them interleaved [x0, y0, x1, y1 ...].
+ * Row r = j*(d/2) + i of a head moves to row 2i + j. Works on f32 values or raw 16-bit values, into
+ * `out` when given (no allocation).
+ */
+export function permuteRotaryRows<T extends Float32Array | Uint16Array>(data: T, rows: number, heads: number, out?: T): T {
+  const cols = data.length / rows;
+  const hd = rows / heads;
+  if (!Number.isInteger(hd) || hd % 2 !== 0) {
+    throw new LlmcError(`cannot permute ${rows} rows into ${heads} heads of even size`);
+  }
+  const half = hd / 2;
+  const dst = out ?? (new (data.constructor as new (n: number) => T)(data.length));
+  for (let h = 0; h < heads; h++) {
+    for (let j = 0; j < 2; j++) {
+      for (let i = 0; i < half; i++) {
+        const src = (h * hd + j * half + i) * cols;
+        dst.set(data.subarray(src, src + cols) as ArrayLike<number>, (h * hd + 2 * i + j) * cols);
+      }
+    }
+  }
+  return dst;
+}
+
 
 export interface Chunk {
   /** f32 values, or (when the caller accepts them) the raw bits of a BF16 or F16 source. */
@@ -135,7 +176,7 @@ const isRawDtype = (d: string): d is RawDtype => d in TO_F32;
 /** The buffer slots: two raw reads, two f32 decodes, the rotary permutation, two encoder outputs. */
 export const SLOT = { raw: [0, 1], f32: [2, 3], permuted: 4, encoded: [5, 6] } as const;
 
-export async function* tensorChunks(source: ModelSource, t: TensorPlan, options: ChunkOptions | number): AsyncGenerator<Chunk> {
+export async function* tensorChunks(source: ModelSource, t: StreamedTensor, options: ChunkOptions | number): AsyncGenerator<Chunk> {
   const opts = typeof options === 'number' ? { maxElems: options } : options;
   const maxElems = opts.maxElems;
   const bufs = opts.buffers ?? new ChunkBuffers();

@@ -1,10 +1,10 @@
 /** `llmc run` on a gguf-levels artifact: the level's GGUF in llama.cpp (--level picks it; default the largest). */
 import path from 'node:path';
-import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
-import { ELASTIC_LEVELS, findRecord, levelNotes, selectLevel } from '../../src/core/records/index.js';
-import { openGgufFile } from '../gguf/run.js';
-import { MANIFEST_FILE } from '../../src/core/records/manifest.js';
-import { TARGET_INFO_LEVELS, targetInfoAs } from '../../src/core/records/target-info.js';
+import type { Artifact, ArtifactRunner, RunOptions } from '../../../src/core/pipeline/target.js';
+import { ELASTIC_LEVELS, findRecord, levelNotes, selectLevel } from '../../../src/core/records/index.js';
+import { openGgufFile } from '../run.js';
+import { MANIFEST_FILE } from '../../../src/core/records/manifest.js';
+import { TARGET_INFO_LEVELS, targetInfoAs } from '../../../src/core/records/target-info.js';
 
 export async function openGgufLevels(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
   const record = findRecord(a.manifest.passes, ELASTIC_LEVELS, a.dir);

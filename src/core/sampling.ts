@@ -2,7 +2,7 @@
  * Next-token choice from logits: greedy, or temperature + top-p with a seeded RNG.
  * Shared by the onnxruntime engine and the TS runtime so both sample identically. Browser-safe.
  */
-import { Rng } from '../../core/util/rng.js';
+import { Rng } from './util/rng.js';
 
 export interface SamplingOptions {
   /** 0 (default) = greedy argmax. */

@@ -11,13 +11,13 @@
  * pass plans levels with one width for every layer, and the manifest's levels are exactly the files.
  */
 import path from 'node:path';
-import { LlmcError } from '../../src/core/errors.js';
-import { mergeAdapters, sliceSource, uniformWidth } from '../../src/core/pipeline/elastic.js';
-import type { EmitContext, EmitPlan, EmitResult, Target } from '../../src/core/pipeline/target.js';
-import { evolve, type CompileUnit } from '../../src/core/pipeline/unit.js';
-import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
-import { ensureOutputDir } from '../../src/core/util/atomic.js';
-import { ggufTarget } from '../gguf/emit.js';
+import { LlmcError } from '../../../src/core/errors.js';
+import { mergeAdapters, sliceSource, uniformWidth } from '../../../src/core/pipeline/elastic.js';
+import type { EmitContext, EmitPlan, EmitResult, Target } from '../../../src/core/pipeline/target.js';
+import { evolve, type CompileUnit } from '../../../src/core/pipeline/unit.js';
+import { ELASTIC_LEVELS, findRecord } from '../../../src/core/records/index.js';
+import { ensureOutputDir } from '../../../src/core/util/atomic.js';
+import { ggufTarget } from '../emit.js';
 
 /** Each elastic level as its own sliced unit, its recovery adapters (if any) merged in: W + scale·B·A. */
 function levelUnits(unit: CompileUnit) {
