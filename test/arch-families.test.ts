@@ -30,7 +30,7 @@ const HAVE = existsSync(ARCHS);
 if (!HAVE) console.log(`arch-families: ${ARCHS} is absent; the tests on transformers-written checkpoints are skipped`);
 const FAMILIES = ['qwen3', 'qwen3_moe', 'olmoe', 'olmo2', 'granite', 'smollm3', 'gemma2', 'gemma3_text', 'phi3'];
 /** llama.cpp's architecture names (convert_hf_to_gguf.py's MODEL_ARCH of each class). */
-const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen3_moe: 'qwen3moe', olmoe: 'olmoe', olmo2: 'olmo2', granite: 'granite', smollm3: 'smollm3' };
+const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen3_moe: 'qwen3moe', olmoe: 'olmoe', olmo2: 'olmo2', granite: 'granite', smollm3: 'smollm3', gemma2: 'gemma2', gemma3_text: 'gemma3', phi3: 'phi3' };
 
 let tmp: string;
 beforeAll(async () => {
@@ -286,7 +286,8 @@ describe.skipIf(!HAVE).each(FAMILIES)('%s through the hf and cuda targets', (nam
   it('tensorrt-llm and qnn refuse the family in one line (qnn runs smollm3 and olmo2: test/qnn-archs.test.ts)', async () => {
     const source = await openCheckpoint(dir);
     try {
-      for (const target of ['tensorrt-llm', ...(['smollm3', 'olmo2'].includes(name) ? [] : ['qnn'])]) {
+      // phi3 split at ingestion is Llama's layer, which qnn lowers.
+      for (const target of ['tensorrt-llm', ...(['smollm3', 'olmo2', 'phi3'].includes(name) ? [] : ['qnn'])]) {
         const run = compile({ source, target, outDir: path.join(tmp, `${target}-${name}`), passes: target === 'qnn' ? ['outliers'] : [], progress: silentProgress, note: () => {} });
         await expect(run).rejects.toThrow(new RegExp(`--target ${target} .*${name}`));
       }
@@ -327,7 +328,8 @@ describe.skipIf(!HAVE).each(FAMILIES.filter((f) => f !== 'olmoe'))('%s: transfor
 
 describe.skipIf(!HAVE)('reorder on the families', () => {
   // Per-head q/k norms share one weight across heads: permuting heads (and neurons) leaves the function as is.
-  it.each(['qwen3', 'qwen3_moe', 'granite', 'smollm3'])('%s: a random permutation of every layer\'s heads and neurons keeps the reference logits (onnxruntime, 1e-4)', async (name) => {
+  // gemma2: sandwich norms act on the (unpermuted) residual stream; gemma3: per-head (1 + w) q/k norms; phi3: its split q/k/v and gate/up parts permute as any.
+  it.each(['qwen3', 'qwen3_moe', 'granite', 'smollm3', 'gemma2', 'gemma3_text', 'phi3'])('%s: a random permutation of every layer\'s heads and neurons keeps the reference logits (onnxruntime, 1e-4)', async (name) => {
     const dir = path.join(ARCHS, name);
     const ck = await openCheckpoint(dir);
     const permuted = permuteSource(ck, randomOrders(ck, 7, Array.from({ length: ck.spec.numLayers }, (_, l) => l)));
@@ -410,9 +412,10 @@ describe('llmc list architectures', () => {
     for (const f of FAMILIES) expect(by.get(f)?.targets.gguf).toBe(GGUF_ARCH[f]);
     expect(by.get('olmoe')!.targets.cuda).toBe(false);
     expect(by.get('qwen3')!.targets.cuda).toBe(true);
-    expect(FAMILIES.map((f) => by.get(f)!.passes.reorder)).toEqual([true, true, false, false, true, true]);
-    expect(FAMILIES.map((f) => by.get(f)!.passes['expert-bits'])).toEqual([false, true, true, false, false, false]);
-    for (const f of FAMILIES) expect([by.get(f)!.targets['tensorrt-llm'], by.get(f)!.targets.qnn]).toEqual([null, false]);
+    expect(FAMILIES.map((f) => by.get(f)!.passes.reorder)).toEqual([true, true, false, false, true, true, true, true, true]);
+    expect(FAMILIES.map((f) => by.get(f)!.passes['expert-bits'])).toEqual([false, true, true, false, false, false, false, false, false]);
+    // phi3 split at ingestion is Llama's layer, which qnn lowers.
+    for (const f of FAMILIES) expect([by.get(f)!.targets['tensorrt-llm'], by.get(f)!.targets.qnn]).toEqual([null, f === 'phi3']);
   });
 });
 

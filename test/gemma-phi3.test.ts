@@ -17,6 +17,11 @@ import { TfModel } from '../src/exec/autodiff/lower.js';
 import { compile } from '../src/app/compile/compile.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
+import { compileGguf } from './gguf-helpers.js';
+import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
+import { partitionGraph } from '../src/core/chunks/partition.js';
+import { ChunkedPrefill } from '../src/exec/runtime/chunked.js';
+import { llmcInProcess } from './cli.js';
 
 type Json = Record<string, unknown>;
 const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
@@ -132,6 +137,18 @@ describe.skipIf(!HAVE)("gemma3: full and sliding layers each rotate with their o
   });
 });
 
+describe.skipIf(!HAVE)('the gguf target refuses what llama.cpp computes otherwise, in one line', () => {
+  it("gemma3 layers that do not follow llama.cpp's every-6th-full layout", async () => {
+    const dir = await variant('gemma3_text', 'gemma3-sf', { layer_types: ['sliding_attention', 'full_attention', 'sliding_attention', 'full_attention'] });
+    await expect(compileGguf(dir, path.join(tmp, 'gguf-gemma3-sf'), { quant: 'F32' })).rejects.toThrow(/sliding layers \[0,2\] differ from llama.cpp's gemma3 layout/);
+  });
+
+  it("gemma2 with query_pre_attn_scalar other than head_dim (llama.cpp scales by head_dim)", async () => {
+    const dir = await variant('gemma2', 'gemma2-qpas', { query_pre_attn_scalar: 32 });
+    await expect(compileGguf(dir, path.join(tmp, 'gguf-gemma2-qpas'), { quant: 'F32' })).rejects.toThrow(/query_pre_attn_scalar gives attention scale 0.17677.*but llama.cpp's gemma2 scales by 0.25/);
+  });
+});
+
 describe.skipIf(!HAVE)('attention soft-capping (cap·tanh(s/cap) before the mask)', () => {
   it('onnxruntime, the TS runtime (JS attention loops) and tfjs agree with the cap on, and it changes the logits', async () => {
     const ck = await openCheckpoint(path.join(ARCHS, 'gemma2'));
@@ -143,6 +160,14 @@ describe.skipIf(!HAVE)('attention soft-capping (cap·tanh(s/cap) before the mask
       const off = await everyExecutor(ck, tokens);
       for (const k of Object.keys(on)) expect(worstRowError(on[k], on.onnxruntime, 512), k).toBeLessThan(1e-5);
       expect(worstRowError(off.onnxruntime, on.onnxruntime, 512)).toBeGreaterThan(1e-3);
+      // Soft-capping is per score: a random permutation of the heads and neurons computes the same model.
+      const permuted = permuteSource(capped, randomOrders(capped, 3, [0, 1, 2, 3]));
+      const engine = await Engine.open(permuted, { threads: 1 });
+      try {
+        expect(worstRowError(await engine.logits(tokens), on.onnxruntime, 512)).toBeLessThan(1e-5);
+      } finally {
+        await engine.close();
+      }
     } finally {
       await ck.close();
     }
@@ -164,5 +189,93 @@ describe.skipIf(!HAVE)('phi3: fused qkv_proj and gate_up_proj split at ingestion
   it('a fused tensor of the wrong height is one error naming it', async () => {
     const dir = await variant('phi3', 'phi3-wide', { intermediate_size: 96 });
     await expect(openCheckpoint(dir)).rejects.toThrow(/gate_up_proj.weight" has shape \[256,64\] but config.json implies 192 rows \(96 \+ 96\)/);
+  });
+});
+
+describe.skipIf(!HAVE).each(['gemma2', 'gemma3_text', 'phi3'])('%s through the hf and cuda targets', (name) => {
+  const ref = () => {
+    const buf = readFileSync(path.join(ARCHS, name, 'reference_logits.safetensors'));
+    const n = Number(buf.readBigUInt64LE(0));
+    const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8')) as Record<string, { data_offsets: [number, number] }>;
+    const t = header[Object.keys(header).find((k) => k !== '__metadata__')!];
+    const bytes = buf.subarray(8 + n + t.data_offsets[0], 8 + n + t.data_offsets[1]);
+    return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  };
+  const prompt = () => readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[];
+
+  it('hf: the directory holds transformers\' own tensor names (phi3 fused again) and reproduces the reference', async () => {
+    const out = path.join(tmp, `hf-${name}`);
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      await compile({ source, target: 'hf', outDir: out, passes: [], quant: 'F32', progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    const header = (f: string) => {
+      const buf = readFileSync(f);
+      return Object.keys(JSON.parse(buf.subarray(8, 8 + Number(buf.readBigUInt64LE(0))).toString('utf8'))).sort();
+    };
+    expect(header(path.join(out, 'model.safetensors'))).toEqual(header(path.join(ARCHS, name, 'model.safetensors')));
+    const ck = await openCheckpoint(out);
+    const engine = await Engine.open(ck, { threads: 1 });
+    try {
+      expect(worstRowError(await engine.logits(prompt()), ref(), 512)).toBeLessThan(1e-4);
+    } finally {
+      await engine.close();
+      await ck.close();
+    }
+  });
+
+  it('cuda (fp32): transformers.js loads the directory and its logits match the reference', async () => {
+    const { AutoModelForCausalLM, env, Tensor } = await import('@huggingface/transformers');
+    env.allowRemoteModels = false;
+    env.localModelPath = tmp;
+    const out = path.join(tmp, `tjs-${name}`);
+    const source = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      await compile({ source, target: 'cuda', outDir: out, passes: [], quant: 'fp32', progress: silentProgress, note: () => {} });
+    } finally {
+      await source.close();
+    }
+    const model = await AutoModelForCausalLM.from_pretrained(`tjs-${name}`, { local_files_only: true, device: 'cpu' });
+    try {
+      const ids = prompt();
+      const input_ids = new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]);
+      const attention_mask = new Tensor('int64', new BigInt64Array(ids.length).fill(1n), [1, ids.length]);
+      const { logits } = (await model({ input_ids, attention_mask })) as { logits: InstanceType<typeof Tensor> };
+      expect(worstRowError(logits.data as Float32Array, ref(), 512)).toBeLessThan(1e-4);
+    } finally {
+      await model.dispose();
+    }
+  });
+});
+
+describe.skipIf(!HAVE).each(['gemma2', 'gemma3_text', 'phi3'])('%s: chunk-partition cuts the graph and chunked prefill equals whole-prompt prefill (TS runtime)', (name) => {
+  it('c ∈ {4, 8}, the 20-token prompt (gemma2: its window of 8 crosses chunks)', async () => {
+    const ck = await openCheckpoint(path.join(ARCHS, name));
+    try {
+      const model = await modelFromTensors(ck);
+      const p = partitionGraph(model.graph);
+      const tokens = readJson(path.join(ARCHS, name, 'reference.json')).prompt_ids as number[];
+      const whole = model.forward(tokens, model.newCache());
+      for (const c of [4, 8]) {
+        const chunked = new ChunkedPrefill(model, { c, subgraphs: p.subgraphs, order: () => Int32Array.from({ length: Math.ceil(tokens.length / c) * p.subgraphs.length }, (_, t) => t) });
+        expect(worstRowError(chunked.prefill(tokens, model.newCache(), 'all'), whole, 512), `c=${c}`).toBeLessThan(1e-5);
+      }
+    } finally {
+      await ck.close();
+    }
+  });
+});
+
+describe('llmc list architectures', () => {
+  it('gemma2 / gemma3_text / phi3: their layer features, targets and passes (--json)', async () => {
+    const r = await llmcInProcess('list', 'architectures', '--json');
+    expect(r.code).toBe(0);
+    type Row = { modelType: string; layer: string[]; targets: Record<string, unknown>; passes: Record<string, boolean> };
+    const by = new Map((JSON.parse(r.stdout) as Row[]).map((x) => [x.modelType, x]));
+    expect(by.get('gemma2')).toMatchObject({ layer: expect.arrayContaining(['sandwich-norms', 'GELU-tanh MLP', '(1 + w) norms', 'final logit soft-capping']), targets: { gguf: 'gemma2', cuda: true, qnn: false, 'tensorrt-llm': null } });
+    expect(by.get('gemma3_text')).toMatchObject({ layer: expect.arrayContaining(['per-head q/k norm', 'rope base per layer type']), targets: { gguf: 'gemma3', qnn: false }, passes: { reorder: true } });
+    expect(by.get('phi3')).toMatchObject({ layer: [], targets: { gguf: 'phi3', qnn: true, cuda: true }, passes: { reorder: true, outliers: true } });
   });
 });

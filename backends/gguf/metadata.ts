@@ -70,7 +70,7 @@ export function modelMetadata(
     if (rs.type === 'yarn') kvs.push({ key: a('rope.scaling.original_context_length'), value: u32(rs.originalMaxPositions) });
   }
   // llama3: carried by the rope_freqs.weight tensor, as the converter does.
-  if (spec.slidingWindow !== null) notes.push(`note: sliding_window=${spec.slidingWindow} is not used by llama.cpp's ${arch} (full attention)`);
+  if (spec.slidingWindow !== null && !own.kvs.some((kv) => kv.key === 'attention.sliding_window')) notes.push(`note: sliding_window=${spec.slidingWindow} is not used by llama.cpp's ${arch} (full attention)`);
   kvs.push({ key: 'general.file_type', value: u32(opts.fileType) }, { key: 'general.quantization_version', value: u32(GGML_QUANT_VERSION) });
   return { kvs, notes };
 }

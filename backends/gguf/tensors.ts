@@ -58,6 +58,13 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
     used.add(hf);
     tensors.push({ name, shape: shapeOf(hf), sources: [hf], ...extra });
   };
+  const norm = (name: string, hf: string) => one(name, hf, family.normPlusOne ? { plusOne: true } : {});
+  /** Rows of several source tensors in one GGUF tensor (phi3's fused projections). */
+  const fused = (name: string, hfs: string[]) => {
+    const shapes = hfs.map(shapeOf);
+    for (const h of hfs) used.add(h);
+    tensors.push({ name, shape: [shapes.reduce((a, s) => a + s[0], 0), shapes[0][1]], sources: hfs });
+  };
   const optional = (name: string, hf: string, extra: Partial<TensorPlan> = {}) => {
     if (source.meta(hf)) one(name, hf, extra);
   };
@@ -83,22 +90,23 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
     const n = layerNames(l);
     const b = `blk.${l}`;
     const norms = layerNorms(spec, l);
-    if (norms.attnIn) one(`${b}.attn_norm.weight`, norms.attnIn);
-    one(`${b}.attn_q.weight`, n.q, llamaPermute ? { permuteHeads: spec.numHeads } : {});
+    if (norms.attnIn) norm(`${b}.attn_norm.weight`, norms.attnIn);
+    if (family.fusedProjections) fused(`${b}.attn_qkv.weight`, [n.q, n.k, n.v]);
+    else one(`${b}.attn_q.weight`, n.q, llamaPermute ? { permuteHeads: spec.numHeads } : {});
     optional(`${b}.attn_q.bias`, n.qBias, llamaPermute ? { permuteHeads: spec.numHeads } : {});
-    one(`${b}.attn_k.weight`, n.k, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
+    if (!family.fusedProjections) one(`${b}.attn_k.weight`, n.k, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
     optional(`${b}.attn_k.bias`, n.kBias, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
-    one(`${b}.attn_v.weight`, n.v);
+    if (!family.fusedProjections) one(`${b}.attn_v.weight`, n.v);
     optional(`${b}.attn_v.bias`, n.vBias);
     one(`${b}.attn_output.weight`, n.o);
     optional(`${b}.attn_output.bias`, n.oBias);
     if (spec.qkNorm) {
-      one(`${b}.attn_q_norm.weight`, n.qNorm);
-      one(`${b}.attn_k_norm.weight`, n.kNorm);
+      norm(`${b}.attn_q_norm.weight`, n.qNorm);
+      norm(`${b}.attn_k_norm.weight`, n.kNorm);
     }
     // gguf-py's ATTN_POST_NORM / FFN_POST_NORM for norms on a block's output (olmo2, gemma2).
-    if (norms.attnOut) one(`${b}.post_attention_norm.weight`, norms.attnOut);
-    if (norms.mlpIn) one(`${b}.ffn_norm.weight`, norms.mlpIn);
+    if (norms.attnOut) norm(`${b}.post_attention_norm.weight`, norms.attnOut);
+    if (norms.mlpIn) norm(`${b}.ffn_norm.weight`, norms.mlpIn);
     if (isMoeLayer(spec, l)) {
       const m = moeNames(spec, l);
       one(`${b}.ffn_gate_inp.weight`, m.router);
@@ -111,6 +119,9 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
         one(`${b}.ffn_down_shexp.weight`, m.shared.down);
         one(`${b}.ffn_up_shexp.weight`, m.shared.up);
       }
+    } else if (family.fusedProjections) {
+      one(`${b}.ffn_down.weight`, n.mlp.down);
+      fused(`${b}.ffn_up.weight`, [n.mlp.gate, n.mlp.up]);
     } else {
       one(`${b}.ffn_gate.weight`, n.mlp.gate);
       one(`${b}.ffn_down.weight`, n.mlp.down);
@@ -121,10 +132,10 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
         one(`${b}.ffn_up.bias`, bias(n.mlp.up));
       }
     }
-    if (norms.mlpOut) one(`${b}.post_ffw_norm.weight`, norms.mlpOut);
+    if (norms.mlpOut) norm(`${b}.post_ffw_norm.weight`, norms.mlpOut);
     for (const t of family.layerTensors(spec, l)) one(`${b}.${t.name}`, t.hf);
   }
-  one('output_norm.weight', FINAL_NORM);
+  norm('output_norm.weight', FINAL_NORM);
   // Tied embeddings: no output.weight, llama.cpp reuses token_embd (as the converter leaves it).
   if (!spec.tieEmbeddings) one('output.weight', LM_HEAD);
   else used.add(LM_HEAD);

@@ -5,6 +5,9 @@
  * `--quant` picks the float dtype (F32 | F16 | BF16); default: each tensor's source dtype.
  */
 import path from 'node:path';
+import { archOf, type ArchEntry } from '../../src/core/arch/registry.js';
+import type { FusedTensor } from '../../src/core/arch/family.js';
+import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { DTYPE_BYTES, fromF32, numel, safetensorsLayout, writeSafetensors, type FloatDType } from '../../src/core/checkpoint/safetensors.js';
 import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
@@ -40,11 +43,35 @@ const carried = (unit: CompileUnit): [string, string][] =>
     ] as [string, string | undefined][]
   ).filter((f): f is [string, string] => f[1] !== undefined);
 
+/**
+ * The checkpoint's tensors as transformers names them: parts llmc split at ingestion (phi3's q/k/v and
+ * gate/up) fused back, rows in order, so the family's class loads the directory.
+ */
+function hfTensors(source: ModelSource): { name: string; dtype: string; shape: number[]; sources: string[] }[] {
+  const family: ArchEntry = archOf(source.spec);
+  const fusedOf = new Map<string, FusedTensor>();
+  for (let l = 0; l < source.spec.numLayers; l++) for (const f of family.fused?.(l, source.spec) ?? []) for (const p of f.parts) fusedOf.set(p.name, f);
+  const out: { name: string; dtype: string; shape: number[]; sources: string[] }[] = [];
+  const done = new Set<string>();
+  for (const t of source.tensors) {
+    const f = fusedOf.get(t.name);
+    if (!f) {
+      out.push({ name: t.name, dtype: t.dtype, shape: t.shape, sources: [t.name] });
+      continue;
+    }
+    if (done.has(f.name)) continue;
+    done.add(f.name);
+    const parts = f.parts.map((p) => source.meta(p.name)!);
+    out.push({ name: f.name, dtype: t.dtype, shape: [parts.reduce((a, p) => a + p.shape[0], 0), t.shape[1]], sources: parts.map((p) => p.name) });
+  }
+  return out;
+}
+
 export const hfTarget: Target<unknown, HfInfo> = {
   async plan(unit, ctx) {
     refuseGraphEdits(unit, 'hf');
     const { forced, dtypeOf } = dtypes(ctx.formats);
-    const tensors = unit.source.tensors.map((t) => ({ name: t.name, dtype: dtypeOf(t.dtype), shape: t.shape }));
+    const tensors = hfTensors(unit.source).map((t) => ({ name: t.name, dtype: dtypeOf(t.dtype), shape: t.shape, sources: t.sources }));
     const { fileSize } = safetensorsLayout(tensors);
     return {
       files: [
@@ -52,7 +79,7 @@ export const hfTarget: Target<unknown, HfInfo> = {
         { path: 'config.json', bytes: Buffer.byteLength(configText(unit, forced)) },
         ...carried(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) })),
       ],
-      tensors: tensors.map((t) => ({ name: t.name, sources: [t.name], format: t.dtype, bytes: numel(t.shape) * DTYPE_BYTES[t.dtype] })),
+      tensors: tensors.map((t) => ({ name: t.name, sources: t.sources, format: t.dtype, bytes: numel(t.shape) * DTYPE_BYTES[t.dtype] })),
       notes: [],
     };
   },
@@ -62,17 +89,18 @@ export const hfTarget: Target<unknown, HfInfo> = {
     const { source } = unit;
     const { outDir } = ctx;
     const { forced, dtypeOf } = dtypes(ctx.formats);
-    ctx.progress.start('hf: writing safetensors', source.tensors.length);
+    const tensors = hfTensors(source);
+    ctx.progress.start('hf: writing safetensors', tensors.length);
     await writeSafetensors(
       path.join(outDir, WEIGHTS_FILE),
-      source.tensors.map((t) => ({
+      tensors.map((t) => ({
         name: t.name,
         dtype: dtypeOf(t.dtype),
         shape: t.shape,
         bytes: async () => {
-          const b = fromF32(await source.readF32(t.name), dtypeOf(t.dtype));
+          const parts = await Promise.all(t.sources.map(async (s) => fromF32(await source.readF32(s), dtypeOf(t.dtype))));
           ctx.progress.tick();
-          return b;
+          return parts.length === 1 ? parts[0] : new Uint8Array(Buffer.concat(parts));
         },
       })),
     );
@@ -88,7 +116,7 @@ export const hfTarget: Target<unknown, HfInfo> = {
     return {
       files,
       targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source', ...(adapters.levels.length ? { adapters: adapters.levels } : {}) },
-      tensors: source.tensors.map((t) => ({ name: t.name, sources: [t.name], format: dtypeOf(t.dtype), bytes: numel(t.shape) * DTYPE_BYTES[dtypeOf(t.dtype)] })),
+      tensors: tensors.map((t) => ({ name: t.name, sources: t.sources, format: dtypeOf(t.dtype), bytes: numel(t.shape) * DTYPE_BYTES[dtypeOf(t.dtype)] })),
     };
   },
 };

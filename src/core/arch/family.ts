@@ -88,6 +88,10 @@ export interface GgufFamily {
   refuse(spec: ArchSpec): string | null;
   /** How llama.cpp's arch routes experts (read back from a GGUF without a manifest); null for a dense family. */
   routing: MoeSpec['routing'] | null;
+  /** Gemma*Model.modify_tensors: every norm weight is written as 1 + w (llama.cpp's gemma multiplies by the weight as stored). */
+  normPlusOne?: boolean;
+  /** Phi3MiniModel: qkv_proj and gate_up_proj stay fused (attn_qkv, ffn_up of gate then up rows). */
+  fusedProjections?: boolean;
   /**
    * llama.cpp's loader types an 80-layer GQA model of this arch LLM_TYPE_70B (llama_model::load_hparams),
    * which changes llama-quantize's per-tensor choices.

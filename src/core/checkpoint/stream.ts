@@ -26,6 +26,8 @@ export interface StreamedTensor {
   sources: string[];
   /** q/k for llama.cpp's non-NeoX rope: re-interleave rotary halves within each of this many heads. */
   permuteHeads?: number;
+  /** Written as 1 + w (gemma's norms: convert_hf_to_gguf adds 1, llama.cpp multiplies by the weight as stored). */
+  plusOne?: boolean;
   /** Computed rather than read (llama3 rope factors). */
   computed?: () => Float32Array;
 }
@@ -178,8 +180,9 @@ export async function* tensorChunks(source: ModelSource, t: StreamedTensor, opti
   const opts = typeof options === 'number' ? { maxElems: options } : options;
   const maxElems = opts.maxElems;
   const bufs = opts.buffers ?? new ChunkBuffers();
-  if (t.computed) {
-    const data = t.computed();
+  if (t.computed || t.plusOne) {
+    // Norm weights (small, one vector) are read whole for gemma's 1 + w.
+    const data = t.computed ? t.computed() : (await source.readF32(t.sources[0])).map((v) => v + 1);
     const c = { data, length: data.length, source: t.name, offset: 0 };
     if (!source.allowNonFinite) checkFinite(c, source.description);
     yield c;

@@ -100,17 +100,18 @@ export function partitionGraph(graph: ModelGraph, opts: { shadowLayers?: readonl
     const id = layer === null ? kind : `l${layer}.${kind}`;
     parts.push({ id, kind, layer, share: kind === 'attention' ? 'dynamic' : 'static', ops: [from, to] });
   };
+  // Elementwise scalings (gemma's embedding scale, granite's multipliers), GELU-tanh and soft-capping sit with their neighbours.
   part('embed', null, 0, qkvStart[0], ['embed', 'scale']);
   attention.forEach((a, n) => {
     const layer = (ops[a] as Extract<Op, { op: 'attention' }>).layer;
     if (qkvStart[n] >= a || (n > 0 && qkvStart[n] <= attention[n - 1])) throw new PartitionError(`layer ${layer}'s projections are not between its attention and the previous one`);
     part('qkv', layer, qkvStart[n], a, ['rmsnorm', 'linear', 'rope']);
     part('attention', layer, a, a + 1, ['attention']);
-    part('mlp', layer, a + 1, n + 1 < attention.length ? qkvStart[n + 1] : head, ['linear', 'add', 'rmsnorm', 'scale', 'silu', 'sigmoid', 'mul', 'moe', 'router', 'column']);
+    part('mlp', layer, a + 1, n + 1 < attention.length ? qkvStart[n + 1] : head, ['linear', 'add', 'rmsnorm', 'silu', 'sigmoid', 'gelu_tanh', 'scale', 'mul', 'moe', 'router', 'column']);
     if (shadows.has(layer)) parts.push({ id: `l${layer}.shadow`, kind: 'shadow', layer, share: 'static', ops: [a + 1, a + 1] });
   });
   for (const l of shadows) if (!parts.some((p) => p.kind === 'mlp' && p.layer === l)) throw new PartitionError(`shadow layer ${l} is not a layer of the graph`);
-  part('head', null, head, ops.length, ['gatherPositions', 'rmsnorm', 'linear', 'scale']);
+  part('head', null, head, ops.length, ['gatherPositions', 'rmsnorm', 'linear', 'scale', 'softcap']);
 
   // Boundary values and data edges.
   const inputs = GRAPH_INPUTS(graph);

@@ -121,6 +121,10 @@ function architecture(t: (typeof SUPPORTED_MODEL_TYPES)[number]) {
     ...(f.normPlacement && f.normPlacement !== 'pre' ? [`${f.normPlacement}-norms`] : []),
     ...(f.ropeLayers !== undefined ? ['rope-less layers'] : []),
     ...(f.multipliers ? ['multipliers'] : []),
+    ...(f.hiddenAct === 'gelu_tanh' ? ['GELU-tanh MLP'] : []),
+    ...(f.rmsNormOffset ? ['(1 + w) norms'] : []),
+    ...(f.finalSoftcap ? ['final logit soft-capping'] : []),
+    ...(e.rope ? ['rope base per layer type'] : []),
   ];
   const llamaLayer = layer.length === 0 || (layer.length === 1 && e.moe !== null);
   return {

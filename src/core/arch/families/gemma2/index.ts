@@ -4,7 +4,9 @@
  * MLP, query_pre_attn_scalar, final logit soft-capping, sliding and full layers alternating.
  */
 import { LlmcError } from '../../../errors.js';
-import { layerTypes, NO_BIAS, slidingFrom, SLIDING, FULL, windowOf, type ArchEntry, type Attention, type ConfigReader, type Features, type GgufFamily } from '../../family.js';
+import { ggufF32, ggufU32, layerTypes, NO_BIAS, slidingFrom, SLIDING, FULL, windowOf, type ArchEntry, type Attention, type ConfigReader, type Features, type GgufFamily, type GgufMetaValue } from '../../family.js';
+import { windowOf as windowOfLayer } from '../../spec.js';
+import type { ArchSpec } from '../../types.js';
 
 /** A positive number or null (transformers' "off"). */
 function optionalPositive(c: ConfigReader, key: string): number | null {
@@ -18,7 +20,7 @@ function optionalPositive(c: ConfigReader, key: string): number | null {
 const GELU_TANH = ['gelu_pytorch_tanh', 'gelu_new', 'gelu_fast'];
 
 /** Gemma 2 and 3's layer math (gemma3 adds per-head q/k norms by (1 + w)). */
-export function gemmaFeatures(qkNorm: boolean) {
+export function gemmaFeatures(qkNorm: boolean, finalSoftcapDefault: number | null) {
   return (c: ConfigReader): Partial<Features> => {
     // transformers' gemma classes read hidden_activation; the older hidden_act they ignore.
     const act = c.raw.hidden_activation ?? 'gelu_pytorch_tanh';
@@ -32,12 +34,14 @@ export function gemmaFeatures(qkNorm: boolean) {
       normPlacement: 'sandwich',
       rmsNormOffset: 1,
       // sqrt(hidden_size) in the activation dtype (float32 here), as transformers casts the normalizer.
-      multipliers: { embedding: Math.fround(Math.sqrt(c.posInt('hidden_size'))), residual: 1, attention: qpas ** -0.5, logitsDivide: 1 },
+      // hidden_size is required (spec.ts reads it first); the fallback serves `llmc list` reading a family's defaults.
+      multipliers: { embedding: Math.fround(Math.sqrt(c.posInt('hidden_size', 1))), residual: 1, attention: qpas ** -0.5, logitsDivide: 1 },
       // transformers 5.17 runs gemma with its default attention (sdpa), which drops the softcap argument:
       // only its eager path caps the scores. The references (what from_pretrained computes) are sdpa's and
       // match to 1e-6 without the cap (5e-5 off with it), so llmc follows them; the value is still checked.
       attnSoftcap: null,
-      finalSoftcap: optionalPositive(c, 'final_logit_softcapping'),
+      // Absent: the config class's default (Gemma2Config 30.0, Gemma3TextConfig None); null: off.
+      finalSoftcap: c.raw.final_logit_softcapping === undefined ? finalSoftcapDefault : optionalPositive(c, 'final_logit_softcapping'),
     };
   };
 }
@@ -54,17 +58,46 @@ function gemma2Attention(c: ConfigReader, numLayers: number): Attention {
   return slidingFrom(c, types, w);
 }
 
-/** llmc writes no gemma GGUF yet (norms +1, llama.cpp's fixed layer pattern and attention scale). */
-export const gemmaGgufPending = (arch: string): GgufFamily => ({
-  arch,
-  metadata: () => ({ kvs: [], notes: [] }),
+/** key_length / value_length, which the gemma converters write even where head_dim is hidden / heads (the common keys skip them there). */
+export function gemmaHeadKeys(spec: ArchSpec): { key: string; value: GgufMetaValue }[] {
+  return spec.headDim * spec.numHeads === spec.hiddenSize ? [{ key: 'attention.key_length', value: ggufU32(spec.headDim) }, { key: 'attention.value_length', value: ggufU32(spec.headDim) }] : [];
+}
+
+/**
+ * What llama.cpp's gemma2 / gemma3 compute on their own (llama_model::load_hparams): sliding layers
+ * every `pattern` (il % pattern < pattern − 1), the scores scaled by head_dim^-0.5 (by
+ * (hidden/heads)^-0.5 for the 27B shapes), so another layout or query_pre_attn_scalar is refused.
+ */
+export function gemmaLayoutRefusal(spec: ArchSpec, arch: string, pattern: number, layers27B: number): string | null {
+  const sliding = Array.from({ length: spec.numLayers }, (_, l) => l).filter((l) => windowOfLayer(spec, l) !== null);
+  const want = Array.from({ length: spec.numLayers }, (_, l) => l).filter((l) => l % pattern < pattern - 1);
+  if (sliding.join() !== want.join()) return `sliding layers [${sliding}] differ from llama.cpp's ${arch} layout (every layer but each ${pattern}th slides: [${want}]); the gguf target refuses rather than change the attention`;
+  const scale = spec.multipliers?.attention ?? spec.headDim ** -0.5;
+  const llamaCpp = spec.numLayers === layers27B ? (spec.hiddenSize / spec.numHeads) ** -0.5 : spec.headDim ** -0.5;
+  if (Math.abs(scale - llamaCpp) > 1e-7 * llamaCpp) return `query_pre_attn_scalar gives attention scale ${scale}, but llama.cpp's ${arch} scales by ${llamaCpp} for this shape`;
+  return null;
+}
+
+/** convert_hf_to_gguf's Gemma2Model (model_arch GEMMA2): NeoX rope, norms written as 1 + w, soft-capping and window keys. */
+const GEMMA2_GGUF: GgufFamily = {
+  arch: 'gemma2',
+  metadata: (spec) => ({
+    kvs: [
+      ...gemmaHeadKeys(spec),
+      ...(spec.finalSoftcap !== null ? [{ key: 'final_logit_softcapping', value: ggufF32(spec.finalSoftcap) }] : []),
+      ...(spec.slidingWindow !== null ? [{ key: 'attention.sliding_window', value: ggufU32(spec.slidingWindow) }] : []),
+    ],
+    // transformers' default attention drops attn_logit_softcapping (see gemmaFeatures); llama.cpp's gemma2 caps at 50 unless told otherwise.
+    notes: ["note: llama.cpp's gemma2 soft-caps attention scores at attn_logit_softcapping (default 50), which transformers' default attention does not (~1e-4 relative)"],
+  }),
   permuteQK: false,
   ropeFreqs: false,
   layerTensors: () => [],
-  refuse: () => `llmc does not write ${arch} GGUFs yet`,
+  refuse: (spec) => (spec.finalSoftcap === null ? "final_logit_softcapping null: llama.cpp's gemma2 always caps the logits" : gemmaLayoutRefusal(spec, 'gemma2', 2, 46)),
   routing: null,
   type70B: false,
-});
+  normPlusOne: true,
+};
 
 export const gemma2: ArchEntry = {
   ...NO_BIAS,
@@ -74,8 +107,9 @@ export const gemma2: ArchEntry = {
   attention: gemma2Attention,
   causalLm: ['Gemma2ForCausalLM'],
   moe: null,
-  features: gemmaFeatures(false),
-  gguf: gemmaGgufPending('gemma2'),
+  features: gemmaFeatures(false, 30),
+  gguf: GEMMA2_GGUF,
   tensorrtLlm: null,
+  // onnxruntime-genai's gemma / phi3 builders are not checked against llmc's graphs: no genai_config.json.
   ortGenai: null,
 };

@@ -8,7 +8,33 @@ import { LlmcError } from '../../../errors.js';
 import { readRope, type RopeContext } from '../../rope-config.js';
 import type { ArchSpec } from '../../types.js';
 import { FULL, layerTypes, NO_BIAS, SLIDING, slidingFrom, windowOf, type ArchEntry, type Attention, type ConfigReader, type Json } from '../../family.js';
-import { GEMMA_FIXED, GEMMA_KEYS, gemmaFeatures, gemmaGgufPending } from '../gemma2/index.js';
+import { GEMMA_FIXED, GEMMA_KEYS, gemmaFeatures, gemmaHeadKeys, gemmaLayoutRefusal } from '../gemma2/index.js';
+import { ggufU32, type GgufFamily } from '../../family.js';
+
+/** llama.cpp's gemma3 rotates its sliding layers at a fixed base (rope_freq_base_train_swa). */
+const LLAMA_CPP_LOCAL_BASE = 10000;
+
+/** convert_hf_to_gguf's Gemma3Model (model_arch GEMMA3): NeoX rope, norms (q/k norms too) written as 1 + w, rope base of the full layers. */
+const GEMMA3_GGUF: GgufFamily = {
+  arch: 'gemma3',
+  metadata: (spec) => ({
+    kvs: [...gemmaHeadKeys(spec), ...(spec.slidingWindow !== null ? [{ key: 'attention.sliding_window', value: ggufU32(spec.slidingWindow) }] : [])],
+    notes: [],
+  }),
+  permuteQK: false,
+  ropeFreqs: false,
+  layerTensors: () => [],
+  refuse: (spec) => {
+    if (spec.finalSoftcap !== null) return "final_logit_softcapping is set, which llama.cpp's gemma3 does not apply";
+    const local = spec.localRope?.theta ?? (spec.slidingWindow !== null ? spec.ropeTheta : LLAMA_CPP_LOCAL_BASE);
+    if (local !== LLAMA_CPP_LOCAL_BASE) return `the sliding layers rotate at base ${local}, but llama.cpp's gemma3 fixes them at ${LLAMA_CPP_LOCAL_BASE}`;
+    if (!spec.localRope && spec.slidingWindow !== null && spec.ropeScaling) return `rope scaling "${spec.ropeScaling.type}" on sliding layers, which llama.cpp's gemma3 rotates unscaled`;
+    return gemmaLayoutRefusal(spec, 'gemma3', 6, 62);
+  },
+  routing: null,
+  type70B: false,
+  normPlusOne: true,
+};
 
 /** Every sliding_window_pattern-th layer is full (default 6), the others slide, unless layer_types says otherwise. */
 function gemma3Attention(c: ConfigReader, numLayers: number): Attention {
@@ -64,9 +90,10 @@ export const gemma3_text: ArchEntry = {
   attention: gemma3Attention,
   causalLm: ['Gemma3ForCausalLM'],
   moe: null,
-  features: gemmaFeatures(true),
+  features: gemmaFeatures(true, null),
   rope: gemma3Rope,
-  gguf: gemmaGgufPending('gemma3'),
+  gguf: GEMMA3_GGUF,
   tensorrtLlm: null,
+  // onnxruntime-genai's gemma / phi3 builders are not checked against llmc's graphs: no genai_config.json.
   ortGenai: null,
 };

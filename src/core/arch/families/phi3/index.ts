@@ -6,7 +6,26 @@
 import { NO_BIAS, NO_BIAS_KEYS, type ArchEntry, type FusedTensor } from '../../family.js';
 import type { ArchSpec } from '../../types.js';
 import { mistralAttention } from '../mistral/index.js';
-import { gemmaGgufPending } from '../gemma2/index.js';
+import { ggufU32, type GgufFamily } from '../../family.js';
+
+/** convert_hf_to_gguf's Phi3MiniModel (model_arch PHI3): NeoX rope, attn_qkv and ffn_up kept fused, rope dims and window keys. */
+const PHI3_GGUF: GgufFamily = {
+  arch: 'phi3',
+  metadata: (spec) => ({
+    kvs: [
+      { key: 'rope.dimension_count', value: ggufU32(spec.headDim) },
+      { key: 'attention.sliding_window', value: ggufU32(spec.slidingWindow ?? 0) },
+    ],
+    notes: [],
+  }),
+  permuteQK: false,
+  ropeFreqs: false,
+  layerTensors: () => [],
+  refuse: () => null,
+  routing: null,
+  type70B: false,
+  fusedProjections: true,
+};
 
 /** Phi-3: q, k and v in one qkv_proj, gate and up in one gate_up_proj (split into llmc's names at ingestion). */
 function phi3Fused(l: number, spec: ArchSpec): FusedTensor[] {
@@ -41,7 +60,8 @@ export const phi3: ArchEntry = {
   causalLm: ['Phi3ForCausalLM'],
   moe: null,
   fused: phi3Fused,
-  gguf: gemmaGgufPending('phi3'),
+  gguf: PHI3_GGUF,
   tensorrtLlm: null,
+  // onnxruntime-genai's gemma / phi3 builders are not checked against llmc's graphs: no genai_config.json.
   ortGenai: null,
 };
