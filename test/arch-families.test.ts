@@ -8,6 +8,7 @@ import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { referenceLogits, worstRowError } from './numeric.js';
 import { normalizeConfig, openCheckpoint } from '../src/core/checkpoint/index.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { loadDir } from '../src/exec/runtime/node.js';
@@ -41,32 +42,6 @@ afterAll(async () => {
 });
 
 const readJson = (f: string) => JSON.parse(readFileSync(f, 'utf8')) as Json;
-
-/** reference_logits.safetensors: one float32 tensor [positions, vocab]. */
-export function referenceLogits(file: string): { data: Float32Array; shape: number[] } {
-  const buf = readFileSync(file);
-  const n = Number(buf.readBigUInt64LE(0));
-  const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8')) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
-  const [name] = Object.keys(header).filter((k) => k !== '__metadata__');
-  const t = header[name];
-  const bytes = buf.subarray(8 + n + t.data_offsets[0], 8 + n + t.data_offsets[1]);
-  return { data: new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)), shape: t.shape };
-}
-
-/** The worst position's max |a − b| / max |b| (each position's row on its own scale). */
-export function worstRowError(a: Float32Array, b: Float32Array, V: number): number {
-  let worst = 0;
-  for (let r = 0; r * V < b.length; r++) {
-    let e = 0;
-    let m = 0;
-    for (let i = r * V; i < (r + 1) * V; i++) {
-      e = Math.max(e, Math.abs(a[i] - b[i]));
-      m = Math.max(m, Math.abs(b[i]));
-    }
-    worst = Math.max(worst, e / m);
-  }
-  return worst;
-}
 
 /** Positions where a's argmax differs from b's although b's top-2 margin exceeds `margin`. */
 function argmaxDisagreements(a: Float32Array, b: Float32Array, V: number, margin: number): number[] {

@@ -10,6 +10,7 @@ import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { referenceLogits, worstRowError } from './numeric.js';
 import { generateFixture } from '../fixtures/generate.js';
 import { normalizeConfig, openCheckpoint } from '../src/core/checkpoint/index.js';
 import { ropeFrequencies } from '../src/core/ir/rope.js';
@@ -62,33 +63,6 @@ describe.skipIf(!HAVE_SHARED)('configs written by transformers 5.17', () => {
     expect(normalizeConfig(readJson(file), file)).toMatchObject({ slidingWindow: 8, slidingLayers: null });
   });
 });
-
-/** reference_logits.safetensors: one float32 tensor [positions, vocab]. */
-function referenceLogits(file: string): { data: Float32Array; shape: number[] } {
-  const buf = readFileSync(file);
-  const n = Number(buf.readBigUInt64LE(0));
-  const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8')) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
-  const [name] = Object.keys(header).filter((k) => k !== '__metadata__');
-  const t = header[name];
-  expect(t.dtype).toBe('F32');
-  const bytes = buf.subarray(8 + n + t.data_offsets[0], 8 + n + t.data_offsets[1]);
-  return { data: new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)), shape: t.shape };
-}
-
-/** The worst position's max |a − b| / max |b| (each position's row on its own scale). */
-function worstRowError(a: Float32Array, b: Float32Array, V: number): number {
-  let worst = 0;
-  for (let r = 0; r * V < b.length; r++) {
-    let e = 0;
-    let m = 0;
-    for (let i = r * V; i < (r + 1) * V; i++) {
-      e = Math.max(e, Math.abs(a[i] - b[i]));
-      m = Math.max(m, Math.abs(b[i]));
-    }
-    worst = Math.max(worst, e / m);
-  }
-  return worst;
-}
 
 describe.skipIf(!HAVE_SHARED).each(['llama3-rope', 'mistral-swa'])("%s reproduces transformers' reference logits", (name) => {
   const dir = path.join(SHARED, 'archs', name);

@@ -9,6 +9,7 @@ import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { worstRowError } from './numeric.js';
 import { normalizeConfig, openCheckpoint } from '../src/core/checkpoint/index.js';
 import { transformSource, type ModelSource } from '../src/core/checkpoint/source.js';
 import { Engine } from '../src/exec/engine/index.js';
@@ -35,21 +36,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
 });
-
-/** The worst position's max |a − b| / max |b|. */
-function worstRowError(a: Float32Array, b: Float32Array, V: number): number {
-  let worst = 0;
-  for (let r = 0; r * V < b.length; r++) {
-    let e = 0;
-    let m = 0;
-    for (let i = r * V; i < (r + 1) * V; i++) {
-      e = Math.max(e, Math.abs(a[i] - b[i]));
-      m = Math.max(m, Math.abs(b[i]));
-    }
-    worst = Math.max(worst, e / m);
-  }
-  return worst;
-}
 
 const readJson = (f: string) => JSON.parse(readFileSync(f, 'utf8')) as Json;
 const ids = () => (readJson(path.join(ARCHS, 'gemma3_text/reference.json')).prompt_ids as number[]).slice();

@@ -9,6 +9,7 @@ import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { referenceLogits, worstRowError } from './numeric.js';
 import { QnnRunner } from '../backends/qnn/run.js';
 import { compile } from '../src/app/compile/compile.js';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
@@ -26,31 +27,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
 });
-
-/** reference_logits.safetensors: one float32 tensor [positions, vocab]. */
-function referenceLogits(file: string): { data: Float32Array; shape: number[] } {
-  const buf = readFileSync(file);
-  const n = Number(buf.readBigUInt64LE(0));
-  const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8')) as Record<string, { shape: number[]; data_offsets: [number, number] }>;
-  const t = header[Object.keys(header).find((k) => k !== '__metadata__')!];
-  const bytes = buf.subarray(8 + n + t.data_offsets[0], 8 + n + t.data_offsets[1]);
-  return { data: new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)), shape: t.shape };
-}
-
-/** The worst row's max |a − b| / max |b|. */
-function worstRowError(a: Float32Array, b: Float32Array, V: number): number {
-  let worst = 0;
-  for (let r = 0; r * V < b.length; r++) {
-    let e = 0;
-    let m = 0;
-    for (let i = r * V; i < (r + 1) * V; i++) {
-      e = Math.max(e, Math.abs(a[i] - b[i]));
-      m = Math.max(m, Math.abs(b[i]));
-    }
-    worst = Math.max(worst, e / m);
-  }
-  return worst;
-}
 
 describe.skipIf(!HAVE).each(['smollm3', 'olmo2', 'llama3-rope'])('%s on the qnn target', (name) => {
   it('sim = onnxruntime (device work, tokens, logits), both within the W8A8 error of the reference logits', async () => {
