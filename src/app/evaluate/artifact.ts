@@ -113,6 +113,8 @@ export interface ArtifactQuality extends QualityFigures {
   executor: string;
   /** The elastic level evaluated (null: the full model). */
   level: string | null;
+  /** What ran the source: 'onnxruntime' (one graph) or 'onnxruntime, layer-streamed' (a large model). */
+  sourceExecutor: string;
   /** Decode speed of the artifact's runner (when asked). */
   tokensPerSecond?: number;
 }
@@ -186,7 +188,7 @@ export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQual
   try {
     progress.start(`quality: the artifact on ${runner.engine} against the source, ${o.sequences.length} windows`, o.sequences.length);
     const figures = await compareModels(reference.logits, runner.logits!, o.sequences, o.source.spec.vocabSize, () => progress.tick()).finally(() => progress.done());
-    const out: ArtifactQuality = { ...figures, executor: runner.engine, level: runner.level ?? null };
+    const out: ArtifactQuality = { ...figures, executor: runner.engine, level: runner.level ?? null, sourceExecutor: reference.executor };
     if (o.speedTokens) out.tokensPerSecond = await decodeSpeed(runner, o.speedTokens);
     return out;
   } finally {
