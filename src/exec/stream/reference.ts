@@ -62,13 +62,16 @@ export async function sourceLogits(source: ModelSource, windows: readonly number
     const fh = await fsp.open(file, 'w');
     try {
       let at = 0;
+      opts.progress?.start(`quality: the source's head, ${windows.length} windows`, windows.length);
       for (let i = 0; i < windows.length; i++) {
         const l = await prefilled.logits(i);
+        opts.progress?.tick();
         offsets.push(at);
         await fh.write(new Uint8Array(l.buffer, l.byteOffset, l.byteLength), 0, l.byteLength, at);
         at += l.byteLength;
       }
       offsets.push(at);
+      opts.progress?.done();
     } finally {
       await fh.close();
       await prefilled.close();
