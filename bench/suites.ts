@@ -20,6 +20,7 @@ import { suite as llamacpp } from './llamacpp.bench.js';
 import { suite as pool } from './pool.bench.js';
 import { suite as qdot } from './qdot.bench.js';
 import { suite as quality } from './quality.bench.js';
+import { suite as stream } from './stream.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -48,4 +49,5 @@ export const SUITES: SuiteEntry[] = [
   pool,
   qdot,
   quality,
+  stream,
 ];

@@ -17,6 +17,8 @@ import { float32Bytes, STREAM_ABOVE_BYTES } from '../src/exec/stream/reference.j
 import { llmcInProcess } from './cli.js';
 import { activationScores } from '../passes/reorder/importance.js';
 import { measureLinears } from '../passes/outliers/measure.js';
+import { pieceCache } from '../src/measure/stream-cache.js';
+import type { PieceHook } from '../src/exec/stream/engine.js';
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 
@@ -161,5 +163,34 @@ describe('the quality evaluation with the source streamed', () => {
   test('the TinyLlama-1.1B shape streams by default (its float32 graph is above 2 GiB)', () => {
     const spec = { vocabSize: 32000, hiddenSize: 2048, intermediateSize: 5632, numLayers: 22, numHeads: 32, numKvHeads: 4, headDim: 64, tieEmbeddings: false, qkvBias: false, oBias: false, mlpBias: false, moe: null };
     expect(float32Bytes(spec as never)).toBeGreaterThan(2 ** 31);
+  });
+});
+
+describe('per-piece profiles', () => {
+  test('a second sweep reads every piece from the cache; one stopped part way resumes at the first piece missing; same statistics', async () => {
+    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-stream-cache-'));
+    const ck = await openCheckpoint(STORIES);
+    try {
+      const ids = [[1, 5, 9, 33, 7, 2, 8, 100], [1, 40, 41, 42, 3, 5, 6, 7]];
+      const specs = [{ kind: 'head-output' as const }, { kind: 'mlp-act' as const }, { kind: 'linear-input' as const, sums: true, top: 4 }];
+      const want = await new StreamEngine(ck, { threads: 1 }).tap(ids, specs);
+      const hook = (await pieceCache(ck, path.join(tmp, 'cache')))!;
+      // stopped before layer 2 (as Ctrl-C would): pieces embed, l0, l1 are stored
+      const stopping: PieceHook = (seg, t, i, run) => {
+        if (seg.id === 'l2') throw new Error('stopped');
+        return hook(seg, t, i, run);
+      };
+      await expect(new StreamEngine(ck, { threads: 1, pieces: stopping }).tap(ids, specs)).rejects.toThrow('stopped');
+      const resumed = new StreamEngine(ck, { threads: 1, pieces: hook });
+      sameTaps(await resumed.tap(ids, specs), want);
+      const ran = resumed.timings.map((t) => t.id).filter((id) => id !== 'embed');
+      expect(ran).toEqual(Array.from({ length: ck.spec.numLayers - 2 }, (_, k) => `l${k + 2}`).concat(ran.includes('head') ? ['head'] : []));
+      const again = new StreamEngine(ck, { threads: 1, pieces: hook });
+      sameTaps(await again.tap(ids, specs), want);
+      expect(again.timings.filter((t) => t.id !== 'embed')).toEqual([]);
+    } finally {
+      await ck.close();
+      await fsp.rm(tmp, { recursive: true, force: true });
+    }
   });
 });

@@ -62,6 +62,8 @@ function llamaLog(): { logger: (level: unknown, message: string) => void; last()
 }
 /** Below this file size llama.cpp runs on one thread unless --threads says otherwise. */
 const SMALL_MODEL_BYTES = 64e6;
+/** Positions whose logits one llama.cpp evaluation returns (their Maps are what the evaluation holds). */
+const LOGIT_ROWS = 64;
 
 /** Options llama.cpp cannot honour (--level, --chunk, --speculative, --expert-cache, --engine) were refused by checkRunOptions. */
 export async function openGgufFile(file: string, a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
@@ -113,11 +115,17 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
       try {
         const V = spec.vocabSize;
         const out = new Float32Array(ids.length * V).fill(-Infinity);
-        const rows = await ctx.getSequence().controlledEvaluate(ids.map((id) => [id, { generateNext: { logits: true } }]));
-        rows.forEach((row, t) => {
-          if (!row?.next.logits) throw new LlmcError(`llama.cpp returned no logits at position ${t}`, file);
-          for (const [token, logit] of row.next.logits) if (token < V) out[t * V + token] = logit;
-        });
+        // node-llama-cpp hands each position's logits over as a Map (≈40 bytes per entry): a few
+        // positions at a time, so a 512-token window of a 32k vocabulary does not hold 650 MB of them
+        const seq = ctx.getSequence();
+        for (let from = 0; from < ids.length; from += LOGIT_ROWS) {
+          const rows = await seq.controlledEvaluate(ids.slice(from, from + LOGIT_ROWS).map((id) => [id, { generateNext: { logits: true } }]));
+          rows.forEach((row, i) => {
+            const t = from + i;
+            if (!row?.next.logits) throw new LlmcError(`llama.cpp returned no logits at position ${t}`, file);
+            for (const [token, logit] of row.next.logits) if (token < V) out[t * V + token] = logit;
+          });
+        }
         return out;
       } finally {
         await ctx.dispose();

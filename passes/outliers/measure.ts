@@ -9,6 +9,7 @@
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ModelGraph, TapPoint } from '../../src/core/ir/ir.js';
 import { openTapper, type Tapper } from '../../src/exec/stream/index.js';
+import { pieceCache } from '../../src/measure/stream-cache.js';
 import type { LinearInputStats } from '../../src/exec/engine/taps.js';
 import { cachedProfile, type ProfileCache } from '../../src/measure/store.js';
 import type { Progress } from '../../src/core/util/progress.js';
@@ -57,7 +58,7 @@ export async function measureLinears(
     { checkpoint: await source.identity(), calibration: calib.key, points: points.map((p) => `${p.kind}:${p.key}:${p.value}:${p.channels}`), percentile: 99.9 },
     async () => {
       // without a shared engine: a large model streams layer by layer (the same statistics)
-      const own = opts.engine ? null : await openTapper(source, { graph, progress: opts.progress });
+      const own = opts.engine ? null : await openTapper(source, { graph, progress: opts.progress, pieces: await pieceCache(source, opts.cacheDir) });
       const engine: Tapper = own ?? (await opts.engine!());
       try {
         if (!own) opts.progress?.start('outliers: profiling linears', 1);

@@ -13,6 +13,7 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { TfModel } from '../../src/exec/autodiff/lower.js';
 import { Engine } from '../../src/exec/engine/index.js';
 import { StreamEngine, streams } from '../../src/exec/stream/index.js';
+import { pieceCache } from '../../src/measure/stream-cache.js';
 import { UsageError } from '../../src/core/errors.js';
 import { calibrationSet, textFileSpec, trainingSet, type CalibrationSet } from '../../src/measure/calibration.js';
 import { cachedProfile } from '../../src/measure/store.js';
@@ -121,7 +122,7 @@ class Measurements {
       let s: UnitScores;
       if (p === 'magnitude') s = await magnitudeScores(source);
       // a large model's taps stream layer by layer (the same statistics; test/stream.test.ts)
-      else if (p === 'activation') s = await activationScores(streams(source.spec) ? new StreamEngine(source, { progress }) : await this.engine(), calib.calib);
+      else if (p === 'activation') s = await activationScores(streams(source.spec) ? new StreamEngine(source, { progress, pieces: await pieceCache(source, this.cacheDir) }) : await this.engine(), calib.calib);
       else s = (await taylorScores(await this.tf(), calib.calib)).scores;
       progress.done();
       return { meta: { provider: p, timeMs: performance.now() - t0 }, arrays: scoreArrays(s) };

@@ -30,6 +30,8 @@ export interface CheckSummary {
   /** How quality and speed were measured; null when no budget needed them. */
   evaluation: null | {
     executor: string;
+    /** What ran the source: 'onnxruntime', or 'onnxruntime, layer-streamed' for a large model. */
+    sourceExecutor: string;
     level: string | null;
     heldOut: HeldOutFacts;
     positions: number;
@@ -88,9 +90,10 @@ export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {
       }
       Object.assign(metrics, { ppl_delta: q.pplDelta, ppl_ratio: q.pplRatio, kl_delta: q.kl, kl_p99: q.klP99, greedy_agreement: q.greedyAgreement });
       if (q.tokensPerSecond !== undefined) metrics.tokens_per_s = q.tokensPerSecond;
-      const { executor, level, sequences: _s, positions, tokensPerSecond: _t, ...figures } = q;
+      const { executor, sourceExecutor, level, sequences: _s, positions, tokensPerSecond: _t, ...figures } = q;
       evaluation = {
         executor,
+        sourceExecutor,
         level,
         heldOut,
         positions,

@@ -10,7 +10,7 @@ import { silentProgress, type Progress } from '../../core/util/progress.js';
 import { TARGETS } from '../../../backends/index.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
-import type { Artifact, ArtifactRunner } from '../../core/pipeline/target.js';
+import type { Artifact, ArtifactRunner, TargetDescriptor } from '../../core/pipeline/target.js';
 import { sourceLogits } from '../../exec/stream/reference.js';
 import { artifactOffer, checkRunOptions } from '../../core/pipeline/run-usage.js';
 import { calibrationSet, textFileSpec, type CalibrationSpec } from '../../measure/calibration.js';
@@ -114,6 +114,8 @@ export interface ArtifactQuality extends QualityFigures {
   executor: string;
   /** The elastic level evaluated (null: the full model). */
   level: string | null;
+  /** What ran the source: 'onnxruntime' (one graph) or 'onnxruntime, layer-streamed' (a large model). */
+  sourceExecutor: string;
   /** Decode speed of the artifact's runner (when asked). */
   tokensPerSecond?: number;
 }
@@ -135,13 +137,20 @@ export interface EvaluateOptions {
   stream?: boolean;
 }
 
-/** The artifact's runner, through its target's descriptor. */
-async function openRunner(o: EvaluateOptions): Promise<ArtifactRunner> {
+/** The artifact's target, checked to run it as asked (before any work). */
+function runnableTarget(o: EvaluateOptions): TargetDescriptor & Required<Pick<TargetDescriptor, 'open'>> {
   const { manifest } = o.artifact;
   const target = TARGETS.find((t) => t.name === manifest.target);
   if (!target?.open) throw new UsageError(`a ${manifest.target} artifact has no quality metrics here: llmc runs ${evaluableTargets().join(', ')} artifacts`);
   // --level on an artifact without levels is the same usage error (exit 2) as in llmc run.
   checkRunOptions(artifactOffer(o.artifact, target), { level: o.level }, RUN_CATALOG);
+  return target as TargetDescriptor & Required<Pick<TargetDescriptor, 'open'>>;
+}
+
+/** The artifact's runner, through its target's descriptor. */
+async function openRunner(o: EvaluateOptions): Promise<ArtifactRunner> {
+  const { manifest } = o.artifact;
+  const target = runnableTarget(o);
   const runner = await target.open(o.artifact, { level: o.level, threads: o.threads });
   if (!runner.logits) {
     await runner.close();
@@ -169,16 +178,18 @@ export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQual
   if (want !== '' && have !== want) {
     throw new LlmcError(`is not the checkpoint ${o.artifact.path} was compiled from (sha256 ${have.slice(0, 12)}… ≠ the manifest's ${want.slice(0, 12)}…)`, o.source.description);
   }
-  const runner = await openRunner(o);
+  runnableTarget(o);
   const progress = o.progress ?? silentProgress;
-  const reference = await sourceLogits(o.source, o.sequences, { threads: o.threads, stream: o.stream, progress }).catch(async (e) => {
-    await runner.close();
+  // the source first: streamed, its logits go to disk before the artifact's runner takes memory
+  const reference = await sourceLogits(o.source, o.sequences, { threads: o.threads, stream: o.stream, progress });
+  const runner = await openRunner(o).catch(async (e) => {
+    await reference.close();
     throw e;
   });
   try {
     progress.start(`quality: the artifact on ${runner.engine} against the source, ${o.sequences.length} windows`, o.sequences.length);
     const figures = await compareModels(reference.logits, runner.logits!, o.sequences, o.source.spec.vocabSize, () => progress.tick()).finally(() => progress.done());
-    const out: ArtifactQuality = { ...figures, executor: runner.engine, level: runner.level ?? null };
+    const out: ArtifactQuality = { ...figures, executor: runner.engine, level: runner.level ?? null, sourceExecutor: reference.executor };
     if (o.speedTokens) out.tokensPerSecond = await decodeSpeed(runner, o.speedTokens);
     return out;
   } finally {

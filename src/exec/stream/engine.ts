@@ -39,7 +39,21 @@ export interface StreamOptions {
    * prefill (batched attention ran slower: 41 s against 31 s for 16 windows of 512 on dense-28M).
    */
   batchTokens?: number;
+  /** Where tap sweeps keep each piece's results (the profile cache); prefill never stores. */
+  pieces?: PieceHook;
 }
+
+/** What one piece gave over every batch: its taps, and per batch the values it carries on. */
+export interface PieceResult {
+  taps: TapResult;
+  carried: Map<V, Float32Array>[];
+}
+
+/**
+ * A piece's results by way of a store (src/measure/stream-cache.ts): `run` computes them when the store
+ * has none for this piece, these taps and these ids.
+ */
+export type PieceHook = (seg: Segment, taps: TapSpec[], ids: number[][][], run: () => Promise<PieceResult>) => Promise<PieceResult>;
 
 /** One onnxruntime run's rows: sequences of equal length. */
 interface Batch {
@@ -65,6 +79,9 @@ export class StreamEngine {
   readonly segments: Segment[];
   /** The largest carried activations of the last sweep, in bytes (the calibration activations). */
   activationBytes = 0;
+
+  /** Per piece run so far: building its session (weights read, graph optimized) and running it. */
+  readonly timings: { id: string; openMs: number; runMs: number }[] = [];
 
   get spec(): ModelGraph['spec'] {
     return this.graph.spec;
@@ -142,33 +159,68 @@ export class StreamEngine {
    * Run pieces [0, end) over every batch, piece by piece: each piece's session is built, run on all
    * batches (their carried values replaced by its outputs, its taps merged into `result`), released.
    */
-  private async sweep(batches: Batch[], end: number, specs: TapSpec[], result: TapResult, positions: (b: Batch) => number[]): Promise<void> {
+  private async sweep(batches: Batch[], end: number, specs: TapSpec[], result: TapResult, positions: (b: Batch) => number[], cacheable = false): Promise<void> {
     const progress = this.opts.progress ?? silentProgress;
     progress.start(`streaming ${end} pieces over ${batches.reduce((a, b) => a + b.ids.length * b.length, 0)} tokens`, end * batches.length);
     try {
       for (let s = 0; s < end; s++) {
         const seg = this.segments[s];
-        const { session, taps } = await this.open(seg, specs);
-        try {
-          const scratch = emptyTapResult();
-          for (const b of batches) {
-            const outputs = await session.run(this.feeds(seg, b, positions(b)));
-            const carried = new Map<V, Float32Array>();
-            for (const v of seg.carriedOut) carried.set(v, outputs[v].data as Float32Array);
-            // values read further on stay; the piece's inputs nothing later reads are dropped
-            for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
-            b.carried = carried;
-            if (taps.length) mergeTapOutputs(scratch, taps, outputs, b.ids.length, b.length);
-            progress.tick();
-          }
-          foldTaps(result, scratch);
-        } finally {
-          await session.release();
+        const t0 = performance.now();
+        if (isGather(seg)) {
+          await this.gather(seg, batches);
+          this.timings.push({ id: seg.id, openMs: 0, runMs: performance.now() - t0 });
+          progress.tick(batches.length);
+          continue;
         }
+        const run = async (): Promise<PieceResult> => {
+          const { session, taps } = await this.open(seg, specs);
+          const t1 = performance.now();
+          try {
+            const out: PieceResult = { taps: emptyTapResult(), carried: [] };
+            for (const b of batches) {
+              const outputs = await session.run(this.feeds(seg, b, positions(b)));
+              out.carried.push(new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array])));
+              if (taps.length) mergeTapOutputs(out.taps, taps, outputs, b.ids.length, b.length);
+              progress.tick();
+            }
+            this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
+            return out;
+          } finally {
+            await session.release();
+          }
+        };
+        // a piece's results may come from (and go to) the profile cache: a second run, or one resumed after Ctrl-C, starts after the last piece done
+        const hook = cacheable && this.opts.pieces;
+        const r = hook ? await hook(seg, specs, batches.map((b) => b.ids), run) : await run();
+        if (hook && this.timings[this.timings.length - 1]?.id !== seg.id) progress.tick(batches.length);
+        batches.forEach((b, i) => {
+          const carried = new Map(r.carried[i]);
+          // values read further on stay; the piece's inputs nothing later reads are dropped
+          for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
+          b.carried = carried;
+        });
+        foldTaps(result, r.taps);
         this.activationBytes = Math.max(this.activationBytes, batches.reduce((a, b) => a + [...b.carried.values()].reduce((n, x) => n + x.byteLength, 0), 0));
       }
     } finally {
       progress.done();
+    }
+  }
+
+  /**
+   * The embedding piece in place of onnxruntime: rows of the table copied (exact, as Gather), so the
+   * table is held once as float32 rather than in the graph's bytes and onnxruntime's copy too.
+   */
+  private async gather(seg: Segment, batches: Batch[]): Promise<void> {
+    for (const op of seg.graph.ops) {
+      if (op.op !== 'embed') continue;
+      const table = await this.source.readF32(op.table);
+      const D = this.graph.spec.hiddenSize;
+      for (const b of batches) {
+        const out = new Float32Array(b.ids.length * b.length * D);
+        b.ids.flat().forEach((id, r) => out.set(table.subarray(id * D, (id + 1) * D), r * D));
+        b.carried.set(op.out, out);
+      }
     }
   }
 
@@ -187,7 +239,9 @@ export class StreamEngine {
     const result = emptyTapResult();
     const head = this.segments[this.segments.length - 1];
     const headTapped = head.graph.taps.some((p) => specs.some((s) => s.kind === p.kind && (!s.layers || s.layers.includes(p.layer))));
-    await this.sweep(batches, this.segments.length - (headTapped ? 0 : 1), specs, result, (b) => [b.length - 1]);
+    // full activations and router logits are too large to keep per piece: those sweeps are not cached
+    const cacheable = specs.every((t) => !t.full && t.kind !== 'router-logits');
+    await this.sweep(batches, this.segments.length - (headTapped ? 0 : 1), specs, result, (b) => [b.length - 1], cacheable);
     for (const b of batches) {
       result.tokens += b.ids.length * b.length;
       result.batches.push({ sequences: b.sequences, length: b.length });
@@ -230,6 +284,9 @@ export class StreamEngine {
     };
   }
 }
+
+/** A piece of embed ops reading the input ids, with no taps: rows copied in JS (StreamEngine.gather). */
+const isGather = (seg: Segment): boolean => seg.graph.taps.length === 0 && seg.graph.ops.every((op) => op.op === 'embed' && op.ids === IO.ids);
 
 /** Fold one piece's tap results into the whole sweep's (each tap key belongs to one piece). */
 function foldTaps(into: TapResult, from: TapResult): void {

@@ -7,10 +7,10 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import type { ModelGraph } from '../../core/ir/ir.js';
 import type { Progress } from '../../core/util/progress.js';
 import { Engine, type TapResult, type TapSpec } from '../engine/index.js';
-import { StreamEngine } from './engine.js';
+import { StreamEngine, type PieceHook } from './engine.js';
 import { float32Bytes, STREAM_ABOVE_BYTES } from './reference.js';
 
-export { StreamEngine, type StreamOptions, type StreamedLogits } from './engine.js';
+export { StreamEngine, type StreamOptions, type StreamedLogits, type PieceHook, type PieceResult } from './engine.js';
 export { sourceLogits, float32Bytes, STREAM_ABOVE_BYTES, type SourceLogits } from './reference.js';
 export { streamSegments, type Segment } from './segments.js';
 
@@ -24,9 +24,9 @@ export interface Tapper {
 export const streams = (spec: ArchSpec, force?: boolean): boolean => force ?? float32Bytes(spec) > STREAM_ABOVE_BYTES;
 
 /** A tapper for `source`: streamed for a large model, else a whole-model Engine; close() releases it. */
-export async function openTapper(source: ModelSource, opts: { graph?: ModelGraph; threads?: number; progress?: Progress; stream?: boolean } = {}): Promise<Tapper & { close(): Promise<void> }> {
+export async function openTapper(source: ModelSource, opts: { graph?: ModelGraph; threads?: number; progress?: Progress; stream?: boolean; pieces?: PieceHook } = {}): Promise<Tapper & { close(): Promise<void> }> {
   if (streams(source.spec, opts.stream)) {
-    const s = new StreamEngine(source, { graph: opts.graph, threads: opts.threads, progress: opts.progress });
+    const s = new StreamEngine(source, { graph: opts.graph, threads: opts.threads, progress: opts.progress, pieces: opts.pieces });
     return { spec: s.spec, tap: (ids, spec) => s.tap(ids, spec), close: async () => {} };
   }
   const e = await Engine.open(source, { graph: opts.graph, threads: opts.threads });

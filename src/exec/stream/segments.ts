@@ -42,7 +42,9 @@ export function streamSegments(graph: ModelGraph): Segment[] {
   const declared = new Map(graph.inputs.map((i) => [i.name, i]));
   const writes = groups.map((g) => new Set(g.ops.flatMap(opOutputs)));
   const reads = groups.map((g) => new Set(g.ops.flatMap(opInputs)));
-  const wanted = new Set<V>([IO.logits]);
+  // the model's outputs but its KV cache (the pieces run whole sequences, with no past)
+  const kv = new Set(Array.from({ length: L }, (_, l) => [IO.presentKey(l), IO.presentValue(l)]).flat());
+  const wanted = new Set<V>(graph.outputs.filter((v) => !kv.has(v)));
   return groups.map((g, i) => {
     const inputs: GraphInput[] = [];
     const carriedIn: V[] = [];
