@@ -5,11 +5,18 @@
  * SoC and build-qnn.sh. ./emit.ts writes it; docs/outliers.md describes it.
  */
 import { UsageError } from '../../src/core/errors.js';
-import { beyondLlama } from '../../src/core/arch/spec.js';
+import { beyondLlama, type ArchSpec } from '../../src/core/arch/spec.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { OUTLIER_SCALES } from '../../src/core/records/outliers.js';
 import { QNN_FORMATS, QNN_OPTIONS, type QnnOptions } from './options.js';
 import { QNN_INFO, type QnnInfo } from './info.js';
+
+const QNN_TAKES = 'llama, mistral, qwen2, qwen3, smollm3, olmo2, granite and phi3';
+
+/** The layer features qnn lowers, taken away: what beyondLlama still names is refused. */
+export function qnnLayer(spec: ArchSpec): ArchSpec {
+  return { ...spec, ropeLayers: null, normPlacement: spec.normPlacement === 'post' ? 'pre' : spec.normPlacement, qkNorm: null, multipliers: null };
+}
 
 export const qnn: TargetDescriptor<QnnOptions, QnnInfo> = {
   name: 'qnn',
@@ -22,7 +29,7 @@ export const qnn: TargetDescriptor<QnnOptions, QnnInfo> = {
     perExpertFormats: false,
     qdq: true,
     lowers: {
-      moe: { refuses: 'token routing has no static per-tensor graph; qnn takes dense llama, mistral, qwen2, smollm3 and olmo2 models' },
+      moe: { refuses: `token routing has no static per-tensor graph; qnn takes dense ${QNN_TAKES} models` },
       'sliding-window': true,
       'tree-mask': false,
       'chunk-graphs': true,
@@ -35,10 +42,11 @@ export const qnn: TargetDescriptor<QnnOptions, QnnInfo> = {
   quantBlock: () => 1,
   requires: [OUTLIER_SCALES],
   checkArch(spec) {
-    // Past Llama's layer, the subgraphs and the simulation run layers without rope (smollm3) and
-    // post-block norms with q/k norms over the whole projection (olmo2); test/qnn-archs.test.ts.
-    const extra = beyondLlama({ ...spec, ropeLayers: null, normPlacement: spec.normPlacement === 'post' ? 'pre' : spec.normPlacement, qkNorm: spec.qkNorm?.scope === 'head' ? spec.qkNorm : null });
-    if (extra.length) throw new UsageError(`--target qnn does not lower ${spec.modelType}'s ${extra.join(', ')} (its subgraphs are Llama's layer); it takes dense llama, mistral, qwen2, smollm3 and olmo2 models`);
+    // Past Llama's layer, the subgraphs and the simulation run layers without rope (smollm3),
+    // post-block norms (olmo2), q/k norms per head (qwen3) or over the whole projection (olmo2) and
+    // granite's multipliers; test/qnn-archs.test.ts.
+    const extra = beyondLlama(qnnLayer(spec));
+    if (extra.length) throw new UsageError(`--target qnn does not lower ${spec.modelType}'s ${extra.join(', ')} (its subgraphs are Llama's layer); it takes dense ${QNN_TAKES} models`);
   },
   info: QNN_INFO,
   load: async () => (await import('./emit.js')).qnnTarget,

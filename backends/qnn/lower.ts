@@ -17,6 +17,7 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { IO } from '../../src/core/ir/build.js';
 import type { ModelGraph, Op, V } from '../../src/core/ir/ir.js';
 import type { Subgraph } from '../../src/core/ir/subgraphs.js';
+import { opOutputs } from '../../src/core/ir/values.js';
 import { positionTables } from '../../src/core/ir/rope.js';
 import type { ActBits, QuantizedWeight } from '../../src/core/quant/w8a8.js';
 import { LLMC_VERSION } from '../../src/core/version.js';
@@ -221,10 +222,12 @@ export function lowerRope(source: ModelSource, graph: ModelGraph, sg: Subgraph, 
 export function lowerEmbed(source: ModelSource, graph: ModelGraph, sg: Subgraph, chunk: Chunk): LoweredGraph {
   const D = graph.spec.hiddenSize;
   const b = new OnnxGraphBuilder(source, floatMode(() => '')); // no attention here
-  const op = sg.ops[0] as Extract<Op, { op: 'embed' }>;
-  lowerOps(b, graph, [{ ...op, out: `${op.out}.seq` }]);
-  b.node('Reshape', [`${op.out}.seq`, b.i64(view(chunk, D))], [], op.out);
-  return { ...model(b, sg.id, OPSET, [{ name: IO.ids, shape: [1, chunk.c], dtype: 'int64' }], [{ name: op.out, shape: view(chunk, D), dtype: 'float32' }], `embed of ${source.description}`), encodings: [] };
+  // The gather, then what scales it (granite's embedding multiplier): the last op gives the view.
+  const last = sg.ops.at(-1)!;
+  const out = opOutputs(last)[0];
+  lowerOps(b, graph, [...sg.ops.slice(0, -1), { ...last, out: `${out}.seq` } as Op]);
+  b.node('Reshape', [`${out}.seq`, b.i64(view(chunk, D))], [], out);
+  return { ...model(b, sg.id, OPSET, [{ name: IO.ids, shape: [1, chunk.c], dtype: 'int64' }], [{ name: out, shape: view(chunk, D), dtype: 'float32' }], `embed of ${source.description}`), encodings: [] };
 }
 
 /** h [1, a, b, D] → final RMSNorm → lm_head in float: logits [1, c, V] at every position. */

@@ -2,7 +2,7 @@
  * The IR cut into the subgraphs an NPU deployment runs (SPEC-outliers §1.6, mllm-NPU's per-layer
  * split), for targets (qnn) and passes (chunk partitioning) alike:
  *
- *   embed             CPU          token ids → h0
+ *   embed             CPU          token ids → h0 (→ its multiplier, granite)
  *   l<ℓ>_qkv          NPU static   G_{3ℓ}:   RMSNorm → q/k/v linears
  *   l<ℓ>_attn         CPU dynamic  G_{3ℓ+1}: RoPE(q, k) → KV append → attention (depends on the chunk index)
  *   l<ℓ>_mlp          NPU static   G_{3ℓ+2}: o_proj → residual add → RMSNorm → gate/up → SiLU·up → down → residual add
@@ -130,7 +130,8 @@ export function partitionModel(graph: ModelGraph, shadowed: ReadonlySet<string> 
     if (op.op === 'moe') throw new Error('internal: partitionModel takes dense models');
     const l = layerOfOp(op);
     if (l !== null) byLayer[l].push(op);
-    else if (op.op === 'embed') embed.push(op);
+    // Before the first layer: the embedding and what scales it (granite's embedding multiplier).
+    else if (op.op === 'embed' || byLayer.every((ops) => !ops.length)) embed.push(op);
     else head.push(op);
   }
   const drafts: Draft[] = [

@@ -368,14 +368,18 @@ export function lowerOp(b: OnnxGraphBuilder, op: Op, graph: ModelGraph, embedTab
     case 'rmsnorm': {
       // x / sqrt(mean(x²) + eps) · w: the pattern onnxruntime fuses into one SimplifiedLayerNormalization
       // kernel. A float16 graph normalizes in float32 and scales in float16, as Hugging Face's LlamaRMSNorm.
-      // Per-head norms (heads): x as [B, T, heads, dim], normalized over dim.
-      const x = op.heads ? b.node('Reshape', [b.toF32(op.x), b.i64([0, 0, -1, op.dim])]) : b.toF32(op.x);
+      // Per-head norms (heads): x as [..., heads, dim] (its own leading dims, whatever layout it has:
+      // [B, T, C] in the decoder, qnn's [1, a, b, C] chunk views), normalized over dim.
+      const xf = b.toF32(op.x);
+      const shape = op.heads ? b.node('Shape', [xf]) : '';
+      const lead = op.heads ? b.node('Shape', [xf], [attr('start', 0), attr('end', -1)]) : '';
+      const x = op.heads ? b.node('Reshape', [xf, b.node('Concat', [lead, b.i64([-1, op.dim])], [attr('axis', 0)])]) : xf;
       const ms = b.reduce('ReduceMean', b.node('Pow', [x, b.f32(2)]), [-1], 1);
       const norm = b.toCompute(b.node('Div', [x, b.node('Sqrt', [b.node('Add', [ms, b.f32(op.eps)])])]));
       const stored = mode.weights.vector(b, op.weight, [op.dim]);
       const w = op.offset ? b.node('Add', [stored, b.toCompute(b.f32(1))]) : stored;
       if (!op.heads) b.node('Mul', [norm, w], [], op.out);
-      else b.node('Reshape', [b.node('Mul', [norm, w]), b.i64([0, 0, -1])], [], op.out);
+      else b.node('Reshape', [b.node('Mul', [norm, w]), shape], [], op.out);
       return;
     }
     case 'scale':

@@ -112,6 +112,9 @@ function defaultFeatures(e: ArchEntry): Partial<Features> {
  * that depend on a model's config (llama.cpp's olmoe without grouped-query attention, ...) are the
  * targets' one-line refusals at compile time.
  */
+/** The layer features past Llama's that qnn's subgraphs lower (backends/qnn checkArch). */
+const QNN_LAYER = new Set(['per-head q/k norm', 'q/k norm over the projection', 'post-norms', 'rope-less layers', 'multipliers']);
+
 function architecture(t: (typeof SUPPORTED_MODEL_TYPES)[number]) {
   const e: ArchEntry = ARCHITECTURES[t];
   const f = defaultFeatures(e);
@@ -126,7 +129,7 @@ function architecture(t: (typeof SUPPORTED_MODEL_TYPES)[number]) {
     ...(f.finalSoftcap ? ['final logit soft-capping'] : []),
     ...(e.rope ? ['rope base per layer type'] : []),
   ];
-  const llamaLayer = layer.length === 0 || (layer.length === 1 && e.moe !== null);
+  const qnn = !e.moe && layer.every((f) => QNN_LAYER.has(f));
   return {
     modelType: t,
     classes: e.causalLm,
@@ -137,13 +140,13 @@ function architecture(t: (typeof SUPPORTED_MODEL_TYPES)[number]) {
       gguf: e.gguf.arch,
       cuda: e.transformersJs !== false,
       'tensorrt-llm': e.moe ? null : (e.tensorrtLlm?.architecture ?? null),
-      qnn: !e.moe && layer.length === 0,
+      qnn,
       'gguf-levels': f.qkNorm?.scope !== 'all' ? e.gguf.arch : null,
     },
     passes: {
       reorder: f.qkNorm?.scope !== 'all',
       'expert-bits': e.moe !== null,
-      outliers: !e.moe && llamaLayer,
+      outliers: qnn, // serves qnn only
       'chunk-partition': true,
       'tree-search': true,
     },
