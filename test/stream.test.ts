@@ -5,7 +5,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
+import { normalizeConfig, openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
 import { Engine, type TapResult } from '../src/exec/engine/index.js';
 import { StreamEngine } from '../src/exec/stream/engine.js';
 import { streamSegments } from '../src/exec/stream/segments.js';
@@ -161,8 +161,22 @@ describe('the quality evaluation with the source streamed', () => {
   });
 
   test('the TinyLlama-1.1B shape streams by default (its float32 graph is above 2 GiB)', () => {
-    const spec = { vocabSize: 32000, hiddenSize: 2048, intermediateSize: 5632, numLayers: 22, numHeads: 32, numKvHeads: 4, headDim: 64, tieEmbeddings: false, qkvBias: false, oBias: false, mlpBias: false, moe: null };
-    expect(float32Bytes(spec as never)).toBeGreaterThan(2 ** 31);
+    const config = {
+      model_type: 'llama',
+      architectures: ['LlamaForCausalLM'],
+      vocab_size: 32000,
+      hidden_size: 2048,
+      intermediate_size: 5632,
+      num_hidden_layers: 22,
+      num_attention_heads: 32,
+      num_key_value_heads: 4,
+      max_position_embeddings: 2048,
+      rms_norm_eps: 1e-5,
+      tie_word_embeddings: false,
+    };
+    const spec = normalizeConfig(config, 'config.json');
+    expect(float32Bytes(spec)).toBeGreaterThan(2 ** 31);
+    expect(float32Bytes(spec)).toBeGreaterThan(STREAM_ABOVE_BYTES);
   });
 });
 

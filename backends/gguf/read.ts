@@ -10,7 +10,7 @@
  */
 import { yarnWithDefaults } from '../../src/core/arch/rope-config.js';
 import { promises as fsp } from 'node:fs';
-import { archOf, GGUF_ARCHITECTURES, modelTypeOfGguf } from '../../src/core/arch/registry.js';
+import { archOf, GGUF_READABLE, modelTypeOfGguf } from '../../src/core/arch/registry.js';
 import type { ArchSpec, MoeSpec, RopeScaling } from '../../src/core/arch/types.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { QUANT_TYPES, type QuantType } from '../../src/core/quant/types.js';
@@ -279,15 +279,13 @@ export function checkGgufModel(h: GgufHeader, expect: { numLayers: number; hidde
  * context, vocabulary and stop ids by. llama.cpp itself does the math, so only what those need is
  * read exactly; a key llama.cpp needs that is missing or malformed is one error naming it.
  */
-/** The GGUF architectures this reader describes (gemma's norms, activation and soft-capping and phi3's fused tensors it does not read back). */
-const READABLE = GGUF_ARCHITECTURES.filter((a) => !['gemma2', 'gemma3', 'phi3'].includes(a));
 
 export function ggufArchSpec(h: GgufHeader, file: string): ArchSpec {
   const md = h.metadata;
   const arch = md.get('general.architecture');
   if (typeof arch !== 'string') throw new LlmcError('not a GGUF model: no general.architecture', file);
-  if (!READABLE.includes(arch)) {
-    throw new LlmcError(`general.architecture "${arch}": llmc reads ${READABLE.join(', ')} GGUFs (the families it compiles); run this one with llama.cpp's llama-cli -m ${file}`, file);
+  if (!GGUF_READABLE.includes(arch)) {
+    throw new LlmcError(`general.architecture "${arch}": llmc reads back ${GGUF_READABLE.join(', ')} GGUFs; run this one with llama.cpp's llama-cli -m ${file}`, file);
   }
   const bad = (key: string, why: string): never => {
     throw new LlmcError(`not a usable GGUF model: ${key} ${why}`, file);

@@ -9,6 +9,7 @@
  */
 import { LlmcError, summarize } from '../../src/core/errors.js';
 import type { ArchSpec } from '../../src/core/checkpoint/index.js';
+import { archOf } from '../../src/core/arch/registry.js';
 import { arr, bool, str, u32, type GgufKv } from './writer.js';
 import { parseJsonObject } from '../../src/core/util/json.js';
 
@@ -60,11 +61,13 @@ export function placeholderVocab(spec: ArchSpec): GgufVocab {
     else if (i < 259 && n >= 259) (tokens.push(`<0x${(i - 3).toString(16).toUpperCase().padStart(2, '0')}>`), types.push(TOKEN_TYPE.BYTE));
     else (tokens.push(`<placeholder_${i}>`), types.push(TOKEN_TYPE.NORMAL));
   }
-  // llama.cpp's phi3 looks its end-of-turn tokens up by text: the last ids carry them (as Phi-3's own vocabulary has them).
-  if (spec.modelType === 'phi3' && n >= 262) {
-    tokens[n - 2] = '<|endoftext|>';
-    tokens[n - 1] = '<|end|>';
-    types[n - 2] = types[n - 1] = TOKEN_TYPE.CONTROL;
+  // Tokens the family's llama.cpp arch looks up by text take the last ids (as phi3's own vocabulary has them).
+  const tail = archOf(spec).gguf.placeholderTail ?? [];
+  if (n - tail.length >= 259) {
+    tail.forEach((t, k) => {
+      tokens[n - tail.length + k] = t;
+      types[n - tail.length + k] = TOKEN_TYPE.CONTROL;
+    });
   }
   const bos = spec.bosTokenId !== null && spec.bosTokenId < n ? spec.bosTokenId : Math.min(1, n - 1);
   const eos = spec.eosTokenIds.find((e) => e < n) ?? Math.min(2, n - 1);

@@ -93,6 +93,13 @@ export interface GgufFamily {
   /** Phi3MiniModel: qkv_proj and gate_up_proj stay fused (attn_qkv, ffn_up of gate then up rows). */
   fusedProjections?: boolean;
   /**
+   * Control tokens llama.cpp's arch looks up by text (phi3: <|endoftext|>, <|end|>), given the last ids
+   * of a placeholder vocabulary (a checkpoint without tokenizer.json) so llama.cpp loads it. Absent: none.
+   */
+  placeholderTail?: readonly string[];
+  /** llmc describes this arch's GGUFs without a manifest (ggufArchSpec); false where it cannot read a feature back (gemma's norms, phi3's fused tensors). Absent: true. */
+  readBack?: boolean;
+  /**
    * llama.cpp's loader types an 80-layer GQA model of this arch LLM_TYPE_70B (llama_model::load_hparams),
    * which changes llama-quantize's per-tensor choices.
    */

@@ -71,3 +71,5 @@ export function modelTypeOfGguf(gguf: string, experts: boolean): ModelType | und
 
 /** llama.cpp's architecture names of llmc's families (GGUF general.architecture). */
 export const GGUF_ARCHITECTURES: readonly string[] = [...new Set(SUPPORTED_MODEL_TYPES.map((t) => ARCHITECTURES[t].gguf.arch))];
+/** The GGUF architectures llmc reads back without a manifest (a family's gguf.readBack). */
+export const GGUF_READABLE: readonly string[] = [...new Set(SUPPORTED_MODEL_TYPES.filter((t) => ARCHITECTURES[t].gguf.readBack !== false).map((t) => ARCHITECTURES[t].gguf.arch))];

@@ -96,6 +96,7 @@ const GEMMA2_GGUF: GgufFamily = {
   refuse: (spec) => (spec.finalSoftcap === null ? "final_logit_softcapping null: llama.cpp's gemma2 always caps the logits" : gemmaLayoutRefusal(spec, 'gemma2', 2, 46)),
   routing: null,
   type70B: false,
+  readBack: false,
   normPlusOne: true,
 };
 

@@ -33,6 +33,7 @@ const GEMMA3_GGUF: GgufFamily = {
   },
   routing: null,
   type70B: false,
+  readBack: false,
   normPlusOne: true,
 };
 

@@ -24,7 +24,9 @@ const PHI3_GGUF: GgufFamily = {
   refuse: () => null,
   routing: null,
   type70B: false,
+  readBack: false,
   fusedProjections: true,
+  placeholderTail: ['<|endoftext|>', '<|end|>'],
 };
 
 /** Phi-3: q, k and v in one qkv_proj, gate and up in one gate_up_proj (split into llmc's names at ingestion). */
