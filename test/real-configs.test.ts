@@ -80,10 +80,14 @@ describe.skipIf(!HAVE)('released configs as transformers 5.x writes them', () =>
     expect(spec.qkNorm).toEqual({ scope: 'head', offset: 0 });
     expect(spec.slidingWindow).toBeNull();
     expect(refusal).toBeNull();
-    // transformers < 5 named the count num_experts.
-    const old = real('qwen3_moe', { num_local_experts: undefined, hidden_size: 2048, num_hidden_layers: 48, num_attention_heads: 32, num_key_value_heads: 4, head_dim: 128, num_experts_per_tok: 8 });
-    (old as Json).num_experts = 128;
-    expect(normalizeConfig(old, 'old/config.json').moe!.numExperts).toBe(128);
+    // The released config.json (transformers 4.51): num_experts (5.x: num_local_experts), rope_theta, rope_scaling null, sliding_window null.
+    const old = real('qwen3_moe', {
+      num_local_experts: undefined, hidden_size: 2048, moe_intermediate_size: 768, num_hidden_layers: 48, num_attention_heads: 32, num_key_value_heads: 4, head_dim: 128,
+      num_experts_per_tok: 8, rope_parameters: undefined, rope_theta: 1000000, rope_scaling: null, max_window_layers: 48, sliding_window: null, use_sliding_window: false,
+    });
+    Object.assign(old, { num_experts: 128, torch_dtype: 'bfloat16' });
+    const o = read('Qwen3-30B-A3B-hub', old);
+    expect([o.spec.moe!.numExperts, o.spec.moe!.topK, o.spec.moe!.routing, o.spec.ropeTheta, o.refusal]).toEqual([128, 8, 'softmax-topk-renorm', 1e6, null]);
   });
 
   it('OLMoE-1B-7B: 64 experts top-8 not renormalized, clip_qkv null, q/k norms over the projection; llama.cpp olmoe loads it', () => {
@@ -144,6 +148,14 @@ describe.skipIf(!HAVE)('released configs as transformers 5.x writes them', () =>
     expect(spec.ropeTheta).toBe(5e6);
     expect(spec.slidingWindow).toBeNull();
     expect(refusal).toBeNull();
+    // The released config.json (transformers 4.54): rope_theta, Qwen2's leftover max_window_layers 28 (SmolLM3Config never reads it), pretraining_tp 2.
+    const hub = real('smollm3', {
+      hidden_size: 2048, num_hidden_layers: 36, num_attention_heads: 16, num_key_value_heads: 4, head_dim: undefined, no_rope_layers: flags, layer_types: Array(36).fill(FULL),
+      rope_parameters: undefined, rope_theta: 5000000, rope_scaling: null, max_window_layers: 28, use_sliding_window: false, sliding_window: null,
+    });
+    Object.assign(hub, { pretraining_tp: 2, torch_dtype: 'bfloat16', use_cache: false });
+    const h = read('SmolLM3-3B-hub', hub);
+    expect([h.spec.ropeLayers, h.spec.ropeTheta, h.spec.slidingWindow, h.spec.headDim, h.refusal]).toEqual([spec.ropeLayers, 5e6, null, 128, null]);
     // Another pattern: llama.cpp's smollm3 hard-codes every 4th, so the gguf target refuses it in one line.
     const other = read('x', real('smollm3', { no_rope_layers: [1, 0, 1, 1] })).refusal;
     expect(other).toMatch(/llama\.cpp's smollm3 rotates all but every 4th/);
@@ -262,6 +274,11 @@ describe.skipIf(!HAVE)('released configs as transformers 5.x writes them', () =>
     expect(spec.headDim).toBe(96);
     expect(refusal).toBeNull();
     expect(checkGgufRope(spec, ARCHITECTURES.phi3.gguf)).toBeNull();
+    // The released config.json (transformers 4.x): auto_map (remote code naming the same class), attention_bias false, rope_scaling null.
+    const hub = phi3({ max_position_embeddings: 4096, original_max_position_embeddings: 4096, sliding_window: 2047, rope_parameters: undefined, rope_theta: 10000, rope_scaling: null });
+    Object.assign(hub, { auto_map: { AutoConfig: 'configuration_phi3.Phi3Config', AutoModelForCausalLM: 'modeling_phi3.Phi3ForCausalLM' }, attention_bias: false, torch_dtype: 'bfloat16' });
+    const h = read('Phi-3-mini-4k-hub', hub);
+    expect([h.spec.slidingWindow, h.spec.ropeScaling, h.spec.qkvBias, h.refusal]).toEqual([2047, null, false, null]);
   });
 
   it('Phi-3.5-mini and Phi-3-mini-128k: longrope with 48 short / long factors past 4096 positions', () => {
@@ -291,7 +308,7 @@ describe.skipIf(!HAVE)('released configs as transformers 5.x writes them', () =>
       } catch (e) {
         msg = (e as Error).message;
       }
-      expect(msg).toMatch(/longrope/);
+      expect(msg).toMatch(/^rope type "longrope": llmc's gguf target does not write llama\.cpp's rope_factors_long/);
       expect(msg).not.toContain('\n');
     }
     // "su" (the first Phi-3-128k configs' name for longrope) is not a type transformers 5 reads: refused, one line.

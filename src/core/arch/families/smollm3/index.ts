@@ -31,7 +31,8 @@ function attention(c: ConfigReader, numLayers: number): Attention {
 
 export const smollm3: ArchEntry = {
   ...LLAMA_BIAS,
-  keys: ['attention_bias', 'mlp_bias', 'use_sliding_window', 'sliding_window', 'no_rope_layers', 'no_rope_layer_interval'],
+  // max_window_layers: Qwen2's key, left in SmolLM3-3B's released config.json (28); SmolLM3Config never reads it.
+  keys: ['attention_bias', 'mlp_bias', 'use_sliding_window', 'sliding_window', 'no_rope_layers', 'no_rope_layer_interval', 'max_window_layers'],
   fixed: {},
   defaultTheta: 2000000,
   attention,
