@@ -65,6 +65,13 @@ describe.skipIf(!HAVE)('released configs as transformers 5.x writes them', () =>
     // Released config.json without layer_types (older writer): max_window_layers 28 < 36 layers, but use_sliding_window false.
     const { spec } = read('Qwen3-4B', qwen3({ hidden_size: 2560, intermediate_size: 9728, num_hidden_layers: 36, num_attention_heads: 32, max_window_layers: 36, layer_types: undefined, sliding_window: 32768 }));
     expect(spec.slidingWindow).toBeNull();
+    // The model card's long-context setting: YaRN ×4 from 32768 positions (llama.cpp's defaults, so the gguf target keeps it).
+    const yarn = read('Qwen3-4B-yarn', qwen3({
+      hidden_size: 2560, intermediate_size: 9728, num_hidden_layers: 36, num_attention_heads: 32, max_window_layers: 36, layer_types: Array(36).fill(FULL), max_position_embeddings: 131072,
+      rope_parameters: { rope_theta: 1000000, rope_type: 'yarn', factor: 4.0, original_max_position_embeddings: 32768 },
+    }));
+    expect(yarn.spec.ropeScaling).toEqual({ type: 'yarn', factor: 4, originalMaxPositions: 32768, betaFast: 32, betaSlow: 1, truncate: true, attentionFactor: 0.1 * Math.log(4) + 1 });
+    expect(checkGgufRope(yarn.spec, ARCHITECTURES.qwen3.gguf)).toEqual(yarn.spec.ropeScaling);
   });
 
   it('Qwen3-30B-A3B: 128 experts top-8 renormalized, every layer sparse; llama.cpp qwen3moe loads it', () => {
