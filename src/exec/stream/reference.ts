@@ -7,6 +7,7 @@
  * position: 2.1 GB for 16,384 tokens of a 32k vocabulary), removed by close().
  */
 import type { ModelSource } from '../../core/checkpoint/source.js';
+import { numel } from '../../core/checkpoint/safetensors.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { expectedTensors } from '../../core/arch/names.js';
 import { LlmcError } from '../../core/errors.js';
@@ -24,7 +25,7 @@ import path from 'node:path';
 export const STREAM_ABOVE_BYTES = 2 ** 30;
 
 /** Bytes of the model's weights as float32 (what the whole-model graph holds). */
-export const float32Bytes = (spec: ArchSpec): number => expectedTensors(spec).reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * 4, 0);
+export const float32Bytes = (spec: ArchSpec): number => expectedTensors(spec).reduce((a, t) => a + numel(t.shape) * 4, 0);
 
 export interface SourceLogits {
   /** 'onnxruntime' (the whole graph) or 'onnxruntime, layer-streamed'. */
