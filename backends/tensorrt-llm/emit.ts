@@ -1,8 +1,15 @@
 /**
- * The `tensorrt-llm` target: a TensorRT-LLM checkpoint for the Llama family (llama, mistral, qwen2),
- * one rank (tp = pp = 1): config.json (PretrainedConfig.to_dict's fields) and rank0.safetensors with
- * TensorRT-LLM's tensor names — q/k/v fused into attention.qkv, gate_proj → mlp.fc (the activated
- * branch), up_proj → mlp.gate, down_proj → mlp.proj, the tied embedding written again as lm_head.
+ * The `tensorrt-llm` target: a TensorRT-LLM checkpoint, one rank (tp = pp = 1), for every family whose
+ * registry entry names a TensorRT-LLM class (LLaMAForCausalLM for llama / mistral / mixtral / granite,
+ * QWenForCausalLM for qwen2 / qwen2_moe / qwen3 / qwen3_moe, GemmaForCausalLM for gemma2 / gemma3_text,
+ * Phi3ForCausalLM for phi3): config.json (PretrainedConfig.to_dict's fields and the class's own) and
+ * rank0.safetensors with the module names the class loads — q/k/v fused into attention.qkv,
+ * gate_proj → mlp.fc (the activated branch), up_proj → mlp.gate, down_proj → mlp.proj (phi3's MLP:
+ * mlp.fc = [up; gate]); MoE layers (layers/moe.py MOE): mlp.router (float32), mlp.fc stacked per
+ * expert as [up; gate] (the left half linear, the right half activated), mlp.proj stacked; qwen2_moe's
+ * SharedMoE adds mlp.shared_expert.fc / .proj and mlp.shared_expert_gate; q/k norms as
+ * attention.q_layernorm / k_layernorm; gemma's norms as 1 + w; the tied embedding written again as
+ * lm_head. Sliding windows travel as runtime_defaults.max_attention_window, one per layer.
  *
  * int8 / int4 weight-only (quant_algo W8A16 / W4A16): the weights are written in the model dtype and
  * trtllm-build quantizes them per output channel when it loads the checkpoint (preprocess_weights →
@@ -16,8 +23,12 @@ import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames } from '../../src/core/a
 import { fromF32, writeSafetensors, type FloatDType, type TensorToWrite } from '../../src/core/checkpoint/safetensors.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
-import type { ArchSpec } from '../../src/core/arch/spec.js';
+import { isMoeLayer, type ArchSpec } from '../../src/core/arch/spec.js';
 import { archOf, type TrtllmFamily } from '../../src/core/arch/registry.js';
+import { moeNames } from '../../src/core/arch/names.js';
+import { windowOf } from '../../src/core/arch/spec.js';
+import { UsageError } from '../../src/core/errors.js';
+import { trtllmRefusal } from './check.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import { refuseGraphEdits, type CompileUnit } from '../../src/core/pipeline/unit.js';
 import type { TensorrtLlmInfo } from './info.js';
@@ -39,8 +50,8 @@ const QUANT_ALGO: Record<string, string | null> = { fp16: null, bf16: null, fp32
  * it cannot express (longrope here; yarn with an attention factor, betas or truncation other than
  * its defaults) is refused with one line naming it, never dropped.
  */
-export function rotaryScaling(rs: ArchSpec['ropeScaling']): Record<string, unknown> | null {
-  if (!rs) return null;
+export function rotaryScaling(rs: ArchSpec['ropeScaling'], longrope = false): Record<string, unknown> | null {
+  if (!rs || (longrope && rs.type === 'longrope')) return null;
   const refuse = (why: string): never => {
     throw new LlmcError(`rope type "${rs.type}"${why} is not expressible in TensorRT-LLM's rotary_scaling; the tensorrt-llm target refuses rather than drop it`);
   };
@@ -63,6 +74,8 @@ export function rotaryScaling(rs: ArchSpec['ropeScaling']): Record<string, unkno
 function trtllmFamily(s: ArchSpec): TrtllmFamily {
   const cls = archOf(s).tensorrtLlm;
   if (!cls) throw new LlmcError(`internal: tensorrt-llm emit for ${s.modelType} (the descriptor refuses it)`);
+  const why = trtllmRefusal(s, cls);
+  if (why) throw new UsageError(`--target tensorrt-llm cannot write this ${s.modelType} model: ${why}`);
   return cls;
 }
 
@@ -89,7 +102,7 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
     norm_epsilon: s.rmsNormEps,
     position_embedding_type: 'rope_gpt_neox',
     rotary_base: s.ropeTheta,
-    rotary_scaling: rotaryScaling(s.ropeScaling),
+    rotary_scaling: rotaryScaling(s.ropeScaling, (cls.layer ?? []).includes('longrope')),
     attn_bias: s.qkvBias,
     mlp_bias: s.mlpBias,
     disable_weight_only_quant_plugin: false,
@@ -98,6 +111,9 @@ export function trtllmConfig(unit: CompileUnit, quant: string): Record<string, u
     tie_word_embeddings: s.tieEmbeddings,
     mapping: { world_size: 1, tp_size: 1, pp_size: 1 },
     quantization: { quant_algo: QUANT_ALGO[quant], kv_cache_quant_algo: null, exclude_modules: ['lm_head'] },
+    // PretrainedConfig(runtime_defaults=RuntimeDefaults(max_attention_window=[...])): the per-layer
+    // window (cyclic KV cache) the runtime uses unless told otherwise; a full layer keeps every position.
+    ...(s.slidingWindow !== null ? { runtime_defaults: { max_attention_window: Array.from({ length: s.numLayers }, (_, l) => windowOf(s, l) ?? s.maxPositions), sink_token_length: 0 } } : {}),
   };
   return { ...common, ...cls.config(s) };
 }
@@ -107,7 +123,6 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
     refuseGraphEdits(unit, 'tensorrt-llm');
     const { source } = unit;
     const s = source.spec;
-    trtllmFamily(s);
     const quant = ctx.formats.quant ?? 'fp16';
     const st = DTYPE[quant].st;
     const shape = (name: string) => {
@@ -117,13 +132,14 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
     };
     const tensors: TensorToWrite[] = [];
     const one = (name: string, from: string) => tensors.push({ name, dtype: st, shape: shape(from), bytes: async () => fromF32(await source.readF32(from), st) });
-    /** Rows of several HF tensors stacked in order (q, k, v → qkv). */
-    const stacked = (name: string, from: string[]) => {
+    /** Rows of several HF tensors stacked in order (q, k, v → qkv); with `groups`, on a leading axis of that many (experts). */
+    const stacked = (name: string, from: string[], groups = 1) => {
       const shapes = from.map(shape);
+      const rows = shapes.reduce((a, x) => a + x[0], 0);
       tensors.push({
         name,
         dtype: st,
-        shape: [shapes.reduce((a, x) => a + x[0], 0), ...shapes[0].slice(1)],
+        shape: groups > 1 ? [groups, rows / groups, ...shapes[0].slice(1)] : [rows, ...shapes[0].slice(1)],
         bytes: async () => {
           const parts = await Promise.all(from.map((f) => source.readF32(f)));
           const all = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
@@ -136,15 +152,46 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
         },
       });
     };
+    const cls = trtllmFamily(s);
+    /** Gemma's converter adds 1 to every norm weight in float32 (convert.py load_gemma_weights), then casts. */
+    const norm = (name: string, from: string) =>
+      cls.normPlusOne ? tensors.push({ name, dtype: st, shape: shape(from), bytes: async () => fromF32((await source.readF32(from)).map((w) => w + 1), st) }) : one(name, from);
     one('transformer.vocab_embedding.weight', EMBED);
     for (let l = 0; l < s.numLayers; l++) {
       const n = layerNames(l);
       const p = `transformer.layers.${l}`;
-      one(`${p}.input_layernorm.weight`, n.inputNorm);
+      norm(`${p}.input_layernorm.weight`, n.inputNorm);
       stacked(`${p}.attention.qkv.weight`, [n.q, n.k, n.v]);
       if (s.qkvBias) stacked(`${p}.attention.qkv.bias`, [n.qBias, n.kBias, n.vBias]);
+      if (s.qkNorm) {
+        norm(`${p}.attention.q_layernorm.weight`, n.qNorm);
+        norm(`${p}.attention.k_layernorm.weight`, n.kNorm);
+      }
       one(`${p}.attention.dense.weight`, n.o);
-      one(`${p}.post_layernorm.weight`, n.postNorm);
+      // post_layernorm: the MLP's input norm (Llama), the attention output's norm in Gemma's sandwich.
+      norm(`${p}.post_layernorm.weight`, n.postNorm);
+      if (s.normPlacement === 'sandwich') {
+        norm(`${p}.pre_feedforward_layernorm.weight`, n.preFfNorm);
+        norm(`${p}.post_feedforward_layernorm.weight`, n.postFfNorm);
+      }
+      if (isMoeLayer(s, l)) {
+        const m = moeNames(s, l);
+        // layers/moe.py MOE: the router in float32 (strict_dtype), the experts stacked on a leading axis.
+        tensors.push({ name: `${p}.mlp.router.weight`, dtype: 'F32', shape: shape(m.router), bytes: async () => fromF32(await source.readF32(m.router), 'F32') });
+        stacked(`${p}.mlp.fc.weight`, m.experts.flatMap((e) => [e.up, e.gate]), m.experts.length);
+        stacked(`${p}.mlp.proj.weight`, m.experts.map((e) => e.down), m.experts.length);
+        if (m.shared) {
+          stacked(`${p}.mlp.shared_expert.fc.weight`, [m.shared.up, m.shared.gate]);
+          one(`${p}.mlp.shared_expert.proj.weight`, m.shared.down);
+          if (m.sharedGate) one(`${p}.mlp.shared_expert_gate.weight`, m.sharedGate);
+        }
+        continue;
+      }
+      if (cls.fusedGateUp) {
+        stacked(`${p}.mlp.fc.weight`, [n.mlp.up, n.mlp.gate]);
+        one(`${p}.mlp.proj.weight`, n.mlp.down);
+        continue;
+      }
       one(`${p}.mlp.fc.weight`, n.mlp.gate);
       one(`${p}.mlp.gate.weight`, n.mlp.up);
       one(`${p}.mlp.proj.weight`, n.mlp.down);
@@ -154,7 +201,7 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
         one(`${p}.mlp.proj.bias`, biasOf(n.mlp.down));
       }
     }
-    one('transformer.ln_f.weight', FINAL_NORM);
+    norm('transformer.ln_f.weight', FINAL_NORM);
     one('lm_head.weight', s.tieEmbeddings ? EMBED : LM_HEAD);
     ctx.progress.start('tensorrt-llm: writing rank0.safetensors', tensors.length);
     await writeSafetensors(

@@ -7,6 +7,7 @@ import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
 import { UsageError } from '../../src/core/errors.js';
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { archOf, SUPPORTED_MODEL_TYPES } from '../../src/core/arch/registry.js';
+import { trtllmRefusal } from './check.js';
 
 /** The families whose registry entry names a TensorRT-LLM class. */
 const written = () => SUPPORTED_MODEL_TYPES.filter((t) => archOf({ modelType: t }).tensorrtLlm !== null).join(', ');
@@ -25,10 +26,10 @@ export const tensorrtLlm: TargetDescriptor<unknown, TensorrtLlmInfo> = {
     perExpertFormats: false,
     qdq: false,
     lowers: {
-      // TensorRT-LLM runs Mixtral and Qwen2-MoE (LLaMAForCausalLM / QWenForCausalLM with a MoeConfig),
-      // but this writer has no expert tensors (mlp.router, stacked mlp.fc / mlp.proj) yet.
-      moe: { refuses: "this writer has no expert tensors yet: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py" },
-      'sliding-window': { refuses: "this writer's config.json carries no attention window: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py" },
+      // LLaMAForCausalLM (mixtral) / QWenForCausalLM (qwen2_moe, qwen3_moe) with a MoeConfig: mlp.router, stacked mlp.fc / mlp.proj.
+      moe: true,
+      // runtime_defaults.max_attention_window: one window per layer, the full layers' max_position_embeddings.
+      'sliding-window': true,
       'tree-mask': false,
       'chunk-graphs': false,
       'shadow-outliers': false,
@@ -40,10 +41,11 @@ export const tensorrtLlm: TargetDescriptor<unknown, TensorrtLlmInfo> = {
   requires: [],
   info: TENSORRT_LLM_INFO,
   checkArch(spec) {
-    if (!archOf(spec).tensorrtLlm) {
-      throw new UsageError(`--target tensorrt-llm writes ${written()} checkpoints, not ${spec.modelType}: convert the Hugging Face checkpoint with TensorRT-LLM's own convert_checkpoint.py`);
-    }
-    if (spec.oBias) throw new UsageError('--target tensorrt-llm does not write an o_proj bias (attention.dense.bias); this model has one');
+    const cls = archOf(spec).tensorrtLlm;
+    // A family without a class is one TensorRT-LLM has no model for (tensorrt_llm/models MODEL_MAP).
+    if (!cls) throw new UsageError(`--target tensorrt-llm: TensorRT-LLM has no ${spec.modelType} model (its MODEL_MAP has no class for it); the target writes ${written()}`);
+    const why = trtllmRefusal(spec, cls);
+    if (why) throw new UsageError(`--target tensorrt-llm cannot write this ${spec.modelType} model: ${why}`);
   },
   load: async () => (await import('./emit.js')).tensorrtLlmTarget,
 };

@@ -114,6 +114,19 @@ export interface GgufFamily {
 export interface TrtllmFamily {
   architecture: string;
   config(spec: ArchSpec): Record<string, unknown>;
+  /**
+   * The layer features beyond Llama's the class computes (backends/tensorrt-llm refuses any other):
+   * 'qk-norm' (Attention qk_layernorm, one weight per head), 'gemma' (GemmaDecoderLayer's sandwich
+   * norms, GELU-tanh, (1 + w) norms, embeddings × sqrt(hidden), query_pre_attn_scalar, soft-capping,
+   * gemma3's local rope base), 'multipliers' (LLaMAConfig's Granite multipliers), 'longrope' (Phi3's long_rope).
+   */
+  layer?: readonly ('qk-norm' | 'gemma' | 'multipliers' | 'longrope')[];
+  /** Phi3's MLP (layers/mlp.py MLP with swiglu): one mlp.fc of [up; gate] rows instead of GatedMLP's fc / gate. */
+  fusedGateUp?: boolean;
+  /** Gemma's converter writes every norm weight as 1 + w (TensorRT-LLM's RmsNorm multiplies by the weight as stored). */
+  normPlusOne?: boolean;
+  /** What this class cannot express of this model (one line), or null. */
+  refuse?(spec: ArchSpec): string | null;
 }
 
 export interface ArchEntry {

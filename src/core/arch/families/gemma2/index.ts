@@ -4,7 +4,7 @@
  * MLP, query_pre_attn_scalar, final logit soft-capping, sliding and full layers alternating.
  */
 import { LlmcError } from '../../../errors.js';
-import { ggufF32, ggufU32, layerTypes, NO_BIAS, slidingFrom, SLIDING, FULL, windowOf, type ArchEntry, type Attention, type ConfigReader, type Features, type GgufFamily, type GgufMetaValue } from '../../family.js';
+import { ggufF32, ggufU32, layerTypes, NO_BIAS, slidingFrom, SLIDING, FULL, windowOf, type ArchEntry, type Attention, type ConfigReader, type Features, type GgufFamily, type GgufMetaValue, type TrtllmFamily } from '../../family.js';
 import { windowOf as windowOfLayer } from '../../spec.js';
 import type { ArchSpec } from '../../types.js';
 
@@ -50,6 +50,53 @@ export function gemmaFeatures(qkNorm: boolean, finalSoftcapDefault: number | nul
 export const GEMMA_KEYS = ['sliding_window', 'attn_logit_softcapping', 'final_logit_softcapping', 'query_pre_attn_scalar', 'hidden_activation', 'use_bidirectional_attention', 'hidden_act'];
 /** Gemma builds no biases (attention_bias false); "hybrid" caches compute the same. */
 export const GEMMA_FIXED = { attention_bias: false, cache_implementation: 'hybrid' };
+
+/**
+ * TensorRT-LLM's GemmaForCausalLM (tensorrt_llm/models/gemma/config.py GemmaConfig, model.py
+ * GemmaDecoderLayer; modeling_utils.py Gemma2ConfigGroup / Gemma3ConfigGroup, every field of which
+ * get_config_group requires): architecture Gemma2ForCausalLM / Gemma3ForCausalLM picks the layer
+ * (inter_layernorms: pre/post feed-forward norms; gemma3: qk_layernorm and a local rope base on the
+ * layers with (l + 1) % _sliding_window_pattern ≠ 0), query_pre_attn_scalar (q_scaling =
+ * sqrt(query_pre_attn_scalar / head_size)), final_logit_softcapping, gemma2's attn_logit_softcapping
+ * (Attention max_attn_value; llmc's spec has none, as transformers' default attention computes, so
+ * null: no cap), GemmaModel multiplies the embeddings by sqrt(hidden_size) itself. The weights: every
+ * norm + 1 (convert.py load_gemma_weights). gemma3's pattern is written under both names the
+ * releases read (_sliding_window_pattern in config.py / model.py, sliding_window_pattern in
+ * Gemma3ConfigGroup).
+ */
+export function gemmaTrtllm(architecture: string, gemma3: boolean): TrtllmFamily {
+  const qpas = (s: ArchSpec) => (s.multipliers?.attention ?? s.headDim ** -0.5) ** -2;
+  const pattern = (s: ArchSpec) => {
+    const first = Array.from({ length: s.numLayers }, (_, l) => l).find((l) => windowOfLayer(s, l) === null);
+    return first === undefined ? s.numLayers + 1 : first + 1;
+  };
+  return {
+    architecture,
+    layer: gemma3 ? ['gemma', 'qk-norm'] : ['gemma'],
+    normPlusOne: true,
+    config: (s) => ({
+      hidden_act: 'gelu_pytorch_tanh',
+      inter_layernorms: true,
+      query_pre_attn_scalar: Math.round(qpas(s)),
+      final_logit_softcapping: s.finalSoftcap,
+      ...(gemma3
+        ? { _sliding_window_pattern: pattern(s), sliding_window_pattern: pattern(s), rope_local_base_freq: s.localRope?.theta ?? s.ropeTheta, sliding_window: s.slidingWindow }
+        : { attn_logit_softcapping: s.attnSoftcap }),
+    }),
+    refuse: (s) => {
+      const m = s.multipliers;
+      if (!m || m.embedding !== Math.fround(Math.sqrt(s.hiddenSize)) || m.residual !== 1 || m.logitsDivide !== 1) return "multipliers other than gemma's sqrt(hidden_size) on the embeddings";
+      if (Math.abs(qpas(s) - Math.round(qpas(s))) > 1e-6 * qpas(s)) return `query_pre_attn_scalar ${qpas(s)} is not an integer`;
+      if (gemma3) {
+        const p = pattern(s);
+        const bad = Array.from({ length: s.numLayers }, (_, l) => l).find((l) => (windowOfLayer(s, l) !== null) !== ((l + 1) % p !== 0));
+        if (bad !== undefined) return `sliding layers that no _sliding_window_pattern gives (TensorRT-LLM's gemma3 slides every layer l with (l + 1) % pattern ≠ 0; layer ${bad} differs)`;
+        if (s.ropeScaling && s.slidingWindow !== null) return `rope scaling "${s.ropeScaling.type}" on the full layers only, which this writer cannot separate from the sliding layers' rope in TensorRT-LLM's config`;
+      }
+      return null;
+    },
+  };
+}
 
 /** Gemma 2: sliding_window (default 4096) on the even layers unless layer_types says otherwise. */
 function gemma2Attention(c: ConfigReader, numLayers: number): Attention {
@@ -110,7 +157,7 @@ export const gemma2: ArchEntry = {
   moe: null,
   features: gemmaFeatures(false, 30),
   gguf: GEMMA2_GGUF,
-  tensorrtLlm: null,
+  tensorrtLlm: gemmaTrtllm('Gemma2ForCausalLM', false),
   // onnxruntime-genai's gemma / phi3 builders are not checked against llmc's graphs: no genai_config.json.
   ortGenai: null,
 };

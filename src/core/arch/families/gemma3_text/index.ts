@@ -8,7 +8,7 @@ import { LlmcError } from '../../../errors.js';
 import { readRope, type RopeContext } from '../../rope-config.js';
 import type { ArchSpec } from '../../types.js';
 import { FULL, layerTypes, NO_BIAS, SLIDING, slidingFrom, windowOf, type ArchEntry, type Attention, type ConfigReader, type Json } from '../../family.js';
-import { GEMMA_FIXED, GEMMA_KEYS, gemmaFeatures, gemmaHeadKeys, gemmaLayoutRefusal } from '../gemma2/index.js';
+import { GEMMA_FIXED, GEMMA_KEYS, gemmaFeatures, gemmaHeadKeys, gemmaLayoutRefusal, gemmaTrtllm } from '../gemma2/index.js';
 import { ggufU32, type GgufFamily } from '../../family.js';
 
 /** llama.cpp's gemma3 rotates its sliding layers at a fixed base (rope_freq_base_train_swa). */
@@ -94,7 +94,7 @@ export const gemma3_text: ArchEntry = {
   features: gemmaFeatures(true, null),
   rope: gemma3Rope,
   gguf: GEMMA3_GGUF,
-  tensorrtLlm: null,
+  tensorrtLlm: gemmaTrtllm('Gemma3ForCausalLM', true),
   // onnxruntime-genai's gemma / phi3 builders are not checked against llmc's graphs: no genai_config.json.
   ortGenai: null,
 };

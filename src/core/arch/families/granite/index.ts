@@ -5,6 +5,7 @@
  */
 import { ggufF32, ggufU32, LLAMA_BIAS, fullAttention, type ArchEntry, type ConfigReader } from '../../family.js';
 import type { Multipliers } from '../../types.js';
+import { llamaTrtllm } from '../llama/index.js';
 
 /** Each 1.0 by default in GraniteConfig (attention_multiplier included). */
 function multipliers(c: ConfigReader): Multipliers {
@@ -44,7 +45,7 @@ export const granite: ArchEntry = {
     routing: null,
     type70B: false,
   },
-  tensorrtLlm: null,
+  tensorrtLlm: llamaTrtllm('GraniteForCausalLM', ['multipliers']),
   // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
   ortGenai: null,
 };

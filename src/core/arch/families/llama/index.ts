@@ -29,9 +29,37 @@ export const LLAMA_GGUF: GgufFamily = {
  * TensorRT-LLM's LLaMAForCausalLM (models/llama/config.py LLaMAConfig): a dense model's MoeConfig is
  * 0 experts (its default normalization, RENORMALIZE = 1); residual_mlp off (HF parallel_attn_mlp_res).
  */
-export const llamaTrtllm = (architecture: string): TrtllmFamily => ({
+/**
+ * TensorRT-LLM's LLaMAForCausalLM (tensorrt_llm/models/llama/config.py LLaMAConfig), which MODEL_MAP
+ * also gives MistralForCausalLM, MixtralForCausalLM and GraniteForCausalLM: residual_mlp, `moe`
+ * (layers/moe.py MoeConfig; LLaMAConfig's default normalization_mode RENORMALIZE = 1, the mode
+ * from_hugging_face sets for mixtral, whose experts then run the fused 'swiglu'), and Granite's
+ * embedding_multiplier / attention_multiplier / residual_multiplier / output_multiplier_scale, as
+ * from_hugging_face derives them: attention_multiplier × sqrt(head_size) (TensorRT-LLM's attention
+ * divides by sqrt(head_size) after it), output_multiplier_scale = 1 / logits_scaling.
+ */
+export const llamaTrtllm = (architecture: string, layer: TrtllmFamily['layer'] = []): TrtllmFamily => ({
   architecture,
-  config: () => ({ residual_mlp: false, moe: { num_experts: 0, top_k: 0, normalization_mode: 1 } }),
+  layer,
+  config: (s) => ({
+    residual_mlp: false,
+    moe: { num_experts: s.moe?.numExperts ?? 0, top_k: s.moe?.topK ?? 0, normalization_mode: 1 },
+    ...(s.moe ? { hidden_act: 'swiglu', intermediate_size: s.moe.expertIntermediateSize } : {}),
+    ...(s.multipliers
+      ? {
+          embedding_multiplier: s.multipliers.embedding,
+          attention_multiplier: (s.multipliers.attention ?? s.headDim ** -0.5) * Math.sqrt(s.headDim),
+          residual_multiplier: s.multipliers.residual,
+          output_multiplier_scale: 1 / s.multipliers.logitsDivide,
+        }
+      : {}),
+  }),
+  refuse: (s) => {
+    if (!s.moe) return null;
+    if (s.moe.routing !== 'softmax-topk-renorm') return "top-k weights without renormalization (TensorRT-LLM's LLaMA MoE renormalizes)";
+    if (s.moe.sharedExpertIntermediateSize !== null || s.moe.denseLayers.length) return "a shared expert or dense layers, which TensorRT-LLM's LLaMA MoE layer does not have";
+    return null;
+  },
 });
 
 export const llama: ArchEntry = {

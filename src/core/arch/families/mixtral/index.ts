@@ -1,6 +1,6 @@
 /** Mixtral (transformers' MixtralForCausalLM): Mistral with routed experts (block_sparse_moe, w1/w2/w3). */
 import { NO_BIAS, NO_BIAS_KEYS, type ArchEntry, type MoeFamily } from '../../family.js';
-import { LLAMA_GGUF } from '../llama/index.js';
+import { LLAMA_GGUF, llamaTrtllm } from '../llama/index.js';
 import { mistralAttention } from '../mistral/index.js';
 
 const MIXTRAL_MOE: MoeFamily = {
@@ -39,7 +39,7 @@ export const mixtral: ArchEntry = {
   // convert_hf_to_gguf's MixtralModel is a LlamaModel: llama with experts stacked per layer.
   gguf: LLAMA_GGUF,
   // TensorRT-LLM runs Mixtral (LLaMAForCausalLM with a MoeConfig), but the target writes no expert tensors yet.
-  tensorrtLlm: null,
+  tensorrtLlm: llamaTrtllm('MixtralForCausalLM'),
   // onnxruntime-genai's LLM list has no MoE type llmc writes.
   ortGenai: null,
 };

@@ -3,7 +3,7 @@
  * up in one gate_up_proj, split at ingestion (row ranges of the stored tensors) into the IR's names;
  * sliding_window on every layer as Mistral's; longrope as rope-config.ts reads it.
  */
-import { NO_BIAS, NO_BIAS_KEYS, type ArchEntry, type FusedTensor } from '../../family.js';
+import { NO_BIAS, NO_BIAS_KEYS, type ArchEntry, type FusedTensor, type TrtllmFamily } from '../../family.js';
 import type { ArchSpec } from '../../types.js';
 import { mistralAttention } from '../mistral/index.js';
 import { ggufU32, type GgufFamily } from '../../family.js';
@@ -53,6 +53,39 @@ function phi3Fused(l: number, spec: ArchSpec): FusedTensor[] {
   ];
 }
 
+/**
+ * TensorRT-LLM's Phi3ForCausalLM (tensorrt_llm/models/phi3/config.py Phi3Config, model.py
+ * Phi3DecoderLayer, convert.py load_weights_from_hf_model): hidden_act 'swiglu' for silu, rotary_pct
+ * (read with no default: from_hugging_face sets it from partial_rotary_factor), no `moe` key (its
+ * presence alone makes the layer MoE), one MLP whose mlp.fc is gate_up_proj with its halves swapped
+ * ([up; gate]). longrope as model.py reads it: position_embedding_type long_rope,
+ * original_max_position_embeddings, longrope_scaling_short_factors / _long_factors (rotary_scaling
+ * null); the Attention derives the cos/sin scale sqrt(1 + ln(max/orig) / ln(orig)) itself, so
+ * another attention_factor is refused.
+ */
+const PHI3_TRTLLM: TrtllmFamily = {
+  architecture: 'Phi3ForCausalLM',
+  layer: ['longrope'],
+  fusedGateUp: true,
+  config: (s) => {
+    const r = s.ropeScaling;
+    return {
+      hidden_act: 'swiglu',
+      rotary_pct: 1.0,
+      ...(r?.type === 'longrope'
+        ? { position_embedding_type: 'long_rope', original_max_position_embeddings: r.originalMaxPositions, longrope_scaling_short_factors: r.shortFactor, longrope_scaling_long_factors: r.longFactor }
+        : {}),
+    };
+  },
+  refuse: (s) => {
+    const r = s.ropeScaling;
+    if (r?.type !== 'longrope') return null;
+    const scale = s.maxPositions / r.originalMaxPositions;
+    const trt = scale <= 1 ? 1 : Math.sqrt(1 + Math.log(scale) / Math.log(r.originalMaxPositions));
+    return Math.abs(r.attentionFactor - trt) > 1e-6 * trt ? `longrope attention_factor ${r.attentionFactor}, where TensorRT-LLM's long_rope scales cos/sin by ${trt}` : null;
+  },
+};
+
 export const phi3: ArchEntry = {
   ...NO_BIAS,
   keys: ['sliding_window', 'resid_pdrop', 'embd_pdrop'],
@@ -63,7 +96,7 @@ export const phi3: ArchEntry = {
   moe: null,
   fused: phi3Fused,
   gguf: PHI3_GGUF,
-  tensorrtLlm: null,
+  tensorrtLlm: PHI3_TRTLLM,
   // onnxruntime-genai's gemma / phi3 builders are not checked against llmc's graphs: no genai_config.json.
   ortGenai: null,
 };

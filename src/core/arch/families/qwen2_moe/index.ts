@@ -1,6 +1,7 @@
 /** Qwen2-MoE (transformers' Qwen2MoeForCausalLM): Qwen2 with routed experts and an optional gated shared expert. */
 import { LlmcError } from '../../../errors.js';
 import type { MoeSpec } from '../../types.js';
+import { qwenTrtllm } from '../qwen2/index.js';
 import { FULL, ggufExpertCounts, ggufU32, layerTypes, mlpNames, NO_BIAS_KEYS, SLIDING, slidingFrom, windowOf, type ArchEntry, type Attention, type ConfigReader, type MoeFamily } from '../../family.js';
 
 /** By default the even layers below max_window_layers slide, with use_sliding_window. */
@@ -76,6 +77,6 @@ export const qwen2_moe: ArchEntry = {
     routing: 'softmax-topk',
     type70B: false,
   },
-  tensorrtLlm: null,
+  tensorrtLlm: qwenTrtllm('qwen2_moe', 'Qwen2MoeForCausalLM'),
   ortGenai: null,
 };

@@ -4,7 +4,7 @@
  * head_dim shared by the heads).
  */
 import { LLAMA_BIAS, neoxGguf, type ArchEntry } from '../../family.js';
-import { qwen2 } from '../qwen2/index.js';
+import { qwen2, qwenTrtllm } from '../qwen2/index.js';
 
 export const qwen3: ArchEntry = {
   ...LLAMA_BIAS,
@@ -18,7 +18,7 @@ export const qwen3: ArchEntry = {
   features: () => ({ qkNorm: { scope: 'head', offset: 0 } }),
   // convert_hf_to_gguf's Qwen3Model (model_arch QWEN3): NeoX rope, attn_q_norm / attn_k_norm.
   gguf: neoxGguf('qwen3', () => null, null),
-  tensorrtLlm: null,
+  tensorrtLlm: qwenTrtllm('qwen3', 'Qwen3ForCausalLM', ['qk-norm']),
   // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
   ortGenai: null,
 };

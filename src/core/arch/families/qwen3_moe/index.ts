@@ -4,6 +4,7 @@
  * and mlp_only_layers make layers dense.
  */
 import { LlmcError } from '../../../errors.js';
+import { qwenTrtllm } from '../qwen2/index.js';
 import { denseLayersRefusal, fullAttention, ggufU32, LLAMA_BIAS, neoxGguf, plainMoe, windowOf, type ArchEntry } from '../../family.js';
 
 export const qwen3_moe: ArchEntry = {
@@ -34,7 +35,8 @@ export const qwen3_moe: ArchEntry = {
     'softmax-topk-renorm',
     (spec) => [{ key: 'expert_feed_forward_length', value: ggufU32(spec.moe!.expertIntermediateSize) }],
   ),
-  tensorrtLlm: null,
+  // models/__init__.py MODEL_MAP: 'Qwen3MoeForCausalLM': QWenForCausalLM (releases since qwen3_moe joined QWenConfig's valid_types).
+  tensorrtLlm: qwenTrtllm('qwen3_moe', 'Qwen3MoeForCausalLM', ['qk-norm']),
   // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
   ortGenai: null,
 };
