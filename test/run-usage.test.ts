@@ -84,9 +84,10 @@ describe('declared capabilities: each target declares what it lowers and runs, c
     const spec = (over: Partial<ArchSpec>) => ({ modelType: 'mistral', moe: null, slidingWindow: null, ...over }) as ArchSpec;
     const target = (name: string) => TARGETS.find((t) => t.name === name)!;
     expect(modelFeatures(spec({ slidingWindow: 8 }))).toEqual(['sliding-window']);
-    expect(refusal(() => checkModelLowered(spec({ slidingWindow: 8 }), target('tensorrt-llm'), TARGETS))).toMatch(
-      /^--target tensorrt-llm does not lower sliding-window attention, which this mistral model has: .*convert_checkpoint\.py \(targets that do: hf, ts, cuda, qnn\)$/,
-    );
+    const moe: ArchSpec['moe'] = { routing: 'softmax-topk-renorm', numExperts: 4, topK: 2, expertIntermediateSize: 8, sharedExpertIntermediateSize: null, denseLayers: [] };
+    expect(modelFeatures(spec({ moe }))).toEqual(['moe']);
+    expect(refusal(() => checkModelLowered(spec({ moe }), target('qnn'), TARGETS))).toMatch(/^--target qnn does not lower mixture-of-experts layers, which this mistral model has.*\(targets that do: [a-z, -]*tensorrt-llm[a-z, -]*\)$/);
+    expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('tensorrt-llm'), TARGETS)).not.toThrow();
     expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('gguf'), TARGETS)).not.toThrow();
     expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('cuda'), TARGETS)).not.toThrow();
     expect(() => checkModelLowered(spec({}), target('tensorrt-llm'), TARGETS)).not.toThrow();
@@ -97,7 +98,7 @@ describe('declared capabilities: each target declares what it lowers and runs, c
     expect(list).toContain('cuda: ONNX decoder');
     expect(list).toContain('llmc run: --level (per-layer widths), --chunk lowers: moe, sliding-window, chunk-graphs; refuses tree-mask, shadow-outliers');
     expect(list).toContain("lowers: moe; approximates sliding-window (llama.cpp's llama architecture attends to the whole context)");
-    expect(list).toContain('llmc run: llmc does not run these artifacts itself lowers: none of the graph features; refuses moe, sliding-window');
+    expect(list).toContain('llmc run: llmc does not run these artifacts itself lowers: moe, sliding-window; refuses tree-mask, chunk-graphs, shadow-outliers');
   });
 
   it("a level's exact bytes come from its target's declaration (gguf-levels: the level's own file), not from the CLI knowing targets", () => {

@@ -149,15 +149,16 @@ describe('tensorrt-llm target', () => {
     expect(rotaryScaling(yarn)).toMatchObject({ type: 'yarn', factor: 4, original_max_position_embeddings: 8192, beta_fast: 16, beta_slow: 2 });
   });
 
-  it('MoE families (whose experts this writer does not write): one line, exit 2, before anything is written', async () => {
-    for (const arch of ['mixtral', 'qwen2_moe'] as const) {
-      const moe = await generateFixture(path.join(tmp, arch), { arch, seed: 3, tokenizer: 'none' });
-      const out = path.join(tmp, `${arch}-out`);
-      const r = await llmcInProcess('compile', moe.dir, '--target', 'tensorrt-llm', '-o', out);
-      expect(r.code, r.stderr).toBe(2);
-      expect(r.stderr.trim().split('\n')).toHaveLength(1);
-      expect(r.stderr).toMatch(new RegExp(`--target tensorrt-llm does not lower mixture-of-experts layers, which this ${arch} model has: this writer has no expert tensors yet`));
-      await expect(fsp.stat(out)).rejects.toThrow();
-    }
+  it('MoE families are written (router, stacked experts: test/tensorrt-llm-families.test.ts); an MoE the class cannot express is one line, exit 2, nothing written', async () => {
+    const moe = await generateFixture(path.join(tmp, 'mixtral-norenorm'), { arch: 'mixtral', seed: 3, tokenizer: 'none' });
+    // LLaMAConfig's MoE renormalizes the top-k weights; a checkpoint saying otherwise cannot be expressed.
+    const cfgPath = path.join(moe.dir, 'config.json');
+    const cfg = JSON.parse(await fsp.readFile(cfgPath, 'utf8'));
+    const { normalizeConfig: norm } = await import('../src/core/arch/spec.js');
+    const spec = norm(cfg, cfgPath);
+    const { trtllmRefusal } = await import('../backends/tensorrt-llm/check.js');
+    const { archOf } = await import('../src/core/arch/registry.js');
+    expect(trtllmRefusal({ ...spec, moe: { ...spec.moe!, routing: 'softmax-topk' } }, archOf(spec).tensorrtLlm!)).toMatch(/without renormalization/);
+    expect(trtllmRefusal(spec, archOf(spec).tensorrtLlm!)).toBeNull();
   });
 });

@@ -1,7 +1,7 @@
 /**
  * What a TensorRT-LLM class cannot express of a model: the layer features beyond Llama's its
  * registry entry does not declare (TrtllmFamily.layer), then the entry's own refusal. Checked by
- * the descriptor before any work and by emit.
+ * the descriptor before any work and by emit. Rope types are emit's rotaryScaling's to refuse.
  */
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { TrtllmFamily } from '../../src/core/arch/registry.js';
@@ -19,7 +19,6 @@ export function trtllmRefusal(s: ArchSpec, cls: TrtllmFamily): string | null {
   if (s.attnSoftcap !== null && !gemma) missing.push('attention soft-capping');
   if (s.finalSoftcap !== null && !gemma) missing.push('final logit soft-capping');
   if (s.localRope && !(gemma && has('qk-norm'))) missing.push('a rotary base of its own on the sliding layers');
-  if (s.ropeScaling?.type === 'longrope' && !has('longrope')) missing.push('longrope');
   if (s.oBias) missing.push('an o_proj bias (attention.dense.bias)');
   if (missing.length) return `TensorRT-LLM's ${cls.architecture} class computes no ${missing.join(', ')}`;
   return cls.refuse?.(s) ?? null;

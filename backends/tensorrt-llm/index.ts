@@ -43,7 +43,7 @@ export const tensorrtLlm: TargetDescriptor<unknown, TensorrtLlmInfo> = {
   checkArch(spec) {
     const cls = archOf(spec).tensorrtLlm;
     // A family without a class is one TensorRT-LLM has no model for (tensorrt_llm/models MODEL_MAP).
-    if (!cls) throw new UsageError(`--target tensorrt-llm: TensorRT-LLM has no ${spec.modelType} model (its MODEL_MAP has no class for it); the target writes ${written()}`);
+    if (!cls) throw new UsageError(`--target tensorrt-llm writes no ${spec.modelType} checkpoint: TensorRT-LLM has no ${spec.modelType} model (no class for it in tensorrt_llm/models MODEL_MAP); it writes ${written()}`);
     const why = trtllmRefusal(spec, cls);
     if (why) throw new UsageError(`--target tensorrt-llm cannot write this ${spec.modelType} model: ${why}`);
   },
