@@ -288,7 +288,7 @@ describe.skipIf(!HAVE)('released configs as transformers 5.x writes them', () =>
     expect([h.spec.slidingWindow, h.spec.ropeScaling, h.spec.qkvBias, h.refusal]).toEqual([2047, null, false, null]);
   });
 
-  it('Phi-3.5-mini and Phi-3-mini-128k: longrope with 48 short / long factors past 4096 positions', () => {
+  it('Phi-3.5-mini and Phi-3-mini-128k: longrope with 48 short / long factors past 4096 positions, which the gguf target keeps', () => {
     const short = range(48).map((i) => 1 + i / 100);
     const long = range(48).map((i) => 1.08 + i);
     for (const [name, window, rope] of [
@@ -308,15 +308,8 @@ describe.skipIf(!HAVE)('released configs as transformers 5.x writes them', () =>
       expect(rs.attentionFactor).toBeCloseTo(Math.sqrt(1 + Math.log(32) / Math.log(4096)), 12);
       expect(spec.slidingWindow).toBe(262144);
       expect(refusal).toBeNull();
-      // The gguf target does not write rope_factors_long / rope_factors_short: refused in one line, not dropped.
-      let msg = '';
-      try {
-        checkGgufRope(spec, ARCHITECTURES.phi3.gguf);
-      } catch (e) {
-        msg = (e as Error).message;
-      }
-      expect(msg).toMatch(/^rope type "longrope": llmc's gguf target does not write llama\.cpp's rope_factors_long/);
-      expect(msg).not.toContain('\n');
+      // The gguf target writes them as llama.cpp's phi3 reads them (rope_factors_long / _short: test/gguf-longrope.test.ts).
+      expect(checkGgufRope(spec, ARCHITECTURES.phi3.gguf)).toEqual(rs);
     }
     // "su" (the first Phi-3-128k configs' name for longrope) is not a type transformers 5 reads: refused, one line.
     expect(() => normalizeConfig(phi3({ max_position_embeddings: 131072, rope_parameters: undefined, rope_theta: 10000, rope_scaling: { type: 'su', short_factor: short, long_factor: long } }), 'su/config.json')).toThrow(/unsupported rope type "su"/);

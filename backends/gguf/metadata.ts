@@ -11,7 +11,7 @@ import type { GgufFamily } from '../../src/core/arch/registry.js';
 /**
  * The rope scaling llama.cpp can run as transformers computes it, or a one-line refusal naming the
  * type (or the yarn parameter) it cannot express: llama.cpp has no dynamic NTK, runs longrope only
- * from per-frequency factor tensors this target does not write, derives yarn's attention factor as
+ * from per-frequency factor tensors the family writes (GgufFamily.longropeFactors), derives yarn's attention factor as
  * 0.1·ln(factor)+1 with beta_fast 32 / beta_slow 1 and floored/ceiled correction dims, and reads llama3 factors (rope_freqs.weight) only where the
  * family writes them (GgufFamily.ropeFreqs).
  */
@@ -23,8 +23,9 @@ export function checkGgufRope(spec: ArchSpec, family: GgufFamily): ArchSpec['rop
   };
   if (!rs) return rs;
   if (rs.type === 'dynamic') refuse('');
-  // llama.cpp's phi3 does run longrope, from rope_factors_long / rope_factors_short tensors this target does not write.
-  if (rs.type === 'longrope') throw new LlmcError(`rope type "longrope": llmc's gguf target does not write llama.cpp's rope_factors_long / rope_factors_short tensors (GGUF ${arch}), so it refuses rather than drop the scaling`);
+  // llama.cpp runs longrope from rope_factors_long / rope_factors_short tensors where the family writes them (phi3).
+  if (rs.type === 'longrope' && !family.longropeFactors) refuse(` on ${arch} (llama.cpp reads rope_factors_long / rope_factors_short for phi3 only here)`);
+  if (rs.type === 'longrope' && rs.shortFactor.length !== spec.headDim / 2) refuse(` with ${rs.shortFactor.length} factors for ${spec.headDim / 2} rotary frequencies`);
   if (rs.type === 'llama3' && !family.ropeFreqs) refuse(` on ${arch}`);
   if (rs.type === 'yarn') {
     if (!yarnDefaultAttention(rs)) refuse(` with attention factor ${rs.attentionFactor} (not 0.1·ln(factor)+1)`);

@@ -86,6 +86,12 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
   if (spec.ropeScaling?.type === 'llama3' && family.ropeFreqs) {
     tensors.push({ name: 'rope_freqs.weight', shape: [spec.headDim / 2], sources: [], computed: () => llama3RopeFactors(spec) });
   }
+  // Phi3MiniModel.generate_extra_tensors: longrope's per-frequency divisors, float32 as given.
+  const rs = spec.ropeScaling;
+  if (rs?.type === 'longrope' && family.longropeFactors) {
+    tensors.push({ name: 'rope_factors_long.weight', shape: [spec.headDim / 2], sources: [], computed: () => Float32Array.from(rs.longFactor) });
+    tensors.push({ name: 'rope_factors_short.weight', shape: [spec.headDim / 2], sources: [], computed: () => Float32Array.from(rs.shortFactor) });
+  }
   for (let l = 0; l < spec.numLayers; l++) {
     const n = layerNames(l);
     const b = `blk.${l}`;

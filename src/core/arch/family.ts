@@ -79,6 +79,11 @@ export interface GgufFamily {
   /** llama3 rope scaling carried as rope_freqs.weight (LlamaModel.generate_extra_tensors); an arch without it refuses llama3 rope. */
   ropeFreqs: boolean;
   /**
+   * longrope carried as rope_factors_long.weight / rope_factors_short.weight (Phi3MiniModel.generate_extra_tensors),
+   * with rope.scaling.original_context_length and rope.scaling.attn_factor; absent: the arch refuses longrope.
+   */
+  longropeFactors?: boolean;
+  /**
    * The family's own tensors of layer l beyond the Llama layout's (q/k norms, extra norms ...):
    * llama.cpp's name after `blk.<l>.` and the Hugging Face tensor it comes from (gguf-py's
    * TensorNameMap), written after the layer's MLP tensors.

@@ -6,20 +6,42 @@
 import { NO_BIAS, NO_BIAS_KEYS, type ArchEntry, type FusedTensor, type TrtllmFamily } from '../../family.js';
 import type { ArchSpec } from '../../types.js';
 import { mistralAttention } from '../mistral/index.js';
-import { ggufU32, type GgufFamily } from '../../family.js';
+import { ggufF32, ggufU32, type GgufFamily } from '../../family.js';
 
-/** convert_hf_to_gguf's Phi3MiniModel (model_arch PHI3): NeoX rope, attn_qkv and ffn_up kept fused, rope dims and window keys. */
+/**
+ * convert_hf_to_gguf's Phi3MiniModel (model_arch PHI3): NeoX rope, attn_qkv and ffn_up kept fused, rope
+ * dims and window keys. longrope (Phi-3.5-mini, Phi-3-*-128k): generate_extra_tensors writes
+ * rope_factors_long / rope_factors_short (F32, rope dims / 2 each) and rope.scaling.attn_factor;
+ * set_gguf_parameters rope.scaling.original_context_length. llama.cpp's phi3 then picks the long
+ * factors for every position when the context it is given (n_ctx per sequence) exceeds
+ * original_context_length, the short ones otherwise (llama_model::get_rope_factors): transformers
+ * picks by the length of the sequence in hand, so the two agree for a sequence that fills a context
+ * on the same side of original_max_position_embeddings.
+ */
 const PHI3_GGUF: GgufFamily = {
   arch: 'phi3',
-  metadata: (spec) => ({
-    kvs: [
-      { key: 'rope.dimension_count', value: ggufU32(spec.headDim) },
-      { key: 'attention.sliding_window', value: ggufU32(spec.slidingWindow ?? 0) },
-    ],
-    notes: [],
-  }),
+  metadata: (spec) => {
+    const rs = spec.ropeScaling;
+    return {
+      kvs: [
+        { key: 'rope.dimension_count', value: ggufU32(spec.headDim) },
+        { key: 'attention.sliding_window', value: ggufU32(spec.slidingWindow ?? 0) },
+        ...(rs?.type === 'longrope'
+          ? [
+              { key: 'rope.scaling.original_context_length', value: ggufU32(rs.originalMaxPositions) },
+              { key: 'rope.scaling.attn_factor', value: ggufF32(rs.attentionFactor) },
+            ]
+          : []),
+      ],
+      notes:
+        rs?.type === 'longrope'
+          ? [`note: llama.cpp's phi3 uses the long rope factors for every position when the context (n_ctx) exceeds ${rs.originalMaxPositions}, the short ones otherwise; transformers switches on the sequence's own length`]
+          : [],
+    };
+  },
   permuteQK: false,
   ropeFreqs: false,
+  longropeFactors: true,
   layerTensors: () => [],
   refuse: () => null,
   routing: null,
