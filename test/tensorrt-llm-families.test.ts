@@ -266,6 +266,22 @@ describe.runIf(have)('tensorrt-llm: the families TensorRT-LLM has, from ../share
     expect(config).toMatchObject({ position_embedding_type: 'long_rope', original_max_position_embeddings: 16, longrope_scaling_short_factors: short, longrope_scaling_long_factors: long, rotary_scaling: null });
   });
 
+  it('what a class cannot compute is refused by name: dense layers among Qwen MoE layers, a gemma3 layout no pattern gives, q/k norms on LLaMA', async () => {
+    const { normalizeConfig } = await import('../src/core/arch/spec.js');
+    const { archOf } = await import('../src/core/arch/registry.js');
+    const { trtllmRefusal } = await import('../backends/tensorrt-llm/check.js');
+    const spec = async (family: string, patch: Record<string, unknown>) => {
+      const file = path.join(ARCHS, family, 'config.json');
+      return normalizeConfig({ ...JSON.parse(await fsp.readFile(file, 'utf8')), ...patch }, file);
+    };
+    const why = (s: Awaited<ReturnType<typeof spec>>) => trtllmRefusal(s, archOf(s).tensorrtLlm!);
+    expect(why(await spec('qwen3_moe', { mlp_only_layers: [1] }))).toMatch(/dense MLP layers \[1\] among the MoE ones/);
+    expect(why(await spec('gemma3_text', { layer_types: ['sliding_attention', 'full_attention', 'full_attention', 'sliding_attention'] }))).toMatch(/no _sliding_window_pattern gives/);
+    const qwen3 = await spec('qwen3', {});
+    expect(trtllmRefusal(qwen3, archOf({ modelType: 'llama' }).tensorrtLlm!)).toMatch(/LlamaForCausalLM class computes no per-head q\/k RMSNorm/);
+    expect(why(qwen3)).toBeNull();
+  });
+
   it('olmo2, olmoe, smollm3: one line naming the family, TensorRT-LLM has no such model, nothing written', async () => {
     for (const family of ['olmo2', 'olmoe', 'smollm3']) {
       const out = path.join(tmp, `${family}-refused`);
