@@ -156,7 +156,8 @@ describe('property-based fuzzing of every reader (seeded)', () => {
   });
   afterAll(() => targets?.[0]?.close());
 
-  it.each(['config.json', 'safetensors header', 'tokenizer.json', 'ts artifact (manifest + weights)', 'artifact manifest (CLI)', 'GGUF header', 'ONNX decoder graph', 'profile file'])('%s: only acceptance or one LlmcError, each input < 1 s', async (name) => {
+  // Every reader the long run (bench/fuzz) covers but the artifact JSON files (test/artifact-files.test.ts): CI's bounded sample.
+  it.each(['model.safetensors', 'config.json', 'tokenizer.json', 'ts llmc-manifest.json', 'ts weights.bin', '.gguf', 'cuda onnx/model.onnx', 'budgets.json', 'llmc.config.json', 'calibration file', 'tree-search latency file', 'profile cache entry'])('%s: only acceptance or one LlmcError of one line, each input < 5 s', async (name) => {
     const t = targets.find((x) => x.name === name)!;
     let accepted = 0;
     let slowest = 0;
@@ -166,11 +167,12 @@ describe('property-based fuzzing of every reader (seeded)', () => {
         if (await t.run(input)) accepted++;
         slowest = Math.max(slowest, performance.now() - t0);
       }),
-      { seed: 20261123, numRuns: 150 },
+      { seed: 20261123, numRuns: name.includes('onnx') ? 60 : 150 },
     );
-    expect(slowest).toBeLessThan(1000);
-    // Mutations must reach past the first check, or the fuzzing proves little.
-    expect(accepted).toBeGreaterThan(0);
+    // A 1 MB word tokenized (calibration) takes ~3 s on a loaded machine; a hang is unbounded.
+    expect(slowest).toBeLessThan(5000);
+    // Mutations must reach past the first check, or the fuzzing proves little (a byte changed in weights.bin never passes its sha256).
+    if (name !== 'ts weights.bin') expect(accepted).toBeGreaterThan(0);
   }, 60_000);
 });
 

@@ -41,12 +41,17 @@ export class ExitCode extends LlmcError {
   }
 }
 
+/** Message text quoting what a file said (a name, a type): cut to `max` characters. */
+export const clip = (s: string, max = 300): string => (s.length > max ? `${s.slice(0, max - 1)}…` : s);
+
 /**
  * A value as a message shows it: JSON-like, at most `max` characters and two levels deep, so an
  * error message about a hostile value (nested 100,000 levels, megabytes long, a bigint) cannot
  * itself fail or flood the terminal.
  */
 export function summarize(v: unknown, max = 80): string {
+  if (typeof v === 'string' && v.length > 4 * max) v = v.slice(0, 4 * max); // JSON.stringify of a megabyte string, only to cut it
+
   const s = show(v, 0, max + 1);
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
 }

@@ -7,7 +7,7 @@
  */
 import safeRegex from 'safe-regex2';
 import { parseJsonAs, TOKENIZER_CONFIG, TOKENIZER_JSON } from './schema.js';
-import { LlmcError, summarize } from '../errors.js';
+import { clip, LlmcError, summarize } from '../errors.js';
 import { Bpe } from './bpe.js';
 import { CHAR_TO_BYTE, gpt2Split, toByteChars } from './bytelevel.js';
 
@@ -242,7 +242,7 @@ function decoder(d: unknown, fail: Fail): Decoder {
             }
             bs.push(b);
           }
-          bytes.push(...(ok ? bs : utf8.encode(t)));
+          for (const b of ok ? bs : utf8.encode(t)) bytes.push(b); // a token may be megabytes long: no spread
         }
         return [lossy.decode(Uint8Array.from(bytes))];
       };
@@ -331,7 +331,7 @@ function tokenName(v: unknown): string | null {
  */
 export function loadTokenizer(tokenizerJsonText: string, tokenizerConfigText?: string, file = 'tokenizer.json'): Tokenizer {
   const fail: Fail = (why) => {
-    throw new LlmcError(`unsupported tokenizer: ${why}`, file);
+    throw new LlmcError(`unsupported tokenizer: ${clip(why)}`, file); // `why` quotes the file's names and types
   };
   const tj = parseJsonAs(TOKENIZER_JSON, tokenizerJsonText, file) as Json;
   const cfg: Json = tokenizerConfigText === undefined ? {} : parseJsonAs(TOKENIZER_CONFIG, tokenizerConfigText, file.replace(/tokenizer\.json$/, 'tokenizer_config.json'));
@@ -426,13 +426,14 @@ export function loadTokenizer(tokenizerJsonText: string, tokenizerConfigText?: s
         ids.push(part.id);
         continue;
       }
-      for (const w of pre.split([norm(part.text)], part.first)) ids.push(...bpe.encodeWord(w));
+      // A loop, not push(...): a word of 200,000 characters ("[[[[…") is as many ids, past the spread's stack.
+      for (const w of pre.split([norm(part.text)], part.first)) for (const id of bpe.encodeWord(w)) ids.push(id);
     }
     if (opts.addBos === true) return bosId === null ? ids : [bosId, ...ids];
     if (opts.addBos === false) return ids;
     const before = cfgAddBos === undefined ? tpl.before : cfgAddBos && bosId !== null ? [bosId] : [];
     const after = cfgAddEos === undefined ? tpl.after : cfgAddEos && eosId !== null ? [eosId] : [];
-    return [...before, ...ids, ...after];
+    return before.length || after.length ? before.concat(ids, after) : ids;
   }
 
   function decode(ids: readonly number[], opts: { skipSpecial?: boolean } = {}): string {
