@@ -9,6 +9,7 @@
  * fast-check) and bench/fuzz.bench.ts (100k+ each). In bench/ because fast-check is a dev dependency.
  */
 import fc from 'fast-check';
+import { createHash } from 'node:crypto';
 import { closeSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -66,10 +67,29 @@ export async function outcome(f: () => Promise<unknown>): Promise<boolean> {
     return true;
   } catch (e) {
     if (!(e instanceof LlmcError)) throw e;
-    const line = `${e.file ?? ''}: ${e.message}`;
+    const line = e.line; // as the CLI prints it (control characters escaped)
     if (/[\n\r]/.test(line) || line.length > 2000) throw new BadMessage(`not one bounded line (${line.length} chars): ${JSON.stringify(line.slice(0, 200))}`);
     return false;
   }
+}
+
+/** A mutant that once crashed or hung a reader (bench/fuzz-corpus/regressions.json), kept as its index and the sha256 of its bytes. */
+export interface Regression {
+  reader: string;
+  index: number;
+  /** sha256 of the mutant's files, concatenated: a changed seed or mutator makes the test say so instead of testing something else. */
+  sha256: string;
+  found: string;
+}
+
+export const regressions = (): Regression[] => JSON.parse(readFileSync(path.join(FUZZ_CORPUS, 'regressions.json'), 'utf8')) as Regression[];
+
+/** Mutant `index` of a target's files, and the sha256 a regression records for it. */
+export function mutantOf(t: FuzzTarget, index: number): { files: Uint8Array[]; sha256: string } {
+  const { files } = mutant(t.files, FUZZ_SEED, index);
+  const h = createHash('sha256');
+  for (const f of files) h.update(f);
+  return { files, sha256: h.digest('hex') };
 }
 
 function target(t: Omit<FuzzTarget, 'input' | 'run' | 'files'> & { files: SeedFile[] }): FuzzTarget {

@@ -18,7 +18,7 @@ export interface WorkerJob {
   /** How many accepted inputs this job runs on the costly path (`use`). */
   useCap: number;
   seed: number;
-  /** Int32: [index in hand, busy]; Float64 at byte 64: counts (see COUNTS). */
+  /** Int32: [index in hand, busy, mutants started]; Float64 at byte 64: counts (see COUNTS). */
   shared: SharedArrayBuffer;
 }
 
@@ -52,7 +52,7 @@ export async function work(job: WorkerJob, post: (c: CrashReport) => void): Prom
   const targets = await targetsFor(job);
   const t = targets.find((x) => x.name === job.reader);
   if (!t) throw new Error(`no reader ${job.reader}`);
-  const state = new Int32Array(job.shared, 0, 2);
+  const state = new Int32Array(job.shared, 0, 3);
   const c = new Float64Array(job.shared, 64, COUNTS.length);
   const at = Object.fromEntries(COUNTS.map((k, i) => [k, i])) as Record<Count, number>;
   const crash = (index: number, stage: 'read' | 'use', file: string, ops: string[], e: unknown) => {
@@ -63,6 +63,7 @@ export async function work(job: WorkerJob, post: (c: CrashReport) => void): Prom
     for (let i = job.from; i < job.to; i++) {
       Atomics.store(state, 0, i);
       Atomics.store(state, 1, 1);
+      Atomics.add(state, 2, 1);
       const m = mutant(t.files, job.seed, i);
       const s = performance.now();
       let accepted = false;

@@ -10,7 +10,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, 
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fuzzTargets, type FuzzTarget } from '../bench/fuzz-targets.js';
+import { fuzzTargets, mutantOf, regressions, type FuzzTarget } from '../bench/fuzz-targets.js';
 import { buildTokenizer } from '../fixtures/tokenizer.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { ensureBuilt } from './build-once.js';
@@ -173,6 +173,17 @@ describe('property-based fuzzing of every reader (seeded)', () => {
     expect(slowest).toBeLessThan(5000);
     // Mutations must reach past the first check, or the fuzzing proves little (a byte changed in weights.bin never passes its sha256).
     if (name !== 'ts weights.bin') expect(accepted).toBeGreaterThan(0);
+  }, 60_000);
+
+  it('the seed corpus\'s regressions (mutants the long run found crashing): each is acceptance or one LlmcError now', async () => {
+    const mine = regressions().filter((r) => targets.some((t) => t.name === r.reader));
+    expect(mine.length).toBeGreaterThan(0);
+    for (const r of mine) {
+      const t = targets.find((x) => x.name === r.reader)!;
+      const m = mutantOf(t, r.index);
+      expect(m.sha256, `${r.reader} #${r.index}: the seed or the mutator changed; record the regression again`).toBe(r.sha256);
+      await t.read(m.files);
+    }
   }, 60_000);
 });
 

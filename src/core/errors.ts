@@ -14,9 +14,12 @@ export class LlmcError extends Error {
     this.name = 'LlmcError';
   }
 
-  /** One line, as the CLI prints it: control characters from file or tensor names are escaped, never sent to the terminal. */
+  /**
+   * One line, as the CLI prints it: control characters from file or tensor names are escaped, never
+   * sent to the terminal, and a quoted name a hostile file made megabytes long is cut.
+   */
   get line(): string {
-    return escapeControls(this.file ? `${this.file}: ${this.message}` : this.message);
+    return boundLine(escapeControls(this.file ? `${this.file}: ${this.message}` : this.message));
   }
 }
 
@@ -26,6 +29,12 @@ export class UsageError extends LlmcError {
     super(message, undefined, 2);
     this.name = 'UsageError';
   }
+}
+
+/** Quoted strings over 120 characters cut to 120 (what follows them, often what to do next, is kept); then at most 2,000 characters. */
+function boundLine(s: string): string {
+  const cut = s.length <= 200 ? s : s.replace(/"((?:[^"\\]|\\.){120})(?:[^"\\]|\\.)+"/g, '"$1…"');
+  return clip(cut, 2000);
 }
 
 /** C0/C1 control characters (newlines, escape sequences) as visible \u escapes. */

@@ -48,9 +48,18 @@ function escapeRe(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
+/** A regular expression matching literal text; V8 refuses one over its size limit (a megabyte-long token), which is the file's problem. */
+function literalRe(source: string, fail: Fail, what: string): RegExp {
+  try {
+    return new RegExp(source, 'gu');
+  } catch {
+    return fail(`${what} is too long to match (${source.length} characters of pattern)`);
+  }
+}
+
 function stringPattern(p: unknown, fail: Fail, what: string): RegExp {
   const o = (p ?? {}) as Json;
-  if (typeof o.String === 'string') return new RegExp(escapeRe(o.String), 'gu');
+  if (typeof o.String === 'string') return literalRe(escapeRe(o.String), fail, `${what} string`);
   if (typeof o.Regex === 'string') {
     let re: RegExp;
     try {
@@ -163,7 +172,7 @@ function preTokenizer(p: unknown, fail: Fail): { split: PreTokenizer; byteLevel:
       const rep = String(o.replacement ?? '\u2581');
       const scheme = String(o.prepend_scheme ?? (o.add_prefix_space === false ? 'never' : 'always'));
       const split = o.split !== false;
-      const repRe = new RegExp(escapeRe(rep), 'gu'); // splitKeep iterates with matchAll, which copies it
+      const repRe = literalRe(escapeRe(rep), fail, 'pre_tokenizer Metaspace replacement'); // splitKeep iterates with matchAll, which copies it
       return {
         byteLevel: false,
         split: (words, first) =>
@@ -392,12 +401,13 @@ export function loadTokenizer(tokenizerJsonText: string, tokenizerConfigText?: s
 
   // Added tokens split the input first, longest match at the leftmost position.
   const addedRe = added.length
-    ? new RegExp(
+    ? literalRe(
         [...added]
           .sort((a, b) => b.content.length - a.content.length)
           .map((a) => escapeRe(a.content))
           .join('|'),
-        'gu',
+        fail,
+        'added_tokens',
       )
     : null;
   const addedByContent = new Map(added.map((a) => [a.content, a]));

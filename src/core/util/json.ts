@@ -44,9 +44,7 @@ export function parseJson(text: string, file: string | undefined, limits: JsonLi
   try {
     return JSON.parse(text);
   } catch (e) {
-    // V8 quotes the text around the fault: its control characters (a \r, an escape) would break the line.
-    const why = (e as Error).message.split('\n')[0].slice(0, 200).replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
-    throw new LlmcError(`not valid JSON (${why})`, file, exitCode);
+    throw new LlmcError(`not valid JSON (${(e as Error).message.split('\n')[0].slice(0, 200)})`, file, exitCode);
   }
 }
 
