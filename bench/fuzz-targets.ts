@@ -1,107 +1,116 @@
 /**
- * Fuzz targets for every reader of untrusted files: valid inputs mutated at random (seeded), fed to
- * the reader as llmc feeds it. The only allowed outcomes are acceptance or one LlmcError; anything
- * else is a crash, and an input that takes longer than its bound is a hang. Used by
- * test/reliability.test.ts (a few hundred inputs each) and bench/fuzz.bench.ts (100k+ each). In bench/
- * because fast-check is a dev dependency, which the build (tsconfig.json) must not need.
+ * Fuzz targets for every reader of untrusted files: the seed files (valid, llmc's own or the repo's
+ * seed corpus in bench/fuzz-corpus/) mutated by ./fuzz-mutate.ts and fed to the reader as llmc feeds
+ * it. The only allowed outcomes are acceptance or one LlmcError whose message is one bounded line;
+ * anything else is a crash. A target's `read` is llmc's reading of the file (parsing, schema,
+ * checks against the other files, the model's first use where that is cheap); `use` is the costly
+ * run of an accepted input (the qnn simulation, onnxruntime), which the long run samples.
+ * Used by test/reliability.test.ts and test/artifact-files.test.ts (a few hundred mutants each,
+ * fast-check) and bench/fuzz.bench.ts (100k+ each). In bench/ because fast-check is a dev dependency.
  */
 import fc from 'fast-check';
-import { mkdtempSync, promises as fsp, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { closeSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { openCheckpoint } from '../src/core/checkpoint/checkpoint.js';
+import { normalizeConfig } from '../src/core/arch/spec.js';
 import { LlmcError } from '../src/core/errors.js';
 import { loadTokenizer } from '../src/core/tokenizer/index.js';
+import { readJsonAs } from '../src/core/util/json-file.js';
 import { bufferSource } from '../src/exec/runtime/bytes.js';
 import { load } from '../src/exec/runtime/load.js';
 import { loadProfile, saveProfile } from '../src/measure/store.js';
-import { locate, parseManifestText } from '../src/app/artifact.js';
-import { buildTokenizer } from '../fixtures/tokenizer.js';
+import { idSequencesOf } from '../src/measure/sequences.js';
+import { locate, parseManifestText, verifyFiles } from '../src/app/artifact.js';
+import { parseBudgets } from '../src/app/check/budgets.js';
+import { readConfig } from '../src/app/compile/config.js';
 import { checkGgufModel, readGgufHeader } from '../backends/gguf/read.js';
+import { checkSubgraphs, CONFIG_OBJECT, irOp, readSubgraphs } from '../backends/qnn/files.js';
+import { ShadowStore } from '../backends/qnn/shadow.js';
+import { readLatencyFile } from '../passes/tree-search/latency-file.js';
 import { OnnxDecoder } from '../src/exec/engine/decoder-dir.js';
-
-type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
-
-/** Every path to a node of a JSON value (root first); not below 16 levels (an inserted deep value is one node). */
-function nodes(v: Json, at: (string | number)[] = []): (string | number)[][] {
-  const out = [at];
-  if (at.length >= 16) return out;
-  if (Array.isArray(v)) v.forEach((x, i) => out.push(...nodes(x, [...at, i])));
-  else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) out.push(...nodes(x, [...at, k]));
-  return out;
-}
-
-/** Values that break readers: huge, negative, fractional, wrong types, empty containers. */
-export const nastyValue: fc.Arbitrary<Json> = fc.oneof(
-  fc.constantFrom<Json>(null, 0, -1, 1e308, -1e308, 2.5, 1e7, 2 ** 31, 2 ** 53 + 2, '', 'x', [], {}, [null], true, '../../x', '\u001b[31mX', '(a+)+$'),
-  fc.integer(),
-  fc.double({ noNaN: true }),
-  fc.string({ maxLength: 8 }),
-  fc.jsonValue({ maxDepth: 2 }) as fc.Arbitrary<Json>,
-  // Deep nesting (what crashed error paths that JSON.stringify'd the value): arrays or objects.
-  // Built when applied (structuredClone recurses); 1,500 levels keep JSON.stringify and the readers' limit apart.
-  fc.tuple(fc.integer({ min: 60, max: 1500 }), fc.boolean()).map(([n, obj]) => new Deep(n, obj) as unknown as Json),
-);
-
-/** A value nested `n` levels (arrays, or objects { a: … }), made fresh for each mutant. */
-class Deep {
-  constructor(readonly n: number, readonly obj: boolean) {}
-  build(): Json {
-    let v: Json = 1;
-    for (let i = 0; i < this.n; i++) v = this.obj ? { a: v } : [v];
-    return v;
-  }
-}
-
-/** A JSON value with up to 3 nodes replaced or deleted. */
-export function mutatedJson(base: Json): fc.Arbitrary<Json> {
-  const edits = fc.array(fc.tuple(fc.nat(), nastyValue, fc.boolean()), { minLength: 1, maxLength: 3 });
-  return edits.map((list) => {
-    let v: Json = structuredClone(base);
-    for (const [pick, shared, remove] of list) {
-      // fc.constantFrom hands out the same object every time: edit a copy, or inputs grow cycles.
-      const value = (shared as unknown) instanceof Deep ? (shared as unknown as Deep).build() : structuredClone(shared);
-      const all = nodes(v);
-      const p = all[pick % all.length];
-      if (p.length === 0) {
-        v = value;
-        continue;
-      }
-      let parent: Json = v;
-      for (const k of p.slice(0, -1)) parent = (parent as Record<string | number, Json>)[k];
-      const last = p[p.length - 1];
-      if (remove && parent && typeof parent === 'object' && !Array.isArray(parent)) delete (parent as Record<string, Json>)[last as string];
-      else (parent as Record<string | number, Json>)[last] = value;
-    }
-    return v;
-  });
-}
+import { buildTokenizer } from '../fixtures/tokenizer.js';
+import { mutant, prepare, type Prepared, type SeedFile } from './fuzz-mutate.js';
 
 export interface FuzzTarget {
   name: string;
-  input: fc.Arbitrary<unknown>;
-  /** Feed one input to the reader; resolves to whether it was accepted. Throws only on a crash. */
-  run(input: unknown): Promise<boolean>;
+  /** The llmc command that reads these files (for the table). */
+  command: string;
+  /** The input's files, one of which each mutant changes. */
+  files: Prepared[];
+  /** Mutants by index (./fuzz-mutate.ts), as fast-check draws them: the tests' property input. */
+  input: fc.Arbitrary<Uint8Array[]>;
+  /** llmc's reading of the files: true = accepted, false = one clean LlmcError; throws on a crash. */
+  read(files: Uint8Array[]): Promise<boolean>;
+  /** The costly run of an accepted input (sampled by the long run): the same outcomes. */
+  use?(files: Uint8Array[]): Promise<boolean>;
+  /** read, then use where accepted. */
+  run(files: Uint8Array[]): Promise<boolean>;
   close(): void;
 }
 
-/** Rejections are LlmcErrors; anything else escapes as a crash. */
-async function outcome(f: () => Promise<unknown>): Promise<boolean> {
+/** The seed corpus: files (valid) the mutants start from where llmc does not write them itself; regressions/ holds inputs that once crashed. */
+export const FUZZ_CORPUS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), path.basename(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')) === 'dist' ? '../../bench/fuzz-corpus' : 'fuzz-corpus');
+
+/** The seed for mutant indices (the bench and the tests share it, so a mutant's index names it everywhere). */
+export const FUZZ_SEED = 36;
+
+/** A clean rejection whose message is not one bounded line (what the terminal would show). */
+export class BadMessage extends Error {}
+
+/** Rejections are LlmcErrors with a one-line message; anything else escapes as a crash. */
+export async function outcome(f: () => Promise<unknown>): Promise<boolean> {
   try {
     await f();
     return true;
   } catch (e) {
-    if (e instanceof LlmcError) return false;
-    throw e;
+    if (!(e instanceof LlmcError)) throw e;
+    const line = e.line; // as the CLI prints it (control characters escaped)
+    if (/[\n\r]/.test(line) || line.length > 2000) throw new BadMessage(`not one bounded line (${line.length} chars): ${JSON.stringify(line.slice(0, 200))}`);
+    return false;
   }
 }
+
+/** A mutant that once crashed or hung a reader (bench/fuzz-corpus/regressions.json), kept as its index and the sha256 of its bytes. */
+export interface Regression {
+  reader: string;
+  index: number;
+  /** sha256 of the mutant's files, concatenated: a changed seed or mutator makes the test say so instead of testing something else. */
+  sha256: string;
+  found: string;
+}
+
+export const regressions = (): Regression[] => JSON.parse(readFileSync(path.join(FUZZ_CORPUS, 'regressions.json'), 'utf8')) as Regression[];
+
+/** Mutant `index` of a target's files, and the sha256 a regression records for it. */
+export function mutantOf(t: FuzzTarget, index: number): { files: Uint8Array[]; sha256: string } {
+  const { files } = mutant(t.files, FUZZ_SEED, index);
+  const h = createHash('sha256');
+  for (const f of files) h.update(f);
+  return { files, sha256: h.digest('hex') };
+}
+
+function target(t: Omit<FuzzTarget, 'input' | 'run' | 'files'> & { files: SeedFile[] }): FuzzTarget {
+  const files = t.files.map(prepare);
+  return {
+    ...t,
+    files,
+    input: fc.nat().map((i) => mutant(files, FUZZ_SEED, i).files),
+    run: async (input) => (await t.read(input)) && (t.use ? t.use(input) : true),
+  };
+}
+
+const text = (b: Uint8Array) => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('utf8');
+const json = (name: string, s: string | Uint8Array, weight = 1): SeedFile => ({ name, bytes: typeof s === 'string' ? new Uint8Array(Buffer.from(s)) : s, json: true, weight });
 
 /** Artifacts llmc compiled from `stories`: a ts artifact, a GGUF, a cuda target's ONNX decoder graph. */
 export interface FuzzArtifacts {
   ts: { manifest: string; weights: Uint8Array };
   gguf: Uint8Array;
   onnx: Uint8Array;
-  /** Artifact directories whose JSON files are mutated in place (and put back) and run in-process as `llmc run` runs them. */
+  /** Artifact directories whose JSON files are mutated (in a copy) and run in-process as `llmc run` runs them. */
   dirs?: { qnn?: string; cuda?: string };
 }
 
@@ -117,184 +126,240 @@ async function runArtifact(dir: string): Promise<void> {
   }
 }
 
-/** A target that mutates one JSON file of an artifact directory and runs the artifact. */
-function artifactJsonTarget(name: string, dir: string, file: string, close: () => void): FuzzTarget {
-  const f = path.join(dir, file);
-  const original = readFileSync(f, 'utf8');
-  return {
-    name,
-    input: mutatedJson(JSON.parse(original) as Json),
-    run: async (v) => {
-      writeFileSync(f, JSON.stringify(v));
-      try {
-        return await outcome(() => runArtifact(dir));
-      } finally {
-        writeFileSync(f, original);
-      }
-    },
-    close,
-  };
-}
-
-/** The artifact-directory targets: JSON files of a qnn and a cuda artifact, mutated and run. */
+/** The artifact-directory targets: JSON files of a qnn and a cuda artifact (in a copy), read as their runners read them, then run. */
 export function artifactJsonTargets(dirs: NonNullable<FuzzArtifacts['dirs']>, close: () => void): FuzzTarget[] {
-  return [
-    ...(dirs.qnn
-      ? [
-          artifactJsonTarget('qnn graph/subgraphs.json', dirs.qnn, 'graph/subgraphs.json', close),
-          artifactJsonTarget('qnn weights/shadow_index.json', dirs.qnn, 'weights/shadow_index.json', close),
-          artifactJsonTarget('qnn config.json', dirs.qnn, 'config.json', close),
-        ]
-      : []),
-    ...(dirs.cuda ? [artifactJsonTarget('cuda config.json', dirs.cuda, 'config.json', close)] : []),
-  ];
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-fuzz-art-'));
+  const copy = (dir: string, name: string) => {
+    const d = path.join(tmp, name);
+    cpSync(dir, d, { recursive: true });
+    return d;
+  };
+  const closeAll = () => {
+    rmSync(tmp, { recursive: true, force: true });
+    close();
+  };
+  const one = (name: string, command: string, dir: string, file: string, read: (dir: string) => Promise<unknown>): FuzzTarget => {
+    const f = path.join(dir, file);
+    const original = readFileSync(f);
+    const put = (b: Uint8Array) => writeFileSync(f, b);
+    return target({
+      name,
+      command,
+      files: [json(file, new Uint8Array(original))],
+      read: async ([b]) => (put(b), outcome(() => read(dir))),
+      use: async ([b]) => (put(b), outcome(() => runArtifact(dir))),
+      close: closeAll,
+    });
+  };
+  const config = async (dir: string) => {
+    const file = path.join(dir, 'config.json');
+    return normalizeConfig(await readJsonAs(CONFIG_OBJECT, file), file);
+  };
+  const out: FuzzTarget[] = [];
+  if (dirs.qnn) {
+    const q = copy(dirs.qnn, 'qnn');
+    const spec = normalizeConfig(JSON.parse(readFileSync(path.join(q, 'config.json'), 'utf8')), 'config.json');
+    out.push(
+      one('qnn graph/subgraphs.json', 'run', q, 'graph/subgraphs.json', async (dir) => {
+        const sg = await readSubgraphs(dir);
+        checkSubgraphs(sg, spec, path.join(dir, 'graph/subgraphs.json'));
+        sg.subgraphs.forEach((s) => s.ops.forEach(irOp));
+      }),
+      one('qnn weights/shadow_index.json', 'run', q, 'weights/shadow_index.json', async (dir) => {
+        const s = new ShadowStore(dir);
+        closeSync((s as unknown as { fd: number }).fd);
+      }),
+      one('qnn config.json', 'run', q, 'config.json', config),
+    );
+  }
+  if (dirs.cuda) out.push(one('cuda config.json', 'run', copy(dirs.cuda, 'cuda'), 'config.json', config));
+  return out;
 }
 
 export async function fuzzTargets(stories: string, { ts: tsArtifact, gguf, onnx, dirs = {} }: FuzzArtifacts): Promise<FuzzTarget[]> {
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-fuzz-'));
   const close = () => rmSync(tmp, { recursive: true, force: true });
-  const storiesConfig = JSON.parse(readFileSync(path.join(stories, 'config.json'), 'utf8')) as Json;
-  const st = readFileSync(path.join(stories, 'model.safetensors'));
-  const hlen = Number(st.readBigUInt64LE(0));
-  const header = JSON.parse(st.subarray(8, 8 + hlen).toString()) as Json;
-  const data = st.subarray(8 + hlen);
-  const tok = buildTokenizer('byte-level', 512, 256);
-  const profileDir = path.join(tmp, 'profiles');
-  const saved = await saveProfile(profileDir, 'fuzz', { k: 1 }, { meta: { a: 1 }, arrays: { x: Float64Array.from([1, 2, 3]) } });
-  const profileFile = path.join(profileDir, `fuzz-${saved.key.slice(0, 32)}.json`);
-  const profileJson = readFileSync(profileFile, 'utf8');
-  const ggufHeaderBytes = (await (async () => {
-    const f = path.join(tmp, 'whole.gguf');
-    writeFileSync(f, gguf);
-    return readGgufHeader(f);
-  })()).dataStart;
-  const cfg = storiesConfig as Record<string, number>;
-  const ggufModel = { numLayers: cfg.num_hidden_layers, hiddenSize: cfg.hidden_size, vocabSize: cfg.vocab_size };
-  let n = 0;
-  const dirWith = async (files: Record<string, string | Uint8Array>) => {
-    const d = path.join(tmp, `d${n++}`);
-    await fsp.mkdir(d);
-    for (const [f, c] of Object.entries(files)) writeFileSync(path.join(d, f), c);
+  const dir = (name: string) => {
+    const d = path.join(tmp, name);
+    mkdirSync(d, { recursive: true });
     return d;
   };
-  // The directory goes whatever happens: a 100k-input run leaves nothing behind (each is a whole model).
-  const checkpoint = async (dir: string) => {
+  const corpus = (f: string) => new Uint8Array(readFileSync(path.join(FUZZ_CORPUS, f)));
+  const storiesConfig = readFileSync(path.join(stories, 'config.json'));
+  const st = readFileSync(path.join(stories, 'model.safetensors'));
+  const hlen = Number(st.readBigUInt64LE(0));
+  const header = st.subarray(8, 8 + hlen);
+  const data = st.subarray(8 + hlen);
+  const tok = buildTokenizer('byte-level', 512, 256);
+  const cfg = JSON.parse(storiesConfig.toString()) as Record<string, number>;
+
+  // A checkpoint read as llmc reads one: config, header, every tensor's bytes.
+  const checkpoint = async (d: string) => {
+    const ck = await openCheckpoint(d);
     try {
-      const ck = await openCheckpoint(dir);
-      try {
-        for (const t of ck.tensors.slice(0, 3)) await ck.readF32(t.name);
-      } finally {
-        await ck.close();
-      }
+      for (const t of ck.tensors) await ck.readF32(t.name);
     } finally {
-      await fsp.rm(dir, { recursive: true, force: true });
+      await ck.close();
     }
   };
+  const cfgDir = dir('config');
+  writeFileSync(path.join(cfgDir, 'model.safetensors'), st);
+  const stDir = dir('safetensors');
+  writeFileSync(path.join(stDir, 'config.json'), storiesConfig);
+
+  const profileDir = dir('profiles');
+  const saved = await saveProfile(profileDir, 'fuzz', { k: 1 }, { meta: { a: 1 }, arrays: { x: Float64Array.from([1, 2, 3]) } });
+  const profileFile = path.join(profileDir, `fuzz-${saved.key.slice(0, 32)}.json`);
+
+  const ggufFile = path.join(dir('gguf'), 'model.gguf');
+  writeFileSync(ggufFile, gguf);
+  const ggufHeaderBytes = (await readGgufHeader(ggufFile)).dataStart;
+  const ggufModel = { numLayers: cfg.num_hidden_layers, hiddenSize: cfg.hidden_size, vocabSize: cfg.vocab_size };
+
+  // A ts artifact on disk: weights.bin's sha256 checked as `llmc run` checks it, then loaded and run.
+  const tsDir = dir('ts');
+  writeFileSync(path.join(tsDir, 'llmc-manifest.json'), tsArtifact.manifest);
+  writeFileSync(path.join(tsDir, 'weights.bin'), tsArtifact.weights);
+  const tsAccepted = async (manifest: string, weights: Uint8Array) => {
+    const model = await load({ manifest, weights: bufferSource(weights) }, { wasm: false });
+    model.forward([1, 2]);
+  };
+  const onnxFile = path.join(dir('onnx'), 'model.onnx');
+  const tokConfig = tok.tokenizerConfigJson;
+  const calibFile = path.join(dir('calib'), 'calib.txt');
+  const write = (file: string, b: Uint8Array) => (writeFileSync(file, b), file);
+
   return [
     ...artifactJsonTargets(dirs, close),
-    {
+    target({
       name: 'config.json',
-      input: mutatedJson(storiesConfig),
-      run: async (cfg) => outcome(async () => checkpoint(await dirWith({ 'config.json': JSON.stringify(cfg), 'model.safetensors': st }))),
+      command: 'inspect / run',
+      files: [json('config.json', new Uint8Array(storiesConfig))],
+      read: async ([c]) => (write(path.join(cfgDir, 'config.json'), c), outcome(() => checkpoint(cfgDir))),
       close,
-    },
-    {
-      name: 'safetensors header',
-      // The header mutated (or not), its length prefix lying (or not), the data cut short or bits flipped.
-      input: fc.tuple(
-        fc.option(mutatedJson(header), { freq: 2 }),
-        fc.option(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), { freq: 5 }),
-        fc.option(fc.nat(data.length), { freq: 5 }),
-        fc.array(fc.tuple(fc.nat(data.length - 1), fc.integer({ min: 1, max: 255 })), { maxLength: 4 }),
-      ),
-      run: async ([h, lenLie, cut, flips]) => {
-        const json = Buffer.from(JSON.stringify(h ?? header));
+    }),
+    target({
+      name: 'model.safetensors',
+      command: 'inspect / run',
+      // The header (JSON), the data, and 8 bytes added to the length prefix (zero: the true length; mutated: a lie).
+      files: [json('header', new Uint8Array(header), 4), { name: 'data', bytes: new Uint8Array(data), weight: 1 }, { name: 'length lie', bytes: new Uint8Array(8), weight: 1 }],
+      read: async ([h, d, lie]) => {
         const len = Buffer.alloc(8);
-        len.writeBigUInt64LE((lenLie as bigint | null) ?? BigInt(json.length));
-        const d = Buffer.from(data);
-        for (const [at, x] of flips as [number, number][]) d[at] ^= x;
-        const body = Buffer.concat([len, json, d.subarray(0, (cut as number | null) ?? d.length)]);
-        return outcome(async () => checkpoint(await dirWith({ 'config.json': JSON.stringify(storiesConfig), 'model.safetensors': body })));
+        const delta = Buffer.alloc(8);
+        delta.set(lie.subarray(0, 8)); // a cut or grown lie is still 8 bytes of it
+        len.writeBigUInt64LE((BigInt(h.length) + delta.readBigUInt64LE(0)) & (2n ** 64n - 1n));
+        writeFileSync(path.join(stDir, 'model.safetensors'), Buffer.concat([len, h, d]));
+        return outcome(() => checkpoint(stDir));
       },
       close,
-    },
-    {
+    }),
+    target({
       name: 'tokenizer.json',
-      input: fc.tuple(mutatedJson(JSON.parse(tok.tokenizerJson) as Json), fc.option(mutatedJson(JSON.parse(tok.tokenizerConfigJson) as Json), { freq: 4 })),
-      run: async ([tj, cfg]) =>
+      command: 'run --prompt',
+      files: [json('tokenizer.json', tok.tokenizerJson, 4), json('tokenizer_config.json', tokConfig)],
+      read: async ([tj, tc]) =>
         outcome(async () => {
-          const t = loadTokenizer(JSON.stringify(tj), cfg === null ? tok.tokenizerConfigJson : JSON.stringify(cfg));
+          const t = loadTokenizer(text(tj), text(tc));
           t.decode(t.encode('Once upon a time, a little boat said "héllo" 123 times.'));
         }),
       close,
-    },
-    {
-      name: 'ts artifact (manifest + weights)',
-      input: fc.tuple(mutatedJson(JSON.parse(tsArtifact.manifest) as Json), fc.option(fc.tuple(fc.nat(tsArtifact.weights.length - 1), fc.integer({ min: 1, max: 255 })), { freq: 3 })),
-      run: async ([m, flip]) =>
+    }),
+    target({
+      name: 'ts llmc-manifest.json',
+      command: 'run / verify',
+      files: [json('llmc-manifest.json', tsArtifact.manifest)],
+      read: async ([m]) =>
         outcome(async () => {
-          const w = tsArtifact.weights.slice();
-          if (flip) w[(flip as [number, number])[0]] ^= (flip as [number, number])[1];
-          const model = await load({ manifest: JSON.stringify(m), weights: bufferSource(w) }, { wasm: false });
-          model.forward([1, 2]);
+          parseManifestText(text(m), 'llmc-manifest.json');
+          await tsAccepted(text(m), tsArtifact.weights);
         }),
       close,
-    },
-    {
-      name: 'artifact manifest (CLI)',
-      input: mutatedJson(JSON.parse(tsArtifact.manifest) as Json),
-      run: async (m) => outcome(async () => parseManifestText(JSON.stringify(m), 'llmc-manifest.json')),
-      close,
-    },
-    {
-      name: 'GGUF header',
-      // Bytes flipped and u64 counts or lengths lying in the header, or the file cut short; then the
-      // header read and checked against the model the manifest names, as `llmc run` does.
-      input: fc.tuple(
-        fc.array(fc.tuple(fc.nat(ggufHeaderBytes - 1), fc.integer({ min: 1, max: 255 })), { maxLength: 4 }),
-        fc.option(fc.tuple(fc.nat(ggufHeaderBytes - 8), fc.oneof(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), fc.bigInt({ min: 0n, max: 1n << 20n }))), { freq: 3 }),
-        fc.option(fc.nat(gguf.length), { freq: 4 }),
-      ),
-      run: async ([flips, lie, cut]) => {
-        const b = Buffer.from(gguf);
-        for (const [at, x] of flips as [number, number][]) b[at] ^= x;
-        if (lie) b.writeBigUInt64LE((lie as [number, bigint])[1], (lie as [number, bigint])[0]);
-        const file = path.join(tmp, 'fuzz.gguf');
-        writeFileSync(file, b.subarray(0, (cut as number | null) ?? b.length));
-        return outcome(async () => checkGgufModel(await readGgufHeader(file), ggufModel, file));
+    }),
+    target({
+      name: 'ts weights.bin',
+      command: 'run',
+      files: [{ name: 'weights.bin', bytes: tsArtifact.weights }],
+      read: async ([w]) => {
+        write(path.join(tsDir, 'weights.bin'), w);
+        return outcome(async () => {
+          const a = await locate(tsDir);
+          await verifyFiles(a as Parameters<typeof verifyFiles>[0], { hash: true });
+          await tsAccepted(tsArtifact.manifest, w);
+        });
       },
       close,
-    },
-    {
-      name: 'ONNX decoder graph',
-      // Bytes flipped in the graph's structure (the first 64 kB: nodes, names, shapes, the first
-      // initializers' headers) or the file cut short; then loaded and run on onnxruntime, as `llmc run` does.
-      input: fc.tuple(fc.array(fc.tuple(fc.nat(Math.min(onnx.length, 1 << 16) - 1), fc.integer({ min: 1, max: 255 })), { minLength: 1, maxLength: 4 }), fc.option(fc.nat(onnx.length), { freq: 4 })),
-      run: async ([flips, cut]) => {
-        const b = Buffer.from(onnx);
-        for (const [at, x] of flips as [number, number][]) b[at] ^= x;
-        const file = path.join(tmp, 'fuzz.onnx');
-        writeFileSync(file, b.subarray(0, (cut as number | null) ?? b.length));
-        return outcome(async () => {
-          const decoder = await OnnxDecoder.open(file);
+    }),
+    target({
+      name: '.gguf',
+      command: 'inspect / run',
+      // The header read and checked against the model the manifest names, as `llmc run` does before llama.cpp sees the file.
+      files: [{ name: 'model.gguf', bytes: gguf, hot: ggufHeaderBytes }],
+      read: async ([b]) => outcome(async () => checkGgufModel(await readGgufHeader(write(ggufFile, b)), ggufModel, ggufFile)),
+      close,
+    }),
+    target({
+      name: 'cuda onnx/model.onnx',
+      command: 'run',
+      // Loaded and run on onnxruntime, as `llmc run` does (its graph structure is in the first 64 kB).
+      files: [{ name: 'model.onnx', bytes: onnx, hot: Math.min(onnx.length, 1 << 16) }],
+      read: async ([b]) =>
+        outcome(async () => {
+          const decoder = await OnnxDecoder.open(write(onnxFile, b));
           try {
             await decoder.forward([1, 2], null, 0);
           } finally {
             await decoder.close();
           }
-        });
-      },
+        }),
       close,
-    },
-    {
-      name: 'profile file',
-      input: mutatedJson(JSON.parse(profileJson) as Json),
-      run: async (p) => {
-        writeFileSync(profileFile, JSON.stringify(p));
-        // A damaged cache entry is recomputed: loadProfile returns undefined, never throws.
-        return (await loadProfile(profileDir, 'fuzz', { k: 1 })) !== undefined;
-      },
+    }),
+    target({
+      name: 'budgets.json',
+      command: 'check',
+      files: [json('budgets.json', corpus('budgets.json'))],
+      read: async ([b]) => outcome(async () => parseBudgets(text(b), 'budgets.json')),
       close,
-    },
+    }),
+    target({
+      name: 'llmc.config.json',
+      command: 'compile --config',
+      files: [json('llmc.config.json', corpus('llmc.config.json'))],
+      read: async ([b]) => outcome(async () => readConfig(write(path.join(tmp, 'llmc.config.json'), b))),
+      close,
+    }),
+    target({
+      name: 'calibration file',
+      command: 'profile --calib',
+      // Text, or token ids as JSON: both seeds; ids checked against the vocabulary, text tokenized.
+      files: [{ name: 'calib.txt', bytes: corpus('calib.txt') }, json('calib-ids.json', corpus('calib-ids.json'))],
+      read: async ([t, ids]) =>
+        outcome(async () => {
+          for (const b of [t, ids]) {
+            write(calibFile, b);
+            const s = text(b);
+            if (!idSequencesOf(s, cfg.vocab_size, calibFile)) tokenizer().encode(s);
+          }
+        }),
+      close,
+    }),
+    target({
+      name: 'tree-search latency file',
+      command: 'compile --passes tree-search',
+      files: [json('latency.json', corpus('latency.json'))],
+      read: async ([b]) => outcome(async () => readLatencyFile(write(path.join(tmp, 'latency.json'), b))),
+      close,
+    }),
+    target({
+      name: 'profile cache entry',
+      command: 'compile (cache)',
+      files: [json('profile.json', readFileSync(profileFile))],
+      // A damaged cache entry is recomputed: loadProfile returns undefined, never throws.
+      read: async ([b]) => (write(profileFile, b), (await loadProfile(profileDir, 'fuzz', { k: 1 })) !== undefined),
+      close,
+    }),
   ];
+  function tokenizer() {
+    return (cachedTok ??= loadTokenizer(tok.tokenizerJson, tokConfig));
+  }
 }
+let cachedTok: ReturnType<typeof loadTokenizer> | undefined;

@@ -12,7 +12,7 @@ import { yarnWithDefaults } from '../../src/core/arch/rope-config.js';
 import { promises as fsp } from 'node:fs';
 import { archOf, GGUF_READABLE, modelTypeOfGguf } from '../../src/core/arch/registry.js';
 import type { ArchSpec, MoeSpec, RopeScaling } from '../../src/core/arch/types.js';
-import { LlmcError } from '../../src/core/errors.js';
+import { clip, LlmcError } from '../../src/core/errors.js';
 import { QUANT_TYPES, type QuantType } from '../../src/core/quant/types.js';
 import { GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_TYPE, type ScalarKind } from './writer.js';
 
@@ -98,7 +98,8 @@ class Cursor {
   constructor(private readonly fh: fsp.FileHandle, readonly size: number, private readonly file: string) {}
 
   fail(what: string): never {
-    throw new LlmcError(`not a valid GGUF file: ${what} (at byte ${this.pos}); compile it again`, this.file);
+    // `what` quotes names read from the file (keys, tensor names up to 64 KiB): cut to one screen line's worth.
+    throw new LlmcError(`not a valid GGUF file: ${clip(what)} (at byte ${this.pos}); compile it again`, this.file);
   }
 
   /** Bytes left in the file after the cursor. */

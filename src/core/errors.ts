@@ -14,9 +14,12 @@ export class LlmcError extends Error {
     this.name = 'LlmcError';
   }
 
-  /** One line, as the CLI prints it: control characters from file or tensor names are escaped, never sent to the terminal. */
+  /**
+   * One line, as the CLI prints it: control characters from file or tensor names are escaped, never
+   * sent to the terminal, and a quoted name a hostile file made megabytes long is cut.
+   */
   get line(): string {
-    return escapeControls(this.file ? `${this.file}: ${this.message}` : this.message);
+    return boundLine(escapeControls(this.file ? `${this.file}: ${this.message}` : this.message));
   }
 }
 
@@ -26,6 +29,12 @@ export class UsageError extends LlmcError {
     super(message, undefined, 2);
     this.name = 'UsageError';
   }
+}
+
+/** Quoted strings over 120 characters cut to 120 (what follows them, often what to do next, is kept); then at most 2,000 characters. */
+function boundLine(s: string): string {
+  const cut = s.length <= 200 ? s : s.replace(/"((?:[^"\\]|\\.){120})(?:[^"\\]|\\.)+"/g, '"$1…"');
+  return clip(cut, 2000);
 }
 
 /** C0/C1 control characters (newlines, escape sequences) as visible \u escapes. */
@@ -41,12 +50,17 @@ export class ExitCode extends LlmcError {
   }
 }
 
+/** Message text quoting what a file said (a name, a type): cut to `max` characters. */
+export const clip = (s: string, max = 300): string => (s.length > max ? `${s.slice(0, max - 1)}…` : s);
+
 /**
  * A value as a message shows it: JSON-like, at most `max` characters and two levels deep, so an
  * error message about a hostile value (nested 100,000 levels, megabytes long, a bigint) cannot
  * itself fail or flood the terminal.
  */
 export function summarize(v: unknown, max = 80): string {
+  if (typeof v === 'string' && v.length > 4 * max) v = v.slice(0, 4 * max); // JSON.stringify of a megabyte string, only to cut it
+
   const s = show(v, 0, max + 1);
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
 }

@@ -20,7 +20,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { PASSES } from '../../../passes/index.js';
 import { TARGETS } from '../../../backends/index.js';
-import { LlmcError, UsageError } from '../../core/errors.js';
+import { LlmcError, summarize, UsageError } from '../../core/errors.js';
 import { parseJsonFile } from '../schema.js';
 import type { PlanRequest } from './plan.js';
 
@@ -61,14 +61,14 @@ const CONFIG = z
     // Names and option keys against the registries (values are the pass manager's to check).
     if (c.target) {
       const t = TARGETS.find((x) => x.name === c.target!.name);
-      if (!t) ctx.addIssue({ code: 'custom', path: ['target', 'name'], message: `unknown target "${c.target.name}"; available: ${known(TARGETS)}` });
+      if (!t) ctx.addIssue({ code: 'custom', path: ['target', 'name'], message: `unknown target ${summarize(c.target.name)}; available: ${known(TARGETS)}` });
       for (const k of Object.keys(c.target.options ?? {})) {
         if (t && !t.options.specs.some((s) => s.key === k)) ctx.addIssue({ code: 'custom', path: ['target', 'options', k], message: `not an option of target ${t.name} (it takes ${keysOf(t.options.specs)})` });
       }
     }
     (c.passes ?? []).forEach((p, i) => {
       const d = PASSES.find((x) => x.name === p.name);
-      if (!d) return ctx.addIssue({ code: 'custom', path: ['passes', i, 'name'], message: `unknown pass "${p.name}"; available: ${known(PASSES)}` });
+      if (!d) return ctx.addIssue({ code: 'custom', path: ['passes', i, 'name'], message: `unknown pass ${summarize(p.name)}; available: ${known(PASSES)}` });
       for (const k of Object.keys(p.options ?? {})) {
         if (!d.options.specs.some((s) => s.key === k)) ctx.addIssue({ code: 'custom', path: ['passes', i, 'options', k], message: `not an option of pass ${d.name} (it takes ${keysOf(d.options.specs)})` });
       }

@@ -191,6 +191,7 @@ async function lock(out: string): Promise<() => void> {
   });
   const got = await pidLock(path.join(parent, `.${path.basename(out)}.llmc-lock`));
   if ('release' in got) return got.release;
+  if (got.owner === process.pid) throw new LlmcError('busy: this llmc is already compiling into it; choose another output', out);
   if (got.owner > 0) throw new LlmcError(`busy: another llmc (pid ${got.owner}) is compiling into it; wait for it to finish or choose another output`, out);
   throw new LlmcError('cannot take the output lock', out);
 }

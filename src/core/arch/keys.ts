@@ -4,7 +4,7 @@
  * it is), harmless only at its default value, or refused: a key llmc cannot place may change the
  * model's math, and compiling it anyway would give a wrong model with exit 0.
  */
-import { LlmcError } from '../errors.js';
+import { LlmcError, summarize } from '../errors.js';
 
 type Json = Record<string, unknown>;
 
@@ -88,7 +88,7 @@ export function checkKnownKeys(cfg: Json, modelType: string, archKeys: readonly 
     const fixed = k in archFixed ? archFixed[k] : k in DEFAULT_ONLY ? DEFAULT_ONLY[k] : undefined;
     if (fixed !== undefined) {
       if (v === null || v === undefined || same(v, fixed)) continue;
-      throw new LlmcError(`key "${k}" = ${JSON.stringify(v)} is not supported by llmc's ${modelType} reader (only ${JSON.stringify(fixed)})`, file);
+      throw new LlmcError(`key ${summarize(k)} = ${summarize(v)} is not supported by llmc's ${modelType} reader (only ${JSON.stringify(fixed)})`, file);
     }
     // null is how transformers writes an unset option (no softcapping, no window, no quantization): it asks for nothing.
     if (v === null) continue;

@@ -5,7 +5,7 @@
  * disagree the config is refused, since which one wins differs between transformers versions.
  * Every default transformers' modeling_rope_utils.py applies is resolved here, once.
  */
-import { LlmcError } from '../errors.js';
+import { LlmcError, summarize } from '../errors.js';
 import type { RopeScaling, RopeType } from './types.js';
 
 type Json = Record<string, unknown>;
@@ -24,7 +24,7 @@ const ROPE_KEYS: Record<RopeType, readonly string[]> = {
 };
 
 const isObj = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-const show = (v: unknown) => JSON.stringify(v);
+const show = (v: unknown) => summarize(v);
 
 /** JSON equality with key order ignored (8 and 8.0 parse to the same number). */
 function same(a: unknown, b: unknown): boolean {

@@ -77,7 +77,7 @@ export function normalizeConfig(cfg: Json, file: string): ArchSpec {
   // Families that name their activation elsewhere (gemma's hidden_activation) say which in features.hiddenAct.
   if (!features.hiddenAct) {
     const act = String(cfg.hidden_act ?? 'silu');
-    if (act !== 'silu') throw new LlmcError(`unsupported hidden_act "${act}" (supported: silu)`, file);
+    if (act !== 'silu') throw new LlmcError(`unsupported hidden_act ${summarize(act)} (supported: silu)`, file);
   }
 
   const moe: MoeSpec | null = entry.moe ? entry.moe.parse(reader, numLayers) : null;

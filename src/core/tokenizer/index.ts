@@ -7,7 +7,7 @@
  */
 import safeRegex from 'safe-regex2';
 import { parseJsonAs, TOKENIZER_CONFIG, TOKENIZER_JSON } from './schema.js';
-import { LlmcError, summarize } from '../errors.js';
+import { clip, LlmcError, summarize } from '../errors.js';
 import { Bpe } from './bpe.js';
 import { CHAR_TO_BYTE, gpt2Split, toByteChars } from './bytelevel.js';
 
@@ -48,9 +48,18 @@ function escapeRe(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
+/** A regular expression matching literal text; V8 refuses one over its size limit (a megabyte-long token), which is the file's problem. */
+function literalRe(source: string, fail: Fail, what: string): RegExp {
+  try {
+    return new RegExp(source, 'gu');
+  } catch {
+    return fail(`${what} is too long to match (${source.length} characters of pattern)`);
+  }
+}
+
 function stringPattern(p: unknown, fail: Fail, what: string): RegExp {
   const o = (p ?? {}) as Json;
-  if (typeof o.String === 'string') return new RegExp(escapeRe(o.String), 'gu');
+  if (typeof o.String === 'string') return literalRe(escapeRe(o.String), fail, `${what} string`);
   if (typeof o.Regex === 'string') {
     let re: RegExp;
     try {
@@ -163,7 +172,7 @@ function preTokenizer(p: unknown, fail: Fail): { split: PreTokenizer; byteLevel:
       const rep = String(o.replacement ?? '\u2581');
       const scheme = String(o.prepend_scheme ?? (o.add_prefix_space === false ? 'never' : 'always'));
       const split = o.split !== false;
-      const repRe = new RegExp(escapeRe(rep), 'gu'); // splitKeep iterates with matchAll, which copies it
+      const repRe = literalRe(escapeRe(rep), fail, 'pre_tokenizer Metaspace replacement'); // splitKeep iterates with matchAll, which copies it
       return {
         byteLevel: false,
         split: (words, first) =>
@@ -242,7 +251,7 @@ function decoder(d: unknown, fail: Fail): Decoder {
             }
             bs.push(b);
           }
-          bytes.push(...(ok ? bs : utf8.encode(t)));
+          for (const b of ok ? bs : utf8.encode(t)) bytes.push(b); // a token may be megabytes long: no spread
         }
         return [lossy.decode(Uint8Array.from(bytes))];
       };
@@ -331,7 +340,7 @@ function tokenName(v: unknown): string | null {
  */
 export function loadTokenizer(tokenizerJsonText: string, tokenizerConfigText?: string, file = 'tokenizer.json'): Tokenizer {
   const fail: Fail = (why) => {
-    throw new LlmcError(`unsupported tokenizer: ${why}`, file);
+    throw new LlmcError(`unsupported tokenizer: ${clip(why)}`, file); // `why` quotes the file's names and types
   };
   const tj = parseJsonAs(TOKENIZER_JSON, tokenizerJsonText, file) as Json;
   const cfg: Json = tokenizerConfigText === undefined ? {} : parseJsonAs(TOKENIZER_CONFIG, tokenizerConfigText, file.replace(/tokenizer\.json$/, 'tokenizer_config.json'));
@@ -392,12 +401,13 @@ export function loadTokenizer(tokenizerJsonText: string, tokenizerConfigText?: s
 
   // Added tokens split the input first, longest match at the leftmost position.
   const addedRe = added.length
-    ? new RegExp(
+    ? literalRe(
         [...added]
           .sort((a, b) => b.content.length - a.content.length)
           .map((a) => escapeRe(a.content))
           .join('|'),
-        'gu',
+        fail,
+        'added_tokens',
       )
     : null;
   const addedByContent = new Map(added.map((a) => [a.content, a]));
@@ -426,13 +436,14 @@ export function loadTokenizer(tokenizerJsonText: string, tokenizerConfigText?: s
         ids.push(part.id);
         continue;
       }
-      for (const w of pre.split([norm(part.text)], part.first)) ids.push(...bpe.encodeWord(w));
+      // A loop, not push(...): a word of 200,000 characters ("[[[[…") is as many ids, past the spread's stack.
+      for (const w of pre.split([norm(part.text)], part.first)) for (const id of bpe.encodeWord(w)) ids.push(id);
     }
     if (opts.addBos === true) return bosId === null ? ids : [bosId, ...ids];
     if (opts.addBos === false) return ids;
     const before = cfgAddBos === undefined ? tpl.before : cfgAddBos && bosId !== null ? [bosId] : [];
     const after = cfgAddEos === undefined ? tpl.after : cfgAddEos && eosId !== null ? [eosId] : [];
-    return [...before, ...ids, ...after];
+    return before.length || after.length ? before.concat(ids, after) : ids;
   }
 
   function decode(ids: readonly number[], opts: { skipSpecial?: boolean } = {}): string {
