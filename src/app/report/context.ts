@@ -27,6 +27,8 @@ export interface QualityFacts extends Omit<QualityFigures, 'sequences' | 'positi
   sourcePpl: number;
   artifactPpl: number;
   tokensPerSecond: number | null;
+  /** Each decoded token's latency in ms (the first: after the one-token prompt's prefill), from the run that gave tokensPerSecond. */
+  tokenMs: number[] | null;
 }
 
 export interface ReportContext {

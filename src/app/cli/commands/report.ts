@@ -88,8 +88,8 @@ async function measureQuality(dir: string, manifest: Manifest, o: { source?: str
     const { evaluateArtifact, heldOutFacts, heldOutSet } = await import('../../evaluate/artifact.js');
     const held = await heldOutSet(source, { text: o.evalText, tokens: o.evalTokens, cacheDir: o.cacheDir });
     const q = await evaluateArtifact({ artifact: { path: dir, dir, manifest }, source, sequences: held.sequences, speedTokens: 64 });
-    const { executor, level: _l, sequences: _s, positions, referencePpl, candidatePpl, tokensPerSecond, ...figures } = q;
-    return { executor, heldOut: heldOutFacts(held), positions, sourcePpl: referencePpl, artifactPpl: candidatePpl, ...figures, tokensPerSecond: tokensPerSecond ?? null };
+    const { executor, level: _l, sequences: _s, positions, referencePpl, candidatePpl, tokensPerSecond, tokenMs, ...figures } = q;
+    return { executor, heldOut: heldOutFacts(held), positions, sourcePpl: referencePpl, artifactPpl: candidatePpl, ...figures, tokensPerSecond: tokensPerSecond ?? null, tokenMs: tokenMs ?? null };
   } finally {
     await source.close();
   }
