@@ -37,6 +37,16 @@ beforeAll(async () => {
 });
 afterAll(async () => fsp.rm(tmp, { recursive: true, force: true }));
 
+/** A profile of stories260K for reorder, outliers and chunk-partition (made once, by the first test that asks). */
+let profiled: Promise<string> | undefined;
+const profileDir = () =>
+  (profiled ??= (async () => {
+    const prof = path.join(tmp, 'profile');
+    const pr = await llmcInProcess('profile', STORIES, '--passes', 'reorder,outliers,chunk-partition', '-o', prof);
+    expect(pr.code, pr.stderr).toBe(0);
+    return prof;
+  })());
+
 describe('llmc report (HTML)', () => {
   it('is self-contained: no script, no external reference, a CSP that forbids loading anything', async () => {
     const text = await fsp.readFile(html, 'utf8');
@@ -132,9 +142,7 @@ describe('llmc report: chart layout in Chromium', () => {
   });
 
   it.skipIf(!existsSync(CHROMIUM))('no text or legend marker overlaps another in any chart of an artifact\'s and a profile\'s report (every section with charts)', async () => {
-    const prof = path.join(tmp, 'profile');
-    const pr = await llmcInProcess('profile', STORIES, '--passes', 'reorder,outliers,chunk-partition', '-o', prof);
-    expect(pr.code, pr.stderr).toBe(0);
+    const prof = await profileDir();
     const profHtml = path.join(tmp, 'profile.html');
     const r = await llmcInProcess('report', prof, '-o', profHtml);
     expect(r.code, r.stderr).toBe(0);
@@ -170,9 +178,20 @@ describe('llmc report (Markdown, JSON)', () => {
     expect(report.sections.map((s: { id: string }) => s.id)).toEqual(['summary', 'sizes', 'resources', 'reorder']);
     const manifest = JSON.parse(await fsp.readFile(path.join(artifact, 'llmc-manifest.json'), 'utf8'));
     const rec = ELASTIC_LEVELS.read(manifest.passes[0].metadata);
+    // Memory: per level, its bytes plus a float32 KV cache of 2·layers·KV heads·head dim values per token (config.json).
+    const cfg = JSON.parse(await fsp.readFile(path.join(STORIES, 'config.json'), 'utf8'));
+    const kvFull = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size / cfg.num_attention_heads) * 4;
+    const resources = report.sections[2].data;
+    expect(resources.tokenMs).toBeNull(); // --no-quality: nothing ran
+    expect(resources.memory.at(-1)).toMatchObject({ kvPerToken: kvFull, context: cfg.max_position_embeddings });
+    expect(resources.memory.map((m: { name: string }) => m.name)).toEqual(report.sections[3].data.levels.map((l: { id: string }) => l.id));
     const reorder = report.sections[3].data;
     expect(reorder.levels.map((l: { heldOutPpl: number }) => l.heldOutPpl)).toEqual(rec.levels.map((l) => l.heldOutPpl));
     expect(reorder.layerLoss).toEqual(rec.layerLoss);
+    // The level table has compile's columns: bytes (exact on ts: what a level reads of weights.bin), agreement.
+    const weights = (await fsp.stat(path.join(artifact, 'weights.bin'))).size;
+    for (const l of reorder.levels) expect(l.bytesExact && l.bytes > 0 && l.bytes <= weights, l.id).toBe(true);
+    expect(reorder.levels.map((l: { agreement: number }) => l.agreement)).toEqual(rec.levels.map((l) => l.agreement ?? null));
     // Bytes per group add up to the weights file's tensors (padding aside).
     const sizes = report.sections[1].data;
     const tensorBytes = manifest.targetInfo.tensors.reduce((s: number, t: { bytes: number }) => s + t.bytes, 0);
@@ -193,6 +212,50 @@ describe('llmc report (Markdown, JSON)', () => {
     const delta = Number(/\| perplexity \| [\d.]+ \| [\d.]+ \| ([-\d.e]+) \|/.exec(text)?.[1]);
     expect(delta).toBeGreaterThan(0.05);
     expect(delta).toBeLessThan(2);
+  });
+});
+
+describe('llmc report on a profile directory', () => {
+  it('shows every profiled pass: outliers\' and chunk-partition\'s decisions are the ones a compile from the profile writes', async () => {
+    const prof = await profileDir();
+    const j = await llmcInProcess('report', prof, '--json');
+    expect(j.code, j.stderr).toBe(0);
+    const report = JSON.parse(j.stdout);
+    expect(report.notes).toEqual([]);
+    const section = (id: string) => report.sections.find((s: { id: string }) => s.id === id).data;
+    expect(report.sections.map((s: { id: string }) => s.id)).toEqual(['summary', 'sizes', 'reorder', 'outliers', 'chunk-schedule']);
+    // The reference: the records of a qnn compile that reads the same profile.
+    const qnn = path.join(tmp, 'qnn');
+    const c = await llmcInProcess('compile', STORIES, '--target', 'qnn', '--passes', 'outliers,chunk-partition', '--profile', prof, '--no-eval', '-o', qnn);
+    expect(c.code, c.stderr).toBe(0);
+    const passes = JSON.parse(await fsp.readFile(path.join(qnn, 'llmc-manifest.json'), 'utf8')).passes as { name: string; metadata: Record<string, any> }[];
+    const [outliers, chunks] = ['outliers', 'chunk-partition'].map((n) => passes.find((p) => p.name === n)!.metadata);
+    const decisions = (ls: { weight: string; input: { decision: string; T: number }; output: { decision: string; T: number } }[]) => ls.map((l) => [l.weight, l.input.decision, l.input.T, l.output.decision, l.output.T]);
+    expect(decisions(section('outliers').linears)).toEqual(decisions(outliers.linears));
+    expect(section('outliers').kept).toBe(outliers.kept);
+    expect(outliers.kept).toBeGreaterThan(0);
+    expect(section('chunk-schedule').choice).toEqual(chunks.choice);
+    expect(section('chunk-schedule').chunks.map((p: { c: number; schedules: unknown }) => [p.c, p.schedules])).toEqual(chunks.chunks.map((p: { c: number; schedules: { N: number; lowerBound: number; makespan: unknown; optimal: boolean }[] }) => [p.c, p.schedules.map((r) => ({ N: r.N, lowerBound: r.lowerBound, makespan: r.makespan, optimal: r.optimal }))]));
+  });
+
+  it('a profile whose checkpoint has moved: the decisions are left out with a note naming --source; with --source they are back', async () => {
+    const prof = await profileDir();
+    const moved = path.join(tmp, 'moved-profile');
+    await fsp.cp(prof, moved, { recursive: true });
+    const index = JSON.parse(await fsp.readFile(path.join(moved, 'llmc-profile.json'), 'utf8'));
+    index.checkpoint.path = path.join(tmp, 'gone');
+    await fsp.writeFile(path.join(moved, 'llmc-profile.json'), JSON.stringify(index));
+    const j = await llmcInProcess('report', moved, '--json');
+    expect(j.code, j.stderr).toBe(0);
+    const r = JSON.parse(j.stdout);
+    expect(r.sections.map((s: { id: string }) => s.id)).toEqual(['summary', 'sizes', 'reorder']);
+    expect(r.notes).toHaveLength(1);
+    expect(r.notes[0]).toMatch(/^outliers, chunk-partition: decisions left out: the profile's checkpoint is not readable \(.*\); give it with --source DIR$/);
+    const s = await llmcInProcess('report', moved, '--json', '--source', STORIES);
+    expect(JSON.parse(s.stdout).sections.map((x: { id: string }) => x.id)).toEqual(['summary', 'sizes', 'reorder', 'outliers', 'chunk-schedule']);
+    const wrong = await llmcInProcess('report', moved, '--json', '--source', path.join(ROOT, 'fixtures/models/draft-5M'));
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toMatch(/^llmc: .*moved-profile: is a profile of another checkpoint .*\n$/);
   });
 });
 
