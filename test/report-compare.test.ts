@@ -44,6 +44,26 @@ describe('llmc report A B', () => {
     expect(formats.differ.find((d) => /layers\.0\.self_attn\.q_proj/.test(d.tensor))).toBeUndefined(); // Q8_0 in both
   });
 
+  it('speed side by side: each artifact decoded on its own runner, 64 tokens timed one by one', async () => {
+    const [a, b] = [path.join(tmp, 'speed-q8.gguf'), path.join(tmp, 'speed-ts')];
+    expect((await llmc('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '--no-eval', '-o', a)).code).toBe(0);
+    expect((await llmc('compile', STORIES, '--target', 'ts', '--quant', 'Q8_0', '--no-eval', '-o', b)).code).toBe(0);
+    const r = await llmc('report', a, b, '--json', '--eval-tokens', '255');
+    expect(r.code, r.stderr).toBe(0);
+    const sections = JSON.parse(r.stdout).sections as Section[];
+    expect(sections.map((s) => s.id)).toEqual(['side-by-side', 'sizes', 'quality', 'speed', 'tensor-formats']);
+    const speed = sections[3].data as Record<'a' | 'b', { executor: string; tokensPerSecond: number; tokenMs: number[] }>;
+    expect([speed.a.executor, speed.b.executor]).toEqual(['llama.cpp', 'ts-runtime']);
+    for (const s of [speed.a, speed.b]) {
+      expect(s.tokenMs).toHaveLength(64); // stories260K never stops early from BOS within 64 tokens
+      expect(s.tokenMs.every((ms) => ms > 0)).toBe(true);
+      // the per-token times add up to the run that gave tokens/s (less what generate does after the last token)
+      const total = s.tokenMs.reduce((x, y) => x + y, 0) / 1000;
+      expect(64 / total / s.tokensPerSecond).toBeGreaterThan(0.999);
+      expect(64 / total / s.tokensPerSecond).toBeLessThan(1.05);
+    }
+  });
+
   it('formats by another name are the same (cuda fp16 = hf F16); a target without per-tensor formats says so; a checkpoint is refused (exit 1)', async () => {
     const cuda = path.join(tmp, 'cuda');
     const ts = path.join(tmp, 'ts');

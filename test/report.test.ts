@@ -11,6 +11,7 @@ import { RECORD_SECTIONS, SECTION_OF_RECORD } from '../src/app/report/sections/i
 import { PASSES } from '../passes/index.js';
 import { cumulativeShare } from '../src/app/report/sections/reorder.js';
 import { llmcInProcess } from './cli.js';
+import { chartLayoutCounts, chartLayoutProblems } from './chart-layout.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const STORIES = path.join(ROOT, 'fixtures/models/stories260K');
@@ -32,9 +33,19 @@ beforeAll(async () => {
   html = path.join(tmp, 'report.html');
   const r = await llmcInProcess('report', artifact, '-o', html, '--cache-dir', cache);
   expect(r.code, r.stderr).toBe(0);
-  expect(r.stdout).toBe(`wrote ${html}: summary, sizes, quality, reorder\n`);
+  expect(r.stdout).toBe(`wrote ${html}: summary, sizes, quality, resources, reorder\n`);
 });
 afterAll(async () => fsp.rm(tmp, { recursive: true, force: true }));
+
+/** A profile of stories260K for reorder, outliers and chunk-partition (made once, by the first test that asks). */
+let profiled: Promise<string> | undefined;
+const profileDir = () =>
+  (profiled ??= (async () => {
+    const prof = path.join(tmp, 'profile');
+    const pr = await llmcInProcess('profile', STORIES, '--passes', 'reorder,outliers,chunk-partition', '-o', prof);
+    expect(pr.code, pr.stderr).toBe(0);
+    return prof;
+  })());
 
 describe('llmc report (HTML)', () => {
   it('is self-contained: no script, no external reference, a CSP that forbids loading anything', async () => {
@@ -73,10 +84,11 @@ describe('llmc report (HTML)', () => {
           }),
         })),
       );
-      expect(sections.map((s) => s.id)).toEqual(['summary', 'sizes', 'quality', 'reorder']);
+      expect(sections.map((s) => s.id)).toEqual(['summary', 'sizes', 'quality', 'resources', 'reorder']);
       const charts = Object.fromEntries(sections.map((s) => [s.id, s.svgs]));
       expect(charts.sizes).toHaveLength(1);
       expect(charts.reorder).toHaveLength(4); // layer loss, MLP and head importance, levels
+      expect(charts.resources).toHaveLength(2); // latency per token, memory by context
       for (const s of sections) for (const g of s.svgs) {
         expect(g.w, s.id!).toBeGreaterThan(100);
         expect(g.h, s.id!).toBeGreaterThan(100);
@@ -90,6 +102,61 @@ describe('llmc report (HTML)', () => {
     } finally {
       await browser.close();
     }
+  });
+  if (!existsSync(CHROMIUM)) it.skip(`(skipped: ${CHROMIUM} is not installed: apt-get install chromium)`, () => {});
+});
+
+describe('llmc report: chart layout in Chromium', () => {
+  const withPage = async (f: (page: import('playwright-core').Page) => Promise<void>) => {
+    const { chromium } = await import('playwright-core');
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    try {
+      await f(await browser.newPage({ viewport: { width: 1280, height: 900 } }));
+    } finally {
+      await browser.close();
+    }
+  };
+
+  it.skipIf(!existsSync(CHROMIUM))('the check finds what overlaps: texts on texts, a label into the next legend marker, slanted labels, text cut off; and passes the same shapes set apart', async () => {
+    // ECharts' SVG as it draws a legend item: marker and text at the item's translation, the hit area tagged.
+    const item = (x: number, label: string, i: number) =>
+      `<path d="M0 7L18 7" transform="translate(${x} 10)" stroke="#3b6ea8" stroke-width="2"/><text x="23" y="7" dominant-baseline="central" style="font-size:11px" transform="translate(${x} 10)">${label}</text>` +
+      `<path d="M0 0l60 0l0 14l-60 0Z" transform="translate(${x} 10)" fill="none" ecmeta_ssr_type="legend" ecmeta_data_index="${i}"/>`;
+    const slanted = (x: number, label: string) => `<text dominant-baseline="central" text-anchor="end" style="font-size:9px" transform="translate(${x} 150) rotate(-60)">${label}</text>`;
+    const page = (crowded: boolean) =>
+      `<!doctype html><html><body style="margin:0;font-family:sans-serif"><svg data-chart="t" width="400" height="200">` +
+      `<text x="10" y="${crowded ? 60 : 60}" style="font-size:12px">full model 2.587</text><text x="${crowded ? 60 : 160}" y="62" style="font-size:12px">0.4</text>` +
+      item(10, 'layer 0 (anchor)', 0) + item(crowded ? 90 : 160, 'layer 1', 1) +
+      slanted(200, 'l0.gate_proj') + slanted(crowded ? 205 : 240, 'l0.up_proj') +
+      `<text x="${crowded ? 370 : 300}" y="190" style="font-size:12px">cut off here</text></svg></body></html>`;
+    await withPage(async (p) => {
+      await p.setContent(page(true));
+      const found = (await chartLayoutProblems(p)).map((x) => x.what);
+      expect(found).toContain('text "full model 2.587" overlaps text "0.4"');
+      expect(found).toContain('text "layer 0 (anchor)" overlaps legend marker 1');
+      expect(found).toContain('text "l0.gate_proj" overlaps text "l0.up_proj"');
+      expect(found).toContain('text "cut off here" is cut off at the chart\'s edge');
+      await p.setContent(page(false));
+      expect(await chartLayoutProblems(p)).toEqual([]);
+    });
+  });
+
+  it.skipIf(!existsSync(CHROMIUM))('no text or legend marker overlaps another in any chart of an artifact\'s and a profile\'s report (every section with charts)', async () => {
+    const prof = await profileDir();
+    const profHtml = path.join(tmp, 'profile.html');
+    const r = await llmcInProcess('report', prof, '-o', profHtml);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe(`wrote ${profHtml}: summary, sizes, reorder, outliers, chunk-schedule\n`);
+    await withPage(async (p) => {
+      for (const [file, charts] of [[html, 7], [profHtml, 6]] as const) {
+        await p.goto(`file://${file}`, { waitUntil: 'load' });
+        const seen = await chartLayoutCounts(p);
+        expect(seen.charts, file).toBe(charts);
+        expect(seen.texts, file).toBeGreaterThan(80);
+        expect(seen.legendItems, file).toBeGreaterThan(10);
+        expect(await chartLayoutProblems(p), file).toEqual([]);
+      }
+    });
   });
   if (!existsSync(CHROMIUM)) it.skip(`(skipped: ${CHROMIUM} is not installed: apt-get install chromium)`, () => {});
 });
@@ -108,12 +175,23 @@ describe('llmc report (Markdown, JSON)', () => {
     expect(j.code, j.stderr).toBe(0);
     const report = JSON.parse(j.stdout);
     expect(report.schema).toBe('llmc-report/1');
-    expect(report.sections.map((s: { id: string }) => s.id)).toEqual(['summary', 'sizes', 'reorder']);
+    expect(report.sections.map((s: { id: string }) => s.id)).toEqual(['summary', 'sizes', 'resources', 'reorder']);
     const manifest = JSON.parse(await fsp.readFile(path.join(artifact, 'llmc-manifest.json'), 'utf8'));
     const rec = ELASTIC_LEVELS.read(manifest.passes[0].metadata);
-    const reorder = report.sections[2].data;
+    // Memory: per level, its bytes plus a float32 KV cache of 2·layers·KV heads·head dim values per token (config.json).
+    const cfg = JSON.parse(await fsp.readFile(path.join(STORIES, 'config.json'), 'utf8'));
+    const kvFull = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size / cfg.num_attention_heads) * 4;
+    const resources = report.sections[2].data;
+    expect(resources.tokenMs).toBeNull(); // --no-quality: nothing ran
+    expect(resources.memory.at(-1)).toMatchObject({ kvPerToken: kvFull, context: cfg.max_position_embeddings });
+    expect(resources.memory.map((m: { name: string }) => m.name)).toEqual(report.sections[3].data.levels.map((l: { id: string }) => l.id));
+    const reorder = report.sections[3].data;
     expect(reorder.levels.map((l: { heldOutPpl: number }) => l.heldOutPpl)).toEqual(rec.levels.map((l) => l.heldOutPpl));
     expect(reorder.layerLoss).toEqual(rec.layerLoss);
+    // The level table has compile's columns: bytes (exact on ts: what a level reads of weights.bin), agreement.
+    const weights = (await fsp.stat(path.join(artifact, 'weights.bin'))).size;
+    for (const l of reorder.levels) expect(l.bytesExact && l.bytes > 0 && l.bytes <= weights, l.id).toBe(true);
+    expect(reorder.levels.map((l: { agreement: number }) => l.agreement)).toEqual(rec.levels.map((l) => l.agreement ?? null));
     // Bytes per group add up to the weights file's tensors (padding aside).
     const sizes = report.sections[1].data;
     const tensorBytes = manifest.targetInfo.tensors.reduce((s: number, t: { bytes: number }) => s + t.bytes, 0);
@@ -126,7 +204,7 @@ describe('llmc report (Markdown, JSON)', () => {
     expect((await llmcInProcess('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '-o', gguf)).code).toBe(0);
     const r = await llmcInProcess('report', gguf, '-o', path.join(tmp, 'g.md'));
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/: summary, sizes, quality\n$/);
+    expect(r.stdout).toMatch(/: summary, sizes, quality, resources\n$/);
     const text = await fsp.readFile(path.join(tmp, 'g.md'), 'utf8');
     expect(text).toMatch(/\| attention \| Q8_0 \| 20 \|/);
     expect(text).toMatch(/The source runs on onnxruntime, the artifact on llama\.cpp\./);
@@ -134,6 +212,50 @@ describe('llmc report (Markdown, JSON)', () => {
     const delta = Number(/\| perplexity \| [\d.]+ \| [\d.]+ \| ([-\d.e]+) \|/.exec(text)?.[1]);
     expect(delta).toBeGreaterThan(0.05);
     expect(delta).toBeLessThan(2);
+  });
+});
+
+describe('llmc report on a profile directory', () => {
+  it('shows every profiled pass: outliers\' and chunk-partition\'s decisions are the ones a compile from the profile writes', async () => {
+    const prof = await profileDir();
+    const j = await llmcInProcess('report', prof, '--json');
+    expect(j.code, j.stderr).toBe(0);
+    const report = JSON.parse(j.stdout);
+    expect(report.notes).toEqual([]);
+    const section = (id: string) => report.sections.find((s: { id: string }) => s.id === id).data;
+    expect(report.sections.map((s: { id: string }) => s.id)).toEqual(['summary', 'sizes', 'reorder', 'outliers', 'chunk-schedule']);
+    // The reference: the records of a qnn compile that reads the same profile.
+    const qnn = path.join(tmp, 'qnn');
+    const c = await llmcInProcess('compile', STORIES, '--target', 'qnn', '--passes', 'outliers,chunk-partition', '--profile', prof, '--no-eval', '-o', qnn);
+    expect(c.code, c.stderr).toBe(0);
+    const passes = JSON.parse(await fsp.readFile(path.join(qnn, 'llmc-manifest.json'), 'utf8')).passes as { name: string; metadata: Record<string, any> }[];
+    const [outliers, chunks] = ['outliers', 'chunk-partition'].map((n) => passes.find((p) => p.name === n)!.metadata);
+    const decisions = (ls: { weight: string; input: { decision: string; T: number }; output: { decision: string; T: number } }[]) => ls.map((l) => [l.weight, l.input.decision, l.input.T, l.output.decision, l.output.T]);
+    expect(decisions(section('outliers').linears)).toEqual(decisions(outliers.linears));
+    expect(section('outliers').kept).toBe(outliers.kept);
+    expect(outliers.kept).toBeGreaterThan(0);
+    expect(section('chunk-schedule').choice).toEqual(chunks.choice);
+    expect(section('chunk-schedule').chunks.map((p: { c: number; schedules: unknown }) => [p.c, p.schedules])).toEqual(chunks.chunks.map((p: { c: number; schedules: { N: number; lowerBound: number; makespan: unknown; optimal: boolean }[] }) => [p.c, p.schedules.map((r) => ({ N: r.N, lowerBound: r.lowerBound, makespan: r.makespan, optimal: r.optimal }))]));
+  });
+
+  it('a profile whose checkpoint has moved: the decisions are left out with a note naming --source; with --source they are back', async () => {
+    const prof = await profileDir();
+    const moved = path.join(tmp, 'moved-profile');
+    await fsp.cp(prof, moved, { recursive: true });
+    const index = JSON.parse(await fsp.readFile(path.join(moved, 'llmc-profile.json'), 'utf8'));
+    index.checkpoint.path = path.join(tmp, 'gone');
+    await fsp.writeFile(path.join(moved, 'llmc-profile.json'), JSON.stringify(index));
+    const j = await llmcInProcess('report', moved, '--json');
+    expect(j.code, j.stderr).toBe(0);
+    const r = JSON.parse(j.stdout);
+    expect(r.sections.map((s: { id: string }) => s.id)).toEqual(['summary', 'sizes', 'reorder']);
+    expect(r.notes).toHaveLength(1);
+    expect(r.notes[0]).toMatch(/^outliers, chunk-partition: decisions left out: the profile's checkpoint is not readable \(.*\); give it with --source DIR$/);
+    const s = await llmcInProcess('report', moved, '--json', '--source', STORIES);
+    expect(JSON.parse(s.stdout).sections.map((x: { id: string }) => x.id)).toEqual(['summary', 'sizes', 'reorder', 'outliers', 'chunk-schedule']);
+    const wrong = await llmcInProcess('report', moved, '--json', '--source', path.join(ROOT, 'fixtures/models/draft-5M'));
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toMatch(/^llmc: .*moved-profile: is a profile of another checkpoint .*\n$/);
   });
 });
 

@@ -128,6 +128,10 @@ export const chunkPartitionPass: Pass<ChunkPartitionOptions> = {
     return { unit, record };
   },
 
+  async preview(source, o, ctx) {
+    return plan(source, buildModel(source.spec), o, { cacheDir: ctx.cacheDir, progress: ctx.progress, note: ctx.note });
+  },
+
   async profile(source, o, ctx) {
     // The host measurements a compile will look up (a cost file needs none).
     if (typeof o.costs === 'object') return;

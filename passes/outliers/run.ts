@@ -145,6 +145,11 @@ export const outliersPass: Pass<OutliersOptions> = {
     await measureLinears(unit.source, unit.graph, calib, { cacheDir: ctx.cacheDir, progress: ctx.progress });
   },
 
+  async preview(source, o, ctx) {
+    const { unitOf } = await import('../../src/core/pipeline/unit.js');
+    return (await analyzeOutliers(unitOf(source), o, ctx)).record;
+  },
+
   async run(unit, options, ctx) {
     const a = await analyzeOutliers(unit, options, ctx);
     for (const n of a.record.notes) ctx.note(`outliers: ${n}`);

@@ -90,7 +90,7 @@ export async function checkArtifact(o: CheckOptions): Promise<CheckSummary> {
       }
       Object.assign(metrics, { ppl_delta: q.pplDelta, ppl_ratio: q.pplRatio, kl_delta: q.kl, kl_p99: q.klP99, greedy_agreement: q.greedyAgreement });
       if (q.tokensPerSecond !== undefined) metrics.tokens_per_s = q.tokensPerSecond;
-      const { executor, sourceExecutor, level, sequences: _s, positions, tokensPerSecond: _t, ...figures } = q;
+      const { executor, sourceExecutor, level, sequences: _s, positions, tokensPerSecond: _t, tokenMs: _m, ...figures } = q;
       evaluation = {
         executor,
         sourceExecutor,

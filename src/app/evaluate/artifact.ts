@@ -118,6 +118,8 @@ export interface ArtifactQuality extends QualityFigures {
   sourceExecutor: string;
   /** Decode speed of the artifact's runner (when asked). */
   tokensPerSecond?: number;
+  /** That run's latency per token in ms (when asked). */
+  tokenMs?: number[];
 }
 
 export interface EvaluateOptions {
@@ -159,16 +161,25 @@ async function openRunner(o: EvaluateOptions): Promise<ArtifactRunner> {
   return runner;
 }
 
-/** Tokens per second of greedy decoding from BOS: the best of two runs after a warm-up (kernels compiled, buffers allocated). */
-async function decodeSpeed(runner: ArtifactRunner, tokens: number): Promise<number> {
+/** Decode speed: tokens per second and each token's latency (ms after the one before; the first's includes the prompt's prefill). */
+export interface DecodeSpeed {
+  tokensPerSecond: number;
+  tokenMs: number[];
+}
+
+/** Greedy decoding from BOS: the faster of two runs after a warm-up (kernels compiled, buffers allocated), timed per token. */
+async function decodeSpeed(runner: ArtifactRunner, tokens: number): Promise<DecodeSpeed> {
   const prompt = [runner.spec.bosTokenId ?? 0];
-  const run = async (n: number) => {
+  const run = async (n: number): Promise<DecodeSpeed> => {
     const t0 = performance.now();
-    const got = await runner.generate(prompt, { maxTokens: n });
-    return got.length / ((performance.now() - t0) / 1000);
+    const at: number[] = [];
+    const got = await runner.generate(prompt, { maxTokens: n, onToken: () => at.push(performance.now()) });
+    const ms = performance.now() - t0;
+    return { tokensPerSecond: got.length / (ms / 1000), tokenMs: at.map((t, i) => Number((t - (i ? at[i - 1] : t0)).toFixed(3))) };
   };
   await run(Math.min(4, tokens));
-  return Math.max(await run(tokens), await run(tokens));
+  const [a, b] = [await run(tokens), await run(tokens)];
+  return a.tokensPerSecond >= b.tokensPerSecond ? a : b;
 }
 
 /** Perplexity, KL and greedy agreement of the artifact against its source on `sequences` (and its decode speed). */
@@ -190,7 +201,7 @@ export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQual
     progress.start(`quality: the artifact on ${runner.engine} against the source, ${o.sequences.length} windows`, o.sequences.length);
     const figures = await compareModels(reference.logits, runner.logits!, o.sequences, o.source.spec.vocabSize, () => progress.tick()).finally(() => progress.done());
     const out: ArtifactQuality = { ...figures, executor: runner.engine, level: runner.level ?? null, sourceExecutor: reference.executor };
-    if (o.speedTokens) out.tokensPerSecond = await decodeSpeed(runner, o.speedTokens);
+    if (o.speedTokens) Object.assign(out, await decodeSpeed(runner, o.speedTokens));
     return out;
   } finally {
     await reference.close();

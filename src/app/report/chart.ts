@@ -12,6 +12,28 @@ import { SVGRenderer } from 'echarts/renderers';
 
 echarts.use([BarChart, HeatmapChart, LineChart, ScatterChart, CustomChart, TreeChart, GridComponent, LegendComponent, MarkLineComponent, TitleComponent, VisualMapComponent, SVGRenderer]);
 
+/**
+ * Without a canvas ECharts lays text out by its own table of Arial-like glyph widths, but a browser
+ * draws system-ui: DejaVu Sans on Linux, up to 1.18× as wide (measured in Chromium on the report's
+ * texts), so a legend label ran into the next item's marker. Layout takes every text TEXT_ROOM times
+ * its table width: the room the widest common UI font needs (test/report.test.ts checks the drawn
+ * page for overlaps).
+ */
+const TEXT_ROOM = 1.2;
+const GLYPH_AT_100PX = new Map<string, number>();
+for (let c = 32; c < 127; c++) {
+  const ch = String.fromCharCode(c);
+  GLYPH_AT_100PX.set(ch, new echarts.graphic.Text({ style: { text: ch, font: '100px sans-serif' } }).getBoundingRect().width);
+}
+echarts.setPlatformAPI({
+  measureText(text: string, font?: string) {
+    const size = Number(/(\d+(?:\.\d+)?)px/.exec(font ?? '')?.[1] ?? 12);
+    let width = 0;
+    for (const ch of text ?? '') width += ((GLYPH_AT_100PX.get(ch) ?? 100) * size) / 100;
+    return { width: width * TEXT_ROOM } as TextMetrics;
+  },
+});
+
 /** An ECharts option (https://echarts.apache.org/en/option.html) and the chart's size in CSS pixels. */
 export interface ChartSpec {
   width: number;

@@ -11,6 +11,7 @@ import type { Manifest } from '../../core/records/manifest.js';
 import { SHARED_TARGET_INFO } from '../../core/records/target-info.js';
 import type { QualityFacts, ReportContext } from './context.js';
 import { fmtBytes, fmtNum, type Cell, type Report, type Section } from './doc.js';
+import { latencyBlocks } from './sections/resources.js';
 
 /** Each source tensor's format as the artifact wrote it, or null when its target does not record one per tensor. */
 export function tensorFormats(m: Manifest): Map<string, string> | null {
@@ -98,6 +99,23 @@ export function compareReport(a: ReportContext, b: ReportContext): Report {
         },
       ],
       data: { a: qa, b: qb },
+    });
+  }
+
+  const speed = latencyBlocks([
+    { name: la, tokenMs: qa?.tokenMs ?? null, tokensPerSecond: qa?.tokensPerSecond ?? null, executor: qa?.executor ?? '' },
+    { name: lb, tokenMs: qb?.tokenMs ?? null, tokensPerSecond: qb?.tokensPerSecond ?? null, executor: qb?.executor ?? '' },
+  ]);
+  if (speed.length) {
+    const tps = (q: QualityFacts | null) => q?.tokensPerSecond ?? null;
+    sections.push({
+      id: 'speed',
+      title: 'Decode speed',
+      blocks: [
+        ...speed,
+        { kind: 'table', columns: ['', la, lb], rows: [['decode tokens/s', fmtNum(tps(qa)), fmtNum(tps(qb))], ['runner', qa?.executor ?? '—', qb?.executor ?? '—'], [`${lb} / ${la}`, '1', tps(qa) && tps(qb) ? fmtNum(tps(qb)! / tps(qa)!, 3) : '—']] },
+      ],
+      data: { a: { executor: qa?.executor ?? null, tokensPerSecond: tps(qa), tokenMs: qa?.tokenMs ?? null }, b: { executor: qb?.executor ?? null, tokensPerSecond: tps(qb), tokenMs: qb?.tokenMs ?? null } },
     });
   }
 

@@ -11,7 +11,9 @@ import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError } from '../../core/errors.js';
 import { MANIFEST_FILE, type Manifest, type PassRecord } from '../../core/records/manifest.js';
 import { readManifest } from '../compile/manifest.js';
-import { PROFILE_INDEX, readProfileIndex, type ProfileIndex } from '../profile/dir.js';
+import { checkProfileOf, PROFILE_INDEX, readProfileIndex, type ProfileIndex } from '../profile/dir.js';
+import { planPasses } from '../compile/plan.js';
+import { silentProgress } from '../../core/util/progress.js';
 import { findProfiles, type Profile } from '../../measure/store.js';
 import { DTYPE_BYTES, numel, type DType } from '../../core/checkpoint/safetensors.js';
 import { tensorGroups } from '../../core/pipeline/summary.js';
@@ -27,6 +29,8 @@ export interface QualityFacts extends Omit<QualityFigures, 'sequences' | 'positi
   sourcePpl: number;
   artifactPpl: number;
   tokensPerSecond: number | null;
+  /** Each decoded token's latency in ms (the first: after the one-token prompt's prefill), from the run that gave tokensPerSecond. */
+  tokenMs: number[] | null;
 }
 
 export interface ReportContext {
@@ -38,7 +42,7 @@ export interface ReportContext {
   checkpoint: { path: string; sha256: string };
   manifest: Manifest | null;
   profile: ProfileIndex | null;
-  /** The records passes wrote (an artifact's), in pass order; none for a profile. */
+  /** The records passes wrote (an artifact's), in pass order; for a profile, those its passes' previews decide from it. */
   records: readonly PassRecord[];
   /** Bytes per tensor group and format: the artifact's manifest summary, or the checkpoint's own tensors for a profile. */
   groups: ManifestSummary['groups'] | null;
@@ -52,6 +56,49 @@ export interface OpenOptions {
   cacheDirs?: string[];
   /** Measures the artifact's quality against its source (null: left out). */
   quality?: (dir: string, manifest: Manifest) => Promise<QualityFacts | null>;
+  /** A profile's checkpoint, when it is no longer at the path the profile names (--source). */
+  source?: string;
+  note?: (message: string) => void;
+}
+
+/**
+ * The records the profiled passes would write, decided from the profile's own measurements (each
+ * pass's `preview`), as pass records: a profile's report then shows every pass's decisions, not only
+ * its raw measurements. A pass without `preview`, an incomplete profile, or a checkpoint that cannot
+ * be read (said in a note) gives none.
+ */
+async function previewRecords(dir: string, index: ProfileIndex, o: OpenOptions): Promise<PassRecord[]> {
+  const note = o.note ?? (() => {});
+  const planned = planPasses({ passes: index.passes.map((p) => ({ name: p.name, options: p.options })) });
+  const loaded = (await Promise.all(planned.map(async (p) => ({ p, pass: await p.descriptor.load() })))).filter((x) => x.pass.preview);
+  if (!loaded.length) return [];
+  const names = loaded.map((x) => x.p.descriptor.name).join(', ');
+  if (!index.complete) {
+    note(`${names}: decisions left out: the profile is incomplete (rerun llmc profile to finish it)`);
+    return [];
+  }
+  const { openCheckpoint } = await import('../../core/checkpoint/index.js');
+  const at = o.source ?? index.checkpoint.path;
+  let source;
+  try {
+    source = await openCheckpoint(at);
+  } catch (e) {
+    if (o.source !== undefined || !(e instanceof LlmcError)) throw e;
+    note(`${names}: decisions left out: the profile's checkpoint is not readable (${e.line}); give it with --source DIR`);
+    return [];
+  }
+  try {
+    await checkProfileOf(dir, index, source);
+    const records: PassRecord[] = [];
+    for (const { p, pass } of loaded) {
+      // the record carries the pass's notes; the report shows them in its section
+      const metadata = (await pass.preview!(source, p.options, { progress: silentProgress, note: () => {}, cacheDir: { dir, policy: 'readonly' } })) as Record<string, unknown>;
+      records.push({ name: p.descriptor.name, options: p.raw, metadata });
+    }
+    return records;
+  } finally {
+    await source.close();
+  }
 }
 
 const isFile = (p: string) => fsp.stat(p).then((s) => s.isFile(), () => false);
@@ -99,7 +146,7 @@ export async function openReportInput(dir: string, o: OpenOptions = {}): Promise
       checkpoint: index.checkpoint,
       manifest: null,
       profile: index,
-      records: [],
+      records: await previewRecords(dir, index, o),
       groups: tensorGroups(index.arch, index.tensors.map((t) => ({ name: t.name, sources: [t.name], format: t.dtype, bytes: numel(t.shape) * (DTYPE_BYTES[t.dtype as DType] ?? 4) }))),
       quality: null,
       profiles: profilesIn([path.resolve(dir), ...cacheDirs]),

@@ -38,7 +38,9 @@ export async function buildReport(ctx: ReportContext, note: (message: string) =>
   } else {
     for (const p of ctx.profile?.passes ?? []) {
       const section = SECTION_OF_RECORD.get(p.record);
-      if (section) add(await section.build(null, ctx));
+      if (!section) continue;
+      const preview = ctx.records.filter((r) => r.name === p.name);
+      add(await section.build(findRecord(preview, section.record, ctx.dir), ctx));
     }
   }
   const what = ctx.kind === 'artifact' ? `${ctx.manifest!.target} artifact` : 'profile';

@@ -81,6 +81,12 @@ export interface Pass<O = unknown> {
    * may need. `llmc profile` calls it.
    */
   profile?(source: ModelSource, options: O, ctx: ProfileContext): Promise<void>;
+  /**
+   * Optional: the record `run` would write for `source`, decided from the measurements `profile`
+   * stored (read from `ctx.cacheDir`), without a target and without changing the model, for a
+   * pass whose decisions are cheap once measured. `llmc report` on a profile directory shows it.
+   */
+  preview?(source: ModelSource, options: O, ctx: ProfileContext): Promise<unknown>;
 }
 
 /** A command-line shorthand for an option: `--levels X` ≡ `--opt reorder.levels=X`. */

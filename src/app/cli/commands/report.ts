@@ -18,7 +18,7 @@ export function registerReport(program: Command): void {
     .argument('[other]', 'a second artifact: compare the two side by side (sizes, quality, formats per tensor)')
     .option('-o, --out <file>', 'output file: .html, .md or .json')
     .option('--json', 'print the report\'s figures as JSON on stdout')
-    .option('--source <dir>', "the checkpoint an artifact was compiled from, for the quality table (default: the manifest's source path)")
+    .option('--source <dir>', "the checkpoint an artifact was compiled from, for the quality table, or a profile's, for its passes' decisions (default: the path the manifest or profile names)")
     .option('--no-quality', 'leave out the quality table (no forward passes)')
     .option('--eval-text <file>', "held-out text for the quality table (default: llmc's built-in held-out text for a model with a tokenizer, else sequences sampled from the source)")
     .option('--eval-tokens <n>', `tokens the quality table scores (default ${DEFAULT_EVAL_TOKENS})`, parseIntOption('--eval-tokens', 1))
@@ -40,6 +40,8 @@ export function registerReport(program: Command): void {
       const open = (d: string) =>
         openReportInput(d, {
           cacheDirs: [o.profile, o.cacheDir].filter(Boolean),
+          source: o.source,
+          note,
           quality: o.quality ? (at, m) => measureQuality(at, m, o, note) : undefined,
         });
       const ctx = await open(dir);
@@ -88,8 +90,8 @@ async function measureQuality(dir: string, manifest: Manifest, o: { source?: str
     const { evaluateArtifact, heldOutFacts, heldOutSet } = await import('../../evaluate/artifact.js');
     const held = await heldOutSet(source, { text: o.evalText, tokens: o.evalTokens, cacheDir: o.cacheDir });
     const q = await evaluateArtifact({ artifact: { path: dir, dir, manifest }, source, sequences: held.sequences, speedTokens: 64 });
-    const { executor, level: _l, sequences: _s, positions, referencePpl, candidatePpl, tokensPerSecond, ...figures } = q;
-    return { executor, heldOut: heldOutFacts(held), positions, sourcePpl: referencePpl, artifactPpl: candidatePpl, ...figures, tokensPerSecond: tokensPerSecond ?? null };
+    const { executor, level: _l, sequences: _s, positions, referencePpl, candidatePpl, tokensPerSecond, tokenMs, ...figures } = q;
+    return { executor, heldOut: heldOutFacts(held), positions, sourcePpl: referencePpl, artifactPpl: candidatePpl, ...figures, tokensPerSecond: tokensPerSecond ?? null, tokenMs: tokenMs ?? null };
   } finally {
     await source.close();
   }

@@ -8,13 +8,14 @@ import { graphSection } from './graph.js';
 import { qualitySection } from './quality.js';
 import { outliersSection } from './outliers.js';
 import { reorderSection } from './reorder.js';
+import { resourcesSection } from './resources.js';
 import { sizesSection } from './sizes.js';
 import { summarySection } from './summary.js';
 import type { GeneralSection, RecordSection } from './types.js';
 
 export type { GeneralSection, RecordSection } from './types.js';
 
-export const GENERAL_SECTIONS: readonly GeneralSection[] = [summarySection, sizesSection, graphSection, qualitySection];
+export const GENERAL_SECTIONS: readonly GeneralSection[] = [summarySection, sizesSection, graphSection, qualitySection, resourcesSection];
 
 export const RECORD_SECTIONS: readonly RecordSection[] = [reorderSection, outliersSection, chunkScheduleSection];
 

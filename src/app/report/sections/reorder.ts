@@ -5,7 +5,10 @@
  * in the profile store (kind `unit-importance`), found by the checkpoint and calibration the record names.
  */
 import { ELASTIC_LEVELS, type ElasticLevels } from '../../../core/records/elastic.js';
-import { fmtCount, fmtNum, type Block } from '../doc.js';
+import { fmtBytes, fmtCount, fmtNum, type Block } from '../doc.js';
+import { levelRows } from '../../cli/levels.js';
+
+const pct = (v: number | undefined) => (v === undefined ? '—' : `${(100 * v).toFixed(1)}%`);
 import type { ReportContext } from '../context.js';
 import type { Profile } from '../../../measure/store.js';
 import { recordSection } from './types.js';
@@ -159,12 +162,25 @@ export const reorderSection = recordSection<ElasticLevels>({
         },
       });
     }
+    const rows = ctx.manifest ? levelRows(ctx.manifest)?.rows : undefined;
     if (levels.length) {
+      const recovered = levels.some((l) => l.unrecovered);
+      const bytes = (i: number) => (rows ? (rows[i].bytesExact ? '' : '≈') + fmtBytes(rows[i].bytes) : '—');
       blocks.push({
         kind: 'table',
-        caption: 'Elastic levels',
-        columns: ['level', 'requested', 'parameters', 'fraction', 'KV bytes/token', 'held-out ppl'],
-        rows: levels.map((l) => [l.id, fmtNum(l.nominal, 3), fmtCount(l.params), fmtNum(l.paramFrac, 4), fmtCount(l.kvBytesPerToken), fmtNum(l.heldOutPpl, 5)]),
+        caption: `Elastic levels${rows?.some((r) => !r.bytesExact) ? ' (≈: the level\'s share of the files; its target reads no level on its own)' : ''}${recovered ? `; before recovery: the level without its LoRA adapters (r=${record?.recovery?.rank})` : ''}`,
+        columns: ['level', 'requested', 'parameters', 'fraction', 'bytes', 'KV bytes/token', 'held-out ppl', 'greedy agree', ...(recovered ? ['before recovery: ppl', 'agree'] : [])],
+        rows: levels.map((l, i) => [
+          l.id,
+          fmtNum(l.nominal, 3),
+          fmtCount(l.params),
+          fmtNum(l.paramFrac, 4),
+          bytes(i),
+          fmtCount(l.kvBytesPerToken),
+          fmtNum(l.heldOutPpl, 5),
+          pct(l.agreement),
+          ...(recovered ? [fmtNum(l.unrecovered?.heldOutPpl, 5), pct(l.unrecovered?.agreement)] : []),
+        ]),
       });
     }
     if (!blocks.length) return null;
@@ -178,7 +194,7 @@ export const reorderSection = recordSection<ElasticLevels>({
         layerLoss,
         baseLoss,
         cumulativeImportance: curves,
-        levels: levels.map((l) => ({ id: l.id, nominal: l.nominal, params: l.params, paramFrac: l.paramFrac, kvBytesPerToken: l.kvBytesPerToken, heldOutPpl: l.heldOutPpl ?? null })),
+        levels: levels.map((l, i) => ({ id: l.id, nominal: l.nominal, params: l.params, paramFrac: l.paramFrac, bytes: rows?.[i].bytes ?? null, bytesExact: rows?.[i].bytesExact ?? null, kvBytesPerToken: l.kvBytesPerToken, heldOutPpl: l.heldOutPpl ?? null, agreement: l.agreement ?? null, unrecovered: l.unrecovered ?? null })),
         heldOutPpl: record?.heldOutPpl ?? null,
       },
     };
