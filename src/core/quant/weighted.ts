@@ -70,9 +70,16 @@ function makeQxQuantsW(n: number, nmax: number, x: Float32Array, xo: number, L: 
 }
 
 const LAUX = new Uint8Array(32);
+/** x - min of the current min (float32), recomputed when the best candidate moves min. */
+const XM = new Float32Array(32);
+/** make_qkx3_quants' *the_min of the last call. */
+let theMin = 0;
 
-/** make_qkx3_quants(n, nmax, x, weights, L, &the_min, Laux, rmin, rdelta, nstep, use_mad = false) with weights given. */
-function makeQkx3Quants(n: number, nmax: number, x: Float32Array, xo: number, w: Float32Array, L: Uint8Array, lo: number, rmin: number, rdelta: number, nstep: number): { scale: number; theMin: number } {
+/**
+ * make_qkx3_quants(n, nmax, x, weights, L, &the_min, Laux, rmin, rdelta, nstep, use_mad = false) with
+ * weights given: returns the scale, `theMin` gets -min.
+ */
+function makeQkx3Quants(n: number, nmax: number, x: Float32Array, xo: number, w: Float32Array, L: Uint8Array, lo: number, rmin: number, rdelta: number, nstep: number): number {
   let min = x[xo];
   let max = x[xo];
   let sumW = w[0];
@@ -87,14 +94,16 @@ function makeQkx3Quants(n: number, nmax: number, x: Float32Array, xo: number, w:
   if (min > 0) min = 0;
   if (max <= min) {
     L.fill(0, lo, lo + n);
-    return { scale: 0, theMin: -min };
+    theMin = -min;
+    return 0;
   }
+  for (let i = 0; i < n; i++) XM[i] = fr(x[xo + i] - min);
   // min moves with the best candidate, and the later candidates' range with it (as in C)
   let iscale = fr(nmax / fr(max - min));
   let scale = fr(1 / iscale);
   let bestMad = 0;
   for (let i = 0; i < n; i++) {
-    const l = clamp(nearestInt(fr(iscale * fr(x[xo + i] - min))), 0, nmax);
+    const l = clamp(nearestInt(fr(iscale * XM[i])), 0, nmax);
     L[lo + i] = l;
     const diff = fr(fr(fr(scale * l) + min) - x[xo + i]);
     bestMad = fr(bestMad + fr(w[i] * fr(diff * diff)));
@@ -105,7 +114,7 @@ function makeQkx3Quants(n: number, nmax: number, x: Float32Array, xo: number, w:
     let sumL2 = 0;
     let sumXL = 0;
     for (let i = 0; i < n; i++) {
-      const l = clamp(nearestInt(fr(iscale * fr(x[xo + i] - min))), 0, nmax);
+      const l = clamp(nearestInt(fr(iscale * XM[i])), 0, nmax);
       LAUX[i] = l;
       const wl = fr(w[i] * l);
       sumL = fr(sumL + wl);
@@ -130,10 +139,12 @@ function makeQkx3Quants(n: number, nmax: number, x: Float32Array, xo: number, w:
         bestMad = mad;
         scale = thisScale;
         min = thisMin;
+        for (let i = 0; i < n; i++) XM[i] = fr(x[xo + i] - min);
       }
     }
   }
-  return { scale, theMin: -min };
+  theMin = -min;
+  return scale;
 }
 
 /** make_qp_quants(n, nmax, x, L, quant_weights): codes in [0, nmax] for non-negative x (a block's scales or mins). */
@@ -237,9 +248,8 @@ function q2K(x: Float32Array, xo: number, qw: Float32Array, qo: number, y: Uint8
   for (let j = 0; j < 16; j++) {
     importanceWeights(16, x, xo + 16 * j, qw, qo + 16 * j, sigma2, W32);
     for (let l = 0; l < 16; l++) SW[j] = fr(SW[j] + W32[l]);
-    const r = makeQkx3Quants(16, 3, x, xo + 16 * j, W32, LU, 16 * j, M09, D005, 36);
-    SC[j] = r.scale;
-    MN[j] = r.theMin;
+    SC[j] = makeQkx3Quants(16, 3, x, xo + 16 * j, W32, LU, 16 * j, M09, D005, 36);
+    MN[j] = theMin;
   }
   const dm0 = makeQpQuants(16, 15, SC, LS, SW);
   const mm0 = makeQpQuants(16, 15, MN, LM, SW);
@@ -314,9 +324,8 @@ function q45KCodes(nmax: number, x: Float32Array, xo: number, qw: Float32Array, 
   for (let j = 0; j < 8; j++) {
     importanceWeights(32, x, xo + 32 * j, qw, qo + 32 * j, sigma2, W32);
     SW[j] = sumOf(W32, 32);
-    const r = makeQkx3Quants(32, nmax, x, xo + 32 * j, W32, LU, 32 * j, M09, D005, 36);
-    SC[j] = r.scale;
-    MN[j] = r.theMin;
+    SC[j] = makeQkx3Quants(32, nmax, x, xo + 32 * j, W32, LU, 32 * j, M09, D005, 36);
+    MN[j] = theMin;
   }
   const dBlock = makeQpQuants(8, 63, SC, LS, SW);
   const mBlock = makeQpQuants(8, 63, MN, LM, SW);
@@ -439,9 +448,8 @@ function legacyRow(type: 'Q4_0' | 'Q4_1' | 'Q5_0' | 'Q5_1', x: Float32Array, xo:
       }
       if (type === 'Q5_0') putU32LE(y, yo + 2, qh >>> 0);
     } else {
-      const r = makeQkx3Quants(32, type === 'Q4_1' ? 15 : 31, x, xb, W32, LU, 0, M09, D005, 36);
-      putF16(y, yo, r.scale);
-      putF16(y, yo + 2, -r.theMin);
+      putF16(y, yo, makeQkx3Quants(32, type === 'Q4_1' ? 15 : 31, x, xb, W32, LU, 0, M09, D005, 36));
+      putF16(y, yo + 2, -theMin);
       const qs = type === 'Q4_1' ? yo + 4 : yo + 8;
       let qh = 0;
       for (let j = 0; j < 16; j++) {
