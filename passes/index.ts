@@ -8,5 +8,6 @@ import { reorder } from './reorder/index.js';
 import { treeSearch } from './tree-search/index.js';
 import { outliers } from './outliers/index.js';
 import { chunkPartition } from './chunk-partition/index.js';
+import { imatrix } from './imatrix/index.js';
 
-export const PASSES: PassDescriptor<any>[] = [reorder, expertBits, treeSearch, outliers, chunkPartition]; // eslint-disable-line @typescript-eslint/no-explicit-any
+export const PASSES: PassDescriptor<any>[] = [reorder, expertBits, treeSearch, outliers, chunkPartition, imatrix]; // eslint-disable-line @typescript-eslint/no-explicit-any

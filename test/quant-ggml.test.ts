@@ -1,8 +1,9 @@
 /**
  * The quantizers against real ggml: llama.cpp's own libggml-base.so (shipped prebuilt inside
- * node-llama-cpp) is driven through a tiny C shim that calls ggml_quantize_chunk (no imatrix: the
- * quantize_row_*_ref paths llama-quantize uses) and the type's to_float. Every type must give the same
- * bytes block for block (for NaN/inf inputs too), and our dequantizer the same floats bit for bit.
+ * node-llama-cpp) is driven through a tiny C shim that calls ggml_quantize_chunk (without an imatrix:
+ * the quantize_row_*_ref paths llama-quantize uses; and with one: the quant_weights paths of
+ * `llama-quantize --imatrix`) and the type's to_float. Every type must give the same bytes block for
+ * block (for NaN/inf inputs too), and our dequantizer the same floats bit for bit.
  * Skipped (with a note) where gcc or the library is not available.
  */
 import { execFileSync } from 'node:child_process';
@@ -16,6 +17,7 @@ import {
   closeQuantWorkers, dequantize, quantize, quantizeParallel, QUANT_TYPES, resolveWorkerScript, type QuantType,
 } from '../src/core/quant/index.js';
 import { useWasmKernels } from '../src/core/quant/kquants.js';
+import { quantizeRowsWeighted, WEIGHTED_TYPES } from '../src/core/quant/weighted.js';
 import { Rng } from '../src/core/util/rng.js';
 import { hasGcc, LLAMA_BINS } from './native.js';
 
@@ -27,7 +29,7 @@ const TYPES = Object.keys(QUANT_TYPES) as QuantType[];
 const AVAILABLE = fs.existsSync(LIB) && hasGcc();
 if (!AVAILABLE) console.warn(`quant-ggml: skipped (needs gcc and ${LIB})`);
 
-/** Our own shim: ggml is called, not copied. argv: lib ggml_type n_per_row q|d; data on stdin/stdout. */
+/** Our own shim: ggml is called, not copied. argv: lib ggml_type n_per_row q|d [imatrix.f32]; data on stdin/stdout. */
 const SHIM = String.raw`
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -45,7 +47,7 @@ static unsigned char *slurp(size_t *n) {
   *n = len; return b;
 }
 int main(int argc, char **argv) {
-  if (argc != 5) return 2;
+  if (argc != 5 && argc != 6) return 2;
   void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!h) { fprintf(stderr, "%s\n", dlerror()); return 3; }
   qchunk_t quantize_chunk = (qchunk_t)dlsym(h, "ggml_quantize_chunk");
@@ -54,11 +56,18 @@ int main(int argc, char **argv) {
   int type = atoi(argv[2]); int64_t n_per_row = atoll(argv[3]);
   const struct traits *t = get_traits(type);
   size_t n; unsigned char *in = slurp(&n);
+  float *imatrix = NULL;
+  if (argc == 6) {
+    FILE *f = fopen(argv[5], "rb"); if (!f) return 6;
+    imatrix = malloc(n_per_row * 4);
+    if (fread(imatrix, 4, n_per_row, f) != (size_t)n_per_row) return 7;
+    fclose(f);
+  }
   if (argv[4][0] == 'q') {
     int64_t rows = (int64_t)(n / 4) / n_per_row;
     size_t bytes = rows * (n_per_row / t->blck) * t->tsize;
     void *out = malloc(bytes + 1);
-    if (quantize_chunk(type, (const float *)in, out, 0, rows, n_per_row, NULL) != bytes) return 5;
+    if (quantize_chunk(type, (const float *)in, out, 0, rows, n_per_row, imatrix) != bytes) return 5;
     fwrite(out, 1, bytes, stdout);
   } else {
     int64_t count = (int64_t)(n / t->tsize) * t->blck;
@@ -73,8 +82,14 @@ int main(int argc, char **argv) {
 let shim = '';
 let tmp = '';
 
-function ggmlQuantize(type: QuantType, x: Float32Array, rowLength: number): Uint8Array {
-  const out = execFileSync(shim, [LIB, String(QUANT_TYPES[type].ggmlType), String(rowLength), 'q'], {
+function ggmlQuantize(type: QuantType, x: Float32Array, rowLength: number, imatrix?: Float32Array): Uint8Array {
+  const args = [LIB, String(QUANT_TYPES[type].ggmlType), String(rowLength), 'q'];
+  if (imatrix) {
+    const f = path.join(tmp, `imatrix-${rowLength}.f32`);
+    fs.writeFileSync(f, Buffer.from(imatrix.buffer, imatrix.byteOffset, imatrix.byteLength));
+    args.push(f);
+  }
+  const out = execFileSync(shim, args, {
     input: Buffer.from(x.buffer, x.byteOffset, x.byteLength), maxBuffer: 1 << 30,
   });
   return new Uint8Array(out.buffer, out.byteOffset, out.length);
@@ -224,6 +239,43 @@ describe.skipIf(!AVAILABLE)('quantizers are byte-identical to ggml (libggml-base
     }
     for (const type of ['Q2_K', 'Q3_K', 'Q4_K', 'Q5_K', 'Q6_K'] as QuantType[]) {
       expect(firstByteDiff(type, quantize(type, x, 512), ggmlQuantize(type, x, 512)), type).toBeNull();
+    }
+  });
+
+  /** An importance row as llama-quantize feeds it (mean x² per column): spread over decades, some zeros. */
+  function importance(n: number, seed: number): Float32Array {
+    const rng = new Rng(seed);
+    const w = new Float32Array(n);
+    for (let i = 0; i < n; i++) w[i] = i % 53 === 7 ? 0 : rng.next() * Math.exp(rng.normal() * 2);
+    return w;
+  }
+
+  test.each([...WEIGHTED_TYPES])('%s with an importance matrix == ggml_quantize_chunk(imatrix)', (type) => {
+    const rowLength = 256;
+    const qw = importance(rowLength, QUANT_TYPES[type].ggmlType);
+    let blocks = 0;
+    for (const [name, x] of inputs) {
+      const ours = new Uint8Array((x.length / QUANT_TYPES[type].blockSize) * QUANT_TYPES[type].typeSize);
+      quantizeRowsWeighted(type, x, rowLength, qw, ours);
+      const ref = ggmlQuantize(type, x, rowLength, qw);
+      expect(firstByteDiff(type, ours, ref), `${type} with imatrix on ${name}`).toBeNull();
+      // the importance changes the result (it is not ignored)
+      if (name === 'stories260K weights') expect(firstByteDiff(type, ours, ggmlQuantize(type, x, rowLength)), type).not.toBeNull();
+      blocks += ref.length / QUANT_TYPES[type].typeSize;
+    }
+    console.log(`${type} + imatrix: ${blocks} blocks identical to ggml`);
+  });
+
+  test('with an importance matrix on rows of 512 (K-quants, IQ4_XS) and 96 (32-block types): per-row sigma and offsets', () => {
+    const rng = new Rng(11);
+    const x = new Float32Array(96 * 512);
+    for (let i = 0; i < x.length; i++) x[i] = rng.normal() * (1 + (i % 96));
+    for (const type of WEIGHTED_TYPES) {
+      const rowLength = QUANT_TYPES[type].blockSize === 32 ? 96 : 512;
+      const qw = importance(rowLength, 5);
+      const ours = new Uint8Array((x.length / QUANT_TYPES[type].blockSize) * QUANT_TYPES[type].typeSize);
+      quantizeRowsWeighted(type, x, rowLength, qw, ours);
+      expect(firstByteDiff(type, ours, ggmlQuantize(type, x, rowLength, qw)), type).toBeNull();
     }
   });
 

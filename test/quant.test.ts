@@ -27,14 +27,14 @@ describe('format geometry', () => {
     const expected: Record<QuantType, [number, number, number]> = {
       F32: [0, 1, 4], F16: [1, 1, 2], Q4_0: [2, 32, 18], Q4_1: [3, 32, 20], Q5_0: [6, 32, 22], Q5_1: [7, 32, 24],
       Q8_0: [8, 32, 34], Q2_K: [10, 256, 84], Q3_K: [11, 256, 110], Q4_K: [12, 256, 144], Q5_K: [13, 256, 176],
-      Q6_K: [14, 256, 210], BF16: [30, 1, 2],
+      Q6_K: [14, 256, 210], BF16: [30, 1, 2], IQ4_NL: [20, 32, 18], IQ4_XS: [23, 256, 136],
     };
     for (const t of TYPES) {
       const q = QUANT_TYPES[t];
       expect([q.ggmlType, q.blockSize, q.typeSize], t).toEqual(expected[t]);
       expect(quantTypeFromGgml(q.ggmlType)).toBe(t);
     }
-    expect(TYPES.length).toBe(13);
+    expect(TYPES.length).toBe(15);
   });
 
   test('rowBytes and output sizes', () => {
@@ -131,7 +131,7 @@ describe('hand-worked blocks', () => {
       hex(Uint8Array.from([...f16le(0x3000), ...f16le(0), 0, 0, 0xff, 0xff, ...qs])));
   });
 
-  test('zero blocks: all-zero bytes, except Q4_0/Q5_0 whose d = 0/-8 is -0 (f16 0x8000)', () => {
+  test('zero blocks: all-zero bytes, except Q4_0/Q5_0 whose d = 0/-8 is -0 (f16 0x8000) and IQ4_NL/IQ4_XS (code of the level nearest 0)', () => {
     for (const t of TYPES) {
       const b = quantize(t, new Float32Array(256), 256);
       if (t === 'Q4_0') {
@@ -142,6 +142,12 @@ describe('hand-worked blocks', () => {
         for (let k = 0; k < 8; k++) {
           expect(hex(b.subarray(22 * k, 22 * k + 22))).toBe(hex(Uint8Array.from([0x00, 0x80, 0xff, 0xff, 0xff, 0xff, ...fill(16, 0)])));
         }
+      } else if (t === 'IQ4_NL') {
+        // d = 0; every code is 8 (kvalues_iq4nl[8] = 1 is nearest 0)
+        for (let k = 0; k < 8; k++) expect(hex(b.subarray(18 * k, 18 * k + 18))).toBe(hex(Uint8Array.from([0, 0, ...fill(16, 0x88)])));
+      } else if (t === 'IQ4_XS') {
+        // d = -0/32 = -0 (0x8000); block scales l = 0 + 32: low nibbles 0, high bits 2 each (0xaaaa); codes 8
+        expect(hex(b)).toBe(hex(Uint8Array.from([0x00, 0x80, 0xaa, 0xaa, 0, 0, 0, 0, ...fill(128, 0x88)])));
       } else {
         expect(b.every((v) => v === 0), t).toBe(true);
       }

@@ -2,11 +2,11 @@
  * Target `gguf`: one GGUF v3 file llama.cpp loads as is (model.gguf), byte-identical to llama.cpp's
  * own converter and quantizer. This is its descriptor; ./emit.ts writes the file.
  */
-import { NO_OPTIONS } from '../../src/core/pipeline/options.js';
 import type { FormatRequest, TargetCapabilities, TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { blockAlongRow, QUANT_TYPES } from '../../src/core/quant/types.js';
 import { DEFAULT_QUANT, validChoices } from './presets.js';
 import { GGUF_INFO, type GgufInfo } from './info.js';
+import { GGUF_OPTIONS, type GgufOptions } from './options.js';
 
 /** GGUF's formats: llama.cpp's presets and plain ggml types for --quant, ggml types per tensor. */
 export const GGUF_FORMATS = { quant: validChoices(), default: DEFAULT_QUANT, tensorTypes: Object.keys(QUANT_TYPES) };
@@ -28,11 +28,11 @@ export const GGUF_LOWERS: TargetCapabilities['lowers'] = {
   'shadow-outliers': false,
 };
 
-export const gguf: TargetDescriptor<unknown, GgufInfo> = {
+export const gguf: TargetDescriptor<GgufOptions, GgufInfo> = {
   name: 'gguf',
-  description: 'GGUF v3 for llama.cpp (F32/F16/BF16, Q8_0, Q4_0..Q5_1, K-quants, llama.cpp presets like Q4_K_M)',
+  description: 'GGUF v3 for llama.cpp (F32/F16/BF16, Q8_0, Q4_0..Q5_1, K-quants, IQ4_NL/IQ4_XS, llama.cpp presets like Q4_K_M; --imatrix)',
   formats: GGUF_FORMATS,
-  options: NO_OPTIONS,
+  options: GGUF_OPTIONS,
   capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: true, perExpertFormats: false, qdq: false, lowers: GGUF_LOWERS, speculative: false, expertCache: false },
   quantBlock: ggufQuantBlock,
   requires: [],

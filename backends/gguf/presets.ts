@@ -27,6 +27,8 @@ export const LLAMA_FTYPES = {
   Q5_K_S: 16,
   Q5_K_M: 17,
   Q6_K: 18,
+  IQ4_NL: 25,
+  IQ4_XS: 30,
   BF16: 32,
 } as const;
 export type Ftype = keyof typeof LLAMA_FTYPES;
@@ -35,13 +37,13 @@ export type Ftype = keyof typeof LLAMA_FTYPES;
 const FTYPE_DEFAULT: Record<Ftype, QuantType> = {
   F32: 'F32', F16: 'F16', BF16: 'BF16', Q4_0: 'Q4_0', Q4_1: 'Q4_1', Q5_0: 'Q5_0', Q5_1: 'Q5_1', Q8_0: 'Q8_0',
   Q2_K: 'Q2_K', Q3_K_S: 'Q3_K', Q3_K_M: 'Q3_K', Q3_K_L: 'Q3_K', Q4_K_S: 'Q4_K', Q4_K_M: 'Q4_K',
-  Q5_K_S: 'Q5_K', Q5_K_M: 'Q5_K', Q6_K: 'Q6_K',
+  Q5_K_S: 'Q5_K', Q5_K_M: 'Q5_K', Q6_K: 'Q6_K', IQ4_NL: 'IQ4_NL', IQ4_XS: 'IQ4_XS',
 };
 
 /** general.file_type for a plain (non-preset) type: what llama.cpp's loader guesses for it. */
 const TYPE_FTYPE: Record<QuantType, number> = {
   F32: 0, F16: 1, BF16: 32, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0: 8, Q5_1: 9,
-  Q2_K: 10, Q3_K: 12, Q4_K: 15, Q5_K: 17, Q6_K: 18,
+  Q2_K: 10, Q3_K: 12, Q4_K: 15, Q5_K: 17, Q6_K: 18, IQ4_NL: 25, IQ4_XS: 30,
 };
 
 export interface QuantChoice {
@@ -89,6 +91,8 @@ export interface ModelFacts {
   hasOutput: boolean;
   /** LLM_TYPE_70B: llama with 80 layers and grouped KV heads. */
   is70B: boolean;
+  /** An importance matrix is given (llama-quant.cpp's qs.has_imatrix: some rules differ). */
+  hasImatrix?: boolean;
 }
 
 export interface TensorFacts {
@@ -113,7 +117,7 @@ function layerOf(name: string): number {
 }
 
 /**
- * llama_tensor_get_type for the presets above (the IQ*, TQ* and MXFP4 branches are not reachable).
+ * llama_tensor_get_type for the presets above (the IQ1–IQ3, TQ* and MXFP4 branches are not reachable).
  * llama.cpp walks tensors in layer order, so its attn_v / ffn_down counters equal the layer index.
  */
 export function presetType(ftype: Ftype, base: QuantType, t: TensorFacts, m: ModelFacts): QuantType {
@@ -122,6 +126,7 @@ export function presetType(ftype: Ftype, base: QuantType, t: TensorFacts, m: Mod
   const nx = t.ne[0];
   const i = layerOf(name);
   const n = m.numLayers;
+  const iq4 = ftype === 'IQ4_NL' || ftype === 'IQ4_XS';
   if (name === 'output.weight' || (!m.hasOutput && name === 'token_embd.weight')) {
     if (nx % QUANT_TYPES[type].blockSize !== 0) type = 'Q8_0';
     else if (type !== 'Q8_0') type = 'Q6_K';
@@ -131,6 +136,7 @@ export function presetType(ftype: Ftype, base: QuantType, t: TensorFacts, m: Mod
     if (ftype === 'Q2_K') type = m.gqa >= 4 ? 'Q4_K' : 'Q3_K';
     else if (ftype === 'Q3_K_M') type = i < 2 ? 'Q5_K' : 'Q4_K';
     else if (ftype === 'Q3_K_L') type = 'Q5_K';
+    else if (iq4 && m.gqa >= 4) type = 'Q5_K';
     else if ((ftype === 'Q4_K_M' || ftype === 'Q5_K_M') && useMoreBits(i, n)) type = 'Q6_K';
     else if (ftype === 'Q4_K_S' && i < 4) type = 'Q5_K';
     if (m.is70B && (type === 'Q3_K' || type === 'Q4_K')) type = 'Q5_K';
@@ -143,11 +149,14 @@ export function presetType(ftype: Ftype, base: QuantType, t: TensorFacts, m: Mod
     else if (ftype === 'Q3_K_L') type = 'Q5_K';
     else if (ftype === 'Q4_K_M') {
       if (useMoreBits(i, n)) type = 'Q6_K';
-    } else if (ftype === 'Q5_K_M' && useMoreBits(i, n)) type = 'Q6_K';
+    } else if (iq4 && i < Math.floor(n / 8) && !m.hasImatrix) type = 'Q5_K';
+    else if (ftype === 'Q5_K_M' && useMoreBits(i, n)) type = 'Q6_K';
     else if (ftype === 'Q4_K_S' && i < Math.floor(n / 8)) type = 'Q5_K';
+    // with an imatrix, the first eighth of ffn_down keeps a min (llama.cpp: "guard against craziness")
+    else if ((ftype === 'Q4_0' || ftype === 'Q5_0') && m.hasImatrix && i < Math.floor(n / 8)) type = ftype === 'Q4_0' ? 'Q4_1' : 'Q5_1';
   } else if (name.includes('attn_output.weight')) {
     if (m.numExperts === 8) {
-      if (ftype === 'Q2_K' || ftype === 'Q3_K_S' || ftype === 'Q3_K_M' || ftype === 'Q4_K_S' || ftype === 'Q4_K_M') type = 'Q5_K';
+      if (ftype === 'Q2_K' || ftype === 'Q3_K_S' || ftype === 'Q3_K_M' || ftype === 'Q4_K_S' || ftype === 'Q4_K_M' || iq4) type = 'Q5_K';
     } else if (ftype === 'Q2_K') type = 'Q3_K';
     else if (ftype === 'Q3_K_M') type = 'Q4_K';
     else if (ftype === 'Q3_K_L') type = 'Q5_K';

@@ -34,7 +34,7 @@ export const ggufLevelsTarget: Target<unknown, GgufLevelsInfo> = {
   async plan(unit, ctx) {
     const out: EmitPlan = { files: [], tensors: [], notes: [] };
     for (const { lv, unit: level } of levelUnits(unit)) {
-      const p = await ggufTarget.plan!(level, ctx);
+      const p = await ggufTarget.plan!(level, { ...ctx, options: undefined });
       out.files.push(...p.files.map((f) => ({ ...f, path: `${lv.id}/${f.path}` })));
       out.tensors.push(...p.tensors.map((t) => ({ ...t, name: `${lv.id}/${t.name}` })));
       out.notes.push(...p.notes.map((n) => `${lv.id}: ${n}`));
@@ -48,7 +48,7 @@ export const ggufLevelsTarget: Target<unknown, GgufLevelsInfo> = {
     for (const { lv, unit: level } of levelUnits(unit)) {
       const dir = path.join(ctx.outDir, lv.id);
       await ensureOutputDir(dir);
-      const r = await ggufTarget.emit(level, { ...ctx, outDir: dir });
+      const r = await ggufTarget.emit(level, { ...ctx, options: undefined, outDir: dir });
       files.push(...r.files.map((f) => `${lv.id}/${f}`));
       levels.push({
         id: lv.id,

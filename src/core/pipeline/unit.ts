@@ -29,6 +29,17 @@ export interface TensorAnnotation {
    * prefix sub-model, src/core/pipeline/elastic.ts) and A, B have W_s's shapes.
    */
   adapters?: Readonly<Record<string, LowRankAdapter>>;
+  /**
+   * The linear's input activations on calibration data (the imatrix pass): per input column the sum
+   * over tokens of x², and the tokens summed (for an expert: the tokens routed to it). llama.cpp's
+   * importance matrix is sumSq / tokens.
+   */
+  importance?: InputImportance;
+}
+
+export interface InputImportance {
+  sumSq: Float64Array;
+  tokens: number;
 }
 
 /** One LoRA term: A [rank, inFeatures] and B [outFeatures, rank], row-major f32. */

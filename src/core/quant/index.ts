@@ -3,3 +3,4 @@ export { QUANT_TYPES, fallbackType, isQuantType, quantTypeFromGgml, rowBytes } f
 export type { QuantType, QuantTypeInfo } from './types.js';
 export { dequantize, quantize, quantizeInto } from './quantize.js';
 export { closeQuantWorkers, defaultQuantThreads, quantizeParallel, resolveWorkerScript } from './parallel.js';
+export { IQ4NL_VALUES, quantizeRowsWeighted, usesImportance } from './weighted.js';

@@ -8,6 +8,13 @@ import { QUANT_TYPES, rowBytes, type QuantType } from './types.js';
 import * as legacy from './legacy.js';
 import * as k from './kquants.js';
 import { simdKernels } from './bf16.js';
+import { dequantizeIQ4_NL, dequantizeIQ4_XS, quantizeRowsWeighted } from './weighted.js';
+
+/** IQ4_NL / IQ4_XS have no reference quantizer: ggml runs quantize_iq4_* with a null imatrix. */
+const iq4Unweighted = (type: 'IQ4_NL' | 'IQ4_XS'): BlockQuantizer => (x, xo, nb, y, yo) => {
+  const n = nb * QUANT_TYPES[type].blockSize;
+  quantizeRowsWeighted(type, x.subarray(xo, xo + n), n, null, y, yo);
+};
 
 /** Block codec signature: `nb` blocks from x[xo] into y[yo] (or back). */
 type BlockQuantizer = (x: Float32Array, xo: number, nb: number, y: Uint8Array, yo: number) => void;
@@ -59,6 +66,7 @@ const QUANTIZERS: Record<QuantType, BlockQuantizer> = {
   Q8_0: legacy.quantizeQ8_0, Q4_0: legacy.quantizeQ4_0, Q4_1: legacy.quantizeQ4_1,
   Q5_0: legacy.quantizeQ5_0, Q5_1: legacy.quantizeQ5_1,
   Q2_K: k.quantizeQ2_K, Q3_K: k.quantizeQ3_K, Q4_K: k.quantizeQ4_K, Q5_K: k.quantizeQ5_K, Q6_K: k.quantizeQ6_K,
+  IQ4_NL: iq4Unweighted('IQ4_NL'), IQ4_XS: iq4Unweighted('IQ4_XS'),
 };
 
 const DEQUANTIZERS: Record<QuantType, BlockDequantizer> = {
@@ -66,6 +74,7 @@ const DEQUANTIZERS: Record<QuantType, BlockDequantizer> = {
   Q8_0: legacy.dequantizeQ8_0, Q4_0: legacy.dequantizeQ4_0, Q4_1: legacy.dequantizeQ4_1,
   Q5_0: legacy.dequantizeQ5_0, Q5_1: legacy.dequantizeQ5_1,
   Q2_K: k.dequantizeQ2_K, Q3_K: k.dequantizeQ3_K, Q4_K: k.dequantizeQ4_K, Q5_K: k.dequantizeQ5_K, Q6_K: k.dequantizeQ6_K,
+  IQ4_NL: dequantizeIQ4_NL, IQ4_XS: dequantizeIQ4_XS,
 };
 
 /** Checks shapes; returns the number of rows. */

@@ -7,7 +7,8 @@ import { LlmcError } from '../errors.js';
 export type QuantType =
   | 'F32' | 'F16' | 'BF16'
   | 'Q8_0' | 'Q4_0' | 'Q4_1' | 'Q5_0' | 'Q5_1'
-  | 'Q2_K' | 'Q3_K' | 'Q4_K' | 'Q5_K' | 'Q6_K';
+  | 'Q2_K' | 'Q3_K' | 'Q4_K' | 'Q5_K' | 'Q6_K'
+  | 'IQ4_NL' | 'IQ4_XS';
 
 export interface QuantTypeInfo {
   /** ggml_type enum value, as written in GGUF tensor infos. */
@@ -32,6 +33,8 @@ export const QUANT_TYPES: Record<QuantType, QuantTypeInfo> = {
   Q5_K: { ggmlType: 13, blockSize: 256, typeSize: 176 }, // d, dmin, scales[12], qh[32], qs[128]
   Q6_K: { ggmlType: 14, blockSize: 256, typeSize: 210 }, // ql[128], qh[64], scales[16], d
   BF16: { ggmlType: 30, blockSize: 1, typeSize: 2 },
+  IQ4_NL: { ggmlType: 20, blockSize: 32, typeSize: 18 }, // d:f16, qs[16] (indices into kvalues_iq4nl)
+  IQ4_XS: { ggmlType: 23, blockSize: 256, typeSize: 136 }, // d:f16, scales_h:u16, scales_l[4], qs[128]
 };
 
 export function isQuantType(s: string): s is QuantType {
@@ -64,7 +67,7 @@ export function rowBytes(type: QuantType, rowLength: number): number {
 /**
  * The type llama.cpp writes instead of `type` when rows of `rowLength` do not hold whole blocks
  * (llama-quant.cpp, tensor_type_fallback): Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1,
- * Q6_K -> Q8_0; a 32-block type keeps itself; and when the result still does not divide the row,
+ * Q6_K -> Q8_0, IQ4_XS -> IQ4_NL; a 32-block type keeps itself; and when the result still does not divide the row,
  * F16. Returns `type` itself when no fallback is needed.
  */
 export function fallbackType(type: QuantType, rowLength: number): QuantType {
@@ -77,6 +80,7 @@ export function fallbackType(type: QuantType, rowLength: number): QuantType {
     case 'Q4_K': next = 'Q5_0'; break;
     case 'Q5_K': next = 'Q5_1'; break;
     case 'Q6_K': next = 'Q8_0'; break;
+    case 'IQ4_XS': next = 'IQ4_NL'; break;
     default: next = type; // already a 32-block type: no smaller block to demote to
   }
   return rowLength % QUANT_TYPES[next].blockSize === 0 ? next : 'F16';

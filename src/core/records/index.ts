@@ -6,3 +6,4 @@ export * from './expert-table.js';
 export * from './spec-tree.js';
 export * from './outliers.js';
 export * from './chunk-schedule.js';
+export * from './imatrix.js';

@@ -53,7 +53,8 @@ export function registerCompile(program: Command): void {
     .option('--profile <dir>', 'measurements from llmc profile of this checkpoint, instead of --cache-dir')
     .option('--config <file>', `config file (default: ./${CONFIG_FILE}); flags override it`)
     .option('--force', 'replace an output directory or file that is not an llmc artifact')
-    .option('--allow-nonfinite', 'compile weights that hold Inf or NaN (refused by default)');
+    .option('--allow-nonfinite', 'compile weights that hold Inf or NaN (refused by default)')
+    .option('--imatrix <file|auto>', "gguf: quantize with llama.cpp's importance matrix: a FILE (imatrix.gguf), or auto (measured on calibration data: --passes imatrix; written as imatrix.gguf)");
   // Each pass's shorthand flags (`--levels X` ≡ `--opt reorder.levels=X`).
   const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
   for (const p of PASSES) for (const f of p.flags) cmd.option(f.flag, f.help);
@@ -81,9 +82,16 @@ export function registerCompile(program: Command): void {
     .action(async (modelArg: string | undefined, o) => {
       const json = Boolean(o.json);
       const opts: Record<string, string> = { ...((o.opt ?? {}) as Record<string, string>) };
-      const passList = o.passes === undefined ? undefined : String(o.passes).split(',').map((s) => s.trim()).filter(Boolean);
+      let passList = o.passes === undefined ? undefined : String(o.passes).split(',').map((s) => s.trim()).filter(Boolean);
       const found = await findConfig(o.config);
-      const listed = passList ?? (found?.config.passes ?? []).map((p) => p.name);
+      let listed = passList ?? (found?.config.passes ?? []).map((p) => p.name);
+      // --imatrix auto ≡ --passes …,imatrix; --imatrix FILE ≡ --opt gguf.imatrix=FILE
+      if (o.imatrix !== undefined) {
+        const v = String(o.imatrix).trim();
+        if (v.toLowerCase() === 'auto') {
+          if (!listed.includes('imatrix')) passList = listed = [...listed, 'imatrix'];
+        } else opts['gguf.imatrix'] = v;
+      }
       for (const f of flags) {
         if (o[f.attr] === undefined) continue;
         if (!listed.includes(f.pass)) throw new UsageError(`${f.flag} needs --passes ${f.pass}`);
