@@ -132,6 +132,12 @@ describe('chunk graphs on onnxruntime equal the whole-prompt graph', () => {
           const { logits, cache } = await runner.prefill(ids, order);
           expect(relErr(logits, ref), `P=${P} ${name}`).toBeLessThan(1e-5);
           expect(cache.length).toBe(P);
+          // Decoding needs the last position's logits only: the head runs on the last chunk alone.
+          const heads: number[] = [];
+          const last = await runner.prefill(ids, order, (i, j) => p.subgraphs[j].kind === 'head' && heads.push(i), 'last');
+          expect(heads).toEqual([Math.ceil(P / c) - 1]);
+          expect(same(last.logits, logits.slice((P - 1) * spec.vocabSize))).toBe(true);
+          expect(same(last.cache.k[0] as Float32Array, cache.k[0] as Float32Array)).toBe(true);
         }
       }
       await expect(runner.prefill(promptOf(spec.vocabSize, 21), Int32Array.from({ length: 6 * p.subgraphs.length }, (_, t) => t))).rejects.toThrow(/attention graphs for 5/);
