@@ -392,7 +392,9 @@ describe('llmc run --chunk', () => {
     const count: Record<string, number> = { embed: 1, qkv: 5, attention: 5, mlp: 5, head: 1 };
     const cost = (c: number, P: number) => {
       let s = 0;
-      for (let i = 0; i < Math.ceil(P / c); i++) for (const [k, n] of Object.entries(count)) s += n * (table[c][k].ms + (table[c][k].msPerChunk ?? 0) * (i + 1));
+      const N = Math.ceil(P / c);
+      // the head runs on the last chunk only
+      for (let i = 0; i < N; i++) for (const [k, n] of Object.entries(count)) if (k !== 'head' || i === N - 1) s += n * (table[c][k].ms + (table[c][k].msPerChunk ?? 0) * (i + 1));
       return s;
     };
     const E = (set: number[]) => prompts.reduce((a, P) => a + Math.min(...set.map((c) => cost(c, P))), 0) / prompts.length;
