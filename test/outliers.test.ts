@@ -160,6 +160,15 @@ describe('decisions', () => {
     expect(th.filter((x) => x.input.decision === 'shadow').map((x) => x.layer)).toEqual([1, 2, 3, 5, 7, 9]);
     const a16 = decide(ls, { mode: 'rank', keep: 0.15, tau: 5, policy: 'auto', a16: 'flagged' });
     expect(a16.filter((x) => x.input.bits === 16).map((x) => x.layer)).toEqual([3, 9]);
+    // a16 = all: every side 16-bit (W8A16 throughout), its scale from the side's absolute maximum
+    const all = decide(ls, { mode: 'rank', keep: 0.15, tau: 5, policy: 'auto', a16: 'all' });
+    all.forEach((x, k) => {
+      for (const w of ['input', 'output'] as const) {
+        expect(x[w].bits).toBe(16);
+        expect(x[w].decision).toBe('widen');
+        expect(x[w].T).toBe(ls[k][w].absMax);
+      }
+    });
     expect(decide(ls, { mode: 'rank', keep: 1, tau: 5, policy: 'widen', a16: 'none' }).every((x) => x.input.decision === 'shadow')).toBe(true);
   });
 

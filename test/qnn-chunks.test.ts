@@ -76,6 +76,11 @@ describe('qnn chunk graphs (chunk-partition)', () => {
       const scheduled = await prefill.prefill(ids(P), order);
       const ordered = await prefill.prefill(ids(P), inOrder(N));
       expect(maxAbs(scheduled.logits, ordered.logits)).toBe(0); // the order does not matter, to the bit
+      // Decoding reads the last position's logits only; the head graph runs on the last chunk alone.
+      const last = await prefill.prefill(ids(P), order, 'last');
+      const Vs = runner.spec.vocabSize;
+      expect(last.logits.length).toBe(Vs);
+      expect(maxAbs(last.logits, scheduled.logits.slice((P - 1) * Vs))).toBe(0);
       const plain = await runner.logits(ids(P)); // the artifact's dynamic-attention path, chunk by chunk
       expect(relErr(scheduled.logits, plain)).toBeLessThan(1e-5);
       expect(scheduled.kv.length).toBe(P);

@@ -22,6 +22,7 @@ import { intMatmul, quantizeWeight, requantize, clampCodes, quantizeUnclamped } 
 import { silentProgress } from '../src/core/util/progress.js';
 import { onnx } from '../src/exec/onnx/proto.js';
 import { llmcInProcess } from './cli.js';
+import { standInSdk } from './qnn-standin-sdk.js';
 import { Llama64 } from './reference/llama64.js';
 import { w8a8Reference } from './reference/w8a8-sim.js';
 
@@ -216,6 +217,16 @@ describe('qnn artifact on onnxruntime', () => {
     const missing = await execa('bash', [path.join(dir, 'build-qnn.sh')], { reject: false, env: { QNN_SDK_ROOT: fake } });
     expect(missing.exitCode).toBe(127);
     expect(missing.stderr).toMatch(/qnn-onnx-converter is missing/);
+    // Against a stand-in SDK whose tools check their documented arguments: one context of every NPU graph.
+    const standIn = path.join(tmp, 'standin-sdk');
+    await standInSdk(standIn, 'v75');
+    const built = await execa('bash', [path.join(dir, 'build-qnn.sh')], { reject: false, env: { QNN_SDK_ROOT: standIn } });
+    expect(built.exitCode, built.stderr).toBe(0);
+    const listed = JSON.parse(await fsp.readFile(path.join(dir, 'graph/subgraphs.json'), 'utf8')).subgraphs as { qnnGraphName: string | null; ctxFile: string | null }[];
+    const npu = listed.filter((x) => x.qnnGraphName !== null);
+    expect(npu.length).toBeGreaterThan(1);
+    for (const x of npu) expect(x.ctxFile).toBe('ctx/llmc.bin');
+    expect(JSON.parse(await fsp.readFile(path.join(dir, 'ctx/llmc.bin'), 'utf8'))).toEqual({ graphs: npu.map((x) => x.qnnGraphName), weightSharing: true });
   }, 60_000);
 });
 

@@ -36,13 +36,13 @@ export async function chunkedRunner(a: Artifact, opts: RunOptions, runner: Artif
     return p;
   };
   const notes = [...runner.notes, `chunked prefill: chunk length ${chunk === 'auto' ? `per prompt among ${rec.chunks.map((p) => p.c).join(', ')}` : chunk}, chunk graphs in the scheduled order on onnxruntime (${rec.costs.source})`];
-  /** Logits [P, V] of the prompt and the cache as model.onnx's past inputs. */
-  const prefill = async (ids: number[]) => {
+  /** Logits of the prompt ([P, V], or the last position's [V]) and the cache as model.onnx's past inputs. */
+  const prefill = async (ids: number[], want: 'all' | 'last') => {
     const plan = chunk === 'auto' ? pickChunkPlan(rec, ids.length) : chunkPlanOf(rec, chunk);
     const N = Math.ceil(ids.length / plan.c);
     const { order, tabulated } = chunkOrderFor(rec, plan, N);
     notes.push(`prompt of ${ids.length} tokens: ${N} chunk(s) of ${plan.c}, ${tabulated ? 'tabulated' : 'online heuristic'} schedule`);
-    const { logits, cache } = await (await prefillFor(plan)).prefill(ids, order);
+    const { logits, cache } = await (await prefillFor(plan)).prefill(ids, order, undefined, want);
     const past: ort.Tensor[] = decoder.cache.map((c) => {
       const [, l, kv] = /^past_key_values\.(\d+)\.(key|value)$/.exec(c.name)!;
       return cacheTensor(cache, (kv === 'key' ? cache.k : cache.v)[Number(l)], ids.length);
@@ -52,14 +52,14 @@ export async function chunkedRunner(a: Artifact, opts: RunOptions, runner: Artif
   return {
     ...runner,
     notes,
-    logits: async (ids) => (await prefill(ids)).logits,
+    logits: async (ids) => (await prefill(ids, 'all')).logits,
     async generate(promptIds, o) {
       const V = spec.vocabSize;
       const sampler = new Sampler(o);
       const stop = new Set(o.stopIds ?? spec.eosTokenIds);
       const out: number[] = [];
       if (o.maxTokens <= 0) return out;
-      const first = await prefill(promptIds);
+      const first = await prefill(promptIds, 'last');
       let logits = first.logits.subarray(first.logits.length - V);
       let past = first.past;
       for (let length = promptIds.length; ; length++) {

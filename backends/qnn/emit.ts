@@ -26,7 +26,7 @@ import { quantizeWeight, type QuantizedWeight } from '../../src/core/quant/w8a8.
 import { CHUNK_SCHEDULE, findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { DT_INT8 } from '../../src/exec/onnx/proto.js';
-import { BUILD_SCRIPT, buildScript, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
+import { BUILD_SCRIPT, buildScript, CONTEXT_BINARY, qnnGraphName, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
 import { chunkDeps, recordChunkLength, writeQnnChunkGraphs, type QnnChunked, type QnnChunkInfo } from './chunks.js';
 import { encodingsJson } from './encodings.js';
 import { fileOp } from './files.js';
@@ -140,7 +140,7 @@ export const qnnTarget: Target<QnnOptions, QnnInfo> = {
     const sizes = new Map<string, number>();
     const notes: string[] = [];
     const r = await lay(unit, ctx.options, plannedOutput(sizes), silentProgress, (n) => notes.push(n));
-    if (ctx.options.build) notes.push(`qnn.build=true: build-qnn.sh then writes ctx/<graph>.bin for the ${r.npu.length} NPU graphs (sizes known only after the QNN SDK runs)`);
+    if (ctx.options.build) notes.push(`qnn.build=true: build-qnn.sh then writes ${CONTEXT_BINARY}, one context for the ${r.npu.length} NPU graphs (its size known only after the QNN SDK runs)`);
     return { files: r.files.map((f) => ({ path: f, bytes: sizes.get(f)! })), tensors: r.tensors ?? [], notes };
   },
 };
@@ -226,8 +226,8 @@ async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Prog
         outputs: lowered ? lowered.outputs.map(io) : sg.outputs.map((v) => ({ name: v, shape: [1, chunk.a, chunk.b, channels.get(v)!], dtype: 'float32', encodingRef: null })),
         file: where?.onnx ?? null,
         encodings: where?.encodings ?? null,
-        qnnGraphName: sg.device === 'NPU' ? sg.id : null,
-        ctxFile: sg.device === 'NPU' ? `ctx/${sg.id}.bin` : null,
+        qnnGraphName: sg.device === 'NPU' ? qnnGraphName(sg.id) : null,
+        ctxFile: sg.device === 'NPU' ? CONTEXT_BINARY : null,
         ...(sg.shadow ? { shadow: sg.shadow } : {}),
       });
       ctx.progress.tick();
@@ -319,7 +319,7 @@ async function buildContexts(outDir: string, npu: string[]): Promise<string[]> {
     const why = String(r.stderr).trim().split('\n').filter(Boolean).at(-1) ?? `exit code ${r.exitCode}`;
     throw new LlmcError(`QNN context build failed: ${why}`, path.join(outDir, BUILD_SCRIPT));
   }
-  return npu.map((id) => `ctx/${id}.bin`);
+  return npu.length ? [CONTEXT_BINARY] : [];
 }
 
 export type { QLinear };

@@ -66,10 +66,11 @@ export class QnnChunkPrefill {
   }
 
   /**
-   * Prefill `ids` in `order` (default: the record's): logits [P, V] and the KV cache of the P prompt
-   * positions. Any order that respects the record's edges gives the same result.
+   * Prefill `ids` in `order` (default: the record's): the KV cache of the P prompt positions and the
+   * logits of every position [P, V] ('all'), or of the last one [V] ('last': the head graph runs on the
+   * last chunk only). Any order that respects the record's edges gives the same result.
    */
-  async prefill(ids: number[], order?: ChunkOrder): Promise<{ logits: Float32Array; kv: Kv }> {
+  async prefill(ids: number[], order?: ChunkOrder, want: 'all' | 'last' = 'all'): Promise<{ logits: Float32Array; kv: Kv }> {
     const { c } = this;
     const spec = this.runner.spec;
     const P = ids.length;
@@ -95,6 +96,8 @@ export class QnnChunkPrefill {
     });
     const M = this.rec.subgraphs.length;
     const task = async (i: number, j: number) => {
+      // A chunk whose logits nobody asked for skips the head (nothing reads it).
+      if (want === 'last' && this.rec.subgraphs[j].kind === 'head' && i !== N - 1) return;
       const g: ChunkGroup = this.chunked.groups[j];
       const { m, n } = values[i];
       if (g.attentionLayer !== undefined) await this.attention(g.attentionLayer, i, m, bufK, bufV, P);
@@ -116,8 +119,9 @@ export class QnnChunkPrefill {
     const flat = Array.from(tasks, ([i, j]) => i * M + j);
     await runChunksAsync({ task }, flat, N, M, { edges: this.rec.edges, ids: this.rec.subgraphs.map((s) => s.id), where: this.dir });
     const V = spec.vocabSize;
-    const logits = new Float32Array(P * V);
-    values.forEach(({ m, n }, i) => logits.set((m.get('logits')!.data as Float32Array).subarray(0, n * V), i * c * V));
+    const last = values[N - 1];
+    const logits = want === 'last' ? (last.m.get('logits')!.data as Float32Array).slice((last.n - 1) * V, last.n * V) : new Float32Array(P * V);
+    if (want === 'all') values.forEach(({ m, n }, i) => logits.set((m.get('logits')!.data as Float32Array).subarray(0, n * V), i * c * V));
     const cache = (buf: Float32Array) => new ort.Tensor('float32', leadingSlots(buf, H, T, P, d), [1, H, P, d]);
     return { logits, kv: { keys: bufK.map(cache), values: bufV.map(cache), length: P } };
   }
@@ -165,7 +169,7 @@ export async function chunkedQnnRunner(a: Artifact, opts: RunOptions, runner: Qn
       if (o.maxTokens <= 0) return out;
       const { order, tabulated } = prefill.scheduleFor(promptIds.length);
       notes.push(`prompt of ${promptIds.length} tokens: ${Math.ceil(promptIds.length / chunked.c)} chunk(s) of ${chunked.c}, ${tabulated ? 'tabulated' : 'online heuristic'} schedule`);
-      const first = await prefill.prefill(promptIds, order);
+      const first = await prefill.prefill(promptIds, order, 'last');
       const sampler = new Sampler(o);
       const stop = new Set(o.stopIds ?? runner.spec.eosTokenIds);
       let logits = first.logits.subarray(first.logits.length - V);

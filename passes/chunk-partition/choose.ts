@@ -27,13 +27,13 @@ export function promptSamples(d: PromptLengths, context: number): { P: number; w
 export const describePrompts = (d: PromptLengths) => (d.kind === 'uniform' ? `uniform ${d.min}-${d.max}` : `lengths ${d.lengths.join(',')}`);
 
 /** Serial and scheduled cost functions of one chunk length. */
-export function candidateCosts(template: Template, dur: (i: number, j: number) => number, variant: HeuristicVariant): { serial(N: number): number; makespan(N: number): number } {
+export function candidateCosts(template: Template, dur: (i: number, j: number, N: number) => number, variant: HeuristicVariant): { serial(N: number): number; makespan(N: number): number } {
   const M = template.nodes.length;
   const memo = new Map<number, number>();
   return {
     serial: (N) => {
       let s = 0;
-      for (let i = 0; i < N; i++) for (let j = 0; j < M; j++) s += dur(i, j);
+      for (let i = 0; i < N; i++) for (let j = 0; j < M; j++) s += dur(i, j, N);
       return s;
     },
     makespan: (N) => {

@@ -117,6 +117,7 @@ export function decide(linears: MeasuredLinear[], o: DecideOptions): LinearDecis
   const side = (l: MeasuredLinear, which: 'input' | 'output'): SideDecision => {
     const s = l[which];
     const value = which === 'input' ? l.inputValue : l.outputValue;
+    if (o.a16 === 'all') return sideOf(s, value, 'widen', s.absMax, 16);
     const isFlagged = which === 'input' ? flaggedInputs.has(value) && s.outliers > 0 : flagged(l, which);
     if (isFlagged) return o.a16 === 'flagged' ? sideOf(s, value, 'widen', s.absMax, 16) : sideOf(s, value, 'shadow', s.p999, 8);
     const p = pruned(s, o);

@@ -16,7 +16,7 @@ import { silentProgress } from '../../src/core/util/progress.js';
 import { decide, sideStats, type MeasuredLinear } from './decide.js';
 import { measureLinears, type RawSide } from './measure.js';
 import type { OutliersOptions } from './options.js';
-import { rotateUnit } from './rotate.js';
+import { blockOf, rotateUnit } from './rotate.js';
 
 const ROLE = /\.(q|k|v|o|gate|up|down)$/;
 
@@ -103,6 +103,10 @@ export async function analyzeOutliers(input: CompileUnit, o: OutliersOptions, ct
   linears.sort((a, b) => order.get(a.weight)! - order.get(b.weight)!);
 
   const notes: string[] = [];
+  if (rotations.length) {
+    const widths = [...new Set(rotations.map((h) => h.inFeatures))];
+    notes.push(`the online Hadamard rotations (${rotations.length}) run with 16-bit activations on both sides (int16 Q/DQ, W8A16) whatever a16 says; their blocks: ${widths.map((n) => `${blockOf(n)}-wide on ${n}-wide layers`).join(', ')} (the largest power of two dividing the width)`);
+  }
   const shadowSides = linears.flatMap((l) => [l.input, l.output]).filter((s) => s.decision === 'shadow');
   if (shadowSides.length) {
     const frac = shadowSides.reduce((a, s) => a + s.hot.length / s.channels, 0) / shadowSides.length;

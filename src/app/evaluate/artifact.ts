@@ -21,7 +21,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type { ProfileCache } from '../../measure/store.js';
-import { DEFAULT_EVAL_TOKENS, EVAL_SEED, EVAL_WINDOW, SELF_GENERATED_LENGTH } from './defaults.js';
+import { DEFAULT_EVAL_TOKENS, EVAL_DRAW_SEED, EVAL_SEED, EVAL_WINDOW, SELF_GENERATED_LENGTH } from './defaults.js';
 import { compareModels, type QualityFigures } from './quality.js';
 import { evaluableTargets } from './executors.js';
 import { RUN_CATALOG } from '../artifact.js';
@@ -72,9 +72,9 @@ export async function heldOutSet(source: ModelSource, opts: HeldOutOptions = {})
   const text = opts.text ?? (source.assets.tokenizer ? builtInEvalText() : undefined);
   if (text !== undefined) return textHeldOut(source, text, tokens, opts.text === undefined);
   const length = Math.min(SELF_GENERATED_LENGTH, source.spec.maxPositions);
-  const spec: CalibrationSpec = { source: 'self-generated', count: 10, length, seed: EVAL_SEED, heldOut: Math.ceil(tokens / (length - 1)) };
+  const spec: CalibrationSpec = { source: 'self-generated', count: 10, length, seed: EVAL_DRAW_SEED, heldOut: Math.ceil(tokens / (length - 1)) };
   const set = await calibrationSet(source, spec, { cacheDir: opts.cacheDir });
-  return { sequences: set.heldOut, source: 'self-generated', tokens: set.heldOut.length * (length - 1), length, seed: EVAL_SEED, profile: set.key };
+  return { sequences: set.heldOut, source: 'self-generated', tokens: set.heldOut.length * (length - 1), length, seed: EVAL_DRAW_SEED, profile: set.key };
 }
 
 /** Whole windows of `file` (text through the model's tokenizer, or JSON token ids), enough for `tokens` scored tokens. */

@@ -12,10 +12,16 @@ export function chunkTemplate(rec: Pick<ChunkSchedule, 'subgraphs' | 'edges'>): 
   return { nodes: rec.subgraphs.map((s) => ({ id: s.id, device: s.device })), edges: rec.edges };
 }
 
-/** Duration of G(i, j) at chunk length `plan.c`: the kind's ms plus msPerChunk per chunk up to i (SPEC's cost model; the pass tabulates with it too). */
-export function chunkDuration(rec: { subgraphs: readonly { kind: string }[] }, plan: { costs: Readonly<Record<string, KindCost>> }): (i: number, j: number) => number {
-  return (i, j) => {
-    const k = plan.costs[rec.subgraphs[j].kind];
+/**
+ * Duration of G(i, j) of N chunks at chunk length `plan.c`: the kind's ms plus msPerChunk per chunk up
+ * to i (SPEC's cost model; the pass tabulates with it too). The head costs nothing before the last
+ * chunk: a prefill for decoding runs it on the last chunk only.
+ */
+export function chunkDuration(rec: { subgraphs: readonly { kind: string }[] }, plan: { costs: Readonly<Record<string, KindCost>> }): (i: number, j: number, N: number) => number {
+  return (i, j, N) => {
+    const kind = rec.subgraphs[j].kind;
+    if (kind === 'head' && i < N - 1) return 0;
+    const k = plan.costs[kind];
     return k.ms + k.msPerChunk * (i + 1);
   };
 }
@@ -37,7 +43,7 @@ export function predictedMs(rec: ChunkSchedule, plan: ChunkPlanRecord, N: number
   if (rec.choice.objective === 'makespan') return chunkOrderFor(rec, plan, N).makespan;
   const dur = chunkDuration(rec, plan);
   let s = 0;
-  for (let i = 0; i < N; i++) for (let j = 0; j < rec.subgraphs.length; j++) s += dur(i, j);
+  for (let i = 0; i < N; i++) for (let j = 0; j < rec.subgraphs.length; j++) s += dur(i, j, N);
   return s;
 }
 

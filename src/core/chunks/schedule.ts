@@ -66,8 +66,8 @@ export function checkTemplate(t: Template): void {
   }
 }
 
-/** The instance of N chunks with durations `dur(i, j)`. */
-export function buildProblem(template: Template, N: number, dur: (i: number, j: number) => number): Problem {
+/** The instance of N chunks with durations `dur(i, j, N)`. */
+export function buildProblem(template: Template, N: number, dur: (i: number, j: number, N: number) => number): Problem {
   checkTemplate(template);
   const M = template.nodes.length;
   const processors = processorsOf(template);
@@ -77,7 +77,7 @@ export function buildProblem(template: Template, N: number, dur: (i: number, j: 
   const pred: Set<number>[] = Array.from({ length: T }, () => new Set<number>());
   for (let i = 0; i < N; i++) {
     for (let j = 0; j < M; j++) {
-      const x = dur(i, j);
+      const x = dur(i, j, N);
       if (!(x >= 0) || !Number.isFinite(x)) throw new Error(`duration of G(${i},${j}) is ${x}`);
       d[i * M + j] = x;
     }
@@ -189,6 +189,42 @@ export function stagger(p: Problem, lag = 4): Schedule {
         end = Math.max(end, start[tb] + p.dur[tb]);
       }
       clock = end;
+    }
+  }
+  return scheduleOf(p, start);
+}
+
+/**
+ * Plain overlap: a greedy executor with no plan. Whenever a processor is free it starts the ready task
+ * (every predecessor done) that became ready first, ties to the lower chunk then subgraph. No task
+ * waits while its processor idles, so chunk i+1's work fills chunk i's gaps as far as the edges allow
+ * (a list scheduler; what a runtime with one queue per processor does).
+ */
+export function plainOverlap(p: Problem): Schedule {
+  const T = p.N * p.M;
+  const start = new Float64Array(T);
+  const ready = new Float64Array(T); // when the last predecessor ends
+  const waiting = Int32Array.from(p.preds, (x) => x.length);
+  const free = new Float64Array(p.processors.length);
+  const avail = new Set<number>();
+  for (let t = 0; t < T; t++) if (!waiting[t]) avail.add(t);
+  for (let done = 0; done < T; done++) {
+    let best = -1;
+    let bestStart = Infinity;
+    for (const t of avail) {
+      const s = Math.max(ready[t], free[procOfTask(p, t)]);
+      if (s < bestStart || (s === bestStart && (ready[t] < ready[best] || (ready[t] === ready[best] && t < best)))) {
+        best = t;
+        bestStart = s;
+      }
+    }
+    avail.delete(best);
+    start[best] = bestStart;
+    const end = bestStart + p.dur[best];
+    free[procOfTask(p, best)] = end;
+    for (const h of p.succs[best]) {
+      if (end > ready[h]) ready[h] = end;
+      if (--waiting[h] === 0) avail.add(h);
     }
   }
   return scheduleOf(p, start);

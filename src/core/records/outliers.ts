@@ -86,7 +86,7 @@ export interface OutlierScales {
   policy: 'auto' | 'clip' | 'widen';
   coverage: number;
   /** flagged: the sides that would get shadow take 16-bit activations (widen) instead. */
-  a16: 'none' | 'flagged';
+  a16: 'none' | 'flagged' | 'all';
   /** hadamard: the residual stream and the down_proj inputs were rotated before profiling (QuaRot-style). */
   rotation: 'none' | 'hadamard';
   /** Linears with shadow on some side. */

@@ -100,8 +100,11 @@ export class OrtChunkPrefill {
     return this.attention[i];
   }
 
-  /** Logits of every prompt position [P, V] and the KV cache of the prompt (no pad slot). */
-  async prefill(ids: readonly number[], order: ArrayLike<number>, onTask?: (i: number, j: number, ms: number) => void): Promise<{ logits: Float32Array; cache: ChunkCache }> {
+  /**
+   * The KV cache of the prompt (no pad slot) and the logits asked for: of every prompt position [P, V]
+   * ('all'), or of the last one [V] ('last': the head runs on the last chunk only, as decoding needs).
+   */
+  async prefill(ids: readonly number[], order: ArrayLike<number>, onTask?: (i: number, j: number, ms: number) => void, want: 'all' | 'last' = 'all'): Promise<{ logits: Float32Array; cache: ChunkCache }> {
     const { c, subgraphs } = this;
     const { kvHeads: H, headDim: hd, vocab: V, dtype } = this.dims;
     const prompt = new ChunkedPrompt(ids, c);
@@ -115,12 +118,14 @@ export class OrtChunkPrefill {
     const values: Map<string, ort.Tensor>[] = Array.from({ length: N }, () => new Map());
     const logits = new Float32Array(P * V);
     const task = async (i: number, j: number) => {
+      // A chunk whose logits nobody asked for skips the head (nothing reads it).
+      if (want === 'last' && subgraphs[j].kind === 'head' && i !== N - 1) return;
       const t0 = onTask ? performance.now() : 0;
       await this.runTask(subgraphs[j], i, values[i], cache, prompt, logits);
       onTask?.(i, j, performance.now() - t0);
     };
     await runChunksAsync({ task }, order, N, M);
-    return { logits, cache };
+    return { logits: want === 'last' ? logits.slice((P - 1) * V) : logits, cache };
   }
 
   /** G(i, j): subgraph `s` of chunk i, its inputs from the chunk's values, its outputs into them (and the cache, the logits). */
