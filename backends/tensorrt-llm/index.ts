@@ -45,5 +45,6 @@ export const tensorrtLlm: TargetDescriptor<unknown, TensorrtLlmInfo> = {
     }
     if (spec.oBias) throw new UsageError('--target tensorrt-llm does not write an o_proj bias (attention.dense.bias); this model has one');
   },
+  writesAs: (spec) => archOf(spec).tensorrtLlm?.architecture ?? spec.modelType,
   load: async () => (await import('./emit.js')).tensorrtLlmTarget,
 };

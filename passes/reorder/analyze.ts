@@ -34,7 +34,8 @@ import {
 import { levelMasks, maskedLoss, skipLayerMasks } from './masks.js';
 import { checkUniformAnchors, type ReorderOptions } from './options.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
-import { checkReorderable, permuteSource, type LayerOrder } from './permute.js';
+import { permuteSource, type LayerOrder } from './permute.js';
+import { checkReorderable } from './index.js';
 import { describeLevel, fullWidth, planLevels } from './planner.js';
 
 /** What the pass records in every manifest (passes[].metadata): record `elastic-prefix/2`. */

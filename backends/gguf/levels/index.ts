@@ -2,6 +2,7 @@
 import { NO_OPTIONS } from '../../../src/core/pipeline/options.js';
 import type { TargetDescriptor } from '../../../src/core/pipeline/target.js';
 import { ELASTIC_LEVELS } from '../../../src/core/records/elastic.js';
+import { archOf } from '../../../src/core/arch/registry.js';
 import { GGUF_FORMATS, GGUF_LOWERS, ggufQuantBlock } from '../index.js';
 import { GGUF_LEVELS_INFO, type GgufLevelsInfo } from './info.js';
 
@@ -23,6 +24,7 @@ export const ggufLevels: TargetDescriptor<unknown, GgufLevelsInfo> = {
   quantBlock: ggufQuantBlock,
   requires: [ELASTIC_LEVELS],
   info: GGUF_LEVELS_INFO,
+  writesAs: (spec) => archOf(spec).gguf.arch,
   // Each level is its own GGUF file: its size is the level's bytes.
   levelBytes(m, lv) {
     const file = GGUF_LEVELS_INFO.read(m.targetInfo).levels.find((l) => l.id === lv.id)?.file;
