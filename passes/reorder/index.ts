@@ -3,22 +3,9 @@
  * This is its descriptor (cheap to import: the CLI reads it for --help and flags); the work is in
  * ./analyze.ts, loaded when the pass runs. docs/reorder.md describes the method.
  */
-import { UsageError } from '../../src/core/errors.js';
-import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { PassDescriptor } from '../../src/core/pipeline/pass.js';
 import { ELASTIC_LEVELS } from '../../src/core/records/elastic.js';
 import { checkUniformAnchors, REORDER_OPTIONS, type ReorderOptions } from './options.js';
-
-/**
- * Reordering is permutation-consistent for per-head q/k norms (one weight shared by the heads, so it
- * moves with none), but a norm over a whole projection (olmo2, olmoe) averages across heads: a prefix
- * of heads is no sub-model of it. Refused with one line.
- */
-export function checkReorderable(spec: ArchSpec): void {
-  if (spec.qkNorm?.scope === 'all') {
-    throw new UsageError(`reorder: ${spec.modelType}'s q/k RMSNorm spans the whole projection, so a prefix of its heads is no sub-model (the norm's mean changes with the heads kept); run ${spec.modelType} without --passes reorder`);
-  }
-}
 
 export const reorder: PassDescriptor<ReorderOptions> = {
   name: 'reorder',
@@ -31,7 +18,6 @@ export const reorder: PassDescriptor<ReorderOptions> = {
   after: [],
   requires: [],
   produces: ELASTIC_LEVELS,
-  checkArch: (spec) => checkReorderable(spec),
   check(options, target) {
     if (target.capabilities.elasticWidths.kind === 'uniform') checkUniformAnchors(options, target.name);
   },

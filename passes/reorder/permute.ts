@@ -81,10 +81,13 @@ export function rewritePlan(spec: ArchSpec, orders: LayerOrder[]): Map<string, T
       plan.set(n.q, { axis: 'rows', perm: q });
       plan.set(n.o, { axis: 'cols', perm: q });
       if (spec.qkvBias) plan.set(n.qBias, { axis: 'rows', perm: q });
+      // A norm over the whole projection: its weight moves with the channels; the mean of squares does not change.
+      if (spec.qkNorm?.scope === 'all') plan.set(n.qNorm, { axis: 'rows', perm: q });
     }
     if (!isIdentity(kv)) {
       plan.set(n.k, { axis: 'rows', perm: kv });
       plan.set(n.v, { axis: 'rows', perm: kv });
+      if (spec.qkNorm?.scope === 'all') plan.set(n.kNorm, { axis: 'rows', perm: kv });
       if (spec.qkvBias) {
         plan.set(n.kBias, { axis: 'rows', perm: kv });
         plan.set(n.vBias, { axis: 'rows', perm: kv });

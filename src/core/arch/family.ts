@@ -267,6 +267,12 @@ export function neoxGguf(arch: string, refuse: GgufFamily['refuse'], routing: Mo
   return { arch, metadata: (spec) => ({ kvs: [...ggufExpertCounts(spec), ...extra(spec)], notes: [] }), permuteQK: false, ropeFreqs: false, layerTensors: () => [], refuse, routing, type70B: false };
 }
 
+/** An arch whose llama.cpp loader sizes attn_q / attn_output / attn_q_norm by n_embd: heads × head_dim must be hidden_size. */
+export function embdWideAttention(spec: ArchSpec, arch: string): string | null {
+  const q = spec.numHeads * spec.headDim;
+  return q !== spec.hiddenSize ? `num_attention_heads × head_dim is ${q}, not hidden_size ${spec.hiddenSize}, but llama.cpp's ${arch} sizes attn_q and attn_q_norm by n_embd; the gguf target refuses it` : null;
+}
+
 /** What llama.cpp's MoE families here cannot load: dense layers among the expert ones. */
 export function denseLayersRefusal(spec: ArchSpec, arch: string): string | null {
   const dense = spec.moe?.denseLayers ?? [];
