@@ -138,7 +138,8 @@ export interface ArchEntry {
   tensorrtLlm: TrtllmFamily | null;
   /**
    * transformers.js has this model_type (its models.js causal-LM mapping), so it loads the cuda
-   * target's directory; false: the cuda target refuses the family. Absent: true.
+   * target's directory; false: the cuda target still writes it (onnxruntime and TensorRT read it)
+   * and says at compile that transformers.js does not load it. Absent: true.
    */
   transformersJs?: boolean;
   /**

@@ -33,6 +33,6 @@ export const olmoe: ArchEntry = {
   tensorrtLlm: null,
   // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
   ortGenai: null,
-  // transformers.js (3.x) has no olmoe model type.
+  // transformers.js (3.x) has no olmoe model type: the cuda directory is for onnxruntime / TensorRT.
   transformersJs: false,
 };
