@@ -216,7 +216,7 @@ describe('bad input: one line, nothing written', () => {
     const r = await compileCli(STORIES, out, 'budgetBpw=4');
     expect(r.code).toBe(2);
     expect(oneLine(r.stderr)).toHaveLength(1);
-    expect(r.stderr).toMatch(/stories260K: expert-bits takes mixture-of-experts models \(mixtral, qwen2_moe\); this is a dense llama model/);
+    expect(r.stderr).toMatch(/expert-bits takes mixture-of-experts models \(mixtral, qwen2_moe, qwen3_moe, olmoe\); this is a dense llama model/);
     expect(existsSync(out)).toBe(false);
   });
 

@@ -14,6 +14,7 @@ import { TARGETS } from '../backends/index.js';
 import { checkModelLowered, modelFeatures } from '../src/core/pipeline/capabilities.js';
 import { GRAPH_FEATURES } from '../src/core/pipeline/target.js';
 import type { ArchSpec } from '../src/core/arch/types.js';
+import { exampleSpec } from '../src/core/arch/example.js';
 import type { Level, Manifest } from '../src/core/records/index.js';
 import { llmcInProcess as llmc } from './cli.js';
 
@@ -81,7 +82,7 @@ describe('declared capabilities: each target declares what it lowers and runs, c
   });
 
   it("a model's own features: refused where the target does not lower them, with its reason; approximated ones pass (the target notes them)", () => {
-    const spec = (over: Partial<ArchSpec>) => ({ modelType: 'mistral', moe: null, slidingWindow: null, ...over }) as ArchSpec;
+    const spec = (over: Partial<ArchSpec>): ArchSpec => ({ ...exampleSpec('mistral'), ...over });
     const target = (name: string) => TARGETS.find((t) => t.name === name)!;
     expect(modelFeatures(spec({ slidingWindow: 8 }))).toEqual(['sliding-window']);
     const moe: ArchSpec['moe'] = { routing: 'softmax-topk-renorm', numExperts: 4, topK: 2, expertIntermediateSize: 8, sharedExpertIntermediateSize: null, denseLayers: [] };
@@ -91,6 +92,8 @@ describe('declared capabilities: each target declares what it lowers and runs, c
     expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('gguf'), TARGETS)).not.toThrow();
     expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('cuda'), TARGETS)).not.toThrow();
     expect(() => checkModelLowered(spec({}), target('tensorrt-llm'), TARGETS)).not.toThrow();
+    // The targets named take the model: qnn lowers a window, but not gemma2's layer.
+    expect(refusal(() => checkModelLowered(exampleSpec('gemma2'), target('tensorrt-llm'), TARGETS))).toMatch(/ \(targets that do: hf, ts, cuda\)$/);
   });
 
   it('llmc list targets shows what each target runs and lowers, from the declarations', async () => {

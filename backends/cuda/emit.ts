@@ -12,6 +12,7 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { EMBED, LM_HEAD } from '../../src/core/arch/names.js';
+import { archOf } from '../../src/core/arch/registry.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { levelGraph } from '../../src/core/ir/level.js';
 import type { ModelGraph } from '../../src/core/ir/ir.js';
@@ -182,6 +183,10 @@ export const cudaTarget: Target<CudaOptions, CudaInfo> = {
       await writeFileAtomic(path.join(ctx.outDir, GENAI_CONFIG), JSON.stringify(genai, null, 4) + '\n');
       files.push(GENAI_CONFIG);
     } else ctx.note(`no ${GENAI_CONFIG}: onnxruntime-genai has no ${source.spec.modelType} model type`);
+    // The graph is onnxruntime's and TensorRT's as much as transformers.js': only the last needs the model type.
+    if (archOf(source.spec).transformersJs === false) {
+      ctx.note(`transformers.js has no ${source.spec.modelType} model type: onnxruntime (llmc run) and TensorRT (build-engine.sh) read this directory, transformers.js does not load it`);
+    }
     const script = path.join(ctx.outDir, BUILD_SCRIPT);
     await writeFileAtomic(script, buildScript(facts, o.maxContext));
     await fsp.chmod(script, 0o755);

@@ -5,8 +5,6 @@
  * build-engine.sh for trtexec. ./emit.ts writes it; docs/cuda.md describes it.
  */
 import type { TargetDescriptor } from '../../src/core/pipeline/target.js';
-import { UsageError } from '../../src/core/errors.js';
-import { archOf } from '../../src/core/arch/registry.js';
 import { CUDA_INFO, type CudaInfo } from './info.js';
 import { CUDA_FORMATS, CUDA_OPTIONS, cudaQuantBlock, DEFAULT_FORMAT, type CudaOptions } from './options.js';
 
@@ -26,11 +24,6 @@ export const cuda: TargetDescriptor<CudaOptions, CudaInfo> = {
   },
   quantBlock: (r) => cudaQuantBlock(r),
   requires: [],
-  checkArch(spec) {
-    if (archOf(spec).transformersJs === false) {
-      throw new UsageError(`--target cuda writes what transformers.js loads, and transformers.js has no ${spec.modelType} model type; compile ${spec.modelType} for --target ts, hf or gguf instead`);
-    }
-  },
   info: CUDA_INFO,
   load: async () => (await import('./emit.js')).cudaTarget,
   open: async (a, o) => (await import('./run.js')).openCuda(a, o),

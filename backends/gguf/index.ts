@@ -4,6 +4,7 @@
  */
 import type { FormatRequest, TargetCapabilities, TargetDescriptor } from '../../src/core/pipeline/target.js';
 import { blockAlongRow, QUANT_TYPES } from '../../src/core/quant/types.js';
+import { archOf } from '../../src/core/arch/registry.js';
 import { DEFAULT_QUANT, validChoices } from './presets.js';
 import { GGUF_INFO, type GgufInfo } from './info.js';
 import { GGUF_OPTIONS, type GgufOptions } from './options.js';
@@ -38,6 +39,7 @@ export const gguf: TargetDescriptor<GgufOptions, GgufInfo> = {
   requires: [],
   info: GGUF_INFO,
   singleFile: { extension: '.gguf', file: 'model.gguf' },
+  writesAs: (spec) => archOf(spec).gguf.arch,
   load: async () => (await import('./emit.js')).ggufTarget,
   open: async (a, o) => (await import('./run.js')).openGguf(a, o),
   foreign: { extension: '.gguf', open: async (file) => (await import('./bare.js')).openBareGguf(file) },

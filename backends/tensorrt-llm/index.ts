@@ -47,5 +47,6 @@ export const tensorrtLlm: TargetDescriptor<unknown, TensorrtLlmInfo> = {
     const why = trtllmRefusal(spec, cls);
     if (why) throw new UsageError(`--target tensorrt-llm cannot write this ${spec.modelType} model: ${why}`);
   },
+  writesAs: (spec) => archOf(spec).tensorrtLlm?.architecture ?? spec.modelType,
   load: async () => (await import('./emit.js')).tensorrtLlmTarget,
 };

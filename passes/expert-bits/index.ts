@@ -4,6 +4,8 @@
  * predictor and cache inputs the TS runtime's expert offloading reads. This is its descriptor (cheap
  * to import); the work is in ./run.ts. docs/expert-bits.md describes the method.
  */
+import { archOf, SUPPORTED_MODEL_TYPES } from '../../src/core/arch/registry.js';
+import { UsageError } from '../../src/core/errors.js';
 import type { PassDescriptor } from '../../src/core/pipeline/pass.js';
 import { EXPERT_TABLE } from '../../src/core/records/expert-table.js';
 import { checkExpertBits, EXPERT_BITS_OPTIONS, type ParsedExpertBitsOptions } from './options.js';
@@ -16,6 +18,9 @@ export const expertBits: PassDescriptor<ParsedExpertBitsOptions> = {
   after: ['reorder'],
   requires: [],
   produces: EXPERT_TABLE,
+  checkArch(spec) {
+    if (!spec.moe) throw new UsageError(`expert-bits takes mixture-of-experts models (${SUPPORTED_MODEL_TYPES.filter((t) => archOf({ modelType: t }).moe).join(', ')}); this is a dense ${spec.modelType} model`);
+  },
   check: checkExpertBits,
   load: async () => (await import('./run.js')).expertBitsPass,
 };

@@ -49,7 +49,7 @@ interface Sensitivities {
 type Ctx = Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { progress?: Progress };
 
 const DENSE = (spec: ModelSource['spec'], dir: string) =>
-  new LlmcError(`expert-bits takes mixture-of-experts models (mixtral, qwen2_moe); this is a dense ${spec.modelType} model`, dir, 2);
+  new LlmcError(`expert-bits takes mixture-of-experts models; this is a dense ${spec.modelType} model`, dir, 2);
 
 /** Everything the pass decides (tests and benches call it directly). */
 export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBitsOptions, ctx: Ctx): Promise<{ record: ExpertTable; annotate: Map<string, TensorAnnotation>; items: Item[] }> {

@@ -31,10 +31,10 @@ import {
   type ProviderName,
   type UnitScores,
 } from './importance.js';
-import { levelMasks, maskedLoss, skipLayerMasks } from './masks.js';
+import { levelLoss, maskedLoss, skipLayerMasks } from './masks.js';
 import { checkUniformAnchors, type ReorderOptions } from './options.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
-import { checkReorderable, permuteSource, type LayerOrder } from './permute.js';
+import { permuteSource, type LayerOrder } from './permute.js';
 import { describeLevel, fullWidth, planLevels } from './planner.js';
 
 /** What the pass records in every manifest (passes[].metadata): record `elastic-prefix/2`. */
@@ -210,14 +210,14 @@ export async function analyzeReorder(
     let scores: UnitScores;
     let auto: Record<string, number> | undefined;
     if (o.importance === 'auto') {
-      // Pick by held-out perplexity at the 50% level (masks on the original model = the prefix sub-model).
+      // Pick by held-out perplexity at the 50% level.
       const half = planLevels(spec, { levels: [0.5], anchors: anchorSet, block, sizeBy: o.sizeBy }).levels[0];
       auto = {};
       let best: { p: ProviderName; ppl: number; s: UnitScores } | undefined;
       for (const p of PROVIDERS) {
         const s = await scoresFor(p);
         const orders = ordersFromScores(spec, s, anchorSet);
-        const ppl = Math.exp(await maskedLoss(source, levelMasks(spec, orders, half.layers), calib.heldOut));
+        const ppl = Math.exp(await levelLoss(source, orders, half.layers, calib.heldOut));
         auto[p] = ppl;
         if (!best || ppl < best.ppl) best = { p, ppl, s };
       }
@@ -309,7 +309,6 @@ export async function analyzeReorder(
 export const reorderPass: Pass<ReorderOptions> = {
   /** What any target's compile will look up: calibration, layer losses (unless anchors are listed), importance (every provider for auto). */
   async profile(source, o, ctx) {
-    checkReorderable(source.spec);
     const notes: string[] = [];
     const m = new Measurements(source, o, ctx.cacheDir, ctx.progress, notes);
     try {
@@ -324,7 +323,6 @@ export const reorderPass: Pass<ReorderOptions> = {
   },
 
   async run(unit, options, ctx) {
-    checkReorderable(unit.source.spec);
     const { metadata, source, adapters } = await analyzeReorder(unit.source, options, ctx);
     for (const n of metadata.notes) ctx.note(`reorder: ${n}`);
     return { unit: evolve(unit, { source, annotate: adapters }), record: metadata };

@@ -10,8 +10,11 @@ import type { ArchSpec } from '../../src/core/arch/spec.js';
 import { Engine } from '../../src/exec/engine/index.js';
 import type { RunOptions } from '../../src/exec/autodiff/lower.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
-import { identityOrder, type LayerOrder } from './permute.js';
+import { identityOrder, permuteSource, type LayerOrder } from './permute.js';
 import type { LayerWidth } from './planner.js';
+import { buildModel } from '../../src/core/ir/build.js';
+import { levelGraph } from '../../src/core/ir/level.js';
+import { sliceSource } from '../../src/core/pipeline/elastic.js';
 
 /** Orders for every layer (identity where `orders` has none, e.g. anchors). */
 export function completeOrders(spec: ArchSpec, orders: LayerOrder[]): LayerOrder[] {
@@ -81,6 +84,22 @@ export function maskSource(base: ModelSource, masks: RunOptions, label: string):
       return data;
     },
   });
+}
+
+/**
+ * Mean next-token loss of a level of `orders` on the onnxruntime engine: the masks on the original
+ * model where they are the sub-model; the level itself (the reordered model's kept prefixes) where a
+ * q/k norm spans the whole projection, whose mean of squares would count the zeroed heads' channels.
+ */
+export async function levelLoss(source: ModelSource, orders: LayerOrder[], widths: LayerWidth[], seqs: number[][]): Promise<number> {
+  if (source.spec.qkNorm?.scope !== 'all') return maskedLoss(source, levelMasks(source.spec, orders, widths), seqs);
+  const graph = levelGraph(buildModel(source.spec), widths);
+  const engine = await Engine.open(sliceSource(permuteSource(source, orders), widths, 'level'), { graph });
+  try {
+    return Math.log(await engine.perplexity(seqs));
+  } finally {
+    await engine.close();
+  }
 }
 
 /** Mean next-token loss (log perplexity) of `source` with `masks` applied, on the onnxruntime engine. */

@@ -11,21 +11,10 @@ import { gatherSource, type Gather, type ModelSource } from '../../src/core/chec
 import { mlpsOf } from '../../src/core/arch/units.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { LayerOrder } from '../../src/core/records/elastic.js';
-import { LlmcError, UsageError } from '../../src/core/errors.js';
+import { LlmcError } from '../../src/core/errors.js';
 import { Rng } from '../../src/core/util/rng.js';
 
 export type { LayerOrder };
-
-/**
- * Reordering is permutation-consistent for per-head q/k norms (one weight shared by the heads, so it
- * moves with none), but a norm over a whole projection (olmo2, olmoe) averages across heads: a prefix
- * of heads is no sub-model of it. Refused with one line.
- */
-export function checkReorderable(spec: ArchSpec): void {
-  if (spec.qkNorm?.scope === 'all') {
-    throw new UsageError(`reorder: ${spec.modelType}'s q/k RMSNorm spans the whole projection, so a prefix of its heads is no sub-model (the norm's mean changes with the heads kept); run ${spec.modelType} without --passes reorder`);
-  }
-}
 
 export const identity = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 
@@ -92,10 +81,13 @@ export function rewritePlan(spec: ArchSpec, orders: LayerOrder[]): Map<string, T
       plan.set(n.q, { axis: 'rows', perm: q });
       plan.set(n.o, { axis: 'cols', perm: q });
       if (spec.qkvBias) plan.set(n.qBias, { axis: 'rows', perm: q });
+      // A norm over the whole projection: its weight moves with the channels; the mean of squares does not change.
+      if (spec.qkNorm?.scope === 'all') plan.set(n.qNorm, { axis: 'rows', perm: q });
     }
     if (!isIdentity(kv)) {
       plan.set(n.k, { axis: 'rows', perm: kv });
       plan.set(n.v, { axis: 'rows', perm: kv });
+      if (spec.qkNorm?.scope === 'all') plan.set(n.kNorm, { axis: 'rows', perm: kv });
       if (spec.qkvBias) {
         plan.set(n.kBias, { axis: 'rows', perm: kv });
         plan.set(n.vBias, { axis: 'rows', perm: kv });

@@ -9,7 +9,7 @@ import { DTYPE_BYTES, numel } from '../../core/checkpoint/safetensors.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
-import { checkModelLowered } from '../../core/pipeline/capabilities.js';
+import { checkModel } from '../../core/pipeline/capabilities.js';
 import type { ProfileCacheRef } from '../../core/pipeline/pass.js';
 import { tensorGroups, type WrittenTensor } from '../../core/pipeline/summary.js';
 import type { EmitPlan } from '../../core/pipeline/target.js';
@@ -52,8 +52,7 @@ export async function compile(req: CompileRequest, plan: CompilePlan = planCompi
 
 /** The unit after every pass of the plan, in the manager's order. */
 async function runPasses(req: CompileRequest, plan: CompilePlan): Promise<CompileUnit> {
-  checkModelLowered(req.source.spec, plan.target, TARGETS);
-  plan.target.checkArch?.(req.source.spec);
+  checkModel(req.source.spec, plan.target, plan.passes.map((p) => p.descriptor), TARGETS);
   let unit = unitOf(req.source);
   for (const { descriptor, options } of plan.passes) {
     const pass = await descriptor.load();

@@ -156,7 +156,8 @@ export interface ArchEntry {
   tensorrtLlm: TrtllmFamily | null;
   /**
    * transformers.js has this model_type (its models.js causal-LM mapping), so it loads the cuda
-   * target's directory; false: the cuda target refuses the family. Absent: true.
+   * target's directory; false: the cuda target still writes it (onnxruntime and TensorRT read it)
+   * and says at compile that transformers.js does not load it. Absent: true.
    */
   transformersJs?: boolean;
   /**
@@ -283,6 +284,12 @@ export function fullAttention(c: ConfigReader, numLayers: number): Attention {
 export function neoxGguf(arch: string, refuse: GgufFamily['refuse'], routing: MoeSpec['routing'] | null, extra: (spec: ArchSpec) => { key: string; value: GgufMetaValue }[] = () => []): GgufFamily {
   // q/k norms and norms on block outputs come from the spec (backends/gguf/tensors.ts), not layerTensors.
   return { arch, metadata: (spec) => ({ kvs: [...ggufExpertCounts(spec), ...extra(spec)], notes: [] }), permuteQK: false, ropeFreqs: false, layerTensors: () => [], refuse, routing, type70B: false };
+}
+
+/** An arch whose llama.cpp loader sizes attn_q / attn_output / attn_q_norm by n_embd: heads × head_dim must be hidden_size. */
+export function embdWideAttention(spec: ArchSpec, arch: string): string | null {
+  const q = spec.numHeads * spec.headDim;
+  return q !== spec.hiddenSize ? `num_attention_heads × head_dim is ${q}, not hidden_size ${spec.hiddenSize}, but llama.cpp's ${arch} sizes attn_q and attn_q_norm by n_embd; the gguf target refuses it` : null;
 }
 
 /** What llama.cpp's MoE families here cannot load: dense layers among the expert ones. */

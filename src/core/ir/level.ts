@@ -23,10 +23,10 @@ export function levelGraph(graph: ModelGraph, widths: readonly LayerWidth[]): Mo
       case 'rmsnorm': {
         const axis = rowsOf.get(op.x);
         if (!axis) return op;
-        // Per-head q/k norms keep the heads the projection kept; one norm over a whole projection would change with them.
-        if (op.heads === undefined) throw new LlmcError(`level: ${op.weight} normalizes a whole projection, so it has no narrower levels`);
+        // Per-head q/k norms keep the heads the projection kept; a norm over the whole projection (olmo2)
+        // normalizes the kept heads' channels with their weights, as the narrower model does.
         rowsOf.set(op.out, axis);
-        return { ...op, heads: extent(axis, op.heads * op.dim) / op.dim };
+        return op.heads === undefined ? { ...op, dim: extent(axis, op.dim) } : { ...op, heads: extent(axis, op.heads * op.dim) / op.dim };
       }
       case 'rope':
         rowsOf.set(op.out, rowsOf.get(op.x));

@@ -39,6 +39,8 @@ export function levelPrefixes(spec: ArchSpec, widths: readonly LevelWidth[]): Ma
     const kv = { rows: keptPrefix(spec, { unit: 'kv-heads', layer: l }, spec.numKvHeads * hd, widths) };
     kept.set(n.q, q).set(n.k, kv).set(n.v, kv).set(n.o, { cols: q.rows });
     if (spec.qkvBias) kept.set(n.qBias, q).set(n.kBias, kv).set(n.vBias, kv);
+    // A q/k norm over the whole projection has a weight per channel: the kept heads' channels.
+    if (spec.qkNorm?.scope === 'all') kept.set(n.qNorm, q).set(n.kNorm, kv);
     for (const m of mlpsOf(spec, l)) {
       const f = m.elastic ? w.ffn : m.width;
       if (f === m.width) continue;

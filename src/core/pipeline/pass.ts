@@ -9,6 +9,7 @@ import type { OptionSchema } from './options.js';
 import type { FormatRequest, GraphFeature, TargetDescriptor } from './target.js';
 import type { CompileUnit } from './unit.js';
 import type { ModelSource } from '../checkpoint/source.js';
+import type { ArchSpec } from '../arch/types.js';
 
 export interface PassContext {
   progress: Progress;
@@ -110,6 +111,12 @@ export interface PassDescriptor<O = unknown> {
   produces: RecordType<unknown>;
   /** Graph features its output carries, which the target must lower (the pass manager refuses the pass otherwise). */
   needs?: readonly GraphFeature[];
+  /**
+   * Refuse a model the pass cannot work on for this target (a UsageError naming what and why), checked
+   * with the target's checkArch once the checkpoint is open and before any pass runs; `llmc list
+   * architectures` asks it too. Absent: every model the target takes.
+   */
+  checkArch?(spec: ArchSpec, target: TargetDescriptor): void;
   /** Checks of the combination with the target and the other passes, before any work; throws UsageError. */
   check?(options: O, target: TargetDescriptor, formats: FormatRequest, run: { passes: readonly string[] }): void;
   load(): Promise<Pass<O>>;

@@ -246,6 +246,8 @@ export interface TargetDescriptor<O = unknown, I extends object = object> {
    * the checkpoint is open and before any pass runs. Absent: every architecture llmc reads.
    */
   checkArch?(spec: ArchSpec): void;
+  /** The name the artifact gives a model it takes (llama.cpp's architecture, TensorRT-LLM's class), shown by `llmc list architectures`. */
+  writesAs?(spec: ArchSpec): string;
   /** A target whose artifact is one file: `-o NAME<extension>` writes `file` there (manifest beside it). */
   singleFile?: { extension: string; file: string };
   load(): Promise<Target<O, I>>;

@@ -481,10 +481,16 @@ export class Interpreter {
         const x = this.buffer(op.x);
         const out = this.define(op.out, op.dim * heads, this.rowsOf.get(op.x));
         const count = this.counter(op.x);
+        const norm = this.ort ? rmsNormOrt : rmsNorm;
+        // A norm over a whole projection (olmo2) at an elastic level: over the kept heads' channels only.
+        const from = op.heads === undefined ? this.producer.get(op.x) : undefined;
+        const axis = from?.op === 'linear' ? from.elastic?.rows : undefined;
         return (f) => {
           const n = count(f);
+          const e = axis && f.widths ? this.extent(axis, op.dim, f) : null;
+          if (e && e.count * e.len < op.dim) keptNorm(norm, x.data, w, out.rows(n), n, op.dim, e, op.eps);
           // Per-head norms: [n, heads·dim] is [n·heads, dim].
-          (this.ort ? rmsNormOrt : rmsNorm)(x.data, w, out.rows(n), n * heads, op.dim, op.eps);
+          else norm(x.data, w, out.rows(n), n * heads, op.dim, op.eps);
         };
       }
       case 'scale': {
@@ -1091,6 +1097,19 @@ function ropeOrt(v: Float32Array, o: number, hd: number, cos: Float32Array, sin:
 }
 
 /** `rmsNorm` rounded as onnxruntime: mean of squares, + eps, sqrt each rounded, x / rms rounded, times w. */
+/** `norm` over the channels of extent `e` of each of n rows of D (gathered, normalized, scattered back; the rest zero). */
+function keptNorm(norm: typeof rmsNorm, x: Float32Array, w: Float32Array, out: Float32Array, n: number, D: number, e: Extent, eps: number): void {
+  const K = e.count * e.len;
+  const at = (i: number) => Math.floor(i / e.len) * e.stride + (i % e.len);
+  const xs = new Float32Array(n * K);
+  const ws = Float32Array.from({ length: K }, (_, i) => w[at(i)]);
+  for (let r = 0; r < n; r++) for (let i = 0; i < K; i++) xs[r * K + i] = x[r * D + at(i)];
+  const ys = new Float32Array(n * K);
+  norm(xs, ws, ys, n, K, eps);
+  out.fill(0, 0, n * D);
+  for (let r = 0; r < n; r++) for (let i = 0; i < K; i++) out[r * D + at(i)] = ys[r * K + i];
+}
+
 function rmsNormOrt(x: Float32Array, w: Float32Array, out: Float32Array, T: number, D: number, eps: number): void {
   const f = Math.fround;
   for (let t = 0; t < T; t++) {

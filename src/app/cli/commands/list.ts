@@ -10,7 +10,10 @@ import type { OptionSpec } from '../../../core/pipeline/options.js';
 import { lowers, type GraphFeature, type Lowering, type TargetDescriptor } from '../../../core/pipeline/target.js';
 import { printJson } from '../output.js';
 import { FORMAT_ALIASES } from '../../../core/pipeline/format-names.js';
-import { ARCHITECTURES, SUPPORTED_MODEL_TYPES, type ArchEntry, type Features } from '../../../core/arch/registry.js';
+import { ARCHITECTURES, SUPPORTED_MODEL_TYPES, type ArchEntry } from '../../../core/arch/registry.js';
+import { exampleSpec } from '../../../core/arch/example.js';
+import type { ArchSpec } from '../../../core/arch/types.js';
+import { whatTakes } from '../../../core/pipeline/capabilities.js';
 
 const KINDS = ['targets', 'passes', 'formats', 'architectures'] as const;
 type Kind = (typeof KINDS)[number];
@@ -93,63 +96,42 @@ function lowersLine(t: TargetDescriptor): string {
   return [`lowers: ${yes.join(', ') || 'none of the graph features'}`, ...(approx.length ? [`approximates ${approx.join(', ')}`] : []), ...(no.length ? [`refuses ${no.join(', ')}`] : [])].join('; ');
 }
 
-/** A family's layer features at its config class's defaults (the features that depend on no size). */
-function defaultFeatures(e: ArchEntry): Partial<Features> {
-  const fallback = (k: string, f?: number) => {
-    if (f === undefined) throw new Error(k);
-    return f;
-  };
-  try {
-    return e.features?.({ num: fallback, posInt: fallback, raw: {}, file: 'config.json' }, 4) ?? {};
-  } catch {
-    return {};
-  }
+/** A family's layer past Llama's, at its config class's defaults. */
+function layerOf(e: ArchEntry, s: ArchSpec): string[] {
+  return [
+    ...(e.moe ? ['routed experts'] : []),
+    ...(s.qkNorm ? [s.qkNorm.scope === 'head' ? 'per-head q/k norm' : 'q/k norm over the projection'] : []),
+    ...(s.normPlacement !== 'pre' ? [`${s.normPlacement}-norms`] : []),
+    ...(s.ropeLayers ? ['rope-less layers'] : []),
+    ...(s.multipliers ? ['multipliers'] : []),
+    ...(s.hiddenAct === 'gelu_tanh' ? ['GELU-tanh MLP'] : []),
+    ...(s.rmsNormOffset ? ['(1 + w) norms'] : []),
+    ...(s.finalSoftcap !== null ? ['final logit soft-capping'] : []),
+    ...(s.localRope ? ['rope base per layer type'] : []),
+  ];
 }
 
 /**
- * What each family is and where it goes, read from its registry entry: the classes it reads, its
- * layer beyond Llama's, and per target the name it is written under or why it is refused. Conditions
- * that depend on a model's config (llama.cpp's olmoe without grouped-query attention, ...) are the
- * targets' one-line refusals at compile time.
+ * What each family is and where it goes: the classes it reads, its layer beyond Llama's, and per
+ * target and pass whether a compile of the family at its config class's defaults (exampleSpec) is
+ * taken — asked of the same checks a compile runs (whatTakes: the targets' lowering and checkArch,
+ * the passes' needs and checkArch), with the name a target writes it under, and why where refused.
+ * Conditions that depend on a model's sizes (llama.cpp's olmoe without grouped-query attention, ...)
+ * are the targets' one-line refusals while writing.
  */
-/** The layer features past Llama's that qnn's subgraphs lower (backends/qnn checkArch). */
-const QNN_LAYER = new Set(['per-head q/k norm', 'q/k norm over the projection', 'post-norms', 'rope-less layers', 'multipliers']);
-
 function architecture(t: (typeof SUPPORTED_MODEL_TYPES)[number]) {
   const e: ArchEntry = ARCHITECTURES[t];
-  const f = defaultFeatures(e);
-  const layer = [
-    ...(e.moe ? ['routed experts'] : []),
-    ...(f.qkNorm ? [f.qkNorm.scope === 'head' ? 'per-head q/k norm' : 'q/k norm over the projection'] : []),
-    ...(f.normPlacement && f.normPlacement !== 'pre' ? [`${f.normPlacement}-norms`] : []),
-    ...(f.ropeLayers !== undefined ? ['rope-less layers'] : []),
-    ...(f.multipliers ? ['multipliers'] : []),
-    ...(f.hiddenAct === 'gelu_tanh' ? ['GELU-tanh MLP'] : []),
-    ...(f.rmsNormOffset ? ['(1 + w) norms'] : []),
-    ...(f.finalSoftcap ? ['final logit soft-capping'] : []),
-    ...(e.rope ? ['rope base per layer type'] : []),
-  ];
-  const qnn = !e.moe && layer.every((f) => QNN_LAYER.has(f));
+  const spec = exampleSpec(t);
+  const takes = whatTakes(spec, TARGETS, PASSES);
+  const refused = { ...takes.targets, ...takes.passes };
   return {
     modelType: t,
     classes: e.causalLm,
-    layer,
-    targets: {
-      ts: true,
-      hf: true,
-      gguf: e.gguf.arch,
-      cuda: e.transformersJs !== false,
-      'tensorrt-llm': e.moe ? null : (e.tensorrtLlm?.architecture ?? null),
-      qnn,
-      'gguf-levels': f.qkNorm?.scope !== 'all' ? e.gguf.arch : null,
-    },
-    passes: {
-      reorder: f.qkNorm?.scope !== 'all',
-      'expert-bits': e.moe !== null,
-      outliers: qnn, // serves qnn only
-      'chunk-partition': true,
-      'tree-search': true,
-    },
+    layer: layerOf(e, spec),
+    // Taken: true, or the name the target writes it under; refused: false (null where a name would be).
+    targets: Object.fromEntries(TARGETS.map((x) => [x.name, takes.targets[x.name] === null ? (x.writesAs?.(spec) ?? true) : x.writesAs ? null : false])),
+    passes: Object.fromEntries(PASSES.map((p) => [p.name, takes.passes[p.name] === null])),
+    refused: Object.fromEntries(Object.entries(refused).filter((kv): kv is [string, string] => kv[1] !== null)),
   };
 }
 

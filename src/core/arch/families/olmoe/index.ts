@@ -3,7 +3,7 @@
  * projections (one weight per channel), routed experts of intermediate_size (softmax, top-k,
  * renormalized only with norm_topk_prob), no shared expert.
  */
-import { fullAttention, LLAMA_BIAS, neoxGguf, plainMoe, type ArchEntry } from '../../family.js';
+import { embdWideAttention, fullAttention, LLAMA_BIAS, neoxGguf, plainMoe, type ArchEntry } from '../../family.js';
 
 export const olmoe: ArchEntry = {
   ...LLAMA_BIAS,
@@ -27,12 +27,12 @@ export const olmoe: ArchEntry = {
           ? `num_key_value_heads ${spec.numKvHeads} differs from num_attention_heads ${spec.numHeads}, but llama.cpp's olmoe has no grouped-query attention (attn_k_norm of n_embd); the gguf target refuses it`
           : spec.moe!.denseLayers.length > 0
             ? 'dense layers, which llama.cpp\'s olmoe cannot load'
-            : null,
+            : embdWideAttention(spec, 'olmoe'),
     'softmax-topk',
   ),
   tensorrtLlm: null,
   // No genai_config.json: not run through onnxruntime-genai here, so none is claimed.
   ortGenai: null,
-  // transformers.js (3.x) has no olmoe model type.
+  // transformers.js (3.x) has no olmoe model type: the cuda directory is for onnxruntime / TensorRT.
   transformersJs: false,
 };
