@@ -31,7 +31,7 @@ import {
   type ProviderName,
   type UnitScores,
 } from './importance.js';
-import { levelLoss, maskedLoss, skipLayerMasks } from './masks.js';
+import { levelLoss, maskedLoss, maskSource, skipLayerMasks, streamedLoss } from './masks.js';
 import { checkUniformAnchors, type ReorderOptions } from './options.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
 import { permuteSource, type LayerOrder } from './permute.js';
@@ -101,14 +101,24 @@ class Measurements {
     const { source, progress } = this;
     const L = source.spec.numLayers;
     const prof = await cachedProfile(this.cacheDir, 'layer-loss', { checkpoint: await this.identity(), calibration: calib.key }, async () => {
-      const base = Math.log(await (await this.engine()).perplexity(calib.calib));
+      let base: number;
       const losses = new Float64Array(L);
-      progress.start('reorder: anchor layers', L);
-      for (let l = 0; l < L; l++) {
-        losses[l] = await maskedLoss(source, skipLayerMasks(source.spec, l), calib.calib);
-        progress.tick();
+      if (streams(source.spec)) {
+        // a large model: one streamed sweep, each layer's skipped variant leaving it at that layer (test/stream-passes.test.ts)
+        const engine = new StreamEngine(source, { progress });
+        const at = (l: number) => engine.segments.findIndex((g) => g.layer === l);
+        const r = await engine.losses(calib.calib, Array.from({ length: L }, (_, l) => ({ source: maskSource(source, skipLayerMasks(source.spec, l), 'mask'), from: at(l), until: at(l) + 1 })));
+        base = r.base;
+        losses.set(r.branches);
+      } else {
+        base = Math.log(await (await this.engine()).perplexity(calib.calib));
+        progress.start('reorder: anchor layers', L);
+        for (let l = 0; l < L; l++) {
+          losses[l] = await maskedLoss(source, skipLayerMasks(source.spec, l), calib.calib);
+          progress.tick();
+        }
+        progress.done();
       }
-      progress.done();
       return { meta: { baseLoss: base, note: 'layer replaced by identity = all its heads and neurons masked (exact without o/down biases)' }, arrays: { layerLoss: losses } };
     });
     return { layerLoss: Array.from(prof.arrays.layerLoss), baseLoss: prof.meta.baseLoss as number };
@@ -133,6 +143,7 @@ class Measurements {
 
   /** Held-out perplexity of the unmodified model (not cached: one forward pass). */
   async heldOutPpl(calib: CalibrationSet): Promise<number> {
+    if (streams(this.source.spec)) return Math.exp(await streamedLoss(this.source, calib.heldOut));
     return (await this.engine()).perplexity(calib.heldOut);
   }
 

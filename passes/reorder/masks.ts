@@ -8,6 +8,7 @@ import { layerNames } from '../../src/core/arch/names.js';
 import { transformSource, type ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import { Engine } from '../../src/exec/engine/index.js';
+import { StreamEngine, streams } from '../../src/exec/stream/index.js';
 import type { RunOptions } from '../../src/exec/autodiff/lower.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
 import { identityOrder, permuteSource, type LayerOrder } from './permute.js';
@@ -102,12 +103,18 @@ export async function levelLoss(source: ModelSource, orders: LayerOrder[], width
   }
 }
 
-/** Mean next-token loss (log perplexity) of `source` with `masks` applied, on the onnxruntime engine. */
+/** Mean next-token loss (log perplexity) of `source` with `masks` applied, on the onnxruntime engine (layer-streamed for a large model). */
 export async function maskedLoss(source: ModelSource, masks: RunOptions, seqs: number[][]): Promise<number> {
+  if (streams(source.spec)) return streamedLoss(maskSource(source, masks, 'mask'), seqs);
   const engine = await Engine.open(maskSource(source, masks, 'mask'));
   try {
     return Math.log(await engine.perplexity(seqs));
   } finally {
     await engine.close();
   }
+}
+
+/** Mean next-token loss of `source` on `seqs`, layer-streamed (the same as the whole-model Engine's, to float32 rounding). */
+export async function streamedLoss(source: ModelSource, seqs: number[][]): Promise<number> {
+  return (await new StreamEngine(source).losses(seqs)).base;
 }

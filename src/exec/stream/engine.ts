@@ -55,6 +55,13 @@ export interface PieceResult {
  */
 export type PieceHook = (seg: Segment, taps: TapSpec[], ids: number[][][], run: () => Promise<PieceResult>) => Promise<PieceResult>;
 
+/** A variant of the model for StreamEngine.losses: pieces [from, until) run from `source` (a pass's view of the same model). */
+export interface Branch {
+  source: ModelSource;
+  from: number;
+  until: number;
+}
+
 /** One onnxruntime run's rows: sequences of equal length. */
 interface Batch {
   /** Indices into the sequences given. */
@@ -96,8 +103,8 @@ export class StreamEngine {
   }
 
   /** One piece's session (its weights read now, float32), with the tap outputs asked for. */
-  private async open(seg: Segment, taps: TapSpec[]): Promise<{ session: ort.InferenceSession; taps: TapOutputs[] }> {
-    const lowered = await lowerToOnnx(this.source, { graph: seg.graph, taps });
+  private async open(seg: Segment, taps: TapSpec[], source: ModelSource = this.source): Promise<{ session: ort.InferenceSession; taps: TapOutputs[] }> {
+    const lowered = await lowerToOnnx(source, { graph: seg.graph, taps });
     // A piece runs a few times then is released: onnxruntime's arena and memory pattern would only
     // grow the peak (results are the same without them; see Engine's tap sessions).
     const options: ort.InferenceSession.SessionOptions = {
@@ -211,10 +218,10 @@ export class StreamEngine {
    * The embedding piece in place of onnxruntime: rows of the table copied (exact, as Gather), so the
    * table is held once as float32 rather than in the graph's bytes and onnxruntime's copy too.
    */
-  private async gather(seg: Segment, batches: Batch[]): Promise<void> {
+  private async gather(seg: Segment, batches: Batch[], source: ModelSource = this.source): Promise<void> {
     for (const op of seg.graph.ops) {
       if (op.op !== 'embed') continue;
-      const table = await this.source.readF32(op.table);
+      const table = await source.readF32(op.table);
       const D = this.graph.spec.hiddenSize;
       for (const b of batches) {
         const out = new Float32Array(b.ids.length * b.length * D);
@@ -226,6 +233,109 @@ export class StreamEngine {
 
   private readLater(s: number, v: V): boolean {
     return this.segments.slice(s + 1).some((g) => g.carriedIn.includes(v));
+  }
+
+  /**
+   * Mean next-token loss (log perplexity, as the whole-model Engine's perplexity) of `seqs` for this
+   * model and for each branch, in one sweep: a branch leaves the model at piece `from` (from the
+   * hidden states the model hands that piece) and runs pieces [from, until) from its own source.
+   * Each piece's session is built once for the model and once per branch that replaces it, and runs
+   * every state that reaches it: skipping each of L layers costs L²/2 layer runs, not L whole forwards.
+   * Branch states are held together (one calibration batch's hidden states each).
+   */
+  async losses(seqs: number[][], branches: readonly Branch[] = []): Promise<{ base: number; branches: number[] }> {
+    const last = this.segments.length - 1;
+    for (const b of branches) if (!(0 <= b.from && b.from < b.until && b.until <= last + 1)) throw new LlmcError(`internal: branch pieces [${b.from}, ${b.until}) outside [0, ${last + 1})`);
+    const base = this.batches(seqs, this.opts.batchTokens ?? 4096);
+    const states: (Batch[] | null)[] = [base, ...branches.map(() => null)];
+    const sourceAt = (k: number, s: number) => (k > 0 && branches[k - 1].from <= s && s < branches[k - 1].until ? branches[k - 1].source : this.source);
+    const progress = this.opts.progress ?? silentProgress;
+    const runsAt = (s: number) => 1 + branches.filter((b) => b.from <= s).length;
+    progress.start(`streaming ${this.segments.length} pieces, ${branches.length + 1} variants over ${seqs.reduce((a, q) => a + q.length, 0)} tokens`, this.segments.reduce((a, _, s) => a + runsAt(s), 0));
+    const nll = states.map(() => ({ sum: 0, count: 0 }));
+    try {
+      for (let s = 0; s <= last; s++) {
+        const seg = this.segments[s];
+        // branches leaving here start from the model's own input to this piece
+        branches.forEach((b, i) => {
+          if (b.from === s) states[i + 1] = base.map((x) => ({ ...x, carried: new Map(x.carried) }));
+        });
+        // the states by the source their piece runs from: one session each
+        const groups = new Map<ModelSource, number[]>();
+        states.forEach((st, k) => {
+          if (st) groups.set(sourceAt(k, s), [...(groups.get(sourceAt(k, s)) ?? []), k]);
+        });
+        for (const [source, ks] of groups) {
+          if (s === last) await this.headLosses(seg, source, ks.map((k) => states[k]!), ks.map((k) => nll[k]));
+          else if (isGather(seg)) for (const k of ks) await this.gather(seg, states[k]!, source);
+          else await this.runPiece(s, source, ks.map((k) => states[k]!));
+          progress.tick(ks.length);
+        }
+        const held = states.reduce((a, st) => a + (st ?? []).reduce((n, b) => n + [...b.carried.values()].reduce((m, x) => m + x.byteLength, 0), 0), 0);
+        this.activationBytes = Math.max(this.activationBytes, held);
+      }
+    } finally {
+      progress.done();
+    }
+    const mean = (k: number) => {
+      if (nll[k].count === 0) throw new UsageError('a loss needs at least one sequence of 2 or more tokens');
+      return nll[k].sum / nll[k].count;
+    };
+    return { base: mean(0), branches: branches.map((_, i) => mean(i + 1)) };
+  }
+
+  /** Piece `s` from `source` over each state's batches, their carried values moved on past it. */
+  private async runPiece(s: number, source: ModelSource, states: Batch[][]): Promise<void> {
+    const seg = this.segments[s];
+    const t0 = performance.now();
+    const { session } = await this.open(seg, [], source);
+    const t1 = performance.now();
+    try {
+      for (const batches of states) {
+        for (const b of batches) {
+          const outputs = await session.run(this.feeds(seg, b, [b.length - 1]));
+          const carried = new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]));
+          for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
+          b.carried = carried;
+        }
+      }
+      this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
+    } finally {
+      await session.release();
+    }
+  }
+
+  /** The head from `source` on each state, one sequence at a time (its [T, V] logits), next-token losses summed into `into`. */
+  private async headLosses(seg: Segment, source: ModelSource, states: Batch[][], into: { sum: number; count: number }[]): Promise<void> {
+    const { session } = await this.open(seg, [], source);
+    const V = this.graph.spec.vocabSize;
+    try {
+      for (const [k, batches] of states.entries()) {
+        for (const b of batches) {
+          if (b.length < 2) continue;
+          const positions = Array.from({ length: b.length }, (_, t) => t);
+          for (const [row, ids] of b.ids.entries()) {
+            const one: Batch = { sequences: [b.sequences[row]], length: b.length, ids: [ids], carried: new Map() };
+            for (const [v, x] of b.carried) {
+              const n = x.length / b.ids.length;
+              one.carried.set(v, x.subarray(row * n, (row + 1) * n));
+            }
+            const logits = (await session.run(this.feeds(seg, one, positions)))[IO.logits].data as Float32Array;
+            for (let t = 0; t + 1 < b.length; t++) {
+              const o = t * V;
+              let max = -Infinity;
+              for (let i = 0; i < V; i++) if (logits[o + i] > max) max = logits[o + i];
+              let sum = 0;
+              for (let i = 0; i < V; i++) sum += Math.exp(logits[o + i] - max);
+              into[k].sum += max + Math.log(sum) - logits[o + ids[t + 1]];
+              into[k].count++;
+            }
+          }
+        }
+      }
+    } finally {
+      await session.release();
+    }
   }
 
   /**

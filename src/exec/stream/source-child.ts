@@ -1,0 +1,36 @@
+/**
+ * The child process of sourceLogits (./reference.ts): opens the checkpoint directory it is sent,
+ * writes every window's streamed logits to the file named, reports progress and the result (or the
+ * one-line error) to its parent, and exits, handing back everything onnxruntime and the allocator
+ * kept of the pieces it ran.
+ */
+import { openCheckpoint } from '../../core/checkpoint/checkpoint.js';
+import { LlmcError } from '../../core/errors.js';
+import type { Progress } from '../../core/util/progress.js';
+import { writeStreamedLogits, type ChildJob, type ChildMessage } from './reference.js';
+
+const send = (m: ChildMessage) => new Promise<void>((resolve) => process.send!(m, undefined, {}, () => resolve()));
+
+const progress: Progress = {
+  start: (label, total) => void send({ kind: 'start', label, total }),
+  tick: (units) => void send({ kind: 'tick', units }),
+  done: () => void send({ kind: 'done' }),
+};
+
+process.once('message', (job: ChildJob) => {
+  void (async () => {
+    try {
+      const source = await openCheckpoint(job.dir, { allowNonFinite: job.allowNonFinite });
+      if ((await source.identity()) !== job.identity) throw new LlmcError('changed while it was being evaluated (its sha256 is not the one the evaluation started with)', job.dir);
+      const result = await writeStreamedLogits(source, job.windows, job.file, { threads: job.threads, progress });
+      await source.close();
+      await send({ kind: 'result', result });
+    } catch (e) {
+      if (e instanceof LlmcError) await send({ kind: 'error', message: e.message, file: e.file, exitCode: e.exitCode });
+      else await send({ kind: 'error', message: `internal: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`, exitCode: 1 });
+    }
+    process.disconnect();
+  })();
+});
+// the parent gone (Ctrl-C reaches both), this process ends too
+process.on('disconnect', () => process.exit(0));

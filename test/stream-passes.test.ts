@@ -1,0 +1,65 @@
+/**
+ * The passes' remaining measurements layer-streamed (src/exec/stream) against the whole-model
+ * Engine, the independent reference: reorder's anchor-layer losses (each layer replaced by identity)
+ * and the base loss, and a masked level's loss, to float32 rounding, on stories260K, dense-28M and
+ * moe-8x.
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
+import { Engine } from '../src/exec/engine/index.js';
+import { StreamEngine } from '../src/exec/stream/engine.js';
+import { maskedLoss, maskSource, skipLayerMasks } from '../passes/reorder/masks.js';
+import { STORIES } from './stories-engine.js';
+
+const TRAINED = path.resolve(__dirname, '../../shared/models/trained');
+
+for (const [name, dir] of [
+  ['stories260K', STORIES],
+  ['dense-28M', path.join(TRAINED, 'dense-28M')],
+  ['moe-8x', path.join(TRAINED, 'moe-8x')],
+] as const) {
+  const present = existsSync(dir);
+  if (!present) console.log(`skipping the streamed pass measurements on ${name}: ${dir} is absent`);
+  describe.skipIf(!present)(`streamed pass measurements on ${name}`, () => {
+    let ck: Checkpoint;
+    beforeAll(async () => {
+      ck = await openCheckpoint(dir);
+    });
+    afterAll(async () => {
+      await ck?.close();
+    });
+
+    const windows = (n: number, T: number, seed: number) => {
+      let s = seed;
+      return Array.from({ length: n }, () =>
+        Array.from({ length: T }, () => {
+          s = (s * 1103515245 + 12345) >>> 0;
+          return s % ck.spec.vocabSize;
+        }),
+      );
+    };
+
+    test('anchor-layer losses: one streamed sweep equals the whole graph with each layer masked out', async () => {
+      const seqs = [...windows(2, 24, 5), ...windows(1, 17, 9)];
+      const L = ck.spec.numLayers;
+      const engine = await Engine.open(ck, { threads: 1 });
+      const base = Math.log(await engine.perplexity(seqs));
+      await engine.close();
+      // the whole-graph reference builds a model per layer: every layer on stories260K, the first and last elsewhere (test time)
+      const checked = name === 'stories260K' ? Array.from({ length: L }, (_, l) => l) : [0, L - 1];
+      const want = new Map<number, number>();
+      for (const l of checked) want.set(l, await maskedLoss(ck, skipLayerMasks(ck.spec, l), seqs));
+      const stream = new StreamEngine(ck, { threads: 1, batchTokens: 48 });
+      const at = (l: number) => stream.segments.findIndex((g) => g.layer === l);
+      const got = await stream.losses(seqs, Array.from({ length: L }, (_, l) => ({ source: maskSource(ck, skipLayerMasks(ck.spec, l), 'mask'), from: at(l), until: at(l) + 1 })));
+      expect(Math.abs(got.base - base)).toBeLessThan(1e-5 * Math.max(1, base));
+      for (const [l, w] of want) expect(Math.abs(got.branches[l] - w), `layer ${l}`).toBeLessThan(1e-5 * Math.max(1, w));
+      // the layers matter differently: a sweep that mixed the branches up would not give these
+      expect(new Set(got.branches.map((x) => x.toFixed(6))).size).toBe(L);
+      // one session per piece for the model, one more per skipped layer: L²/2 layer runs, not L forwards
+      expect(stream.timings.filter((t) => t.id.startsWith('l')).length).toBe(2 * L);
+    });
+  });
+}
