@@ -69,7 +69,7 @@ async function recoveryRun(src: ModelSource, cacheDir: string, options: Record<s
   return {
     fullPpl: round(full, 3),
     uniformPpl: vocab,
-    recovery: { rank: md.recovery!.rank, steps, batch: md.recovery!.batch, lr: md.recovery!.lr, data: md.recovery!.data.count },
+    recovery: { rank: md.recovery!.method === 'lora' ? md.recovery!.rank : null, steps, batch: md.recovery!.batch, lr: md.recovery!.lr, data: md.recovery!.data.count },
     levels,
     bars: {
       at75: { ...a75, goal: 0.8, metLoss: (a75.gapClosed?.loss ?? 0) >= 0.8, metPpl: (a75.gapClosed?.ppl ?? 0) >= 0.8 },

@@ -21,6 +21,7 @@ import { suite as pool } from './pool.bench.js';
 import { suite as qdot } from './qdot.bench.js';
 import { suite as quality } from './quality.bench.js';
 import { suite as stream } from './stream.bench.js';
+import { suite as elasticQuality } from './elastic-quality.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -50,4 +51,5 @@ export const SUITES: SuiteEntry[] = [
   qdot,
   quality,
   stream,
+  elasticQuality,
 ];

@@ -132,4 +132,20 @@ describe('elastic widths = masked full model', () => {
     expect(() => m.forward([1], undefined, { widths: [{ kvGroups: 3 }, { kvGroups: 1 }] })).toThrow(/kvGroups = 3 is outside 1\.\.2/);
     expect(() => m.forward([1], undefined, { widths: [{ kvGroups: 1 }] })).toThrow(/1 entries for 2 layers/);
   });
+
+  it('refuses a KV cache filled at other widths; the same widths (or full ones spelled out) go on', async () => {
+    const m = await loadDir(path.join(tmp, 'llama-full'));
+    const narrow = [{ kvGroups: 1, ffn: 50 }, { kvGroups: 2, qHeadsPerGroup: 1 }];
+    const cache = m.newCache();
+    m.forward([1, 7, 3], cache);
+    expect(() => m.forward([5], cache, { widths: narrow })).toThrow(/KV cache was filled at other elastic widths \(full widths\) than this call's \(a narrower level\)/);
+    expect(cache.length).toBe(3);
+    const full = [{ kvGroups: 2 }, { kvGroups: 2, qHeadsPerGroup: m.spec.numHeads / m.spec.numKvHeads }];
+    m.forward([5], cache, { widths: full });
+    const c2 = m.newCache();
+    m.forward([1, 7], c2, { widths: narrow });
+    expect(() => m.forward([3], c2)).toThrow(/filled at other elastic widths \(a narrower level\) than this call's \(full widths\)/);
+    m.forward([3], c2, { widths: narrow.map((w) => ({ ...w })) });
+    expect(c2.length).toBe(3);
+  });
 });

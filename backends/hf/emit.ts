@@ -135,7 +135,8 @@ async function writePeftAdapters(unit: CompileUnit, outDir: string): Promise<{ f
   const record = findRecord(unit.records, ELASTIC_LEVELS);
   const files: string[] = [];
   const levels: { id: string; dir: string }[] = [];
-  if (!record?.recovery) return { files, levels };
+  if (record?.recovery?.method !== 'lora') return { files, levels };
+  const recovery = record.recovery;
   for (const lv of record.levels) {
     const tensors: { name: string; dtype: FloatDType; shape: number[]; bytes: () => Promise<Uint8Array> }[] = [];
     let rank = 0;
@@ -167,7 +168,7 @@ async function writePeftAdapters(unit: CompileUnit, outDir: string): Promise<{ f
       r: rank,
       lora_alpha: alpha,
       lora_dropout: 0,
-      target_modules: record.recovery.targets,
+      target_modules: recovery.targets,
       bias: 'none',
       fan_in_fan_out: false,
       inference_mode: true,

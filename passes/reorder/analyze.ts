@@ -21,7 +21,8 @@ import type { Pass, PassContext } from '../../src/core/pipeline/pass.js';
 import { evolve } from '../../src/core/pipeline/unit.js';
 import { ELASTIC_LEVELS, type ElasticLevels, type Recovery } from '../../src/core/records/elastic.js';
 import type { LowRankAdapter, TensorAnnotation } from '../../src/core/pipeline/unit.js';
-import { adapterTargets, recoverLevels, recoverSettings, type RecoverRequest } from './recover.js';
+import { adapterTargets, recoverLevels, recoverSettings, type LevelRecovery, type RecoverRequest } from './recover.js';
+import { distillLevels, type DistillSettings } from './distill.js';
 import {
   activationScores,
   magnitudeScores,
@@ -159,6 +160,16 @@ class Measurements {
   }
 }
 
+/** Held-out perplexity of a model on onnxruntime (the distilled full model). */
+async function perplexityOf(source: ModelSource, seqs: number[][]): Promise<number> {
+  const engine = await Engine.open(source);
+  try {
+    return await engine.perplexity(seqs);
+  } finally {
+    await engine.close();
+  }
+}
+
 /** Anchor count the options ask for (`default`: round(L·6/32)); explicit lists are not measured. */
 const anchorCount = (o: ReorderOptions, L: number) => (Array.isArray(o.anchors) ? 0 : o.anchors === 'default' ? Math.round((L * 6) / 32) : o.anchors);
 
@@ -252,7 +263,38 @@ export async function analyzeReorder(
     let recovery: Recovery | null = null;
     let heldOutPpl: number | undefined;
     let training: RecoverRequest['training'] = null;
-    if (o.recover) {
+    let shipped: ModelSource = permuted;
+    let distilled: { before: Map<string, LevelRecovery>; trainedFull: boolean } | null = null;
+    if (o.recover?.method === 'distill') {
+      if (full.params > RECOVER_MAX_PARAMS) {
+        notes.push(`recovery skipped: ${(full.params / 1e6).toFixed(0)}M parameters is more than the in-process trainer takes (${RECOVER_MAX_PARAMS / 1e6}M; reorder.recover=none silences this)`);
+      } else {
+        const r = o.recover;
+        const data = await trainingSet(source, calib, r.data, r.seed, { cacheDir: ctx.cacheDir, engine: m.engine });
+        if (data.droppedHeldOut) notes.push(`recovery: ${data.droppedHeldOut} training sequence(s) equal to held-out ones dropped`);
+        const settings: DistillSettings = {
+          steps: r.steps === 'auto' ? Math.max(1, Math.floor(data.seqs.length / r.batch)) : r.steps,
+          lr: r.lr,
+          batch: r.batch,
+          seed: r.seed,
+          levelsPerStep: r.levelsPerStep,
+          ce: r.ce,
+          fullWeight: r.fullWeight,
+        };
+        const before = evaluate ? (await recoverLevels({ model: permuted, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training: null, threads: 1, cacheDir: ctx.cacheDir, progress })).levels : new Map<string, LevelRecovery>();
+        const d = await distillLevels(permuted, [...levels, full], data.seqs, settings, progress);
+        shipped = d.source;
+        distilled = { before, trainedFull: true };
+        recovery = {
+          method: 'distill',
+          ...settings,
+          tokens: d.tokens,
+          bestStep: d.bestStep,
+          data: { source: calib.spec.source, count: data.seqs.length, length: calib.spec.length, profile: data.key },
+        };
+        if (d.bestStep === 0) notes.push('recovery: no distillation checkpoint beat the reordered weights on the validation sequences; the levels ship untrained');
+      }
+    } else if (o.recover) {
       if (!ctx.target.capabilities.adapters) notes.push(`recovery skipped: target ${ctx.target.name} writes no per-level adapters (reorder.recover=none silences this)`);
       else if (full.params > RECOVER_MAX_PARAMS) {
         notes.push(`recovery skipped: ${(full.params / 1e6).toFixed(0)}M parameters is more than the in-process trainer takes (${RECOVER_MAX_PARAMS / 1e6}M; reorder.recover=none silences this)`);
@@ -271,9 +313,18 @@ export async function analyzeReorder(
     }
     if (evaluate || training) {
       const threads = o.recover?.threads ?? undefined;
-      const r = await recoverLevels({ model: permuted, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, threads, cacheDir: ctx.cacheDir, progress });
+      const r = await recoverLevels({ model: shipped, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, threads, cacheDir: ctx.cacheDir, progress });
       // The full model's perplexity as onnxruntime measures it (what evaluation compares against); levels on tfjs.
       heldOutPpl = await m.heldOutPpl(calib);
+      if (distilled && recovery?.method === 'distill') {
+        // The shipped full model is the trained one: measured the same way, the original's kept beside it.
+        recovery.originalHeldOutPpl = heldOutPpl;
+        heldOutPpl = await perplexityOf(shipped, calib.heldOut);
+        for (const lv of levels) {
+          const b = distilled.before.get(lv.id)?.before;
+          if (b) lv.unrecovered = b;
+        }
+      }
       full.heldOutPpl = heldOutPpl;
       full.agreement = 1;
       for (const lv of levels) {
@@ -311,7 +362,7 @@ export async function analyzeReorder(
       recovery,
       notes,
     };
-    return { metadata, orders, scores, timeMs: m.timeMs, source: permuted, adapters };
+    return { metadata, orders, scores, timeMs: m.timeMs, source: shipped, adapters };
   } finally {
     await m.close();
   }

@@ -30,12 +30,21 @@ export interface ReorderOptions {
   evaluate: boolean | 'auto';
   /** Level fractions measure all parameters (`total`, default) or decoder-layer parameters (`blocks`, as ELMS's table). */
   sizeBy: 'total' | 'blocks';
-  /** Recovery of each level (LoRA distilled from the full model), or none. */
+  /** Recovery of each level (LoRA distilled from the full model, or joint distillation of the shared weights), or none. */
   recover: RecoverOptions | null;
 }
 
-/** `reorder.recover=lora` and its settings (passes/reorder/recover.ts). */
+/**
+ * `reorder.recover=lora` (per-level adapters, passes/reorder/recover.ts) or `distill` (the shared
+ * weights trained for all levels at once, passes/reorder/distill.ts) and their settings. The LoRA
+ * keys (rank, alpha, threads, targets, init) are refused with distill.
+ */
 export interface RecoverOptions {
+  method: 'lora' | 'distill';
+  /** distill: weight of the full level's term (the others weigh 1). */
+  fullWeight: number;
+  /** distill: levels in each step's loss (the full one, the smallest, random others). */
+  levelsPerStep: number;
   rank: number;
   alpha: number;
   /** Steps per level, or `auto`: a budget shared by the levels trained (autoSteps in recover.ts). */
@@ -58,6 +67,13 @@ export interface RecoverOptions {
 
 export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 'auto', lr: 1.5e-2, data: 1024, batch: 8, ce: 0, targets: 'auto', init: 'chain' } as const;
 
+/** reorder.recover=distill's defaults: ≥ 1M training tokens (text: every calibration window there is), one pass over them. */
+export const DISTILL_DEFAULTS = { tokens: 1_000_000, lr: 5e-4, batch: 16, fullWeight: 3, levelsPerStep: 3 } as const;
+
+/** Keys only LoRA recovery reads (refused with recover=distill). */
+const LORA_ONLY = ['recoverRank', 'recoverAlpha', 'recoverThreads', 'recoverTargets', 'recoverInit'] as const;
+const DISTILL_ONLY = ['recoverFullWeight', 'recoverLevelsPerStep'] as const;
+
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
   { key: 'calib', help: 'calibration sequences', default: '10' },
@@ -70,7 +86,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'quantBlock', help: "in-sliced widths are multiples of this", default: "the target's quantization block" },
   { key: 'evaluate', help: 'measure held-out perplexity per level: true | false | auto', default: 'auto (models up to 50M parameters)' },
   { key: 'sizeBy', help: 'a level\'s fraction counts all parameters (total) or decoder-layer ones (blocks)', default: 'total' },
-  { key: 'recover', help: 'recovery per level: lora (adapters distilled from the full model) | none', default: 'lora' },
+  { key: 'recover', help: 'recovery of the levels: lora (per-level adapters distilled from the full model) | distill (the shared weights trained for all levels at once, no adapters) | none', default: 'lora' },
   { key: 'recoverRank', help: 'LoRA rank of the recovery adapters', default: String(RECOVER_DEFAULTS.rank) },
   { key: 'recoverAlpha', help: 'LoRA alpha (the adapters are scaled by alpha/rank)', default: String(RECOVER_DEFAULTS.alpha) },
   { key: 'recoverSteps', help: 'training steps per level, or auto: about 360 steps per chain shared by its levels (80 to 240 each; 80 with the default 10 levels, 240 with 0.5,0.75,1)', default: RECOVER_DEFAULTS.steps },
@@ -81,6 +97,8 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverThreads', help: 'levels trained at once, one worker thread each (with recoverInit=chain: chains, two); results do not depend on it', default: 'the cores, at most 4' },
   { key: 'recoverTargets', help: `projections that get adapters, a list of ${PROJECTIONS.join(', ')}, or auto: o,down when levels train fewer than 160 steps, o,up,down from 160`, default: RECOVER_DEFAULTS.targets },
   { key: 'recoverInit', help: "the adapters' start: chain (levels train largest first in two chains, each from the next larger level's adapters) | zero (LoRA's B = 0) | fit (rank-r least-squares correction toward the full model)", default: RECOVER_DEFAULTS.init },
+  { key: 'recoverFullWeight', help: 'distill: weight of the full level in each step\'s loss (the others weigh 1)', default: String(DISTILL_DEFAULTS.fullWeight) },
+  { key: 'recoverLevelsPerStep', help: 'distill: levels in each step\'s loss (the full one, the smallest, then random others)', default: String(DISTILL_DEFAULTS.levelsPerStep) },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
 ];
 
@@ -125,7 +143,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
     evaluate = raw.evaluate === 'auto' ? 'auto' : raw.evaluate === 'true';
   }
   const recoverMode = (raw.recover ?? 'lora').trim();
-  if (recoverMode !== 'lora' && recoverMode !== 'none') throw new UsageError(`reorder.recover must be lora or none, got "${raw.recover}"`);
+  if (recoverMode !== 'lora' && recoverMode !== 'distill' && recoverMode !== 'none') throw new UsageError(`reorder.recover must be lora, distill or none, got "${raw.recover}"`);
   const num = (key: string, v: string | undefined, dflt: number, min: number) => {
     if (v === undefined) return dflt;
     const x = Number(v);
@@ -135,29 +153,37 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
   const d = RECOVER_DEFAULTS;
   const seed = raw.seed !== undefined ? int('seed', raw.seed, 0) : 42;
   const recoverKeys = Object.keys(raw).filter((k) => k.startsWith('recover') && k !== 'recover');
-  if (recoverMode === 'none' && recoverKeys.length) throw new UsageError(`reorder.${recoverKeys[0]} needs reorder.recover=lora`);
+  if (recoverMode === 'none' && recoverKeys.length) throw new UsageError(`reorder.${recoverKeys[0]} needs reorder.recover=lora or distill`);
+  const distill = recoverMode === 'distill';
+  const wrong = recoverKeys.find((k) => (distill ? (LORA_ONLY as readonly string[]) : (DISTILL_ONLY as readonly string[])).includes(k));
+  if (wrong) throw new UsageError(`reorder.${wrong} applies to reorder.recover=${distill ? 'lora' : 'distill'} only`);
+  const calibLength = raw.calibLength !== undefined ? int('calibLength', raw.calibLength, 2) : 64;
+  const dd = DISTILL_DEFAULTS;
   const recover: RecoverOptions | null =
     recoverMode === 'none'
       ? null
       : {
+          method: recoverMode,
           rank: raw.recoverRank !== undefined ? int('recoverRank', raw.recoverRank, 1) : d.rank,
           alpha: num('recoverAlpha', raw.recoverAlpha, d.alpha, 0),
           steps: raw.recoverSteps !== undefined ? stepsOption(raw.recoverSteps) : d.steps,
-          lr: num('recoverLr', raw.recoverLr, d.lr, 0),
+          lr: num('recoverLr', raw.recoverLr, distill ? dd.lr : d.lr, 0),
           seed: raw.recoverSeed !== undefined ? int('recoverSeed', raw.recoverSeed, 0) : seed,
-          data: raw.recoverData !== undefined ? int('recoverData', raw.recoverData, 1) : d.data,
-          batch: raw.recoverBatch !== undefined ? int('recoverBatch', raw.recoverBatch, 1) : d.batch,
+          data: raw.recoverData !== undefined ? int('recoverData', raw.recoverData, 1) : distill ? Math.ceil(dd.tokens / calibLength) : d.data,
+          batch: raw.recoverBatch !== undefined ? int('recoverBatch', raw.recoverBatch, 1) : distill ? dd.batch : d.batch,
           ce: num('recoverCe', raw.recoverCe, d.ce, 0),
           threads: raw.recoverThreads !== undefined ? int('recoverThreads', raw.recoverThreads, 1) : null,
           targets: raw.recoverTargets !== undefined && raw.recoverTargets.trim() !== 'auto' ? projections(raw.recoverTargets) : d.targets,
           init: raw.recoverInit !== undefined ? initMode(raw.recoverInit) : d.init,
+          fullWeight: num('recoverFullWeight', raw.recoverFullWeight, dd.fullWeight, 0),
+          levelsPerStep: raw.recoverLevelsPerStep !== undefined ? int('recoverLevelsPerStep', raw.recoverLevelsPerStep, 1) : dd.levelsPerStep,
         };
   const sizeBy = raw.sizeBy ?? 'total';
   if (sizeBy !== 'total' && sizeBy !== 'blocks') throw new UsageError(`reorder.sizeBy must be total or blocks, got "${sizeBy}"`);
   return {
     importance: importance as ReorderOptions['importance'],
     calibCount: raw.calib !== undefined ? int('calib', raw.calib, 1) : 10,
-    calibLength: raw.calibLength !== undefined ? int('calibLength', raw.calibLength, 2) : 64,
+    calibLength,
     calibText: raw.calibText?.trim() || null,
     seed,
     heldOut: raw.heldOut !== undefined ? int('heldOut', raw.heldOut, 1) : 10,

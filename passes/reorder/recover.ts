@@ -354,10 +354,10 @@ export function lowRankTerms(adapters: readonly Adapter[], rank: number, scale: 
 }
 
 /** Soft cross-entropy against the teacher's probabilities (= KL + the teacher's entropy) + ce · data CE. */
-export function distillLoss(model: TfModel, ids: number[][], opts: RunOptions, teacherProbs: tf.Tensor2D, ce: number): tf.Scalar {
+export function distillLoss(model: TfModel, ids: number[][], opts: RunOptions, teacherProbs: tf.Tensor2D, ce: number, override?: Map<string, tf.Tensor>): tf.Scalar {
   const B = ids.length;
   const T = ids[0].length;
-  const logits = model.logits(ids, opts);
+  const logits = model.logits(ids, opts, override);
   const V = logits.shape[1];
   // Predicting positions only (the last has no next token in the data): row weights, not a gather
   // (gather's gradient needs a kernel tfjs's wasm backend lacks).

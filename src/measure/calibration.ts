@@ -79,7 +79,7 @@ export async function textFileSpec(file: string): Promise<{ text: string; sha256
  * The file's whole windows of `length` ids, in order: the text tokenized with the model's own
  * tokenizer, or, for a file of token ids (see idSequencesOf), its sequences as they are.
  */
-async function textWindows(source: ModelSource, length: number, file: string): Promise<number[][]> {
+export async function textWindows(source: ModelSource, length: number, file: string): Promise<number[][]> {
   const { readFile } = await import('node:fs/promises');
   const text = await readFile(file, 'utf8');
   const ids = idSequencesOf(text, source.spec.vocabSize, file);

@@ -65,6 +65,11 @@ export function formatLevelTable(record: ElasticLevels, rows: LevelRow[], vocabS
   if (record.heldOutPpl !== undefined) notes.push(`full model: held-out perplexity ${ppl(record.heldOutPpl)}; uniform guessing: ${vocabSize}`);
   if (rows.some((r) => r.worseThanUniform)) notes.push(`! worse than uniform guessing over the ${vocabSize}-token vocabulary: that level's output is noise`);
   if (rows.every((r) => r.heldOutPpl === undefined)) notes.push('held-out quality not measured (--opt reorder.evaluate=true measures it)');
-  if (recovered) notes.push(`recovery: LoRA r=${record.recovery?.rank}, ${record.recovery?.steps} steps per level, distilled from the full model`);
+  const rec = record.recovery;
+  if (recovered && rec?.method === 'lora') notes.push(`recovery: LoRA r=${rec.rank}, ${rec.steps} steps per level, distilled from the full model`);
+  if (rec?.method === 'distill') {
+    const was = rec.originalHeldOutPpl !== undefined ? ` (full model before training ${ppl(rec.originalHeldOutPpl)})` : '';
+    notes.push(`recovery: joint elastic distillation of the shared weights, ${rec.steps} steps over ${rec.tokens} tokens, weights of step ${rec.bestStep} kept${was}`);
+  }
   return [...out, ...notes].join('\n');
 }

@@ -55,7 +55,33 @@ export interface LevelQuality {
 }
 
 /** How levels were recovered (record version 2; null: not recovered). */
-export interface Recovery {
+export type Recovery = LoraRecovery | DistillRecovery;
+
+/**
+ * Joint elastic distillation: the shared weights were trained for all levels at once (each level is
+ * still a prefix slice of the one weight set; no adapters). The artifact's weights are the trained ones.
+ */
+export interface DistillRecovery {
+  method: 'distill';
+  steps: number;
+  lr: number;
+  batch: number;
+  ce: number;
+  seed: number;
+  /** Weight of the full level's term; levels in each step's loss. */
+  fullWeight: number;
+  levelsPerStep: number;
+  /** Training tokens seen (steps × batch × length). */
+  tokens: number;
+  /** The step whose weights were kept (lowest validation loss over the levels; 0: the reordered weights). */
+  bestStep: number;
+  /** The full model before training (held-out), when evaluated: the trained full level is measured against it. */
+  originalHeldOutPpl?: number;
+  data: { source: 'self-generated' | { text: string; sha256: string }; count: number; length: number; profile: string };
+}
+
+/** Per-level LoRA adapters distilled from the full model. */
+export interface LoraRecovery {
   method: 'lora';
   /** LoRA rank and alpha: a level's linear computes x·(W + (alpha/rank)·B·A)ᵀ over its kept units. */
   rank: number;
@@ -138,9 +164,10 @@ export const ELASTIC_LEVELS = defineRecord<ElasticLevels>('elastic-prefix/2', 'e
   const v1 = o.format === 'elastic-prefix/1';
   if (!v1 && o.recovery !== null) {
     const r = c.obj(o.recovery, 'recovery');
-    if (r.method !== 'lora') c.fail('recovery.method', `must be "lora", got ${summarize(r.method)}`);
-    for (const k of ['rank', 'steps', 'batch'] as const) c.int(r[k], `recovery.${k}`, 1);
-    for (const k of ['alpha', 'lr', 'ce'] as const) c.num(r[k], `recovery.${k}`);
+    if (r.method !== 'lora' && r.method !== 'distill') c.fail('recovery.method', `must be "lora" or "distill", got ${summarize(r.method)}`);
+    const ints = r.method === 'lora' ? (['rank', 'steps', 'batch'] as const) : (['steps', 'batch', 'levelsPerStep', 'tokens'] as const);
+    for (const k of ints) c.int(r[k], `recovery.${k}`, 1);
+    for (const k of r.method === 'lora' ? (['alpha', 'lr', 'ce'] as const) : (['fullWeight', 'lr', 'ce'] as const)) c.num(r[k], `recovery.${k}`);
   }
   c.arr(o.levels, 'levels').forEach((l, i) => readLevel(c, l, `levels[${i}]`));
   readLevel(c, o.full, 'full');

@@ -86,6 +86,40 @@ export class TfModel {
     return new TfModel(source, graph, weights, init.backend);
   }
 
+  /** A weight's current values as stored (linears [out, in]); training reads and replaces them. */
+  async weight(name: string): Promise<Float32Array> {
+    const t = this.weights.get(name);
+    if (!t) throw new LlmcError(`tfjs lowering: no weight "${name}"`);
+    return (await t.data()) as Float32Array;
+  }
+
+  /**
+   * Replace a weight (joint elastic distillation trains the shared weights): `data` in the stored
+   * layout, or for a linear `transposed` ([in, out], the layout gradients come in); both copies of a
+   * linear follow, so the backward's dx = dy·W uses the new values.
+   */
+  setWeight(name: string, data: Float32Array, transposed = false): void {
+    const old = this.weights.get(name);
+    const oldT = this.weights.get(`${name}#T`);
+    if (!old || (transposed && !oldT)) throw new LlmcError(`tfjs lowering: no ${transposed ? 'linear ' : ''}weight "${name}"`);
+    if (transposed) {
+      const tT = tf.tensor(data, oldT!.shape, 'float32');
+      this.weights.set(name, tf.transpose(tT));
+      this.weights.set(`${name}#T`, tT);
+    } else {
+      const t = tf.tensor(data, old.shape, 'float32');
+      this.weights.set(name, t);
+      if (oldT) this.weights.set(`${name}#T`, tf.transpose(t));
+    }
+    old.dispose();
+    oldT?.dispose();
+  }
+
+  /** Names of the weights the tfjs model holds (linears also under `name#T`). */
+  weightNames(): string[] {
+    return [...this.weights.keys()].filter((n) => !n.endsWith('#T'));
+  }
+
   dispose(): void {
     for (const t of this.weights.values()) t.dispose();
     this.weights.clear();

@@ -66,9 +66,32 @@ export interface InterpreterOptions {
 }
 
 /** Per-layer keys and values of the positions seen so far. Make one with `model.newCache()`. */
+/** Adapter sets by identity (a level's adapters are one object per level). */
+const adapterIds = new WeakMap<object, number>();
+let nextAdapterId = 1;
+
+/** What a KV cache's contents depend on beyond the weights: each layer's widths and the adapter set. */
+function levelKey(s: ArchSpec, widths: readonly LayerWidth[] | undefined, adapters: object | undefined): string {
+  const R = s.numHeads / s.numKvHeads;
+  const ffn = s.moe ? s.moe.expertIntermediateSize : s.intermediateSize;
+  const full = (x: LayerWidth) =>
+    x.kvGroups === s.numKvHeads && (x.qHeadsPerGroup ?? R) === R && (x.ffn ?? ffn) >= ffn && !x.expertFfn && x.denseFfn === undefined && x.sharedFfn === undefined;
+  const w = !widths || widths.every(full) ? 'full' : JSON.stringify(widths);
+  if (!adapters) return w;
+  if (!adapterIds.has(adapters)) adapterIds.set(adapters, nextAdapterId++);
+  return `${w}+adapters#${adapterIds.get(adapters)}`;
+}
+
+const describeKey = (k: string) => `${k.startsWith('full') ? 'full widths' : 'a narrower level'}${k.includes('+adapters') ? ' with recovery adapters' : ''}`;
+
 export class KvCache {
   length = 0;
   capacity = 0;
+  /**
+   * The widths and adapters the cached keys and values were computed at (an elastic level): another
+   * level's keys differ (its layers see other hidden states), so a call at another level is refused.
+   */
+  filledAt: string | undefined;
   k: Float32Array[];
   v: Float32Array[];
   constructor(
@@ -395,6 +418,11 @@ export class Interpreter {
     }
     for (const p of positions) if (!Number.isInteger(p) || p < 0 || p >= T) throw new LlmcError(`forward: logit row ${p} is outside the ${T} new tokens`);
     const pos0 = opts.pos0 ?? cache.length;
+    const at = levelKey(s, widths, opts.adapters);
+    if (pos0 > 0 && cache.filledAt !== undefined && cache.filledAt !== at) {
+      throw new LlmcError(`the KV cache was filled at other elastic widths (${describeKey(cache.filledAt)}) than this call's (${describeKey(at)}): start a fresh cache (newCache) or prefill again at this level`);
+    }
+    if (pos0 === 0) cache.filledAt = at;
     cache.reserve(pos0 + T);
     if (opts.tree) checkTree(opts.tree, T, pos0);
     // The engine's own tables (src/core/ir/rope.ts): the same scaling rules.
