@@ -168,7 +168,7 @@ export const reorderSection = recordSection<ElasticLevels>({
       const bytes = (i: number) => (rows ? (rows[i].bytesExact ? '' : '≈') + fmtBytes(rows[i].bytes) : '—');
       blocks.push({
         kind: 'table',
-        caption: `Elastic levels${rows?.some((r) => !r.bytesExact) ? ' (≈: the level\'s share of the files; its target reads no level on its own)' : ''}${recovered ? `; before recovery: the level without its LoRA adapters (r=${record?.recovery?.rank})` : ''}`,
+        caption: `Elastic levels${rows?.some((r) => !r.bytesExact) ? ' (≈: the level\'s share of the files; its target reads no level on its own)' : ''}${recovered ? `; before recovery: ${record?.recovery?.method === 'distill' ? 'the level sliced from the weights before joint distillation' : `the level without its LoRA adapters (r=${record?.recovery?.rank})`}` : ''}`,
         columns: ['level', 'requested', 'parameters', 'fraction', 'bytes', 'KV bytes/token', 'held-out ppl', 'greedy agree', ...(recovered ? ['before recovery: ppl', 'agree'] : [])],
         rows: levels.map((l, i) => [
           l.id,
