@@ -30,8 +30,8 @@ const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
 const HAVE = existsSync(ARCHS);
 if (!HAVE) console.log(`arch-families: ${ARCHS} is absent; the tests on transformers-written checkpoints are skipped`);
 const FAMILIES = ['qwen3', 'qwen3_moe', 'olmoe', 'olmo2', 'granite', 'smollm3', 'gemma2', 'gemma3_text', 'phi3'];
-/** The families qnn lowers (phi3 split at ingestion is Llama's layer); the others it refuses. */
-const QNN_TAKES = ['qwen3', 'olmo2', 'granite', 'smollm3', 'phi3'];
+/** The families qnn lowers (phi3 split at ingestion is Llama's layer); the others (MoE) it refuses. */
+const QNN_TAKES = ['qwen3', 'olmo2', 'granite', 'smollm3', 'gemma2', 'gemma3_text', 'phi3'];
 /** llama.cpp's architecture names (convert_hf_to_gguf.py's MODEL_ARCH of each class). */
 const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen3_moe: 'qwen3moe', olmoe: 'olmoe', olmo2: 'olmo2', granite: 'granite', smollm3: 'smollm3', gemma2: 'gemma2', gemma3_text: 'gemma3', phi3: 'phi3' };
 
@@ -228,7 +228,7 @@ describe.skipIf(!HAVE).each(FAMILIES)('%s through the hf and cuda targets', (nam
     }
   });
 
-  it('tensorrt-llm and qnn refuse the family in one line (qnn runs qwen3, olmo2, granite and smollm3: test/qnn-archs.test.ts)', async () => {
+  it('tensorrt-llm and qnn refuse the family in one line (qnn runs the dense ones: test/qnn-archs.test.ts)', async () => {
     const source = await openCheckpoint(dir);
     try {
       // phi3 split at ingestion is Llama's layer, which qnn lowers.
