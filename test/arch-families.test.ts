@@ -30,8 +30,8 @@ const ARCHS = path.resolve(__dirname, '../../shared/models/archs');
 const HAVE = existsSync(ARCHS);
 if (!HAVE) console.log(`arch-families: ${ARCHS} is absent; the tests on transformers-written checkpoints are skipped`);
 const FAMILIES = ['qwen3', 'qwen3_moe', 'olmoe', 'olmo2', 'granite', 'smollm3', 'gemma2', 'gemma3_text', 'phi3'];
-/** The families qnn lowers (phi3 split at ingestion is Llama's layer); the others it refuses. */
-const QNN_TAKES = ['qwen3', 'olmo2', 'granite', 'smollm3', 'phi3'];
+/** The families qnn lowers (phi3 split at ingestion is Llama's layer); the others (MoE) it refuses. */
+const QNN_TAKES = ['qwen3', 'olmo2', 'granite', 'smollm3', 'gemma2', 'gemma3_text', 'phi3'];
 /** The families TensorRT-LLM has no model for (tensorrt_llm/models MODEL_MAP). */
 const TRTLLM_LACKS = ['olmoe', 'olmo2', 'smollm3'];
 /** llama.cpp's architecture names (convert_hf_to_gguf.py's MODEL_ARCH of each class). */
@@ -230,7 +230,7 @@ describe.skipIf(!HAVE).each(FAMILIES)('%s through the hf and cuda targets', (nam
     }
   });
 
-  it('tensorrt-llm (where TensorRT-LLM has no such model) and qnn refuse the family in one line (qnn runs qwen3, olmo2, granite and smollm3: test/qnn-archs.test.ts; tensorrt-llm writes the others: test/tensorrt-llm-families.test.ts)', async () => {
+  it('tensorrt-llm (where TensorRT-LLM has no such model) and qnn (the MoE families) refuse the family in one line (qnn runs the dense ones: test/qnn-archs.test.ts; tensorrt-llm writes the others: test/tensorrt-llm-families.test.ts)', async () => {
     const source = await openCheckpoint(dir);
     try {
       // phi3 split at ingestion is Llama's layer, which qnn lowers.

@@ -260,8 +260,8 @@ describe('llmc list architectures', () => {
     expect(r.code).toBe(0);
     type Row = { modelType: string; layer: string[]; targets: Record<string, unknown>; passes: Record<string, boolean> };
     const by = new Map((JSON.parse(r.stdout) as Row[]).map((x) => [x.modelType, x]));
-    expect(by.get('gemma2')).toMatchObject({ layer: expect.arrayContaining(['sandwich-norms', 'GELU-tanh MLP', '(1 + w) norms', 'final logit soft-capping']), targets: { gguf: 'gemma2', cuda: true, qnn: false, 'tensorrt-llm': 'Gemma2ForCausalLM' } });
-    expect(by.get('gemma3_text')).toMatchObject({ layer: expect.arrayContaining(['per-head q/k norm', 'rope base per layer type']), targets: { gguf: 'gemma3', qnn: false }, passes: { reorder: true } });
+    expect(by.get('gemma2')).toMatchObject({ layer: expect.arrayContaining(['sandwich-norms', 'GELU-tanh MLP', '(1 + w) norms', 'final logit soft-capping']), targets: { gguf: 'gemma2', cuda: true, qnn: true, 'tensorrt-llm': 'Gemma2ForCausalLM' }, passes: { outliers: true } });
+    expect(by.get('gemma3_text')).toMatchObject({ layer: expect.arrayContaining(['per-head q/k norm', 'rope base per layer type']), targets: { gguf: 'gemma3', qnn: true }, passes: { reorder: true, outliers: true } });
     expect(by.get('phi3')).toMatchObject({ layer: [], targets: { gguf: 'phi3', qnn: true, cuda: true }, passes: { reorder: true, outliers: true } });
   });
 });

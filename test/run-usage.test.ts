@@ -92,8 +92,9 @@ describe('declared capabilities: each target declares what it lowers and runs, c
     expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('gguf'), TARGETS)).not.toThrow();
     expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('cuda'), TARGETS)).not.toThrow();
     expect(() => checkModelLowered(spec({}), target('tensorrt-llm'), TARGETS)).not.toThrow();
-    // The targets named take the model: qnn lowers a window, but not gemma2's layer.
-    expect(refusal(() => checkModelLowered(exampleSpec('gemma2'), target('tensorrt-llm'), TARGETS))).toMatch(/ \(targets that do: hf, ts, cuda\)$/);
+    // The targets named take the model: qnn lowers gemma2 and its window, but not attention soft-capping.
+    expect(refusal(() => checkModelLowered(exampleSpec('gemma2'), target('tensorrt-llm'), TARGETS))).toMatch(/ \(targets that do: hf, ts, cuda, qnn\)$/);
+    expect(refusal(() => checkModelLowered({ ...exampleSpec('gemma2'), attnSoftcap: 50 }, target('tensorrt-llm'), TARGETS))).toMatch(/ \(targets that do: hf, ts, cuda\)$/);
   });
 
   it('llmc list targets shows what each target runs and lowers, from the declarations', async () => {

@@ -48,7 +48,8 @@ const op = z.discriminatedUnion('op', [
   z.looseObject({ op: z.literal('linear'), out: v, x: v, weight: z.string(), bias: z.string().nullable(), inFeatures: count, outFeatures: count }),
   z.looseObject({ op: z.literal('rope'), out: v, x: v, cos: v, sin: v, heads: count, headDim: count }),
   z.looseObject({ op: z.literal('attention'), out: v, presentK: v, presentV: v, q: v, k: v, v, pastK: v, pastV: v, layer: offset, heads: count, kvHeads: count, headDim: count, slidingWindow: count.nullable() }),
-  z.looseObject({ op: z.enum(['silu', 'sigmoid']), out: v, x: v }),
+  z.looseObject({ op: z.enum(['silu', 'sigmoid', 'gelu_tanh']), out: v, x: v }),
+  z.looseObject({ op: z.literal('softcap'), out: v, x: v, cap: z.number().positive() }),
   z.looseObject({ op: z.enum(['mul', 'add']), out: v, a: v, b: v }),
   z.looseObject({ op: z.literal('gatherPositions'), out: v, x: v, positions: v }),
 ]);

@@ -11,11 +11,11 @@ import { OUTLIER_SCALES } from '../../src/core/records/outliers.js';
 import { QNN_FORMATS, QNN_OPTIONS, type QnnOptions } from './options.js';
 import { QNN_INFO, type QnnInfo } from './info.js';
 
-const QNN_TAKES = 'llama, mistral, qwen2, qwen3, smollm3, olmo2, granite and phi3';
+const QNN_TAKES = 'llama, mistral, qwen2, qwen3, smollm3, olmo2, granite, gemma2, gemma3_text and phi3';
 
-/** The layer features qnn lowers, taken away: what beyondLlama still names is refused. */
+/** The layer features qnn lowers, taken away: what beyondLlama still names is refused (attention soft-capping). */
 export function qnnLayer(spec: ArchSpec): ArchSpec {
-  return { ...spec, ropeLayers: null, normPlacement: spec.normPlacement === 'post' ? 'pre' : spec.normPlacement, qkNorm: null, multipliers: null };
+  return { ...spec, ropeLayers: null, normPlacement: 'pre', qkNorm: null, multipliers: null, hiddenAct: 'silu', rmsNormOffset: 0, finalSoftcap: null, localRope: null };
 }
 
 export const qnn: TargetDescriptor<QnnOptions, QnnInfo> = {

@@ -18,7 +18,8 @@ import { IO } from '../../src/core/ir/build.js';
 import type { ModelGraph, Op, V } from '../../src/core/ir/ir.js';
 import type { Subgraph } from '../../src/core/ir/subgraphs.js';
 import { opOutputs } from '../../src/core/ir/values.js';
-import { positionTables } from '../../src/core/ir/rope.js';
+import { localRopeSpec, positionTables } from '../../src/core/ir/rope.js';
+import { LlmcError } from '../../src/core/errors.js';
 import type { ActBits, QuantizedWeight } from '../../src/core/quant/w8a8.js';
 import { LLMC_VERSION } from '../../src/core/version.js';
 import { DECODER_IO, paddedCausalMask } from '../../src/exec/onnx/decoder.js';
@@ -160,13 +161,19 @@ const floatMode = (mask: LoweringMode['mask']): LoweringMode => ({ opset: OPSET,
 /** Reshape a [1, a, b, C] input to [1, c, C] (its name inside the graph). */
 const flatten = (b: OnnxGraphBuilder, v: V, chunk: Chunk, C: number) => b.node('Reshape', [v, b.i64([1, chunk.c, C])], [], `${v}.seq`);
 
-/** cos/sin of `position_ids` from tables baked into the graph (RoPE with positions as an input). */
-function ropeFromPositions(b: OnnxGraphBuilder, graph: ModelGraph): void {
+/** cos/sin of `position_ids` from tables baked into the graph (RoPE with positions as an input): the tables `ops` read (gemma3's sliding layers: their own base). */
+function ropeFromPositions(b: OnnxGraphBuilder, graph: ModelGraph, ops: readonly Op[]): void {
   const spec = graph.spec;
-  const tables = positionTables(spec, 'the QNN graph');
-  for (const which of ['cos', 'sin'] as const) {
-    const table = b.constFloat(`${which}_cache`, tables[which], [spec.maxPositions, spec.headDim / 2]);
-    b.node('Gather', [table, DECODER_IO.positionIds], [attr('axis', 0)], which === 'cos' ? IO.cos : IO.sin);
+  const reads = new Set(ops.flatMap((o) => (o.op === 'rope' ? [o.cos] : [])));
+  const local = localRopeSpec(spec);
+  for (const [cos, sin, s, suffix] of [[IO.cos, IO.sin, spec, ''], [IO.cosLocal, IO.sinLocal, local, '_local']] as const) {
+    if (!reads.has(cos)) continue;
+    if (!s) throw new LlmcError('internal: local rope tables of a model without a local rope');
+    const tables = positionTables(s, 'the QNN graph');
+    for (const which of ['cos', 'sin'] as const) {
+      const table = b.constFloat(`${which}${suffix}_cache`, tables[which], [spec.maxPositions, spec.headDim / 2]);
+      b.node('Gather', [table, DECODER_IO.positionIds], [attr('axis', 0)], which === 'cos' ? cos : sin);
+    }
   }
 }
 
@@ -178,7 +185,7 @@ function ropeFromPositions(b: OnnxGraphBuilder, graph: ModelGraph): void {
 export function lowerAttention(source: ModelSource, graph: ModelGraph, sg: Subgraph, chunk: Chunk, channels: ReadonlyMap<V, number>, pastLength?: number): LoweredGraph {
   const b = new OnnxGraphBuilder(source, floatMode(paddedCausalMask(DECODER_IO.attentionMask)));
   const roped = sg.ops.some((o) => o.op === 'rope');
-  if (roped) ropeFromPositions(b, graph);
+  if (roped) ropeFromPositions(b, graph, sg.ops);
   const acts = sg.inputs.filter((v) => channels.has(v));
   const renamed = new Map(acts.map((v) => [v, flatten(b, v, chunk, channels.get(v)!)]));
   const r = (v: V) => renamed.get(v) ?? v;
@@ -209,7 +216,7 @@ export function lowerAttention(source: ModelSource, graph: ModelGraph, sg: Subgr
 /** RoPE of a layer's q and k alone ([1, a, b, C] in and out, positions as an input): static, shared by every chunk. */
 export function lowerRope(source: ModelSource, graph: ModelGraph, sg: Subgraph, chunk: Chunk, channels: ReadonlyMap<V, number>): LoweredGraph {
   const b = new OnnxGraphBuilder(source, floatMode(() => ''));
-  ropeFromPositions(b, graph);
+  ropeFromPositions(b, graph, sg.ops);
   const ropes = sg.ops as Extract<Op, { op: 'rope' }>[];
   lowerOps(b, graph, ropes.map((op) => ({ ...op, x: flatten(b, op.x, chunk, channels.get(op.x)!), out: `${op.out}.seq` })));
   for (const op of ropes) b.node('Reshape', [`${op.out}.seq`, b.i64(view(chunk, channels.get(op.out)!))], [], op.out);

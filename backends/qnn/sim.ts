@@ -217,7 +217,7 @@ function weightTable(g: OnnxFile): WeightTable {
 type Program = (feeds: Feeds) => Feeds;
 
 function compileSubgraph(spec: ArchSpec, sg: SubgraphEntry, g: OnnxFile): Program {
-  const known = new Set(['embed', 'rmsnorm', 'scale', 'linear', 'rope', 'attention', 'silu', 'sigmoid', 'mul', 'add', 'gatherPositions']);
+  const known = new Set(['embed', 'rmsnorm', 'scale', 'linear', 'rope', 'attention', 'silu', 'sigmoid', 'gelu_tanh', 'softcap', 'mul', 'add', 'gatherPositions']);
   for (const op of sg.ops) if (!known.has(op.op)) throw new LlmcError(`the qnn simulation has no ${op.op} op (subgraph ${sg.id})`, g.file);
   const past = new Set(sg.ops.flatMap((op) => (op.op === 'attention' ? [DECODER_IO.pastKey(op.layer), DECODER_IO.pastValue(op.layer)] : [])));
   const floats = sg.inputs.filter((i) => i.dtype === 'float32' && !past.has(i.name)).map((i) => ({ name: i.name, channels: Number(i.shape[i.shape.length - 1]) }));

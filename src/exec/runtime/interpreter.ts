@@ -564,9 +564,14 @@ export class Interpreter {
       case 'sigmoid':
         return this.unary(op.x, op.out, (v) => 1 / (1 + Math.exp(-v)));
       case 'gelu_tanh':
-        return this.unary(op.x, op.out, geluTanh);
+        return this.unary(op.x, op.out, this.ort ? geluTanhOrt : geluTanh);
       case 'softcap': {
         const cap = op.cap;
+        // onnxruntime: Div, Tanh, Mul, each rounded to float32
+        if (this.ort) {
+          const c = Math.fround(cap);
+          return this.unary(op.x, op.out, (v) => Math.fround(Math.fround(Math.tanh(Math.fround(v / c))) * c));
+        }
         return this.unary(op.x, op.out, (v) => cap * Math.tanh(v / cap));
       }
       case 'mul':
@@ -1093,6 +1098,15 @@ function checkTree(tree: TreeAttention, T: number, pos0: number): void {
 /** GELU, tanh approximation (transformers' gelu_pytorch_tanh). */
 function geluTanh(x: number): number {
   return 0.5 * x * (1 + Math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+const F_0044715 = Math.fround(0.044715);
+const F_SQRT_2_PI = Math.fround(Math.sqrt(2 / Math.PI));
+/** geluTanh as the ONNX lowering's nodes compute it (Pow, Mul, Add, Mul, Tanh, Add, Mul, Mul), each rounded to float32. */
+function geluTanhOrt(x: number): number {
+  const f = Math.fround;
+  const inner = f(f(x + f(f(x * x * x) * F_0044715)) * F_SQRT_2_PI);
+  return f(f(x * 0.5) * f(f(Math.tanh(inner)) + 1));
 }
 
 /** Rotate-half RoPE on v[o..o+hd) with row `t` of the tables (pairs i and i + hd/2). */

@@ -34,8 +34,7 @@ export function gemmaFeatures(qkNorm: boolean, finalSoftcapDefault: number | nul
       normPlacement: 'sandwich',
       rmsNormOffset: 1,
       // sqrt(hidden_size) in the activation dtype (float32 here), as transformers casts the normalizer.
-      // hidden_size is required (spec.ts reads it first); the fallback serves `llmc list` reading a family's defaults.
-      multipliers: { embedding: Math.fround(Math.sqrt(c.posInt('hidden_size', 1))), residual: 1, attention: qpas ** -0.5, logitsDivide: 1 },
+      multipliers: { embedding: Math.fround(Math.sqrt(c.posInt('hidden_size'))), residual: 1, attention: qpas ** -0.5, logitsDivide: 1 },
       // transformers 5.17 runs gemma with its default attention (sdpa), which drops the softcap argument:
       // only its eager path caps the scores. The references (what from_pretrained computes) are sdpa's and
       // match to 1e-6 without the cap (5e-5 off with it), so llmc follows them; the value is still checked.
