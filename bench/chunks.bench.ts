@@ -17,7 +17,12 @@ import { bubbleRate, buildProblem, heuristic, inOrder, lowerBound, plainOverlap,
 import { buildModel } from '../src/core/ir/build.js';
 import { ChunkedPrefill } from '../src/exec/runtime/chunked.js';
 import { modelFromTensors } from '../src/exec/runtime/memory.js';
-import { cachedFixture, repeat, round, runIfMain, type BenchSuite } from './harness.js';
+import { execFileSync } from 'node:child_process';
+import { existsSync, promises as fsp } from 'node:fs';
+import path from 'node:path';
+import { compile } from '../src/app/compile/compile.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { BENCH_CACHE, cachedFixture, repeat, REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 
 /** ms per subgraph at c = 256 (SPEC §1.7: 315 ms of NPU work per 256-token chunk, ≈ 2× the CPU's); attention: ms + perChunk·(i+1). */
 const QWEN_COSTS: Record<SubgraphKind, { ms: number; perChunk: number }> = {
@@ -96,6 +101,47 @@ function scheduling(quick: boolean) {
   return { instance: `Qwen1.5-1.8B shape: 24 layers, ${p.subgraphs.length} subgraphs per chunk, c = 256`, costs: QWEN_COSTS, rows };
 }
 
+/**
+ * What sharing saves, measured as a run's peak memory (VmHWM of a child process, bench/chunk-rss.ts):
+ * a 30M-parameter cuda fp16 artifact with chunk graphs for c = 32, a prompt of N·32 tokens prefilled
+ * through the shipped graphs (static once) against one graph set per chunk (N sets resident) and
+ * against onnx/model.onnx over the whole prompt. The file-size figure the compile notes is beside it.
+ */
+async function peakMemory(quick: boolean) {
+  const fx = await cachedFixture('llama-30M', { arch: 'llama', tokenizer: 'none', planted: false });
+  const out = path.join(BENCH_CACHE, 'llama-30M-cuda-chunks');
+  const c = 32;
+  if (!existsSync(path.join(out, 'llmc-manifest.json'))) {
+    const costs = path.join(BENCH_CACHE, 'chunk-costs-32.json');
+    await fsp.writeFile(costs, JSON.stringify({ format: 'llmc-chunk-costs/1', device: 'bench', chunks: [{ c, subgraphs: { embed: { device: 'CPU', ms: 0.1 }, qkv: { device: 'NPU', ms: 1 }, attention: { device: 'CPU', ms: 0.5, msPerChunk: 0.3 }, mlp: { device: 'NPU', ms: 2 }, head: { device: 'CPU', ms: 1 } } }] }));
+    const src = await openCheckpoint(fx.dir);
+    try {
+      await compile({ source: src, target: 'cuda', outDir: out, passes: ['chunk-partition'], opts: { 'chunk-partition.chunk': String(c), 'chunk-partition.nMax': '4', 'chunk-partition.costs': costs }, tensorTypes: [], progress: silentProgress, note: () => {} });
+    } finally {
+      await src.close();
+    }
+  }
+  const manifest = JSON.parse(await fsp.readFile(path.join(out, 'llmc-manifest.json'), 'utf8'));
+  const fileRows = (manifest.targetInfo.chunks as { c: number; memory: { rows: { N: number; saved: number }[] } }[])[0].memory.rows;
+  const script = path.join(REPO_ROOT, 'dist/bench/chunk-rss.js');
+  const run = (P: number, mode: string) => JSON.parse(execFileSync(process.execPath, [script, out, String(c), String(P), mode], { encoding: 'utf8' })) as { vmHwmKiB: number; lastLogit: number };
+  const MB = (k: number) => round((k * 1024) / 1e6, 1);
+  const rows = [];
+  for (const N of quick ? [4] : [2, 4]) {
+    const P = N * c;
+    const [shared, naive, whole] = [run(P, 'shared'), run(P, 'naive'), run(P, 'whole')];
+    rows.push({
+      N,
+      P,
+      peakMB: { shared: MB(shared.vmHwmKiB), oneSetPerChunk: MB(naive.vmHwmKiB), wholePrompt: MB(whole.vmHwmKiB) },
+      savedMeasured: round(1 - shared.vmHwmKiB / naive.vmHwmKiB, 4),
+      savedByFileSizes: round(fileRows.find((r) => r.N === N)!.saved, 4),
+      sameLastLogit: shared.lastLogit === naive.lastLogit,
+    });
+  }
+  return { model: 'llama-30M fixture, cuda fp16, c = 32 (onnxruntime CPU)', rows };
+}
+
 async function prefillSpeed(quick: boolean) {
   const fx = await cachedFixture('llama-30M', { arch: 'llama', tokenizer: 'none', planted: false });
   const ck = await openCheckpoint(fx.dir);
@@ -131,7 +177,7 @@ export const suite: BenchSuite = {
   name: 'chunks',
   description: 'chunk-partition: in-order / heuristic / improved makespan vs lower bound on a Qwen1.5-1.8B-shaped instance (N = 1..8); chunked vs whole-prompt prefill tokens/s on the 30M fixture',
   async run({ quick }) {
-    return { scheduling: scheduling(quick), prefill: await prefillSpeed(quick) };
+    return { scheduling: scheduling(quick), prefill: await prefillSpeed(quick), peakMemory: await peakMemory(quick) };
   },
 };
 

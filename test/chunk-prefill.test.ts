@@ -428,6 +428,9 @@ describe('llmc run --chunk', () => {
     };
     const runArgs = ['run', ts, '--prompt-ids', '1,2', '-n', '2'];
     await bad([...runArgs, '--chunk', '0'], /--chunk must be a chunk length of at least 1/);
+    // options chunk=auto reads, given with a fixed chunk, are refused rather than ignored
+    await bad(['compile', STORIES, '--target', 'ts', '--passes', 'chunk-partition', '--opt', 'chunk-partition.chunk=4', '--opt', 'chunk-partition.lengths=2', '-o', path.join(tmp, 'x')], /chunk-partition\.lengths chooses among chunk lengths for chunk=auto; chunk=4 fixes them/);
+    await bad(['compile', STORIES, '--target', 'ts', '--passes', 'chunk-partition', '--opt', 'chunk-partition.chunk=4', '--opt', 'chunk-partition.candidates=8,16', '-o', path.join(tmp, 'x')], /chunk-partition\.candidates chooses/);
     await bad([...runArgs, '--chunk', '5'], /chunk graphs for c = 4, 16, not 5/);
     await bad(['run', STORIES, '--prompt-ids', '1', '-n', '2', '--chunk', '4'], /--chunk needs an artifact with chunk graphs \(llmc compile --passes chunk-partition .*\); this is a Hugging Face checkpoint/);
     const out = path.join(tmp, 'bad');

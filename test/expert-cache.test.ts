@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { buildPredictor, CacheCore, edgemoePolicy, lruPolicy, Predictor, simulate, type PolicyName } from '../src/exec/runtime/experts.js';
+import { beladyPrefetchBound, buildPredictor, CacheCore, edgemoePolicy, lruPolicy, Predictor, simulate, type PolicyName } from '../src/exec/runtime/experts.js';
 import { EXPERT_TABLE } from '../src/core/records/expert-table.js';
 import { Rng } from '../src/core/util/rng.js';
 
@@ -173,6 +173,40 @@ describe('eviction', () => {
         const belady = hit('belady');
         expect(hit('edgemoe')).toBeGreaterThanOrEqual(hit('lru'));
         for (const p of ['edgemoe', 'lru', 'lfu'] as const) expect(hit(p)).toBeLessThanOrEqual(belady);
+      }
+    }
+  });
+
+  it('bytes read and stall time beside the hit rate: hand-worked, and never below the Belady-with-prefetch bound (with or without preloading)', () => {
+    // 2 MoE layers × 2 experts, 100 bytes each, capacity 2 (one layer's expert + one more), top-1.
+    // Token routes: [0, 0], [1, 1], [0, 0]. LRU, no preload, 10 bytes/ms, 5 ms compute per layer:
+    // t0 L0 e0 miss (10 ms stall) L1 e0 miss (10) → t1 L0 e1 miss evicts L0e0 (10), L1 e1 miss (10) →
+    // t2 L0 e0 miss (10), L1 e0 miss (10): 6 reads, 600 bytes, 60 ms stall.
+    const bytes = [[100, 100], [100, 100]];
+    const cost = { bytes, bytesPerMs: 10, computeMsPerLayer: 5 };
+    const trace = [[[0], [0]], [[1], [1]], [[0], [0]]];
+    const lru = simulate([trace], { capacity: 2, policy: 'lru', numExperts: 2, cost });
+    expect([lru.hits, lru.loads, lru.bytesRead, lru.stallMs]).toEqual([0, 6, 600, 60]);
+    // Belady with prefetching: at least Belady's reads; stall ≥ read time − all the compute (6 layer steps × 5 ms).
+    const bound = beladyPrefetchBound([trace], { capacity: 2, numExperts: 2, cost });
+    expect(bound.loads).toBeLessThanOrEqual(lru.loads);
+    expect(bound.stallMs).toBe(Math.max(0, bound.bytes / 10 - 30));
+    // Random traces, every policy with and without a predictor: reads ≥ the bound, stall ≥ its stall.
+    const rng = new Rng(7);
+    const S = 4;
+    const E = 6;
+    const traces = Array.from({ length: 3 }, () => Array.from({ length: 60 }, () => Array.from({ length: S }, () => [rng.int(E)])));
+    const sizes = Array.from({ length: S }, () => new Array(E).fill(64));
+    const predictor = new Predictor(buildPredictor(traces, { numExperts: E, topK: 1, moeLayers: [0, 1, 2, 3] }));
+    for (const capacity of [4, 8, 12]) {
+      const b = beladyPrefetchBound(traces, { capacity, numExperts: E, cost: { bytes: sizes, bytesPerMs: 32, computeMsPerLayer: 1 } });
+      for (const policy of ['edgemoe', 'lru', 'lfu', 'belady'] as const) {
+        for (const pre of [undefined, predictor]) {
+          const r = simulate(traces, { capacity, policy, numExperts: E, f: sizes, predictor: pre, fanout: 2, cost: { bytes: sizes, bytesPerMs: 32, computeMsPerLayer: 1 } });
+          expect(r.loads, `${policy} ${pre ? 'preload' : ''} c=${capacity}`).toBeGreaterThanOrEqual(b.loads);
+          expect(r.bytesRead!).toBeGreaterThanOrEqual(b.bytes);
+          expect(r.stallMs!).toBeGreaterThanOrEqual(b.stallMs! - 1e-9);
+        }
       }
     }
   });

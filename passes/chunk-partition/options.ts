@@ -77,6 +77,11 @@ function promptsOption(v: string): PromptLengths {
 
 export function parseChunkPartitionOptions(raw: Readonly<Record<string, string>>): ChunkPartitionOptions {
   const costs = (raw.costs ?? 'measure').trim();
+  // lengths and candidates steer chunk=auto only: with fixed lengths they would be ignored.
+  const ignored = (['lengths', 'candidates'] as const).filter((k) => raw[k] !== undefined);
+  if (ignored.length && (raw.chunk ?? 'auto').trim() !== 'auto') {
+    throw new UsageError(`chunk-partition.${ignored[0]} chooses among chunk lengths for chunk=auto; chunk=${raw.chunk!.trim()} fixes them (drop ${ignored.map((k) => `chunk-partition.${k}`).join(' and ')}, or use chunk=auto)`);
+  }
   const shadow = (raw.shadowLayers ?? 'none').trim();
   return {
     chunk: chunkOption(raw.chunk ?? 'auto'),

@@ -22,7 +22,7 @@ import { evolve, type TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import type { QuantType } from '../../src/core/quant/types.js';
 import { EXPERT_TABLE, type ExpertStat, type ExpertTable, type Granularity, type PlanItem, type PlanSummary } from '../../src/core/records/expert-table.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
-import { buildPredictor, Predictor, simulate, type PolicyName } from '../../src/exec/runtime/experts.js';
+import { beladyPrefetchBound, buildPredictor, Predictor, simulate, type PolicyName } from '../../src/exec/runtime/experts.js';
 import { edgemoeSearch } from './edgemoe.js';
 import { choiceFor, expertsOf, itemsOf, moeLayers, PROJS, tensorBytes, type Item, type Proj } from './items.js';
 import { fallbackType } from '../../src/core/quant/types.js';
@@ -200,12 +200,15 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
         .map((e) => PROJS.reduce((s, p) => s + tensorBytes(source, e.tensors[p], written.get(e.tensors[p])!), 0)),
     );
     const simulated: ExpertTable['cache']['simulated'] = [];
+    const beladyPrefetch: NonNullable<ExpertTable['cache']['beladyPrefetch']> = [];
     const P = new Predictor(predictor);
     for (const capacity of [...new Set([Math.max(spec.moe.topK, Math.round((layers.length * E) / 4)), Math.round((layers.length * E) / 2)])]) {
       for (const [policy, preload] of [['edgemoe', true], ['edgemoe', false], ['lru', false], ['lfu', false], ['belady', false]] as [PolicyName, boolean][]) {
-        const r = simulate(measured.traces.heldOut, { capacity, policy, numExperts: E, f, predictor: preload ? P : undefined, fanout: o.preload });
-        simulated.push({ capacity, policy, preload, hitRate: r.hitRate });
+        const r = simulate(measured.traces.heldOut, { capacity, policy, numExperts: E, f, predictor: preload ? P : undefined, fanout: o.preload, cost: { bytes: expertBytes } });
+        simulated.push({ capacity, policy, preload, hitRate: r.hitRate, bytesRead: r.bytesRead, loads: r.loads });
       }
+      const b = beladyPrefetchBound(measured.traces.heldOut, { capacity, numExperts: E, cost: { bytes: expertBytes } });
+      beladyPrefetch.push({ capacity, loads: b.loads, bytes: b.bytes });
     }
 
     const annotate = new Map<string, TensorAnnotation>();
@@ -243,7 +246,7 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
       perExpert,
       edgemoe,
       predictor,
-      cache: { moeLayers: layers, f, preload: o.preload, expertBytes, simulated },
+      cache: { moeLayers: layers, f, preload: o.preload, expertBytes, simulated, beladyPrefetch },
       notes,
     };
     return { record, annotate, items };

@@ -201,6 +201,8 @@ export interface ExpertCacheCounts {
   preloads: number;
   usefulPreloads: number;
   bytesRead: number;
+  /** Milliseconds decode steps waited for expert reads (a miss, or a preload still in flight). */
+  stallMs: number;
 }
 
 export interface ExpertCacheStats extends ExpertCacheCounts {

@@ -96,8 +96,13 @@ export interface CacheInputs {
   preload: number;
   /** Bytes of each routed expert as written, per MoE layer. */
   expertBytes: number[][];
-  /** Hit rates of the policies on held-out routing traces (the predictor learned on calibration traces). */
-  simulated: { capacity: number; policy: string; preload: boolean; hitRate: number }[];
+  /**
+   * Hit rates of the policies on held-out routing traces (the predictor learned on calibration
+   * traces), with the bytes each reads (demand loads + preloads, the experts as written).
+   */
+  simulated: { capacity: number; policy: string; preload: boolean; hitRate: number; bytesRead?: number; loads?: number }[];
+  /** Per capacity, Belady with prefetching: no policy reads fewer experts (loads), nor fewer bytes when a layer's experts share a format. */
+  beladyPrefetch?: { capacity: number; loads: number; bytes: number }[];
 }
 
 export interface PlanSummary {

@@ -285,6 +285,19 @@ export interface SimulationOptions {
   /** Preload the predictor's top `fanout` experts of the next MoE layer after each layer routes. */
   predictor?: Predictor;
   fanout?: number;
+  /** What a read costs: expert bytes per MoE layer n and expert e, and a device model for stall time. */
+  cost?: ReadCost;
+}
+
+/**
+ * A device model for stall time: one storage queue reading `bytesPerMs`, and `computeMsPerLayer` of
+ * work per MoE layer per token. Demand loads block the layer until read (after whatever the queue
+ * holds); preloads are queued when a layer starts computing and overlap it.
+ */
+export interface ReadCost {
+  bytes: readonly (readonly number[])[];
+  bytesPerMs?: number;
+  computeMsPerLayer?: number;
 }
 
 export interface SimulationResult {
@@ -296,6 +309,10 @@ export interface SimulationResult {
   preloads: number;
   /** Preloaded experts that were used before being evicted. */
   usefulPreloads: number;
+  /** Bytes read (demand loads + preloads), with `cost`. */
+  bytesRead?: number;
+  /** Time the layers waited for reads under the cost's device model, with its bandwidth and compute. */
+  stallMs?: number;
 }
 
 /**
@@ -326,6 +343,13 @@ export function simulate(traces: readonly (readonly (readonly number[])[])[][], 
   let preloads = 0;
   let useful = 0;
   const preloaded = new Set<ExpertId>();
+  const cost = o.cost;
+  const bytesOf = (id: ExpertId) => cost!.bytes[Math.floor(id / E)][id % E];
+  const timed = cost?.bytesPerMs !== undefined && cost.computeMsPerLayer !== undefined;
+  let bytesRead = 0;
+  let clock = 0; // the compute side
+  let queueFree = 0; // the storage queue
+  let stallMs = 0;
   const K = Math.max(...traces.flatMap((seq) => seq.flatMap((tok) => tok.map((x) => x.length))), 1);
   for (const seq of traces) {
     let prev2: readonly number[] | null = null;
@@ -336,6 +360,7 @@ export function simulate(traces: readonly (readonly (readonly number[])[])[][], 
       for (let n = 0; n < S; n++) {
         const experts = tok[n];
         const pinned: number[] = [];
+        let demandBytes = 0;
         for (const e of experts) {
           const id = n * E + e;
           core.tick();
@@ -349,6 +374,7 @@ export function simulate(traces: readonly (readonly (readonly number[])[])[][], 
             if (a.evicted !== null) preloaded.delete(a.evicted);
             slot = a.slot;
             loads++;
+            if (cost) demandBytes += bytesOf(id);
           }
           core.touch(slot);
           core.pin(slot);
@@ -356,6 +382,16 @@ export function simulate(traces: readonly (readonly (readonly number[])[])[][], 
         }
         for (const s of reserved) core.unpin(s);
         reserved = [];
+        bytesRead += demandBytes;
+        if (timed) {
+          // The layer waits for its missing experts, read after what the queue already holds.
+          const ready = demandBytes ? Math.max(clock, queueFree) + demandBytes / cost!.bytesPerMs! : clock;
+          if (demandBytes) queueFree = ready;
+          stallMs += ready - clock;
+          clock = ready;
+        }
+        const computeStart = clock;
+        if (timed) clock += cost!.computeMsPerLayer!;
         [prev2, prev1] = [prev1, experts];
         // Preloads run while this layer's experts compute (pinned meanwhile); room stays for the next layer's own experts.
         if (o.predictor) {
@@ -372,6 +408,10 @@ export function simulate(traces: readonly (readonly (readonly number[])[])[][], 
             preloaded.add(id);
             preloads++;
             loads++;
+            if (cost) {
+              bytesRead += bytesOf(id);
+              if (timed) queueFree = Math.max(queueFree, computeStart) + bytesOf(id) / cost.bytesPerMs!;
+            }
           }
         }
         for (const s of pinned) core.unpin(s);
@@ -380,5 +420,33 @@ export function simulate(traces: readonly (readonly (readonly number[])[])[][], 
     // A sequence's last preloads (for a token that never comes) release their slots.
     for (const s of reserved) core.unpin(s);
   }
-  return { accesses: stream.length, hits, hitRate: stream.length ? hits / stream.length : 0, loads, preloads, usefulPreloads: useful };
+  return {
+    accesses: stream.length,
+    hits,
+    hitRate: stream.length ? hits / stream.length : 0,
+    loads,
+    preloads,
+    usefulPreloads: useful,
+    ...(cost ? { bytesRead } : {}),
+    ...(timed ? { stallMs } : {}),
+  };
+}
+
+/**
+ * Belady with prefetching: a bound for any policy, with or without preloading. An oracle that knows
+ * the trace still reads at least Belady's demand misses: a prefetching schedule can be turned into a
+ * demand one with no more fetches. So `loads` is a lower bound on reads. `bytes` is Belady's bytes:
+ * a lower bound when the experts it trades off have equal sizes (one format per layer). With every
+ * read overlapped with all the compute there is, stall ≥ max(0, read time − compute time).
+ */
+export function beladyPrefetchBound(traces: readonly (readonly (readonly number[])[])[][], o: Pick<SimulationOptions, 'capacity' | 'numExperts'> & { cost: ReadCost }): { loads: number; bytes: number; hitRate: number; stallMs?: number } {
+  const r = simulate(traces, { capacity: o.capacity, policy: 'belady', numExperts: o.numExperts, cost: { bytes: o.cost.bytes } });
+  const { bytesPerMs, computeMsPerLayer } = o.cost;
+  const steps = traces.reduce((a, seq) => a + seq.length * (seq[0]?.length ?? 0), 0);
+  return {
+    loads: r.loads,
+    bytes: r.bytesRead!,
+    hitRate: r.hitRate,
+    ...(bytesPerMs !== undefined && computeMsPerLayer !== undefined ? { stallMs: Math.max(0, r.bytesRead! / bytesPerMs - steps * computeMsPerLayer) } : {}),
+  };
 }

@@ -58,7 +58,7 @@ interface Slot {
 
 /** The offloaded experts of a model: where they are in the file, which are resident, the predictor. */
 export class ExpertStore {
-  readonly stats: OffloadStats = { accesses: 0, hits: 0, loads: 0, preloads: 0, usefulPreloads: 0, bytesRead: 0 };
+  readonly stats: OffloadStats = { accesses: 0, hits: 0, loads: 0, preloads: 0, usefulPreloads: 0, bytesRead: 0, stallMs: 0 };
   readonly policy: Exclude<PolicyName, 'belady'>;
   readonly fanout: number;
   private readonly core: CacheCore;
@@ -138,14 +138,20 @@ export class ExpertStore {
       slot.preloaded = false;
       this.core.touch(s);
       this.core.pin(s);
-      if (slot.loading) await slot.loading;
+      if (slot.loading) {
+        const t0 = performance.now();
+        await slot.loading;
+        if (count) this.stats.stallMs += performance.now() - t0;
+      }
       return slot.weights!;
     }
     if (count) this.stats.accesses++;
     s = this.admit(id);
     this.core.touch(s);
     this.core.pin(s);
+    const t0 = performance.now();
     await this.fill(s, n, e, false);
+    if (count) this.stats.stallMs += performance.now() - t0;
     return this.slots[s]!.weights!;
   }
 

@@ -230,7 +230,7 @@ export function registerRun(program: Command): void {
           );
           if (cache) {
             const rate = cache.accesses ? (100 * cache.hits) / cache.accesses : 0;
-            process.stderr.write(`expert cache: ${cache.capacity} experts, ${cache.policy}, preload ${cache.preload}: hit rate ${rate.toFixed(1)}% (${cache.hits}/${cache.accesses}), ${cache.loads} reads (${cache.preloads} preloads, ${cache.usefulPreloads} used), ${(cache.bytesRead / 1e6).toFixed(2)} MB\n`);
+            process.stderr.write(`expert cache: ${cache.capacity} experts, ${cache.policy}, preload ${cache.preload}: hit rate ${rate.toFixed(1)}% (${cache.hits}/${cache.accesses}), ${cache.loads} reads (${cache.preloads} preloads, ${cache.usefulPreloads} used), ${(cache.bytesRead / 1e6).toFixed(2)} MB read, ${cache.stallMs.toFixed(1)} ms waiting on reads\n`);
           }
         }
       } finally {
