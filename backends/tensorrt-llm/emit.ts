@@ -13,7 +13,7 @@
  */
 import path from 'node:path';
 import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames } from '../../src/core/arch/names.js';
-import { fromF32, writeSafetensors, type FloatDType, type TensorToWrite } from '../../src/core/checkpoint/safetensors.js';
+import { DTYPE_BYTES, fromF32, numel, writeSafetensors, type FloatDType, type TensorToWrite } from '../../src/core/checkpoint/safetensors.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
@@ -116,9 +116,12 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
       return m.shape;
     };
     const tensors: TensorToWrite[] = [];
-    const one = (name: string, from: string) => tensors.push({ name, dtype: st, shape: shape(from), bytes: async () => fromF32(await source.readF32(from), st) });
+    /** Each written tensor's source tensors, for the compile summary. */
+    const sources = new Map<string, string[]>();
+    const one = (name: string, from: string) => (sources.set(name, [from]), tensors.push({ name, dtype: st, shape: shape(from), bytes: async () => fromF32(await source.readF32(from), st) }));
     /** Rows of several HF tensors stacked in order (q, k, v → qkv). */
     const stacked = (name: string, from: string[]) => {
+      sources.set(name, from);
       const shapes = from.map(shape);
       tensors.push({
         name,
@@ -164,6 +167,10 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
     ctx.progress.done();
     const config = trtllmConfig(unit, quant);
     await writeFileAtomic(path.join(ctx.outDir, 'config.json'), JSON.stringify(config, null, 4) + '\n');
-    return { files: ['config.json', WEIGHTS], targetInfo: { format: 'tensorrt-llm-checkpoint', dtype: String(config.dtype), quantAlgo: QUANT_ALGO[quant], ranks: 1 } };
+    return {
+      files: ['config.json', WEIGHTS],
+      targetInfo: { format: 'tensorrt-llm-checkpoint', dtype: String(config.dtype), quantAlgo: QUANT_ALGO[quant], ranks: 1 },
+      tensors: tensors.map((t) => ({ name: t.name, sources: sources.get(t.name)!, format: st, bytes: numel(t.shape) * DTYPE_BYTES[st] })),
+    };
   },
 };
