@@ -259,6 +259,39 @@ describe('llmc report on a profile directory', () => {
   });
 });
 
+describe('llmc report: sizes on targets that write several files or no llmc tensor table', () => {
+  const sizesOf = async (dir: string) => {
+    const j = await llmcInProcess('report', dir, '--json', '--no-quality');
+    expect(j.code, j.stderr).toBe(0);
+    return JSON.parse(j.stdout).sections.find((s: { id: string }) => s.id === 'sizes')?.data as { totalBytes: number; byGroupAndFormat: { group: string; format: string }[] } | undefined;
+  };
+
+  it('tensorrt-llm: bytes per group add up to rank0.safetensors\' data (its own 8-byte header length read here)', async () => {
+    const trt = path.join(tmp, 'trt');
+    expect((await llmcInProcess('compile', STORIES, '--target', 'tensorrt-llm', '--no-eval', '-o', trt)).code).toBe(0);
+    const file = await fsp.readFile(path.join(trt, 'rank0.safetensors'));
+    const sizes = await sizesOf(trt);
+    expect(sizes?.totalBytes).toBe(file.length - 8 - Number(file.readBigUInt64LE(0)));
+    expect(new Set(sizes!.byGroupAndFormat.map((g) => g.group))).toEqual(new Set(['mlp', 'attention', 'embedding', 'norms']));
+  });
+
+  it('gguf-levels: every level file\'s tensors, as @huggingface/gguf reads their types and shapes', async () => {
+    const { gguf } = await import('@huggingface/gguf');
+    const dir = path.join(tmp, 'levels');
+    const c = await llmcInProcess('compile', STORIES, '--target', 'gguf-levels', '--passes', 'reorder', '--opt', 'reorder.recover=none', '--levels', '0.5,1', '--no-eval', '-o', dir, '--cache-dir', cache);
+    expect(c.code, c.stderr).toBe(0);
+    const BYTES: Record<number, number> = { 0: 4, 1: 2 }; // GGML_TYPE_F32, GGML_TYPE_F16
+    let expected = 0;
+    for (const lv of ['L0', 'L1']) {
+      for (const t of (await gguf(path.join(dir, lv, 'model.gguf'), { allowLocalFile: true })).tensorInfos) {
+        expect(BYTES[t.dtype], t.name).toBeDefined();
+        expected += t.shape.reduce((a, n) => a * Number(n), 1) * BYTES[t.dtype];
+      }
+    }
+    expect((await sizesOf(dir))?.totalBytes).toBe(expected);
+  });
+});
+
 describe('report sections', () => {
   it('one registered section per record type; the registry is keyed by record id', () => {
     expect(SECTION_OF_RECORD.get(ELASTIC_LEVELS.id)?.record).toBe(ELASTIC_LEVELS);

@@ -20,7 +20,7 @@
  */
 import path from 'node:path';
 import { biasOf, EMBED, FINAL_NORM, LM_HEAD, layerNames } from '../../src/core/arch/names.js';
-import { fromF32, writeSafetensors, type FloatDType, type TensorToWrite } from '../../src/core/checkpoint/safetensors.js';
+import { DTYPE_BYTES, fromF32, numel, writeSafetensors, type FloatDType, type TensorToWrite } from '../../src/core/checkpoint/safetensors.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
 import { isMoeLayer, type ArchSpec } from '../../src/core/arch/spec.js';
@@ -131,9 +131,13 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
       return m.shape;
     };
     const tensors: TensorToWrite[] = [];
-    const one = (name: string, from: string) => tensors.push({ name, dtype: st, shape: shape(from), bytes: async () => fromF32(await source.readF32(from), st) });
+    /** Each written tensor's source tensors, for the compile summary. */
+    const sources = new Map<string, string[]>();
+    const put = (t: TensorToWrite, from: string[]) => (sources.set(t.name, from), tensors.push(t));
+    const one = (name: string, from: string) => put({ name, dtype: st, shape: shape(from), bytes: async () => fromF32(await source.readF32(from), st) }, [from]);
     /** Rows of several HF tensors stacked in order (q, k, v → qkv); with `groups`, on a leading axis of that many (experts). */
     const stacked = (name: string, from: string[], groups = 1) => {
+      sources.set(name, from);
       const shapes = from.map(shape);
       const rows = shapes.reduce((a, x) => a + x[0], 0);
       tensors.push({
@@ -155,7 +159,7 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
     const cls = trtllmFamily(s);
     /** Gemma's converter adds 1 to every norm weight in float32 (convert.py load_gemma_weights), then casts. */
     const norm = (name: string, from: string) =>
-      cls.normPlusOne ? tensors.push({ name, dtype: st, shape: shape(from), bytes: async () => fromF32((await source.readF32(from)).map((w) => w + 1), st) }) : one(name, from);
+      cls.normPlusOne ? put({ name, dtype: st, shape: shape(from), bytes: async () => fromF32((await source.readF32(from)).map((w) => w + 1), st) }, [from]) : one(name, from);
     one('transformer.vocab_embedding.weight', EMBED);
     for (let l = 0; l < s.numLayers; l++) {
       const n = layerNames(l);
@@ -177,7 +181,7 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
       if (isMoeLayer(s, l)) {
         const m = moeNames(s, l);
         // layers/moe.py MOE: the router in float32 (strict_dtype), the experts stacked on a leading axis.
-        tensors.push({ name: `${p}.mlp.router.weight`, dtype: 'F32', shape: shape(m.router), bytes: async () => fromF32(await source.readF32(m.router), 'F32') });
+        put({ name: `${p}.mlp.router.weight`, dtype: 'F32', shape: shape(m.router), bytes: async () => fromF32(await source.readF32(m.router), 'F32') }, [m.router]);
         stacked(`${p}.mlp.fc.weight`, m.experts.flatMap((e) => [e.up, e.gate]), m.experts.length);
         stacked(`${p}.mlp.proj.weight`, m.experts.map((e) => e.down), m.experts.length);
         if (m.shared) {
@@ -211,6 +215,10 @@ export const tensorrtLlmTarget: Target<unknown, TensorrtLlmInfo> = {
     ctx.progress.done();
     const config = trtllmConfig(unit, quant);
     await writeFileAtomic(path.join(ctx.outDir, 'config.json'), JSON.stringify(config, null, 4) + '\n');
-    return { files: ['config.json', WEIGHTS], targetInfo: { format: 'tensorrt-llm-checkpoint', dtype: String(config.dtype), quantAlgo: QUANT_ALGO[quant], ranks: 1 } };
+    return {
+      files: ['config.json', WEIGHTS],
+      targetInfo: { format: 'tensorrt-llm-checkpoint', dtype: String(config.dtype), quantAlgo: QUANT_ALGO[quant], ranks: 1 },
+      tensors: tensors.map((t) => ({ name: t.name, sources: sources.get(t.name)!, format: t.dtype, bytes: numel(t.shape) * DTYPE_BYTES[t.dtype] })),
+    };
   },
 };

@@ -14,6 +14,7 @@ import path from 'node:path';
 import { LlmcError } from '../../../src/core/errors.js';
 import { mergeAdapters, sliceSource, uniformWidth } from '../../../src/core/pipeline/elastic.js';
 import type { EmitContext, EmitPlan, EmitResult, Target } from '../../../src/core/pipeline/target.js';
+import type { WrittenTensor } from '../../../src/core/pipeline/summary.js';
 import { evolve, type CompileUnit } from '../../../src/core/pipeline/unit.js';
 import { ELASTIC_LEVELS, findRecord } from '../../../src/core/records/index.js';
 import { ensureOutputDir } from '../../../src/core/util/atomic.js';
@@ -44,12 +45,15 @@ export const ggufLevelsTarget: Target<unknown, GgufLevelsInfo> = {
 
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<GgufLevelsInfo>> {
     const files: string[] = [];
+    const tensors: WrittenTensor[] = [];
     const levels: GgufLevelsInfo['levels'] = [];
     for (const { lv, unit: level } of levelUnits(unit)) {
       const dir = path.join(ctx.outDir, lv.id);
       await ensureOutputDir(dir);
       const r = await ggufTarget.emit(level, { ...ctx, options: undefined, outDir: dir });
       files.push(...r.files.map((f) => `${lv.id}/${f}`));
+      // the summary counts every level file's tensors: the bytes the artifact holds
+      tensors.push(...(r.tensors ?? []).map((t) => ({ ...t, name: `${lv.id}/${t.name}` })));
       levels.push({
         id: lv.id,
         nominal: lv.nominal,
@@ -62,6 +66,6 @@ export const ggufLevelsTarget: Target<unknown, GgufLevelsInfo> = {
         adaptersMerged: lv.adapters !== undefined,
       });
     }
-    return { files, targetInfo: { format: 'gguf-levels', widths: 'uniform', levels } };
+    return { files, targetInfo: { format: 'gguf-levels', widths: 'uniform', levels }, tensors };
   },
 };

@@ -125,14 +125,12 @@ async function run(req: CompileRequest, plan: CompilePlan, workDir: string): Pro
 /** A value as the manifest's JSON will hold it (undefined keys gone, non-finite numbers null), for checking against its declared type. */
 const asWritten = (v: unknown): unknown => JSON.parse(JSON.stringify(v));
 
-/** Bytes per tensor group and format, against the same tensors in the source checkpoint. */
+/** Bytes per tensor group and format, against the same tensors in the source checkpoint (each counted once: a tied embedding written twice, or every gguf-levels file's slice of it, is one source tensor). */
 function summarize(source: ModelSource, tensors: readonly WrittenTensor[]): ManifestSummary {
   let sourceBytes = 0;
-  for (const t of tensors) {
-    for (const s of t.sources) {
-      const m = source.meta(s);
-      if (m) sourceBytes += numel(m.shape) * DTYPE_BYTES[m.dtype];
-    }
+  for (const s of new Set(tensors.flatMap((t) => t.sources))) {
+    const m = source.meta(s);
+    if (m) sourceBytes += numel(m.shape) * DTYPE_BYTES[m.dtype];
   }
   return { groups: tensorGroups(source.spec, tensors), bytes: tensors.reduce((a, t) => a + t.bytes, 0), sourceBytes };
 }

@@ -8,6 +8,7 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { locate, verifyFiles } from '../artifact.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
+import type { Checkpoint } from '../../core/checkpoint/checkpoint.js';
 import { LlmcError } from '../../core/errors.js';
 import { MANIFEST_FILE, type Manifest, type PassRecord } from '../../core/records/manifest.js';
 import { readManifest } from '../compile/manifest.js';
@@ -62,6 +63,21 @@ export interface OpenOptions {
 }
 
 /**
+ * The checkpoint the user gave (--source: must open) or else the one a manifest or profile records
+ * (null, after `gone(why)`, when it cannot be opened: the report leaves out what needs it).
+ */
+export async function openNamedSource(given: string | undefined, recorded: string, gone: (why: string) => void): Promise<Checkpoint | null> {
+  const { openCheckpoint } = await import('../../core/checkpoint/index.js');
+  try {
+    return await openCheckpoint(given ?? recorded);
+  } catch (e) {
+    if (given !== undefined || !(e instanceof LlmcError)) throw e;
+    gone(e.line);
+    return null;
+  }
+}
+
+/**
  * The records the profiled passes would write, decided from the profile's own measurements (each
  * pass's `preview`), as pass records: a profile's report then shows every pass's decisions, not only
  * its raw measurements. A pass without `preview`, an incomplete profile, or a checkpoint that cannot
@@ -77,16 +93,8 @@ async function previewRecords(dir: string, index: ProfileIndex, o: OpenOptions):
     note(`${names}: decisions left out: the profile is incomplete (rerun llmc profile to finish it)`);
     return [];
   }
-  const { openCheckpoint } = await import('../../core/checkpoint/index.js');
-  const at = o.source ?? index.checkpoint.path;
-  let source;
-  try {
-    source = await openCheckpoint(at);
-  } catch (e) {
-    if (o.source !== undefined || !(e instanceof LlmcError)) throw e;
-    note(`${names}: decisions left out: the profile's checkpoint is not readable (${e.line}); give it with --source DIR`);
-    return [];
-  }
+  const source = await openNamedSource(o.source, index.checkpoint.path, (why) => note(`${names}: decisions left out: the profile's checkpoint is not readable (${why}); give it with --source DIR`));
+  if (!source) return [];
   try {
     await checkProfileOf(dir, index, source);
     const records: PassRecord[] = [];

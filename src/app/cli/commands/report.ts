@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import path from 'node:path';
-import { LlmcError, UsageError } from '../../../core/errors.js';
+import { UsageError } from '../../../core/errors.js';
 import type { Manifest } from '../../../core/records/manifest.js';
 import type { QualityFacts } from '../../report/context.js';
 import { evaluable, evaluableTargets } from '../../evaluate/executors.js';
@@ -72,16 +72,10 @@ async function measureQuality(dir: string, manifest: Manifest, o: { source?: str
     note("quality table left out: a GGUF without llmc's manifest names no source checkpoint; give it with --source DIR");
     return null;
   }
-  const { openCheckpoint } = await import('../../../core/checkpoint/index.js');
   const sourceDir = o.source ?? manifest.source.path;
-  let source;
-  try {
-    source = await openCheckpoint(sourceDir);
-  } catch (e) {
-    if (o.source !== undefined || !(e instanceof LlmcError)) throw e;
-    note(`quality table left out: the source checkpoint is not readable (${e.line}); give it with --source DIR`);
-    return null;
-  }
+  const { openNamedSource } = await import('../../report/context.js');
+  const source = await openNamedSource(o.source, manifest.source.path, (why) => note(`quality table left out: the source checkpoint is not readable (${why}); give it with --source DIR`));
+  if (!source) return null;
   try {
     if (o.source === undefined && (await source.identity()) !== manifest.source.sha256) {
       note(`quality table left out: ${sourceDir} is no longer the checkpoint the artifact was compiled from (sha256 differs); give it with --source DIR`);

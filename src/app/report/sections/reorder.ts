@@ -113,7 +113,8 @@ export const reorderSection = recordSection<ElasticLevels>({
           width: 560,
           height: 300,
           option: {
-            grid: { left: 55, right: 20, top: 20, bottom: 45 },
+            // the full model's line is labelled right of the plot, where no bar runs under its text
+            grid: { left: 55, right: 115, top: 20, bottom: 45 },
             xAxis: { type: 'category', data: layerLoss.map((_, l) => String(l)), name: 'layer', nameLocation: 'middle', nameGap: 28 },
             yAxis: { type: 'value', name: 'loss', nameLocation: 'middle', nameGap: 38, min: (v: { min: number }) => Math.floor(Math.min(v.min, baseLoss!)) },
             series: [
@@ -121,7 +122,7 @@ export const reorderSection = recordSection<ElasticLevels>({
                 type: 'bar',
                 barMaxWidth: 40,
                 data: layerLoss.map((v, l) => ({ value: Number(v.toFixed(5)), itemStyle: anchors.has(l) ? { color: '#d9822b' } : undefined })),
-                markLine: { symbol: 'none', label: { formatter: `full model ${fmtNum(baseLoss, 4)}`, position: 'insideStartTop' }, lineStyle: { type: 'dashed', color: '#555' }, data: [{ yAxis: Number(baseLoss.toFixed(5)) }] },
+                markLine: { symbol: 'none', label: { formatter: `full model ${fmtNum(baseLoss, 4)}`, position: 'end' }, lineStyle: { type: 'dashed', color: '#555' }, data: [{ yAxis: Number(baseLoss.toFixed(5)) }] },
               },
             ],
           },
