@@ -34,15 +34,20 @@ import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 const run = promisify(execFile);
 const MODEL = path.resolve(REPO_ROOT, '../shared/models/trained/dense-28M');
 const TEXT = path.resolve(REPO_ROOT, '../shared/models/trained/text/heldout.txt');
+const CALIB = path.resolve(REPO_ROOT, '../shared/models/trained/text/calibration.txt');
+/** llama.cpp's importance matrix measured on the training split's calibration text (32 × 256 tokens). */
+const IMATRIX_FLAGS = ['--opt', `imatrix.calibText=${CALIB}`, '--opt', 'imatrix.calib=32', '--opt', 'imatrix.calibLength=256'];
 const LLMC = path.join(REPO_ROOT, 'bin/llmc.js');
 
 interface RowSpec {
   target: string;
   format: string;
   passes?: string;
+  /** Extra compile flags (the imatrix pass's calibration text). */
+  flags?: string[];
 }
 
-const GGUF = ['F32', 'BF16', 'F16', 'Q8_0', 'Q6_K', 'Q5_K_M', 'Q5_K_S', 'Q5_K', 'Q5_1', 'Q5_0', 'Q4_K_M', 'Q4_K_S', 'Q4_K', 'Q4_1', 'Q4_0', 'Q3_K_L', 'Q3_K_M', 'Q3_K_S', 'Q3_K', 'Q2_K'];
+const GGUF = ['F32', 'BF16', 'F16', 'Q8_0', 'Q6_K', 'Q5_K_M', 'Q5_K_S', 'Q5_K', 'Q5_1', 'Q5_0', 'Q4_K_M', 'Q4_K_S', 'Q4_K', 'IQ4_XS', 'IQ4_NL', 'Q4_1', 'Q4_0', 'Q3_K_L', 'Q3_K_M', 'Q3_K_S', 'Q3_K', 'Q2_K'];
 const TS = ['F32', 'F16', 'Q8_0', 'Q6_K', 'Q5_0', 'Q4_K', 'Q4_0', 'Q3_K', 'Q2_K'];
 const CUDA = ['fp16', 'int8', 'int4'];
 
@@ -51,6 +56,7 @@ const GGUF_FIRST = ['F16', 'Q8_0', 'Q6_K', 'Q5_K_M', 'Q4_K_M', 'Q4_0', 'Q3_K_M',
 
 export const ROWS: RowSpec[] = [
   ...GGUF_FIRST.map((format) => ({ target: 'gguf', format })),
+  ...['Q4_K_M', 'Q3_K_M', 'Q2_K', 'IQ4_XS'].map((format) => ({ target: 'gguf', format, passes: 'imatrix', flags: IMATRIX_FLAGS })),
   ...TS.map((format) => ({ target: 'ts', format })),
   ...CUDA.map((format) => ({ target: 'cuda', format })),
   { target: 'qnn', format: 'w8a8', passes: 'outliers' },
@@ -125,7 +131,7 @@ async function sourceLogits(source: ModelSource, windows: number[][], dir: strin
 async function measureRow(spec: RowSpec, work: string, windows: number[][], reference: LogitsFn, V: number, params: number): Promise<Row> {
   const out = path.join(work, `${spec.target}-${spec.format}${spec.target === 'gguf' ? '.gguf' : ''}`);
   const t0 = performance.now();
-  await llmc(['compile', MODEL, '--target', spec.target, '--quant', spec.format, ...(spec.passes ? ['--passes', spec.passes] : []), '-o', out, '--no-eval', '--json', '--cache-dir', path.join(work, 'cache')]);
+  await llmc(['compile', MODEL, '--target', spec.target, '--quant', spec.format, ...(spec.passes ? ['--passes', spec.passes] : []), ...(spec.flags ?? []), '-o', out, '--no-eval', '--json', '--cache-dir', path.join(work, 'cache')]);
   const t1 = performance.now();
   const artifact = await locate(out);
   if (artifact.kind !== 'artifact') throw new Error(`${out}: no manifest`);
@@ -137,7 +143,8 @@ async function measureRow(spec: RowSpec, work: string, windows: number[][], refe
     await runner.close();
   }
   const t2 = performance.now();
-  const bytes = artifact.manifest.files.reduce((a, x) => a + x.size, 0);
+  // the model's bytes: imatrix.gguf is a side file (what it was quantized with), not loaded to run
+  const bytes = artifact.manifest.files.filter((x) => x.path !== 'imatrix.gguf').reduce((a, x) => a + x.size, 0);
   await fsp.rm(out, { recursive: true, force: true });
   return {
     target: spec.target,

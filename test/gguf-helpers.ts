@@ -1,6 +1,8 @@
 /** Shared by the gguf tests: compile through the real driver, run real llama.cpp (node-llama-cpp). */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { gguf } from '@huggingface/gguf';
 import path from 'node:path';
 import { compile } from '../src/app/compile/compile.js';
 import { openCheckpoint, type ModelSource } from '../src/core/checkpoint/index.js';
@@ -145,4 +147,23 @@ export function llamaCppGgufPy(dir: string): { pythonPath: string } | { skip: st
   // gguf-py's scripts draw progress bars with tqdm; a silent stand-in keeps them from needing it.
   writeFileSync(path.join(repo, 'tqdm.py'), 'class tqdm:\n    def __init__(self, *a, **k): pass\n    def update(self, n): pass\n    def close(self): pass\n');
   return { pythonPath: [path.join(repo, 'gguf-py'), repo].join(path.delimiter) };
+}
+
+/**
+ * Metadata (values as JSON), tensor infos and each tensor's bytes and sha256 of a GGUF file, tensors by
+ * name (llama-quantize writes them in its loader's order, llmc in convert_hf_to_gguf.py's).
+ */
+export async function ggufContents(file: string) {
+  const { metadata, tensorInfos, tensorDataOffset } = await gguf(file, { allowLocalFile: true });
+  const bytes = readFileSync(file);
+  const start = Number(tensorDataOffset);
+  const json = (v: unknown) => JSON.stringify(v, (_k, x) => (typeof x === 'bigint' ? `${x}n` : x));
+  const meta = Object.fromEntries(Object.entries(metadata).map(([k, v]) => [k, json(v)]));
+  const tensors = tensorInfos.map((t, i) => {
+    const from = start + Number(t.offset);
+    const to = i + 1 < tensorInfos.length ? start + Number(tensorInfos[i + 1].offset) : bytes.length;
+    return { name: t.name, type: t.dtype, shape: t.shape.map(Number), sha256: createHash('sha256').update(bytes.subarray(from, to)).digest('hex'), data: bytes.subarray(from, to) };
+  });
+  tensors.sort((x, y) => (x.name < y.name ? -1 : x.name > y.name ? 1 : 0));
+  return { meta, tensors };
 }

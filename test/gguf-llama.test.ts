@@ -5,7 +5,8 @@
  *    differs: a faithful Q8_0 blk.0.ffn_gate alone flips it, even written as F32 dequantized values.)
  *    What must hold: llama.cpp's logits from the quantized file track an F32 file holding
  *    dequantize(quantize(W)) of every tensor with its chosen type more closely than the source
- *    weights — llama.cpp decodes our blocks into the weights we meant (also for K-quants, on a fixture);
+ *    weights — llama.cpp decodes our blocks into the weights we meant (also for K-quants and
+ *    IQ4_NL / IQ4_XS, on a fixture);
  *  - generated Mixtral, Qwen2 and Qwen2-MoE fixtures load and generate; their byte-level
  *    tokenizer (and the SentencePiece-style one), converted to GGUF, tokenize text in llama.cpp as
  *    the textbook BPE over their merges does.
@@ -62,8 +63,8 @@ describe('K-quants in llama.cpp (llama fixture, 256-wide rows so no fallback)', 
     src = path.join(tmp, 'fx-kq');
     await generateFixture(src, { arch: 'llama', tokenizer: 'none', planted: false, dims: { hiddenSize: 256, intermediateSize: 256, numHeads: 4, numKvHeads: 2, numLayers: 2, vocabSize: 320 } });
   });
-  // Together these write Q2_K, Q3_K, Q4_K, Q5_K and Q6_K tensors.
-  for (const quant of ['Q4_K_M', 'Q3_K_M', 'Q2_K']) {
+  // Together these write Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS tensors.
+  for (const quant of ['Q4_K_M', 'Q3_K_M', 'Q2_K', 'IQ4_NL', 'IQ4_XS']) {
     it(`${quant}: llama.cpp's logits are closer to the dequantized weights than to the source`, async () => {
       const r = await quantizedVsControl(src, quant, path.join(tmp, `kq-${quant}`), [1, 5, 9, 40, 41, 42, 100, 7, 300, 3]);
       console.log(`fixture ${quant} ${JSON.stringify(r.typeCounts)}: vs dequantized ${r.vsControl.toFixed(4)}, vs F32 ${r.vsF32.toFixed(4)}`);

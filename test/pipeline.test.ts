@@ -114,7 +114,7 @@ describe('the pass manager checks everything before any work', () => {
   it("another target's option", () => refuse(['--target', 'ts', '--opt', 'gguf.x=1'], /option of target gguf.*target is ts/));
   it('a target option it does not have', () => refuse(['--target', 'ts', '--opt', 'ts.x=1'], /unknown option --opt ts\.x; ts takes no options/));
   it('a pass listed twice', () => refuse(['--target', 'ts', '--passes', 'reorder,reorder'], /lists reorder twice/));
-  it('an unknown pass', () => refuse(['--target', 'ts', '--passes', 'rorder'], /unknown pass "rorder"; available: chunk-partition, expert-bits, outliers, reorder/));
+  it('an unknown pass', () => refuse(['--target', 'ts', '--passes', 'rorder'], /unknown pass "rorder"; available: chunk-partition, expert-bits, imatrix, outliers, reorder/));
   it('a target without the record it needs', () => refuse(['--target', 'gguf-levels'], /gguf-levels needs elastic levels.*--passes reorder/));
   it('a pass that cannot fit the target', () => refuse(['--target', 'gguf-levels', '--passes', 'reorder', '--opt', 'reorder.anchors=2'], /needs one width for all layers/));
   it('--tensor-type where the target takes none', () => refuse(['--target', 'hf', '--tensor-type', 'q_proj=F16'], /the hf target does not take --tensor-type/));

@@ -254,7 +254,9 @@ describe.skipIf(!AVAILABLE)('quantizers are byte-identical to ggml (libggml-base
     const rowLength = 256;
     const qw = importance(rowLength, QUANT_TYPES[type].ggmlType);
     let blocks = 0;
-    for (const [name, x] of inputs) {
+    for (const [name, full] of inputs) {
+      // the weighted searches are slow in JS: the synthetic cases whole, 128 rows of the real weights
+      const x = name === 'stories260K weights' ? full.subarray(0, 256 * 128) : full;
       const ours = new Uint8Array((x.length / QUANT_TYPES[type].blockSize) * QUANT_TYPES[type].typeSize);
       quantizeRowsWeighted(type, x, rowLength, qw, ours);
       const ref = ggmlQuantize(type, x, rowLength, qw);
@@ -268,7 +270,7 @@ describe.skipIf(!AVAILABLE)('quantizers are byte-identical to ggml (libggml-base
 
   test('with an importance matrix on rows of 512 (K-quants, IQ4_XS) and 96 (32-block types): per-row sigma and offsets', () => {
     const rng = new Rng(11);
-    const x = new Float32Array(96 * 512);
+    const x = new Float32Array(96 * 64);
     for (let i = 0; i < x.length; i++) x[i] = rng.normal() * (1 + (i % 96));
     for (const type of WEIGHTED_TYPES) {
       const rowLength = QUANT_TYPES[type].blockSize === 32 ? 96 : 512;

@@ -42,7 +42,7 @@ export async function readImatrix(file: string): Promise<Imatrix> {
     h = await readGgufHeader(file);
   } catch (e) {
     if (e instanceof LlmcError && /does not start with "GGUF"/.test(e.message)) {
-      throw new LlmcError('not a GGUF importance matrix (the legacy imatrix.dat format? convert it: llama-imatrix --in-file FILE -o imatrix.gguf)', file);
+      throw new LlmcError("not a GGUF importance matrix (the legacy imatrix.dat format? llama.cpp's llama-imatrix converts it to imatrix.gguf)", file);
     }
     throw e;
   }
