@@ -117,6 +117,8 @@ interface ModelCase {
   /** Held-out sequences; null: the calibration set's (self-generated). */
   heldOut: number[][] | null;
   distillSteps: number;
+  /** Training sequences for distillation (the option's default is ≥ 1M tokens; the bench sizes it to its steps). */
+  distillData: number;
   loraSteps: string;
 }
 
@@ -175,7 +177,7 @@ async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
   }
   // Joint elastic distillation: every level a slice of the one trained weight set.
   const t1 = performance.now();
-  const dist = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, recover: 'distill', evaluate: 'true', recoverSteps: String(c.distillSteps) }), ctx);
+  const dist = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, recover: 'distill', evaluate: 'true', recoverSteps: String(c.distillSteps), recoverData: String(c.distillData) }), ctx);
   const distillMs = performance.now() - t1;
   const trainedFull = await TfModel.load(dist.source);
   const distillFull = pplCI(await perSeqLoss(trainedFull, heldOut));
@@ -227,7 +229,7 @@ export const suite: BenchSuite = {
       if (only !== 'dense') {
         await withCheckpoint(STORIES, async (src) => {
           out.stories260K = await measureCase(
-            { name: 'stories260K', source: src, options: { levels: '0.5,0.75,1', heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), loraSteps: quick ? '40' : 'auto' },
+            { name: 'stories260K', source: src, options: { levels: '0.5,0.75,1', heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), distillData: 16 * Number(steps ?? (quick ? 40 : 600)) + 16, loraSteps: quick ? '40' : 'auto' },
             path.join(tmp, 'cache-stories'),
             quick,
           );
@@ -249,7 +251,7 @@ export const suite: BenchSuite = {
           out.dense28M = {
             draft5M: draft,
             ...(await measureCase(
-              { name: 'dense-28M', source: src, options: { levels: '0.5,0.75,1', calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), loraSteps: quick ? '10' : 'auto' },
+              { name: 'dense-28M', source: src, options: { levels: '0.5,0.75,1', calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), distillData: 100000, loraSteps: quick ? '10' : 'auto' },
               path.join(tmp, 'cache-dense'),
               quick,
             )),
