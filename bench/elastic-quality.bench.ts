@@ -10,7 +10,7 @@
  * Targets (issue 32): stories260K 50% below the bigram floor and ≥ 80% of the gap closed at 75%
  * (log-perplexity); dense-28M every level ≥ 50% within 1.5× the full model's perplexity.
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/elastic-quality.bench.js [--quick]
- * [--only stories|dense] [--distill-steps N]`.
+ * [--only stories|dense] [--distill-steps N] [--no-train] [--dense-held-out N]`.
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -117,7 +117,11 @@ interface ModelCase {
   /** Held-out sequences; null: the calibration set's (self-generated). */
   heldOut: number[][] | null;
   distillSteps: number;
+  /** Training sequences for distillation (the option's default is ≥ 1M tokens; the bench sizes it to its steps). */
+  distillData: number;
   loraSteps: string;
+  /** Baselines only (orders, floors): no LoRA or distillation runs. */
+  noTrain: boolean;
 }
 
 async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
@@ -152,6 +156,7 @@ async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
   const train = await trainingSet(c.source, calib, quick ? 256 : 1024, 42, { cacheDir });
   const floors = ngramFloors(train.seqs, heldOut, spec.vocabSize);
 
+  if (c.noTrain) return { heldOut: { sequences: heldOut.length, tokensPerSequence: heldOut[0].length }, full, floors, levels: rows };
   // LoRA (the default recovery): per level, its slice with its adapters.
   const t0 = performance.now();
   const lora = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, recover: 'lora', evaluate: 'true', recoverSteps: c.loraSteps }), ctx);
@@ -175,7 +180,7 @@ async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
   }
   // Joint elastic distillation: every level a slice of the one trained weight set.
   const t1 = performance.now();
-  const dist = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, recover: 'distill', evaluate: 'true', recoverSteps: String(c.distillSteps) }), ctx);
+  const dist = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, recover: 'distill', evaluate: 'true', recoverSteps: String(c.distillSteps), recoverData: String(c.distillData) }), ctx);
   const distillMs = performance.now() - t1;
   const trainedFull = await TfModel.load(dist.source);
   const distillFull = pplCI(await perSeqLoss(trainedFull, heldOut));
@@ -222,12 +227,14 @@ export const suite: BenchSuite = {
   async run({ quick }) {
     const only = arg('--only');
     const steps = arg('--distill-steps');
+    const noTrain = process.argv.includes('--no-train');
+    const denseHeldOut = Number(arg('--dense-held-out') ?? (quick ? 16 : 64));
     const out: Record<string, unknown> = {};
     await withTmpDir('llmc-elastic-quality-', async (tmp) => {
       if (only !== 'dense') {
         await withCheckpoint(STORIES, async (src) => {
           out.stories260K = await measureCase(
-            { name: 'stories260K', source: src, options: { levels: '0.5,0.75,1', heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), loraSteps: quick ? '40' : 'auto' },
+            { name: 'stories260K', source: src, options: { levels: '0.5,0.75,1', heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), distillData: 16 * Number(steps ?? (quick ? 40 : 600)) + 16, loraSteps: quick ? '40' : 'auto', noTrain },
             path.join(tmp, 'cache-stories'),
             quick,
           );
@@ -237,7 +244,7 @@ export const suite: BenchSuite = {
       if (only !== 'stories' && existsSync(dense)) {
         const calib = path.join(SHARED, 'text/calibration.txt');
         await withCheckpoint(dense, async (src) => {
-          const heldOut = await heldOutWindows(src, path.join(SHARED, 'text/heldout.txt'), 64, quick ? 16 : 64);
+          const heldOut = await heldOutWindows(src, path.join(SHARED, 'text/heldout.txt'), 64, denseHeldOut);
           const draft = await withCheckpoint(path.join(SHARED, 'draft-5M'), async (d) => {
             const m = await TfModel.load(d);
             try {
@@ -249,7 +256,7 @@ export const suite: BenchSuite = {
           out.dense28M = {
             draft5M: draft,
             ...(await measureCase(
-              { name: 'dense-28M', source: src, options: { levels: '0.5,0.75,1', calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), loraSteps: quick ? '10' : 'auto' },
+              { name: 'dense-28M', source: src, options: { levels: '0.5,0.75,1', calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), distillData: 100000, loraSteps: quick ? '10' : 'auto', noTrain },
               path.join(tmp, 'cache-dense'),
               quick,
             )),

@@ -49,8 +49,9 @@ describe('hf target', () => {
     const b = path.join(tmp, 'b');
     const manifest = await compileTo(a, path.join(tmp, 'cache-a'));
     await compileTo(b, path.join(tmp, 'cache-b')); // independent caches: everything recomputed
-    expect(manifest.files.map((f) => f.path)).toEqual(['config.json', 'model.safetensors']);
-    for (const f of ['llmc-manifest.json', 'model.safetensors', 'config.json']) {
+    // The full level is the root checkpoint; the 50% and 75% levels are checkpoints of their own.
+    expect(manifest.files.map((f) => f.path)).toEqual(['config.json', 'levels/L0/config.json', 'levels/L0/model.safetensors', 'levels/L1/config.json', 'levels/L1/model.safetensors', 'model.safetensors']);
+    for (const f of ['llmc-manifest.json', 'model.safetensors', 'config.json', 'levels/L0/model.safetensors']) {
       expect((await fsp.readFile(path.join(a, f))).equals(await fsp.readFile(path.join(b, f)))).toBe(true);
     }
     const out = await openCheckpoint(a);
@@ -96,6 +97,40 @@ describe('hf target', () => {
       prev = lv;
     }
     expect(md.levels.at(-1)!.params).toBe(src.tensors.reduce((a, t) => a + numel(t.shape), 0));
+    // Each level's checkpoint has exactly the level's parameters, and transformers' config of its widths.
+    for (const lv of md.levels.slice(0, -1)) {
+      const level = await openCheckpoint(path.join(tmp, 'a', 'levels', lv.id));
+      try {
+        expect(level.tensors.reduce((a, t) => a + numel(t.shape), 0)).toBe(lv.params);
+        expect(level.spec).toMatchObject({ numKvHeads: lv.layers[0].kvGroups, numHeads: lv.layers[0].heads, intermediateSize: lv.layers[0].ffn, headDim: spec.headDim });
+      } finally {
+        await level.close();
+      }
+    }
+  });
+
+  it('llmc run --level runs the level\'s checkpoint: the same ids as onnxruntime on that folder; the levels table reports the bytes written', async () => {
+    const a = path.join(tmp, 'a');
+    const { llmcInProcess } = await import('./cli.js');
+    const r = await llmcInProcess('run', a, '--level', '0.5', '--prompt-ids', '1', '-n', '12', '--json');
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout);
+    const level = await openCheckpoint(path.join(a, 'levels', 'L0'));
+    const e = await Engine.open(level);
+    try {
+      expect(out.generated_ids).toEqual(await e.generate([1], { maxTokens: 12, stopIds: [] }));
+    } finally {
+      await e.close();
+      await level.close();
+    }
+    expect(out.level.id).toBe('L0');
+    const { levelRows } = await import('../src/app/cli/levels.js');
+    const rows = levelRows(JSON.parse(await fsp.readFile(path.join(a, 'llmc-manifest.json'), 'utf8')))!.rows;
+    expect(rows.map((x) => [x.bytes, x.bytesExact])).toEqual([
+      [(await fsp.stat(path.join(a, 'levels', 'L0', 'model.safetensors'))).size, true],
+      [(await fsp.stat(path.join(a, 'levels', 'L1', 'model.safetensors'))).size, true],
+      [(await fsp.stat(path.join(a, 'model.safetensors'))).size, true],
+    ]);
   });
 
   it('other targets accept the hf output as input', async () => {

@@ -204,50 +204,41 @@ describe('recovery in the reorder pass', () => {
     expect(relRms(got, PROMPT.map((_, t) => plain.slice(t * V, (t + 1) * V)))).toBeGreaterThan(3e-2); // adapters merged, not dropped
   });
 
-  it('hf: each level is a PEFT LoRA adapter of the checkpoint (keys, shapes, config); merged with the level masked it runs the level', async () => {
+  it('hf: each level is a checkpoint of its own (sliced config, adapters merged); onnxruntime on it = the TS runtime\'s level with its adapters; the root stays the full model', async () => {
     const out = path.join(tmp, 'hf');
     const m = await build('hf', out, RECOVER, 'F32');
     const rec = findRecord(m.passes, ELASTIC_LEVELS)!;
+    expect(rec.anchors).toEqual([]); // hf asks for uniform widths
     const lv = rec.levels[0];
-    expect(m.files.map((f) => f.path)).toEqual(expect.arrayContaining([`adapters/${lv.id}/adapter_config.json`, `adapters/${lv.id}/adapter_model.safetensors`]));
-    expect(m.files.some((f) => f.path.startsWith('adapters/L1/'))).toBe(false); // the full level has none
-    const config = JSON.parse(await fsp.readFile(path.join(out, 'adapters', lv.id, 'adapter_config.json'), 'utf8'));
-    expect(config).toMatchObject({ peft_type: 'LORA', task_type: 'CAUSAL_LM', r: 8, lora_alpha: 16, bias: 'none', fan_in_fan_out: false, use_rslora: false });
-    expect(config.target_modules).toEqual(['o_proj', 'down_proj']);
-    const file = path.join(out, 'adapters', lv.id, 'adapter_model.safetensors');
-    const st = await SafetensorsFile.open(file);
-    const adapter = new Map<string, Float32Array>();
-    for (const [name, info] of st.tensors) adapter.set(name, toF32(await st.readRaw(info), info.dtype, name));
+    expect(m.files.map((f) => f.path)).toEqual(expect.arrayContaining([`levels/${lv.id}/model.safetensors`, `levels/${lv.id}/config.json`]));
+    expect(m.files.some((f) => f.path.startsWith('levels/L1/') || f.path.startsWith('adapters/'))).toBe(false); // the full level is the root
+    const w = lv.layers[0];
+    const config = JSON.parse(await fsp.readFile(path.join(out, 'levels', lv.id, 'config.json'), 'utf8'));
+    expect(config).toMatchObject({ model_type: 'llama', num_attention_heads: w.kvGroups * w.qHeadsPerGroup, num_key_value_heads: w.kvGroups, intermediate_size: w.ffn, head_dim: 8 });
+    const st = await SafetensorsFile.open(path.join(out, 'levels', lv.id, 'model.safetensors'));
+    expect(st.tensors.get('model.layers.0.mlp.down_proj.weight')).toMatchObject({ dtype: 'F32', shape: [64, w.ffn] });
+    expect(st.tensors.get('model.layers.0.self_attn.k_proj.weight')).toMatchObject({ shape: [w.kvGroups * 8, 64] });
     await st.close();
-    // PeftModel.save_pretrained's keys for LlamaForCausalLM (docs/source/developer_guides/checkpoint.md).
-    expect(st.tensors.get('base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight')).toMatchObject({ dtype: 'F32', shape: [8, 64] });
-    expect(st.tensors.get('base_model.model.model.layers.0.self_attn.o_proj.lora_B.weight')).toMatchObject({ dtype: 'F32', shape: [64, 8] });
-    expect(st.tensors.get('base_model.model.model.layers.4.mlp.down_proj.lora_A.weight')).toMatchObject({ shape: [8, 172] });
-    expect(st.tensors.size).toBe(20);
-    expect(st.metadata).toEqual({ format: 'pt' });
-    // Functional: the checkpoint + this adapter (merged) with the level's units masked = the TS runtime's level.
-    const hf = await openCheckpoint(out);
-    const mergedSrc = transformSource(hf, {
-      label: 'peft merged',
-      paramsHash: lv.id,
-      rewrite: async (name, data) => {
-        const mod = `base_model.model.${name.replace(/\.weight$/, '')}`;
-        const a = adapter.get(`${mod}.lora_A.weight`);
-        const b = adapter.get(`${mod}.lora_B.weight`);
-        if (!a || !b) return data;
-        const [rows, cols] = hf.meta(name)!.shape;
-        return mergeLowRank(data, rows, cols, { rank: config.r, scale: config.lora_alpha / config.r, a, b });
-      },
-    });
-    const engine = await Engine.open(maskSource(mergedSrc, levelMasks(hf.spec, [], lv.layers), 'level'));
+    // The bytes the levels table reports are the level's file.
+    expect(m.files.find((f) => f.path === `levels/${lv.id}/model.safetensors`)!.size).toBe((await fsp.stat(path.join(out, 'levels', lv.id, 'model.safetensors'))).size);
+    // The same levels and adapters as a ts build with uniform widths (anchors 0): the level's checkpoint on
+    // onnxruntime (adapters merged) = the TS runtime's level (adapters as low-rank terms).
+    const uniform = path.join(tmp, 'ts-uniform');
+    if (!(await fsp.stat(path.join(uniform, 'llmc-manifest.json')).catch(() => null))) await build('ts', uniform, { ...RECOVER, anchors: '0' });
+    const ts = await loadDir(uniform);
+    const level = await openCheckpoint(path.join(out, 'levels', lv.id));
+    const root = await openCheckpoint(out);
+    const e = await Engine.open(level);
+    const full = await Engine.open(root);
     try {
-      const got = await engine.logits(PROMPT);
-      const ts = await loadDir(path.join(tmp, 'ts'));
-      const want = ts.forward(PROMPT, ts.newCache(), ts.level(lv.id));
-      expect(relErr(got, want)).toBeLessThan(1e-4);
+      expect(relErr(await e.logits(PROMPT), ts.forward(PROMPT, ts.newCache(), ts.level(lv.id)))).toBeLessThan(1e-4);
+      // The root checkpoint is the full model, untouched by any level's adapters.
+      expect(relErr(await full.logits(PROMPT), ts.forward(PROMPT, ts.newCache()))).toBeLessThan(1e-4);
     } finally {
-      await engine.close();
-      await hf.close();
+      await e.close();
+      await full.close();
+      await level.close();
+      await root.close();
     }
   });
 });
@@ -302,7 +293,7 @@ describe('records and options', () => {
     expect(parseReorderOptions({ recoverTargets: 'down, q,o' }).recover!.targets).toEqual(['q', 'o', 'down']);
     expect(() => parseReorderOptions({ recoverTargets: 'q,proj' })).toThrow(/recoverTargets/);
     expect(parseReorderOptions({ recover: 'none' }).recover).toBeNull();
-    expect(() => parseReorderOptions({ recover: 'full' })).toThrow(/lora or none/);
+    expect(() => parseReorderOptions({ recover: 'full' })).toThrow(/lora, distill or none/);
     expect(() => parseReorderOptions({ recoverRank: '0' })).toThrow(/recoverRank/);
     expect(() => parseReorderOptions({ recoverLr: 'fast' })).toThrow(/recoverLr/);
     expect(() => parseReorderOptions({ recover: 'none', recoverSteps: '5' })).toThrow(/needs reorder.recover=lora/);

@@ -47,7 +47,7 @@ async function compare(src: ModelSource, providers: readonly ('taylor' | 'activa
   let orders: LayerOrder[] = [];
   for (const provider of providers) {
     const opts = parseReorderOptions({ importance: provider, evaluate: 'false', levels: '0.5,0.75', recover: 'none' });
-    const r = await analyzeReorder(src, opts, { note: () => {}, cacheDir, target: findTarget('hf') });
+    const r = await analyzeReorder(src, opts, { note: () => {}, cacheDir, target: findTarget('ts') });
     orders = r.orders;
     const anchors = new Set(r.metadata.anchors);
     const { levels } = planLevels(src.spec, { levels: [0.5, 0.75], anchors, block: 1 });
@@ -79,7 +79,7 @@ describe('stories260K', () => {
       const auto = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'auto', evaluate: 'false', levels: '0.5', recover: 'none' }), {
         note: () => {},
         cacheDir: path.join(tmp, 'cache-stories'),
-        target: findTarget('hf'),
+        target: findTarget('ts'),
       });
       const best = Object.entries(rows).sort((a, b) => a[1][0].imp - b[1][0].imp)[0][0];
       expect(auto.metadata.importance.provider).toBe(best);

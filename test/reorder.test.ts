@@ -63,7 +63,7 @@ const PROMPT = [1, 461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435, 299, 3
 beforeAll(async () => {
   ckpt = await openCheckpoint(MODEL);
   cacheDir = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-reorder-'));
-  const r = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'taylor', evaluate: 'false', recover: 'none' }), { note: () => {}, cacheDir, target: findTarget('hf') });
+  const r = await analyzeReorder(ckpt, parseReorderOptions({ importance: 'taylor', evaluate: 'false', recover: 'none' }), { note: () => {}, cacheDir, target: findTarget('ts') });
   orders = r.orders;
 });
 
@@ -226,7 +226,7 @@ describe('other architectures (fixtures): biases, MoE experts', () => {
         const r = await analyzeReorder(src, parseReorderOptions({ importance: 'activation', evaluate: 'false', levels: '0.5,1', recover: 'none' }), {
           note: () => {},
           cacheDir: path.join(cacheDir, `c-${arch}`),
-          target: findTarget('hf'),
+          target: findTarget('ts'),
         });
         if (src.spec.moe) {
           const expertOrders = r.orders.flatMap((o) => Object.entries(o.mlp).filter(([k]) => k.includes('.experts.')));

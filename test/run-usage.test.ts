@@ -110,7 +110,7 @@ describe('declared capabilities: each target declares what it lowers and runs, c
     const manifest = { target: 'gguf-levels', targetInfo: { format: 'gguf-levels', widths: 'uniform', levels: [level('L0'), level('L1')] }, files: [{ path: 'L0/model.gguf', size: 123 }, { path: 'L1/model.gguf', size: 456 }] } as unknown as Manifest;
     const gl = TARGETS.find((t) => t.name === 'gguf-levels')!;
     expect(gl.levelBytes!(manifest, { id: 'L1' } as Level)).toBe(456);
-    expect(TARGETS.filter((t) => t.levelBytes).map((t) => t.name)).toEqual(['gguf-levels', 'ts']);
+    expect(TARGETS.filter((t) => t.levelBytes).map((t) => t.name)).toEqual(['gguf-levels', 'hf', 'ts']);
   });
 });
 

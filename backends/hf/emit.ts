@@ -1,7 +1,9 @@
 /**
  * The `hf` target: a loadable Hugging Face checkpoint directory — model.safetensors (the
  * transformed weights, streamed one tensor at a time), config.json and the tokenizer / generation
- * files carried from the source. `llmc run` and every other target accept it as input.
+ * files carried from the source. `llmc run` and every other target accept it as input. After the
+ * reorder pass, each level below full is a checkpoint of its own under levels/<id>/ (sliced config,
+ * recovery adapters merged), so transformers loads every level.
  * `--quant` picks the float dtype (F32 | F16 | BF16); default: each tensor's source dtype.
  */
 import path from 'node:path';
@@ -11,6 +13,8 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { DTYPE_BYTES, fromF32, numel, safetensorsLayout, writeSafetensors, type FloatDType } from '../../src/core/checkpoint/safetensors.js';
 import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
 import { ELASTIC_LEVELS, findRecord } from '../../src/core/records/index.js';
+import { LlmcError } from '../../src/core/errors.js';
+import { mergeAdapters, sliceSource, uniformWidth } from '../../src/core/pipeline/elastic.js';
 import type { EmitContext, EmitResult, Target } from '../../src/core/pipeline/target.js';
 import { refuseGraphEdits, type CompileUnit } from '../../src/core/pipeline/unit.js';
 import type { HfInfo } from './info.js';
@@ -27,8 +31,8 @@ function dtypes(formats: EmitContext['formats']) {
 }
 
 /** config.json as written (its dtype key follows --quant: `dtype` as transformers >= 5 writes it, else the older `torch_dtype`). */
-function configText(unit: CompileUnit, forced: FloatDType | undefined): string {
-  const config = { ...unit.source.assets.config };
+function configText(source: ModelSource, forced: FloatDType | undefined): string {
+  const config = { ...source.assets.config };
   if (forced) config['dtype' in config ? 'dtype' : 'torch_dtype'] = TORCH_DTYPE[forced];
   return JSON.stringify(config, null, 2) + '\n';
 }
@@ -67,124 +71,96 @@ function hfTensors(source: ModelSource): { name: string; dtype: string; shape: n
   return out;
 }
 
+/** One checkpoint directory's files (relative to it): weights, config.json, the carried tokenizer files. */
+function checkpointPlan(source: ModelSource, unit: CompileUnit, formats: EmitContext['formats']) {
+  const { forced, dtypeOf } = dtypes(formats);
+  const tensors = hfTensors(source).map((t) => ({ name: t.name, dtype: dtypeOf(t.dtype), shape: t.shape, sources: t.sources }));
+  const { fileSize } = safetensorsLayout(tensors);
+  return {
+    tensors,
+    files: [
+      { path: WEIGHTS_FILE, bytes: fileSize },
+      { path: 'config.json', bytes: Buffer.byteLength(configText(source, forced)) },
+      ...carried(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) })),
+    ],
+  };
+}
+
+/** Write one checkpoint directory (`dir` relative to the artifact, '' for its root); its files, relative to the artifact. */
+async function writeCheckpoint(source: ModelSource, unit: CompileUnit, ctx: EmitContext, dir: string): Promise<string[]> {
+  const { forced, dtypeOf } = dtypes(ctx.formats);
+  const tensors = hfTensors(source);
+  const at = path.join(ctx.outDir, dir);
+  if (dir) await ensureOutputDir(at);
+  ctx.progress.start(`hf: writing ${dir ? `${dir}/` : ''}${WEIGHTS_FILE}`, tensors.length);
+  await writeSafetensors(
+    path.join(at, WEIGHTS_FILE),
+    tensors.map((t) => ({
+      name: t.name,
+      dtype: dtypeOf(t.dtype),
+      shape: t.shape,
+      bytes: async () => {
+        const parts = await Promise.all(t.sources.map(async (s) => fromF32(await source.readF32(s), dtypeOf(t.dtype))));
+        ctx.progress.tick();
+        return parts.length === 1 ? parts[0] : new Uint8Array(Buffer.concat(parts));
+      },
+    })),
+  );
+  ctx.progress.done();
+  const rel = (f: string) => (dir ? `${dir}/${f}` : f);
+  const files = [rel(WEIGHTS_FILE), rel('config.json')];
+  await writeFileAtomic(path.join(at, 'config.json'), configText(source, forced));
+  for (const [name, text] of carried(unit)) {
+    await writeFileAtomic(path.join(at, name), text);
+    files.push(rel(name));
+  }
+  return files;
+}
+
+/**
+ * Each elastic level below full as its own checkpoint: the level's slice of the reordered weights,
+ * its recovery adapters merged (W + scale·B·A), with a config.json of its widths (one head count and
+ * FFN width for all layers: transformers' configs have no per-layer widths, so the descriptor asks the
+ * reorder pass for uniform widths and a non-uniform level is refused here in one line).
+ */
+function levelSources(unit: CompileUnit): { id: string; dir: string; source: ModelSource }[] {
+  const record = findRecord(unit.records, ELASTIC_LEVELS);
+  if (!record) return [];
+  return record.levels
+    .filter((lv) => lv.paramFrac < 1)
+    .map((lv) => {
+      if (!uniformWidth(lv.layers)) throw new LlmcError(`level ${lv.id} has per-layer widths; a transformers config has one head count and FFN width for all layers (compile with --opt reorder.anchors=0)`);
+      return { id: lv.id, dir: levelDir(lv.id), source: mergeAdapters(sliceSource(unit.source, lv.layers, `level ${lv.id}`), unit.annotations, lv.id) };
+    });
+}
+
 export const hfTarget: Target<unknown, HfInfo> = {
   async plan(unit, ctx) {
     refuseGraphEdits(unit, 'hf');
-    const { forced, dtypeOf } = dtypes(ctx.formats);
-    const tensors = hfTensors(unit.source).map((t) => ({ name: t.name, dtype: dtypeOf(t.dtype), shape: t.shape, sources: t.sources }));
-    const { fileSize } = safetensorsLayout(tensors);
+    const main = checkpointPlan(unit.source, unit, ctx.formats);
+    const files = [...main.files];
+    for (const lv of levelSources(unit)) files.push(...checkpointPlan(lv.source, unit, ctx.formats).files.map((f) => ({ ...f, path: `${lv.dir}/${f.path}` })));
     return {
-      files: [
-        { path: WEIGHTS_FILE, bytes: fileSize },
-        { path: 'config.json', bytes: Buffer.byteLength(configText(unit, forced)) },
-        ...carried(unit).map(([f, text]) => ({ path: f, bytes: Buffer.byteLength(text) })),
-      ],
-      tensors: tensors.map((t) => ({ name: t.name, sources: t.sources, format: t.dtype, bytes: numel(t.shape) * DTYPE_BYTES[t.dtype] })),
+      files,
+      tensors: main.tensors.map((t) => ({ name: t.name, sources: t.sources, format: t.dtype, bytes: numel(t.shape) * DTYPE_BYTES[t.dtype] })),
       notes: [],
     };
   },
 
   async emit(unit: CompileUnit, ctx: EmitContext): Promise<EmitResult<HfInfo>> {
     refuseGraphEdits(unit, 'hf');
-    const { source } = unit;
-    const { outDir } = ctx;
     const { forced, dtypeOf } = dtypes(ctx.formats);
-    const tensors = hfTensors(source);
-    ctx.progress.start('hf: writing safetensors', tensors.length);
-    await writeSafetensors(
-      path.join(outDir, WEIGHTS_FILE),
-      tensors.map((t) => ({
-        name: t.name,
-        dtype: dtypeOf(t.dtype),
-        shape: t.shape,
-        bytes: async () => {
-          const parts = await Promise.all(t.sources.map(async (s) => fromF32(await source.readF32(s), dtypeOf(t.dtype))));
-          ctx.progress.tick();
-          return parts.length === 1 ? parts[0] : new Uint8Array(Buffer.concat(parts));
-        },
-      })),
-    );
-    ctx.progress.done();
-    const files = [WEIGHTS_FILE, 'config.json'];
-    await writeFileAtomic(path.join(outDir, 'config.json'), configText(unit, forced));
-    for (const [name, text] of carried(unit)) {
-      await writeFileAtomic(path.join(outDir, name), text);
-      files.push(name);
-    }
-    const adapters = await writePeftAdapters(unit, outDir);
-    files.push(...adapters.files);
+    const levels = levelSources(unit);
+    const files = await writeCheckpoint(unit.source, unit, ctx, '');
+    for (const lv of levels) files.push(...(await writeCheckpoint(lv.source, unit, ctx, lv.dir)));
+    const tensors = hfTensors(unit.source);
     return {
       files,
-      targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source', ...(adapters.levels.length ? { adapters: adapters.levels } : {}) },
+      targetInfo: { weights: WEIGHTS_FILE, dtype: forced ?? 'source', ...(levels.length ? { levels: levels.map((l) => ({ id: l.id, dir: l.dir })) } : {}) },
       tensors: tensors.map((t) => ({ name: t.name, sources: t.sources, format: dtypeOf(t.dtype), bytes: numel(t.shape) * DTYPE_BYTES[dtypeOf(t.dtype)] })),
     };
   },
 };
 
-/** Where a level's PEFT adapter goes, relative to the artifact. */
-export const adapterDir = (level: string) => `adapters/${level}`;
-
-/**
- * Each recovered level's adapters as a Hugging Face PEFT LoRA adapter (adapter_config.json +
- * adapter_model.safetensors, keys `base_model.model.<module>.lora_A.weight` / `.lora_B.weight`, as
- * PeftModel.save_pretrained writes them), for THIS checkpoint (the full reordered model): A and B are
- * padded with zeros to the full shapes, so the adapter loads onto it and acts only on the level's units.
- * Running the level itself needs its heads and neurons kept (a slice or masks; widths in the manifest).
- */
-async function writePeftAdapters(unit: CompileUnit, outDir: string): Promise<{ files: string[]; levels: { id: string; dir: string }[] }> {
-  const record = findRecord(unit.records, ELASTIC_LEVELS);
-  const files: string[] = [];
-  const levels: { id: string; dir: string }[] = [];
-  if (record?.recovery?.method !== 'lora') return { files, levels };
-  const recovery = record.recovery;
-  for (const lv of record.levels) {
-    const tensors: { name: string; dtype: FloatDType; shape: number[]; bytes: () => Promise<Uint8Array> }[] = [];
-    let rank = 0;
-    let alpha = 0;
-    for (const t of unit.source.tensors) {
-      const ad = unit.annotations.get(t.name)?.adapters?.[lv.id];
-      if (!ad) continue;
-      const [out, inF] = t.shape;
-      rank = ad.rank;
-      alpha = ad.scale * ad.rank;
-      const a = new Float32Array(ad.rank * inF);
-      for (let k = 0; k < ad.rank; k++) a.set(ad.a.subarray(k * ad.inFeatures, (k + 1) * ad.inFeatures), k * inF);
-      const b = new Float32Array(out * ad.rank);
-      b.set(ad.b);
-      const module = `base_model.model.${t.name.replace(/\.weight$/, '')}`;
-      tensors.push(
-        { name: `${module}.lora_A.weight`, dtype: 'F32', shape: [ad.rank, inF], bytes: async () => fromF32(a, 'F32') },
-        { name: `${module}.lora_B.weight`, dtype: 'F32', shape: [out, ad.rank], bytes: async () => fromF32(b, 'F32') },
-      );
-    }
-    if (!tensors.length) continue;
-    const dir = adapterDir(lv.id);
-    await ensureOutputDir(path.join(outDir, dir));
-    await writeSafetensors(path.join(outDir, dir, 'adapter_model.safetensors'), tensors);
-    const config = {
-      peft_type: 'LORA',
-      task_type: 'CAUSAL_LM',
-      base_model_name_or_path: null,
-      r: rank,
-      lora_alpha: alpha,
-      lora_dropout: 0,
-      target_modules: recovery.targets,
-      bias: 'none',
-      fan_in_fan_out: false,
-      inference_mode: true,
-      init_lora_weights: true,
-      use_rslora: false,
-      use_dora: false,
-      modules_to_save: null,
-      layers_to_transform: null,
-      layers_pattern: null,
-      rank_pattern: {},
-      alpha_pattern: {},
-      revision: null,
-    };
-    await writeFileAtomic(path.join(outDir, dir, 'adapter_config.json'), JSON.stringify(config, null, 2) + '\n');
-    files.push(`${dir}/adapter_config.json`, `${dir}/adapter_model.safetensors`);
-    levels.push({ id: lv.id, dir });
-  }
-  return { files, levels };
-}
+/** Where a level's checkpoint goes, relative to the artifact. */
+export const levelDir = (level: string) => `levels/${level}`;

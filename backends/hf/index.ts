@@ -9,7 +9,7 @@ export const hf: TargetDescriptor<unknown, HfInfo> = {
   formats: { quant: ['F32', 'F16', 'BF16'], default: null, tensorTypes: null },
   options: NO_OPTIONS,
   capabilities: {
-    elasticWidths: { kind: 'none' },
+    elasticWidths: { kind: 'uniform', why: "a transformers config has one head count and one FFN width for all layers; each level is its own checkpoint" },
     perTensorFormats: false,
     perExpertFormats: false,
     qdq: false,
@@ -19,6 +19,11 @@ export const hf: TargetDescriptor<unknown, HfInfo> = {
     expertCache: false,
   },
   quantBlock: () => 1,
+  // Each level below full is its own checkpoint folder: its weights file is the level's bytes; the full level's is the root's.
+  levelBytes(m, lv) {
+    const dir = HF_INFO.read(m.targetInfo).levels?.find((l) => l.id === lv.id)?.dir;
+    return m.files.find((f) => f.path === (dir ? `${dir}/model.safetensors` : 'model.safetensors'))?.size ?? 0;
+  },
   requires: [],
   info: HF_INFO,
   load: async () => (await import('./emit.js')).hfTarget,

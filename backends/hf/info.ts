@@ -1,4 +1,4 @@
-/** The hf target's targetInfo: the safetensors file, the dtype it forced (or the source's), per-level PEFT adapter folders. */
+/** The hf target's targetInfo: the safetensors file, the dtype it forced (or the source's), each level's checkpoint folder. */
 import { z } from 'zod';
 import { artifactPath, defineTargetInfo } from '../../src/core/records/target-info.js';
 
@@ -7,7 +7,7 @@ export const HF_INFO = defineTargetInfo(
   z.object({
     weights: artifactPath,
     dtype: z.string(),
-    adapters: z.array(z.object({ id: z.string(), dir: artifactPath })).optional(),
+    levels: z.array(z.object({ id: z.string(), dir: artifactPath })).optional(),
   }),
 );
 export type HfInfo = ReturnType<typeof HF_INFO.read>;

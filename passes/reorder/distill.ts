@@ -78,7 +78,9 @@ export async function distillLevels(
   const teacher = Teacher.create(teacherModel, [...train, ...val]);
   try {
     // Levels as masks over the reordered model (identity orders: a level keeps each layer's prefix).
-    const byWidth = [...levels].sort((a, b) => width(a.layers) - width(b.layers));
+    // One entry per distinct level (the full one once, however the caller lists it).
+    const distinct = levels.filter((lv, i) => !isFull(spec, lv.layers) || levels.findIndex((x) => isFull(spec, x.layers)) === i);
+    const byWidth = [...distinct].sort((a, b) => width(a.layers) - width(b.layers));
     const masks: RunOptions[] = byWidth.map((lv) => (isFull(spec, lv.layers) ? {} : levelMasks(spec, [], [...lv.layers])));
     const fullIdx = byWidth.findIndex((lv) => isFull(spec, lv.layers));
     const names = trainedNames(student);

@@ -68,7 +68,7 @@ export interface RecoverOptions {
 export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 'auto', lr: 1.5e-2, data: 1024, batch: 8, ce: 0, targets: 'auto', init: 'chain' } as const;
 
 /** reorder.recover=distill's defaults: ≥ 1M training tokens (text: every calibration window there is), one pass over them. */
-export const DISTILL_DEFAULTS = { tokens: 1_000_000, lr: 5e-4, batch: 16, fullWeight: 3, levelsPerStep: 3 } as const;
+export const DISTILL_DEFAULTS = { tokens: 1_000_000, lr: 3e-4, batch: 16, fullWeight: 8, levelsPerStep: 3 } as const;
 
 /** Keys only LoRA recovery reads (refused with recover=distill). */
 const LORA_ONLY = ['recoverRank', 'recoverAlpha', 'recoverThreads', 'recoverTargets', 'recoverInit'] as const;
