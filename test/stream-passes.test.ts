@@ -14,6 +14,10 @@ import { maskedLoss, maskSource, skipLayerMasks } from '../passes/reorder/masks.
 import { STORIES } from './stories-engine.js';
 import { ensureBuilt } from './build-once.js';
 import { pathToFileURL } from 'node:url';
+import { llmcInProcess } from './cli.js';
+import { available, streamDevice, useStreamDevice } from '../src/exec/stream/device.js';
+import { promises as fsp } from 'node:fs';
+import os from 'node:os';
 
 const TRAINED = path.resolve(__dirname, '../../shared/models/trained');
 
@@ -67,7 +71,7 @@ for (const [name, dir] of [
 }
 
 describe("the evaluation's streamed source logits in a child process", () => {
-  test('stories260K: every window equals the whole graph, the child's progress drawn by the parent', async () => {
+  test('stories260K: every window equals the whole graph, its progress drawn by the parent', async () => {
     ensureBuilt();
     const ref = (await import(pathToFileURL(path.resolve(__dirname, '../dist/src/exec/stream/reference.js')).href)) as typeof import('../src/exec/stream/reference.js');
     const built = (await import(pathToFileURL(path.resolve(__dirname, '../dist/src/core/checkpoint/index.js')).href)) as typeof import('../src/core/checkpoint/index.js');
@@ -93,4 +97,40 @@ describe("the evaluation's streamed source logits in a child process", () => {
       await ck.close();
     }
   }, 120_000);
+});
+
+describe('--device: the streamed pieces\' execution provider', () => {
+  test('cpu runs (the same losses); a device onnxruntime-node lacks, or an unknown one, is refused in one line before any work', async () => {
+    expect(available()).toContain('cpu');
+    const ck = await openCheckpoint(STORIES);
+    const seqs = [Array.from({ length: 12 }, (_, t) => (t * 13 + 1) % ck.spec.vocabSize)];
+    try {
+      const engine = await Engine.open(ck, { threads: 1 });
+      const want = Math.log(await engine.perplexity(seqs));
+      await engine.close();
+      expect(Math.abs((await new StreamEngine(ck, { threads: 1, device: 'cpu' }).losses(seqs)).base - want)).toBeLessThan(1e-5);
+    } finally {
+      await ck.close();
+    }
+    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-device-'));
+    try {
+      const missing = (['coreml', 'dml', 'cuda'] as const).find((d) => !available().includes(d))!;
+      for (const [device, says] of [
+        ['tpu', '--device must be one of cpu, cuda, coreml, dml, got "tpu"'],
+        [missing, `--device ${missing}: the installed onnxruntime-node has no ${missing} execution provider`],
+      ] as const) {
+        const r = await llmcInProcess('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '-o', path.join(tmp, 'x.gguf'), '--device', device);
+        expect(r.code).toBe(2);
+        expect(r.stderr.trim().split('\n')).toHaveLength(1);
+        expect(r.stderr).toContain(says);
+        expect(await fsp.readdir(tmp)).toEqual([]);
+      }
+      const ok = await llmcInProcess('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '-o', path.join(tmp, 'x.gguf'), '--device', 'cpu');
+      expect(ok.code).toBe(0);
+      expect(streamDevice()).toBe('cpu');
+    } finally {
+      useStreamDevice('cpu');
+      await fsp.rm(tmp, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
