@@ -4,6 +4,7 @@
  *   node dist/bench/stream-child.js <checkpoint> <what> <sequences> <length>
  * what: `quality-source` (the evaluation's source logits on held-out windows, streamed),
  *       `importance` (reorder's activation importance), `outliers` (outliers' linear profiles),
+ *       `anchor-losses` (reorder's per-layer skip losses: one sweep, every layer's skipped variant),
  *       `block-ort` / `block-ts` (layer 0 alone over the sequences, onnxruntime against the TS
  *       runtime's interpreter: how the executor was chosen).
  * Prints one JSON line: wall ms, the calibration activations' bytes.
@@ -14,6 +15,7 @@ import type { ModelGraph, Op } from '../src/core/ir/ir.js';
 import { StreamEngine, streamSegments } from '../src/exec/stream/index.js';
 import { activationScores } from '../passes/reorder/importance.js';
 import { measureLinears } from '../passes/outliers/measure.js';
+import { maskSource, skipLayerMasks } from '../passes/reorder/masks.js';
 import { Interpreter } from '../src/exec/runtime/interpreter.js';
 import { weightTable } from '../src/exec/runtime/model.js';
 import { Weight } from '../src/exec/runtime/kernels.js';
@@ -45,6 +47,13 @@ if (what === 'quality-source') {
 } else if (what === 'outliers') {
   const e = new StreamEngine(source);
   await measureLinears(source, buildModel(spec), { calib: seqs, key: 'bench' }, { engine: async () => e });
+  activationBytes = e.activationBytes;
+  extra = stream(e);
+} else if (what === 'anchor-losses') {
+  // reorder's anchor-layer losses: the model and each layer skipped, in one sweep
+  const e = new StreamEngine(source);
+  const at = (l: number) => e.segments.findIndex((g) => g.layer === l);
+  await e.losses(seqs, Array.from({ length: spec.numLayers }, (_, l) => ({ source: maskSource(source, skipLayerMasks(spec, l), 'mask'), from: at(l), until: at(l) + 1 })));
   activationBytes = e.activationBytes;
   extra = stream(e);
 } else if (what === 'block-ort') {

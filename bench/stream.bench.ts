@@ -8,7 +8,7 @@
  *
  * Measurements: quality-source (the evaluation's source logits on 2 × 512 held-out tokens),
  * importance (reorder's activation importance, 10 × 64: its default calibration), outliers (outliers'
- * linear profiles, 10 × 64). The 1.1B checkpoint: $LLMC_BENCH_TINYLLAMA when set (an existing
+ * linear profiles, 10 × 64), anchor-losses (reorder's anchor-layer losses, 10 × 64). The 1.1B checkpoint: $LLMC_BENCH_TINYLLAMA when set (an existing
  * directory of that shape), else generated once into the bench cache (2.2 GB). --quick: llama-100M only.
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/stream.bench.js [--quick]`.
  */
@@ -64,11 +64,12 @@ const PASSES: [string, number, number][] = [
   ['quality-source', 2, 512],
   ['importance', 10, 64],
   ['outliers', 10, 64],
+  ['anchor-losses', 10, 64],
 ];
 
 export const suite: BenchSuite = {
   name: 'stream',
-  description: 'layer-streamed passes (evaluation source, reorder importance, outlier profiles) on the TinyLlama-1.1B shape and llama-100M: wall, peak RSS, activations, time per parameter, 7B projection',
+  description: 'layer-streamed passes (evaluation source, reorder importance, outlier profiles, anchor-layer losses) on the TinyLlama-1.1B shape and llama-100M: wall, peak RSS, activations, time per parameter, 7B projection',
   async run({ quick }) {
     const small = (await cachedFixture('llama-100M', { arch: 'llama', dtype: 'BF16', planted: false })).dir;
     const big = quick ? null : (process.env.LLMC_BENCH_TINYLLAMA ?? (await cachedFixture('tinyllama-1.1B', { arch: 'llama', dtype: 'BF16', shards: 3, planted: false })).dir);

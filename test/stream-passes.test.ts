@@ -1,8 +1,8 @@
 /**
  * The passes' remaining measurements layer-streamed (src/exec/stream) against the whole-model
  * Engine, the independent reference: reorder's anchor-layer losses (each layer replaced by identity)
- * and the base loss, and a masked level's loss, to float32 rounding, on stories260K, dense-28M and
- * moe-8x.
+ * and the base loss, to float32 rounding, on stories260K, dense-28M and moe-8x; and the evaluation's
+ * streamed source logits computed in a child process (llmc's build) equal the whole graph's.
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -12,6 +12,12 @@ import { Engine } from '../src/exec/engine/index.js';
 import { StreamEngine } from '../src/exec/stream/engine.js';
 import { maskedLoss, maskSource, skipLayerMasks } from '../passes/reorder/masks.js';
 import { STORIES } from './stories-engine.js';
+import { ensureBuilt } from './build-once.js';
+import { pathToFileURL } from 'node:url';
+import { llmcInProcess } from './cli.js';
+import { available, streamDevice, useStreamDevice } from '../src/exec/stream/device.js';
+import { promises as fsp } from 'node:fs';
+import os from 'node:os';
 
 const TRAINED = path.resolve(__dirname, '../../shared/models/trained');
 
@@ -63,3 +69,68 @@ for (const [name, dir] of [
     });
   });
 }
+
+describe("the evaluation's streamed source logits in a child process", () => {
+  test('stories260K: every window equals the whole graph, its progress drawn by the parent', async () => {
+    ensureBuilt();
+    const ref = (await import(pathToFileURL(path.resolve(__dirname, '../dist/src/exec/stream/reference.js')).href)) as typeof import('../src/exec/stream/reference.js');
+    const built = (await import(pathToFileURL(path.resolve(__dirname, '../dist/src/core/checkpoint/index.js')).href)) as typeof import('../src/core/checkpoint/index.js');
+    const ck = await built.openCheckpoint(STORIES);
+    const windows = [0, 1, 2].map((k) => Array.from({ length: 20 }, (_, t) => (t * 37 + k * 101 + 1) % ck.spec.vocabSize));
+    const ticks: string[] = [];
+    const progress = { start: (l: string) => ticks.push(l), tick: () => {}, done: () => {} };
+    const got = await ref.sourceLogits(ck, windows, { stream: true, threads: 1, progress });
+    const engine = await Engine.open(ck, { threads: 1 });
+    try {
+      expect(got.executor).toBe('onnxruntime, layer-streamed');
+      // the child's progress is drawn by the parent
+      expect(ticks.some((l) => l.startsWith("quality: the source's head"))).toBe(true);
+      for (const w of windows) {
+        const [a, b] = [await got.logits(w), await engine.logits(w)];
+        let worst = 0;
+        for (let i = 0; i < b.length; i++) worst = Math.max(worst, Math.abs(a[i] - b[i]) / (1e-4 + 1e-4 * Math.abs(b[i])));
+        expect(worst).toBeLessThanOrEqual(1);
+      }
+    } finally {
+      await got.close();
+      await engine.close();
+      await ck.close();
+    }
+  }, 120_000);
+});
+
+describe('--device: the streamed pieces\' execution provider', () => {
+  test('cpu runs (the same losses); a device onnxruntime-node lacks, or an unknown one, is refused in one line before any work', async () => {
+    expect(available()).toContain('cpu');
+    const ck = await openCheckpoint(STORIES);
+    const seqs = [Array.from({ length: 12 }, (_, t) => (t * 13 + 1) % ck.spec.vocabSize)];
+    try {
+      const engine = await Engine.open(ck, { threads: 1 });
+      const want = Math.log(await engine.perplexity(seqs));
+      await engine.close();
+      expect(Math.abs((await new StreamEngine(ck, { threads: 1, device: 'cpu' }).losses(seqs)).base - want)).toBeLessThan(1e-5);
+    } finally {
+      await ck.close();
+    }
+    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-device-'));
+    try {
+      const missing = (['coreml', 'dml', 'cuda'] as const).find((d) => !available().includes(d))!;
+      for (const [device, says] of [
+        ['tpu', '--device must be one of cpu, cuda, coreml, dml, got "tpu"'],
+        [missing, `--device ${missing}: the installed onnxruntime-node has no ${missing} execution provider`],
+      ] as const) {
+        const r = await llmcInProcess('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '-o', path.join(tmp, 'x.gguf'), '--device', device);
+        expect(r.code).toBe(2);
+        expect(r.stderr.trim().split('\n')).toHaveLength(1);
+        expect(r.stderr).toContain(says);
+        expect(await fsp.readdir(tmp)).toEqual([]);
+      }
+      const ok = await llmcInProcess('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '-o', path.join(tmp, 'x.gguf'), '--device', 'cpu');
+      expect(ok.code).toBe(0);
+      expect(streamDevice()).toBe('cpu');
+    } finally {
+      useStreamDevice('cpu');
+      await fsp.rm(tmp, { recursive: true, force: true });
+    }
+  }, 60_000);
+});

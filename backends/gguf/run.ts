@@ -20,7 +20,7 @@ export function ggufFileOf(a: Artifact, file = GGUF_INFO.read(a.manifest.targetI
 interface LlamaCpp {
   LlamaLogLevel: { error: unknown };
   getLlama(o: { gpu: false; build: 'never'; logLevel: unknown; logger: (level: unknown, message: string) => void }): Promise<{
-    loadModel(o: { modelPath: string }): Promise<{
+    loadModel(o: { modelPath: string; useMmap?: boolean }): Promise<{
       /** llama.cpp's common_tokenize(vocab, text, add_special = false, parse_special = specialTokens). */
       tokenize(text: string, specialTokens?: boolean): number[];
       /** llama_detokenize(vocab, tokens, remove_special = false, unparse_special = specialTokens). */
@@ -82,7 +82,9 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
   const placeholder = Array.isArray(vocab) && vocab.some((t) => typeof t === 'string' && t.startsWith('<placeholder_'));
   const log = llamaLog();
   const llama = await llamaCpp.getLlama({ gpu: false, build: 'never', logLevel: llamaCpp.LlamaLogLevel.error, logger: log.logger });
-  const model = await llama.loadModel({ modelPath: file }).catch((err: unknown) => {
+  // Read, not mapped: llama.cpp repacks most quantized tensors into its own CPU buffers, and the mapped
+  // pages it read them from stay resident beside the copy (1.1B Q4_K_M: 1.21 GB resident mapped, 0.76 GB read).
+  const model = await llama.loadModel({ modelPath: file, useMmap: false }).catch((err: unknown) => {
     throw new LlmcError(`llama.cpp cannot load it: ${log.last() ?? String((err as Error)?.message ?? err).split('\n')[0].slice(0, 200)}`, file);
   });
   const spec = a.manifest.arch;

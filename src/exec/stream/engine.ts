@@ -25,6 +25,7 @@ import { silentProgress, type Progress } from '../../core/util/progress.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
 import { streamSegments, type Segment } from './segments.js';
+import { streamDevice, type Device } from './device.js';
 
 export interface StreamOptions {
   /** onnxruntime intra-op threads (default: onnxruntime's choice). */
@@ -41,6 +42,8 @@ export interface StreamOptions {
   batchTokens?: number;
   /** Where tap sweeps keep each piece's results (the profile cache); prefill never stores. */
   pieces?: PieceHook;
+  /** The onnxruntime execution provider per piece (default: streamDevice(), the CLI's --device). */
+  device?: Device;
 }
 
 /** What one piece gave over every batch: its taps, and per batch the values it carries on. */
@@ -116,6 +119,8 @@ export class StreamEngine {
       extra: { session: { intra_op: { allow_spinning: '0' } } },
     };
     if (this.opts.threads) options.intraOpNumThreads = this.opts.threads;
+    const device = this.opts.device ?? streamDevice();
+    if (device !== 'cpu') options.executionProviders = [device, 'cpu'];
     const session = await ort.InferenceSession.create(lowered.bytes, options);
     return { session, taps: lowered.taps };
   }

@@ -13,6 +13,7 @@ import { float32Bytes, STREAM_ABOVE_BYTES } from './reference.js';
 export { StreamEngine, type Branch, type StreamOptions, type StreamedLogits, type PieceHook, type PieceResult } from './engine.js';
 export { sourceLogits, float32Bytes, STREAM_ABOVE_BYTES, type SourceLogits } from './reference.js';
 export { streamSegments, type Segment } from './segments.js';
+export { DEVICES, checkDevice, useStreamDevice, streamDevice, type Device } from './device.js';
 
 /** What calibration statistics are measured with: Engine.tap or StreamEngine.tap (the same results). */
 export interface Tapper {

@@ -14,6 +14,7 @@ import { LlmcError } from '../../core/errors.js';
 import type { Progress } from '../../core/util/progress.js';
 import { Engine } from '../engine/index.js';
 import { StreamEngine } from './engine.js';
+import { streamDevice, type Device } from './device.js';
 import { onInterrupt } from '../../core/util/interrupt.js';
 import { fork } from 'node:child_process';
 import { existsSync, promises as fsp, rmSync } from 'node:fs';
@@ -154,7 +155,7 @@ async function inChild(script: string, source: ModelSource, windows: readonly nu
       if (result) resolve(result);
       else reject(failure ?? new LlmcError(`the process streaming the source's logits ended (${signal ?? `exit ${code}`}) before it finished`, source.dir));
     });
-    const job: ChildJob = { dir: source.dir, identity, allowNonFinite: source.allowNonFinite, windows: windows as number[][], file, threads: opts.threads };
+    const job: ChildJob = { dir: source.dir, identity, device: streamDevice(), allowNonFinite: source.allowNonFinite, windows: windows as number[][], file, threads: opts.threads };
     child.send(job);
   });
 }
@@ -164,6 +165,8 @@ export interface ChildJob {
   dir: string;
   /** The source's identity: the child refuses a directory whose checkpoint differs. */
   identity: string;
+  /** The parent's --device. */
+  device: Device;
   allowNonFinite: boolean;
   windows: number[][];
   file: string;

@@ -7,6 +7,7 @@
 import { openCheckpoint } from '../../core/checkpoint/checkpoint.js';
 import { LlmcError } from '../../core/errors.js';
 import type { Progress } from '../../core/util/progress.js';
+import { useStreamDevice } from './device.js';
 import { writeStreamedLogits, type ChildJob, type ChildMessage } from './reference.js';
 
 const send = (m: ChildMessage) => new Promise<void>((resolve) => process.send!(m, undefined, {}, () => resolve()));
@@ -20,6 +21,7 @@ const progress: Progress = {
 process.once('message', (job: ChildJob) => {
   void (async () => {
     try {
+      useStreamDevice(job.device);
       const source = await openCheckpoint(job.dir, { allowNonFinite: job.allowNonFinite });
       if ((await source.identity()) !== job.identity) throw new LlmcError('changed while it was being evaluated (its sha256 is not the one the evaluation started with)', job.dir);
       const result = await writeStreamedLogits(source, job.windows, job.file, { threads: job.threads, progress });

@@ -54,7 +54,8 @@ export function registerCompile(program: Command): void {
     .option('--config <file>', `config file (default: ./${CONFIG_FILE}); flags override it`)
     .option('--force', 'replace an output directory or file that is not an llmc artifact')
     .option('--allow-nonfinite', 'compile weights that hold Inf or NaN (refused by default)')
-    .option('--imatrix <file|auto>', "gguf: quantize with llama.cpp's importance matrix: a FILE (imatrix.gguf), or auto (measured on calibration data: --passes imatrix; written as imatrix.gguf)");
+    .option('--imatrix <file|auto>', "gguf: quantize with llama.cpp's importance matrix: a FILE (imatrix.gguf), or auto (measured on calibration data: --passes imatrix; written as imatrix.gguf)")
+    .option('--device <name>', 'onnxruntime execution provider of the layer-streamed calibration and evaluation (models above 1 GiB as float32): cpu (default), cuda, coreml, dml, where the installed onnxruntime-node has it');
   // Each pass's shorthand flags (`--levels X` ≡ `--opt reorder.levels=X`).
   const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
   for (const p of PASSES) for (const f of p.flags) cmd.option(f.flag, f.help);
@@ -104,6 +105,7 @@ export function registerCompile(program: Command): void {
       );
       // Everything is checked before the checkpoint is opened or anything is written.
       const plan = planCompile(request);
+      if (o.device !== undefined) (await import('../../../exec/stream/device.js')).useStreamDevice(String(o.device));
       resolved.target.quant = plan.formats.quant ?? plan.target.formats.default;
       if (o.printConfig) return printJson(configJson(resolved));
       const budgets = resolved.check === null ? undefined : await readBudgets(resolved.check);
