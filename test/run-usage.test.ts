@@ -22,7 +22,7 @@ const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 
 describe('checkRunOptions', () => {
   const none: RunOffer = { ...CHECKPOINT_OFFER, what: 'a thing' };
-  const all: RunOffer = { what: 'everything', levels: true, chunks: true, speculative: true, expertCache: true, engines: ['sim', 'onnxruntime'] };
+  const all: RunOffer = { what: 'everything', levels: true, chunks: true, speculative: true, expertCache: true, engines: ['sim', 'onnxruntime'], kvTypes: ['f32', 'f16', 'q8_0'] };
   const experts = { capacity: 2 };
   const cases: [string, Parameters<typeof checkRunOptions>[1], RegExp][] = [
     ['--level', { level: '0.5' }, /^--level needs an artifact with elastic levels .*; this is a thing$/],
@@ -32,6 +32,7 @@ describe('checkRunOptions', () => {
     ['--speculative', { speculative: {} }, /^--speculative needs an artifact with a verification tree \(llmc compile --passes tree-search --target ts\); this is a thing$/],
     ['--expert-cache', { experts }, /^--expert-cache needs an artifact of a mixture-of-experts model \(llmc compile --target ts\); this is a thing$/],
     ['--engine', { engine: 'onnxruntime' }, /^--engine onnxruntime: a thing runs on one engine, with no choice$/],
+    ['--kv-type', { kvType: 'q8_0' }, /^--kv-type q8_0: the runner of a thing has no choice of KV cache type \(targets that do: (ts, gguf|gguf, ts)\)$/],
   ];
   it.each(cases)('%s on a model that does not offer it is a UsageError (exit 2)', (_flag, o, message) => {
     let err: unknown;

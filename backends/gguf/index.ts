@@ -34,7 +34,7 @@ export const gguf: TargetDescriptor<GgufOptions, GgufInfo> = {
   description: 'GGUF v3 for llama.cpp (F32/F16/BF16, Q8_0, Q4_0..Q5_1, K-quants, IQ4_NL/IQ4_XS, llama.cpp presets like Q4_K_M; --imatrix)',
   formats: GGUF_FORMATS,
   options: GGUF_OPTIONS,
-  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: true, perExpertFormats: false, qdq: false, lowers: GGUF_LOWERS, speculative: false, expertCache: false },
+  capabilities: { elasticWidths: { kind: 'none' }, perTensorFormats: true, perExpertFormats: false, qdq: false, lowers: GGUF_LOWERS, speculative: false, expertCache: false, kvTypes: ['f16', 'f32', 'q8_0'] },
   quantBlock: ggufQuantBlock,
   requires: [],
   info: GGUF_INFO,

@@ -27,7 +27,7 @@ interface LlamaCpp {
       detokenize(tokens: readonly number[], specialTokens?: boolean): string;
       /** llama_vocab_get_add_bos / _add_eos (tokenizer.ggml.add_bos_token, or the vocabulary type's default). */
       tokens: { bos: number | null; eos: number | null; shouldPrependBosToken: boolean; shouldAppendEosToken: boolean };
-      createContext(o: { contextSize: number; threads: number }): Promise<{
+      createContext(o: { contextSize: number; threads: number; experimentalKvCacheKeyType?: string; experimentalKvCacheValueType?: string }): Promise<{
         getSequence(): {
           evaluate(tokens: number[], o: { temperature?: number; topP?: number; seed?: number }): AsyncIterable<number>;
           /** Per input position, with `generateNext.logits`: the raw logits of every vocabulary token. */
@@ -105,7 +105,9 @@ export async function openGgufFile(file: string, a: Artifact, opts: RunOptions):
   // llama.cpp's threads meet at spin-wait barriers after every op: for a small model they cost more
   // than they save (on a busy 2-core machine 60 ms of logits became 3.5 s), so one thread there.
   const threads = opts.threads ?? ((await fsp.stat(file)).size < SMALL_MODEL_BYTES ? 1 : 0);
-  const context = (tokens: number) => model.createContext({ contextSize: Math.min(spec.maxPositions, Math.max(64, tokens)), threads });
+  // --kv-type: llama.cpp's type_k / type_v (ggml type names), its default F16 when not given.
+  const kv = opts.kvType === undefined ? {} : { experimentalKvCacheKeyType: opts.kvType.toUpperCase(), experimentalKvCacheValueType: opts.kvType.toUpperCase() };
+  const context = (tokens: number) => model.createContext({ contextSize: Math.min(spec.maxPositions, Math.max(64, tokens)), threads, ...kv });
   return {
     spec,
     notes,

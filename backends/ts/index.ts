@@ -22,6 +22,7 @@ export const ts: TargetDescriptor<unknown, TsTargetInfo> = {
     adapters: true,
     speculative: true,
     expertCache: true,
+    kvTypes: ['f32', 'f16', 'q8_0'],
   },
   quantBlock: (r) => Math.max(blockAlongRow(r.quant ?? 'F32'), ...r.tensorTypes.map((t) => blockAlongRow(t.type))),
   requires: [],

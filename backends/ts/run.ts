@@ -38,13 +38,22 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
   const chunks = opts.chunk !== undefined ? chunkedPrefill(a, model, opts) : null;
   if (chunks) notes.push(`chunked prefill: chunk length ${opts.chunk === 'auto' ? `per prompt among ${chunks.rec.chunks.map((p) => p.c).join(', ')}` : opts.chunk}, subgraphs in the scheduled order (${chunks.rec.costs.source})`);
   let stats: Record<string, unknown> | null = null;
+  const kvType = opts.kvType;
+  if (kvType !== undefined) {
+    try {
+      model.newCache(kvType);
+    } catch (err) {
+      await model.close();
+      throw err instanceof LlmcError ? new LlmcError(`--kv-type ${kvType}: ${err.message}`, a.path) : err;
+    }
+  }
   return {
     spec: model.spec,
     ...(await tokenizerFiles(a.dir)),
     notes,
     engine: 'ts-runtime',
     level: run?.level.id,
-    logits: async (ids) => (chunks ? chunks.prefill(ids, model.newCache(), 'all') : model.forwardAsync(ids, undefined, { ...level })),
+    logits: async (ids) => (chunks ? chunks.prefill(ids, model.newCache(kvType), 'all') : model.forwardAsync(ids, model.newCache(kvType), { ...level })),
     async generate(promptIds, o) {
       if (speculative) {
         const clock = () => Number(process.hrtime.bigint()) / 1e6;
@@ -84,7 +93,7 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
       }
       const out: number[] = [];
       const { maxTokens, temperature, topP, seed, stopIds: stopTokens, onToken } = o;
-      for await (const id of model.generate(promptIds, { maxTokens, temperature, topP, seed, stopTokens, ...level, prefill })) {
+      for await (const id of model.generate(promptIds, { maxTokens, temperature, topP, seed, stopTokens, ...level, prefill, kvType })) {
         out.push(id);
         onToken?.(id);
       }

@@ -13,7 +13,7 @@ import { CHUNK_SCHEDULE } from '../records/chunk-schedule.js';
 import { ELASTIC_LEVELS } from '../records/elastic.js';
 import { SPEC_TREE } from '../records/spec-tree.js';
 import { findRecord, type RecordType } from '../records/types.js';
-import type { Artifact, RunEngine, RunOptions, TargetCapabilities, TargetDescriptor } from './target.js';
+import type { Artifact, KvType, RunEngine, RunOptions, TargetCapabilities, TargetDescriptor } from './target.js';
 
 /** What a model on `llmc run`'s command line offers the options only some models honour. */
 export interface RunOffer {
@@ -29,10 +29,12 @@ export interface RunOffer {
   expertCache: boolean;
   /** The engines --engine chooses between (the first is the default); null: one engine, no choice. */
   engines: readonly RunEngine[] | null;
+  /** The KV cache types --kv-type chooses between (the first is the default); null: not selectable. */
+  kvTypes: readonly KvType[] | null;
 }
 
 /** A Hugging Face checkpoint runs as it is on onnxruntime: none of the artifact options apply. */
-export const CHECKPOINT_OFFER: RunOffer = { what: 'a Hugging Face checkpoint', levels: false, chunks: false, speculative: false, expertCache: false, engines: null };
+export const CHECKPOINT_OFFER: RunOffer = { what: 'a Hugging Face checkpoint', levels: false, chunks: false, speculative: false, expertCache: false, engines: null, kvTypes: null };
 
 /** The registries, for naming in a refusal the passes and targets that give what was asked. */
 export interface RunCatalog {
@@ -68,6 +70,7 @@ export function artifactOffer(a: Artifact, target: TargetDescriptor, where?: str
     what: `${/^(hf|[aeiou])/.test(target.name) ? 'an' : 'a'} ${target.name} artifact`,
     ...(Object.fromEntries(RUN_FEATURES.map((f) => [f.key, offers(f)])) as Record<RunFeature['key'], boolean>),
     engines: target.capabilities.engines ?? null,
+    kvTypes: target.capabilities.kvTypes ?? null,
   };
 }
 
@@ -87,6 +90,11 @@ export function checkRunOptions(offer: RunOffer, o: RunOptions, catalog: RunCata
   if (o.engine !== undefined && !offer.engines?.includes(o.engine)) {
     throw new UsageError(`--engine ${o.engine}: ${offer.what} runs on ${offer.engines ? offer.engines.join(' or ') : 'one engine, with no choice'}`);
   }
+  if (o.kvType !== undefined && !offer.kvTypes?.includes(o.kvType)) {
+    const by = catalog.targets.filter((t) => t.capabilities.kvTypes?.includes(o.kvType!)).map((t) => t.name);
+    throw new UsageError(`--kv-type ${o.kvType}: ${offer.kvTypes ? `${offer.what} keeps its KV cache in ${offer.kvTypes.join(' or ')}` : `the runner of ${offer.what} has no choice of KV cache type`} (targets that do: ${by.join(', ') || 'none'})`);
+  }
+  if (o.kvType !== undefined && o.speculative) throw new UsageError('--kv-type and --speculative do not combine (the verifier keeps float32 caches to reproduce greedy decoding)');
   const together: [boolean, string][] = [
     [o.level !== undefined, '--level'],
     [Boolean(o.speculative), '--speculative'],

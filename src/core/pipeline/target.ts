@@ -39,6 +39,10 @@ export type ElasticSupport = { kind: 'per-layer' } | { kind: 'uniform'; why: str
 export const RUN_ENGINES = ['sim', 'onnxruntime'] as const;
 export type RunEngine = (typeof RUN_ENGINES)[number];
 
+/** What `llmc run --kv-type` keeps the KV cache in (llama.cpp's --cache-type-k/v): float32, IEEE half, or Q8_0 blocks. */
+export const KV_TYPES = ['f32', 'f16', 'q8_0'] as const;
+export type KvType = (typeof KV_TYPES)[number];
+
 /**
  * Features of a model's graph a target may or may not lower: the model's own (MoE layers, sliding-window
  * attention) and those a pass adds (a verification tree's mask, chunk graphs, shadow outliers). Each
@@ -81,6 +85,8 @@ export interface TargetCapabilities {
   adapters?: boolean;
   /** `llmc run --speculative` with the verification tree of --passes tree-search. */
   speculative: boolean;
+  /** The KV cache types `llmc run --kv-type` may choose between (the first is the runner's default); absent: not selectable. */
+  kvTypes?: readonly KvType[];
   /** `llmc run --expert-cache`: an MoE model's routed experts read from the file on demand. */
   expertCache: boolean;
 }
@@ -226,6 +232,8 @@ export interface RunOptions {
   chunk?: number | 'auto';
   /** Where a target offers a choice (capabilities.engines); qnn: `sim` the TS simulation of the device's integer pipeline, or `onnxruntime` on the QDQ graphs. */
   engine?: RunEngine;
+  /** Where the target offers it (capabilities.kvTypes): what the KV cache holds its keys and values in. */
+  kvType?: KvType;
 }
 
 export interface TargetDescriptor<O = unknown, I extends object = object> {

@@ -67,7 +67,6 @@ export class ChunkedPrefill {
     const M = subgraphs.length;
     const base = cache.length;
     const V = this.model.spec.vocabSize;
-    const kvDim = cache.kvDim;
     // Room for every chunk before any runs: growing later would keep only `length` slots.
     cache.reserve(base + N * c);
     while (this.pool.length < N) this.pool.push(this.model.newInterpreter());
@@ -86,9 +85,7 @@ export class ChunkedPrefill {
       const kv = this.kvOf[j];
       if (kv) {
         // The KV append: chunk i's keys and values in slots base + i·c.. (rows past the prompt are pads).
-        const at = (base + i * c) * kvDim;
-        cache.k[kv.layer].set(calls[i].value(kv.k).subarray(0, c * kvDim), at);
-        cache.v[kv.layer].set(calls[i].value(kv.v).subarray(0, c * kvDim), at);
+        cache.store(kv.layer, base + i * c, calls[i].value(kv.k), calls[i].value(kv.v), c);
       }
     };
     runChunks({ task }, order ?? this.plan.order(N), N, M);

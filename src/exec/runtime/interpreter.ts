@@ -23,6 +23,8 @@ import { dequantRow, matmul, matmulGroup, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
 import { KvMemory, type TreeAttention } from './attention.js';
+import { KvPlane, kvTypeProblem } from './kv-store.js';
+import type { KvType } from '../../core/pipeline/target.js';
 
 export type { TreeAttention };
 import { RopeCache } from './rope-cache.js';
@@ -65,7 +67,6 @@ export interface InterpreterOptions {
   inputs?: readonly { name: V; channels: number }[];
 }
 
-/** Per-layer keys and values of the positions seen so far. Make one with `model.newCache()`. */
 /** Adapter sets by identity (a level's adapters are one object per level). */
 const adapterIds = new WeakMap<object, number>();
 let nextAdapterId = 1;
@@ -84,6 +85,11 @@ function levelKey(s: ArchSpec, widths: readonly LayerWidth[] | undefined, adapte
 
 const describeKey = (k: string) => `${k.startsWith('full') ? 'full widths' : 'a narrower level'}${k.includes('+adapters') ? ' with recovery adapters' : ''}`;
 
+/**
+ * Per-layer keys and values of the positions seen so far. Make one with `model.newCache(type)`.
+ * 'f32' (the default) keeps float32 rows in `k` / `v`; 'f16' and 'q8_0' keep them compact in `packed`
+ * and attention reads one layer at a time widened into a one-layer float32 scratch (`expand`).
+ */
 export class KvCache {
   length = 0;
   capacity = 0;
@@ -92,36 +98,86 @@ export class KvCache {
    * level's keys differ (its layers see other hidden states), so a call at another level is refused.
    */
   filledAt: string | undefined;
+  /** f32: per layer; compact types: the one-layer scratch `expand` fills. */
   k: Float32Array[];
   v: Float32Array[];
+  /** Compact types: per layer its K and V planes; null for f32. */
+  readonly packed: { k: KvPlane; v: KvPlane }[] | null;
   constructor(
     readonly numLayers: number,
     readonly kvDim: number,
-    /** The keys and values in the attention kernel's WebAssembly memory; null: plain arrays, attention in JS. */
+    /** The keys and values in the attention kernel's WebAssembly memory (compact types: the scratch's); null: plain arrays, attention in JS. */
     readonly memory: KvMemory | null = null,
+    readonly type: KvType = 'f32',
   ) {
-    this.k = Array.from({ length: numLayers }, () => new Float32Array(0));
-    this.v = Array.from({ length: numLayers }, () => new Float32Array(0));
+    this.packed = type === 'f32' ? null : Array.from({ length: numLayers }, () => ({ k: new KvPlane(type, kvDim), v: new KvPlane(type, kvDim) }));
+    const arrays = this.packed ? 1 : numLayers;
+    this.k = Array.from({ length: arrays }, () => new Float32Array(0));
+    this.v = Array.from({ length: arrays }, () => new Float32Array(0));
   }
 
   reserve(n: number): void {
     if (n <= this.capacity) return;
     const cap = Math.max(n, this.capacity * 2, 16);
+    // The scratch of a compact cache is refilled on every read: nothing of it survives.
+    const keep = this.packed ? 0 : this.length;
+    if (this.packed) for (const p of this.packed) (p.k.grow(cap, this.length), p.v.grow(cap, this.length));
     if (this.memory) {
-      this.memory.relayout(cap, this.length);
+      this.memory.relayout(cap, keep);
       this.k = this.memory.k;
       this.v = this.memory.v;
     } else {
-      for (let l = 0; l < this.numLayers; l++) {
+      for (let l = 0; l < this.k.length; l++) {
         const k = new Float32Array(cap * this.kvDim);
         const v = new Float32Array(cap * this.kvDim);
-        k.set(this.k[l].subarray(0, this.length * this.kvDim));
-        v.set(this.v[l].subarray(0, this.length * this.kvDim));
+        k.set(this.k[l].subarray(0, keep * this.kvDim));
+        v.set(this.v[l].subarray(0, keep * this.kvDim));
         this.k[l] = k;
         this.v[l] = v;
       }
     }
     this.capacity = cap;
+  }
+
+  /**
+   * Rows t < rows of k and v ([rows, kvDim] from offset 0), their first `width` values, into slots
+   * slot0 + t of `layer`.
+   */
+  store(layer: number, slot0: number, k: Float32Array, v: Float32Array, rows: number, width = this.kvDim): void {
+    const D = this.kvDim;
+    if (this.packed) {
+      const { k: pk, v: pv } = this.packed[layer];
+      for (let t = 0; t < rows; t++) (pk.put(slot0 + t, k, t * D, width), pv.put(slot0 + t, v, t * D, width));
+      return;
+    }
+    const kc = this.k[layer];
+    const vc = this.v[layer];
+    if (width === D) {
+      kc.set(k.subarray(0, rows * D), slot0 * D);
+      vc.set(v.subarray(0, rows * D), slot0 * D);
+      return;
+    }
+    for (let t = 0; t < rows; t++) {
+      kc.set(k.subarray(t * D, t * D + width), (slot0 + t) * D);
+      vc.set(v.subarray(t * D, t * D + width), (slot0 + t) * D);
+    }
+  }
+
+  /**
+   * The float32 rows [0, n) of `layer` and the layer index the attention kernel reads them at: f32 the
+   * cache's own; compact types widened into the scratch (index 0).
+   */
+  expand(layer: number, n: number): { k: Float32Array; v: Float32Array; at: number } {
+    if (!this.packed) return { k: this.k[layer], v: this.v[layer], at: layer };
+    this.packed[layer].k.expand(n, this.k[0]);
+    this.packed[layer].v.expand(n, this.v[0]);
+    return { k: this.k[0], v: this.v[0], at: 0 };
+  }
+
+  /** Bytes the keys and values of `capacity` positions take (compact types: their planes plus the one-layer scratch). */
+  get bytes(): number {
+    const scratch = 2 * this.k.length * this.capacity * this.kvDim * 4;
+    return this.packed ? this.packed.reduce((s, p) => s + p.k.bytes.length + p.v.bytes.length, scratch) : scratch;
   }
 
   /**
@@ -132,6 +188,11 @@ export class KvCache {
     for (let l = 0; l < this.numLayers; l++) {
       slots.forEach((s, i) => {
         if (s === from + i) return;
+        if (this.packed) {
+          this.packed[l].k.move(s, from + i);
+          this.packed[l].v.move(s, from + i);
+          return;
+        }
         this.k[l].copyWithin((from + i) * this.kvDim, s * this.kvDim, (s + 1) * this.kvDim);
         this.v[l].copyWithin((from + i) * this.kvDim, s * this.kvDim, (s + 1) * this.kvDim);
       });
@@ -348,10 +409,15 @@ export class Interpreter {
     };
   }
 
-  newCache(): KvCache {
+  /** An empty KV cache holding its keys and values as `type` (default float32). */
+  newCache(type: KvType = 'f32'): KvCache {
     const s = this.spec;
     const kvDim = s.numKvHeads * s.headDim;
-    return new KvCache(s.numLayers, kvDim, this.table.jsOnly ? null : KvMemory.create(s.numLayers, kvDim, s.numHeads * s.headDim, s.headDim));
+    const problem = kvTypeProblem(type, s.headDim);
+    if (problem) throw new LlmcError(problem);
+    // A compact cache's attention reads one layer at a time from a one-layer float32 scratch.
+    const layers = type === 'f32' ? s.numLayers : 1;
+    return new KvCache(s.numLayers, kvDim, this.table.jsOnly ? null : KvMemory.create(layers, kvDim, s.numHeads * s.headDim, s.headDim), type);
   }
 
   /**
@@ -722,13 +788,9 @@ export class Interpreter {
       if (f.tree && mask.kind !== 'tree') throw new LlmcError(`tree attention: layer ${op.layer}'s attention has a ${mask.kind} mask, not a tree (build the graph withTreeMasks)`);
       const T = f.T;
       const { groups: G, perGroup: qpg } = keptHeads(this.spec, f.widths?.[op.layer]);
-      const kc = f.cache.k[op.layer];
-      const vc = f.cache.v[op.layer];
+      f.cache.store(op.layer, f.pos0, K.data, Vb.data, T, G * hd);
+      const { k: kc, v: vc, at } = f.cache.expand(op.layer, f.pos0 + T);
       const q = Q.data;
-      for (let t = 0; t < T; t++) {
-        kc.set(K.data.subarray(t * kvDim, t * kvDim + G * hd), (f.pos0 + t) * kvDim);
-        vc.set(Vb.data.subarray(t * kvDim, t * kvDim + G * hd), (f.pos0 + t) * kvDim);
-      }
       const n = atPositions ? f.positions.length : T;
       const tokens = atPositions ? f.positions : null;
       const att = out.rows(n);
@@ -736,8 +798,8 @@ export class Interpreter {
       if (qpg !== nrep) att.fill(0, 0, n * qDim);
       const mem = f.cache.memory;
       if (mem && !cap) {
-        if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, mask, tokens);
-        else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, mask, tokens);
+        if (f.tree) mem.attendTree(at, q, att, n, f.tree, G, qpg, nrep, scale, mask, tokens);
+        else mem.attendCausal(at, q, att, n, f.pos0, G, qpg, nrep, scale, mask, tokens);
         return;
       }
       if (this.ort) {

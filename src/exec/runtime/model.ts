@@ -18,6 +18,7 @@ import { Sampler, type SamplingOptions } from '../../core/sampling.js';
 import { ELASTIC_LEVELS, levelWidths, selectLevel, type Level } from '../../core/records/elastic.js';
 import { findRecord } from '../../core/records/types.js';
 import { LlmcError } from '../../core/errors.js';
+import type { KvType } from '../../core/pipeline/target.js';
 
 export { Interpreter, KvCache, type LayerWidth, type TreeAttention, type WeightTable, type LevelAdapters };
 
@@ -59,6 +60,8 @@ export interface GenerateOptions extends SamplingOptions {
   adapters?: LevelAdapters;
   /** Fills the cache with the prompt and returns its last position's logits [V] (default: one forward; chunked prefill passes its own). */
   prefill?: (ids: ArrayLike<number>, cache: KvCache) => Float32Array;
+  /** What the KV cache keeps keys and values in (default 'f32'; llama.cpp's --cache-type-k/v). */
+  kvType?: KvType;
 }
 
 /** A WeightTable over a lookup of weights; a vector is the weight's rows dequantized. */
@@ -120,8 +123,9 @@ export class Model {
     return new Model(this.spec, this.table, this.manifest, this.levelAdapters, graph);
   }
 
-  newCache(): KvCache {
-    return this.interpreter.newCache();
+  /** An empty KV cache holding keys and values as `type` (default float32; see KvCache). */
+  newCache(type?: KvType): KvCache {
+    return this.interpreter.newCache(type);
   }
 
   /** Another interpreter of this model's graph over the same weights, with its own activation buffers (chunked prefill runs one per chunk). */
@@ -174,7 +178,7 @@ export class Model {
     const max = options.maxTokens ?? 32;
     const stop = new Set(options.stopTokens ?? this.spec.eosTokenIds);
     const sampler = new Sampler(options);
-    const cache = this.newCache();
+    const cache = this.newCache(options.kvType);
     const fopts: ForwardOptions = { widths: options.widths, adapters: options.adapters, lastOnly: true };
     const step = (x: ArrayLike<number>) => (this.experts ? this.forwardAsync(x, cache, fopts) : this.forward(x, cache, fopts));
     let logits = options.prefill ? options.prefill(ids, cache) : await step(ids);

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError, UsageError } from '../../../core/errors.js';
-import { RUN_ENGINES, type ArtifactRunner, type RunEngine, type RunOptions } from '../../../core/pipeline/target.js';
+import { KV_TYPES, RUN_ENGINES, type ArtifactRunner, type KvType, type RunEngine, type RunOptions } from '../../../core/pipeline/target.js';
 import { ELASTIC_LEVELS, findRecord, levelJson, type ElasticLevels } from '../../../core/records/index.js';
 import { artifactOffer, CHECKPOINT_OFFER, checkRunOptions } from '../../../core/pipeline/run-usage.js';
 import { locate, RUN_CATALOG, verifyFiles } from '../../artifact.js';
@@ -101,6 +101,12 @@ function parseEngineOption(v: string): RunEngine {
   return engine;
 }
 
+function parseKvType(v: string): KvType {
+  const t = KV_TYPES.find((e) => e === v);
+  if (!t) throw new UsageError(`--kv-type must be ${KV_TYPES.join(', ')}; got "${v}"`);
+  return t;
+}
+
 export function registerRun(program: Command): void {
   program
     .command('run')
@@ -129,6 +135,7 @@ export function registerRun(program: Command): void {
     .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
     .option('--chunk <c>', 'prefill in chunks of c tokens (--passes chunk-partition), or auto', parseChunkOption)
     .option('--engine <engine>', 'qnn artifact: sim (default; its NPU integer pipeline simulated in TS) or onnxruntime (its QDQ graphs)', parseEngineOption)
+    .option('--kv-type <type>', 'KV cache type, as llama.cpp\'s --cache-type-k/v: f32, f16 or q8_0 (ts: default f32; gguf: default f16)', parseKvType)
     .option('--json', 'print one JSON object at the end instead of streaming (ids, text, stop_reason, timings)')
     .addHelpText(
       'after',
@@ -160,7 +167,7 @@ export function registerRun(program: Command): void {
       if (o.speculative && o.topP !== 1) throw new UsageError('--speculative decodes greedily: leave --top-p at 1');
       const speculative = o.speculative ? { draft: o.draft as string | undefined } : undefined;
       const promptText: string | undefined = o.promptFile !== undefined ? await readPromptFile(o.promptFile) : o.prompt;
-      const { runner, levels, dir, hashes } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine });
+      const { runner, levels, dir, hashes } = await openRunner(modelPath, { threads: o.threads, level: o.level, verify: o.verify, allowNonFinite: o.allowNonfinite, experts, speculative, chunk: o.chunk, engine: o.engine, kvType: o.kvType });
       const tokenizerFile = path.join(dir, 'tokenizer.json');
       try {
         // The tokenizer (and its schema library) loads only for models that have one.
