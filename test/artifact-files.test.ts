@@ -12,7 +12,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, statSync, truncateSync, writ
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { artifactJsonTargets, type FuzzTarget } from '../bench/fuzz-targets.js';
+import { artifactJsonTargets, regressions, replay, type FuzzTarget } from '../bench/fuzz-targets.js';
 import { ensureBuilt } from './build-once.js';
 import { llmcInProcess } from './cli.js';
 
@@ -119,6 +119,15 @@ describe('property-based: mutated artifact JSON files end in acceptance or one L
     // Most nodes of shadow_index.json are row indices and offsets that must be exact: a small sample may accept none.
     if (!name.includes('shadow')) expect(accepted).toBeGreaterThan(0);
   }, 120_000);
+
+  it('the seed corpus\'s regressions of these files (an output shape of letters, a float input fed more values than its shape lists): acceptance or one LlmcError now', async () => {
+    const mine = regressions().filter((r) => targets.some((t) => t.name === r.reader));
+    expect(mine.length).toBeGreaterThan(0);
+    for (const r of mine) {
+      const { sha256 } = await replay(targets.find((x) => x.name === r.reader)!, r);
+      expect(sha256, `${r.reader} #${r.index}: the seed or the mutator changed; record the regression again`).toBe(r.sha256);
+    }
+  }, 60_000);
 });
 
 describe('llmc run checks every file\'s sha256 in the background (no --verify needed)', () => {
