@@ -224,7 +224,17 @@ function compileSubgraph(spec: ArchSpec, sg: SubgraphEntry, g: OnnxFile): Progra
   const interp = new Interpreter(spec, { ops: sg.ops }, weightTable(g), { rounding: 'ort', inputs: floats });
   const attention = sg.ops.filter((op): op is Extract<Op, { op: 'attention' }> => op.op === 'attention');
   const kvDim = spec.numKvHeads * spec.headDim;
-  return (feeds) => {
+  return (given) => {
+    // A feed the subgraph's ops read but its listed inputs do not provide (a damaged graph/subgraphs.json): one line.
+    const feeds = new Proxy(given, {
+      get: (f, name: string) => {
+        const v = f[name];
+        if (v === undefined && name !== DECODER_IO.inputIds && name !== DECODER_IO.positionIds) {
+          throw new LlmcError(`subgraph ${sg.id}: its ops read ${summarize(name)}, which it is not fed`, 'graph/subgraphs.json');
+        }
+        return v;
+      },
+    });
     const ids = feeds[DECODER_IO.inputIds];
     const T = ids ? ids.data.length : floats.length ? feeds[floats[0].name].data.length / floats[0].channels : Number(feeds[DECODER_IO.positionIds]?.data.length);
     const P = attention.length ? Number(feeds[DECODER_IO.pastKey(attention[0].layer)].dims[2]) : 0;
