@@ -77,9 +77,17 @@ export async function outcome(f: () => Promise<unknown>): Promise<boolean> {
 export interface Regression {
   reader: string;
   index: number;
+  /** Where it crashed: llmc's reading of the file, or the costly run of an accepted one. */
+  stage: 'read' | 'use';
   /** sha256 of the mutant's files, concatenated: a changed seed or mutator makes the test say so instead of testing something else. */
   sha256: string;
   found: string;
+}
+
+/** Replays a regression: true = accepted, false = one clean LlmcError; throws on a crash. */
+export async function replay(t: FuzzTarget, r: Regression): Promise<{ sha256: string; accepted: boolean }> {
+  const m = mutantOf(t, r.index);
+  return { sha256: m.sha256, accepted: await (r.stage === 'use' ? t.run(m.files) : t.read(m.files)) };
 }
 
 export const regressions = (): Regression[] => JSON.parse(readFileSync(path.join(FUZZ_CORPUS, 'regressions.json'), 'utf8')) as Regression[];
@@ -97,7 +105,8 @@ function target(t: Omit<FuzzTarget, 'input' | 'run' | 'files'> & { files: SeedFi
   return {
     ...t,
     files,
-    input: fc.nat().map((i) => mutant(files, FUZZ_SEED, i).files),
+    // Indices drawn uniformly (fast-check's bias towards small numbers would replay the same few mutants).
+    input: fc.noBias(fc.nat()).map((i) => mutant(files, FUZZ_SEED, i).files),
     run: async (input) => (await t.read(input)) && (t.use ? t.use(input) : true),
   };
 }
@@ -141,13 +150,21 @@ export function artifactJsonTargets(dirs: NonNullable<FuzzArtifacts['dirs']>, cl
   const one = (name: string, command: string, dir: string, file: string, read: (dir: string) => Promise<unknown>): FuzzTarget => {
     const f = path.join(dir, file);
     const original = readFileSync(f);
-    const put = (b: Uint8Array) => writeFileSync(f, b);
+    // The file mutated for one call and put back after it (the targets of one artifact share its directory).
+    const withFile = async (b: Uint8Array, f2: () => Promise<boolean>) => {
+      writeFileSync(f, b);
+      try {
+        return await f2();
+      } finally {
+        writeFileSync(f, original);
+      }
+    };
     return target({
       name,
       command,
       files: [json(file, new Uint8Array(original))],
-      read: async ([b]) => (put(b), outcome(() => read(dir))),
-      use: async ([b]) => (put(b), outcome(() => runArtifact(dir))),
+      read: async ([b]) => withFile(b, () => outcome(() => read(dir))),
+      use: async ([b]) => withFile(b, () => outcome(() => runArtifact(dir))),
       close: closeAll,
     });
   };
@@ -193,11 +210,11 @@ export async function fuzzTargets(stories: string, { ts: tsArtifact, gguf, onnx,
   const tok = buildTokenizer('byte-level', 512, 256);
   const cfg = JSON.parse(storiesConfig.toString()) as Record<string, number>;
 
-  // A checkpoint read as llmc reads one: config, header, every tensor's bytes.
+  // A checkpoint read as llmc reads one: config, header (every tensor's offsets checked), the first tensors' bytes.
   const checkpoint = async (d: string) => {
     const ck = await openCheckpoint(d);
     try {
-      for (const t of ck.tensors) await ck.readF32(t.name);
+      for (const t of ck.tensors.slice(0, 3)) await ck.readF32(t.name);
     } finally {
       await ck.close();
     }

@@ -12,7 +12,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, statSync, truncateSync, writ
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { artifactJsonTargets, type FuzzTarget } from '../bench/fuzz-targets.js';
+import { artifactJsonTargets, regressions, replay, type FuzzTarget } from '../bench/fuzz-targets.js';
 import { ensureBuilt } from './build-once.js';
 import { llmcInProcess } from './cli.js';
 
@@ -113,12 +113,21 @@ describe('property-based: mutated artifact JSON files end in acceptance or one L
       fc.asyncProperty(t.input, async (input) => {
         if (await t.run(input)) accepted++;
       }),
-      // The qnn simulation takes ~0.3 s a run: a small sample here, the long run is bench/fuzz.
-      { seed: 36, numRuns: name.startsWith('qnn') ? 25 : 60 },
+      // Most mutants are refused before the qnn simulation (~0.3 s a run) starts: a small sample here, the long run is bench/fuzz.
+      { seed: 36, numRuns: 60 },
     );
     // Most nodes of shadow_index.json are row indices and offsets that must be exact: a small sample may accept none.
     if (!name.includes('shadow')) expect(accepted).toBeGreaterThan(0);
   }, 120_000);
+
+  it('the seed corpus\'s regressions of these files (an output shape of letters, a float input fed more values than its shape lists): acceptance or one LlmcError now', async () => {
+    const mine = regressions().filter((r) => targets.some((t) => t.name === r.reader));
+    expect(mine.length).toBeGreaterThan(0);
+    for (const r of mine) {
+      const { sha256 } = await replay(targets.find((x) => x.name === r.reader)!, r);
+      expect(sha256, `${r.reader} #${r.index}: the seed or the mutator changed; record the regression again`).toBe(r.sha256);
+    }
+  }, 60_000);
 });
 
 describe('llmc run checks every file\'s sha256 in the background (no --verify needed)', () => {

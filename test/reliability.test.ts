@@ -10,7 +10,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, 
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fuzzTargets, mutantOf, regressions, type FuzzTarget } from '../bench/fuzz-targets.js';
+import { fuzzTargets, regressions, replay, type FuzzTarget } from '../bench/fuzz-targets.js';
 import { buildTokenizer } from '../fixtures/tokenizer.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { ensureBuilt } from './build-once.js';
@@ -179,10 +179,8 @@ describe('property-based fuzzing of every reader (seeded)', () => {
     const mine = regressions().filter((r) => targets.some((t) => t.name === r.reader));
     expect(mine.length).toBeGreaterThan(0);
     for (const r of mine) {
-      const t = targets.find((x) => x.name === r.reader)!;
-      const m = mutantOf(t, r.index);
-      expect(m.sha256, `${r.reader} #${r.index}: the seed or the mutator changed; record the regression again`).toBe(r.sha256);
-      await t.read(m.files);
+      const { sha256 } = await replay(targets.find((x) => x.name === r.reader)!, r);
+      expect(sha256, `${r.reader} #${r.index}: the seed or the mutator changed; record the regression again`).toBe(r.sha256);
     }
   }, 60_000);
 });

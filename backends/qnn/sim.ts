@@ -15,7 +15,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
-import { LlmcError } from '../../src/core/errors.js';
+import { LlmcError, summarize } from '../../src/core/errors.js';
 import type { Op } from '../../src/core/ir/ir.js';
 import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
 import { clampCodes, dequantize, intMatmul, quantizeUnclamped, requantize, type ActBits } from '../../src/core/quant/w8a8.js';
@@ -224,10 +224,27 @@ function compileSubgraph(spec: ArchSpec, sg: SubgraphEntry, g: OnnxFile): Progra
   const interp = new Interpreter(spec, { ops: sg.ops }, weightTable(g), { rounding: 'ort', inputs: floats });
   const attention = sg.ops.filter((op): op is Extract<Op, { op: 'attention' }> => op.op === 'attention');
   const kvDim = spec.numKvHeads * spec.headDim;
-  return (feeds) => {
+  return (given) => {
+    // A feed the subgraph's ops read but its listed inputs do not provide (a damaged graph/subgraphs.json): one line.
+    const feeds = new Proxy(given, {
+      get: (f, name: string) => {
+        const v = f[name];
+        if (v === undefined && name !== DECODER_IO.inputIds && name !== DECODER_IO.positionIds) {
+          throw new LlmcError(`subgraph ${sg.id}: its ops read ${summarize(name)}, which it is not fed`, 'graph/subgraphs.json');
+        }
+        return v;
+      },
+    });
     const ids = feeds[DECODER_IO.inputIds];
     const T = ids ? ids.data.length : floats.length ? feeds[floats[0].name].data.length / floats[0].channels : Number(feeds[DECODER_IO.positionIds]?.data.length);
     const P = attention.length ? Number(feeds[DECODER_IO.pastKey(attention[0].layer)].dims[2]) : 0;
+    // Each float input holds T rows of the width its listed shape says (a damaged graph/subgraphs.json may say otherwise).
+    for (const i of floats) {
+      const n = feeds[i.name]?.data.length;
+      if (!Number.isSafeInteger(T) || T <= 0 || !Number.isSafeInteger(i.channels) || i.channels <= 0 || n !== T * i.channels) {
+        throw new LlmcError(`subgraph ${sg.id}: input ${i.name} is fed ${n} values, not rows of the ${summarize(i.channels)} its shape lists`, 'graph/subgraphs.json');
+      }
+    }
     const cache = new KvCache(spec.numLayers, kvDim);
     cache.reserve(P + T);
     // The past keys and values [1, Hkv, P, hd] into the interpreter's cache rows [P, Hkv·hd].
@@ -261,7 +278,7 @@ function compileSubgraph(spec: ArchSpec, sg: SubgraphEntry, g: OnnxFile): Progra
       // The listed shape must hold what the ops computed (a damaged graph/subgraphs.json may say otherwise).
       const dims = o.shape.map(Number);
       if (!dims.every((d) => Number.isSafeInteger(d) && d > 0) || dims.reduce((a, b) => a * b, 1) !== data.length) {
-        throw new LlmcError(`subgraph ${sg.id}: output ${o.name} of shape [${o.shape.join(', ')}] does not hold the ${data.length} values its ops compute`, 'graph/subgraphs.json');
+        throw new LlmcError(`subgraph ${sg.id}: output ${o.name} of shape ${summarize(o.shape)} does not hold the ${data.length} values its ops compute`, 'graph/subgraphs.json');
       }
       out[o.name] = new ort.Tensor('float32', data, dims);
     }

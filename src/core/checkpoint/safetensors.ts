@@ -126,7 +126,7 @@ function parseHeader(header: Record<string, unknown>, file: string, dataStart: n
     const dtype = t.dtype as DType;
     const shape = t.shape as number[];
     const expected = numel(shape) * DTYPE_BYTES[dtype];
-    if (expected !== end - begin) throw bad(`has ${end - begin} bytes but shape [${shape}] × ${dtype} needs ${expected}`);
+    if (expected !== end - begin) throw bad(`has ${end - begin} bytes but shape ${summarize(shape)} × ${dtype} needs ${expected}`);
     tensors.set(name, { name, dtype, shape, file, offset: dataStart + begin, byteLength: end - begin });
     spans.push([begin, end, name]);
   }

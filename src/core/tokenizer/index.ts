@@ -51,7 +51,10 @@ function escapeRe(s: string): string {
 /** A regular expression matching literal text; V8 refuses one over its size limit (a megabyte-long token), which is the file's problem. */
 function literalRe(source: string, fail: Fail, what: string): RegExp {
   try {
-    return new RegExp(source, 'gu');
+    const re = new RegExp(source, 'gu');
+    re.test(''); // V8 compiles on first use: an oversized pattern throws here, not in the middle of encode()
+    re.lastIndex = 0;
+    return re;
   } catch {
     return fail(`${what} is too long to match (${source.length} characters of pattern)`);
   }
@@ -64,6 +67,8 @@ function stringPattern(p: unknown, fail: Fail, what: string): RegExp {
     let re: RegExp;
     try {
       re = new RegExp(o.Regex, 'gu');
+      re.test(''); // compiled on first use: a pattern over V8's size limit throws here
+      re.lastIndex = 0;
     } catch {
       return fail(`${what} regex ${summarize(o.Regex, 200)} is not supported by JavaScript regular expressions`);
     }
