@@ -90,6 +90,16 @@ export async function replay(t: FuzzTarget, r: Regression): Promise<{ sha256: st
   return { sha256: m.sha256, accepted: await (r.stage === 'use' ? t.run(m.files) : t.read(m.files)) };
 }
 
+/** Every recorded regression of `targets` replayed: each is acceptance or one LlmcError now (a crash throws); `got` vs the recorded sha256. */
+export async function replayRegressions(targets: FuzzTarget[]): Promise<{ label: string; got: string; want: string }[]> {
+  const out: { label: string; got: string; want: string }[] = [];
+  for (const r of regressions().filter((x) => targets.some((t) => t.name === x.reader))) {
+    const { sha256 } = await replay(targets.find((t) => t.name === r.reader)!, r);
+    out.push({ label: `${r.reader} #${r.index}`, got: sha256, want: r.sha256 });
+  }
+  return out;
+}
+
 export const regressions = (): Regression[] => JSON.parse(readFileSync(path.join(FUZZ_CORPUS, 'regressions.json'), 'utf8')) as Regression[];
 
 /** Mutant `index` of a target's files, and the sha256 a regression records for it. */

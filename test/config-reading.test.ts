@@ -10,7 +10,7 @@ import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { referenceLogits, worstRowError } from './numeric.js';
+import { checkpointLogits, referenceLogits, worstRowError } from './numeric.js';
 import { generateFixture } from '../fixtures/generate.js';
 import { normalizeConfig, openCheckpoint } from '../src/core/checkpoint/index.js';
 import { ropeFrequencies } from '../src/core/ir/rope.js';
@@ -136,16 +136,7 @@ describe('the rope types GGUF takes reach llama.cpp as transformers computes the
     const file = path.join(dir, 'config.json');
     const plain = readJson(file);
     const ids = Array.from({ length: 40 }, (_, i) => (i * 37 + 11) % 500);
-    const engineLogits = async () => {
-      const ck = await openCheckpoint(dir);
-      const e = await Engine.open(ck, { threads: 1 });
-      try {
-        return await e.logits(ids);
-      } finally {
-        await e.close();
-        await ck.close();
-      }
-    };
+    const engineLogits = () => checkpointLogits(dir, ids);
     const unscaled = await engineLogits();
     const { rope_theta: _t, rope_scaling: _s, ...rest } = plain;
     await fsp.writeFile(file, JSON.stringify({ ...rest, ...(patch.rope_parameters ? {} : { rope_theta: plain.rope_theta }), ...patch }));

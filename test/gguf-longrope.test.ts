@@ -14,11 +14,9 @@ import { existsSync, promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { Engine } from '../src/exec/engine/index.js';
 import { readGgufHeader } from '../backends/gguf/read.js';
 import { compileGguf, llama } from './gguf-helpers.js';
-import { worstRowError } from './numeric.js';
+import { checkpointLogits, worstRowError } from './numeric.js';
 
 const PHI3 = path.resolve(__dirname, '../../shared/models/archs/phi3');
 const HAVE = existsSync(PHI3);
@@ -47,16 +45,6 @@ async function longropePhi3(name: string, rope: Record<string, unknown> | null):
   return dir;
 }
 
-async function llmcLogits(dir: string, ids: number[]): Promise<Float32Array> {
-  const ck = await openCheckpoint(dir);
-  const e = await Engine.open(ck, { threads: 1 });
-  try {
-    return await e.logits(ids);
-  } finally {
-    await e.close();
-    await ck.close();
-  }
-}
 
 /** llama.cpp's logits after each token, in a context of `contextSize` (which picks the rope factors). */
 async function llamaCppLogits(file: string, ids: number[], V: number, contextSize: number): Promise<Float32Array> {
@@ -109,23 +97,23 @@ describe.skipIf(!HAVE)('phi3 longrope in GGUF, run by llama.cpp', () => {
     ['long factors: a 300-token prompt, llama.cpp context 512 (above the original 256)', 300, 512],
   ] as const)('%s: every position within llama.cpp precision of llmc, and the factors matter', async (_name, T, contextSize) => {
     const ids = Array.from({ length: T }, (_, i) => (i * 37 + 11) % V);
-    const want = await llmcLogits(dir, ids);
+    const want = await checkpointLogits(dir, ids);
     const got = await llamaCppLogits(file, ids, V, contextSize);
     const err = worstRowError(got, want, V);
     console.log(`phi3 longrope T=${T} n_ctx=${contextSize}: llama.cpp vs llmc worst row error ${err.toExponential(2)}`);
     // llama.cpp's precision on these checkpoints (test/arch-families: 3e-3); its float32 KV cache here.
     expect(err).toBeLessThan(3e-3);
     // The same weights with plain rope are far off: the scaling, not luck, makes the match.
-    const plain = await llmcLogits(await longropePhi3(`phi3-plain-${T}`, null), ids);
+    const plain = await checkpointLogits(await longropePhi3(`phi3-plain-${T}`, null), ids);
     expect(worstRowError(plain, want, V)).toBeGreaterThan(10 * err);
     // And llama.cpp applies attn_factor: without it (attention_factor 1) llmc is far from llama.cpp too.
-    const noAttn = await llmcLogits(await longropePhi3(`phi3-noattn-${T}`, { ...LONGROPE, attention_factor: 1 }), ids);
+    const noAttn = await checkpointLogits(await longropePhi3(`phi3-noattn-${T}`, { ...LONGROPE, attention_factor: 1 }), ids);
     expect(worstRowError(got, noAttn, V)).toBeGreaterThan(5 * err);
   });
 
   it("a context on the other side of the original length switches llama.cpp's factors (what the artifact does, documented)", async () => {
     const ids = Array.from({ length: 48 }, (_, i) => (i * 37 + 11) % V);
-    const want = await llmcLogits(dir, ids);
+    const want = await checkpointLogits(dir, ids);
     const inShort = worstRowError(await llamaCppLogits(file, ids, V, 256), want, V);
     const inLong = worstRowError(await llamaCppLogits(file, ids, V, 512), want, V);
     expect(inLong).toBeGreaterThan(10 * inShort);

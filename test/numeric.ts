@@ -1,5 +1,7 @@
 /** Error measures the tests compare logits with, and the reference logits they compare against. */
 import { readFileSync } from 'node:fs';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { Engine } from '../src/exec/engine/index.js';
 
 /** max |a − b| / max |b| over the whole array. */
 export function relErr(a: Float32Array, b: Float32Array): number {
@@ -53,4 +55,16 @@ export function referenceLogits(file: string): { data: Float32Array; shape: numb
   if (t.dtype !== 'F32') throw new Error(`${file}: ${name} is ${t.dtype}, not F32`);
   const bytes = buf.subarray(8 + n + t.data_offsets[0], 8 + n + t.data_offsets[1]);
   return { data: new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength)), shape: t.shape };
+}
+
+/** A checkpoint directory's float32 logits for `ids` on llmc's onnxruntime engine (one thread). */
+export async function checkpointLogits(dir: string, ids: number[]): Promise<Float32Array> {
+  const ck = await openCheckpoint(dir);
+  const e = await Engine.open(ck, { threads: 1 });
+  try {
+    return await e.logits(ids);
+  } finally {
+    await e.close();
+    await ck.close();
+  }
 }

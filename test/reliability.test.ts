@@ -10,7 +10,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, 
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fuzzTargets, regressions, replay, type FuzzTarget } from '../bench/fuzz-targets.js';
+import { fuzzTargets, replayRegressions, type FuzzTarget } from '../bench/fuzz-targets.js';
 import { buildTokenizer } from '../fixtures/tokenizer.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { ensureBuilt } from './build-once.js';
@@ -176,12 +176,9 @@ describe('property-based fuzzing of every reader (seeded)', () => {
   }, 60_000);
 
   it('the seed corpus\'s regressions (mutants the long run found crashing): each is acceptance or one LlmcError now', async () => {
-    const mine = regressions().filter((r) => targets.some((t) => t.name === r.reader));
-    expect(mine.length).toBeGreaterThan(0);
-    for (const r of mine) {
-      const { sha256 } = await replay(targets.find((x) => x.name === r.reader)!, r);
-      expect(sha256, `${r.reader} #${r.index}: the seed or the mutator changed; record the regression again`).toBe(r.sha256);
-    }
+    const replayed = await replayRegressions(targets);
+    expect(replayed.length).toBeGreaterThan(0);
+    for (const r of replayed) expect(r.got, `${r.label}: the seed or the mutator changed; record the regression again`).toBe(r.want);
   }, 60_000);
 });
 
