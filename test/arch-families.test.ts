@@ -353,8 +353,7 @@ describe('llmc list architectures', () => {
     expect(by.get('qwen3')!.targets.cuda).toBe(true);
     expect(FAMILIES.map((f) => by.get(f)!.passes.reorder)).toEqual(FAMILIES.map(() => true));
     expect(FAMILIES.map((f) => by.get(f)!.passes['expert-bits'])).toEqual([false, true, true, false, false, false, false, false, false]);
-    // list.ts shows no TensorRT-LLM class for an MoE family (being rewritten to ask the targets' own checks).
-    for (const f of FAMILIES) expect([by.get(f)!.targets['tensorrt-llm'] === null, by.get(f)!.targets.qnn, by.get(f)!.passes.outliers]).toEqual([TRTLLM_LACKS.includes(f) || f === 'qwen3_moe', QNN_TAKES.includes(f), QNN_TAKES.includes(f)]);
+    for (const f of FAMILIES) expect([by.get(f)!.targets['tensorrt-llm'] === null, by.get(f)!.targets.qnn, by.get(f)!.passes.outliers]).toEqual([TRTLLM_LACKS.includes(f), QNN_TAKES.includes(f), QNN_TAKES.includes(f)]);
   });
 });
 
