@@ -93,9 +93,14 @@ describe('declared capabilities: each target declares what it lowers and runs, c
     expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('gguf'), TARGETS)).not.toThrow();
     expect(() => checkModelLowered(spec({ slidingWindow: 8 }), target('cuda'), TARGETS)).not.toThrow();
     expect(() => checkModelLowered(spec({}), target('tensorrt-llm'), TARGETS)).not.toThrow();
-    // The targets named take the model: qnn lowers gemma2 and its window, but not attention soft-capping.
-    expect(refusal(() => checkModelLowered(exampleSpec('gemma2'), target('tensorrt-llm'), TARGETS))).toMatch(/ \(targets that do: hf, ts, cuda, qnn\)$/);
-    expect(refusal(() => checkModelLowered({ ...exampleSpec('gemma2'), attnSoftcap: 50 }, target('tensorrt-llm'), TARGETS))).toMatch(/ \(targets that do: hf, ts, cuda\)$/);
+    // The targets named take the model: olmoe's experts are lowered by tensorrt-llm and gguf-levels too,
+    // but TensorRT-LLM has no olmoe and llama.cpp loads no narrower olmoe, so neither is suggested.
+    const hint = refusal(() => checkModelLowered(exampleSpec('olmoe'), target('qnn'), TARGETS)).match(/\(targets that do: ([a-z, -]+)\)$/)![1].split(', ');
+    expect(hint).toContain('cuda');
+    expect(hint).toContain('gguf');
+    expect(hint).not.toContain('tensorrt-llm');
+    expect(hint).not.toContain('gguf-levels');
+    expect(refusal(() => checkModelLowered(exampleSpec('mixtral'), target('qnn'), TARGETS))).toMatch(/tensorrt-llm/);
   });
 
   it('llmc list targets shows what each target runs and lowers, from the declarations', async () => {

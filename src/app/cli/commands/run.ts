@@ -135,7 +135,7 @@ export function registerRun(program: Command): void {
     .option('--draft <dir>', "--speculative with a draft checkpoint: that checkpoint's ts artifact")
     .option('--chunk <c>', 'prefill in chunks of c tokens (--passes chunk-partition), or auto', parseChunkOption)
     .option('--engine <engine>', 'qnn artifact: sim (default; its NPU integer pipeline simulated in TS) or onnxruntime (its QDQ graphs)', parseEngineOption)
-    .option('--kv-type <type>', 'KV cache type, as llama.cpp\'s --cache-type-k/v: f32, f16 or q8_0 (ts: default f32; gguf: default f16)', parseKvType)
+    .option('--kv-type <type>', 'KV cache: f32, f16 or q8_0 (default: f32 on ts, f16 on gguf)', parseKvType)
     .option('--json', 'print one JSON object at the end instead of streaming (ids, text, stop_reason, timings)')
     .addHelpText(
       'after',
