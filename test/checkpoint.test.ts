@@ -171,7 +171,7 @@ describe('header validation', () => {
   });
   it('rejects shape × dtype size ≠ byte length', async () => {
     const f = handMade('size.safetensors', { t: { dtype: 'F32', shape: [2, 3], data_offsets: [0, 20] } }, f32(6));
-    expect((await openError(f)).message).toMatch(/has 20 bytes but shape \[2,3\] × F32 needs 24/);
+    expect((await openError(f)).message).toMatch(/has 20 bytes but shape \[2, 3\] × F32 needs 24/);
   });
   it('rejects offsets past the end of the data', async () => {
     const f = handMade('past.safetensors', { t: { dtype: 'F32', shape: [4], data_offsets: [0, 16] } }, f32(3));
