@@ -437,29 +437,13 @@ function legacyRow(type: 'Q4_0' | 'Q4_1' | 'Q5_0' | 'Q5_1', x: Float32Array, xo:
     if (type === 'Q4_0' || type === 'Q5_0') {
       const d = makeQxQuantsW(32, type === 'Q4_0' ? 8 : 16, x, xb, L8, 0, W32, 0);
       putF16(y, yo, d);
-      const qs = type === 'Q4_0' ? yo + 2 : yo + 6;
-      let qh = 0;
-      for (let j = 0; j < 16; j++) {
-        const a = L8[j];
-        const b = L8[j + 16];
-        y[qs + j] = (a & 0xf) | ((b & 0xf) << 4);
-        qh |= ((a & 0x10) >> 4) << j;
-        qh |= ((b & 0x10) >> 4) << (j + 16);
-      }
-      if (type === 'Q5_0') putU32LE(y, yo + 2, qh >>> 0);
+      const qh = packLowNibbles(L8, y, type === 'Q4_0' ? yo + 2 : yo + 6);
+      if (type === 'Q5_0') putU32LE(y, yo + 2, qh);
     } else {
       putF16(y, yo, makeQkx3Quants(32, type === 'Q4_1' ? 15 : 31, x, xb, W32, LU, 0, M09, D005, 36));
       putF16(y, yo + 2, -theMin);
-      const qs = type === 'Q4_1' ? yo + 4 : yo + 8;
-      let qh = 0;
-      for (let j = 0; j < 16; j++) {
-        const a = LU[j];
-        const b = LU[j + 16];
-        y[qs + j] = (a & 0xf) | ((b & 0xf) << 4);
-        qh |= ((a & 0x10) >> 4) << j;
-        qh |= ((b & 0x10) >> 4) << (j + 16);
-      }
-      if (type === 'Q5_1') putU32LE(y, yo + 4, qh >>> 0);
+      const qh = packLowNibbles(LU, y, type === 'Q4_1' ? yo + 4 : yo + 8);
+      if (type === 'Q5_1') putU32LE(y, yo + 4, qh);
     }
   }
 }
@@ -644,4 +628,20 @@ export function dequantizeIQ4_XS(y: Uint8Array, yo: number, nb: number, out: Flo
       }
     }
   }
+}
+
+/**
+ * A 32-code block's low nibbles packed as ggml's Q4_x/Q5_x do (code j and j + 16 share byte j at `qs`);
+ * returns the fifth bits as Q5_x's qh word (unused for Q4_x).
+ */
+function packLowNibbles(L: Uint8Array | Int8Array, y: Uint8Array, qs: number): number {
+  let qh = 0;
+  for (let j = 0; j < 16; j++) {
+    const a = L[j];
+    const b = L[j + 16];
+    y[qs + j] = (a & 0xf) | ((b & 0xf) << 4);
+    qh |= ((a & 0x10) >> 4) << j;
+    qh |= ((b & 0x10) >> 4) << (j + 16);
+  }
+  return qh >>> 0;
 }
