@@ -71,13 +71,17 @@ export interface InterpreterOptions {
 const adapterIds = new WeakMap<object, number>();
 let nextAdapterId = 1;
 
+/** Each widths array's key, made once: levelKey runs on every decode step. */
+const widthKeys = new WeakMap<readonly LayerWidth[], string>();
+
 /** What a KV cache's contents depend on beyond the weights: each layer's widths and the adapter set. */
 function levelKey(s: ArchSpec, widths: readonly LayerWidth[] | undefined, adapters: object | undefined): string {
   const R = s.numHeads / s.numKvHeads;
   const ffn = s.moe ? s.moe.expertIntermediateSize : s.intermediateSize;
   const full = (x: LayerWidth) =>
     x.kvGroups === s.numKvHeads && (x.qHeadsPerGroup ?? R) === R && (x.ffn ?? ffn) >= ffn && !x.expertFfn && x.denseFfn === undefined && x.sharedFfn === undefined;
-  const w = !widths || widths.every(full) ? 'full' : JSON.stringify(widths);
+  let w = !widths ? 'full' : widthKeys.get(widths);
+  if (w === undefined) widthKeys.set(widths!, (w = widths!.every(full) ? 'full' : JSON.stringify(widths)));
   if (!adapters) return w;
   if (!adapterIds.has(adapters)) adapterIds.set(adapters, nextAdapterId++);
   return `${w}+adapters#${adapterIds.get(adapters)}`;
