@@ -13,6 +13,7 @@ import { promises as fsp } from 'node:fs';
 import { archOf, GGUF_READABLE, modelTypeOfGguf } from '../../src/core/arch/registry.js';
 import type { ArchSpec, MoeSpec, RopeScaling } from '../../src/core/arch/types.js';
 import { clip, LlmcError } from '../../src/core/errors.js';
+import { ioError } from '../../src/core/util/atomic.js';
 import { QUANT_TYPES, type QuantType } from '../../src/core/quant/types.js';
 import { GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_TYPE, type ScalarKind } from './writer.js';
 
@@ -183,7 +184,9 @@ async function readValue(c: Cursor, key: string): Promise<GgufMetaValue> {
 
 /** Parse and check a GGUF file's header; a damaged file is one LlmcError naming it and the problem. */
 export async function readGgufHeader(file: string): Promise<GgufHeader> {
-  const fh = await fsp.open(file, 'r');
+  const fh = await fsp.open(file, 'r').catch((e: unknown) => {
+    throw ioError(e, file, 'read');
+  });
   try {
     const st = await fh.stat();
     if (!st.isFile()) throw new LlmcError('not a regular file', file);
