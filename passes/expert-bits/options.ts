@@ -23,6 +23,8 @@ export interface ExpertBitsOptions {
   calibText: string | null;
   seed: number;
   heldOut: number;
+  /** maxLoss: sequences the written artifact is accepted on (disjoint from calibration and held-out). */
+  acceptance: number;
   /** Experts routed fewer calibration tokens than this are measured force-routed. */
   minTokens: number;
   /** Routed tokens per expert used for the reconstruction error (evenly sampled). */
@@ -41,13 +43,14 @@ const SPECS: readonly OptionSpec[] = [
   { key: 'formats', help: 'candidate formats, comma-separated', default: DEFAULT_CANDIDATES.join(',') },
   { key: 'budgetBytes', help: 'bytes of the expert tensors (e.g. 3.5MB, 2GiB, 1200000)' },
   { key: 'budgetBpw', help: 'mean bits per weight over the expert tensors (e.g. 3.5)' },
-  { key: 'maxLoss', help: 'largest held-out perplexity increase, relative (0.05 = 5%); verified on held-out data' },
+  { key: 'maxLoss', help: 'largest held-out perplexity increase, relative (0.05 = 5%); accepted on the written artifact' },
   { key: 'sensitivity', help: 'what the search minimizes: kl (teacher-forced KL) | recon (activation-aware reconstruction error, in KL units)', default: 'kl' },
   { key: 'calib', help: 'calibration sequences', default: '8' },
   { key: 'calibLength', help: 'tokens per calibration sequence', default: '64' },
   { key: 'calibText', help: "a text file to calibrate on (needs the model's tokenizer); default: sequences sampled from the model" },
   { key: 'seed', help: 'calibration seed', default: '42' },
   { key: 'heldOut', help: 'held-out sequences (acceptance, reported losses)', default: '8' },
+  { key: 'acceptance', help: 'maxLoss: sequences the written artifact is measured on, on its own runtime (95% upper bound ≤ maxLoss)', default: '16' },
   { key: 'minTokens', help: 'experts routed fewer calibration tokens are measured force-routed', default: '8' },
   { key: 'reconTokens', help: 'routed tokens per expert for the reconstruction error', default: '256' },
   { key: 'tau', help: 'predictor: observations before an order-2 context is trusted', default: '8' },
@@ -122,6 +125,7 @@ export function parseExpertBitsOptions(raw: Readonly<Record<string, string>>): E
     calibText: raw.calibText?.trim() || null,
     seed: raw.seed !== undefined ? int('seed', raw.seed, 0) : 42,
     heldOut: raw.heldOut !== undefined ? int('heldOut', raw.heldOut, 1) : 8,
+    acceptance: raw.acceptance !== undefined ? int('acceptance', raw.acceptance, 2) : 16,
     minTokens: raw.minTokens !== undefined ? int('minTokens', raw.minTokens, 1) : 8,
     reconTokens: raw.reconTokens !== undefined ? int('reconTokens', raw.reconTokens, 1) : 256,
     tau: raw.tau !== undefined ? int('tau', raw.tau, 1) : 8,

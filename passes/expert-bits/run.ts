@@ -13,14 +13,16 @@
  *     (capabilities.perExpertFormats false) gets the best layer-proj plan, and the record says what
  *     a per-expert plan under the same budget would have saved.
  */
-import { calibrationSet, textFileSpec, type CalibrationSet } from '../../src/measure/calibration.js';
+import { acceptanceSet, calibrationSet, textFileSpec, type AcceptanceSet, type CalibrationSet } from '../../src/measure/calibration.js';
+import { runTrialArtifact, type TrialRun } from '../../src/measure/artifact-trial.js';
+import { upperMeanBound } from '../../src/core/util/student-t.js';
 import { cachedProfile } from '../../src/measure/store.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../src/core/errors.js';
 import type { Pass, PassContext } from '../../src/core/pipeline/pass.js';
-import { evolve, type TensorAnnotation } from '../../src/core/pipeline/unit.js';
+import { evolve, unitOf, type CompileUnit, type TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import type { QuantType } from '../../src/core/quant/types.js';
-import { EXPERT_TABLE, type ExpertStat, type ExpertTable, type Granularity, type PlanItem, type PlanSummary } from '../../src/core/records/expert-table.js';
+import { EXPERT_TABLE, type ArtifactAcceptance, type ExpertStat, type ExpertTable, type Granularity, type PlanItem, type PlanSummary } from '../../src/core/records/expert-table.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { beladyPrefetchBound, buildPredictor, Predictor, simulate, type PolicyName } from '../../src/exec/runtime/experts.js';
 import { edgemoeSearch } from './edgemoe.js';
@@ -46,7 +48,8 @@ interface Sensitivities {
   recon: number[][];
 }
 
-type Ctx = Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { progress?: Progress };
+/** What the pass is told; `unit` (default: the bare source), `formats` and `targetOptions` make the trial artifact a maxLoss is accepted on. */
+type Ctx = Pick<PassContext, 'note' | 'cacheDir' | 'target'> & Partial<Pick<PassContext, 'formats' | 'targetOptions'>> & { progress?: Progress; unit?: CompileUnit };
 
 const DENSE = (spec: ModelSource['spec'], dir: string) =>
   new LlmcError(`expert-bits takes mixture-of-experts models; this is a dense ${spec.modelType} model`, dir, 2);
@@ -123,45 +126,52 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
 
     const solveOpts = { method: o.solver };
     const acceptance: ExpertTable['acceptance'] = [];
+    let edgemoe: ExpertTable['edgemoe'] = null;
+    /** The plan the search picks when held-out data must show at most `maxLoss` (the budget form ignores it). */
+    const search = async (maxLoss: number | null): Promise<{ plan: PlanSummary; choice: number[] }> => {
+      if (o.strategy === 'edgemoe') {
+        const ppl = new Map<string, number>();
+        const refRank = await L.ppl(calib.calib);
+        const r = await edgemoeSearch(
+          items.length,
+          o.formats.length,
+          maxLoss!,
+          async (a, split) => {
+            const ch = a.map((f, i) => choiceFor(items[i], o.formats[f]));
+            const seqs = split === 'rank' ? calib.calib : calib.heldOut;
+            const v = await L.ppl(seqs, await L.swap(assign(items, ch)));
+            ppl.set(`${split}:${a.join(',')}`, v);
+            return v / (split === 'rank' ? refRank : measured.refPpl) - 1;
+          },
+          items.map((it) => it.key),
+        );
+        const choice = r.assignment.map((f, i) => choiceFor(items[i], o.formats[f]));
+        edgemoe = {
+          bLo: r.bLo === null ? o.formats[0] : o.formats[r.bLo],
+          bHi: o.formats[r.bHi],
+          uniformLoss: Object.fromEntries(o.formats.map((f, b) => [f, r.uniformLoss[b]])),
+          importance: r.importance.map((x) => ({ key: items[x.item].key, loss: x.loss })),
+          K: r.K,
+          oracleCalls: r.oracleCalls,
+        };
+        return { plan: await summary(items, table, choice, null, 'edgemoe'), choice };
+      }
+      if (capacity !== null) {
+        const sol = solveBudget(table, capacity, solveOpts)!;
+        const plan = await summary(items, table, sol.choice, sol.lowerBound, sol.method);
+        if (maxLoss !== null && plan.heldOutLoss > maxLoss) {
+          throw new LlmcError(`expert-bits: no plan within ${capacity} bytes meets maxLoss=${maxLoss}: the closest achievable there loses ${plan.heldOutLoss.toPrecision(4)} on held-out data; raise the budget or maxLoss`, source.dir);
+        }
+        return { plan, choice: sol.choice };
+      }
+      return acceptLoss(items, table, maxLoss!, solveOpts, summary, acceptance, source.dir);
+    };
+
     let plan: PlanSummary;
     let choice: number[];
-    let edgemoe: ExpertTable['edgemoe'] = null;
-    if (o.strategy === 'edgemoe') {
-      const ppl = new Map<string, number>();
-      const refRank = await L.ppl(calib.calib);
-      const r = await edgemoeSearch(
-        items.length,
-        o.formats.length,
-        o.maxLoss!,
-        async (a, split) => {
-          const ch = a.map((f, i) => choiceFor(items[i], o.formats[f]));
-          const seqs = split === 'rank' ? calib.calib : calib.heldOut;
-          const v = await L.ppl(seqs, await L.swap(assign(items, ch)));
-          ppl.set(`${split}:${a.join(',')}`, v);
-          return v / (split === 'rank' ? refRank : measured.refPpl) - 1;
-        },
-        items.map((it) => it.key),
-      );
-      choice = r.assignment.map((f, i) => choiceFor(items[i], o.formats[f]));
-      plan = await summary(items, table, choice, null, 'edgemoe');
-      edgemoe = {
-        bLo: r.bLo === null ? o.formats[0] : o.formats[r.bLo],
-        bHi: o.formats[r.bHi],
-        uniformLoss: Object.fromEntries(o.formats.map((f, b) => [f, r.uniformLoss[b]])),
-        importance: r.importance.map((x) => ({ key: items[x.item].key, loss: x.loss })),
-        K: r.K,
-        oracleCalls: r.oracleCalls,
-      };
-    } else if (capacity !== null) {
-      const sol = solveBudget(table, capacity, solveOpts)!;
-      choice = sol.choice;
-      plan = await summary(items, table, choice, sol.lowerBound, sol.method);
-      if (o.maxLoss !== null && plan.heldOutLoss > o.maxLoss) {
-        throw new LlmcError(`expert-bits: no plan within ${capacity} bytes meets maxLoss=${o.maxLoss}: the closest achievable there loses ${plan.heldOutLoss.toPrecision(4)} on held-out data; raise the budget or maxLoss`, source.dir);
-      }
-    } else {
-      ({ plan, choice } = await acceptLoss(items, table, o.maxLoss!, solveOpts, summary, acceptance, source.dir));
-    }
+    let artifact: ArtifactAcceptance | null = null;
+    if (o.maxLoss === null) ({ plan, choice } = await search(null));
+    else ({ plan, choice, artifact } = await acceptOnArtifact(o.maxLoss, search, artifactTrial(source, items, calib, L, o, ctx), capacity !== null));
 
     // Uniform baselines and, for a stacked-experts target, what a per-expert plan would save.
     const uniform: ExpertTable['uniform'] = [];
@@ -244,6 +254,7 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
       uniform,
       acceptance,
       perExpert,
+      artifact,
       edgemoe,
       predictor,
       cache: { moeLayers: layers, f, preload: o.preload, expertBytes, simulated, beladyPrefetch },
@@ -311,6 +322,97 @@ async function acceptLoss(
   return best!;
 }
 
+/** How many plans are measured on the artifact before a maxLoss is refused. */
+const ARTIFACT_ROUNDS = 4;
+/** One-sided confidence of the artifact's loss bound. */
+const ARTIFACT_CONFIDENCE = 0.95;
+
+interface ArtifactMeasure {
+  engine: string;
+  loss: number;
+  upperBound: number;
+  sequences: number;
+  tokens: number;
+}
+
+interface ArtifactTrial {
+  measure(choice: readonly number[]): Promise<ArtifactMeasure>;
+  describe(): Omit<ArtifactAcceptance, 'engine' | 'loss' | 'upperBound' | 'rounds' | 'sequences' | 'tokens'>;
+}
+
+/**
+ * The plan's artifact as the target writes it (the compile's unit with the plan's formats, the
+ * compile's --quant / --tensor-type and target options), run on the target's own runtime on the
+ * acceptance sequences, against the same artifact with every planned tensor unquantized: the
+ * relative perplexity increase exp(mean Δnll) − 1 and its one-sided upper bound, Student's t over
+ * the per-sequence differences (paired: each sequence is its own control).
+ */
+function artifactTrial(source: ModelSource, items: readonly Item[], calib: CalibrationSet, lab: Lab, o: ParsedExpertBitsOptions, ctx: Ctx): ArtifactTrial {
+  const target = ctx.target;
+  if (!target.open) throw new LlmcError(`internal: target ${target.name} has no runtime to accept expert-bits.maxLoss on`);
+  const unit = ctx.unit ?? unitOf(source);
+  const formats = ctx.formats ?? { tensorTypes: [] };
+  const reference: QuantType = target.formats.tensorTypes?.map((t) => t.toUpperCase()).includes('F32') ? 'F32' : 'F16';
+  const tensors = items.flatMap((it) => it.tensors);
+  const run = async (assignment: [string, QuantType][], seqs: number[][]) =>
+    runTrialArtifact(evolve(unit, { annotate: new Map(assignment.map(([t, f]) => [t, { format: f }])) }), target, { formats, targetOptions: ctx.targetOptions }, seqs);
+  let accept: AcceptanceSet | undefined;
+  let ref: TrialRun | undefined;
+  return {
+    async measure(choice) {
+      accept ??= await acceptanceSet(source, calib, o.acceptance, { cacheDir: ctx.cacheDir, engine: async () => lab.engine });
+      if (accept.seqs.length < 2) throw new LlmcError(`expert-bits: only ${accept.seqs.length} acceptance sequence(s) differ from the calibration and held-out ones; raise expert-bits.acceptance`, source.dir);
+      const seqs = accept.seqs;
+      const base = (ref ??= await run(tensors.map((t) => [t, reference]), seqs));
+      const plan = await run(items.flatMap((it, i) => it.tensors.map((t, k) => [t, it.choices[choice[i]].written[k]] as [string, QuantType])), seqs);
+      const b = upperMeanBound(plan.nll.map((x, i) => x - base.nll[i]), ARTIFACT_CONFIDENCE);
+      return { engine: plan.engine, loss: Math.expm1(b.mean), upperBound: Math.expm1(b.upper), sequences: seqs.length, tokens: seqs.length * (seqs[0].length - 1) };
+    },
+    describe: () => ({ target: target.name, source: accept!.source, profile: accept!.key, reference, confidence: ARTIFACT_CONFIDENCE }),
+  };
+}
+
+/**
+ * maxLoss accepted on the artifact: the search's plan (held-out data shows at most the search's bound)
+ * is written and run; while its upper bound exceeds maxLoss, the search's bound shrinks by
+ * maxLoss / upperBound (and below the rejected plan's held-out loss, so the plan changes), at most
+ * ARTIFACT_ROUNDS plans. A fixed byte budget cannot trade bytes for loss: it is refused at once.
+ */
+async function acceptOnArtifact(
+  maxLoss: number,
+  search: (maxLoss: number) => Promise<{ plan: PlanSummary; choice: number[] }>,
+  trial: ArtifactTrial,
+  fixedBudget: boolean,
+): Promise<{ plan: PlanSummary; choice: number[]; artifact: ArtifactAcceptance }> {
+  const rounds: ArtifactAcceptance['rounds'] = [];
+  let searchLoss = maxLoss;
+  let last: ArtifactMeasure | undefined;
+  let lastChoice: string | undefined;
+  const refuse = (m: ArtifactMeasure, why: string) =>
+    new LlmcError(
+      `expert-bits: no plan meets maxLoss=${maxLoss} on the written ${trial.describe().target} artifact (${m.engine}, ${m.sequences} acceptance sequences): the last tried loses ${m.loss.toPrecision(4)}, ${Math.round(100 * ARTIFACT_CONFIDENCE)}% upper bound ${m.upperBound.toPrecision(4)}${why}; raise maxLoss${fixedBudget ? ' or the budget' : ' or expert-bits.acceptance'}`,
+    );
+  for (let round = 0; ; round++) {
+    let found: { plan: PlanSummary; choice: number[] };
+    try {
+      found = await search(searchLoss);
+    } catch (err) {
+      if (last && err instanceof LlmcError) throw refuse(last, ` (no plan shows ${searchLoss.toPrecision(4)} on held-out data)`);
+      throw err;
+    }
+    const m = await trial.measure(found.choice);
+    const accepted = m.upperBound <= maxLoss;
+    rounds.push({ searchLoss, bytes: found.plan.bytes, heldOutLoss: found.plan.heldOutLoss, loss: m.loss, upperBound: m.upperBound, accepted });
+    if (accepted) return { ...found, artifact: { ...trial.describe(), engine: m.engine, sequences: m.sequences, tokens: m.tokens, loss: m.loss, upperBound: m.upperBound, rounds } };
+    const key = found.choice.join(',');
+    if (fixedBudget || round + 1 >= ARTIFACT_ROUNDS || key === lastChoice) throw refuse(m, '');
+    last = m;
+    lastChoice = key;
+    searchLoss = Math.min((searchLoss * maxLoss) / m.upperBound, found.plan.heldOutLoss * (1 - 1e-6));
+    if (!(searchLoss > 0)) throw refuse(m, '');
+  }
+}
+
 /** Routing on calibration and held-out data, per-expert statistics and reconstruction errors for every candidate. */
 async function routingProfile(source: ModelSource, lab: Lab, calib: CalibrationSet, o: ParsedExpertBitsOptions, progress: Progress): Promise<RoutingProfile> {
   const layers = moeLayers(source.spec);
@@ -375,11 +477,17 @@ function spearman(a: number[], b: number[]): number {
 
 export const expertBitsPass: Pass<ParsedExpertBitsOptions> = {
   async run(unit, options, ctx) {
-    const { record, annotate } = await analyzeExpertBits(unit.source, options, ctx);
+    const { record, annotate } = await analyzeExpertBits(unit.source, options, { ...ctx, unit });
     const p = record.plan;
     ctx.note(
       `expert-bits: ${record.strategy} over ${record.items.length} ${record.granularity} items: ${p.bytes} bytes (${p.bpw.toFixed(3)} bpw), held-out perplexity ${p.heldOutPpl.toFixed(4)} (+${(100 * p.heldOutLoss).toFixed(2)}%)`,
     );
+    const a = record.artifact;
+    if (a) {
+      ctx.note(
+        `expert-bits: the written ${a.target} artifact on ${a.engine}: +${(100 * a.loss).toFixed(2)}% perplexity (${Math.round(100 * a.confidence)}% upper bound +${(100 * a.upperBound).toFixed(2)}%, ${a.sequences} acceptance sequences, ${a.tokens} tokens) against maxLoss ${(100 * options.maxLoss!).toFixed(2)}%`,
+      );
+    }
     for (const n of record.notes) ctx.note(`expert-bits: ${n}`);
     return { unit: evolve(unit, { annotate }), record };
   },

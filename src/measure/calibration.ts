@@ -144,3 +144,40 @@ export async function trainingSet(source: ModelSource, calib: CalibrationSet, co
   });
   return { seqs: split(profile.arrays.seqs, spec.length), key: profile.key, droppedHeldOut: profile.meta.dropped as number };
 }
+
+/** The seed acceptance sequences are sampled with: never the calibration's, held-out's or training's for the same seed. */
+export function acceptanceSeed(seed: number): number {
+  return (seed ^ 0x68e31da4) >>> 0;
+}
+
+export interface AcceptanceSet {
+  seqs: number[][];
+  /** The profile key (names this exact set in records). */
+  key: string;
+  /** Where the sequences come from: sampled from the model with acceptanceSeed(seed), or the text's windows after the calibration and held-out ones. */
+  source: 'self-generated' | 'text';
+}
+
+/**
+ * Sequences a pass accepts its result on after choosing it on `calib` (its calibration and held-out
+ * sets both select): `count` of the calibration length, disjoint from both by construction and by
+ * check. Self-generated: sampled with acceptanceSeed(seed), any that equals a calibration or held-out
+ * sequence dropped. Text: the windows after the held-out ones (sampled from the model when the text
+ * has too few).
+ */
+export async function acceptanceSet(source: ModelSource, calib: CalibrationSet, count: number, opts: { cacheDir?: ProfileCache; engine?: () => Promise<Engine> } = {}): Promise<AcceptanceSet> {
+  const spec = calib.spec;
+  const profile = await cachedProfile(opts.cacheDir, 'acceptance-data', { checkpoint: await source.identity(), calibration: calib.key, count }, async () => {
+    let seqs: number[][] | null = null;
+    let from: AcceptanceSet['source'] = 'self-generated';
+    if (spec.source !== 'self-generated') {
+      const windows = (await textWindows(source, spec.length, spec.source.text)).slice(spec.count + spec.heldOut);
+      if (windows.length >= count) ((seqs = windows.slice(0, count)), (from = 'text'));
+    }
+    seqs ??= await withEngine(source, opts.engine, (engine) => selfGeneratedSequences(engine, { count, length: spec.length, seed: acceptanceSeed(spec.seed), batch: Math.min(count, 64) }));
+    const used = new Set([...calib.calib, ...calib.heldOut].map((s) => s.join(',')));
+    const kept = seqs.filter((s) => !used.has(s.join(',')));
+    return { meta: { count, source: from }, arrays: { seqs: Float64Array.from(kept.flat()) } };
+  });
+  return { seqs: split(profile.arrays.seqs, spec.length), key: profile.key, source: profile.meta.source as AcceptanceSet['source'] };
+}

@@ -62,6 +62,7 @@ async function runPasses(req: CompileRequest, plan: CompilePlan): Promise<Compil
       cacheDir: req.cacheDir,
       target: plan.target,
       formats: plan.formats,
+      targetOptions: plan.targetOptions,
     });
     const metadata = out.record as Record<string, unknown>;
     if (metadata.format !== descriptor.produces.id) {

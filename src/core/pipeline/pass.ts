@@ -26,6 +26,8 @@ export interface PassContext {
   /** The target the unit will be lowered to (its formats and capabilities). */
   target: TargetDescriptor;
   formats: FormatRequest;
+  /** The target's own options as the compile parsed them (a pass that writes a trial artifact emits with them). */
+  targetOptions?: unknown;
 }
 
 export interface PassOutput<R = object> {

@@ -1,5 +1,5 @@
 /**
- * Record `expert-table/1`: the per-expert bit-width plan of an MoE model (written by the
+ * Record `expert-table/2`: the per-expert bit-width plan of an MoE model (written by the
  * `expert-bits` pass) with everything needed to re-check it and to run it offloaded:
  *  - per item (an expert, an expert's projection, or a layer's projection) and candidate format:
  *    the exact byte size and the measured sensitivities, and the choice made, so anyone can re-solve
@@ -119,8 +119,33 @@ export interface PlanSummary {
   heldOutLoss: number;
 }
 
+/**
+ * A maxLoss plan accepted on the artifact as written, run on its target's own runtime (SPEC §4.2 made
+ * to hold on what ships): on acceptance sequences disjoint from calibration, held-out and the
+ * compile's evaluation set, against the same artifact with the planned tensors unquantized.
+ */
+export interface ArtifactAcceptance {
+  target: string;
+  /** What ran it ('ts-runtime', 'llama.cpp'). */
+  engine: string;
+  /** Acceptance sequences and tokens scored; where they come from and their profile key. */
+  sequences: number;
+  tokens: number;
+  source: 'self-generated' | 'text';
+  profile: string;
+  /** The format of the planned tensors in the reference artifact. */
+  reference: string;
+  /** One-sided confidence of upperBound (Student's t over the per-sequence mean NLL differences). */
+  confidence: number;
+  /** The accepted plan: relative perplexity increase exp(mean Δnll) − 1, and its upper confidence bound (≤ maxLoss). */
+  loss: number;
+  upperBound: number;
+  /** Each plan tried: the bound the search ran under, its bytes and held-out (proxy) loss, and the artifact's. */
+  rounds: { searchLoss: number; bytes: number; heldOutLoss: number; loss: number; upperBound: number; accepted: boolean }[];
+}
+
 export interface ExpertTable {
-  format: 'expert-table/1';
+  format: 'expert-table/2';
   strategy: 'mckp' | 'edgemoe';
   granularity: Granularity;
   /** Candidate formats, fewest bits first. */
@@ -141,6 +166,8 @@ export interface ExpertTable {
    * layer-proj, and this is the per-expert plan under the same budget it would have written.
    */
   perExpert: { plan: PlanSummary; items: number; savesLoss: number; savesHeldOutLoss: number } | null;
+  /** maxLoss only: the plan as measured on the written artifact (null without maxLoss, or an expert-table/1 record). */
+  artifact: ArtifactAcceptance | null;
   edgemoe: { bLo: string; bHi: string; uniformLoss: Record<string, number>; importance: { key: string; loss: number }[]; K: number; oracleCalls: number } | null;
   predictor: RoutingPredictor;
   cache: CacheInputs;
@@ -161,8 +188,20 @@ function checkRows(c: Checker, v: unknown, path: string, E: number): void {
   });
 }
 
-export const EXPERT_TABLE = defineRecord<ExpertTable>('expert-table/1', 'per-expert formats and routing profile (expert-bits)', (v, c) => {
+export const EXPERT_TABLE = defineRecord<ExpertTable>('expert-table/2', 'per-expert formats and routing profile (expert-bits)', (v, c) => {
   const o = c.obj(v, 'expert-table');
+  if (o.format === 'expert-table/1') o.artifact = null; // written before plans were accepted on the artifact
+  if (o.artifact !== null && o.artifact !== undefined) {
+    const a = c.obj(o.artifact, 'artifact');
+    c.str(a.engine, 'artifact.engine');
+    c.int(a.sequences, 'artifact.sequences', 2);
+    c.int(a.tokens, 'artifact.tokens');
+    for (const k of ['confidence', 'loss', 'upperBound'] as const) c.num(a[k], `artifact.${k}`);
+    c.arr(a.rounds, 'artifact.rounds').forEach((r, i) => {
+      const q = c.obj(r, `artifact.rounds[${i}]`);
+      for (const k of ['searchLoss', 'bytes', 'heldOutLoss', 'loss', 'upperBound'] as const) c.num(q[k], `artifact.rounds[${i}].${k}`);
+    });
+  } else o.artifact = null;
   c.str(o.granularity, 'granularity');
   c.arr(o.items, 'items').forEach((x, i) => {
     const p = `items[${i}]`;
@@ -196,4 +235,4 @@ export const EXPERT_TABLE = defineRecord<ExpertTable>('expert-table/1', 'per-exp
   f.forEach((row, i) => c.arr(row, `cache.f[${i}]`).forEach((x, j) => c.num(x, `cache.f[${i}][${j}]`)));
   c.int(ca.preload, 'cache.preload');
   return o as unknown as ExpertTable;
-});
+}, ['expert-table/1']);
