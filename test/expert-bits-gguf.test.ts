@@ -20,6 +20,7 @@ import { EXPERT_TABLE, findRecord } from '../src/core/records/index.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { agreement, llamaGreedy, llamaLogits, relRms } from './gguf-helpers.js';
+import { llmcInProcess } from './cli.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 let tmp: string;
@@ -97,4 +98,20 @@ describe('expert-bits → gguf', () => {
     console.log(`llama.cpp vs llmc run on the layer-proj plan: logits relRms ${vsPlan.toExponential(2)} (vs unquantized ${vsFull.toExponential(2)}); greedy prefix ${a.prefix}/24, positional ${a.positional.toFixed(2)}`);
     expect(greedy[0]).toBe(mine[0]);
   });
+
+  it('maxLoss is accepted on the written GGUF run by llama.cpp; run options llama.cpp cannot honour on it are refused (exit 2)', async () => {
+    const g = await build('gguf', path.join(tmp, 'gguf-maxloss'), { budgetBpw: undefined as unknown as string, maxLoss: '0.1', acceptance: '8' });
+    const a = findRecord(g.manifest.passes, EXPERT_TABLE)!.artifact!;
+    expect(a).toMatchObject({ target: 'gguf', engine: 'llama.cpp', sequences: 8, reference: 'F32' });
+    expect(a.upperBound).toBeLessThanOrEqual(0.1);
+    expect(a.rounds.at(-1)!.accepted).toBe(true);
+    console.log(`gguf maxLoss=0.1 on llama.cpp: ${a.rounds.map((r) => `held-out ${r.heldOutLoss.toFixed(4)} → artifact ${r.loss.toFixed(4)} (bound ${r.upperBound.toFixed(4)})`).join('; ')}`);
+    const file = path.join(tmp, 'gguf-maxloss');
+    for (const flags of [['--expert-cache', '2'], ['--expert-cache', '2', '--expert-policy', 'edgemoe'], ['--speculative'], ['--chunk', '4'], ['--level', '0.5']]) {
+      const r = await llmcInProcess('run', file, '--prompt-ids', '1', '-n', '2', ...flags);
+      expect(r.code, flags.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(new RegExp(`^llmc: ${flags[0]} needs .*; this is a gguf artifact\\n$`));
+    }
+  }, 120_000);
 });
+
