@@ -333,7 +333,7 @@ describe.skipIf(!HAVE)('the other passes on the families', () => {
     await build(name, target, ['expert-bits'], { 'expert-bits.budgetBpw': '5' }, out);
     const manifest = readJson(path.join(out, 'llmc-manifest.json'));
     const rec = (manifest.passes as Json[]).find((p) => p.name === 'expert-bits')?.metadata as Json | undefined;
-    expect(rec?.format).toBe('expert-table/1');
+    expect(rec?.format).toBe('expert-table/2');
     // gguf stacks a layer's experts in one tensor of one type: the plan is per layer and projection there.
     expect(rec?.granularity).toBe(target === 'gguf' ? 'layer-proj' : 'expert');
     expect((rec?.budget as Json).kind).toBe('bpw');

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
 import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
 import { heldOutSet } from '../src/app/evaluate/artifact.js';
-import { calibrationSet, trainingSeed } from '../src/measure/calibration.js';
+import { acceptanceSet, calibrationSet, trainingSeed } from '../src/measure/calibration.js';
 import { selfGeneratedSequences } from '../src/measure/sequences.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { parseExpertBitsOptions } from '../passes/expert-bits/options.js';
@@ -55,8 +55,13 @@ describe('the evaluation set against the passes\' selection and acceptance sets'
     for (const [name, o] of Object.entries(passes)) {
       const set = await calibrationSet(ck, { source: 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut }, { engine: async () => engine });
       const training = await selfGeneratedSequences(engine, { count: 16, length: o.calibLength, seed: trainingSeed(o.seed) });
-      for (const [what, seqs] of [['calibration', set.calib], ['held-out', set.heldOut], ['training', training]] as const) {
-        expect(seqs.length, `${name} ${what}`).toBeGreaterThan(0);
+      // expert-bits accepts a maxLoss plan on the written artifact over sequences of their own.
+      const accept = name === 'expert-bits' ? (await acceptanceSet(ck, set, (o as ReturnType<typeof parseExpertBitsOptions>).acceptance, { engine: async () => engine })).seqs : [];
+      if (name === 'expert-bits') expect(accept).toHaveLength(16);
+      const selected = new Set([...set.calib, ...set.heldOut].map(key));
+      expect(accept.filter((s) => selected.has(key(s))), `${name}: acceptance sequences among its calibration/held-out`).toEqual([]);
+      for (const [what, seqs] of [['calibration', set.calib], ['held-out', set.heldOut], ['training', training], ['acceptance', accept]] as const) {
+        if (what !== 'acceptance') expect(seqs.length, `${name} ${what}`).toBeGreaterThan(0);
         const shared = seqs.filter((s) => s.length >= PREFIX && evalKeys.has(key(s)));
         expect(shared.length, `${name}: ${what} sequences in the evaluation set`).toBe(0);
       }

@@ -6,7 +6,8 @@
  * experts the proxy (onnxruntime, quantize → dequantize, held-out split) accepts a plan at
  * maxLoss=0.1 whose artifact loses more than 10% (the runtime's kernels quantize activations to
  * 8 bits, and the held-out split chose it); the old code wrote that plan. Also: a maxLoss the
- * artifact cannot meet is one line, nothing written; moe-8x (../shared) the same; Student's t.
+ * artifact cannot meet is one line, nothing written; llmc report shows the figures; moe-8x
+ * (../shared) the same; Student's t.
  */
 import { existsSync, promises as fsp } from 'node:fs';
 import os from 'node:os';
@@ -22,6 +23,7 @@ import { acceptanceSet, calibrationSet } from '../src/measure/calibration.js';
 import { loadDir } from '../src/exec/runtime/node.js';
 import { ts } from '../backends/ts/index.js';
 import { analyzeExpertBits } from '../passes/expert-bits/run.js';
+import { llmcInProcess } from './cli.js';
 import { parseExpertBitsOptions } from '../passes/expert-bits/options.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
@@ -108,6 +110,15 @@ describe('maxLoss accepted on the written ts artifact', () => {
     expect(Math.expm1(mean)).toBeCloseTo(a.loss, 5);
     expect(bound).toBeCloseTo(a.upperBound, 5);
     expect(bound).toBeLessThanOrEqual(maxLoss);
+
+    // llmc report shows the figure, its bound and every plan tried.
+    const md = path.join(tmp, 'report.md');
+    const r = await llmcInProcess('report', path.join(tmp, 'planned'), '-o', md, '--cache-dir', cacheDir, '--no-quality');
+    expect(r.code, r.stderr).toBe(0);
+    const text = await fsp.readFile(md, 'utf8');
+    expect(text).toContain('## Expert bits: a format per expert');
+    expect(text).toMatch(/on the written artifact.*95% upper bound \+[\d.]+%\) on ts-runtime, 16 acceptance sequences, 496 tokens/);
+    expect(text.match(/\| (yes|no) \|/g)).toHaveLength(a.rounds.length);
   }, 120_000);
 
   it('a maxLoss whose artifact bound no plan meets is one line naming the runtime, figure and bound; nothing written', async () => {

@@ -4,6 +4,7 @@
  * RECORD_SECTIONS), and appears when the artifact carries that record or the profile covers that pass.
  */
 import { chunkScheduleSection } from './chunk-schedule.js';
+import { expertBitsSection } from './expert-bits.js';
 import { graphSection } from './graph.js';
 import { qualitySection } from './quality.js';
 import { outliersSection } from './outliers.js';
@@ -17,7 +18,7 @@ export type { GeneralSection, RecordSection } from './types.js';
 
 export const GENERAL_SECTIONS: readonly GeneralSection[] = [summarySection, sizesSection, graphSection, qualitySection, resourcesSection];
 
-export const RECORD_SECTIONS: readonly RecordSection[] = [reorderSection, outliersSection, chunkScheduleSection];
+export const RECORD_SECTIONS: readonly RecordSection[] = [reorderSection, outliersSection, chunkScheduleSection, expertBitsSection];
 
 /** Record id (`<name>/<version>`) → its section. */
 export const SECTION_OF_RECORD: ReadonlyMap<string, RecordSection> = new Map(RECORD_SECTIONS.map((s) => [s.record.id, s]));
