@@ -105,8 +105,8 @@ describe('the simulation (llmc run\'s default engine) against onnxruntime on the
       expect(rows.filter((x) => x.i > 0).length).toBe(4); // later chunks: P = 21, 32 (one each), 37 (two); 21 and 37 end padded
       console.log(`${path.basename(artifact)}: max |sim − onnxruntime| per chunk ${rows.map((x) => `P=${x.P}/${x.i}: ${x.diff.toExponential(1)}`).join(', ')}`);
       // W8A8 (shadow, rotation): 1e-4 relative, float32 summation order only. 16-bit activations on
-      // every side: 1e-3 (docs/outliers.md; measured ≤ 1.1e-2 at logits up to 16, the sim's int16
-      // path is not onnxruntime's to the LSB).
+      // every side: 1e-3 (docs/outliers.md; measured ≤ 7.5e-3 at logits up to 16: float ops agree with
+      // onnxruntime to ~1e-6, which flips int16 codes by an LSB; test/qnn-a16 shows it per subgraph).
       const bound = artifact.endsWith('qnn-a16') ? 1e-3 : 1e-4;
       for (const x of rows) expect(x.diff, `${path.basename(artifact)} P=${x.P} chunk ${x.i}`).toBeLessThan(bound * Math.max(1, x.scale));
     }

@@ -73,7 +73,8 @@ export class QnnRunner {
     private readonly kvShape: { layer: number; heads: number; headDim: number }[],
   ) {}
 
-  static async open(dir: string, rec: OutlierScales, opts: { threads?: number; engine?: QnnEngine } = {}): Promise<QnnRunner> {
+  /** `observe`: wraps the executor (a test comparing both engines subgraph by subgraph on the same feeds). */
+  static async open(dir: string, rec: OutlierScales, opts: { threads?: number; engine?: QnnEngine; observe?: (exec: SubgraphExecutor, subgraphs: readonly SubgraphEntry[]) => SubgraphExecutor } = {}): Promise<QnnRunner> {
     const configFile = path.join(dir, 'config.json');
     const spec = normalizeConfig(await readJsonAs(CONFIG_OBJECT, configFile), configFile);
     const sgFile = path.join(dir, 'graph/subgraphs.json');
@@ -81,7 +82,8 @@ export class QnnRunner {
     checkSubgraphs(sg, spec, sgFile);
     // Checked against the schema: the fields read at run time are there and well-typed.
     const subgraphs = sg.subgraphs.map((s) => ({ ...s, ops: s.ops.map(irOp) })) as unknown as SubgraphEntry[];
-    const exec = opts.engine === 'onnxruntime' ? await openOnnxruntime(dir, subgraphs, opts.threads ?? 1) : openSimulation(dir, subgraphs);
+    const opened = opts.engine === 'onnxruntime' ? await openOnnxruntime(dir, subgraphs, opts.threads ?? 1) : openSimulation(dir, subgraphs);
+    const exec = opts.observe ? opts.observe(opened, subgraphs) : opened;
     const shadow = new ShadowStore(dir);
     const decisions = new Map(rec.linears.map((l) => [l.weight, l]));
     const linears = new Map<string, QLinear>();

@@ -18,7 +18,7 @@ import * as ort from 'onnxruntime-node';
 import { LlmcError, summarize } from '../../src/core/errors.js';
 import type { Op } from '../../src/core/ir/ir.js';
 import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
-import { clampCodes, dequantize, intMatmul, quantizeUnclamped, requantize, type ActBits } from '../../src/core/quant/w8a8.js';
+import { clampCodes, dequantize, intMatmul, quantizeUnclamped, requantize, roundHalfEven, type ActBits } from '../../src/core/quant/w8a8.js';
 import { DECODER_IO } from '../../src/exec/onnx/decoder.js';
 import { Interpreter, KvCache, type WeightTable } from '../../src/exec/runtime/interpreter.js';
 import { Weight } from '../../src/exec/runtime/kernels.js';
@@ -167,10 +167,41 @@ class OnnxFile {
 function intLinear(l: IntLinear, x: Float32Array): Float32Array {
   const T = x.length / l.K;
   const q = clampCodes(quantizeUnclamped(x, l.sx), l.inBits);
-  const acc = intMatmul(q, T, { q: l.wq, inFeatures: l.K, outFeatures: l.O, scale: l.sw });
-  const y = dequantize(requantize(acc, l.sx, l.sw, l.sy, l.inBits, l.outBits), l.sy);
+  const codes = l.inBits === 16 ? floatPathCodes(l, q, T) : requantize(intMatmul(q, T, { q: l.wq, inFeatures: l.K, outFeatures: l.O, scale: l.sw }), l.sx, l.sw, l.sy, 8, l.outBits);
+  const y = dequantize(codes, l.sy);
   if (l.bias) for (let i = 0; i < y.length; i++) y[i] += l.bias[i % l.O];
   return y;
+}
+
+/**
+ * A 16-bit QDQ linear as onnxruntime runs it: no integer kernel takes int16 activations, so it is
+ * the float path DequantizeLinear → MatMul → QuantizeLinear. The operands are f32(q·s); MLAS's SGEMM
+ * sums each output in k order with float32 fused multiply-adds from zero (one K slice: its stride is
+ * 128 grown to 256 when N < K, and these linears have K ≤ 256); QuantizeLinear rounds f32(y / s_y)
+ * half to even. The exact integer sum scaled once (the 8-bit path) differs from this by float32
+ * rounding, which at 32,767 codes flips output LSBs (5e-3–1.1e-2 on stories260K's logits).
+ */
+function floatPathCodes(l: IntLinear, q: Float64Array, T: number): Float64Array {
+  const { K, O } = l;
+  if (K > 256) throw new LlmcError(`internal: a 16-bit linear with ${K} inputs (the simulation follows onnxruntime's one-slice SGEMM, K ≤ 256)`);
+  const a = new Float32Array(q.length);
+  for (let i = 0; i < q.length; i++) a[i] = q[i] * l.sx;
+  const b = new Float32Array(l.wq.length);
+  for (let i = 0; i < b.length; i++) b[i] = l.wq[i] * l.sw;
+  const acc = new Float32Array(O);
+  const u = new Float64Array(T * O);
+  for (let t = 0; t < T; t++) {
+    acc.fill(0);
+    for (let k = 0; k < K; k++) {
+      const v = a[t * K + k];
+      if (v === 0) continue;
+      const row = k * O;
+      // fma in float32: the product of two float32 values is exact in a double; one rounding to float32 after the add.
+      for (let o = 0; o < O; o++) acc[o] = v * b[row + o] + acc[o];
+    }
+    for (let o = 0; o < O; o++) u[t * O + o] = roundHalfEven(Math.fround(acc[o] / l.sy));
+  }
+  return clampCodes(u, l.outBits);
 }
 
 /** onnxruntime's float MatMul as the head's graph runs it: float64 sums in k order, rounded once. */
