@@ -10,13 +10,15 @@
  */
 import type { AttentionMask } from '../../core/ir/ir.js';
 import { firstVisible } from '../../core/ir/mask.js';
+import type { KvType } from '../../core/pipeline/target.js';
 import { F32, I32, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { expLanes } from './activation.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import {
-  block, br, brIf, f32c, f32Load, f32Max, fAdd, fDiv, fExtract, fMax, fMul, fShuffle, fSplat, fSub, get, i32Add, i32c, i32GeS,
-  i32Load, i32LtS, i32Mul, i32Shl, i32Sub, iConst, iLtS, iSplat, loop, select, set, vBitselect, vload, vstore, vZero,
+  block, br, brIf, f32c, f32Load, f32Max, f32Mul, f32Reinterpret, fAdd, fDiv, fExtract, fFromI32, fMax, fMul, fShuffle, fSplat, fSub, get,
+  i32Add, i32And, i32c, i32GeS, i32Load, i32LtS, i32Mul, i32Or, i32Reinterpret, i32Shl, i32Sub, iConst, iLtS, iShl, iSplat, loop, select,
+  set, simd, vAnd, vBitselect, vload, vOr, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
 
 /**
@@ -34,13 +36,64 @@ export interface TreeAttention {
   keyPositions: Int32Array;
 }
 
+/** Bytes one head's hd values take in a cache row. */
+export function headBytes(type: KvType, hd: number): number {
+  return type === 'f32' ? 4 * hd : type === 'f16' ? 2 * hd : (hd / 32) * 34;
+}
+
+const memarg = (off: number) => [0, ...uleb(off)];
+const i32Load16U = (off: number) => [0x2f, ...memarg(off)];
+const load16x4U = (off: number) => simd(0x04, ...memarg(off)); // v128.load16x4_u
+const load32Zero = (off: number) => simd(0x5c, ...memarg(off)); // v128.load32_zero
+const hExtLowS8 = simd(0x87); // i16x8.extend_low_i8x16_s
+const iExtLowS16 = simd(0xa7); // i32x4.extend_low_i16x8_s
+const TWO_112 = 0x77800000; // 2^112 as float32 bits
+const iGtS = simd(0x3b); // i32x4.gt_s
+const i32GtS = [0x4a];
+
+/**
+ * Lanes 4c … 4c+3 of a head row at address `row` widened to float32, exactly as dequantize_row_*
+ * widens them (the kernel then runs the float32 arithmetic of an f32 cache on the same values, so
+ * its bits are those of attention over a widened copy). Half → float: the magnitude's bits shifted
+ * into float32's places, times 2^112 (exact for normals and subnormals), infinities and NaNs given
+ * the all-ones exponent, the sign put back. Q8_0: q · d with d the block's half (`dv`, set by
+ * `blockScale` when c is a block's first group). `h` and `m` are scratch v128 locals.
+ */
+function widened(type: KvType, row: number, c: number, h: number, m: number, dv: number): number[] {
+  if (type === 'f32') return [...get(row), ...vload(16 * c)];
+  if (type === 'f16') {
+    return [
+      ...get(row), ...load16x4U(8 * c), ...set(h),
+      ...get(h), ...iConst([0x7fff, 0x7fff, 0x7fff, 0x7fff]), ...vAnd, ...set(m),
+      ...get(m), ...i32c(13), ...iShl, ...iConst([TWO_112, TWO_112, TWO_112, TWO_112]), ...fMul,
+      ...get(m), ...iConst([0x7bff, 0x7bff, 0x7bff, 0x7bff]), ...iGtS, ...iConst([0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000]), ...vAnd, ...vOr,
+      ...get(h), ...iConst([0x8000, 0x8000, 0x8000, 0x8000]), ...vAnd, ...i32c(16), ...iShl, ...vOr,
+    ];
+  }
+  const b = Math.floor(c / 8);
+  return [...get(row), ...load32Zero(34 * b + 2 + 4 * (c % 8)), ...hExtLowS8, ...iExtLowS16, ...fFromI32, ...get(dv), ...fMul];
+}
+
+/** Q8_0: the splat float32 d of the block holding lanes 4c… of the head row at `row` into `dv` (nothing unless c starts a block). */
+function blockScale(type: KvType, row: number, c: number, dv: number): number[] {
+  if (type !== 'q8_0' || c % 8 !== 0) return [];
+  const bits = [...get(row), ...i32Load16U(34 * (c / 8))];
+  return [
+    ...bits, ...i32c(0x7fff), ...i32And, ...i32c(13), ...i32Shl, ...f32Reinterpret, ...f32c(2 ** 112), ...f32Mul, ...i32Reinterpret,
+    ...bits, ...i32c(0x7fff), ...i32And, ...i32c(0x7bff), ...i32GtS, ...i32c(0x7f800000), ...i32Mul, ...i32Or,
+    ...bits, ...i32c(0x8000), ...i32And, ...i32c(16), ...i32Shl, ...i32Or,
+    ...f32Reinterpret, ...fSplat, ...set(dv),
+  ];
+}
+
 /**
  * attend(q, k, v, stride, keys, n, scores, out, scale): for the n cache slots keys[0..n) (i32),
  * s_j = (q · K[slot_j]) · scale, p = softmax(s), out = Σ_j p_j V[slot_j]; K and V rows of the head
- * start at k + slot·stride and v + slot·stride (bytes); q and out hold hd floats; scores has room for
- * n rounded up to 4. Scores are computed four keys at a time, their lanes summed by a transpose.
+ * start at k + slot·stride and v + slot·stride (bytes), kept as `type` (widened lane by lane, see
+ * `widened`); q and out hold hd floats; scores has room for n rounded up to 4. Scores are computed
+ * four keys at a time, their lanes summed by a transpose.
  */
-function attendBody(hd: number): number[] {
+function attendBody(hd: number, type: KvType): number[] {
   const H4 = hd / 4;
   const [QP, KP, VP, STRIDE, KEYS, N, SCORES, OUT, SCALE] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
   const [K, A0, A1, A2, A3, LAST] = [9, 10, 11, 12, 13, 14];
@@ -50,6 +103,7 @@ function attendBody(hd: number): number[] {
   const ACC = [l++, l++, l++, l++];
   const [R, MAXV, SUMV, E, SCALEV, X, FX] = [l++, l++, l++, l++, l++, l++, l++];
   const OUT_ = Array.from({ length: H4 }, () => l++);
+  const [HV, MV, DV] = [l++, l++, l++];
   const A = [A0, A1, A2, A3];
   const nV128 = l - 17;
 
@@ -76,7 +130,7 @@ function attendBody(hd: number): number[] {
       ...select, ...get(STRIDE), ...i32Mul, ...i32Add, ...set(a),
     ]),
     ...ACC.flatMap((acc, i) => [
-      ...Q.flatMap((q, c) => [...get(q), ...get(A[i]), ...vload(16 * c), ...fMul, ...(c ? fAdd : [])]),
+      ...Q.flatMap((q, c) => [...blockScale(type, A[i], c, DV), ...get(q), ...widened(type, A[i], c, HV, MV, DV), ...fMul, ...(c ? fAdd : [])]),
       ...set(acc),
     ]),
     // transpose-add: [Σacc0, Σacc1, Σacc2, Σacc3]
@@ -97,7 +151,7 @@ function attendBody(hd: number): number[] {
   const weighted = forKeys(1, [
     ...get(VP), ...get(KEYS), ...get(K), ...i32c(2), ...i32Shl, ...i32Add, ...i32Load(0), ...get(STRIDE), ...i32Mul, ...i32Add, ...set(A0),
     ...scoreAt, ...f32Load(0), ...fSplat, ...set(E),
-    ...OUT_.flatMap((o, c) => [...get(o), ...get(E), ...get(A0), ...vload(16 * c), ...fMul, ...fAdd, ...set(o)]),
+    ...OUT_.flatMap((o, c) => [...blockScale(type, A0, c, DV), ...get(o), ...get(E), ...widened(type, A0, c, HV, MV, DV), ...fMul, ...fAdd, ...set(o)]),
   ]);
   const body = [
     ...Q.flatMap((q, c) => [...get(QP), ...vload(16 * c), ...set(q)]),
@@ -116,13 +170,14 @@ function attendBody(hd: number): number[] {
   return [...vec([[6, I32], [2, F32], [nV128, V128]].map(([n, t]) => [...uleb(n), t])), ...body, 0x0b];
 }
 
-function moduleBytes(hd: number): Uint8Array<ArrayBuffer> {
-  return kernelModuleBytes([{ name: 'attend', params: [...new Array(8).fill(I32), F32], body: attendBody(hd) }]);
+function moduleBytes(hd: number, type: KvType): Uint8Array<ArrayBuffer> {
+  return kernelModuleBytes([{ name: 'attend', params: [...new Array(8).fill(I32), F32], body: attendBody(hd, type) }]);
 }
 
-/** The compiled module for head size hd (a multiple of 4, at most 256), or null without WebAssembly SIMD. */
-function attentionModule(hd: number): WebAssembly.Module | null {
-  return hd % 4 === 0 && hd <= 256 ? kernelModule(`attention-hd${hd}`, () => moduleBytes(hd)) : null;
+/** The compiled module for head size hd (a multiple of 4, at most 256; of 32 for q8_0) over `type` rows, or null without WebAssembly SIMD. */
+function attentionModule(hd: number, type: KvType): WebAssembly.Module | null {
+  if (hd % 4 !== 0 || hd > 256 || (type === 'q8_0' && hd % 32 !== 0)) return null;
+  return kernelModule(type === 'f32' ? `attention-hd${hd}` : `attention-hd${hd}-${type}`, () => moduleBytes(hd, type));
 }
 
 type AttendFn = (q: number, k: number, v: number, stride: number, keys: number, n: number, scores: number, out: number, scale: number) => void;
@@ -132,9 +187,11 @@ const PAGE = 65536;
 const ROWS = 16;
 
 /**
- * One KV cache's memory: per layer a K and a V region of `capacity` rows of kvDim floats, and the
- * kernel's scratch (query and output rows, scores, the slot lists). Grows by relayout (the views of
- * the old buffer are replaced: take them from `k` / `v` after `reserve`).
+ * One KV cache's memory: per layer a K and a V region of `capacity` rows of kvDim values kept as
+ * `type` (float32; or compact, as ./kv-store.ts's KvPlane lays a row out, read by the kernel in
+ * place), and the kernel's scratch (query and output rows, scores, the slot lists). Grows by
+ * relayout (the views of the old buffer are replaced: take them from `k` / `v` / `bytesOf` after
+ * `reserve`).
  */
 export class KvMemory {
   private memory: WebAssembly.Memory;
@@ -149,7 +206,10 @@ export class KvMemory {
   private layerOff: number[] = [];
   private f32 = new Float32Array(0);
   private i32 = new Int32Array(0);
+  /** Bytes of one cache row (kvDim values). */
+  readonly rowBytes: number;
   capacity = 0;
+  /** f32: each layer's keys and values as float32 rows (empty for compact types: see `bytesOf`). */
   k: Float32Array[] = [];
   v: Float32Array[] = [];
 
@@ -159,21 +219,29 @@ export class KvMemory {
     readonly kvDim: number,
     readonly qDim: number,
     readonly headDim: number,
+    readonly type: KvType,
   ) {
+    this.rowBytes = (kvDim / headDim) * headBytes(type, headDim);
     this.memory = new WebAssembly.Memory({ initial: 1 });
     this.attendFn = new WebAssembly.Instance(mod, { env: { memory: this.memory } }).exports.attend as AttendFn;
     this.relayout(0, 0);
   }
 
   /** null when WebAssembly SIMD is missing or the head size does not suit the kernel. */
-  static create(numLayers: number, kvDim: number, qDim: number, headDim: number): KvMemory | null {
-    const mod = attentionModule(headDim);
+  static create(numLayers: number, kvDim: number, qDim: number, headDim: number, type: KvType = 'f32'): KvMemory | null {
+    const mod = attentionModule(headDim, type);
     if (!mod) return null;
     try {
-      return new KvMemory(mod, numLayers, kvDim, qDim, headDim);
+      return new KvMemory(mod, numLayers, kvDim, qDim, headDim, type);
     } catch {
       return null;
     }
+  }
+
+  /** Layer `layer`'s K and V regions as bytes (rows of rowBytes). */
+  bytesOf(layer: number): { k: Uint8Array; v: Uint8Array } {
+    const n = this.capacity * this.rowBytes;
+    return { k: new Uint8Array(this.memory.buffer, this.layerOff[2 * layer], n), v: new Uint8Array(this.memory.buffer, this.layerOff[2 * layer + 1], n) };
   }
 
   /** Room for `cap` positions; the first `keep` positions of every layer survive. */
@@ -191,17 +259,19 @@ export class KvMemory {
     this.scoresOff = take(pad);
     this.runOff = take(pad);
     this.listOff = take(pad);
-    const layerOff = Array.from({ length: 2 * this.numLayers }, () => take(cap * this.kvDim * 4));
+    const layerOff = Array.from({ length: 2 * this.numLayers }, () => take(cap * this.rowBytes));
     const need = at + 64;
     if (need > this.memory.buffer.byteLength) this.memory.grow(Math.ceil((need - this.memory.buffer.byteLength) / PAGE));
     this.f32 = new Float32Array(this.memory.buffer);
     this.i32 = new Int32Array(this.memory.buffer);
     // Regions only move up: copy the last first (copyWithin is a memmove).
-    const rows = keep * this.kvDim;
-    for (let i = old.length - 1; i >= 0 && rows > 0; i--) this.f32.copyWithin(layerOff[i] >> 2, old[i] >> 2, (old[i] >> 2) + rows);
+    const bytes = keep * this.rowBytes;
+    const u8 = new Uint8Array(this.memory.buffer);
+    for (let i = old.length - 1; i >= 0 && bytes > 0; i--) u8.copyWithin(layerOff[i], old[i], old[i] + bytes);
     this.layerOff = layerOff;
     this.capacity = cap;
     for (let j = 0; j < cap; j++) this.i32[(this.runOff >> 2) + j] = j;
+    if (this.type !== 'f32') return;
     this.k = Array.from({ length: this.numLayers }, (_, l) => new Float32Array(this.memory.buffer, layerOff[2 * l], cap * this.kvDim));
     this.v = Array.from({ length: this.numLayers }, (_, l) => new Float32Array(this.memory.buffer, layerOff[2 * l + 1], cap * this.kvDim));
   }
@@ -241,7 +311,8 @@ export class KvMemory {
 
   /** Rows of q staged ROWS at a time; `keys(r)` gives the byte address of row r's slot list and sets nKeys. */
   private rows(layer: number, q: Float32Array, att: Float32Array, T: number, G: number, qpg: number, nrep: number, scale: number, keys: (t: number) => number): void {
-    const { qDim, kvDim, headDim: hd } = this;
+    const { qDim, headDim: hd, rowBytes } = this;
+    const hb = headBytes(this.type, hd);
     const f32 = this.f32;
     const kBase = this.layerOff[2 * layer];
     const vBase = this.layerOff[2 * layer + 1];
@@ -255,7 +326,7 @@ export class KvMemory {
         for (let g = 0; g < G; g++) {
           for (let hh = 0; hh < qpg; hh++) {
             const o = 4 * (r * qDim + (g * nrep + hh) * hd);
-            fn(this.qOff + o, kBase + 4 * g * hd, vBase + 4 * g * hd, 4 * kvDim, list, nKeys, this.scoresOff, this.outOff + o, scale);
+            fn(this.qOff + o, kBase + g * hb, vBase + g * hb, rowBytes, list, nKeys, this.scoresOff, this.outOff + o, scale);
           }
         }
       }
