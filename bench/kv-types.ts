@@ -11,8 +11,8 @@
  *  - memory: per type a child process decodes `decode tokens` greedily after BOS and reports its
  *    VmHWM, beside weights + KV cache + 64 MB (issue 34 item 5's bound).
  * Standalone: `node dist/bench/kv-types.js [--quick]` (dense-28M compiled into $LLMC_BENCH_POOL_DIR,
- * or pass `<ts artifact> <held-out text> [windows] [decode tokens]`); `... <dir> --child <type> <tokens>`
- * is the memory child. Without ../shared the dense-28M rows are skipped with the reason.
+ * or pass `<ts artifact> <held-out text> [windows] [decode tokens]`); the memory child is
+ * bench/kv-child.ts. Without ../shared the dense-28M rows are skipped with the reason.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -29,22 +29,9 @@ import { artifact100M } from './pool.bench.js';
 
 const TYPES: KvType[] = ['f32', 'f16', 'q8_0'];
 const SELF = fileURLToPath(import.meta.url);
+const CHILD = path.join(path.dirname(SELF), 'kv-child.js');
 const SHARED = path.resolve(REPO_ROOT, '../shared/models/trained');
 const WORK = process.env.LLMC_BENCH_POOL_DIR ?? (existsSync('/dev/shm') ? '/dev/shm/llmc-bench-pool' : path.join(os.tmpdir(), 'llmc-bench-pool'));
-
-/** The memory child: decode `n` tokens greedily after BOS through a `type` cache, print VmHWM and the cache's bytes. */
-async function child(dir: string, type: KvType, n: number): Promise<void> {
-  const model = await loadDir(dir);
-  const t = performance.now();
-  let count = 0;
-  for await (const _ of model.generate([0], { maxTokens: n, stopTokens: [], kvType: type })) count++;
-  const ms = performance.now() - t;
-  const hwm = Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1]);
-  // The bytes of a cache of the decoded positions (measured after VmHWM: it allocates).
-  const cache = model.newCache(type);
-  cache.reserve(n + 1);
-  process.stdout.write(JSON.stringify({ vmHwmKiB: hwm, kvBytes: cache.bytes, tokPerSec: (count * 1000) / ms }) + '\n');
-}
 
 const median = (a: number[]) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 
@@ -55,11 +42,13 @@ function speed(model: Model, ids: number[], rounds: number): Record<string, unkn
   const caches = Object.fromEntries(TYPES.map((t) => [t, model.newCache(t)]));
   const all: Record<string, number[]> = Object.fromEntries(TYPES.map((t) => [t, []]));
   const tail: Record<string, number[]> = Object.fromEntries(TYPES.map((t) => [t, []]));
+  const cpu: Record<string, number[]> = Object.fromEntries(TYPES.map((t) => [t, []]));
   const last = Math.min(64, ids.length);
   for (let r = -1; r < rounds; r++) {
     for (const type of r % 2 ? TYPES : [...TYPES].reverse()) {
       const cache = caches[type];
       cache.length = 0;
+      const c0 = process.cpuUsage();
       const t0 = performance.now();
       let t1 = t0;
       for (let i = 0; i < ids.length; i++) {
@@ -67,7 +56,9 @@ function speed(model: Model, ids: number[], rounds: number): Record<string, unkn
         model.forward([ids[i]], cache, { lastOnly: true, into });
       }
       const t2 = performance.now();
+      const c = process.cpuUsage(c0);
       if (r < 0) continue; // warm-up: JIT, kernels, the caches' memory
+      cpu[type].push((c.user + c.system) / 1000 / ids.length);
       all[type].push((t2 - t0) / ids.length);
       tail[type].push((t2 - t1) / last);
     }
@@ -80,6 +71,9 @@ function speed(model: Model, ids: number[], rounds: number): Record<string, unkn
     [`msPerToken, last ${last} positions`]: Object.fromEntries(TYPES.map((t) => [t, round(median(tail[t]), 3)])),
     'speed vs f32 (median of per-round ratios)': Object.fromEntries(TYPES.map((t) => [t, ratio(all, t)])),
     [`speed vs f32, last ${last} positions`]: Object.fromEntries(TYPES.map((t) => [t, ratio(tail, t)])),
+    // One thread: CPU time per token is what the decode costs when another process takes the core at times.
+    cpuMsPerToken: Object.fromEntries(TYPES.map((t) => [t, round(median(cpu[t]), 3)])),
+    'speed vs f32 by CPU time (median of per-round ratios)': Object.fromEntries(TYPES.map((t) => [t, ratio(cpu, t)])),
     loadAverage: os.loadavg().map((x) => round(x, 2)),
   };
 }
@@ -122,16 +116,23 @@ function quality(model: Model, ids: number[], windows: number): Record<string, u
   };
 }
 
-/** Per type a child's VmHWM decoding `n` tokens, against weights + KV cache + 64 MB. */
+/**
+ * Per type a child's VmHWM decoding `n` tokens, against weights + KV cache + 64 MB; also with node's
+ * young generation held to 1 MB (`--max-semi-space-size=1`: V8 grows it to ~4 MB per semi-space
+ * while the weights load, which is most of what is over the bound).
+ */
 function memory(dir: string, n: number): Record<string, unknown> {
   const weightsBytes = statSync(path.join(dir, 'weights.bin')).size;
-  return Object.fromEntries(
-    TYPES.map((type) => {
-      const r = JSON.parse(execFileSync(process.execPath, [SELF, dir, '--child', type, String(n)], { encoding: 'utf8', maxBuffer: 1 << 20 })) as { vmHwmKiB: number; kvBytes: number; tokPerSec: number };
-      const boundKiB = (weightsBytes + r.kvBytes + 64 * 2 ** 20) / 1024;
-      return [type, { ...r, weightsBytes, boundKiB: Math.round(boundKiB), overBoundKiB: Math.round(r.vmHwmKiB - boundKiB), withinBound: r.vmHwmKiB <= boundKiB }];
-    }),
-  );
+  const one = (type: KvType, flags: string[]) => {
+    const r = JSON.parse(execFileSync(process.execPath, [...flags, CHILD, dir, type, String(n)], { encoding: 'utf8', maxBuffer: 1 << 20 })) as { vmHwmKiB: number; kvBytes: number; tokPerSec: number };
+    const boundKiB = (weightsBytes + r.kvBytes + 64 * 2 ** 20) / 1024;
+    return { ...r, weightsBytes, boundKiB: Math.round(boundKiB), overBoundKiB: Math.round(r.vmHwmKiB - boundKiB), withinBound: r.vmHwmKiB <= boundKiB };
+  };
+  return {
+    decodeTokens: n,
+    ...Object.fromEntries(TYPES.map((type) => [type, one(type, [])])),
+    'node --max-semi-space-size=1': Object.fromEntries(TYPES.map((type) => [type, one(type, ['--max-semi-space-size=1'])])),
+  };
 }
 
 /** Token ids of the held-out text (dense-28M's tokenizer). */
@@ -178,10 +179,6 @@ export const suite: BenchSuite = {
 
 const args = process.argv.slice(2);
 if (process.argv[1] && path.resolve(process.argv[1]) === SELF) {
-  if (args[1] === '--child') {
-    await child(args[0], args[2] as KvType, Number(args[3]));
-    process.exit(0);
-  }
   let result: Record<string, unknown>;
   if (args[0] && !args[0].startsWith('--')) {
     const [dir, textFile, windowsArg = '24', decodeArg = '1000'] = args;
