@@ -16,9 +16,9 @@ import { expLanes } from './activation.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import {
-  block, br, brIf, f32c, f32Load, f32Max, f32Mul, f32Reinterpret, fAdd, fDiv, fExtract, fFromI32, fMax, fMul, fShuffle, fSplat, fSub, get,
+  block, br, brIf, f32c, f32Load, f32Max, f32Mul, f32Reinterpret, fAbs, fAdd, fDiv, fExtract, fFromI32, fGe, fMax, fMul, fShuffle, fSplat, fSub, get,
   i32Add, i32And, i32c, i32GeS, i32Load, i32LtS, i32Mul, i32Or, i32Reinterpret, i32Shl, i32Sub, iConst, iLtS, iShl, iSplat, loop, select,
-  set, simd, vAnd, vBitselect, vload, vOr, vstore, vZero,
+  set, simd, tee, vAnd, vBitselect, vload, vOr, vstore, vZero,
 } from '../../core/util/wasm-ops.js';
 
 /**
@@ -43,40 +43,19 @@ export function headBytes(type: KvType, hd: number): number {
 
 const memarg = (off: number) => [0, ...uleb(off)];
 const i32Load16U = (off: number) => [0x2f, ...memarg(off)];
-const load16x4U = (off: number) => simd(0x04, ...memarg(off)); // v128.load16x4_u
-const load32Zero = (off: number) => simd(0x5c, ...memarg(off)); // v128.load32_zero
+const splat4 = (x: number): [number, number, number, number] => [x, x, x, x];
 const hExtLowS8 = simd(0x87); // i16x8.extend_low_i8x16_s
 const iExtLowS16 = simd(0xa7); // i32x4.extend_low_i16x8_s
+const iExtHighS16 = simd(0xa8); // i32x4.extend_high_i16x8_s
+const hExtHighS8 = simd(0x88); // i16x8.extend_high_i8x16_s
 const TWO_112 = 0x77800000; // 2^112 as float32 bits
-const iGtS = simd(0x3b); // i32x4.gt_s
 const i32GtS = [0x4a];
 
 /**
- * Lanes 4c … 4c+3 of a head row at address `row` widened to float32, exactly as dequantize_row_*
- * widens them (the kernel then runs the float32 arithmetic of an f32 cache on the same values, so
- * its bits are those of attention over a widened copy). Half → float: the magnitude's bits shifted
- * into float32's places, times 2^112 (exact for normals and subnormals), infinities and NaNs given
- * the all-ones exponent, the sign put back. Q8_0: q · d with d the block's half (`dv`, set by
- * `blockScale` when c is a block's first group). `h` and `m` are scratch v128 locals.
+ * Q8_0: the float32 d of the block holding lanes 4c… of the head row at `row`, splat into `dv`
+ * (nothing unless c starts a block). Half → float as `widenBody` does it, in scalar.
  */
-function widened(type: KvType, row: number, c: number, h: number, m: number, dv: number): number[] {
-  if (type === 'f32') return [...get(row), ...vload(16 * c)];
-  if (type === 'f16') {
-    return [
-      ...get(row), ...load16x4U(8 * c), ...set(h),
-      ...get(h), ...iConst([0x7fff, 0x7fff, 0x7fff, 0x7fff]), ...vAnd, ...set(m),
-      ...get(m), ...i32c(13), ...iShl, ...iConst([TWO_112, TWO_112, TWO_112, TWO_112]), ...fMul,
-      ...get(m), ...iConst([0x7bff, 0x7bff, 0x7bff, 0x7bff]), ...iGtS, ...iConst([0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000]), ...vAnd, ...vOr,
-      ...get(h), ...iConst([0x8000, 0x8000, 0x8000, 0x8000]), ...vAnd, ...i32c(16), ...iShl, ...vOr,
-    ];
-  }
-  const b = Math.floor(c / 8);
-  return [...get(row), ...load32Zero(34 * b + 2 + 4 * (c % 8)), ...hExtLowS8, ...iExtLowS16, ...fFromI32, ...get(dv), ...fMul];
-}
-
-/** Q8_0: the splat float32 d of the block holding lanes 4c… of the head row at `row` into `dv` (nothing unless c starts a block). */
-function blockScale(type: KvType, row: number, c: number, dv: number): number[] {
-  if (type !== 'q8_0' || c % 8 !== 0) return [];
+function blockScale(row: number, c: number, dv: number): number[] {
   const bits = [...get(row), ...i32Load16U(34 * (c / 8))];
   return [
     ...bits, ...i32c(0x7fff), ...i32And, ...i32c(13), ...i32Shl, ...f32Reinterpret, ...f32c(2 ** 112), ...f32Mul, ...i32Reinterpret,
@@ -87,13 +66,62 @@ function blockScale(type: KvType, row: number, c: number, dv: number): number[] 
 }
 
 /**
+ * widen(src, stride, n, dst): n rows of one head's hd values kept as `type` (row i at src + i·stride)
+ * into float32 rows at dst + i·4hd, each value exactly as dequantize_row_* gives it, so attention over
+ * them has the bits of attention over a widened copy. Half → float (eight per load): the sign-extended
+ * half shifted by 13 and masked to sign | magnitude in float32's places, times 2^112 (exact for normals
+ * and subnormals); exponent 31 (inf, NaN) comes out ≥ 2^16, past every finite half, and gets float32's
+ * all-ones exponent. Q8_0 (sixteen per load): q · d, d the block's half widened in scalar.
+ */
+function widenBody(hd: number, type: Exclude<KvType, 'f32'>): number[] {
+  const [SRC, STRIDE, N, DST, I] = [0, 1, 2, 3, 4];
+  const [H, X, T, DV] = [5, 6, 7, 8];
+  const half = (lanes: number[]) => [
+    ...lanes, ...i32c(13), ...iShl, ...iConst(splat4(0x8fffe000)), ...vAnd, ...iConst(splat4(TWO_112)), ...fMul,
+    ...tee(T), ...get(T), ...fAbs, ...iConst(splat4(0x47800000)), ...fGe, ...iConst(splat4(0x7f800000)), ...vAnd, ...vOr,
+  ];
+  const row: number[] = [];
+  if (type === 'f16') {
+    for (let j = 0; j < hd / 8; j++) {
+      row.push(...get(SRC), ...vload(16 * j), ...set(H));
+      row.push(...get(DST), ...half([...get(H), ...iExtLowS16]), ...vstore(32 * j));
+      row.push(...get(DST), ...half([...get(H), ...iExtHighS16]), ...vstore(32 * j + 16));
+    }
+  } else {
+    for (let b = 0; b < hd / 32; b++) {
+      row.push(...blockScale(SRC, 8 * b, DV));
+      for (let k = 0; k < 2; k++) {
+        row.push(...get(SRC), ...vload(34 * b + 2 + 16 * k), ...set(H));
+        for (const [lo, ext] of [[0, hExtLowS8], [1, hExtHighS8]] as const) {
+          row.push(...get(H), ...ext, ...set(X));
+          for (const [m, ext32] of [[0, iExtLowS16], [1, iExtHighS16]] as const) {
+            row.push(...get(DST), ...get(X), ...ext32, ...fFromI32, ...get(DV), ...fMul, ...vstore(4 * (32 * b + 16 * k + 8 * lo + 4 * m)));
+          }
+        }
+      }
+    }
+  }
+  const body = [
+    ...i32c(0), ...set(I),
+    ...block(loop([
+      ...get(I), ...get(N), ...i32GeS, ...brIf(1),
+      ...row,
+      ...get(SRC), ...get(STRIDE), ...i32Add, ...set(SRC),
+      ...get(DST), ...i32c(4 * hd), ...i32Add, ...set(DST),
+      ...get(I), ...i32c(1), ...i32Add, ...set(I),
+      ...br(0),
+    ])),
+  ];
+  return [...vec([[1, I32], [4, V128]].map(([n, t]) => [...uleb(n), t])), ...body, 0x0b];
+}
+
+/**
  * attend(q, k, v, stride, keys, n, scores, out, scale): for the n cache slots keys[0..n) (i32),
  * s_j = (q · K[slot_j]) · scale, p = softmax(s), out = Σ_j p_j V[slot_j]; K and V rows of the head
- * start at k + slot·stride and v + slot·stride (bytes), kept as `type` (widened lane by lane, see
- * `widened`); q and out hold hd floats; scores has room for n rounded up to 4. Scores are computed
- * four keys at a time, their lanes summed by a transpose.
+ * start at k + slot·stride and v + slot·stride (bytes); q and out hold hd floats; scores has room for
+ * n rounded up to 4. Scores are computed four keys at a time, their lanes summed by a transpose.
  */
-function attendBody(hd: number, type: KvType): number[] {
+function attendBody(hd: number): number[] {
   const H4 = hd / 4;
   const [QP, KP, VP, STRIDE, KEYS, N, SCORES, OUT, SCALE] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
   const [K, A0, A1, A2, A3, LAST] = [9, 10, 11, 12, 13, 14];
@@ -103,7 +131,6 @@ function attendBody(hd: number, type: KvType): number[] {
   const ACC = [l++, l++, l++, l++];
   const [R, MAXV, SUMV, E, SCALEV, X, FX] = [l++, l++, l++, l++, l++, l++, l++];
   const OUT_ = Array.from({ length: H4 }, () => l++);
-  const [HV, MV, DV] = [l++, l++, l++];
   const A = [A0, A1, A2, A3];
   const nV128 = l - 17;
 
@@ -130,7 +157,7 @@ function attendBody(hd: number, type: KvType): number[] {
       ...select, ...get(STRIDE), ...i32Mul, ...i32Add, ...set(a),
     ]),
     ...ACC.flatMap((acc, i) => [
-      ...Q.flatMap((q, c) => [...blockScale(type, A[i], c, DV), ...get(q), ...widened(type, A[i], c, HV, MV, DV), ...fMul, ...(c ? fAdd : [])]),
+      ...Q.flatMap((q, c) => [...get(q), ...get(A[i]), ...vload(16 * c), ...fMul, ...(c ? fAdd : [])]),
       ...set(acc),
     ]),
     // transpose-add: [Σacc0, Σacc1, Σacc2, Σacc3]
@@ -151,7 +178,7 @@ function attendBody(hd: number, type: KvType): number[] {
   const weighted = forKeys(1, [
     ...get(VP), ...get(KEYS), ...get(K), ...i32c(2), ...i32Shl, ...i32Add, ...i32Load(0), ...get(STRIDE), ...i32Mul, ...i32Add, ...set(A0),
     ...scoreAt, ...f32Load(0), ...fSplat, ...set(E),
-    ...OUT_.flatMap((o, c) => [...blockScale(type, A0, c, DV), ...get(o), ...get(E), ...widened(type, A0, c, HV, MV, DV), ...fMul, ...fAdd, ...set(o)]),
+    ...OUT_.flatMap((o, c) => [...get(o), ...get(E), ...get(A0), ...vload(16 * c), ...fMul, ...fAdd, ...set(o)]),
   ]);
   const body = [
     ...Q.flatMap((q, c) => [...get(QP), ...vload(16 * c), ...set(q)]),
@@ -170,8 +197,15 @@ function attendBody(hd: number, type: KvType): number[] {
   return [...vec([[6, I32], [2, F32], [nV128, V128]].map(([n, t]) => [...uleb(n), t])), ...body, 0x0b];
 }
 
+/**
+ * f32: attend over float32 rows. Compact types: the same float32 attend, over one head's rows that
+ * `widen` writes into a float32 scratch once per KV head and call (its query heads share them):
+ * converting lanes inside attend repeated the work per query head and ran 2–3× slower.
+ */
 function moduleBytes(hd: number, type: KvType): Uint8Array<ArrayBuffer> {
-  return kernelModuleBytes([{ name: 'attend', params: [...new Array(8).fill(I32), F32], body: attendBody(hd, type) }]);
+  const attend = { name: 'attend', params: [...new Array(8).fill(I32), F32], body: attendBody(hd) };
+  if (type === 'f32') return kernelModuleBytes([attend]);
+  return kernelModuleBytes([attend, { name: 'widen', params: [I32, I32, I32, I32], body: widenBody(hd, type) }]);
 }
 
 /** The compiled module for head size hd (a multiple of 4, at most 256; of 32 for q8_0) over `type` rows, or null without WebAssembly SIMD. */
@@ -181,6 +215,7 @@ function attentionModule(hd: number, type: KvType): WebAssembly.Module | null {
 }
 
 type AttendFn = (q: number, k: number, v: number, stride: number, keys: number, n: number, scores: number, out: number, scale: number) => void;
+type WidenFn = (src: number, stride: number, n: number, dst: number) => void;
 
 const PAGE = 65536;
 /** Query rows staged per kernel round (the scratch for q and out holds this many tokens). */
@@ -208,10 +243,18 @@ export class KvMemory {
   private i32 = new Int32Array(0);
   /** Bytes of one cache row (kvDim values). */
   readonly rowBytes: number;
+  /** Bytes of the float32 scratch compact types widen one head into. */
+  get scratchBytes(): number {
+    return this.type === 'f32' ? 0 : 2 * this.capacity * this.headDim * 4;
+  }
   capacity = 0;
   /** f32: each layer's keys and values as float32 rows (empty for compact types: see `bytesOf`). */
   k: Float32Array[] = [];
   v: Float32Array[] = [];
+
+  /** Compact types: one head's keys and values widened to float32 (capacity rows of hd each). */
+  private wideOff = 0;
+  private readonly widenFn: WidenFn | null;
 
   private constructor(
     mod: WebAssembly.Module,
@@ -223,7 +266,9 @@ export class KvMemory {
   ) {
     this.rowBytes = (kvDim / headDim) * headBytes(type, headDim);
     this.memory = new WebAssembly.Memory({ initial: 1 });
-    this.attendFn = new WebAssembly.Instance(mod, { env: { memory: this.memory } }).exports.attend as AttendFn;
+    const exports = new WebAssembly.Instance(mod, { env: { memory: this.memory } }).exports;
+    this.attendFn = exports.attend as AttendFn;
+    this.widenFn = type === 'f32' ? null : (exports.widen as WidenFn);
     this.relayout(0, 0);
   }
 
@@ -259,6 +304,7 @@ export class KvMemory {
     this.scoresOff = take(pad);
     this.runOff = take(pad);
     this.listOff = take(pad);
+    this.wideOff = this.type === 'f32' ? 0 : take(2 * cap * this.headDim * 4);
     const layerOff = Array.from({ length: 2 * this.numLayers }, () => take(cap * this.rowBytes));
     const need = at + 64;
     if (need > this.memory.buffer.byteLength) this.memory.grow(Math.ceil((need - this.memory.buffer.byteLength) / PAGE));
@@ -283,7 +329,14 @@ export class KvMemory {
    * needs only some positions' outputs); default row r is token r.
    */
   attendCausal(layer: number, q: Float32Array, att: Float32Array, T: number, pos0: number, G: number, qpg: number, nrep: number, scale: number, mask: AttentionMask, tokens: ArrayLike<number> | null = null): void {
-    this.rows(layer, q, att, T, G, qpg, nrep, scale, (r) => {
+    let lo = pos0;
+    let hi = pos0 + T;
+    if (tokens) {
+      for (let r = 0; r < T; r++) lo = Math.min(lo, pos0 + tokens[r]);
+      hi = 0;
+      for (let r = 0; r < T; r++) hi = Math.max(hi, pos0 + tokens[r] + 1);
+    }
+    this.rows(layer, q, att, T, G, qpg, nrep, scale, Math.max(0, firstVisible(mask, lo)), hi, (r) => {
       const p = pos0 + (tokens ? tokens[r] : r);
       const first = Math.max(0, firstVisible(mask, p));
       this.nKeys = p - first + 1;
@@ -295,7 +348,7 @@ export class KvMemory {
   attendTree(layer: number, q: Float32Array, att: Float32Array, T: number, tree: TreeAttention, G: number, qpg: number, nrep: number, scale: number, mask: AttentionMask, tokens: ArrayLike<number> | null = null): void {
     const i32 = this.i32;
     const list = this.listOff >> 2;
-    this.rows(layer, q, att, T, G, qpg, nrep, scale, (r) => {
+    this.rows(layer, q, att, T, G, qpg, nrep, scale, 0, tree.shared + tree.keyPositions.length, (r) => {
       const t = tokens ? tokens[r] : r;
       const p = tree.positions[t];
       const first = firstVisible(mask, p);
@@ -309,34 +362,49 @@ export class KvMemory {
 
   private nKeys = 0;
 
-  /** Rows of q staged ROWS at a time; `keys(r)` gives the byte address of row r's slot list and sets nKeys. */
-  private rows(layer: number, q: Float32Array, att: Float32Array, T: number, G: number, qpg: number, nrep: number, scale: number, keys: (t: number) => number): void {
+  /**
+   * Rows of q staged ROWS at a time; `keys(r)` gives the byte address of row r's slot list and sets
+   * nKeys; every slot listed lies in [lo, hi). A compact cache runs one KV group at a time, its rows
+   * [lo, hi) widened first (the same float32 arithmetic per head, in another order of heads).
+   */
+  private rows(layer: number, q: Float32Array, att: Float32Array, T: number, G: number, qpg: number, nrep: number, scale: number, lo: number, hi: number, keys: (t: number) => number): void {
     const { qDim, headDim: hd, rowBytes } = this;
     const hb = headBytes(this.type, hd);
     const f32 = this.f32;
     const kBase = this.layerOff[2 * layer];
     const vBase = this.layerOff[2 * layer + 1];
     const fn = this.attendFn;
-    for (let t0 = 0; t0 < T; t0 += ROWS) {
-      const n = Math.min(ROWS, T - t0);
-      f32.set(q.subarray(t0 * qDim, (t0 + n) * qDim), this.qOff >> 2);
-      for (let r = 0; r < n; r++) {
-        const list = keys(t0 + r);
-        const nKeys = this.nKeys;
-        for (let g = 0; g < G; g++) {
-          for (let hh = 0; hh < qpg; hh++) {
-            const o = 4 * (r * qDim + (g * nrep + hh) * hd);
-            fn(this.qOff + o, kBase + g * hb, vBase + g * hb, rowBytes, list, nKeys, this.scoresOff, this.outOff + o, scale);
+    const widen = this.widenFn;
+    const wideK = this.wideOff;
+    const wideV = this.wideOff + this.capacity * hd * 4;
+    for (let pass = 0; pass < (widen ? G : 1); pass++) {
+      const [g0, g1] = widen ? [pass, pass + 1] : [0, G];
+      if (widen && hi > lo) {
+        widen(kBase + pass * hb + lo * rowBytes, rowBytes, hi - lo, wideK + lo * hd * 4);
+        widen(vBase + pass * hb + lo * rowBytes, rowBytes, hi - lo, wideV + lo * hd * 4);
+      }
+      for (let t0 = 0; t0 < T; t0 += ROWS) {
+        const n = Math.min(ROWS, T - t0);
+        f32.set(q.subarray(t0 * qDim, (t0 + n) * qDim), this.qOff >> 2);
+        for (let r = 0; r < n; r++) {
+          const list = keys(t0 + r);
+          const nKeys = this.nKeys;
+          for (let g = g0; g < g1; g++) {
+            const [k, v, stride] = widen ? [wideK, wideV, 4 * hd] : [kBase + g * hb, vBase + g * hb, rowBytes];
+            for (let hh = 0; hh < qpg; hh++) {
+              const o = 4 * (r * qDim + (g * nrep + hh) * hd);
+              fn(this.qOff + o, k, v, stride, list, nKeys, this.scoresOff, this.outOff + o, scale);
+            }
           }
         }
-      }
-      const outs = f32.subarray(this.outOff >> 2, (this.outOff >> 2) + n * qDim);
-      if (qpg === nrep) att.set(outs, t0 * qDim);
-      else {
-        for (let r = 0; r < n; r++) {
-          for (let g = 0; g < G; g++) {
-            const o = r * qDim + g * nrep * hd;
-            att.set(outs.subarray(o, o + qpg * hd), (t0 + r) * qDim + g * nrep * hd);
+        const outs = f32.subarray(this.outOff >> 2, (this.outOff >> 2) + n * qDim);
+        if (qpg === nrep && !widen) att.set(outs, t0 * qDim);
+        else {
+          for (let r = 0; r < n; r++) {
+            for (let g = g0; g < g1; g++) {
+              const o = r * qDim + g * nrep * hd;
+              att.set(outs.subarray(o, o + qpg * hd), (t0 + r) * qDim + g * nrep * hd);
+            }
           }
         }
       }

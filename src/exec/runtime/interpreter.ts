@@ -92,8 +92,8 @@ const describeKey = (k: string) => `${k.startsWith('full') ? 'full widths' : 'a 
 /**
  * Per-layer keys and values of the positions seen so far. Make one with `model.newCache(type)`.
  * 'f32' (the default) keeps float32 rows in `k` / `v`; 'f16' and 'q8_0' keep them compact in `packed`
- * (in the attention kernel's memory, which reads them in place; without that kernel, plain arrays
- * that `expand` widens for the JS loops).
+ * (in the attention kernel's memory, which widens one KV head at a time into a float32 scratch;
+ * without that kernel, plain arrays that `expand` widens a layer of for the JS loops).
  */
 export class KvCache {
   length = 0;
@@ -192,10 +192,10 @@ export class KvCache {
     return this.wide;
   }
 
-  /** Bytes the keys and values of `capacity` positions take (compact types: their planes, plus the float32 scratch if a JS loop made it). */
+  /** Bytes the keys and values of `capacity` positions take (compact types: their planes and the float32 scratch of one head, or of one layer where a JS loop made it). */
   get bytes(): number {
     if (!this.packed) return 2 * this.k.length * this.capacity * this.kvDim * 4;
-    const scratch = this.wide ? 8 * this.wide.k.length : 0;
+    const scratch = (this.wide ? 8 * this.wide.k.length : 0) + (this.memory?.scratchBytes ?? 0);
     return this.packed.reduce((s, p) => s + p.k.bytes.length + p.v.bytes.length, scratch);
   }
 
