@@ -208,9 +208,10 @@ function moduleBytes(hd: number, type: KvType): Uint8Array<ArrayBuffer> {
   return kernelModuleBytes([attend, { name: 'widen', params: [I32, I32, I32, I32], body: widenBody(hd, type) }]);
 }
 
-/** The compiled module for head size hd (a multiple of 4, at most 256; of 32 for q8_0) over `type` rows, or null without WebAssembly SIMD. */
+/** The compiled module for head size hd (a multiple of 4, at most 256; of 8 for f16, 32 for q8_0) over `type` rows, or null without WebAssembly SIMD. */
 function attentionModule(hd: number, type: KvType): WebAssembly.Module | null {
-  if (hd % 4 !== 0 || hd > 256 || (type === 'q8_0' && hd % 32 !== 0)) return null;
+  // widen reads halves eight at a time, Q8_0 a block at a time
+  if (hd % 4 !== 0 || hd > 256 || (type === 'f16' && hd % 8 !== 0) || (type === 'q8_0' && hd % 32 !== 0)) return null;
   return kernelModule(type === 'f32' ? `attention-hd${hd}` : `attention-hd${hd}-${type}`, () => moduleBytes(hd, type));
 }
 
