@@ -1,6 +1,7 @@
 /**
  * The TS runtime's worker pool (issue 16, goal "2 threads ≥ 1.6× one thread on the 100M fixture
- * decode"): the llama-100M fixture compiled to ts F32 and Q8_0, loaded once with one thread and once
+ * decode"): the llama-100M fixture compiled to ts F32, Q8_0, Q4_0 and Q4_K (LLMC_BENCH_POOL_QUANTS
+ * narrows them), loaded once with one thread and once
  * with a pool of N threads, greedy decode of the same tokens in interleaved rounds (one thread, then
  * the pool, per round) so a loaded machine slows both alike. Two summaries: `median` (per round the
  * median ms per token; tokens/s from the median round, speed-up = the median of the rounds' ratios)
@@ -234,14 +235,21 @@ export async function browserVsNode(threads: number, rounds: number, steps: numb
 
 export const suite: BenchSuite = {
   name: 'pool',
-  description: 'TS runtime worker pool: llama-100M decode (F32, Q8_0), N threads vs one, interleaved rounds',
+  description: 'TS runtime worker pool: llama-100M decode (F32, Q8_0, Q4_0, Q4_K), N threads vs one, interleaved rounds',
   async run({ quick }) {
     const threads = Number(process.env.LLMC_BENCH_THREADS ?? 2);
     const rounds = Number(process.env.LLMC_BENCH_POOL_ROUNDS ?? (quick ? 3 : 7));
     const steps = quick ? 8 : 24;
     const out: Record<string, unknown> = { cores: os.cpus().length, threads, rounds, tokens_per_round: steps, loadAverageBefore: os.loadavg().map((x) => round(x, 2)) };
     out.hardware_before = await hardwareCeiling(quick ? 5 : 21);
-    for (const quant of ['F32', 'Q8_0']) out[quant] = await measure(quant, threads, rounds, steps);
+    const quants = (process.env.LLMC_BENCH_POOL_QUANTS ?? 'F32,Q8_0,Q4_0,Q4_K').split(',');
+    for (const quant of quants) out[quant] = await measure(quant, threads, rounds, steps);
+    out['speedup per format (median of rounds; clean rounds where any)'] = Object.fromEntries(
+      quants.map((q) => {
+        const r = out[q] as { median: { speedup: number }; clean: { rounds: number; speedup?: number } };
+        return [q, { median: r.median.speedup, clean: r.clean.rounds ? r.clean.speedup : null }];
+      }),
+    );
     out.hardware_after = await hardwareCeiling(quick ? 5 : 21);
     out.browser = await browserVsNode(threads, rounds, quick ? 64 : 256, quick ? 4 : 16);
     out.loadAverageAfter = os.loadavg().map((x) => round(x, 2));

@@ -70,7 +70,7 @@ describe('KV cache types: attention on the rounded keys and values', () => {
   for (const type of ['f16', 'q8_0'] as const) {
     it(`${type}: equals float64 attention over the same rounded K/V`, () => {
       const r = rng(type === 'f16' ? 7 : 11);
-      const mem = KvMemory.create(1, kvDim, qDim, hd);
+      const mem = KvMemory.create(L, kvDim, qDim, hd, type);
       expect(mem).not.toBeNull();
       const cache = new KvCache(L, kvDim, mem, type);
       cache.reserve(T);
@@ -82,10 +82,9 @@ describe('KV cache types: attention on the rounded keys and values', () => {
       const scale = 1 / Math.sqrt(hd);
       let worst = 0;
       for (let l = 0; l < L; l++) {
-        const { at } = cache.expand(l, T);
         const att = new Float32Array(qDim);
-        // The last position's query over every key (causal, pos0 = T - 1, one row).
-        mem!.attendCausal(at, q, att, 1, T - 1, G, nrep, nrep, scale, { kind: 'causal' });
+        // The last position's query over every key (causal, pos0 = T - 1, one row), from the compact rows.
+        mem!.attendCausal(l, q, att, 1, T - 1, G, nrep, nrep, scale, { kind: 'causal' });
         const rk = Array.from({ length: T }, (_, t) => rounded(type, K.subarray((l * T + t) * kvDim, (l * T + t + 1) * kvDim)));
         const rv = Array.from({ length: T }, (_, t) => rounded(type, V.subarray((l * T + t) * kvDim, (l * T + t + 1) * kvDim)));
         for (let h = 0; h < G * nrep; h++) {
@@ -108,9 +107,38 @@ describe('KV cache types: attention on the rounded keys and values', () => {
       // float32 arithmetic over 37 keys of |v| ≤ 2: a few ulps of the outputs; a rounding off by one
       // half ulp (f16) or one q8 step (≥ 2/127/256) would be far larger.
       expect(worst).toBeLessThan(2e-6);
-      // And the cache is compact: half / 34/32 bytes per value per layer, plus a one-layer float32 scratch.
+      // And the cache is compact: half / 34/32 bytes per value, plus one head's keys and values in float32.
       const values = 2 * L * cache.capacity * kvDim;
-      expect(cache.bytes).toBe((type === 'f16' ? 2 * values : (values / 32) * 34) + (values / L) * 4);
+      expect(cache.bytes).toBe((type === 'f16' ? 2 * values : (values / 32) * 34) + 2 * cache.capacity * hd * 4);
+    });
+
+    it(`${type}: the kernel reading compact rows has the bits of the float32 kernel over the widened rows`, () => {
+      // Widening is exact, so reading half / Q8_0 lanes in place must not change one bit of the
+      // float32 arithmetic. f16 rows include halves' edge cases: subnormals, ±0, the largest half; values
+      // past 65504 (±inf) only in V, where they reach their own output lane alone.
+      const r = rng(type === 'f16' ? 5 : 13);
+      const n = 70;
+      const tiny = [0, -0, 3e-8, -6e-6, 6.1e-5, -65504, 2.5e-7, -1e-7];
+      const K = Float32Array.from({ length: n * kvDim }, (_, i) => (i % 97 < tiny.length && type === 'f16' ? tiny[i % 97] : r(4)));
+      const V = Float32Array.from({ length: n * kvDim }, (_, i) => (i % 89 < 10 && type === 'f16' ? [...tiny, 7e4, -1e5][i % 89] : r(2)));
+      const compact = new KvCache(1, kvDim, KvMemory.create(1, kvDim, qDim, hd, type), type);
+      compact.reserve(3); // grown while filled: rows must survive relayout
+      for (let t = 0; t < n; t++) {
+        compact.store(0, t, K.subarray(t * kvDim), V.subarray(t * kvDim), 1);
+        compact.length = t + 1;
+        compact.reserve(t + 2);
+      }
+      const wide = new KvCache(1, kvDim, KvMemory.create(1, kvDim, qDim, hd), 'f32');
+      wide.reserve(n);
+      const { k, v } = compact.expand(0, n);
+      wide.store(0, 0, k, v, n);
+      const q = Float32Array.from({ length: 3 * qDim }, () => r(1));
+      const a = new Float32Array(3 * qDim);
+      const b = new Float32Array(3 * qDim);
+      compact.memory!.attendCausal(0, q, a, 3, n - 3, G, nrep, nrep, 0.125, { kind: 'causal' });
+      wide.memory!.attendCausal(0, q, b, 3, n - 3, G, nrep, nrep, 0.125, { kind: 'causal' });
+      expect(Array.from(new Uint32Array(a.buffer))).toEqual(Array.from(new Uint32Array(b.buffer)));
+      expect(a.some((x) => Number.isFinite(x) && x !== 0)).toBe(true);
     });
   }
 

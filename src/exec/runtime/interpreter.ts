@@ -92,7 +92,8 @@ const describeKey = (k: string) => `${k.startsWith('full') ? 'full widths' : 'a 
 /**
  * Per-layer keys and values of the positions seen so far. Make one with `model.newCache(type)`.
  * 'f32' (the default) keeps float32 rows in `k` / `v`; 'f16' and 'q8_0' keep them compact in `packed`
- * and attention reads one layer at a time widened into a one-layer float32 scratch (`expand`).
+ * (in the attention kernel's memory, which widens one KV head at a time into a float32 scratch;
+ * without that kernel, plain arrays that `expand` widens a layer of for the JS loops).
  */
 export class KvCache {
   length = 0;
@@ -102,20 +103,23 @@ export class KvCache {
    * level's keys differ (its layers see other hidden states), so a call at another level is refused.
    */
   filledAt: string | undefined;
-  /** f32: per layer; compact types: the one-layer scratch `expand` fills. */
+  /** f32: per layer; compact types: none (see `packed`). */
   k: Float32Array[];
   v: Float32Array[];
   /** Compact types: per layer its K and V planes; null for f32. */
   readonly packed: { k: KvPlane; v: KvPlane }[] | null;
+  /** Compact types read by the JS loops (soft-capped attention, no kernel): one layer widened to float32. */
+  private wide: { k: Float32Array; v: Float32Array } | null = null;
   constructor(
     readonly numLayers: number,
     readonly kvDim: number,
-    /** The keys and values in the attention kernel's WebAssembly memory (compact types: the scratch's); null: plain arrays, attention in JS. */
+    /** The keys and values in the attention kernel's WebAssembly memory (kept as `type`); null: plain arrays, attention in JS. */
     readonly memory: KvMemory | null = null,
     readonly type: KvType = 'f32',
   ) {
+    if (memory && memory.type !== type) throw new LlmcError(`internal: a ${type} KV cache over a ${memory.type} kernel memory`);
     this.packed = type === 'f32' ? null : Array.from({ length: numLayers }, () => ({ k: new KvPlane(type, kvDim), v: new KvPlane(type, kvDim) }));
-    const arrays = this.packed ? 1 : numLayers;
+    const arrays = this.packed ? 0 : numLayers;
     this.k = Array.from({ length: arrays }, () => new Float32Array(0));
     this.v = Array.from({ length: arrays }, () => new Float32Array(0));
   }
@@ -123,13 +127,21 @@ export class KvCache {
   reserve(n: number): void {
     if (n <= this.capacity) return;
     const cap = Math.max(n, this.capacity * 2, 16);
-    // The scratch of a compact cache is refilled on every read: nothing of it survives.
-    const keep = this.packed ? 0 : this.length;
-    if (this.packed) for (const p of this.packed) (p.k.grow(cap, this.length), p.v.grow(cap, this.length));
+    const keep = this.length;
     if (this.memory) {
       this.memory.relayout(cap, keep);
-      this.k = this.memory.k;
-      this.v = this.memory.v;
+      if (this.packed) {
+        this.packed.forEach((p, l) => {
+          const { k, v } = this.memory!.bytesOf(l);
+          p.k.bytes = k;
+          p.v.bytes = v;
+        });
+      } else {
+        this.k = this.memory.k;
+        this.v = this.memory.v;
+      }
+    } else if (this.packed) {
+      for (const p of this.packed) (p.k.grow(cap, keep), p.v.grow(cap, keep));
     } else {
       for (let l = 0; l < this.k.length; l++) {
         const k = new Float32Array(cap * this.kvDim);
@@ -168,20 +180,23 @@ export class KvCache {
   }
 
   /**
-   * The float32 rows [0, n) of `layer` and the layer index the attention kernel reads them at: f32 the
-   * cache's own; compact types widened into the scratch (index 0).
+   * The float32 rows [0, n) of `layer` for the JS attention loops: f32 the cache's own; compact types
+   * widened into a one-layer scratch (made on first use: the kernel reads compact rows in place).
    */
-  expand(layer: number, n: number): { k: Float32Array; v: Float32Array; at: number } {
-    if (!this.packed) return { k: this.k[layer], v: this.v[layer], at: layer };
-    this.packed[layer].k.expand(n, this.k[0]);
-    this.packed[layer].v.expand(n, this.v[0]);
-    return { k: this.k[0], v: this.v[0], at: 0 };
+  expand(layer: number, n: number): { k: Float32Array; v: Float32Array } {
+    if (!this.packed) return { k: this.k[layer], v: this.v[layer] };
+    const size = this.capacity * this.kvDim;
+    if (!this.wide || this.wide.k.length < size) this.wide = { k: new Float32Array(size), v: new Float32Array(size) };
+    this.packed[layer].k.expand(n, this.wide.k);
+    this.packed[layer].v.expand(n, this.wide.v);
+    return this.wide;
   }
 
-  /** Bytes the keys and values of `capacity` positions take (compact types: their planes plus the one-layer scratch). */
+  /** Bytes the keys and values of `capacity` positions take (compact types: their planes and the float32 scratch of one head, or of one layer where a JS loop made it). */
   get bytes(): number {
-    const scratch = 2 * this.k.length * this.capacity * this.kvDim * 4;
-    return this.packed ? this.packed.reduce((s, p) => s + p.k.bytes.length + p.v.bytes.length, scratch) : scratch;
+    if (!this.packed) return 2 * this.k.length * this.capacity * this.kvDim * 4;
+    const scratch = (this.wide ? 8 * this.wide.k.length : 0) + (this.memory?.scratchBytes ?? 0);
+    return this.packed.reduce((s, p) => s + p.k.bytes.length + p.v.bytes.length, scratch);
   }
 
   /**
@@ -419,9 +434,7 @@ export class Interpreter {
     const kvDim = s.numKvHeads * s.headDim;
     const problem = kvTypeProblem(type, s.headDim);
     if (problem) throw new LlmcError(problem);
-    // A compact cache's attention reads one layer at a time from a one-layer float32 scratch.
-    const layers = type === 'f32' ? s.numLayers : 1;
-    return new KvCache(s.numLayers, kvDim, this.table.jsOnly ? null : KvMemory.create(layers, kvDim, s.numHeads * s.headDim, s.headDim), type);
+    return new KvCache(s.numLayers, kvDim, this.table.jsOnly ? null : KvMemory.create(s.numLayers, kvDim, s.numHeads * s.headDim, s.headDim, type), type);
   }
 
   /**
@@ -793,7 +806,6 @@ export class Interpreter {
       const T = f.T;
       const { groups: G, perGroup: qpg } = keptHeads(this.spec, f.widths?.[op.layer]);
       f.cache.store(op.layer, f.pos0, K.data, Vb.data, T, G * hd);
-      const { k: kc, v: vc, at } = f.cache.expand(op.layer, f.pos0 + T);
       const q = Q.data;
       const n = atPositions ? f.positions.length : T;
       const tokens = atPositions ? f.positions : null;
@@ -802,10 +814,11 @@ export class Interpreter {
       if (qpg !== nrep) att.fill(0, 0, n * qDim);
       const mem = f.cache.memory;
       if (mem && !cap) {
-        if (f.tree) mem.attendTree(at, q, att, n, f.tree, G, qpg, nrep, scale, mask, tokens);
-        else mem.attendCausal(at, q, att, n, f.pos0, G, qpg, nrep, scale, mask, tokens);
+        if (f.tree) mem.attendTree(op.layer, q, att, n, f.tree, G, qpg, nrep, scale, mask, tokens);
+        else mem.attendCausal(op.layer, q, att, n, f.pos0, G, qpg, nrep, scale, mask, tokens);
         return;
       }
+      const { k: kc, v: vc } = f.cache.expand(op.layer, f.pos0 + T);
       if (this.ort) {
         if (f.tree || qpg !== nrep || G !== op.kvHeads) throw new LlmcError(`layer ${op.layer}: 'ort' rounding runs full-width causal attention only`);
         if (cap) throw new LlmcError(`layer ${op.layer}: 'ort' rounding has no soft-capped attention`);

@@ -1,9 +1,9 @@
 /**
  * A KV cache's keys and values kept compact (llama.cpp's --cache-type-k/v f16 and q8_0): rows of
  * kvDim values as IEEE halves (GGML_FP32_TO_FP16, round to nearest even) or as Q8_0 blocks of 32
- * (ggml's quantize_row_q8_0_ref, bytes as ggml lays them out). Attention reads a layer's rows
- * widened back to float32 (dequantize_row_*), so it runs the float32 kernels on the rounded values.
- * Browser-safe.
+ * (ggml's quantize_row_q8_0_ref, bytes as ggml lays them out). The attention kernel reads these rows in
+ * place, widening each lane as dequantize_row_* does (./attention.ts), so it runs the float32
+ * arithmetic on the rounded values; `expand` widens rows for the JS loops. Browser-safe.
  */
 import type { KvType } from '../../core/pipeline/target.js';
 import { dequantizeQ8_0, quantizeQ8_0 } from '../../core/quant/legacy.js';
@@ -15,7 +15,7 @@ export type CompactKvType = Exclude<KvType, 'f32'>;
 export class KvPlane {
   /** Bytes of one row. */
   readonly rowBytes: number;
-  bytes = new Uint8Array(0);
+  bytes: Uint8Array = new Uint8Array(0);
   constructor(
     readonly type: CompactKvType,
     readonly kvDim: number,
