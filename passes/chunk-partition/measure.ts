@@ -77,6 +77,8 @@ export interface MeasureDeps {
   partition: Partition;
   cacheDir?: ProfileCacheRef;
   progress: Progress;
+  /** The source is the model's first block (./block.ts): its per-layer costs stand for every layer. */
+  oneBlock?: boolean;
   /** onnxruntime timing of the chunk graphs (./measure-ort.ts), loaded only when asked for. */
   ort?: (c: number, probes: number) => Promise<ChunkTimes>;
 }
@@ -115,5 +117,6 @@ export async function measuredCosts(kind: 'measure' | 'measure-ort', lengths: nu
     const times = Object.fromEntries(SUBGRAPH_KINDS.map((k) => [k, Array.from(prof.arrays[`${c}.${k}`])])) as ChunkTimes;
     byChunk.set(c, fitCosts(times, kinds));
   }
-  return { source: kind === 'measure' ? 'measured on this host: TS runtime' : 'measured on this host: onnxruntime (CPU)', device: host, byChunk };
+  const on = kind === 'measure' ? 'measured on this host: TS runtime' : 'measured on this host: onnxruntime (CPU)';
+  return { source: deps.oneBlock ? `${on}, on layer 0 alone (every layer's)` : on, device: host, byChunk };
 }

@@ -46,7 +46,7 @@ interface Sensitivities {
   recon: number[][];
 }
 
-type Ctx = Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { progress?: Progress };
+type Ctx = Pick<PassContext, 'note' | 'cacheDir' | 'target'> & { progress?: Progress; /** Measure layer-streamed (default: when the model streams, src/exec/stream). */ stream?: boolean };
 
 const DENSE = (spec: ModelSource['spec'], dir: string) =>
   new LlmcError(`expert-bits takes mixture-of-experts models; this is a dense ${spec.modelType} model`, dir, 2);
@@ -78,12 +78,12 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
   const checkpoint = await source.identity();
   const tensors = [...new Set([...items, ...(compare ?? [])].flatMap((it) => it.tensors))];
   let lab: Lab | undefined;
-  const openLab = async () => (lab ??= await Lab.open(source, tensors));
+  const openLab = async () => (lab ??= await Lab.open(source, tensors, undefined, ctx.stream));
   try {
     const calib = await calibrationSet(
       source,
       { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
-      { cacheDir: ctx.cacheDir, engine: async () => (await openLab()).engine },
+      { cacheDir: ctx.cacheDir, engine: async () => (await openLab()).wholeEngine() },
     );
     const routingProf = await cachedProfile(
       ctx.cacheDir,

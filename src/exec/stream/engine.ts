@@ -105,9 +105,9 @@ export class StreamEngine {
     this.segments = streamSegments(this.graph);
   }
 
-  /** One piece's session (its weights read now, float32), with the tap outputs asked for. */
-  private async open(seg: Segment, taps: TapSpec[], source: ModelSource = this.source): Promise<{ session: ort.InferenceSession; taps: TapOutputs[] }> {
-    const lowered = await lowerToOnnx(source, { graph: seg.graph, taps });
+  /** One piece's session (its weights read now, float32), with the tap outputs asked for (and router bias inputs). */
+  private async open(seg: Segment, taps: TapSpec[], source: ModelSource = this.source, routerBias = false): Promise<{ session: ort.InferenceSession; taps: TapOutputs[]; routerBiases: { input: string; logits: string; numExperts: number }[] }> {
+    const lowered = await lowerToOnnx(source, { graph: seg.graph, taps, routerBias });
     // A piece runs a few times then is released: onnxruntime's arena and memory pattern would only
     // grow the peak (results are the same without them; see Engine's tap sessions).
     const options: ort.InferenceSession.SessionOptions = {
@@ -122,7 +122,7 @@ export class StreamEngine {
     const device = this.opts.device ?? streamDevice();
     if (device !== 'cpu') options.executionProviders = [device, 'cpu'];
     const session = await ort.InferenceSession.create(lowered.bytes, options);
-    return { session, taps: lowered.taps };
+    return { session, taps: lowered.taps, routerBiases: lowered.routerBiases };
   }
 
   private feeds(seg: Segment, b: Batch, positions: number[]): Record<string, ort.Tensor> {
@@ -289,16 +289,100 @@ export class StreamEngine {
     return { base: mean(0), branches: branches.map((_, i) => mean(i + 1)) };
   }
 
-  /** Piece `s` from `source` over each state's batches, their carried values moved on past it. */
-  private async runPiece(s: number, source: ModelSource, states: Batch[][]): Promise<void> {
+  /**
+   * Mean KL divergence, over every position of `seqs`, of each branch's next-token distribution from
+   * its reference's (the model's, or an earlier branch's), in one sweep as `losses` runs its
+   * branches: a branch from piece p costs the pieces from p on, not a whole forward. A branch with
+   * router biases runs its own pieces with them added to their routers' logits (force-routing an
+   * expert, as Engine's swap.routerBias). The head runs once per sequence per variant, and the
+   * reference's [T, V] log-probabilities are held for that sequence only.
+   */
+  async divergences(seqs: number[][], branches: readonly DivergenceBranch[]): Promise<number[]> {
+    const last = this.segments.length - 1;
+    branches.forEach((b, i) => {
+      if (!(0 <= b.from && b.from < b.until && b.until <= last)) throw new LlmcError(`internal: branch pieces [${b.from}, ${b.until}) outside [0, ${last})`);
+      if (b.reference !== undefined && !(b.reference >= -1 && b.reference < i)) throw new LlmcError(`internal: branch ${i} refers to branch ${b.reference}, not an earlier one`);
+    });
+    const base = this.batches(seqs, this.opts.batchTokens ?? 4096);
+    const states: (Batch[] | null)[] = [base, ...branches.map(() => null)];
+    const own = (k: number, s: number) => k > 0 && branches[k - 1].from <= s && s < branches[k - 1].until;
+    const progress = this.opts.progress ?? silentProgress;
+    progress.start(`streaming ${this.segments.length} pieces, ${branches.length + 1} variants over ${seqs.reduce((a, q) => a + q.length, 0)} tokens`, this.segments.reduce((a, _, s) => a + 1 + branches.filter((b) => b.from <= s).length, 0));
+    try {
+      for (let s = 0; s < last; s++) {
+        const seg = this.segments[s];
+        branches.forEach((b, i) => {
+          if (b.from === s) states[i + 1] = base.map((x) => ({ ...x, carried: new Map(x.carried) }));
+        });
+        // the model's own pieces run every state that has none of its own here, in one session
+        const shared = states.flatMap((st, k) => (st && !own(k, s) ? [k] : []));
+        if (isGather(seg)) for (const k of shared) await this.gather(seg, states[k]!);
+        else await this.runPiece(s, this.source, shared.map((k) => states[k]!));
+        for (let k = 1; k < states.length; k++) {
+          if (!own(k, s)) continue;
+          const b = branches[k - 1];
+          if (isGather(seg) && !b.routerBias) await this.gather(seg, states[k]!, b.source);
+          else await this.runPiece(s, b.source, [states[k]!], b.routerBias);
+        }
+        progress.tick(states.filter((st) => st).length);
+        const held = states.reduce((a, st) => a + (st ?? []).reduce((n, x) => n + [...x.carried.values()].reduce((m, v) => m + v.byteLength, 0), 0), 0);
+        this.activationBytes = Math.max(this.activationBytes, held);
+      }
+      const head = this.segments[last];
+      const { session } = await this.open(head, []);
+      const V = this.graph.spec.vocabSize;
+      const refs = new Set(branches.map((b) => b.reference ?? -1));
+      const sums = branches.map(() => 0);
+      let rows = 0;
+      try {
+        for (const [bi, b] of base.entries()) {
+          const positions = Array.from({ length: b.length }, (_, t) => t);
+          for (let row = 0; row < b.ids.length; row++) {
+            const logits = async (k: number) => {
+              const x = states[k]![bi];
+              const one: Batch = { sequences: [x.sequences[row]], length: x.length, ids: [x.ids[row]], carried: new Map() };
+              for (const [v, a] of x.carried) {
+                const n = a.length / x.ids.length;
+                one.carried.set(v, a.subarray(row * n, (row + 1) * n));
+              }
+              return (await session.run(this.feeds(head, one, positions)))[IO.logits].data as Float32Array;
+            };
+            const logProbs = new Map<number, Float64Array>();
+            if (refs.has(-1)) logProbs.set(-1, logProbsOf(await logits(0), V));
+            for (const [i, br] of branches.entries()) {
+              const z = await logits(i + 1);
+              if (refs.has(i)) logProbs.set(i, logProbsOf(z, V));
+              sums[i] += klRows(logProbs.get(br.reference ?? -1)!, z, V);
+            }
+            rows += b.length;
+          }
+        }
+      } finally {
+        await session.release();
+      }
+      progress.tick(states.length);
+      if (rows === 0) throw new UsageError('a divergence needs at least one token');
+      return sums.map((x) => x / rows);
+    } finally {
+      progress.done();
+    }
+  }
+
+  /** Piece `s` from `source` over each state's batches, their carried values moved on past it (router biases added where given). */
+  private async runPiece(s: number, source: ModelSource, states: Batch[][], routerBias?: ReadonlyMap<number, Float32Array>): Promise<void> {
     const seg = this.segments[s];
     const t0 = performance.now();
-    const { session } = await this.open(seg, [], source);
+    const { session, routerBiases } = await this.open(seg, [], source, routerBias !== undefined);
     const t1 = performance.now();
     try {
       for (const batches of states) {
         for (const b of batches) {
-          const outputs = await session.run(this.feeds(seg, b, [b.length - 1]));
+          const feeds = this.feeds(seg, b, [b.length - 1]);
+          for (const r of routerBiases) {
+            const layer = Number(/^l(\d+)\./.exec(r.logits)![1]);
+            feeds[r.input] = new ort.Tensor('float32', routerBias?.get(layer) ?? new Float32Array(r.numExperts), [r.numExperts]);
+          }
+          const outputs = await session.run(feeds);
           const carried = new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]));
           for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
           b.carried = carried;
@@ -398,6 +482,44 @@ export class StreamEngine {
       },
     };
   }
+}
+
+/** A variant for StreamEngine.divergences. */
+export interface DivergenceBranch extends Branch {
+  /** Added to the routers' logits of these layers in the branch's own pieces. */
+  routerBias?: ReadonlyMap<number, Float32Array>;
+  /** The variant its KL is taken from: −1 (default) the model, else an earlier branch. */
+  reference?: number;
+}
+
+/** Row-wise log-softmax of [rows, V] logits, in float64. */
+function logProbsOf(z: Float32Array, V: number): Float64Array {
+  const out = new Float64Array(z.length);
+  for (let o = 0; o < z.length; o += V) {
+    const lse = logSumExp(z, o, V);
+    for (let i = 0; i < V; i++) out[o + i] = z[o + i] - lse;
+  }
+  return out;
+}
+
+/** Σ over rows of KL(p_ref ‖ softmax(z)) (each row's clamped at 0: rounding can make it slightly negative). */
+function klRows(ref: Float64Array, z: Float32Array, V: number): number {
+  let sum = 0;
+  for (let o = 0; o < z.length; o += V) {
+    const lse = logSumExp(z, o, V);
+    let kl = 0;
+    for (let i = 0; i < V; i++) kl += Math.exp(ref[o + i]) * (ref[o + i] - (z[o + i] - lse));
+    sum += Math.max(0, kl);
+  }
+  return sum;
+}
+
+function logSumExp(z: Float32Array, o: number, n: number): number {
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) if (z[o + i] > max) max = z[o + i];
+  let s = 0;
+  for (let i = 0; i < n; i++) s += Math.exp(z[o + i] - max);
+  return max + Math.log(s);
 }
 
 /** A piece of embed ops reading the input ids, with no taps: rows copied in JS (StreamEngine.gather). */
