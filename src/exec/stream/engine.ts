@@ -20,8 +20,9 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph, V } from '../../core/ir/ir.js';
-import { ropeTables } from '../../core/ir/rope.js';
+import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { silentProgress, type Progress } from '../../core/util/progress.js';
+import { argmax } from '../../core/sampling.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
 import { streamSegments, type Segment } from './segments.js';
@@ -125,21 +126,26 @@ export class StreamEngine {
     return { session, taps: lowered.taps, routerBiases: lowered.routerBiases };
   }
 
-  private feeds(seg: Segment, b: Batch, positions: number[]): Record<string, ort.Tensor> {
+  /** A piece's inputs for batch `b`; `kv` (greedy decoding): the cached past of its layers, `P` positions long (offsets the rotary positions). */
+  private feeds(seg: Segment, b: Batch, positions: number[], kv?: ReadonlyMap<string, ort.Tensor>, P = 0): Record<string, ort.Tensor> {
     const spec = this.graph.spec;
     const B = b.ids.length;
     const T = b.length;
     const feeds: Record<string, ort.Tensor> = {};
     const past = /^past_(key|value)_\d+$/;
     let rope: { cos: Float32Array; sin: Float32Array } | null = null;
+    let local: { cos: Float32Array; sin: Float32Array } | null = null;
     for (const input of seg.graph.inputs) {
       const name = input.name;
       if (name === IO.ids) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(b.ids.flat(), (x) => BigInt(x)), [B, T]);
       else if (name === IO.cos || name === IO.sin) {
-        rope ??= ropeTables(spec, 0, T);
+        rope ??= ropeTables(spec, P, T);
         feeds[name] = new ort.Tensor('float32', name === IO.cos ? rope.cos : rope.sin, [T, spec.headDim / 2]);
+      } else if (name === IO.cosLocal || name === IO.sinLocal) {
+        local ??= ropeTables(localRopeSpec(spec)!, P, T);
+        feeds[name] = new ort.Tensor('float32', name === IO.cosLocal ? local.cos : local.sin, [T, spec.headDim / 2]);
       } else if (name === IO.logitPositions) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(positions, (x) => BigInt(x)), [positions.length]);
-      else if (past.test(name)) feeds[name] = new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
+      else if (past.test(name)) feeds[name] = kv?.get(name) ?? new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
       else {
         const v = b.carried.get(name);
         if (!v) throw new LlmcError(`internal: piece ${seg.id} needs "${name}", which no earlier piece carried`);
@@ -446,6 +452,72 @@ export class StreamEngine {
       result.batches.push({ sequences: b.sequences, length: b.length });
     }
     return result;
+  }
+
+  /**
+   * Greedy continuations of equal-length `prompts` by `G` tokens each (the ids chosen, prompt
+   * excluded), as the whole-model Engine's session steps give them: the prompts run piece by piece
+   * with each layer's KV cache kept ([B, kvHeads, T, headDim] per layer, in memory), then each new
+   * token runs every piece again on its layer's past. One piece's weights are loaded at a time, so
+   * each piece's session is built G times: the time is one forward plus G · pieces session builds.
+   * Ties go to the lower id (core's argmax).
+   */
+  async greedy(prompts: number[][], G: number): Promise<number[][]> {
+    if (!prompts.length || G <= 0) return prompts.map(() => []);
+    const T0 = prompts[0].length;
+    if (T0 === 0 || prompts.some((p) => p.length !== T0)) throw new UsageError('greedy continuation needs non-empty prompts of equal length');
+    this.batches(prompts, Infinity); // checks the ids
+    const last = this.segments.length - 1;
+    // each piece with its layers' present K/V as outputs
+    const withKv = this.segments.map((seg) => {
+      const present = seg.graph.ops.flatMap((op) => (op.op === 'attention' ? [op.presentK, op.presentV] : []));
+      return { ...seg, graph: { ...seg.graph, outputs: [...seg.graph.outputs, ...present] }, present };
+    });
+    const kv = new Map<string, ort.Tensor>();
+    const out = prompts.map(() => [] as number[]);
+    const progress = this.opts.progress ?? silentProgress;
+    progress.start(`streaming ${this.segments.length} pieces over ${G} greedy steps`, G * this.segments.length);
+    try {
+      let step: number[][] = prompts;
+      for (let g = 0, P = 0; g < G; g++) {
+        const b: Batch = { sequences: prompts.map((_, i) => i), length: step[0].length, ids: step, carried: new Map() };
+        for (let s = 0; s <= last; s++) {
+          const seg = withKv[s];
+          const t0 = performance.now();
+          if (isGather(seg)) await this.gather(seg, [b]);
+          else {
+            const { session } = await this.open(seg, []);
+            const t1 = performance.now();
+            try {
+              const outputs = await session.run(this.feeds(seg, b, [b.length - 1], kv, P));
+              if (s === last) {
+                const V = this.graph.spec.vocabSize;
+                const z = outputs[IO.logits].data as Float32Array;
+                step = out.map((o, i) => {
+                  const next = argmax(z.subarray(i * V, (i + 1) * V));
+                  o.push(next);
+                  return [next];
+                });
+              } else {
+                const carried = new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]));
+                for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
+                b.carried = carried;
+              }
+              for (const v of seg.present) kv.set(v.replace(/^present_/, 'past_'), outputs[v] as ort.Tensor);
+              this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
+            } finally {
+              await session.release();
+            }
+          }
+          progress.tick();
+        }
+        this.activationBytes = Math.max(this.activationBytes, [...kv.values()].reduce((a, t) => a + (t.data as Float32Array).byteLength, 0));
+        P += b.length;
+      }
+    } finally {
+      progress.done();
+    }
+    return out;
   }
 
   /**
