@@ -68,15 +68,12 @@ export type LabSwap = Swap & { formats?: ReadonlyMap<string, QuantType> };
 export class Lab {
   private readonly cache = new Map<string, Float32Array>();
   private cached = 0;
-  private whole: Promise<Engine> | undefined;
 
   private constructor(
     readonly source: ModelSource,
     private readonly opened: Engine | null,
     private readonly cacheFloats: number,
-  ) {
-    if (opened) this.whole = Promise.resolve(opened);
-  }
+  ) {}
 
   static async open(source: ModelSource, tensors: readonly string[], cacheFloats = 64 << 20, stream?: boolean): Promise<Lab> {
     if (streams(source.spec, stream)) return new Lab(source, null, cacheFloats);
@@ -88,14 +85,10 @@ export class Lab {
     return this.opened === null;
   }
 
-  /** The whole-model Engine (not swappable when streamed: only self-generated calibration asks for it there). */
+  /** The whole-model Engine, every planned tensor swappable (none when streamed). */
   get engine(): Engine {
     if (!this.opened) throw new LlmcError('internal: a streamed Lab has no swappable engine');
     return this.opened;
-  }
-
-  wholeEngine(): Promise<Engine> {
-    return (this.whole ??= Engine.open(this.source));
   }
 
   /** What calibration statistics are tapped with. */
@@ -113,8 +106,6 @@ export class Lab {
   }
 
   async close(): Promise<void> {
-    const whole = await this.whole;
-    if (whole !== this.opened) await whole?.close();
     await this.opened?.close();
   }
 

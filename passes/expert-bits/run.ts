@@ -83,7 +83,8 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
     const calib = await calibrationSet(
       source,
       { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
-      { cacheDir: ctx.cacheDir, engine: async () => (await openLab()).wholeEngine() },
+      // a streamed Lab has no whole graph: self-generated calibration opens one and closes it after
+      { cacheDir: ctx.cacheDir, engine: (await openLab()).streamed ? undefined : async () => (await openLab()).engine },
     );
     const routingProf = await cachedProfile(
       ctx.cacheDir,
