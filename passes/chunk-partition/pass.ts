@@ -147,14 +147,14 @@ export const chunkPartitionPass: Pass<ChunkPartitionOptions> = {
 
 /**
  * What the costs are measured on: the model, or for a model that streams (its float32 weights above
- * 1 GiB, or `stream` forcing it) its first block alone (./block.ts), whose per-layer costs are every layer's.
+ * 1 GiB, or `stream` forcing it) layer 0 of it cut to its first layers (./block.ts), whose costs are every layer's.
  */
 async function measureDeps(source: ModelSource, graph: ModelGraph, partition: Partition, o: ChunkPartitionOptions, ctx: { cacheDir?: MeasureDeps['cacheDir']; progress: Progress; stream?: boolean }): Promise<MeasureDeps> {
   const { streams } = await import('../../src/exec/stream/index.js');
   const block = streams(source.spec, ctx.stream) ? costBlock(source, graph, o.shadowLayers) : null;
   if (block) {
     const p = partitionOf(block.graph, o);
-    return { source: block.source, graph: block.graph, partition: p, oneBlock: true, cacheDir: ctx.cacheDir, progress: ctx.progress, ort: async (c, probes) => (await import('./measure-ort.js')).timeOrt(block.source, block.graph, p, c, probes) };
+    return { source: block.source, graph: block.graph, partition: p, oneBlock: true, cacheDir: ctx.cacheDir, progress: ctx.progress, ort: async (c, probes, timed) => (await import('./measure-ort.js')).timeOrt(block.source, block.graph, p, c, probes, timed) };
   }
   return { source, graph, partition, cacheDir: ctx.cacheDir, progress: ctx.progress, ort: async (c, probes) => (await import('./measure-ort.js')).timeOrt(source, graph, partition, c, probes) };
 }
