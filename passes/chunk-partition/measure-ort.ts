@@ -4,14 +4,14 @@
  */
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ModelGraph } from '../../src/core/ir/ir.js';
-import { SUBGRAPH_KINDS, type Partition } from '../../src/core/chunks/partition.js';
+import { SUBGRAPH_KINDS, type Partition, type Subgraph } from '../../src/core/chunks/partition.js';
 import { OrtChunkPrefill } from '../../src/exec/engine/chunks.js';
 import { inlineBytes, lowerChunkGraphs } from '../../src/exec/onnx/chunks.js';
 import type { ChunkTimes } from './measure.js';
 
 const sessions = new Map<string, Promise<OrtChunkPrefill>>();
 
-export async function timeOrt(source: ModelSource, graph: ModelGraph, partition: Partition, c: number, probes: number): Promise<ChunkTimes> {
+export async function timeOrt(source: ModelSource, graph: ModelGraph, partition: Partition, c: number, probes: number, timed: (s: Subgraph) => boolean = () => true): Promise<ChunkTimes> {
   const key = `${source.description}|${c}|${probes}`;
   let open = sessions.get(key);
   if (!open) {
@@ -24,9 +24,11 @@ export async function timeOrt(source: ModelSource, graph: ModelGraph, partition:
   const runner = await open;
   const M = partition.subgraphs.length;
   const sums = Object.fromEntries(SUBGRAPH_KINDS.map((k) => [k, new Array<number>(probes).fill(0)])) as ChunkTimes;
-  const count = (k: string) => partition.subgraphs.filter((s) => s.kind === k).length || 1;
+  const count = (k: string) => partition.subgraphs.filter((s) => s.kind === k && timed(s)).length || 1;
   const ids = Array.from({ length: probes * c }, (_, t) => (t * 37 + 11) % source.spec.vocabSize);
-  await runner.prefill(ids, Int32Array.from({ length: probes * M }, (_, t) => t), (i, j, ms) => (sums[partition.subgraphs[j].kind][i] += ms));
+  await runner.prefill(ids, Int32Array.from({ length: probes * M }, (_, t) => t), (i, j, ms) => {
+    if (timed(partition.subgraphs[j])) sums[partition.subgraphs[j].kind][i] += ms;
+  });
   for (const k of SUBGRAPH_KINDS) sums[k] = sums[k].map((x) => x / count(k));
   return sums;
 }

@@ -10,7 +10,7 @@ import os from 'node:os';
 import { cachedProfile } from '../../src/measure/store.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ModelGraph } from '../../src/core/ir/ir.js';
-import { SUBGRAPH_KINDS, type Partition, type SubgraphKind } from '../../src/core/chunks/partition.js';
+import { SUBGRAPH_KINDS, type Partition, type Subgraph, type SubgraphKind } from '../../src/core/chunks/partition.js';
 import type { ProfileCacheRef } from '../../src/core/pipeline/pass.js';
 import type { KindCost } from '../../src/core/records/chunk-schedule.js';
 import type { Progress } from '../../src/core/util/progress.js';
@@ -27,12 +27,12 @@ export const hostName = () => `${os.cpus()[0]?.model ?? 'cpu'} ×${os.cpus().len
 export type ChunkTimes = Record<SubgraphKind, number[]>;
 
 /** One run of `probes` chunks in order on the TS runtime, each subgraph timed. */
-function timeTs(model: Model, pool: Interpreter[], partition: Partition, c: number, probes: number): ChunkTimes {
+function timeTs(model: Model, pool: Interpreter[], partition: Partition, c: number, probes: number, timed: (s: Subgraph) => boolean): ChunkTimes {
   const V = model.spec.vocabSize;
   const cache = model.newCache();
   cache.reserve(probes * c);
   const sums = Object.fromEntries(SUBGRAPH_KINDS.map((k) => [k, new Array<number>(probes).fill(0)])) as ChunkTimes;
-  const count = (k: SubgraphKind) => partition.subgraphs.filter((s) => s.kind === k).length || 1;
+  const count = (k: SubgraphKind) => partition.subgraphs.filter((s) => s.kind === k && timed(s)).length || 1;
   for (let i = 0; i < probes; i++) {
     const ids = Array.from({ length: c }, (_, t) => ((i * c + t) * 37 + 11) % V);
     while (pool.length <= i) pool.push(model.newInterpreter());
@@ -40,7 +40,7 @@ function timeTs(model: Model, pool: Interpreter[], partition: Partition, c: numb
     for (const s of partition.subgraphs) {
       const t0 = performance.now();
       call.runOps(s.ops[0], s.ops[1]);
-      sums[s.kind][i] += performance.now() - t0;
+      if (timed(s)) sums[s.kind][i] += performance.now() - t0;
     }
   }
   for (const k of SUBGRAPH_KINDS) sums[k] = sums[k].map((x) => x / count(k));
@@ -77,8 +77,10 @@ export interface MeasureDeps {
   partition: Partition;
   cacheDir?: ProfileCacheRef;
   progress: Progress;
+  /** The source is the model cut to its first blocks (./block.ts): layer 0's costs stand for every layer. */
+  oneBlock?: boolean;
   /** onnxruntime timing of the chunk graphs (./measure-ort.ts), loaded only when asked for. */
-  ort?: (c: number, probes: number) => Promise<ChunkTimes>;
+  ort?: (c: number, probes: number, timed: (s: Subgraph) => boolean) => Promise<ChunkTimes>;
 }
 
 /** Measured cost tables per chunk length (all on the CPU). */
@@ -88,6 +90,8 @@ export async function measuredCosts(kind: 'measure' | 'measure-ort', lengths: nu
   const context = deps.source.spec.maxPositions;
   const layout = deps.partition.subgraphs.map((s) => `${s.id}:${s.ops[0]}-${s.ops[1]}`).join(',');
   const prof = await cachedProfile(deps.cacheDir, 'chunk-costs', { checkpoint: await deps.source.identity(), kind, host, lengths, layout }, async () => {
+    // the cut model's layer 0 only: its last layer runs at the logit rows alone (./block.ts)
+    const timed = (s: Subgraph) => !deps.oneBlock || s.layer === null || s.layer === 0;
     let model: Model | null = null;
     const pool: Interpreter[] = [];
     const arrays: Record<string, Float64Array> = {};
@@ -97,11 +101,11 @@ export async function measuredCosts(kind: 'measure' | 'measure-ort', lengths: nu
       const runs: ChunkTimes[] = [];
       if (kind === 'measure') {
         model ??= await modelFromTensors(deps.source);
-        timeTs(model, pool, deps.partition, c, probes); // warm-up
-        for (let r = 0; r < REPS; r++) runs.push(timeTs(model, pool, deps.partition, c, probes));
+        timeTs(model, pool, deps.partition, c, probes, timed); // warm-up
+        for (let r = 0; r < REPS; r++) runs.push(timeTs(model, pool, deps.partition, c, probes, timed));
       } else {
-        await deps.ort!(c, probes); // warm-up
-        for (let r = 0; r < REPS; r++) runs.push(await deps.ort!(c, probes));
+        await deps.ort!(c, probes, timed); // warm-up
+        for (let r = 0; r < REPS; r++) runs.push(await deps.ort!(c, probes, timed));
       }
       const best = fastest(runs);
       for (const k of SUBGRAPH_KINDS) arrays[`${c}.${k}`] = Float64Array.from(best[k]);
@@ -115,5 +119,6 @@ export async function measuredCosts(kind: 'measure' | 'measure-ort', lengths: nu
     const times = Object.fromEntries(SUBGRAPH_KINDS.map((k) => [k, Array.from(prof.arrays[`${c}.${k}`])])) as ChunkTimes;
     byChunk.set(c, fitCosts(times, kinds));
   }
-  return { source: kind === 'measure' ? 'measured on this host: TS runtime' : 'measured on this host: onnxruntime (CPU)', device: host, byChunk };
+  const on = kind === 'measure' ? 'measured on this host: TS runtime' : 'measured on this host: onnxruntime (CPU)';
+  return { source: deps.oneBlock ? `${on}, on layer 0 of the model cut to 2 layers (every layer's)` : on, device: host, byChunk };
 }

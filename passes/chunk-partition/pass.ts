@@ -19,6 +19,7 @@ import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { candidateCosts, chooseSet, describePrompts, expectedCost, promptSamples } from './choose.js';
 import { findCycle, readCostFile, readDepsFile, type CostTable } from './files.js';
 import { measuredCosts, type MeasureDeps } from './measure.js';
+import { costBlock } from './block.js';
 import type { ChunkPartitionOptions } from './options.js';
 
 const r6 = (x: number) => Number(x.toPrecision(6));
@@ -140,22 +141,32 @@ export const chunkPartitionPass: Pass<ChunkPartitionOptions> = {
     if (typeof o.costs === 'object') return;
     const graph = buildModel(source.spec);
     const p = partitionOf(graph, o);
-    await measuredCosts(o.costs, lengthsToCost(o, source.spec.maxPositions, null), await measureDeps(source, graph, p, ctx));
+    await measuredCosts(o.costs, lengthsToCost(o, source.spec.maxPositions, null), await measureDeps(source, graph, p, o, ctx));
   },
 };
 
-async function measureDeps(source: ModelSource, graph: ModelGraph, partition: Partition, ctx: { cacheDir?: MeasureDeps['cacheDir']; progress: Progress }): Promise<MeasureDeps> {
+/**
+ * What the costs are measured on: the model, or for a model that streams (its float32 weights above
+ * 1 GiB, or `stream` forcing it) layer 0 of it cut to its first layers (./block.ts), whose costs are every layer's.
+ */
+async function measureDeps(source: ModelSource, graph: ModelGraph, partition: Partition, o: ChunkPartitionOptions, ctx: { cacheDir?: MeasureDeps['cacheDir']; progress: Progress; stream?: boolean }): Promise<MeasureDeps> {
+  const { streams } = await import('../../src/exec/stream/index.js');
+  const block = streams(source.spec, ctx.stream) ? costBlock(source, graph, o.shadowLayers) : null;
+  if (block) {
+    const p = partitionOf(block.graph, o);
+    return { source: block.source, graph: block.graph, partition: p, oneBlock: true, cacheDir: ctx.cacheDir, progress: ctx.progress, ort: async (c, probes, timed) => (await import('./measure-ort.js')).timeOrt(block.source, block.graph, p, c, probes, timed) };
+  }
   return { source, graph, partition, cacheDir: ctx.cacheDir, progress: ctx.progress, ort: async (c, probes) => (await import('./measure-ort.js')).timeOrt(source, graph, partition, c, probes) };
 }
 
 /** The record for `graph` over `source`'s weights. */
-export async function plan(source: ModelSource, graph: ModelGraph, o: ChunkPartitionOptions, ctx: { cacheDir?: MeasureDeps['cacheDir']; progress: Progress; note: (m: string) => void }): Promise<ChunkSchedule> {
+export async function plan(source: ModelSource, graph: ModelGraph, o: ChunkPartitionOptions, ctx: { cacheDir?: MeasureDeps['cacheDir']; progress: Progress; note: (m: string) => void; stream?: boolean }): Promise<ChunkSchedule> {
   const context = source.spec.maxPositions;
   const p = partitionOf(graph, o);
   const kinds = kindsOf(p);
   const file = typeof o.costs === 'object' ? readCostFile(o.costs.file, kinds) : null;
   const lengths = lengthsToCost(o, context, file);
-  const costs = file ?? (await measuredCosts(o.costs as 'measure' | 'measure-ort', lengths, await measureDeps(source, graph, p, ctx)));
+  const costs = file ?? (await measuredCosts(o.costs as 'measure' | 'measure-ort', lengths, await measureDeps(source, graph, p, o, ctx)));
   const first = costs.byChunk.get(lengths[0])!;
   const template = templateOf(p, (k) => first[k].device);
   const notes: string[] = [];

@@ -22,6 +22,9 @@ import { dequantize, quantize } from '../../src/core/quant/quantize.js';
 import type { QuantType } from '../../src/core/quant/types.js';
 import type { Progress } from '../../src/core/util/progress.js';
 import { Engine, type Swap } from '../../src/exec/engine/index.js';
+import { StreamEngine, streams, type DivergenceBranch, type Tapper } from '../../src/exec/stream/index.js';
+import { transformSource } from '../../src/core/checkpoint/source.js';
+import { createHash } from 'node:crypto';
 import type { ExpertRef, Item, Proj } from './items.js';
 import { PROJS } from './items.js';
 
@@ -52,31 +55,66 @@ export interface ExpertProfile {
   force: { bias: number; pi: number } | null;
 }
 
-/** The Engine with every planned tensor swappable, and the quantized values it feeds. */
+/** A Swap, and for a streamed Lab the formats its tensors are read at (quantized as each piece loads). */
+export type LabSwap = Swap & { formats?: ReadonlyMap<string, QuantType> };
+
+/**
+ * The Engine with every planned tensor swappable, and the quantized values it feeds; or, for a model
+ * that streams (src/exec/stream: float32 weights above 1 GiB, or `stream` forcing it), the
+ * layer-streamed executor, where a swap is a view of the checkpoint whose planned tensors are read
+ * quantized and the sensitivities are branches of one sweep (klSensitivities): one decoder block's
+ * weights in memory, never the whole graph. Both give the same figures (test/expert-bits-stream.test.ts).
+ */
 export class Lab {
   private readonly cache = new Map<string, Float32Array>();
   private cached = 0;
 
   private constructor(
     readonly source: ModelSource,
-    readonly engine: Engine,
+    private readonly opened: Engine | null,
     private readonly cacheFloats: number,
   ) {}
 
-  static async open(source: ModelSource, tensors: readonly string[], cacheFloats = 64 << 20): Promise<Lab> {
+  static async open(source: ModelSource, tensors: readonly string[], cacheFloats = 64 << 20, stream?: boolean): Promise<Lab> {
+    if (streams(source.spec, stream)) return new Lab(source, null, cacheFloats);
     return new Lab(source, await Engine.open(source, { swappable: [...new Set(tensors)], routerBias: true }), cacheFloats);
   }
 
-  close(): Promise<void> {
-    return this.engine.close();
+  /** Layer-streamed: no whole-model graph. */
+  get streamed(): boolean {
+    return this.opened === null;
+  }
+
+  /** The whole-model Engine, every planned tensor swappable (none when streamed). */
+  get engine(): Engine {
+    if (!this.opened) throw new LlmcError('internal: a streamed Lab has no swappable engine');
+    return this.opened;
+  }
+
+  /** What calibration statistics are tapped with. */
+  tapper(): Tapper {
+    return this.opened ?? new StreamEngine(this.source);
+  }
+
+  /** `source` with `swap.formats`' tensors read through their formats (quantized as the piece reading them loads). */
+  swapped(swap: LabSwap): ModelSource {
+    const formats = swap.formats ?? new Map<string, QuantType>();
+    if (!formats.size) return this.source;
+    const h = createHash('sha256');
+    for (const [t, f] of [...formats].sort((a, b) => (a[0] < b[0] ? -1 : 1))) h.update(`${t}=${f};`);
+    return transformSource(this.source, { label: 'quantized experts', paramsHash: h.digest('hex'), rewrite: async (name, data) => (formats.has(name) ? this.quantized(name, formats.get(name)!, data) : data), untouched: (name) => !formats.has(name) });
+  }
+
+  async close(): Promise<void> {
+    await this.opened?.close();
   }
 
   /** The tensor's values after a round trip through `format` (cached up to cacheFloats values). */
-  async quantized(name: string, format: QuantType): Promise<Float32Array> {
+  async quantized(name: string, format: QuantType, stored?: Float32Array): Promise<Float32Array> {
     const key = `${name}|${format}`;
     const hit = this.cache.get(key);
     if (hit) return hit;
-    const w = await this.source.readF32(name);
+    const w = stored ?? (await this.source.readF32(name));
     const shape = this.source.meta(name)!.shape;
     const v = format === 'F32' ? w : dequantize(format, quantize(format, w, shape[shape.length - 1]), w.length);
     if (this.cached + v.length <= this.cacheFloats) {
@@ -87,13 +125,14 @@ export class Lab {
   }
 
   /** Swapped weights for tensors → formats. */
-  async swap(assign: Iterable<[string, QuantType]>, routerBias?: Swap['routerBias']): Promise<Swap> {
+  async swap(assign: Iterable<[string, QuantType]>, routerBias?: Swap['routerBias']): Promise<LabSwap> {
+    if (this.streamed) return { formats: new Map(assign), routerBias };
     const weights = new Map<string, Float32Array>();
     for (const [t, f] of assign) weights.set(t, await this.quantized(t, f));
     return { weights, routerBias };
   }
 
-  /** Logits [B·T, V] at every position of equal-length sequences. */
+  /** Logits [B·T, V] at every position of equal-length sequences (whole graph only: streamed sensitivities are klSensitivities' branches). */
   async logits(seqs: number[][], swap: Swap = {}): Promise<Float32Array> {
     const T = seqs[0].length;
     return (await this.engine.forward(seqs, null, Array.from({ length: T }, (_, t) => t), [], swap)).logits;
@@ -131,7 +170,11 @@ export class Lab {
   }
 
   /** Perplexity of next-token prediction over the sequences. */
-  async ppl(seqs: number[][], swap: Swap = {}): Promise<number> {
+  async ppl(seqs: number[][], swap: LabSwap = {}): Promise<number> {
+    if (this.streamed) {
+      if (swap.routerBias) throw new LlmcError('internal: a streamed perplexity takes no router bias');
+      return Math.exp((await new StreamEngine(this.swapped(swap)).losses(seqs)).base);
+    }
     const z = await this.logits(seqs, swap);
     const V = this.source.spec.vocabSize;
     const T = seqs[0].length;
@@ -164,7 +207,7 @@ export async function routeTokens(lab: Lab, seqs: number[][], moeLayers: readonl
   const E = moe.numExperts;
   const K = moe.topK;
   const D = spec.hiddenSize;
-  const res = await lab.engine.tap(seqs, [{ kind: 'router-logits', layers: [...moeLayers] }, { kind: 'linear-input', layers: [...moeLayers], full: true }]);
+  const res = await lab.tapper().tap(seqs, [{ kind: 'router-logits', layers: [...moeLayers] }, { kind: 'linear-input', layers: [...moeLayers], full: true }]);
   const T = seqs[0].length;
   const N = seqs.length * T;
   // Token index of (block row) in sequence-major order.
@@ -384,6 +427,7 @@ export type ForceInfo = Pick<ExpertProfile, 'forced' | 'pi' | 'force'> & { layer
  * frequency.
  */
 export async function klSensitivities(lab: Lab, items: readonly Item[], calib: number[][], experts: ReadonlyMap<string, ForceInfo>, E: number, progress: Progress): Promise<number[][]> {
+  if (lab.streamed) return streamedKl(lab, items, calib, experts, E, progress);
   const ref = await lab.logProbs(calib);
   const kl: number[][] = [];
   progress.start('expert-bits: sensitivities', items.reduce((s, it) => s + it.choices.length, 0));
@@ -417,4 +461,75 @@ export function itemRecon(it: Item, written: readonly QuantType[], recon: Readon
   const v = it.projs.length === 3 ? recon[it.experts[0].key].tuple[written.join(',')] : it.experts.reduce((s, e, i) => s + recon[e.key].proj[it.projs[0]][written[i]], 0);
   if (!Number.isFinite(v)) throw new LlmcError(`internal: reconstruction error of ${it.key} at ${written.join(',')} is ${v}`);
   return v;
+}
+
+/** Hidden states a branch holds, at most (the calibration batch's, each): more branches go to another sweep. */
+const BRANCH_STATE_BYTES = 1 << 30;
+
+/**
+ * klSensitivities layer-streamed: each (item, choice) is a branch of a StreamEngine sweep leaving
+ * the model at its layer with that item's tensors quantized (a force-routed expert against a
+ * reference branch biased the same way), so an item at layer l costs the pieces from l on, and only
+ * one block's weights are loaded at a time. Branches go in sweeps of at most BRANCH_STATE_BYTES of
+ * hidden states; the figures equal the whole graph's to float32 rounding.
+ */
+async function streamedKl(lab: Lab, items: readonly Item[], calib: number[][], experts: ReadonlyMap<string, ForceInfo>, E: number, progress: Progress): Promise<number[][]> {
+  const engine = new StreamEngine(lab.source);
+  const at = (l: number) => engine.segments.findIndex((g) => g.layer === l);
+  // per item: its branches (a biased reference first where force-routed) and where each choice's KL lands
+  const groups: { branches: DivergenceBranch[]; out: [number, number, number][] }[] = [];
+  for (const it of items) {
+    const one = it.experts.length === 1 ? experts.get(it.experts[0].key)! : null;
+    const layers = it.experts.map((e) => e.layer);
+    const from = at(Math.min(...layers));
+    const until = at(Math.max(...layers)) + 1;
+    const branches: DivergenceBranch[] = [];
+    let bias: Map<number, Float32Array> | undefined;
+    let scale = 1;
+    if (one?.force) {
+      const b = new Float32Array(E);
+      b[one.expert] = one.force.bias;
+      bias = new Map([[one.layer, b]]);
+      branches.push({ source: lab.source, from, until, routerBias: bias });
+      scale = one.pi / one.force.pi;
+    }
+    const out: [number, number, number][] = [];
+    for (const [j, ch] of it.choices.entries()) {
+      const swap = await lab.swap(it.tensors.map((t, k) => [t, ch.written[k]] as [string, QuantType]));
+      out.push([j, branches.length, scale]);
+      branches.push({ source: lab.swapped(swap), from, until, routerBias: bias, reference: bias ? 0 : -1 });
+    }
+    groups.push({ branches, out });
+  }
+  const tokens = calib.reduce((a, q) => a + q.length, 0);
+  const perSweep = Math.max(1, Math.floor(BRANCH_STATE_BYTES / (tokens * lab.source.spec.hiddenSize * 4)));
+  const kl: number[][] = items.map((it) => new Array<number>(it.choices.length));
+  progress.start('expert-bits: sensitivities (layer-streamed)', items.reduce((s, it) => s + it.choices.length, 0));
+  for (let g = 0; g < groups.length; ) {
+    // whole items per sweep, so a reference and the branches measured against it run together
+    const sweep: typeof groups = [];
+    let n = 0;
+    while (g < groups.length && (sweep.length === 0 || n + groups[g].branches.length <= perSweep)) {
+      n += groups[g].branches.length;
+      sweep.push(groups[g++]);
+    }
+    const branches: DivergenceBranch[] = [];
+    const offsets = sweep.map((x) => {
+      const o = branches.length;
+      for (const b of x.branches) branches.push({ ...b, reference: b.reference === undefined || b.reference < 0 ? b.reference : b.reference + o });
+      return o;
+    });
+    const got = await engine.divergences(calib, branches);
+    sweep.forEach((x, k) => {
+      const i = g - sweep.length + k;
+      for (const [j, b, scale] of x.out) {
+        const v = scale * got[offsets[k] + b];
+        if (!Number.isFinite(v)) throw new LlmcError(`internal: KL of ${items[i].key} choice ${j} is ${v}`);
+        kl[i][j] = v;
+        progress.tick();
+      }
+    });
+  }
+  progress.done();
+  return kl;
 }

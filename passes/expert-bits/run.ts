@@ -49,7 +49,12 @@ interface Sensitivities {
 }
 
 /** What the pass is told; `unit` (default: the bare source), `formats` and `targetOptions` make the trial artifact a maxLoss is accepted on. */
-type Ctx = Pick<PassContext, 'note' | 'cacheDir' | 'target'> & Partial<Pick<PassContext, 'formats' | 'targetOptions'>> & { progress?: Progress; unit?: CompileUnit };
+type Ctx = Pick<PassContext, 'note' | 'cacheDir' | 'target'> & Partial<Pick<PassContext, 'formats' | 'targetOptions'>> & {
+  progress?: Progress;
+  unit?: CompileUnit;
+  /** Measure layer-streamed (default: when the model streams, src/exec/stream). */
+  stream?: boolean;
+};
 
 const DENSE = (spec: ModelSource['spec'], dir: string) =>
   new LlmcError(`expert-bits takes mixture-of-experts models; this is a dense ${spec.modelType} model`, dir, 2);
@@ -81,12 +86,13 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
   const checkpoint = await source.identity();
   const tensors = [...new Set([...items, ...(compare ?? [])].flatMap((it) => it.tensors))];
   let lab: Lab | undefined;
-  const openLab = async () => (lab ??= await Lab.open(source, tensors));
+  const openLab = async () => (lab ??= await Lab.open(source, tensors, undefined, ctx.stream));
   try {
     const calib = await calibrationSet(
       source,
       { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut },
-      { cacheDir: ctx.cacheDir, engine: async () => (await openLab()).engine },
+      // a streamed Lab has no whole graph: self-generated calibration opens one and closes it after
+      { cacheDir: ctx.cacheDir, engine: (await openLab()).streamed ? undefined : async () => (await openLab()).engine },
     );
     const routingProf = await cachedProfile(
       ctx.cacheDir,

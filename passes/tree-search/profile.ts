@@ -161,7 +161,7 @@ export async function rankProfile(
   source: ModelSource,
   draft: ResolvedDraft,
   o: TreeSearchOptions,
-  ctx: { cacheDir?: ProfileCacheRef; progress: Progress; engine: () => Promise<Engine> },
+  ctx: { cacheDir?: ProfileCacheRef; progress: Progress; engine: () => Promise<Engine>; /** Continue layer-streamed (default: when the target streams, src/exec/stream). */ stream?: boolean },
 ): Promise<RankProfile> {
   const calibration = await calibrationSet(
     source,
@@ -172,21 +172,29 @@ export async function rankProfile(
   const G = o.generate;
   if (P + G > source.spec.maxPositions) throw new UsageError(`tree-search: calibLength + generate = ${P + G} exceeds the model's ${source.spec.maxPositions} positions`);
   const prof = await cachedProfile(ctx.cacheDir, 'rank-trace', { checkpoint: await source.identity(), draft: draft.identity, calibration: calibration.key, generate: G }, async () => {
-    const engine = await ctx.engine();
+    // a large target continues layer-streamed (one block's weights at a time; the same ids, test/tree-search-stream.test.ts)
+    const { StreamEngine, streams } = await import('../../src/exec/stream/index.js');
+    const streamed = streams(source.spec, ctx.stream);
+    const engine = streamed ? null : await ctx.engine();
     // The target's greedy continuations, all prompts of a set in one batch, then the draft's ranks.
     const traced = async (prompts: number[][], what: string) => {
       if (!prompts.length) return { seqs: [] as number[][], ranks: [] as Int32Array[] };
-      const session = engine.session(prompts.length);
-      const seqs = prompts.map((p) => [...p]);
-      ctx.progress.start(`tree-search: target continuations (${what})`, G);
-      let logits = await session.step(prompts);
-      for (let g = 0; g < G; g++) {
-        const next = logits.map((l) => argmax(l));
-        next.forEach((id, b) => seqs[b].push(id));
-        if (g + 1 < G) logits = await session.step(next.map((id) => [id]));
-        ctx.progress.tick();
+      let seqs = prompts.map((p) => [...p]);
+      if (!engine) {
+        const cont = await new StreamEngine(source, { progress: ctx.progress }).greedy(prompts, G);
+        seqs = prompts.map((p, b) => [...p, ...cont[b]]);
+      } else {
+        const session = engine.session(prompts.length);
+        ctx.progress.start(`tree-search: target continuations (${what})`, G);
+        let logits = await session.step(prompts);
+        for (let g = 0; g < G; g++) {
+          const next = logits.map((l) => argmax(l));
+          next.forEach((id, b) => seqs[b].push(id));
+          if (g + 1 < G) logits = await session.step(next.map((id) => [id]));
+          ctx.progress.tick();
+        }
+        ctx.progress.done();
       }
-      ctx.progress.done();
       ctx.progress.start(`tree-search: draft ranks (${what})`, seqs.length);
       const ranks = seqs.map((s) => {
         const r = draftRanks(draft.drafter, s, P);

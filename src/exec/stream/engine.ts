@@ -20,8 +20,9 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph, V } from '../../core/ir/ir.js';
-import { ropeTables } from '../../core/ir/rope.js';
+import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { silentProgress, type Progress } from '../../core/util/progress.js';
+import { argmax } from '../../core/sampling.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
 import { streamSegments, type Segment } from './segments.js';
@@ -105,9 +106,9 @@ export class StreamEngine {
     this.segments = streamSegments(this.graph);
   }
 
-  /** One piece's session (its weights read now, float32), with the tap outputs asked for. */
-  private async open(seg: Segment, taps: TapSpec[], source: ModelSource = this.source): Promise<{ session: ort.InferenceSession; taps: TapOutputs[] }> {
-    const lowered = await lowerToOnnx(source, { graph: seg.graph, taps });
+  /** One piece's session (its weights read now, float32), with the tap outputs asked for (and router bias inputs). */
+  private async open(seg: Segment, taps: TapSpec[], source: ModelSource = this.source, routerBias = false): Promise<{ session: ort.InferenceSession; taps: TapOutputs[]; routerBiases: { input: string; logits: string; numExperts: number }[] }> {
+    const lowered = await lowerToOnnx(source, { graph: seg.graph, taps, routerBias });
     // A piece runs a few times then is released: onnxruntime's arena and memory pattern would only
     // grow the peak (results are the same without them; see Engine's tap sessions).
     const options: ort.InferenceSession.SessionOptions = {
@@ -122,24 +123,29 @@ export class StreamEngine {
     const device = this.opts.device ?? streamDevice();
     if (device !== 'cpu') options.executionProviders = [device, 'cpu'];
     const session = await ort.InferenceSession.create(lowered.bytes, options);
-    return { session, taps: lowered.taps };
+    return { session, taps: lowered.taps, routerBiases: lowered.routerBiases };
   }
 
-  private feeds(seg: Segment, b: Batch, positions: number[]): Record<string, ort.Tensor> {
+  /** A piece's inputs for batch `b`; `kv` (greedy decoding): the cached past of its layers, `P` positions long (offsets the rotary positions). */
+  private feeds(seg: Segment, b: Batch, positions: number[], kv?: ReadonlyMap<string, ort.Tensor>, P = 0): Record<string, ort.Tensor> {
     const spec = this.graph.spec;
     const B = b.ids.length;
     const T = b.length;
     const feeds: Record<string, ort.Tensor> = {};
     const past = /^past_(key|value)_\d+$/;
     let rope: { cos: Float32Array; sin: Float32Array } | null = null;
+    let local: { cos: Float32Array; sin: Float32Array } | null = null;
     for (const input of seg.graph.inputs) {
       const name = input.name;
       if (name === IO.ids) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(b.ids.flat(), (x) => BigInt(x)), [B, T]);
       else if (name === IO.cos || name === IO.sin) {
-        rope ??= ropeTables(spec, 0, T);
+        rope ??= ropeTables(spec, P, T);
         feeds[name] = new ort.Tensor('float32', name === IO.cos ? rope.cos : rope.sin, [T, spec.headDim / 2]);
+      } else if (name === IO.cosLocal || name === IO.sinLocal) {
+        local ??= ropeTables(localRopeSpec(spec)!, P, T);
+        feeds[name] = new ort.Tensor('float32', name === IO.cosLocal ? local.cos : local.sin, [T, spec.headDim / 2]);
       } else if (name === IO.logitPositions) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(positions, (x) => BigInt(x)), [positions.length]);
-      else if (past.test(name)) feeds[name] = new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
+      else if (past.test(name)) feeds[name] = kv?.get(name) ?? new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
       else {
         const v = b.carried.get(name);
         if (!v) throw new LlmcError(`internal: piece ${seg.id} needs "${name}", which no earlier piece carried`);
@@ -289,16 +295,100 @@ export class StreamEngine {
     return { base: mean(0), branches: branches.map((_, i) => mean(i + 1)) };
   }
 
-  /** Piece `s` from `source` over each state's batches, their carried values moved on past it. */
-  private async runPiece(s: number, source: ModelSource, states: Batch[][]): Promise<void> {
+  /**
+   * Mean KL divergence, over every position of `seqs`, of each branch's next-token distribution from
+   * its reference's (the model's, or an earlier branch's), in one sweep as `losses` runs its
+   * branches: a branch from piece p costs the pieces from p on, not a whole forward. A branch with
+   * router biases runs its own pieces with them added to their routers' logits (force-routing an
+   * expert, as Engine's swap.routerBias). The head runs once per sequence per variant, and the
+   * reference's [T, V] log-probabilities are held for that sequence only.
+   */
+  async divergences(seqs: number[][], branches: readonly DivergenceBranch[]): Promise<number[]> {
+    const last = this.segments.length - 1;
+    branches.forEach((b, i) => {
+      if (!(0 <= b.from && b.from < b.until && b.until <= last)) throw new LlmcError(`internal: branch pieces [${b.from}, ${b.until}) outside [0, ${last})`);
+      if (b.reference !== undefined && !(b.reference >= -1 && b.reference < i)) throw new LlmcError(`internal: branch ${i} refers to branch ${b.reference}, not an earlier one`);
+    });
+    const base = this.batches(seqs, this.opts.batchTokens ?? 4096);
+    const states: (Batch[] | null)[] = [base, ...branches.map(() => null)];
+    const own = (k: number, s: number) => k > 0 && branches[k - 1].from <= s && s < branches[k - 1].until;
+    const progress = this.opts.progress ?? silentProgress;
+    progress.start(`streaming ${this.segments.length} pieces, ${branches.length + 1} variants over ${seqs.reduce((a, q) => a + q.length, 0)} tokens`, this.segments.reduce((a, _, s) => a + 1 + branches.filter((b) => b.from <= s).length, 0));
+    try {
+      for (let s = 0; s < last; s++) {
+        const seg = this.segments[s];
+        branches.forEach((b, i) => {
+          if (b.from === s) states[i + 1] = base.map((x) => ({ ...x, carried: new Map(x.carried) }));
+        });
+        // the model's own pieces run every state that has none of its own here, in one session
+        const shared = states.flatMap((st, k) => (st && !own(k, s) ? [k] : []));
+        if (isGather(seg)) for (const k of shared) await this.gather(seg, states[k]!);
+        else await this.runPiece(s, this.source, shared.map((k) => states[k]!));
+        for (let k = 1; k < states.length; k++) {
+          if (!own(k, s)) continue;
+          const b = branches[k - 1];
+          if (isGather(seg) && !b.routerBias) await this.gather(seg, states[k]!, b.source);
+          else await this.runPiece(s, b.source, [states[k]!], b.routerBias);
+        }
+        progress.tick(states.filter((st) => st).length);
+        const held = states.reduce((a, st) => a + (st ?? []).reduce((n, x) => n + [...x.carried.values()].reduce((m, v) => m + v.byteLength, 0), 0), 0);
+        this.activationBytes = Math.max(this.activationBytes, held);
+      }
+      const head = this.segments[last];
+      const { session } = await this.open(head, []);
+      const V = this.graph.spec.vocabSize;
+      const refs = new Set(branches.map((b) => b.reference ?? -1));
+      const sums = branches.map(() => 0);
+      let rows = 0;
+      try {
+        for (const [bi, b] of base.entries()) {
+          const positions = Array.from({ length: b.length }, (_, t) => t);
+          for (let row = 0; row < b.ids.length; row++) {
+            const logits = async (k: number) => {
+              const x = states[k]![bi];
+              const one: Batch = { sequences: [x.sequences[row]], length: x.length, ids: [x.ids[row]], carried: new Map() };
+              for (const [v, a] of x.carried) {
+                const n = a.length / x.ids.length;
+                one.carried.set(v, a.subarray(row * n, (row + 1) * n));
+              }
+              return (await session.run(this.feeds(head, one, positions)))[IO.logits].data as Float32Array;
+            };
+            const logProbs = new Map<number, Float64Array>();
+            if (refs.has(-1)) logProbs.set(-1, logProbsOf(await logits(0), V));
+            for (const [i, br] of branches.entries()) {
+              const z = await logits(i + 1);
+              if (refs.has(i)) logProbs.set(i, logProbsOf(z, V));
+              sums[i] += klRows(logProbs.get(br.reference ?? -1)!, z, V);
+            }
+            rows += b.length;
+          }
+        }
+      } finally {
+        await session.release();
+      }
+      progress.tick(states.length);
+      if (rows === 0) throw new UsageError('a divergence needs at least one token');
+      return sums.map((x) => x / rows);
+    } finally {
+      progress.done();
+    }
+  }
+
+  /** Piece `s` from `source` over each state's batches, their carried values moved on past it (router biases added where given). */
+  private async runPiece(s: number, source: ModelSource, states: Batch[][], routerBias?: ReadonlyMap<number, Float32Array>): Promise<void> {
     const seg = this.segments[s];
     const t0 = performance.now();
-    const { session } = await this.open(seg, [], source);
+    const { session, routerBiases } = await this.open(seg, [], source, routerBias !== undefined);
     const t1 = performance.now();
     try {
       for (const batches of states) {
         for (const b of batches) {
-          const outputs = await session.run(this.feeds(seg, b, [b.length - 1]));
+          const feeds = this.feeds(seg, b, [b.length - 1]);
+          for (const r of routerBiases) {
+            const layer = Number(/^l(\d+)\./.exec(r.logits)![1]);
+            feeds[r.input] = new ort.Tensor('float32', routerBias?.get(layer) ?? new Float32Array(r.numExperts), [r.numExperts]);
+          }
+          const outputs = await session.run(feeds);
           const carried = new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]));
           for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
           b.carried = carried;
@@ -365,6 +455,72 @@ export class StreamEngine {
   }
 
   /**
+   * Greedy continuations of equal-length `prompts` by `G` tokens each (the ids chosen, prompt
+   * excluded), as the whole-model Engine's session steps give them: the prompts run piece by piece
+   * with each layer's KV cache kept ([B, kvHeads, T, headDim] per layer, in memory), then each new
+   * token runs every piece again on its layer's past. One piece's weights are loaded at a time, so
+   * each piece's session is built G times: the time is one forward plus G · pieces session builds.
+   * Ties go to the lower id (core's argmax).
+   */
+  async greedy(prompts: number[][], G: number): Promise<number[][]> {
+    if (!prompts.length || G <= 0) return prompts.map(() => []);
+    const T0 = prompts[0].length;
+    if (T0 === 0 || prompts.some((p) => p.length !== T0)) throw new UsageError('greedy continuation needs non-empty prompts of equal length');
+    this.batches(prompts, Infinity); // checks the ids
+    const last = this.segments.length - 1;
+    // each piece with its layers' present K/V as outputs
+    const withKv = this.segments.map((seg) => {
+      const present = seg.graph.ops.flatMap((op) => (op.op === 'attention' ? [op.presentK, op.presentV] : []));
+      return { ...seg, graph: { ...seg.graph, outputs: [...seg.graph.outputs, ...present] }, present };
+    });
+    const kv = new Map<string, ort.Tensor>();
+    const out = prompts.map(() => [] as number[]);
+    const progress = this.opts.progress ?? silentProgress;
+    progress.start(`streaming ${this.segments.length} pieces over ${G} greedy steps`, G * this.segments.length);
+    try {
+      let step: number[][] = prompts;
+      for (let g = 0, P = 0; g < G; g++) {
+        const b: Batch = { sequences: prompts.map((_, i) => i), length: step[0].length, ids: step, carried: new Map() };
+        for (let s = 0; s <= last; s++) {
+          const seg = withKv[s];
+          const t0 = performance.now();
+          if (isGather(seg)) await this.gather(seg, [b]);
+          else {
+            const { session } = await this.open(seg, []);
+            const t1 = performance.now();
+            try {
+              const outputs = await session.run(this.feeds(seg, b, [b.length - 1], kv, P));
+              if (s === last) {
+                const V = this.graph.spec.vocabSize;
+                const z = outputs[IO.logits].data as Float32Array;
+                step = out.map((o, i) => {
+                  const next = argmax(z.subarray(i * V, (i + 1) * V));
+                  o.push(next);
+                  return [next];
+                });
+              } else {
+                const carried = new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]));
+                for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
+                b.carried = carried;
+              }
+              for (const v of seg.present) kv.set(v.replace(/^present_/, 'past_'), outputs[v] as ort.Tensor);
+              this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
+            } finally {
+              await session.release();
+            }
+          }
+          progress.tick();
+        }
+        this.activationBytes = Math.max(this.activationBytes, [...kv.values()].reduce((a, t) => a + (t.data as Float32Array).byteLength, 0));
+        P += b.length;
+      }
+    } finally {
+      progress.done();
+    }
+    return out;
+  }
+
+  /**
    * Every piece but the head over `windows`; then `logits(i)` runs the head on window i's final
    * hidden states alone (the head's session stays open until close()).
    */
@@ -398,6 +554,44 @@ export class StreamEngine {
       },
     };
   }
+}
+
+/** A variant for StreamEngine.divergences. */
+export interface DivergenceBranch extends Branch {
+  /** Added to the routers' logits of these layers in the branch's own pieces. */
+  routerBias?: ReadonlyMap<number, Float32Array>;
+  /** The variant its KL is taken from: −1 (default) the model, else an earlier branch. */
+  reference?: number;
+}
+
+/** Row-wise log-softmax of [rows, V] logits, in float64. */
+function logProbsOf(z: Float32Array, V: number): Float64Array {
+  const out = new Float64Array(z.length);
+  for (let o = 0; o < z.length; o += V) {
+    const lse = logSumExp(z, o, V);
+    for (let i = 0; i < V; i++) out[o + i] = z[o + i] - lse;
+  }
+  return out;
+}
+
+/** Σ over rows of KL(p_ref ‖ softmax(z)) (each row's clamped at 0: rounding can make it slightly negative). */
+function klRows(ref: Float64Array, z: Float32Array, V: number): number {
+  let sum = 0;
+  for (let o = 0; o < z.length; o += V) {
+    const lse = logSumExp(z, o, V);
+    let kl = 0;
+    for (let i = 0; i < V; i++) kl += Math.exp(ref[o + i]) * (ref[o + i] - (z[o + i] - lse));
+    sum += Math.max(0, kl);
+  }
+  return sum;
+}
+
+function logSumExp(z: Float32Array, o: number, n: number): number {
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) if (z[o + i] > max) max = z[o + i];
+  let s = 0;
+  for (let i = 0; i < n; i++) s += Math.exp(z[o + i] - max);
+  return max + Math.log(s);
 }
 
 /** A piece of embed ops reading the input ids, with no taps: rows copied in JS (StreamEngine.gather). */

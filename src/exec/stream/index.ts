@@ -10,7 +10,7 @@ import { Engine, type TapResult, type TapSpec } from '../engine/index.js';
 import { StreamEngine, type PieceHook } from './engine.js';
 import { float32Bytes, STREAM_ABOVE_BYTES } from './reference.js';
 
-export { StreamEngine, type Branch, type StreamOptions, type StreamedLogits, type PieceHook, type PieceResult } from './engine.js';
+export { StreamEngine, type Branch, type DivergenceBranch, type StreamOptions, type StreamedLogits, type PieceHook, type PieceResult } from './engine.js';
 export { sourceLogits, float32Bytes, STREAM_ABOVE_BYTES, type SourceLogits } from './reference.js';
 export { streamSegments, type Segment } from './segments.js';
 export { DEVICES, checkDevice, useStreamDevice, streamDevice, type Device } from './device.js';

@@ -8,6 +8,7 @@
 import { IO } from '../../core/ir/build.js';
 import type { GraphInput, ModelGraph, Op, V } from '../../core/ir/ir.js';
 import { layerOfOp } from '../../core/ir/subgraphs.js';
+import { primitiveOps } from '../../core/ir/expand.js';
 import { opInputs, opOutputs, valueChannels } from '../../core/ir/values.js';
 import { LlmcError } from '../../core/errors.js';
 
@@ -62,7 +63,10 @@ export function streamSegments(graph: ModelGraph): Segment[] {
     const later = new Set(reads.slice(i + 1).flatMap((r) => [...r]));
     const carriedOut = [...writes[i]].filter((v) => later.has(v));
     const outputs = [...carriedOut, ...[...writes[i]].filter((v) => wanted.has(v))];
-    const taps = graph.taps.filter((t) => writes[i].has(t.value));
+    // a MoE op's router logits are a value inside it (expandMoe), observed by router-logits taps
+    const inner = primitiveOps({ ...graph, ops: g.ops }).flatMap((o) => (o.op === 'router' ? [o.logits] : []));
+    const observed = new Set([...writes[i], ...inner]);
+    const taps = graph.taps.filter((t) => observed.has(t.value));
     return { id: g.id, layer: g.layer, graph: { spec: graph.spec, inputs, ops: g.ops, outputs, taps }, carriedIn, carriedOut };
   });
 }

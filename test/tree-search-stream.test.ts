@@ -1,0 +1,94 @@
+/**
+ * tree-search's traces layer-streamed (src/exec/stream; forced here, automatic above 1 GiB of
+ * float32 weights): the target's greedy continuations from StreamEngine.greedy (each layer's KV cache
+ * kept between the per-token sweeps) against the whole-model Engine's session steps, the
+ * independent reference, on stories260K, dense-28M and moe-8x; on stories260K the whole rank
+ * profile (sequences and the draft's ranks) is the same.
+ */
+import { existsSync, promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { argmax } from '../src/core/sampling.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { Engine } from '../src/exec/engine/index.js';
+import { StreamEngine } from '../src/exec/stream/engine.js';
+import { modelFromTensors } from '../src/exec/runtime/memory.js';
+import { parseTreeSearchOptions } from '../passes/tree-search/options.js';
+import { rankProfile, resolveDraft } from '../passes/tree-search/profile.js';
+import { STORIES } from './stories-engine.js';
+
+const TRAINED = path.resolve(__dirname, '../../shared/models/trained');
+let tmp: string;
+beforeAll(async () => {
+  tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-tree-stream-'));
+});
+afterAll(async () => {
+  await fsp.rm(tmp, { recursive: true, force: true });
+});
+
+/** The whole-model Engine's greedy continuation (as rankProfile runs it). */
+async function engineGreedy(engine: Engine, prompts: number[][], G: number): Promise<number[][]> {
+  const session = engine.session(prompts.length);
+  const out = prompts.map(() => [] as number[]);
+  let logits = await session.step(prompts);
+  for (let g = 0; g < G; g++) {
+    const next = logits.map((l) => argmax(l));
+    next.forEach((id, b) => out[b].push(id));
+    if (g + 1 < G) logits = await session.step(next.map((id) => [id]));
+  }
+  return out;
+}
+
+for (const [name, dir, G] of [
+  ['stories260K', STORIES, 24],
+  ['dense-28M', path.join(TRAINED, 'dense-28M'), 3],
+  ['moe-8x', path.join(TRAINED, 'moe-8x'), 3],
+] as const) {
+  const present = existsSync(dir);
+  if (!present) console.log(`skipping the streamed greedy continuation on ${name}: ${dir} is absent`);
+  describe.skipIf(!present)(`streamed greedy continuation on ${name}`, () => {
+    it(`${G} tokens for 3 prompts: the same ids as the whole graph's session`, async () => {
+      const ck = await openCheckpoint(dir);
+      try {
+        const V = ck.spec.vocabSize;
+        // prompts that differ, so a mixed-up batch or KV cache shows
+        const prompts = [0, 1, 2].map((k) => Array.from({ length: 7 }, (_, t) => (t * 131 + k * 977 + 3) % V));
+        const engine = await Engine.open(ck, { threads: 1 });
+        const want = await engineGreedy(engine, prompts, G);
+        await engine.close();
+        const stream = new StreamEngine(ck, { threads: 1 });
+        const got = await stream.greedy(prompts, G);
+        expect(got).toEqual(want);
+        expect(new Set(want.map((w) => w.join(','))).size).toBeGreaterThan(1);
+        // the prompt sweep and G − 1 one-token sweeps: each layer's session built G times
+        expect(stream.timings.filter((t) => t.id === 'l0').length).toBe(G);
+        expect(stream.activationBytes).toBe(2 * ck.spec.numLayers * 3 * ck.spec.numKvHeads * (7 + G - 1) * ck.spec.headDim * 4);
+      } finally {
+        await ck.close();
+      }
+    });
+  });
+}
+
+describe('rank profile on stories260K, streamed and whole-graph', () => {
+  it('the same continuations and draft ranks (a skip-layer draft)', async () => {
+    const ck = await openCheckpoint(STORIES);
+    try {
+      const o = parseTreeSearchOptions({ calib: '4', heldOut: '2', calibLength: '6', generate: '12', draftSkip: '2,3' });
+      let target: ReturnType<typeof modelFromTensors> | undefined;
+      const draft = await resolveDraft(o.draft, ck, [], () => (target ??= modelFromTensors(ck)));
+      let engine: Promise<Engine> | undefined;
+      const open = () => (engine ??= Engine.open(ck));
+      const whole = await rankProfile(ck, draft, o, { cacheDir: path.join(tmp, 'whole'), progress: silentProgress, engine: open, stream: false });
+      const streamed = await rankProfile(ck, draft, o, { cacheDir: path.join(tmp, 'streamed'), progress: silentProgress, engine: open, stream: true });
+      expect(streamed.sequences).toEqual(whole.sequences);
+      expect(streamed.ranks).toEqual(whole.ranks);
+      expect(streamed.heldOut).toEqual(whole.heldOut);
+      await (await engine)?.close();
+    } finally {
+      await ck.close();
+    }
+  });
+});
