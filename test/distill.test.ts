@@ -43,10 +43,10 @@ describe('reorder.recover=distill', () => {
 
   it('levels stay prefix slices of one trained weight set: hf\'s level checkpoint = the trained root with the level masked, on onnxruntime; training lowers the level\'s perplexity', async () => {
     const out = path.join(tmp, 'hf');
-    const options = { importance: 'activation', levels: '0.5,1', recover: 'distill', recoverSteps: '8', recoverData: '48', recoverBatch: '4', recoverLr: '3e-4', evaluate: 'true' };
+    const options = { importance: 'activation', levels: '0.5,1', recover: 'distill', recoverSteps: '4', recoverData: '48', recoverBatch: '4', recoverLr: '5e-4', evaluate: 'true' };
     const m = await compile({ source: src, target: 'hf', outDir: out, passes: [{ name: 'reorder', options }], progress: silentProgress, note: () => {}, cacheDir: path.join(tmp, 'cache') });
     const rec = findRecord(m.passes, ELASTIC_LEVELS)!;
-    expect(rec.recovery).toMatchObject({ method: 'distill', steps: 8, batch: 4, levelsPerStep: 3, fullWeight: 8, tokens: 8 * 4 * 64 });
+    expect(rec.recovery).toMatchObject({ method: 'distill', steps: 4, batch: 4, levelsPerStep: 3, fullWeight: 8, tokens: 4 * 4 * 64 });
     const [half, full] = rec.levels;
     expect(half.adapters).toBeUndefined();
     expect(m.files.some((f) => f.path.includes('adapter'))).toBe(false);
