@@ -25,7 +25,8 @@
  *
  * Standalone: `npx tsc -p tsconfig.bench.json && node scripts/bundle-run.mjs && node dist/bench/peers.bench.js [--quick]`.
  * LLMC_PEERS=node|chromium limits the platforms, LLMC_PEERS_MODELS=dense-28M,llama-100M the models,
- * LLMC_PEERS_TYPES=F32,Q8_0,Q4_0,Q4_K the types.
+ * LLMC_PEERS_TYPES=F32,Q8_0,Q4_0,Q4_K the types, LLMC_PEERS_STEPS / LLMC_PEERS_ROUNDS the decode steps
+ * and timed rounds.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, promises as fsp } from 'node:fs';
@@ -309,8 +310,8 @@ export const suite: BenchSuite = {
   async run(opts) {
     if (!existsSync(path.join(PEERS, '@wllama/wllama')) || !existsSync(path.join(PEERS, '@huggingface/transformers'))) return { skipped: `the peers are not installed: ${INSTALL}` };
     const quick = Boolean(opts.quick);
-    const steps = quick ? 8 : 16;
-    const rounds = quick ? 1 : 3;
+    const steps = Number(process.env.LLMC_PEERS_STEPS ?? (quick ? 8 : 16));
+    const rounds = Number(process.env.LLMC_PEERS_ROUNDS ?? (quick ? 1 : 3));
     const typeNames = (process.env.LLMC_PEERS_TYPES ?? (quick ? 'F32,Q4_K' : TYPES.map((t) => t.ts).join())).split(',');
     const types = TYPES.filter((t) => typeNames.includes(t.ts));
     const platforms = (process.env.LLMC_PEERS ?? 'node,chromium').split(',') as Platform[];
