@@ -14,7 +14,7 @@
  * the same text itself, and its prompt length is reported where it is not P).
  * Every runner of a group (model, type, platform, threads) is open at once and their rounds
  * alternate after one warm-up each, so a loaded machine slows them alike; a ratio is the median
- * over rounds of that round's llmc / peer ratio (tokens/s; prefill: peer ms / llmc ms).
+ * over rounds of that round's llmc / peer ratio of tokens/s (decode, and prefill).
  * Time to first token: `llmc run` on dense-28M's ts artifact with a 64-token prompt and `-n 1`,
  * cold (process start, load, prefill, first id on stdout) against a Node process that loads the
  * same type's GGUF with node-llama-cpp and prints its first id (bench/ttft-llamacpp.ts).
