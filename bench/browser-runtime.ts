@@ -14,7 +14,7 @@ import type { DecodeLoop } from './decode-round.js';
 import { REPO_ROOT } from './harness.js';
 
 export const CHROMIUM = process.env.LLMC_CHROMIUM ?? '/usr/bin/chromium';
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
+export const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
 
 /** Why the browser runs cannot happen here, or null when they can. */
 export function browserUnavailable(): string | null {
@@ -85,10 +85,10 @@ window.llmcReady = true;`;
 /** The Node side of the comparison: the page's timing loop (the same file) over a model loaded in this process. */
 export { decodeRound as decodeTokensPerSecond } from './decode-round.js';
 
-const TYPES: Record<string, string> = { '.html': 'text/html', '.mjs': 'text/javascript', '.json': 'application/json', '.bin': 'application/octet-stream' };
+const TYPES: Record<string, string> = { '.html': 'text/html', '.mjs': 'text/javascript', '.js': 'text/javascript', '.json': 'application/json', '.bin': 'application/octet-stream', '.wasm': 'application/wasm' };
 
-/** A static server on 127.0.0.1 for `root`: Range requests, and the headers that make a page cross-origin isolated. */
-async function serve(root: string): Promise<{ url: string; close(): Promise<void> }> {
+/** A static server on 127.0.0.1 for `root`: Range requests, and the headers that make a page cross-origin isolated (also bench/peers.bench.ts). */
+export async function serve(root: string): Promise<{ url: string; close(): Promise<void> }> {
   const server = http.createServer(async (req, res) => {
     const rel = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname).replace(/^\/+/, '') || 'index.html';
     const file = path.resolve(root, rel);

@@ -23,6 +23,7 @@ import { suite as quality } from './quality.bench.js';
 import { suite as stream } from './stream.bench.js';
 import { suite as elasticQuality } from './elastic-quality.bench.js';
 import { suite as kvTypes } from './kv-types.js';
+import { suite as peers } from './peers.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -54,4 +55,5 @@ export const SUITES: SuiteEntry[] = [
   stream,
   elasticQuality,
   kvTypes,
+  peers,
 ];
