@@ -22,6 +22,7 @@ import { suite as qdot } from './qdot.bench.js';
 import { suite as quality } from './quality.bench.js';
 import { suite as stream } from './stream.bench.js';
 import { suite as elasticQuality } from './elastic-quality.bench.js';
+import { suite as scale } from './scale.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -52,4 +53,5 @@ export const SUITES: SuiteEntry[] = [
   quality,
   stream,
   elasticQuality,
+  scale,
 ];

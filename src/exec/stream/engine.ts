@@ -28,6 +28,7 @@ import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.
 import { streamSegments, type Segment } from './segments.js';
 import { streamDevice, type Device } from './device.js';
 import { CarryStore, emptySlot, type CarriedOut, type Slot, type StreamSettings } from './spill.js';
+import { appendFileSync } from 'node:fs';
 
 export interface StreamOptions {
   /** onnxruntime intra-op threads (default: onnxruntime's choice). */
@@ -244,6 +245,8 @@ export class StreamEngine {
     const bytes = slots.reduce((a, x) => a + (x.disk ? x.disk.at.reduce((n, [, , len]) => n + len * 4, 0) : [...x.mem.values()].reduce((n, y) => n + y.byteLength, 0)), 0);
     this.activationBytes = Math.max(this.activationBytes, bytes);
     this.spilledBytes = Math.max(this.spilledBytes, store.spilledBytes);
+    // bench/scale.bench.ts reads what a whole compile's sweeps carried (they run inside llmc, maybe in a child)
+    if (process.env.LLMC_STREAM_STATS) appendFileSync(process.env.LLMC_STREAM_STATS, JSON.stringify({ activationBytes: this.activationBytes, spilledBytes: this.spilledBytes }) + '\n');
   }
 
   /**
