@@ -157,7 +157,7 @@ async function measure(pass: string, size: Size, layersOf: Map<string, number>):
   const lines = existsSync(stats) ? readFileSync(stats, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as { activationBytes: number; spilledBytes: number }) : [];
   rmSync(tmp, { recursive: true, force: true });
   const last = stderr.trim().split('\n').pop() ?? '';
-  const status: Result['status'] = timedOut ? 'timeout' : code === 0 ? 'ok' : (code === 1 || code === 2) && /^llmc: /.test(last) ? 'refused' : 'failed';
+  const status: Result['status'] = timedOut ? 'timeout' : code === 0 ? 'ok' : (code === 1 || code === 2) && /^llmc: /.test(last) && !/internal error/.test(last) ? 'refused' : 'failed';
   const r: Result = {
     pass,
     size,
