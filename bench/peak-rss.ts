@@ -6,9 +6,10 @@
  * Not process.resourceUsage().maxRSS: for a forked child that includes the parent's RSS at the fork
  * (a do-nothing child of a 576 MB parent reports 576 MB while its VmHWM is 40 MB).
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { vmHwmKiB } from './vmhwm.js';
 
 const out = process.env.LLMC_PEAK_RSS_OUT;
 const [script, ...args] = process.argv.slice(2);
@@ -16,16 +17,7 @@ if (!script || !out) {
   process.stderr.write('usage: LLMC_PEAK_RSS_OUT=file node peak-rss.js <script> [args...]\n');
   process.exit(2);
 }
-/** This process's own peak RSS in KiB (Linux); maxRSS where /proc is absent. */
-export function vmHwmKiB(): number {
-  try {
-    const m = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
-    if (m) return Number(m[1]);
-  } catch {
-    /* not Linux */
-  }
-  return process.resourceUsage().maxRSS;
-}
+export { vmHwmKiB };
 process.on('exit', () => {
   const cpu = process.cpuUsage();
   writeFileSync(out, JSON.stringify({ vmHwmKiB: vmHwmKiB(), cpuMs: (cpu.user + cpu.system) / 1000 }));

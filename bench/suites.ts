@@ -24,6 +24,7 @@ import { suite as stream } from './stream.bench.js';
 import { suite as elasticQuality } from './elastic-quality.bench.js';
 import { suite as kvTypes } from './kv-types.js';
 import { suite as peers } from './peers.bench.js';
+import { suite as scale } from './scale.bench.js';
 
 /** A suite; `description` may be left out by suites written before harness.ts existed. */
 export type SuiteEntry = Omit<BenchSuite, 'description' | 'run'> & {
@@ -56,4 +57,5 @@ export const SUITES: SuiteEntry[] = [
   elasticQuality,
   kvTypes,
   peers,
+  scale,
 ];

@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import type { ModelSource } from '../core/checkpoint/source.js';
 import { stableJson } from '../core/util/stable-json.js';
 import type { PieceHook, PieceResult } from '../exec/stream/engine.js';
+import { carriedOf } from '../exec/stream/spill.js';
 import { emptyTapResult, type TapResult } from '../exec/engine/taps.js';
 import { cachedProfile, type ProfileCache, type ProfileData } from './store.js';
 
@@ -33,12 +34,12 @@ function toProfile(r: PieceResult): ProfileData {
     }
   }
   const carried: [number, string][] = [];
-  r.carried.forEach((c, i) =>
-    c.forEach((x, v) => {
+  for (let i = 0; i < r.carried.length; i++) {
+    r.carried.get(i).forEach((x, v) => {
       carried.push([i, v]);
       arrays[`carried|${i}|${v}`] = Float64Array.from(x);
-    }),
-  );
+    });
+  }
   return { meta: { entries, carried }, arrays };
 }
 
@@ -54,7 +55,7 @@ function fromProfile(p: ProfileData): PieceResult {
   }
   const carried: Map<string, Float32Array>[] = [];
   for (const [i, v] of p.meta.carried as [number, string][]) (carried[i] ??= new Map()).set(v, Float32Array.from(p.arrays[`carried|${i}|${v}`]));
-  return { taps, carried };
+  return { taps, carried: carriedOf(carried) };
 }
 
 /** The piece hook of `source` over `cache` (none without a cache: every piece computes). */

@@ -4,7 +4,8 @@
  * over the whole calibration batch before the next one is loaded. Only one piece's weights are in
  * memory at a time (read from the checkpoint in its own dtype, as float32), so a model of any size
  * runs where the whole-model graph is refused (protobuf's 2 GiB) or does not fit; the batch's hidden
- * states are carried from piece to piece (`activationBytes`).
+ * states are carried from piece to piece (`activationBytes`), in memory up to a budget and beyond it
+ * in a temporary file (./spill.ts).
  *
  * It answers what the whole-model Engine answers for calibration and evaluation: `tap` (the same
  * TapResult, the same batches) and logits at every position of held-out windows (`prefill`, then
@@ -27,6 +28,8 @@ import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
 import { streamSegments, type Segment } from './segments.js';
 import { streamDevice, type Device } from './device.js';
+import { CarryStore, emptySlot, type CarriedOut, type Slot, type StreamSettings } from './spill.js';
+import { appendFileSync } from 'node:fs';
 
 export interface StreamOptions {
   /** onnxruntime intra-op threads (default: onnxruntime's choice). */
@@ -45,13 +48,16 @@ export interface StreamOptions {
   pieces?: PieceHook;
   /** The onnxruntime execution provider per piece (default: streamDevice(), the CLI's --device). */
   device?: Device;
+  /** Memory budget of the carried hidden states and where they spill (default: streamSettings(), the CLI's). */
+  spill?: StreamSettings;
 }
 
 /** What one piece gave over every batch: its taps, and per batch the values it carries on. */
 export interface PieceResult {
   taps: TapResult;
-  carried: Map<V, Float32Array>[];
+  carried: CarriedOut;
 }
+
 
 /**
  * A piece's results by way of a store (src/measure/stream-cache.ts): `run` computes them when the store
@@ -72,8 +78,8 @@ interface Batch {
   sequences: number[];
   length: number;
   ids: number[][];
-  /** The carried values at the current cut, [rows, T, C] each. */
-  carried: Map<V, Float32Array>;
+  /** The carried values at the current cut, [rows, T, C] each: in memory or spilled. */
+  slot: Slot;
 }
 
 /** Logits of held-out windows, computed head-side one window at a time. */
@@ -88,8 +94,10 @@ export interface StreamedLogits {
 export class StreamEngine {
   readonly graph: ModelGraph;
   readonly segments: Segment[];
-  /** The largest carried activations of the last sweep, in bytes (the calibration activations). */
+  /** The largest carried activations of the last sweep, in bytes (the calibration activations), in memory or spilled. */
   activationBytes = 0;
+  /** The most of them spilled to disk at once (0: all held in memory). */
+  spilledBytes = 0;
 
   /** Per piece run so far: building its session (weights read, graph optimized) and running it. */
   readonly timings: { id: string; openMs: number; runMs: number }[] = [];
@@ -126,8 +134,8 @@ export class StreamEngine {
     return { session, taps: lowered.taps, routerBiases: lowered.routerBiases };
   }
 
-  /** A piece's inputs for batch `b`; `kv` (greedy decoding): the cached past of its layers, `P` positions long (offsets the rotary positions). */
-  private feeds(seg: Segment, b: Batch, positions: number[], kv?: ReadonlyMap<string, ort.Tensor>, P = 0): Record<string, ort.Tensor> {
+  /** A piece's inputs for batch `b` with its `carried` values; `kv` (greedy decoding): the cached past of its layers, `P` positions long (offsets the rotary positions). */
+  private feeds(seg: Segment, b: Batch, carried: Map<V, Float32Array>, positions: number[], kv?: ReadonlyMap<string, ort.Tensor>, P = 0): Record<string, ort.Tensor> {
     const spec = this.graph.spec;
     const B = b.ids.length;
     const T = b.length;
@@ -147,7 +155,7 @@ export class StreamEngine {
       } else if (name === IO.logitPositions) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(positions, (x) => BigInt(x)), [positions.length]);
       else if (past.test(name)) feeds[name] = kv?.get(name) ?? new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
       else {
-        const v = b.carried.get(name);
+        const v = carried.get(name);
         if (!v) throw new LlmcError(`internal: piece ${seg.id} needs "${name}", which no earlier piece carried`);
         feeds[name] = new ort.Tensor('float32', v, [B, T, v.length / (B * T)]);
       }
@@ -167,7 +175,7 @@ export class StreamEngine {
     for (const [len, group] of byLength) {
       for (let i = 0; i < group.length; i += per(len)) {
         const sequences = group.slice(i, i + per(len));
-        out.push({ sequences, length: len, ids: sequences.map((j) => ids[j]), carried: new Map() });
+        out.push({ sequences, length: len, ids: sequences.map((j) => ids[j]), slot: emptySlot() });
       }
     }
     return out;
@@ -177,32 +185,39 @@ export class StreamEngine {
    * Run pieces [0, end) over every batch, piece by piece: each piece's session is built, run on all
    * batches (their carried values replaced by its outputs, its taps merged into `result`), released.
    */
-  private async sweep(batches: Batch[], end: number, specs: TapSpec[], result: TapResult, positions: (b: Batch) => number[], cacheable = false): Promise<void> {
+  private async sweep(batches: Batch[], end: number, specs: TapSpec[], result: TapResult, positions: (b: Batch) => number[], store: CarryStore, cacheable = false): Promise<void> {
     const progress = this.opts.progress ?? silentProgress;
     progress.start(`streaming ${end} pieces over ${batches.reduce((a, b) => a + b.ids.length * b.length, 0)} tokens`, end * batches.length);
+    const eta = blockEta(this.segments.slice(0, end), progress);
     try {
       for (let s = 0; s < end; s++) {
         const seg = this.segments[s];
+        store.turn(s);
+        eta.begin(s);
         const t0 = performance.now();
         if (isGather(seg)) {
-          await this.gather(seg, batches);
+          await this.gather(seg, batches, store);
           this.timings.push({ id: seg.id, openMs: 0, runMs: performance.now() - t0 });
           progress.tick(batches.length);
           continue;
         }
+        let ran = false;
         const run = async (): Promise<PieceResult> => {
+          ran = true;
           const { session, taps } = await this.open(seg, specs);
           const t1 = performance.now();
           try {
-            const out: PieceResult = { taps: emptyTapResult(), carried: [] };
+            const out = emptyTapResult();
             for (const b of batches) {
-              const outputs = await session.run(this.feeds(seg, b, positions(b)));
-              out.carried.push(new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array])));
-              if (taps.length) mergeTapOutputs(out.taps, taps, outputs, b.ids.length, b.length);
+              const input = store.load(b.slot);
+              const outputs = await session.run(this.feeds(seg, b, input, positions(b)));
+              store.keep(b.slot, this.moveOn(s, input, new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]))));
+              if (taps.length) mergeTapOutputs(out, taps, outputs, b.ids.length, b.length);
               progress.tick();
             }
             this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
-            return out;
+            const only = (m: Map<V, Float32Array>) => new Map(seg.carriedOut.map((v) => [v, m.get(v)!]));
+            return { taps: out, carried: { length: batches.length, get: (i) => only(store.load(batches[i].slot)) } };
           } finally {
             await session.release();
           }
@@ -210,26 +225,41 @@ export class StreamEngine {
         // a piece's results may come from (and go to) the profile cache: a second run, or one resumed after Ctrl-C, starts after the last piece done
         const hook = cacheable && this.opts.pieces;
         const r = hook ? await hook(seg, specs, batches.map((b) => b.ids), run) : await run();
-        if (hook && this.timings[this.timings.length - 1]?.id !== seg.id) progress.tick(batches.length);
-        batches.forEach((b, i) => {
-          const carried = new Map(r.carried[i]);
-          // values read further on stay; the piece's inputs nothing later reads are dropped
-          for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
-          b.carried = carried;
-        });
+        if (!ran) {
+          progress.tick(batches.length);
+          batches.forEach((b, i) => store.keep(b.slot, this.moveOn(s, store.load(b.slot), r.carried.get(i))));
+        }
+        eta.end(s, ran);
         foldTaps(result, r.taps);
-        this.activationBytes = Math.max(this.activationBytes, batches.reduce((a, b) => a + [...b.carried.values()].reduce((n, x) => n + x.byteLength, 0), 0));
+        this.held(batches.map((b) => b.slot), store);
       }
     } finally {
       progress.done();
     }
   }
 
+  /** A piece's outputs and the values it was handed that a later piece still reads. */
+  private moveOn(s: number, input: Map<V, Float32Array>, outputs: Map<V, Float32Array>): Map<V, Float32Array> {
+    const seg = this.segments[s];
+    const carried = new Map(outputs);
+    for (const [v, x] of input) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
+    return carried;
+  }
+
+  /** Record the carried activations now held (memory and spill file together). */
+  private held(slots: Slot[], store: CarryStore): void {
+    const bytes = slots.reduce((a, x) => a + (x.disk ? x.disk.at.reduce((n, [, , len]) => n + len * 4, 0) : [...x.mem.values()].reduce((n, y) => n + y.byteLength, 0)), 0);
+    this.activationBytes = Math.max(this.activationBytes, bytes);
+    this.spilledBytes = Math.max(this.spilledBytes, store.spilledBytes);
+    // bench/scale.bench.ts reads what a whole compile's sweeps carried (they run inside llmc, maybe in a child)
+    if (process.env.LLMC_STREAM_STATS) appendFileSync(process.env.LLMC_STREAM_STATS, JSON.stringify({ activationBytes: this.activationBytes, spilledBytes: this.spilledBytes }) + '\n');
+  }
+
   /**
    * The embedding piece in place of onnxruntime: rows of the table copied (exact, as Gather), so the
    * table is held once as float32 rather than in the graph's bytes and onnxruntime's copy too.
    */
-  private async gather(seg: Segment, batches: Batch[], source: ModelSource = this.source): Promise<void> {
+  private async gather(seg: Segment, batches: Batch[], store: CarryStore, source: ModelSource = this.source): Promise<void> {
     for (const op of seg.graph.ops) {
       if (op.op !== 'embed') continue;
       const table = await source.readF32(op.table);
@@ -237,7 +267,7 @@ export class StreamEngine {
       for (const b of batches) {
         const out = new Float32Array(b.ids.length * b.length * D);
         b.ids.flat().forEach((id, r) => out.set(table.subarray(id * D, (id + 1) * D), r * D));
-        b.carried.set(op.out, out);
+        store.keep(b.slot, new Map(store.load(b.slot)).set(op.out, out));
       }
     }
   }
@@ -259,17 +289,21 @@ export class StreamEngine {
     for (const b of branches) if (!(0 <= b.from && b.from < b.until && b.until <= last + 1)) throw new LlmcError(`internal: branch pieces [${b.from}, ${b.until}) outside [0, ${last + 1})`);
     const base = this.batches(seqs, this.opts.batchTokens ?? 4096);
     const states: (Batch[] | null)[] = [base, ...branches.map(() => null)];
+    const store = new CarryStore(this.opts.spill);
     const sourceAt = (k: number, s: number) => (k > 0 && branches[k - 1].from <= s && s < branches[k - 1].until ? branches[k - 1].source : this.source);
     const progress = this.opts.progress ?? silentProgress;
     const runsAt = (s: number) => 1 + branches.filter((b) => b.from <= s).length;
     progress.start(`streaming ${this.segments.length} pieces, ${branches.length + 1} variants over ${seqs.reduce((a, q) => a + q.length, 0)} tokens`, this.segments.reduce((a, _, s) => a + runsAt(s), 0));
     const nll = states.map(() => ({ sum: 0, count: 0 }));
+    const eta = blockEta(this.segments, progress);
     try {
       for (let s = 0; s <= last; s++) {
         const seg = this.segments[s];
+        store.turn(s);
+        eta.begin(s);
         // branches leaving here start from the model's own input to this piece
         branches.forEach((b, i) => {
-          if (b.from === s) states[i + 1] = base.map((x) => ({ ...x, carried: new Map(x.carried) }));
+          if (b.from === s) states[i + 1] = base.map((x) => ({ ...x, slot: store.copy(x.slot) }));
         });
         // the states by the source their piece runs from: one session each
         const groups = new Map<ModelSource, number[]>();
@@ -277,16 +311,17 @@ export class StreamEngine {
           if (st) groups.set(sourceAt(k, s), [...(groups.get(sourceAt(k, s)) ?? []), k]);
         });
         for (const [source, ks] of groups) {
-          if (s === last) await this.headLosses(seg, source, ks.map((k) => states[k]!), ks.map((k) => nll[k]));
-          else if (isGather(seg)) for (const k of ks) await this.gather(seg, states[k]!, source);
-          else await this.runPiece(s, source, ks.map((k) => states[k]!));
+          if (s === last) await this.headLosses(seg, source, ks.map((k) => states[k]!), ks.map((k) => nll[k]), store);
+          else if (isGather(seg)) for (const k of ks) await this.gather(seg, states[k]!, store, source);
+          else await this.runPiece(s, source, ks.map((k) => states[k]!), store);
           progress.tick(ks.length);
         }
-        const held = states.reduce((a, st) => a + (st ?? []).reduce((n, b) => n + [...b.carried.values()].reduce((m, x) => m + x.byteLength, 0), 0), 0);
-        this.activationBytes = Math.max(this.activationBytes, held);
+        eta.end(s, true);
+        this.held(states.flatMap((st) => (st ?? []).map((b) => b.slot)), store);
       }
     } finally {
       progress.done();
+      store.close();
     }
     const mean = (k: number) => {
       if (nll[k].count === 0) throw new UsageError('a loss needs at least one sequence of 2 or more tokens');
@@ -310,6 +345,7 @@ export class StreamEngine {
       if (b.reference !== undefined && !(b.reference >= -1 && b.reference < i)) throw new LlmcError(`internal: branch ${i} refers to branch ${b.reference}, not an earlier one`);
     });
     const base = this.batches(seqs, this.opts.batchTokens ?? 4096);
+    const store = new CarryStore(this.opts.spill);
     const states: (Batch[] | null)[] = [base, ...branches.map(() => null)];
     const own = (k: number, s: number) => k > 0 && branches[k - 1].from <= s && s < branches[k - 1].until;
     const progress = this.opts.progress ?? silentProgress;
@@ -317,22 +353,22 @@ export class StreamEngine {
     try {
       for (let s = 0; s < last; s++) {
         const seg = this.segments[s];
+        store.turn(s);
         branches.forEach((b, i) => {
-          if (b.from === s) states[i + 1] = base.map((x) => ({ ...x, carried: new Map(x.carried) }));
+          if (b.from === s) states[i + 1] = base.map((x) => ({ ...x, slot: store.copy(x.slot) }));
         });
         // the model's own pieces run every state that has none of its own here, in one session
         const shared = states.flatMap((st, k) => (st && !own(k, s) ? [k] : []));
-        if (isGather(seg)) for (const k of shared) await this.gather(seg, states[k]!);
-        else await this.runPiece(s, this.source, shared.map((k) => states[k]!));
+        if (isGather(seg)) for (const k of shared) await this.gather(seg, states[k]!, store);
+        else await this.runPiece(s, this.source, shared.map((k) => states[k]!), store);
         for (let k = 1; k < states.length; k++) {
           if (!own(k, s)) continue;
           const b = branches[k - 1];
-          if (isGather(seg) && !b.routerBias) await this.gather(seg, states[k]!, b.source);
-          else await this.runPiece(s, b.source, [states[k]!], b.routerBias);
+          if (isGather(seg) && !b.routerBias) await this.gather(seg, states[k]!, store, b.source);
+          else await this.runPiece(s, b.source, [states[k]!], store, b.routerBias);
         }
         progress.tick(states.filter((st) => st).length);
-        const held = states.reduce((a, st) => a + (st ?? []).reduce((n, x) => n + [...x.carried.values()].reduce((m, v) => m + v.byteLength, 0), 0), 0);
-        this.activationBytes = Math.max(this.activationBytes, held);
+        this.held(states.flatMap((st) => (st ?? []).map((b) => b.slot)), store);
       }
       const head = this.segments[last];
       const { session } = await this.open(head, []);
@@ -346,12 +382,9 @@ export class StreamEngine {
           for (let row = 0; row < b.ids.length; row++) {
             const logits = async (k: number) => {
               const x = states[k]![bi];
-              const one: Batch = { sequences: [x.sequences[row]], length: x.length, ids: [x.ids[row]], carried: new Map() };
-              for (const [v, a] of x.carried) {
-                const n = a.length / x.ids.length;
-                one.carried.set(v, a.subarray(row * n, (row + 1) * n));
-              }
-              return (await session.run(this.feeds(head, one, positions)))[IO.logits].data as Float32Array;
+              const one: Batch = { sequences: [x.sequences[row]], length: x.length, ids: [x.ids[row]], slot: emptySlot() };
+              const rows = new Map([...store.load(x.slot)].map(([v, a]) => [v, a.subarray((row * a.length) / x.ids.length, ((row + 1) * a.length) / x.ids.length)]));
+              return (await session.run(this.feeds(head, one, rows, positions)))[IO.logits].data as Float32Array;
             };
             const logProbs = new Map<number, Float64Array>();
             if (refs.has(-1)) logProbs.set(-1, logProbsOf(await logits(0), V));
@@ -370,12 +403,13 @@ export class StreamEngine {
       if (rows === 0) throw new UsageError('a divergence needs at least one token');
       return sums.map((x) => x / rows);
     } finally {
+      store.close();
       progress.done();
     }
   }
 
   /** Piece `s` from `source` over each state's batches, their carried values moved on past it (router biases added where given). */
-  private async runPiece(s: number, source: ModelSource, states: Batch[][], routerBias?: ReadonlyMap<number, Float32Array>): Promise<void> {
+  private async runPiece(s: number, source: ModelSource, states: Batch[][], store: CarryStore, routerBias?: ReadonlyMap<number, Float32Array>): Promise<void> {
     const seg = this.segments[s];
     const t0 = performance.now();
     const { session, routerBiases } = await this.open(seg, [], source, routerBias !== undefined);
@@ -383,15 +417,14 @@ export class StreamEngine {
     try {
       for (const batches of states) {
         for (const b of batches) {
-          const feeds = this.feeds(seg, b, [b.length - 1]);
+          const input = store.load(b.slot);
+          const feeds = this.feeds(seg, b, input, [b.length - 1]);
           for (const r of routerBiases) {
             const layer = Number(/^l(\d+)\./.exec(r.logits)![1]);
             feeds[r.input] = new ort.Tensor('float32', routerBias?.get(layer) ?? new Float32Array(r.numExperts), [r.numExperts]);
           }
           const outputs = await session.run(feeds);
-          const carried = new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]));
-          for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
-          b.carried = carried;
+          store.keep(b.slot, this.moveOn(s, input, new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]))));
         }
       }
       this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
@@ -401,7 +434,7 @@ export class StreamEngine {
   }
 
   /** The head from `source` on each state, one sequence at a time (its [T, V] logits), next-token losses summed into `into`. */
-  private async headLosses(seg: Segment, source: ModelSource, states: Batch[][], into: { sum: number; count: number }[]): Promise<void> {
+  private async headLosses(seg: Segment, source: ModelSource, states: Batch[][], into: { sum: number; count: number }[], store: CarryStore): Promise<void> {
     const { session } = await this.open(seg, [], source);
     const V = this.graph.spec.vocabSize;
     try {
@@ -409,13 +442,11 @@ export class StreamEngine {
         for (const b of batches) {
           if (b.length < 2) continue;
           const positions = Array.from({ length: b.length }, (_, t) => t);
+          const carried = store.load(b.slot);
           for (const [row, ids] of b.ids.entries()) {
-            const one: Batch = { sequences: [b.sequences[row]], length: b.length, ids: [ids], carried: new Map() };
-            for (const [v, x] of b.carried) {
-              const n = x.length / b.ids.length;
-              one.carried.set(v, x.subarray(row * n, (row + 1) * n));
-            }
-            const logits = (await session.run(this.feeds(seg, one, positions)))[IO.logits].data as Float32Array;
+            const one: Batch = { sequences: [b.sequences[row]], length: b.length, ids: [ids], slot: emptySlot() };
+            const rows = new Map([...carried].map(([v, x]) => [v, x.subarray((row * x.length) / b.ids.length, ((row + 1) * x.length) / b.ids.length)]));
+            const logits = (await session.run(this.feeds(seg, one, rows, positions)))[IO.logits].data as Float32Array;
             for (let t = 0; t + 1 < b.length; t++) {
               const o = t * V;
               let max = -Infinity;
@@ -446,7 +477,12 @@ export class StreamEngine {
     const headTapped = head.graph.taps.some((p) => specs.some((s) => s.kind === p.kind && (!s.layers || s.layers.includes(p.layer))));
     // full activations and router logits are too large to keep per piece: those sweeps are not cached
     const cacheable = specs.every((t) => !t.full && t.kind !== 'router-logits');
-    await this.sweep(batches, this.segments.length - (headTapped ? 0 : 1), specs, result, (b) => [b.length - 1], cacheable);
+    const store = new CarryStore(this.opts.spill);
+    try {
+      await this.sweep(batches, this.segments.length - (headTapped ? 0 : 1), specs, result, (b) => [b.length - 1], store, cacheable);
+    } finally {
+      store.close();
+    }
     for (const b of batches) {
       result.tokens += b.ids.length * b.length;
       result.batches.push({ sequences: b.sequences, length: b.length });
@@ -474,22 +510,25 @@ export class StreamEngine {
       return { ...seg, graph: { ...seg.graph, outputs: [...seg.graph.outputs, ...present] }, present };
     });
     const kv = new Map<string, ort.Tensor>();
+    const store = new CarryStore(this.opts.spill);
     const out = prompts.map(() => [] as number[]);
     const progress = this.opts.progress ?? silentProgress;
     progress.start(`streaming ${this.segments.length} pieces over ${G} greedy steps`, G * this.segments.length);
     try {
       let step: number[][] = prompts;
       for (let g = 0, P = 0; g < G; g++) {
-        const b: Batch = { sequences: prompts.map((_, i) => i), length: step[0].length, ids: step, carried: new Map() };
+        const b: Batch = { sequences: prompts.map((_, i) => i), length: step[0].length, ids: step, slot: emptySlot() };
         for (let s = 0; s <= last; s++) {
           const seg = withKv[s];
           const t0 = performance.now();
-          if (isGather(seg)) await this.gather(seg, [b]);
+          store.turn(s);
+          if (isGather(seg)) await this.gather(seg, [b], store);
           else {
             const { session } = await this.open(seg, []);
             const t1 = performance.now();
             try {
-              const outputs = await session.run(this.feeds(seg, b, [b.length - 1], kv, P));
+              const input = store.load(b.slot);
+              const outputs = await session.run(this.feeds(seg, b, input, [b.length - 1], kv, P));
               if (s === last) {
                 const V = this.graph.spec.vocabSize;
                 const z = outputs[IO.logits].data as Float32Array;
@@ -499,9 +538,7 @@ export class StreamEngine {
                   return [next];
                 });
               } else {
-                const carried = new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]));
-                for (const [v, x] of b.carried) if (!seg.carriedIn.includes(v) || this.readLater(s, v)) carried.set(v, x);
-                b.carried = carried;
+                store.keep(b.slot, this.moveOn(s, input, new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]))));
               }
               for (const v of seg.present) kv.set(v.replace(/^present_/, 'past_'), outputs[v] as ort.Tensor);
               this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
@@ -515,6 +552,7 @@ export class StreamEngine {
         P += b.length;
       }
     } finally {
+      store.close();
       progress.done();
     }
     return out;
@@ -526,11 +564,18 @@ export class StreamEngine {
    */
   async prefill(windows: number[][]): Promise<StreamedLogits> {
     const batches = this.batches(windows, this.opts.batchTokens ?? 1);
-    await this.sweep(batches, this.segments.length - 1, [], emptyTapResult(), () => []);
+    const store = new CarryStore(this.opts.spill);
+    let session: ort.InferenceSession;
     const head = this.segments[this.segments.length - 1];
+    try {
+      await this.sweep(batches, this.segments.length - 1, [], emptyTapResult(), () => [], store);
+      session = (await this.open(head, [])).session;
+    } catch (e) {
+      store.close();
+      throw e;
+    }
     const where = new Map<number, { b: Batch; row: number }>();
     for (const b of batches) b.sequences.forEach((seq, row) => where.set(seq, { b, row }));
-    const { session } = await this.open(head, []);
     let closed = false;
     return {
       activationBytes: this.activationBytes,
@@ -539,21 +584,55 @@ export class StreamEngine {
         const at = where.get(i);
         if (!at) throw new LlmcError(`internal: window ${i} was not prefilled`);
         const { b, row } = at;
-        const one: Batch = { sequences: [i], length: b.length, ids: [b.ids[row]], carried: new Map() };
-        for (const [v, x] of b.carried) {
-          const n = x.length / b.ids.length;
-          one.carried.set(v, x.slice(row * n, (row + 1) * n));
-        }
-        const outputs = await session.run(this.feeds(head, one, Array.from({ length: b.length }, (_, t) => t)));
+        const one: Batch = { sequences: [i], length: b.length, ids: [b.ids[row]], slot: emptySlot() };
+        const rows = new Map([...store.load(b.slot)].map(([v, x]) => [v, x.slice((row * x.length) / b.ids.length, ((row + 1) * x.length) / b.ids.length)]));
+        const outputs = await session.run(this.feeds(head, one, rows, Array.from({ length: b.length }, (_, t) => t)));
         return outputs[IO.logits].data as Float32Array;
       },
       close: async () => {
         if (closed) return;
         closed = true;
+        store.close();
         await session.release();
       },
     };
   }
+}
+
+/** A piece of embed ops reading the input ids, with no taps: rows copied in JS (StreamEngine.gather). */
+const isGather = (seg: Segment): boolean => seg.graph.taps.length === 0 && seg.graph.ops.every((op) => op.op === 'embed' && op.ids === IO.ids);
+
+/** Fold one piece's tap results into the whole sweep's (each tap key belongs to one piece). */
+function foldTaps(into: TapResult, from: TapResult): void {
+  for (const k of ['linearInputs', 'linearOutputs', 'headOutputs', 'routerLogits', 'mlpActs'] as const) {
+    for (const [key, v] of from[k] as Map<string, unknown>) (into[k] as Map<string, unknown>).set(key, v);
+  }
+}
+
+/**
+ * The streamed sweep's status per piece ("block 7/22 · 41 s left"): the time left from the pieces
+ * computed so far (pieces read from the profile cache take no time and are not counted).
+ */
+function blockEta(segments: Segment[], progress: Progress): { begin(s: number): void; end(s: number, computed: boolean): void } {
+  const layers = segments.filter((g) => g.layer >= 0 && g.layer < g.graph.spec.numLayers).length;
+  let spent = 0;
+  let computed = 0;
+  let t0 = 0;
+  return {
+    begin(s) {
+      t0 = performance.now();
+      const seg = segments[s];
+      const left = segments.length - s;
+      const eta = computed > 0 ? ` · ${Math.ceil(((spent / computed) * left) / 1000)} s left` : '';
+      const where = seg.layer < 0 ? 'embedding' : seg.layer >= layers ? 'head' : `block ${seg.layer + 1}/${layers}`;
+      progress.status?.(`${where}${eta}`);
+    },
+    end(_s, wasComputed) {
+      if (!wasComputed) return;
+      spent += performance.now() - t0;
+      computed++;
+    },
+  };
 }
 
 /** A variant for StreamEngine.divergences. */
@@ -592,14 +671,4 @@ function logSumExp(z: Float32Array, o: number, n: number): number {
   let s = 0;
   for (let i = 0; i < n; i++) s += Math.exp(z[o + i] - max);
   return max + Math.log(s);
-}
-
-/** A piece of embed ops reading the input ids, with no taps: rows copied in JS (StreamEngine.gather). */
-const isGather = (seg: Segment): boolean => seg.graph.taps.length === 0 && seg.graph.ops.every((op) => op.op === 'embed' && op.ids === IO.ids);
-
-/** Fold one piece's tap results into the whole sweep's (each tap key belongs to one piece). */
-function foldTaps(into: TapResult, from: TapResult): void {
-  for (const k of ['linearInputs', 'linearOutputs', 'headOutputs', 'routerLogits', 'mlpActs'] as const) {
-    for (const [key, v] of from[k] as Map<string, unknown>) (into[k] as Map<string, unknown>).set(key, v);
-  }
 }

@@ -9,10 +9,12 @@ import type { Progress } from '../../core/util/progress.js';
 import { Engine, type TapResult, type TapSpec } from '../engine/index.js';
 import { StreamEngine, type PieceHook } from './engine.js';
 import { float32Bytes, STREAM_ABOVE_BYTES } from './reference.js';
+import { streamSettings } from './spill.js';
 
 export { StreamEngine, type Branch, type DivergenceBranch, type StreamOptions, type StreamedLogits, type PieceHook, type PieceResult } from './engine.js';
 export { sourceLogits, float32Bytes, STREAM_ABOVE_BYTES, type SourceLogits } from './reference.js';
 export { streamSegments, type Segment } from './segments.js';
+export { streamSettings, useStreamSettings, parseBytes, type StreamSettings } from './spill.js';
 export { DEVICES, checkDevice, useStreamDevice, streamDevice, type Device } from './device.js';
 
 /** What calibration statistics are measured with: Engine.tap or StreamEngine.tap (the same results). */
@@ -22,7 +24,7 @@ export interface Tapper {
 }
 
 /** Stream this model's calibration? (its float32 graph is large; `force` decides instead when given). */
-export const streams = (spec: ArchSpec, force?: boolean): boolean => force ?? float32Bytes(spec) > STREAM_ABOVE_BYTES;
+export const streams = (spec: ArchSpec, force?: boolean): boolean => force ?? float32Bytes(spec) > (streamSettings().aboveBytes ?? STREAM_ABOVE_BYTES);
 
 /** A tapper for `source`: streamed for a large model, else a whole-model Engine; close() releases it. */
 export async function openTapper(source: ModelSource, opts: { graph?: ModelGraph; threads?: number; progress?: Progress; stream?: boolean; pieces?: PieceHook } = {}): Promise<Tapper & { close(): Promise<void> }> {

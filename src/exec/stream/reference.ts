@@ -15,6 +15,7 @@ import type { Progress } from '../../core/util/progress.js';
 import { Engine } from '../engine/index.js';
 import { StreamEngine } from './engine.js';
 import { streamDevice, type Device } from './device.js';
+import { streamSettings, type StreamSettings } from './spill.js';
 import { onInterrupt } from '../../core/util/interrupt.js';
 import { fork } from 'node:child_process';
 import { existsSync, promises as fsp, rmSync } from 'node:fs';
@@ -82,7 +83,7 @@ export async function writeStreamedLogits(source: ModelSource, windows: readonly
 
 /** The source's logits on `windows` (streamed: computed onto disk now, read back per window on demand). */
 export async function sourceLogits(source: ModelSource, windows: readonly number[][], opts: SourceLogitsOptions = {}): Promise<SourceLogits> {
-  const stream = opts.stream ?? float32Bytes(source.spec) > STREAM_ABOVE_BYTES;
+  const stream = opts.stream ?? float32Bytes(source.spec) > (streamSettings().aboveBytes ?? STREAM_ABOVE_BYTES);
   if (!stream) {
     const engine = await Engine.open(source, { threads: opts.threads });
     return { executor: 'onnxruntime', logits: (ids) => engine.logits(ids), activationBytes: 0, close: () => engine.close() };
@@ -146,6 +147,7 @@ async function inChild(script: string, source: ModelSource, windows: readonly nu
     child.on('message', (m: ChildMessage) => {
       if (m.kind === 'start') opts.progress?.start(m.label, m.total);
       else if (m.kind === 'tick') opts.progress?.tick(m.units);
+      else if (m.kind === 'status') opts.progress?.status?.(m.text);
       else if (m.kind === 'done') opts.progress?.done();
       else if (m.kind === 'result') result = m.result;
       else if (m.kind === 'error') failure = new LlmcError(m.message, m.file, m.exitCode);
@@ -155,7 +157,7 @@ async function inChild(script: string, source: ModelSource, windows: readonly nu
       if (result) resolve(result);
       else reject(failure ?? new LlmcError(`the process streaming the source's logits ended (${signal ?? `exit ${code}`}) before it finished`, source.dir));
     });
-    const job: ChildJob = { dir: source.dir, identity, device: streamDevice(), allowNonFinite: source.allowNonFinite, windows: windows as number[][], file, threads: opts.threads };
+    const job: ChildJob = { dir: source.dir, identity, device: streamDevice(), settings: streamSettings(), allowNonFinite: source.allowNonFinite, windows: windows as number[][], file, threads: opts.threads };
     child.send(job);
   });
 }
@@ -167,6 +169,8 @@ export interface ChildJob {
   identity: string;
   /** The parent's --device. */
   device: Device;
+  /** The parent's memory budget and spill directory. */
+  settings: StreamSettings;
   allowNonFinite: boolean;
   windows: number[][];
   file: string;
@@ -177,6 +181,7 @@ export interface ChildJob {
 export type ChildMessage =
   | { kind: 'start'; label: string; total: number }
   | { kind: 'tick'; units?: number }
+  | { kind: 'status'; text: string }
   | { kind: 'done' }
   | { kind: 'result'; result: { offsets: number[]; activationBytes: number } }
   | { kind: 'error'; message: string; file?: string; exitCode: 1 | 2 };

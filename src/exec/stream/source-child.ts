@@ -8,6 +8,7 @@ import { openCheckpoint } from '../../core/checkpoint/checkpoint.js';
 import { LlmcError } from '../../core/errors.js';
 import type { Progress } from '../../core/util/progress.js';
 import { useStreamDevice } from './device.js';
+import { useStreamSettings } from './spill.js';
 import { writeStreamedLogits, type ChildJob, type ChildMessage } from './reference.js';
 
 const send = (m: ChildMessage) => new Promise<void>((resolve) => process.send!(m, undefined, {}, () => resolve()));
@@ -15,6 +16,7 @@ const send = (m: ChildMessage) => new Promise<void>((resolve) => process.send!(m
 const progress: Progress = {
   start: (label, total) => void send({ kind: 'start', label, total }),
   tick: (units) => void send({ kind: 'tick', units }),
+  status: (text) => void send({ kind: 'status', text }),
   done: () => void send({ kind: 'done' }),
 };
 
@@ -22,6 +24,7 @@ process.once('message', (job: ChildJob) => {
   void (async () => {
     try {
       useStreamDevice(job.device);
+      useStreamSettings(job.settings);
       const source = await openCheckpoint(job.dir, { allowNonFinite: job.allowNonFinite });
       if ((await source.identity()) !== job.identity) throw new LlmcError('changed while it was being evaluated (its sha256 is not the one the evaluation started with)', job.dir);
       const result = await writeStreamedLogits(source, job.windows, job.file, { threads: job.threads, progress });

@@ -3,7 +3,8 @@ import { PASSES } from '../../../../passes/index.js';
 import { TARGETS } from '../../../../backends/index.js';
 import { openCheckpoint } from '../../../core/checkpoint/index.js';
 import { LlmcError, UsageError } from '../../../core/errors.js';
-import type { CachePolicy } from '../../../core/pipeline/pass.js';
+import type { CachePolicy, StageEvent } from '../../../core/pipeline/pass.js';
+import path from 'node:path';
 import { checkProfileOf, PROFILE_INDEX, readProfileIndex } from '../../profile/dir.js';
 import { CACHE_HELP, parseCachePolicy } from './profile.js';
 import { planCompile } from '../../compile/plan.js';
@@ -55,7 +56,9 @@ export function registerCompile(program: Command): void {
     .option('--force', 'replace an output directory or file that is not an llmc artifact')
     .option('--allow-nonfinite', 'compile weights that hold Inf or NaN (refused by default)')
     .option('--imatrix <file|auto>', "gguf: quantize with llama.cpp's importance matrix: a FILE (imatrix.gguf), or auto (measured on calibration data: --passes imatrix; written as imatrix.gguf)")
-    .option('--device <name>', 'onnxruntime execution provider of the layer-streamed calibration and evaluation (models above 1 GiB as float32): cpu (default), cuda, coreml, dml, where the installed onnxruntime-node has it');
+    .option('--device <name>', "layer-streamed work on onnxruntime's cpu (default), cuda, coreml, dml")
+    .option('--stream-above <size>', 'layer-stream models above this float32 size (default 1G)')
+    .option('--stream-memory <size>', "streamed hidden states kept in memory, then spilled to disk (free/4)");
   // Each pass's shorthand flags (`--levels X` ≡ `--opt reorder.levels=X`).
   const flags = PASSES.flatMap((p) => p.flags.map((f) => ({ pass: p.name, key: f.key, attr: attributeOf(f.flag), flag: f.flag.split(' ')[0] })));
   for (const p of PASSES) for (const f of p.flags) cmd.option(f.flag, f.help);
@@ -78,7 +81,8 @@ export function registerCompile(program: Command): void {
         'Environment:\n' +
         "  LLMC_DIGEST_CACHE  where the checkpoint's sha256 is kept while its files are unchanged (default\n" +
         '                     $XDG_CACHE_HOME/llmc/sha256, else ~/.cache/llmc/sha256); off: hash the checkpoint every time\n\n' +
-        'Targets, passes, formats and every --opt with its default: llmc list targets | passes | formats\n',
+        'Targets, passes, formats and every --opt with its default: llmc list targets | passes | formats\n' +
+        "What each pass costs at 1.1B and 7B (time, peak memory, layer-streamed): docs/scale.md\n",
     )
     .action(async (modelArg: string | undefined, o) => {
       const json = Boolean(o.json);
@@ -106,6 +110,14 @@ export function registerCompile(program: Command): void {
       // Everything is checked before the checkpoint is opened or anything is written.
       const plan = planCompile(request);
       if (o.device !== undefined) (await import('../../../exec/stream/device.js')).useStreamDevice(String(o.device));
+      {
+        const { parseBytes, useStreamSettings } = await import('../../../exec/stream/spill.js');
+        useStreamSettings({
+          dir: path.join(o.profile ?? resolved.cacheDir, 'tmp'),
+          ...(o.streamAbove === undefined ? {} : { aboveBytes: parseBytes('--stream-above', String(o.streamAbove)) }),
+          ...(o.streamMemory === undefined ? {} : { memoryBytes: parseBytes('--stream-memory', String(o.streamMemory)) }),
+        });
+      }
       resolved.target.quant = plan.formats.quant ?? plan.target.formats.default;
       if (o.printConfig) return printJson(configJson(resolved));
       const budgets = resolved.check === null ? undefined : await readBudgets(resolved.check);
@@ -123,7 +135,9 @@ export function registerCompile(program: Command): void {
         if (profileIndex) await checkProfileOf(o.profile, profileIndex, source);
         // A dry run writes nothing, not even to the cache.
         const policy: CachePolicy = o.dryRun && o.cache === 'on' ? 'readonly' : o.cache;
-        const cacheDir = { dir: o.profile ?? resolved.cacheDir, policy };
+        // pieces of a streamed sweep read back from the cache: a compile resumed after Ctrl-C (or repeated) says how many
+        let reused = 0;
+        const cacheDir = { dir: o.profile ?? resolved.cacheDir, policy, onStage: (e: StageEvent) => void (e.kind === 'stream-piece' && e.cached && reused++) };
         // Passes and targets pull in onnxruntime and tfjs: load them only when compiling.
         const { compile, dryRun } = await import('../../compile/compile.js');
         const common = { ...request, source, progress: cliProgress(json), note: collectNotes(notes), cacheDir, force: Boolean(o.force) };
@@ -135,6 +149,7 @@ export function registerCompile(program: Command): void {
         let held: HeldOut | undefined;
         if (o.evalText !== undefined) held = await (await import('../../evaluate/artifact.js')).heldOutSet(source, { text: o.evalText, tokens: o.evalTokens });
         const manifest = await compile({ ...common, outDir: out! }, plan);
+        if (reused > 0) notes.push(`${reused} layer-streamed piece(s) read from the profile cache (a resumed or repeated sweep)`);
         const artifact = await locate(out!);
         if (artifact.kind !== 'artifact') throw new LlmcError('internal: the compile left no manifest', out!);
         let evaluation: QuickEvaluation | null = null;
