@@ -9,11 +9,11 @@
  * fast-check) and bench/fuzz.bench.ts (100k+ each). In bench/ because fast-check is a dev dependency.
  */
 import fc from 'fast-check';
-import { createHash } from 'node:crypto';
-import { closeSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import { openCheckpoint } from '../src/core/checkpoint/checkpoint.js';
 import { normalizeConfig } from '../src/core/arch/spec.js';
 import { LlmcError } from '../src/core/errors.js';
@@ -60,6 +60,9 @@ export const FUZZ_SEED = 36;
 /** A clean rejection whose message is not one bounded line (what the terminal would show). */
 export class BadMessage extends Error {}
 
+/** The line of the last clean rejection (for the shrinker's comparisons). */
+let lastRejection = '';
+
 /** Rejections are LlmcErrors with a one-line message; anything else escapes as a crash. */
 export async function outcome(f: () => Promise<unknown>): Promise<boolean> {
   try {
@@ -68,53 +71,117 @@ export async function outcome(f: () => Promise<unknown>): Promise<boolean> {
   } catch (e) {
     if (!(e instanceof LlmcError)) throw e;
     const line = e.line; // as the CLI prints it (control characters escaped)
+    lastRejection = line;
     if (/[\n\r]/.test(line) || line.length > 2000) throw new BadMessage(`not one bounded line (${line.length} chars): ${JSON.stringify(line.slice(0, 200))}`);
     return false;
   }
 }
 
-/** A mutant that once crashed or hung a reader (bench/fuzz-corpus/regressions.json), kept as its index and the sha256 of its bytes. */
+/**
+ * A mutant that once crashed or hung a reader (bench/fuzz-corpus/regressions.json), kept as its bytes in
+ * bench/fuzz-corpus/regressions/: replayed as it was found, whatever llmc's writers (and with them the
+ * seeds of the artifact readers) do since.
+ */
 export interface Regression {
   reader: string;
+  /** The mutant's index in the run that found it (FUZZ_SEED): for the record only. */
   index: number;
   /** Where it crashed: llmc's reading of the file, or the costly run of an accepted one. */
   stage: 'read' | 'use';
-  /** sha256 of the mutant's files, concatenated: a changed seed or mutator makes the test say so instead of testing something else. */
-  sha256: string;
+  /** The seed file of the reader's input that the mutant replaces (the others are today's seeds). */
+  replaces: string;
+  /** Its bytes, in regressions/ (gzip when the name ends in .gz). */
+  file: string;
   found: string;
 }
 
-/** Replays a regression: true = accepted, false = one clean LlmcError; throws on a crash. */
-export async function replay(t: FuzzTarget, r: Regression): Promise<{ sha256: string; accepted: boolean }> {
-  const m = mutantOf(t, r.index);
-  return { sha256: m.sha256, accepted: await (r.stage === 'use' ? t.run(m.files) : t.read(m.files)) };
+export const REGRESSIONS_DIR = path.join(FUZZ_CORPUS, 'regressions');
+const REGRESSIONS_JSON = path.join(FUZZ_CORPUS, 'regressions.json');
+export const regressions = (): Regression[] => JSON.parse(readFileSync(REGRESSIONS_JSON, 'utf8')) as Regression[];
+
+/** A regression's input: its stored bytes in place of the seed file it replaces. */
+export function regressionInput(t: FuzzTarget, r: Regression): Uint8Array[] {
+  const i = t.files.findIndex((f) => f.name === r.replaces);
+  if (i < 0) throw new Error(`${r.file}: reader ${t.name} has no input file ${r.replaces}`);
+  const raw = readFileSync(path.join(REGRESSIONS_DIR, r.file));
+  const bytes = new Uint8Array(r.file.endsWith('.gz') ? gunzipSync(raw) : raw);
+  return t.files.map((f, j) => (j === i ? bytes : f.bytes));
 }
 
 /**
- * Every recorded regression of `targets` replayed: each must be acceptance or one LlmcError now (a
- * crash throws). A seed that llmc writes itself (a ts manifest, a GGUF, an ONNX graph) changes with
- * the writers, and with it the mutant an index gives: those are returned as `drifted` (the index is
- * still replayed, on today's seed) so that a writer change does not fail the reliability tests.
+ * Every recorded regression of `targets` replayed from its file: each must end in acceptance or one
+ * LlmcError of one line within `limitMs` now; a crash throws (naming the file), a slow one too.
  */
-export async function replayRegressions(targets: FuzzTarget[]): Promise<{ replayed: number; drifted: string[] }> {
-  const drifted: string[] = [];
+export async function replayRegressions(targets: FuzzTarget[], limitMs = 10_000): Promise<{ replayed: number; slowestMs: number }> {
   let replayed = 0;
-  for (const r of regressions().filter((x) => targets.some((t) => t.name === x.reader))) {
-    const { sha256 } = await replay(targets.find((t) => t.name === r.reader)!, r);
+  let slowestMs = 0;
+  for (const r of regressions()) {
+    const t = targets.find((x) => x.name === r.reader);
+    if (!t) continue;
+    const input = regressionInput(t, r);
+    const t0 = performance.now();
+    try {
+      await (r.stage === 'use' ? t.run(input) : t.read(input));
+    } catch (e) {
+      throw new Error(`fuzz regression ${r.file} (${r.reader}) crashes again: ${(e as Error)?.message ?? e}`, { cause: e });
+    }
+    const ms = performance.now() - t0;
+    if (ms > limitMs) throw new Error(`fuzz regression ${r.file} (${r.reader}) took ${Math.round(ms)} ms (limit ${limitMs})`);
+    slowestMs = Math.max(slowestMs, ms);
     replayed++;
-    if (sha256 !== r.sha256) drifted.push(`${r.reader} #${r.index}`);
   }
-  return { replayed, drifted };
+  return { replayed, slowestMs };
 }
 
-export const regressions = (): Regression[] => JSON.parse(readFileSync(path.join(FUZZ_CORPUS, 'regressions.json'), 'utf8')) as Regression[];
+/** What an input does now: 'accepted', the rejection's line, or 'crash: …' (the shrinker keeps it unchanged). */
+async function outcomeOf(t: FuzzTarget, input: Uint8Array[], stage: 'read' | 'use'): Promise<string> {
+  lastRejection = '';
+  try {
+    return (await (stage === 'use' ? t.run(input) : t.read(input))) ? 'accepted' : `rejected: ${lastRejection}`;
+  } catch (e) {
+    return `crash: ${e instanceof BadMessage ? 'bad message' : String((e as Error)?.message ?? e).slice(0, 200)}`;
+  }
+}
 
-/** Mutant `index` of a target's files, and the sha256 a regression records for it. */
-export function mutantOf(t: FuzzTarget, index: number): { files: Uint8Array[]; sha256: string } {
-  const { files } = mutant(t.files, FUZZ_SEED, index);
-  const h = createHash('sha256');
-  for (const f of files) h.update(f);
-  return { files, sha256: h.digest('hex') };
+/**
+ * A binary mutant made small for the corpus: blocks (tensor data, mostly) are zeroed wherever the
+ * reader's outcome stays exactly what it was, so that gzip leaves little of them.
+ */
+async function shrink(t: FuzzTarget, input: Uint8Array[], which: number, stage: 'read' | 'use'): Promise<Uint8Array> {
+  const want = await outcomeOf(t, input, stage);
+  const b = input[which].slice();
+  const zero = (x: Uint8Array) => x.every((v) => v === 0);
+  for (const block of [1 << 16, 1 << 12, 1 << 9]) {
+    for (let at = 0; at < b.length; at += block) {
+      const part = b.subarray(at, at + block);
+      if (zero(part)) continue;
+      const keep = part.slice();
+      part.fill(0);
+      if ((await outcomeOf(t, input.map((x, j) => (j === which ? b : x)), stage)) !== want) part.set(keep);
+    }
+  }
+  return b;
+}
+
+const slug = (s: string) => s.replace(/[^A-Za-z0-9.]+/g, '-').replace(/^[-.]+|-$/g, '');
+
+/**
+ * Mutant `index` of `t` stored in the corpus as a regression (bench/fuzz.bench.ts's LLMC_FUZZ_RECORD):
+ * the mutated file's bytes, binary ones shrunk, gzip'd over 16 kB; regressions.json lists it.
+ */
+export async function recordRegression(t: FuzzTarget, index: number, stage: 'read' | 'use', found: string): Promise<Regression> {
+  const m = mutant(t.files, FUZZ_SEED, index);
+  const which = t.files.findIndex((f) => f.name === m.file);
+  const bytes = t.files[which].json ? m.files[which] : await shrink(t, m.files, which, stage);
+  const ext = path.extname(m.file) || `.${slug(m.file)}`;
+  const gz = bytes.length > 16_384;
+  const file = `${slug(t.name)}-${index}${ext}${gz ? '.gz' : ''}`;
+  mkdirSync(REGRESSIONS_DIR, { recursive: true });
+  writeFileSync(path.join(REGRESSIONS_DIR, file), gz ? gzipSync(bytes, { level: 9 }) : bytes);
+  const r: Regression = { reader: t.name, index, stage, replaces: m.file, file, found: found.slice(0, 200) };
+  const all = existsSync(REGRESSIONS_JSON) ? regressions().filter((x) => x.file !== file) : [];
+  writeFileSync(REGRESSIONS_JSON, `${JSON.stringify([...all, r], null, 1)}\n`);
+  return r;
 }
 
 function target(t: Omit<FuzzTarget, 'input' | 'run' | 'files'> & { files: SeedFile[] }): FuzzTarget {
@@ -338,7 +405,8 @@ export async function fuzzTargets(stories: string, { ts: tsArtifact, gguf, onnx,
       files: [{ name: 'model.onnx', bytes: onnx, hot: Math.min(onnx.length, 1 << 16) }],
       read: async ([b]) =>
         outcome(async () => {
-          const decoder = await OnnxDecoder.open(write(onnxFile, b));
+          // One intra-op thread: a thread pool per mutant would cost more than the graph (the fuzz runs a worker per core).
+          const decoder = await OnnxDecoder.open(write(onnxFile, b), { threads: 1 });
           try {
             await decoder.forward([1, 2], null, 0);
           } finally {

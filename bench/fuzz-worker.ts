@@ -37,7 +37,7 @@ export interface CrashReport {
   stack?: string;
 }
 
-async function targetsFor(job: WorkerJob): Promise<FuzzTarget[]> {
+export async function targetsFor(job: Pick<WorkerJob, 'stories' | 'art'>): Promise<FuzzTarget[]> {
   const bytes = (f: string) => new Uint8Array(readFileSync(f));
   return fuzzTargets(job.stories, {
     ts: { manifest: readFileSync(path.join(job.art.ts, 'llmc-manifest.json'), 'utf8'), weights: bytes(path.join(job.art.ts, 'weights.bin')) },
@@ -64,8 +64,8 @@ export async function work(job: WorkerJob, post: (c: CrashReport) => void): Prom
       Atomics.store(state, 0, i);
       Atomics.store(state, 1, 1);
       Atomics.add(state, 2, 1);
+      const s = performance.now(); // the mutant's making counts too
       const m = mutant(t.files, job.seed, i);
-      const s = performance.now();
       let accepted = false;
       try {
         accepted = await t.read(m.files);

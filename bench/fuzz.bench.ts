@@ -12,10 +12,14 @@
  * LLMC_FUZZ_WORKERS=n threads (default: the cores); LLMC_FUZZ_LIMIT_MS per-mutant limit (default 20,000 as in
  * issue 36's campaign: wall time, and a loaded machine stretches it);
  * LLMC_FUZZ_USE=n accepted inputs run on the costly path per reader (default 300; --quick 20);
- * LLMC_FUZZ_REPLAY=reader:index runs one mutant in this thread and prints what it throws. TMPDIR on a
- * tmpfs spares the disk (every mutant is a file).
+ * LLMC_FUZZ_JOB=n mutants per thread start (default 10,000); LLMC_FUZZ_FROM=i the first index (a run that goes on
+ * from where another stopped);
+ * LLMC_FUZZ_RECORD=reader:index[:use],… stores those mutants (a crash the run found) as regression files in
+ * bench/fuzz-corpus/regressions/ (binary ones shrunk), which test/reliability.test.ts and
+ * test/artifact-files.test.ts replay. A reader that takes a path gets one file per thread, in TMPDIR
+ * (/dev/shm when it is there and TMPDIR is not set).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -23,8 +27,8 @@ import { Worker } from 'node:worker_threads';
 import { compile } from '../src/app/compile/compile.js';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { silentProgress } from '../src/core/util/progress.js';
-import { COUNTS, work, type CrashReport, type WorkerJob } from './fuzz-worker.js';
-import { FUZZ_SEED } from './fuzz-targets.js';
+import { COUNTS, targetsFor, type CrashReport, type WorkerJob } from './fuzz-worker.js';
+import { FUZZ_SEED, recordRegression } from './fuzz-targets.js';
 import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fuzz-worker.js');
@@ -144,23 +148,34 @@ export const suite: BenchSuite = {
     const useCap = Number(env.LLMC_FUZZ_USE) || (quick ? 20 : 300);
     const only = env.LLMC_FUZZ_ONLY?.split(',');
     const readers = READERS.filter((r) => !only || only.includes(r));
+    // Every mutant of a reader that takes a path is written (one file per thread): on a tmpfs, not the disk.
+    if (!env.TMPDIR && existsSync('/dev/shm')) env.TMPDIR = '/dev/shm';
+    const load = [os.loadavg()[0]];
     const tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-fuzz-bench-'));
     try {
       const art = await artifacts(tmp);
       const stories = path.join(REPO_ROOT, 'fixtures/models/stories260K');
-      if (env.LLMC_FUZZ_REPLAY) {
-        const [reader, index] = [env.LLMC_FUZZ_REPLAY.replace(/:\d+$/, ''), Number(/:(\d+)$/.exec(env.LLMC_FUZZ_REPLAY)?.[1])];
-        const crashes: CrashReport[] = [];
-        await work({ stories, art, reader, from: index, to: index + 1, useCap: 1, seed: FUZZ_SEED, shared: new SharedArrayBuffer(64 + 8 * COUNTS.length) }, (c) => crashes.push(c));
-        return { replay: { reader, index, crashes } };
+      if (env.LLMC_FUZZ_RECORD) {
+        const targets = await targetsFor({ stories, art });
+        const recorded = [];
+        for (const one of env.LLMC_FUZZ_RECORD.split(',')) {
+          const [, reader, index, use] = /^(.+?):(\d+)(:use)?$/.exec(one) ?? [];
+          const t = targets.find((x) => x.name === reader);
+          if (!t) throw new Error(`LLMC_FUZZ_RECORD: no reader ${reader} (reader:index[:use])`);
+          recorded.push(await recordRegression(t, Number(index), use ? 'use' : 'read', env.LLMC_FUZZ_FOUND ?? 'found by bench/fuzz'));
+        }
+        targets[0].close();
+        return { recorded };
       }
-      // Jobs of up to 25,000 mutants (a thread starts per job), interleaved across readers.
-      const size = Math.min(25_000, Math.ceil(per / workers));
-      const jobs: Omit<WorkerJob, 'shared'>[] = [];
-      const nJobs = Math.ceil(per / size);
-      for (let j = 0; j < nJobs; j++) {
-        for (const reader of readers) jobs.push({ stories, art, reader, from: j * size, to: Math.min(per, (j + 1) * size), useCap: Math.ceil(useCap / nJobs), seed: FUZZ_SEED });
-      }
+      // Jobs of up to LLMC_FUZZ_JOB mutants (a thread starts per job) over indices [from, per): interleaved across
+      // readers, or reader after reader in LLMC_FUZZ_ONLY's order (a run cut short then has whole readers done).
+      const from = Number(env.LLMC_FUZZ_FROM) || 0;
+      const size = Math.min(Number(env.LLMC_FUZZ_JOB) || 10_000, Math.ceil((per - from) / workers));
+      const nJobs = Math.ceil((per - from) / size);
+      const job = (reader: string, j: number) => ({ stories, art, reader, from: from + j * size, to: Math.min(per, from + (j + 1) * size), useCap: Math.ceil(useCap / nJobs), seed: FUZZ_SEED });
+      const jobs: Omit<WorkerJob, 'shared'>[] = only
+        ? only.filter((r) => readers.includes(r)).flatMap((reader) => Array.from({ length: nJobs }, (_, j) => job(reader, j)))
+        : Array.from({ length: nJobs }, (_, j) => readers.map((reader) => job(reader, j))).flat();
       const results: Record<string, ReaderResult> = {};
       const started: Record<string, number> = {};
       const t0 = performance.now();
@@ -191,15 +206,17 @@ export const suite: BenchSuite = {
         process.stderr.write(`${JSON.stringify({ [job.reader]: { ...counts, firstCrash: r.crashes[0]?.message ?? null } })}\n`);
         if (--left % 4 === 0) process.stderr.write(`fuzz: ${jobs.length - left}/${jobs.length} jobs, ${round((performance.now() - t0) / 1000, 0)} s\n`);
       });
-      const table = ['| reader (command) | mutants | clean | accepted | crash | hang | costly path run (clean / accepted / crash) | ms per mutant |', '|---|---|---|---|---|---|---|---|'];
+      load.push(os.loadavg()[0]);
+      const table = ['| reader (command) | mutants | clean | accepted | crash | hang | costly path run (clean / accepted / crash) | ms per mutant | mutants/s per thread |', '|---|---|---|---|---|---|---|---|---|'];
       for (const name of readers) {
         const r = results[name];
         if (!r) continue;
         const u = r.used ? `${r.used.runs} (${r.used.clean} / ${r.used.accepted} / ${r.used.crash})` : '—';
-        table.push(`| ${name} | ${r.mutants} | ${r.clean} | ${r.accepted} | ${r.crash} | ${r.hang} | ${u} | ${r.perMutantMs} |`);
+        table.push(`| ${name} | ${r.mutants} | ${r.clean} | ${r.accepted} | ${r.crash} | ${r.hang} | ${u} | ${r.perMutantMs} | ${round(1000 / Math.max(r.perMutantMs, 1e-3), 0)} |`);
+        for (const c of r.crashes) process.stderr.write(`crash: ${name} #${c.index} (${c.stage}): ${c.message.slice(0, 200)}; record: LLMC_FUZZ_RECORD='${name}:${c.index}${c.stage === 'use' ? ':use' : ''}'\n`);
       }
       process.stderr.write(`${table.join('\n')}\n`);
-      return { seed: FUZZ_SEED, perReader: per, workers, limitMs, wallS: round((performance.now() - t0) / 1000, 1), cpus: os.cpus()[0]?.model, readers: results, table };
+      return { seed: FUZZ_SEED, indices: [from, per], perReader: per - from, workers, limitMs, loadAverage: { start: round(load[0], 1), end: round(load[1], 1) }, wallS: round((performance.now() - t0) / 1000, 1), cpus: os.cpus()[0]?.model, readers: results, table };
     } finally {
       rmSync(tmp, { recursive: true, force: true });
     }

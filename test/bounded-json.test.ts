@@ -16,6 +16,7 @@ import { parseManifest } from '../src/exec/runtime/load.js';
 import { parseManifestText } from '../src/app/artifact.js';
 import { readLatencyFile } from '../passes/tree-search/latency-file.js';
 import { loadTokenizer } from '../src/core/tokenizer/index.js';
+import { chatTemplateOf, renderChat } from '../src/core/tokenizer/chat.js';
 import { ensureBuilt } from './build-once.js';
 import { llmcInProcess } from './cli.js';
 
@@ -115,6 +116,14 @@ describe('readers given a value nested 100,000 levels: one line, no stack overfl
   });
   it('a tokenizer.json', () => {
     expect(() => loadTokenizer(nested('{}'), '{}')).toThrow(/nested deeper than 64 levels/);
+  });
+  it('tokenizer_config.json\'s chat template (run --chat): nested, null, an array: one LlmcError each', () => {
+    for (const [text, msg] of [[nested('{}'), /nested deeper than 64 levels/], ['null', /not a JSON object/], ['[]', /not a JSON object/]] as const) {
+      expect(() => chatTemplateOf(text, 'tokenizer_config.json')).toThrow(LlmcError);
+      expect(() => chatTemplateOf(text, 'tokenizer_config.json')).toThrow(msg);
+      expect(() => renderChat('{{ messages[0].content }}', [{ role: 'user', content: 'hi' }], text, 'tokenizer_config.json')).toThrow(msg);
+    }
+    expect(chatTemplateOf('{"chat_template":"x"}', 'tokenizer_config.json')).toBe('x');
   });
   it('a tree-search latency file', () => {
     const f = path.join(tmp, 'lat.json');

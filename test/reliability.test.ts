@@ -6,11 +6,11 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import fc from 'fast-check';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fuzzTargets, replayRegressions, type FuzzTarget } from '../bench/fuzz-targets.js';
+import { FUZZ_CORPUS, fuzzTargets, REGRESSIONS_DIR, regressions, replayRegressions, type FuzzTarget } from '../bench/fuzz-targets.js';
 import { buildTokenizer } from '../fixtures/tokenizer.js';
 import { FIXTURE_PRESETS, generateFixture } from '../fixtures/generate.js';
 import { ensureBuilt } from './build-once.js';
@@ -176,10 +176,19 @@ describe('property-based fuzzing of every reader (seeded)', () => {
   }, 60_000);
 
   it('the seed corpus\'s regressions (mutants the long run found crashing): each is acceptance or one LlmcError now', async () => {
-    const { replayed, drifted } = await replayRegressions(targets);
+    // Each mutant's bytes are a file of bench/fuzz-corpus/regressions/: a crash, or over 10 s, throws naming it.
+    const { replayed } = await replayRegressions(targets);
     expect(replayed).toBeGreaterThan(0);
-    if (drifted.length) console.log(`fuzz regressions replayed on a changed seed (a writer changed; re-record with bench/fuzz): ${drifted.join(', ')}`);
   }, 60_000);
+
+  it('every regression file is listed, replayed by a reader of this test or of test/artifact-files.test.ts, and the corpus stays small', () => {
+    const listed = regressions();
+    const artifactReaders = ['qnn graph/subgraphs.json', 'qnn weights/shadow_index.json', 'qnn config.json', 'cuda config.json'];
+    for (const r of listed) expect(targets.some((t) => t.name === r.reader) || artifactReaders.includes(r.reader), r.file).toBe(true);
+    expect(readdirSync(REGRESSIONS_DIR).sort()).toEqual(listed.map((r) => r.file).sort());
+    const size = (d: string): number => readdirSync(d, { withFileTypes: true }).reduce((a, e) => a + (e.isDirectory() ? size(path.join(d, e.name)) : statSync(path.join(d, e.name)).size), 0);
+    expect(size(FUZZ_CORPUS)).toBeLessThan(2 << 20);
+  });
 });
 
 describe('outputs under concurrency and kills', () => {

@@ -26,6 +26,7 @@ import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core
 import { lowerDecoder, type DecoderFormats, type DecoderGraph, type Layout, type WeightFormat } from '../../src/exec/onnx/decoder.js';
 import { ExternalData, inlineSize, writeOnnx, type ExternalRef } from '../../src/exec/onnx/external.js';
 import { MAX_PROTO_BYTES } from '../../src/exec/onnx/lower.js';
+import { parseJson } from '../../src/core/util/json.js';
 import { writeChunkGraphs, type ChunkSetInfo } from './chunks.js';
 import { buildScript, engineProfile, type GraphFacts } from './engine-plan.js';
 import { GENAI_CONFIG, genaiConfig } from './genai.js';
@@ -240,8 +241,9 @@ function isFull(lv: Level, source: ModelSource): boolean {
 /** generation_config.json's fields, or none when the source has no (readable) one. */
 function parseGeneration(text: string | undefined): Record<string, unknown> {
   try {
-    const v = text ? JSON.parse(text) : {};
-    return v && typeof v === 'object' ? v : {};
+    // Bounded (a deep value is a missing config here, as unreadable text is).
+    const v = text ? parseJson(text, undefined) : {};
+    return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
   } catch {
     return {};
   }

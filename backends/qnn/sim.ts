@@ -19,6 +19,7 @@ import { LlmcError, summarize } from '../../src/core/errors.js';
 import type { Op } from '../../src/core/ir/ir.js';
 import { normalizeConfig, type ArchSpec } from '../../src/core/arch/spec.js';
 import { clampCodes, dequantize, intMatmul, quantizeUnclamped, requantize, roundHalfEven, type ActBits } from '../../src/core/quant/w8a8.js';
+import { parseJsonObject } from '../../src/core/util/json.js';
 import { DECODER_IO } from '../../src/exec/onnx/decoder.js';
 import { Interpreter, KvCache, type WeightTable } from '../../src/exec/runtime/interpreter.js';
 import { Weight } from '../../src/exec/runtime/kernels.js';
@@ -322,13 +323,13 @@ export function openSimulation(dir: string, subgraphs: readonly SubgraphEntry[],
   const configFile = path.join(dir, 'config.json');
   let s = spec;
   if (!s) {
-    let raw: unknown;
+    let text: string;
     try {
-      raw = JSON.parse(readFileSync(configFile, 'utf8'));
+      text = readFileSync(configFile, 'utf8');
     } catch (e) {
       throw new LlmcError(`cannot read the model config: ${(e as Error).message.split('\n')[0]}`, configFile);
     }
-    s = normalizeConfig(raw as Record<string, unknown>, configFile);
+    s = normalizeConfig(parseJsonObject(text, configFile), configFile);
   }
   const programs = new Map<string, Program>();
   for (const sg of subgraphs) if (sg.file) programs.set(sg.id, compileSubgraph(s, { ...sg, ops: sg.ops.map(irOp) }, new OnnxFile(path.join(dir, sg.file))));

@@ -8,6 +8,7 @@
  */
 import { Template } from '@huggingface/jinja';
 import { LlmcError } from '../errors.js';
+import { parseJsonObject } from '../util/json.js';
 
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant';
@@ -26,12 +27,8 @@ const tokenText = (v: unknown): string | undefined =>
  */
 export function chatTemplateOf(tokenizerConfigText: string | undefined, file: string): string | null {
   if (tokenizerConfigText === undefined) return null;
-  let cfg: Json;
-  try {
-    cfg = JSON.parse(tokenizerConfigText) as Json;
-  } catch (e) {
-    throw new LlmcError(`not valid JSON (${(e as Error).message})`, file);
-  }
+  // Bounded, and an object (the text `null` or `[]` is one line, not a TypeError).
+  const cfg = parseJsonObject(tokenizerConfigText, file) as Json;
   const t = cfg.chat_template;
   if (t === undefined || t === null) return null;
   if (typeof t === 'string') return t;
@@ -44,7 +41,7 @@ export function chatTemplateOf(tokenizerConfigText: string | undefined, file: st
 
 /** The prompt text `template` makes of `messages`, ending where the assistant's reply begins. */
 export function renderChat(template: string, messages: ChatMessage[], tokenizerConfigText: string | undefined, file: string): string {
-  const cfg = tokenizerConfigText === undefined ? {} : (JSON.parse(tokenizerConfigText) as Json);
+  const cfg = tokenizerConfigText === undefined ? {} : (parseJsonObject(tokenizerConfigText, file) as Json);
   const specials: Record<string, string> = {};
   for (const k of ['bos_token', 'eos_token', 'unk_token', 'pad_token']) {
     const v = tokenText(cfg[k]);
