@@ -19,7 +19,8 @@ export const reorder: PassDescriptor<ReorderOptions> = {
   requires: [],
   produces: ELASTIC_LEVELS,
   check(options, target) {
-    if (target.capabilities.elasticWidths.kind === 'uniform') checkUniformAnchors(options, target.name);
+    const e = target.capabilities.elasticWidths;
+    if (e.kind === 'uniform') checkUniformAnchors(options, target.name, e.why);
   },
   load: async () => (await import('./analyze.js')).reorderPass,
 };
