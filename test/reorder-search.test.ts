@@ -189,7 +189,7 @@ describe('targets', () => {
     for (const t of ['hf', 'gguf-levels']) {
       let err: unknown;
       try {
-        reorder.check!(o, findTarget(t));
+        reorder.check!(o, findTarget(t), { tensorTypes: [] }, { passes: ['reorder'] });
       } catch (e) {
         err = e;
       }
@@ -197,7 +197,7 @@ describe('targets', () => {
       expect((err as Error).message).toMatch(new RegExp(`^--target ${t} takes one width for all layers .*reorder\\.widths=search needs a target with per-layer widths \\(ts, cuda\\)$`));
       expect((err as Error).message).not.toMatch(/\n/);
     }
-    for (const t of ['ts', 'cuda']) expect(() => reorder.check!(o, findTarget(t))).not.toThrow();
+    for (const t of ['ts', 'cuda']) expect(() => reorder.check!(o, findTarget(t), { tensorTypes: [] }, { passes: ['reorder'] })).not.toThrow();
   });
 
   it('options: search-only and fisher-only keys are refused elsewhere', () => {
