@@ -36,7 +36,7 @@ import { reorder } from '../passes/reorder/index.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
 import { describeLevel, fullWidth } from '../passes/reorder/planner.js';
-import { axisChoices, budgetOf, searchLevels, type Budget, type Sensitivity } from '../passes/reorder/search.js';
+import { axisChoices, budgetOf, searchLevels, searchLevelsRefined, type Budget, type Sensitivity } from '../passes/reorder/search.js';
 import { relErr } from './numeric.js';
 
 const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');
@@ -101,6 +101,25 @@ describe('search: the greedy descent on a sensitivity table', () => {
         }
       }
     }
+  });
+
+  it('refined: re-measured at each level reached (its widths), the same table gives the same levels; another table changes what follows', async () => {
+    const spec = ckpt.spec;
+    const anchors = new Set([0]);
+    const t = table(spec, anchors, 1);
+    const o = { targets: [0.5, 0.75, 1], anchors, block: 1, budget: { kind: 'params', sizeBy: 'total' } as Budget, sensitivity: t };
+    const plain = searchLevels(spec, o);
+    const states: string[] = [];
+    const same = await searchLevelsRefined(spec, o, async (state) => (states.push(JSON.stringify(state)), t));
+    expect(same.levels).toEqual(plain.levels);
+    // Called at the 0.75 level's widths (the full model's table is the one given).
+    expect(states).toEqual([0.75].map((n) => JSON.stringify(plain.levels.find((l) => l.nominal === n)!.layers.map(({ kvGroups, qHeadsPerGroup, ffn }) => ({ kvGroups, qHeadsPerGroup, ffn })))));
+    // A table where layer 4 (the most sensitive) became nearly free to cut: the 0.5 level cuts it more.
+    const flipped: Sensitivity = { base: 2, layers: new Map([...t.layers].map(([l, per]) => [l, Object.fromEntries(Object.entries(per).map(([k, a]) => [k, { widths: a!.widths, loss: a!.loss.map((v) => (l === 4 ? 2 + (v - 2) / 100 : v)) }]))])) };
+    const other = await searchLevelsRefined(spec, o, async () => flipped);
+    expect(other.levels[1]).toEqual(plain.levels[1]);
+    expect(other.levels[0].layers[4].params).toBeLessThan(plain.levels[0].layers[4].params);
+    expectNested(other.levels);
   });
 
   it('a target below the smallest sub-model gets the smallest one, with a note', () => {

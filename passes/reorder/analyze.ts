@@ -35,7 +35,8 @@ import {
 } from './importance.js';
 import { levelLoss, levelMasks, maskedLoss, maskSource, skipLayerMasks, streamedLoss } from './masks.js';
 import { AUTO_PROVIDERS, checkUniformAnchors, type ReorderOptions } from './options.js';
-import { budgetOf, measureSensitivity, ordersKey, probeCount, searchLevels, sensitivityArrays, sensitivityFrom, type Budget, type Sensitivity } from './search.js';
+import { budgetOf, measureSensitivity, ordersKey, probeCount, searchLevels, searchLevelsRefined, sensitivityArrays, sensitivityFrom, type Budget, type Sensitivity } from './search.js';
+import type { LevelWidth as LevelWidthT } from '../../src/core/ir/width.js';
 import type { LayerOrder as Order } from './permute.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
 import { permuteSource, type LayerOrder } from './permute.js';
@@ -197,16 +198,16 @@ class Measurements {
    * The sensitivity table of widths=search (search.ts): the calibration loss of `orders`' level with
    * one non-anchor layer's axis cut, per layer, axis and probed width (cached per orders).
    */
-  async sensitivity(calib: CalibrationSet, orders: Order[], anchors: number[], block: number): Promise<Sensitivity> {
+  async sensitivity(calib: CalibrationSet, orders: Order[], anchors: number[], block: number, state?: LevelWidthT[]): Promise<Sensitivity> {
     const { source, progress, o } = this;
     const spec = source.spec;
     const anchorSet = new Set(anchors);
-    const key = { checkpoint: await this.identity(), calibration: calib.key, orders: ordersKey(orders), anchors, block, points: o.searchPoints };
+    const key = { checkpoint: await this.identity(), calibration: calib.key, orders: ordersKey(orders), anchors, block, points: o.searchPoints, ...(state ? { state: ordersKey(state) } : {}) };
     const prof = await cachedProfile(this.cacheDir, 'width-sensitivity', key, async () => {
-      const loss = (w: Parameters<typeof levelLoss>[2]) => levelLoss(source, orders, w, calib.calib);
-      const base = await loss(describeLevel(spec, 'full', 1, Array.from({ length: spec.numLayers }, () => fullWidth(spec)), anchorSet).layers);
-      progress.start('reorder: per-layer width sensitivity', probeCount(spec, anchorSet, block, o.searchPoints));
-      const s = await measureSensitivity(spec, anchorSet, block, o.searchPoints, loss, base, () => progress.tick());
+      const loss = (w: LevelWidthT[]) => levelLoss(source, orders, w, calib.calib);
+      const base = await loss(state ?? Array.from({ length: spec.numLayers }, () => fullWidth(spec)));
+      progress.start(`reorder: per-layer width sensitivity${state ? ' (refined)' : ''}`, probeCount(spec, anchorSet, block, o.searchPoints));
+      const s = await measureSensitivity(spec, anchorSet, block, o.searchPoints, loss, base, () => progress.tick(), state);
       progress.done();
       return sensitivityArrays(s);
     });
@@ -337,8 +338,10 @@ export async function analyzeReorder(
         const min = budgetOf(spec, budget, search([0]).levels[0], full);
         targets = n === 1 ? [1] : Array.from({ length: n }, (_, i) => Math.round((min + ((1 - min) * i) / (n - 1)) * 1e4) / 1e4);
       }
-      plan = search(targets);
-      widthSearch = { budget: budget.kind === 'memory' ? { kind: 'memory', context: budget.context, bytesPerParam: budget.bytesPerParam } : { kind: 'params', sizeBy: budget.sizeBy }, points: o.searchPoints, probes: probeCount(spec, anchorSet, block, o.searchPoints), baseLoss: sensitivity.base, fractions: plan.levels.map((lv) => Math.round(budgetOf(spec, budget, lv, full) * 1e6) / 1e6) };
+      plan = o.searchRefine
+        ? await searchLevelsRefined(spec, { targets, anchors: anchorSet, block, budget, sensitivity }, (state) => m.sensitivity(calib, orders, anchors, block, state))
+        : search(targets);
+      widthSearch = { budget: budget.kind === 'memory' ? { kind: 'memory', context: budget.context, bytesPerParam: budget.bytesPerParam } : { kind: 'params', sizeBy: budget.sizeBy }, points: o.searchPoints, ...(o.searchRefine ? { refined: true as const } : {}), probes: probeCount(spec, anchorSet, block, o.searchPoints), baseLoss: sensitivity.base, fractions: plan.levels.map((lv) => Math.round(budgetOf(spec, budget, lv, full) * 1e6) / 1e6) };
     } else plan = planLevels(spec, { levels: o.levels, anchors: anchorSet, block, sizeBy: o.sizeBy });
     notes.push(...plan.notes);
     const levels: ReorderMetadata['levels'] = plan.levels;

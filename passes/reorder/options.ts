@@ -40,6 +40,8 @@ export interface ReorderOptions {
   budgetContext: number;
   /** widths=search: FFN widths measured per layer (KV groups and heads: every choice). */
   searchPoints: number;
+  /** widths=search: measure the table again at the widths each level reached before descending to the next. */
+  searchRefine: boolean;
   /** Re-score the units of each level with the next larger level active (largest first), re-sorting inside its prefix. */
   iterative: boolean;
   /** importance=fisher: tokens the mask Fisher accumulates over, and sequences per gradient. */
@@ -96,6 +98,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'budget', help: 'widths=search: a level\'s fraction bounds params (as sizeBy says) | memory (bf16 weights + f16 KV cache at budgetContext tokens)', default: 'params' },
   { key: 'budgetContext', help: 'budget=memory: context length of the KV cache counted', default: '2048' },
   { key: 'searchPoints', help: 'widths=search: FFN widths measured per layer', default: '8' },
+  { key: 'searchRefine', help: 'widths=search: true measures the sensitivity again at the widths each level reached (one more sweep per level)', default: 'false' },
   { key: 'iterative', help: 'true: re-score units with each next larger level active (largest first) and re-sort inside its prefix', default: 'false' },
   { key: 'fisherTokens', help: 'importance=fisher: tokens the Fisher information accumulates over (training windows or self-generated)', default: String(FISHER_DEFAULTS.tokens) },
   { key: 'fisherBatch', help: 'importance=fisher: sequences per gradient', default: String(FISHER_DEFAULTS.batch) },
@@ -205,7 +208,8 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
   if (sizeBy !== 'total' && sizeBy !== 'blocks') throw new UsageError(`reorder.sizeBy must be total or blocks, got "${sizeBy}"`);
   const widths = (raw.widths ?? 'uniform').trim();
   if (widths !== 'uniform' && widths !== 'search') throw new UsageError(`reorder.widths must be uniform or search, got "${raw.widths}"`);
-  const searchOnly = ['budget', 'budgetContext', 'searchPoints'].find((k) => raw[k] !== undefined);
+  const searchOnly = ['budget', 'budgetContext', 'searchPoints', 'searchRefine'].find((k) => raw[k] !== undefined);
+  if (raw.searchRefine !== undefined && !['true', 'false'].includes(raw.searchRefine.trim())) throw new UsageError(`reorder.searchRefine must be true or false, got "${raw.searchRefine}"`);
   if (widths === 'uniform' && searchOnly) throw new UsageError(`reorder.${searchOnly} applies to reorder.widths=search only`);
   const budget = (raw.budget ?? 'params').trim();
   if (budget !== 'params' && budget !== 'memory') throw new UsageError(`reorder.budget must be params or memory, got "${raw.budget}"`);
@@ -218,6 +222,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
     budget,
     budgetContext: raw.budgetContext !== undefined ? int('budgetContext', raw.budgetContext, 1) : 2048,
     searchPoints: raw.searchPoints !== undefined ? int('searchPoints', raw.searchPoints, 1) : 8,
+    searchRefine: raw.searchRefine?.trim() === 'true',
     iterative: raw.iterative?.trim() === 'true',
     fisherTokens: raw.fisherTokens !== undefined ? int('fisherTokens', raw.fisherTokens, 1) : FISHER_DEFAULTS.tokens,
     fisherBatch: raw.fisherBatch !== undefined ? int('fisherBatch', raw.fisherBatch, 1) : FISHER_DEFAULTS.batch,

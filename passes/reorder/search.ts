@@ -88,32 +88,74 @@ export interface SearchOptions {
  * (nested, ascending, duplicates dropped) and notes for targets below the smallest reachable size.
  */
 export function searchLevels(spec: ArchSpec, o: SearchOptions): { levels: Level[]; notes: string[] } {
-  const notes: string[] = [];
-  const L = spec.numLayers;
-  const choices = axisChoices(spec, o.block);
-  const full = describeLevel(spec, 'full', 1, Array.from({ length: L }, () => fullWidth(spec)), o.anchors);
-  const state: LayerWidth[] = Array.from({ length: L }, () => fullWidth(spec));
-  const sizeOf = (w: LayerWidth[]) => budgetOf(spec, o.budget, describeLevel(spec, '', 0, w, o.anchors), full);
-  const increase = (l: number, axis: Axis, from: number, to: number) => {
-    const a = o.sensitivity.layers.get(l)?.[axis];
-    return a ? lossAt(a, to) - lossAt(a, from) : 0;
-  };
-  let size = sizeOf(state);
-  const targets = [...o.targets].sort((a, b) => b - a);
-  const picked: { t: number; w: LayerWidth[] }[] = [];
-  for (const t of targets) {
-    while (size > t + 1e-9) {
+  const d = new Descent(spec, o);
+  for (const t of d.targets) d.descendTo(t, o.sensitivity);
+  return d.result();
+}
+
+/**
+ * searchLevels with the table measured again (`remeasure`, at the widths reached) before each level
+ * below the largest: the increases a layer's cut causes with the other layers already cut.
+ */
+export async function searchLevelsRefined(spec: ArchSpec, o: SearchOptions, remeasure: (state: LayerWidth[]) => Promise<Sensitivity>): Promise<{ levels: Level[]; notes: string[] }> {
+  const d = new Descent(spec, o);
+  let table = o.sensitivity;
+  let measuredAt = JSON.stringify(d.state);
+  for (let i = 0; i < d.targets.length; i++) {
+    const at = JSON.stringify(d.state);
+    if (at !== measuredAt && d.size > d.targets[i] + 1e-9) {
+      table = await remeasure(d.state.map((w) => ({ ...w })));
+      measuredAt = at;
+    }
+    d.descendTo(d.targets[i], table);
+  }
+  return d.result();
+}
+
+/** The one descent: its widths, its size under the budget and the level picked at each target. */
+class Descent {
+  readonly state: LayerWidth[];
+  readonly targets: number[];
+  size: number;
+  private readonly choices: Record<Axis, number[]>;
+  private readonly full: Level;
+  private readonly picked: { t: number; w: LayerWidth[] }[] = [];
+  private readonly notes: string[] = [];
+
+  constructor(
+    private readonly spec: ArchSpec,
+    private readonly o: SearchOptions,
+  ) {
+    const L = spec.numLayers;
+    this.choices = axisChoices(spec, o.block);
+    this.full = describeLevel(spec, 'full', 1, Array.from({ length: L }, () => fullWidth(spec)), o.anchors);
+    this.state = Array.from({ length: L }, () => fullWidth(spec));
+    this.size = this.sizeOf(this.state);
+    this.targets = [...o.targets].sort((a, b) => b - a);
+  }
+
+  private sizeOf(w: LayerWidth[]): number {
+    return budgetOf(this.spec, this.o.budget, describeLevel(this.spec, '', 0, w, this.o.anchors), this.full);
+  }
+
+  /** Cuts until the size is within `t` (or nothing is left to cut); records the level. */
+  descendTo(t: number, table: Sensitivity): void {
+    const { spec, o, state, choices } = this;
+    const increase = (l: number, axis: Axis, from: number, to: number) => {
+      const a = table.layers.get(l)?.[axis];
+      return a ? lossAt(a, to) - lossAt(a, from) : 0;
+    };
+    while (this.size > t + 1e-9) {
       let best: { l: number; axis: Axis; to: number; score: number; size: number } | null = null;
-      for (let l = 0; l < L; l++) {
+      for (let l = 0; l < spec.numLayers; l++) {
         if (o.anchors.has(l)) continue;
         for (const axis of AXES) {
           const ch = choices[axis];
           const at = ch.indexOf(state[l][axis]);
           if (at <= 0) continue;
           const to = ch[at - 1];
-          const next = state.map((w, i) => (i === l ? { ...w, [axis]: to } : w));
-          const s = sizeOf(next);
-          const saved = size - s;
+          const s = this.sizeOf(state.map((w, i) => (i === l ? { ...w, [axis]: to } : w)));
+          const saved = this.size - s;
           if (saved <= 0) continue;
           // Loss per budget saved; ties go to the lower layer, then the axis order (deterministic).
           const score = increase(l, axis, state[l][axis], to) / saved;
@@ -122,34 +164,37 @@ export function searchLevels(spec: ArchSpec, o: SearchOptions): { levels: Level[
       }
       if (!best) break;
       state[best.l] = { ...state[best.l], [best.axis]: best.to };
-      size = best.size;
+      this.size = best.size;
     }
-    if (size > t + 1e-9) notes.push(`level ${t}: the smallest searched sub-model is ${(size * 100).toFixed(1)}% of the ${o.budget.kind === 'memory' ? 'memory' : 'parameters'} (anchors stay full); using it`);
-    picked.push({ t, w: state.map((w) => ({ ...w })) });
+    if (this.size > t + 1e-9) this.notes.push(`level ${t}: the smallest searched sub-model is ${(this.size * 100).toFixed(1)}% of the ${o.budget.kind === 'memory' ? 'memory' : 'parameters'} (anchors stay full); using it`);
+    this.picked.push({ t, w: state.map((w) => ({ ...w })) });
   }
-  picked.reverse();
-  const levels: Level[] = [];
-  let prevKey = '';
-  for (const p of picked) {
-    const key = JSON.stringify(p.w);
-    if (key === prevKey) {
-      notes.push(`level ${p.t}: the search gives the same widths as the level below; dropped`);
-      continue;
+
+  result(): { levels: Level[]; notes: string[] } {
+    const levels: Level[] = [];
+    let prevKey = '';
+    for (const p of [...this.picked].reverse()) {
+      const key = JSON.stringify(p.w);
+      if (key === prevKey) {
+        this.notes.push(`level ${p.t}: the search gives the same widths as the level below; dropped`);
+        continue;
+      }
+      prevKey = key;
+      levels.push({ ...describeLevel(this.spec, `L${levels.length}`, p.t, p.w, this.o.anchors), id: `L${levels.length}`, nominal: p.t });
     }
-    prevKey = key;
-    levels.push({ ...describeLevel(spec, `L${levels.length}`, p.t, p.w, o.anchors), id: `L${levels.length}`, nominal: p.t });
+    return { levels, notes: this.notes };
   }
-  return { levels, notes };
 }
 
-/** The widths of a probe: full everywhere but layer l's axis at v. */
-export function probe(spec: ArchSpec, l: number, axis: Axis, v: number): LayerWidth[] {
-  return Array.from({ length: spec.numLayers }, (_, i) => (i === l ? { ...fullWidth(spec), [axis]: v } : fullWidth(spec)));
+/** The widths of a probe: `state` (default full) but layer l's axis at v. */
+export function probe(spec: ArchSpec, l: number, axis: Axis, v: number, state?: readonly LayerWidth[]): LayerWidth[] {
+  return Array.from({ length: spec.numLayers }, (_, i) => ({ ...(state?.[i] ?? fullWidth(spec)), ...(i === l ? { [axis]: v } : {}) }));
 }
 
 /**
  * Measures the sensitivity table with `loss(widths)` (the calibration loss of the orders' level at
- * those widths): one call per non-anchor layer, axis and probed width below full.
+ * those widths): one call per non-anchor layer, axis and probed width below the layer's width in
+ * `state` (default: full; `base` is the loss at `state`).
  */
 export async function measureSensitivity(
   spec: ArchSpec,
@@ -159,19 +204,20 @@ export async function measureSensitivity(
   loss: (widths: LayerWidth[]) => Promise<number>,
   base: number,
   tick: () => void = () => {},
+  state?: readonly LayerWidth[],
 ): Promise<Sensitivity> {
   const probes = probeWidths(spec, block, points);
-  const full = fullWidth(spec);
   const layers = new Map<number, Partial<Record<Axis, AxisLoss>>>();
   for (let l = 0; l < spec.numLayers; l++) {
     if (anchors.has(l)) continue;
     const per: Partial<Record<Axis, AxisLoss>> = {};
+    const at = state?.[l] ?? fullWidth(spec);
     for (const axis of AXES) {
-      const ws = probes[axis];
+      const ws = [...probes[axis].filter((v) => v < at[axis]), at[axis]];
       if (ws.length < 2) continue;
       const loss_: number[] = [];
       for (const v of ws) {
-        loss_.push(v === full[axis] ? base : await loss(probe(spec, l, axis, v)));
+        loss_.push(v === at[axis] ? base : await loss(probe(spec, l, axis, v, state)));
         tick();
       }
       per[axis] = { widths: ws, loss: loss_ };
@@ -181,7 +227,7 @@ export async function measureSensitivity(
   return { base, layers };
 }
 
-/** Number of loss evaluations measureSensitivity makes (for progress). */
+/** Number of loss evaluations measureSensitivity makes from the full model (for progress). */
 export function probeCount(spec: ArchSpec, anchors: ReadonlySet<number>, block: number, points: number): number {
   const p = probeWidths(spec, block, points);
   const per = AXES.reduce((n, a) => n + (p[a].length < 2 ? 0 : p[a].length), 0);
