@@ -12,7 +12,7 @@
  * Per-layer widths (reorder.widths=search) against the uniform cut at the same parameter count (each
  * searched level's budget is the uniform level's parameter fraction): unrecovered with the default
  * anchors and with none (the search then decides which layers stay full), with iterative importance,
- * with Fisher importance, and LoRA-recovered with the default settings (`--no-search` skips them).
+ * with the table re-measured at each level (searchRefine), with Fisher importance, and LoRA-recovered with the default settings (`--no-search` skips them).
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/elastic-quality.bench.js [--quick]
  * [--only stories|dense] [--distill-steps N] [--no-train] [--no-search] [--no-fisher] [--dense-held-out N]`.
  */
@@ -166,7 +166,8 @@ async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
       searched: {},
       searchedNoAnchors: { anchors: '0' },
       searchedIterative: { iterative: 'true' },
-      ...(c.fisher ? { searchedFisher: { importance: 'fisher' } } : {}),
+      searchedRefined: { searchRefine: 'true' },
+      ...(c.fisher ? { searchedFisher: { importance: 'fisher' }, searchedFisherRefined: { importance: 'fisher', searchRefine: 'true' } } : {}),
     };
     for (const [name, extra] of Object.entries(variants)) {
       const t = performance.now();
