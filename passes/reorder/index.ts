@@ -12,7 +12,7 @@ export const reorder: PassDescriptor<ReorderOptions> = {
   description: 'permutation-consistent unit reordering + elastic prefix sub-models (ELMS)',
   options: REORDER_OPTIONS,
   flags: [
-    { flag: '--importance <provider>', key: 'importance', help: 'reorder: unit importance (taylor | activation | magnitude | auto)' },
+    { flag: '--importance <provider>', key: 'importance', help: 'reorder: unit importance (taylor | activation | magnitude | fisher | auto)' },
     { flag: '--levels <list>', key: 'levels', help: 'reorder: elastic levels, a count or fractions (e.g. 0.5,0.75,1)' },
   ],
   after: [],
