@@ -40,7 +40,7 @@ import { reorder } from '../passes/reorder/index.js';
 import { parseReorderOptions } from '../passes/reorder/options.js';
 import { permuteSource, randomOrders } from '../passes/reorder/permute.js';
 import { describeLevel, fullWidth } from '../passes/reorder/planner.js';
-import { axisChoices, budgetOf, searchLevels, searchLevelsRefined, type Budget, type Sensitivity } from '../passes/reorder/search.js';
+import { axisChoices, budgetOf, chooseNested, nestedIn, searchLevels, searchLevelsRefined, type Budget, type Sensitivity } from '../passes/reorder/search.js';
 import { relErr } from './numeric.js';
 
 const MODEL = path.resolve(__dirname, '../fixtures/models/stories260K');
@@ -126,6 +126,28 @@ describe('search: the greedy descent on a sensitivity table', () => {
     expectNested(other.levels);
   });
 
+  it('chooseNested: per level the searched or the uniform widths, nested, of least summed loss', () => {
+    const spec = ckpt.spec;
+    const anchors = new Set<number>();
+    const lv = (w: [number, number][]) => describeLevel(spec, '', 0, w.map(([kvGroups, ffn]) => ({ kvGroups, qHeadsPerGroup: 2, ffn })), anchors);
+    const full = lv(Array(5).fill([4, 172]));
+    const s50 = lv([[4, 172], [1, 22], [1, 22], [1, 22], [1, 1]]);
+    const u50 = lv(Array(5).fill([1, 50]));
+    const s75 = lv([[4, 172], [4, 151], [4, 51], [2, 60], [1, 22]]);
+    const u75 = lv(Array(5).fill([2, 119]));
+    const c = (uLoss50: number, uLoss75: number) => [
+      { searched: s50, uniform: u50, loss: { searched: 8, uniform: uLoss50 } },
+      { searched: s75, uniform: u75, loss: { searched: 5, uniform: uLoss75 } },
+      { searched: full, uniform: null, loss: { searched: 2, uniform: null } },
+    ];
+    expect(nestedIn(u50, s75)).toBe(false); // layer 4: 50 neurons > 22
+    expect(nestedIn(s50, u75)).toBe(false); // layer 0: 4 groups > 2
+    expect(chooseNested(c(6, 4))).toEqual(['uniform', 'uniform', 'searched']);
+    expect(chooseNested(c(7.5, 9))).toEqual(['searched', 'searched', 'searched']);
+    // Uniform 50% alone measures lower (7 < 8) but nests only under uniform 75%, which costs more: all searched.
+    expect(chooseNested(c(7, 7))).toEqual(['searched', 'searched', 'searched']);
+  });
+
   it('a target below the smallest sub-model gets the smallest one, with a note', () => {
     const anchors = new Set([0, 1]);
     const r = searchLevels(ckpt.spec, { targets: [0.05, 1], anchors, block: 1, budget: { kind: 'params', sizeBy: 'total' }, sensitivity: table(ckpt.spec, anchors, 1) });
@@ -152,8 +174,12 @@ describe('search on stories260K', () => {
     levels.forEach((lv) => expect(lv.params / md.full.params).toBeLessThanOrEqual(lv.nominal + 1e-9));
     expect(md.widthSearch!.fractions).toEqual(levels.map((lv) => lv.paramFrac));
     expectNested(levels);
-    const nonAnchor = levels[0].layers.filter((L) => !L.anchor).map((L) => JSON.stringify([L.kvGroups, L.qHeadsPerGroup, L.ffn]));
-    expect(new Set(nonAnchor).size).toBeGreaterThan(1);
+    // Each level is the searched one or the uniform cut (whichever measured lower and nests); a searched one differs between layers.
+    expect(md.widthSearch!.picked).toHaveLength(levels.length);
+    levels.forEach((lv, i) => {
+      const nonAnchor = lv.layers.filter((L) => !L.anchor).map((L) => JSON.stringify([L.kvGroups, L.qHeadsPerGroup, L.ffn]));
+      if (lv.paramFrac < 1) expect(new Set(nonAnchor).size === 1).toBe(md.widthSearch!.picked![i] === 'uniform');
+    });
   });
 
   it('a per-layer level (fewer query heads in several KV groups) = the full model with the dropped units zeroed by hand', async () => {

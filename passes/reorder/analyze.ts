@@ -35,7 +35,7 @@ import {
 } from './importance.js';
 import { levelLoss, levelMasks, maskedLoss, maskSource, skipLayerMasks, streamedLoss } from './masks.js';
 import { AUTO_PROVIDERS, checkUniformAnchors, type ReorderOptions } from './options.js';
-import { budgetOf, measureSensitivity, ordersKey, probeCount, searchLevels, searchLevelsRefined, sensitivityArrays, sensitivityFrom, type Budget, type Sensitivity } from './search.js';
+import { budgetOf, chooseNested, measureSensitivity, ordersKey, probeCount, searchLevels, searchLevelsRefined, sensitivityArrays, sensitivityFrom, type Budget, type Sensitivity } from './search.js';
 import type { LevelWidth as LevelWidthT } from '../../src/core/ir/width.js';
 import type { LayerOrder as Order } from './permute.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
@@ -341,7 +341,24 @@ export async function analyzeReorder(
       plan = o.searchRefine
         ? await searchLevelsRefined(spec, { targets, anchors: anchorSet, block, budget, sensitivity }, (state) => m.sensitivity(calib, orders, anchors, block, state))
         : search(targets);
-      widthSearch = { budget: budget.kind === 'memory' ? { kind: 'memory', context: budget.context, bytesPerParam: budget.bytesPerParam } : { kind: 'params', sizeBy: budget.sizeBy }, points: o.searchPoints, ...(o.searchRefine ? { refined: true as const } : {}), probes: probeCount(spec, anchorSet, block, o.searchPoints), baseLoss: sensitivity.base, fractions: plan.levels.map((lv) => Math.round(budgetOf(spec, budget, lv, full) * 1e6) / 1e6) };
+      // Beside each searched level, the uniform cut of the same budget (params budgets): the nested choice of least measured loss.
+      let picked: ('searched' | 'uniform')[] | undefined;
+      if (budget.kind === 'params') {
+        const cands = [];
+        for (const lv of plan.levels) {
+          const u = lv.paramFrac >= 1 ? null : planLevels(spec, { levels: [lv.nominal], anchors: anchorSet, block, sizeBy: o.sizeBy }).levels[0] ?? null;
+          const uniform = u && budgetOf(spec, budget, u, full) <= lv.nominal + 1e-9 ? { ...u, id: lv.id, nominal: lv.nominal } : null;
+          const lossOf = (x: ReorderMetadata['levels'][number]) => (x.paramFrac >= 1 ? Promise.resolve(sensitivity.base) : levelLoss(source, orders, x.layers, calib.calib));
+          cands.push({ searched: lv, uniform, loss: { searched: await lossOf(lv), uniform: uniform ? await lossOf(uniform) : null } });
+        }
+        picked = chooseNested(cands);
+        plan = { levels: cands.map((c, i) => (picked![i] === 'uniform' ? c.uniform! : c.searched)), notes: plan.notes };
+        cands.forEach((c, i) => {
+          if (picked![i] === 'uniform') plan.notes.push(`level ${c.searched.nominal}: the uniform cut measured a lower calibration loss (${c.loss.uniform!.toFixed(3)}) than the searched widths (${c.loss.searched.toFixed(3)}); kept uniform`);
+        });
+      }
+      widthSearch = {
+        ...(picked ? { picked } : {}), budget: budget.kind === 'memory' ? { kind: 'memory', context: budget.context, bytesPerParam: budget.bytesPerParam } : { kind: 'params', sizeBy: budget.sizeBy }, points: o.searchPoints, ...(o.searchRefine ? { refined: true as const } : {}), probes: probeCount(spec, anchorSet, block, o.searchPoints), baseLoss: sensitivity.base, fractions: plan.levels.map((lv) => Math.round(budgetOf(spec, budget, lv, full) * 1e6) / 1e6) };
     } else plan = planLevels(spec, { levels: o.levels, anchors: anchorSet, block, sizeBy: o.sizeBy });
     notes.push(...plan.notes);
     const levels: ReorderMetadata['levels'] = plan.levels;

@@ -267,3 +267,31 @@ export function sensitivityFrom(meta: Record<string, unknown>, arrays: Record<st
   }
   return { base: meta.base as number, layers };
 }
+
+/** Level a's per-layer widths are ≤ level b's on every axis. */
+export function nestedIn(a: Level, b: Level): boolean {
+  return a.layers.every((L, l) => L.kvGroups <= b.layers[l].kvGroups && L.qHeadsPerGroup <= b.layers[l].qHeadsPerGroup && L.ffn <= b.layers[l].ffn);
+}
+
+/**
+ * Per level (ascending), the searched or the uniform candidate: the nested choice (each level within
+ * the next larger one) of least summed measured loss. The search estimates losses additively and can
+ * lose to the uniform cut where many layers are cut at once; this keeps it from shipping a level
+ * that measured worse. Candidates are few (≤ 2 per level), so every choice is tried (2^n, n ≤ 16;
+ * beyond, the searched levels as they are).
+ */
+export function chooseNested(cands: readonly { searched: Level; uniform: Level | null; loss: { searched: number; uniform: number | null } }[]): ('searched' | 'uniform')[] {
+  const n = cands.length;
+  const all: ('searched' | 'uniform')[] = cands.map(() => 'searched');
+  if (n > 16) return all;
+  let best: { pick: ('searched' | 'uniform')[]; loss: number } | null = null;
+  for (let mask = 0; mask < 1 << n; mask++) {
+    const pick = cands.map((_, i) => ((mask >> i) & 1 ? 'uniform' : 'searched') as 'searched' | 'uniform');
+    if (pick.some((p, i) => p === 'uniform' && !cands[i].uniform)) continue;
+    const lv = pick.map((p, i) => (p === 'uniform' ? cands[i].uniform! : cands[i].searched));
+    if (lv.some((x, i) => i > 0 && !nestedIn(lv[i - 1], x))) continue;
+    const loss = pick.reduce((s, p, i) => s + (p === 'uniform' ? cands[i].loss.uniform! : cands[i].loss.searched), 0);
+    if (!best || loss < best.loss - 1e-12) best = { pick, loss };
+  }
+  return best?.pick ?? all;
+}
