@@ -9,8 +9,12 @@
  * text/heldout.txt windows, beside draft-5M (5.2M parameters trained from scratch on the same corpus).
  * Targets (issue 32): stories260K 50% below the bigram floor and ≥ 80% of the gap closed at 75%
  * (log-perplexity); dense-28M every level ≥ 50% within 1.5× the full model's perplexity.
+ * Per-layer widths (reorder.widths=search) against the uniform cut at the same parameter count (each
+ * searched level's budget is the uniform level's parameter fraction): unrecovered with the default
+ * anchors and with none (the search then decides which layers stay full), with iterative importance,
+ * with the table re-measured at each level (searchRefine), with Fisher importance, and LoRA-recovered with the default settings (`--no-search` skips them).
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/elastic-quality.bench.js [--quick]
- * [--only stories|dense] [--distill-steps N] [--no-train] [--dense-held-out N]`.
+ * [--only stories|dense] [--distill-steps N] [--no-train] [--no-search] [--no-fisher] [--dense-held-out N]`.
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -122,6 +126,9 @@ interface ModelCase {
   loraSteps: string;
   /** Baselines only (orders, floors): no LoRA or distillation runs. */
   noTrain: boolean;
+  /** Per-layer widths searched at the uniform levels' parameter fractions (and Fisher importance among them). */
+  search: boolean;
+  fisher: boolean;
 }
 
 async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
@@ -151,33 +158,48 @@ async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
       reverse: pplCI(await at(reverseOrders(base.orders))),
     };
   }
+  // Per-layer widths searched under each uniform level's parameter fraction.
+  const search: Record<string, unknown> = {};
+  if (c.search) {
+    const budgets = levels.map((lv) => lv.paramFrac).join(',');
+    const variants: Record<string, Record<string, string>> = {
+      searched: {},
+      searchedNoAnchors: { anchors: '0' },
+      searchedIterative: { iterative: 'true' },
+      searchedRefined: { searchRefine: 'true' },
+      ...(c.fisher ? { searchedFisher: { importance: 'fisher' }, searchedFisherRefined: { importance: 'fisher', searchRefine: 'true' } } : {}),
+    };
+    for (const [name, extra] of Object.entries(variants)) {
+      const t = performance.now();
+      const r = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, ...extra, levels: `${budgets},1`, widths: 'search', recover: 'none', evaluate: 'false' }), ctx);
+      const wallMs = Math.round(performance.now() - t);
+      const per: Record<string, unknown> = {};
+      for (const lv of r.metadata.levels.filter((l) => l.paramFrac < 1)) {
+        per[lv.id] = { paramFrac: lv.paramFrac, params: lv.params, ppl: pplCI(await perSeqLoss(original, heldOut, levelMasks(spec, r.orders, lv.layers))), widths: lv.layers.map((L) => [L.kvGroups, L.qHeadsPerGroup, L.ffn]) };
+      }
+      search[name] = { wallMs, anchors: r.metadata.anchors, ...(r.metadata.fisherTokens ? { fisherTokens: r.metadata.fisherTokens } : {}), levels: per, notes: r.metadata.notes };
+    }
+  }
   original.dispose();
   // Floors on the tokens recovery trains on (text windows or self-generated sequences).
   const train = await trainingSet(c.source, calib, quick ? 256 : 1024, 42, { cacheDir });
   const floors = ngramFloors(train.seqs, heldOut, spec.vocabSize);
 
-  if (c.noTrain) return { heldOut: { sequences: heldOut.length, tokensPerSequence: heldOut[0].length }, full, floors, levels: rows };
+  if (c.noTrain) return { heldOut: { sequences: heldOut.length, tokensPerSequence: heldOut[0].length }, full, floors, levels: rows, ...(c.search ? { search } : {}) };
+  if (c.search) {
+    // LoRA (default settings) on the searched levels: each level's slice with its adapters.
+    const budgets = levels.map((lv) => lv.paramFrac).join(',');
+    const t = performance.now();
+    const r = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, levels: `${budgets},1`, widths: 'search', recover: 'lora', evaluate: 'true', recoverSteps: c.loraSteps }), ctx);
+    const per: Record<string, unknown> = {};
+    for (const lv of r.metadata.levels.filter((l) => l.paramFrac < 1)) per[lv.id] = { paramFrac: lv.paramFrac, ppl: await loraPpl(r, lv, heldOut), unrecoveredCalibPpl: lv.unrecovered?.heldOutPpl ?? null };
+    search.searchedLora = { wallMs: Math.round(performance.now() - t), levels: per };
+  }
   // LoRA (the default recovery): per level, its slice with its adapters.
   const t0 = performance.now();
   const lora = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, recover: 'lora', evaluate: 'true', recoverSteps: c.loraSteps }), ctx);
   const loraMs = performance.now() - t0;
-  for (const lv of lora.metadata.levels.filter((l) => l.paramFrac < 1)) {
-    const student = await TfModel.load(sliceSource(lora.source, lv.layers, 'level'));
-    const ads: Adapter[] = [];
-    let scale = 1;
-    let rank = 1;
-    for (const [weight, ann] of lora.adapters) {
-      const a = ann.adapters?.[lv.id];
-      if (!a) continue;
-      ads.push({ weight, inFeatures: a.inFeatures, outFeatures: a.outFeatures, a: a.a, b: a.b });
-      scale = a.scale;
-      rank = a.rank;
-    }
-    const terms = lowRankTerms(ads, rank, scale * 1);
-    rows[lv.id].lora = pplCI(await perSeqLoss(student, heldOut, ads.length ? { lowRank: terms } : {}));
-    tf.dispose([...terms.values()].flatMap((t) => [t.at, t.bt]));
-    student.dispose();
-  }
+  for (const lv of lora.metadata.levels.filter((l) => l.paramFrac < 1)) rows[lv.id].lora = await loraPpl(lora, lv, heldOut);
   // Joint elastic distillation: every level a slice of the one trained weight set.
   const t1 = performance.now();
   const dist = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, recover: 'distill', evaluate: 'true', recoverSteps: String(c.distillSteps), recoverData: String(c.distillData) }), ctx);
@@ -201,12 +223,35 @@ async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
     full,
     floors,
     levels: rows,
+    ...(c.search ? { search } : {}),
     distill: { full: distillFull, recovery: dist.metadata.recovery, wallMs: Math.round(distillMs) },
     lora: { recovery: lora.metadata.recovery, wallMs: Math.round(loraMs) },
     at50: check(0.5),
     at75: check(0.75),
     notes: dist.metadata.notes,
   };
+}
+
+/** Held-out perplexity of a LoRA-recovered level: its slice with its adapters (tfjs). */
+async function loraPpl(r: Awaited<ReturnType<typeof analyzeReorder>>, lv: Level, heldOut: number[][]): Promise<PplCI> {
+  const student = await TfModel.load(sliceSource(r.source, lv.layers, 'level'));
+  const ads: Adapter[] = [];
+  let scale = 1;
+  let rank = 1;
+  for (const [weight, ann] of r.adapters) {
+    const a = ann.adapters?.[lv.id];
+    if (!a) continue;
+    ads.push({ weight, inFeatures: a.inFeatures, outFeatures: a.outFeatures, a: a.a, b: a.b });
+    scale = a.scale;
+    rank = a.rank;
+  }
+  const terms = lowRankTerms(ads, rank, scale * 1);
+  try {
+    return pplCI(await perSeqLoss(student, heldOut, ads.length ? { lowRank: terms } : {}));
+  } finally {
+    tf.dispose([...terms.values()].flatMap((t) => [t.at, t.bt]));
+    student.dispose();
+  }
 }
 
 /** heldout.txt as windows of `length` tokens (never trained on), `count` of them spread over the file. */
@@ -228,13 +273,15 @@ export const suite: BenchSuite = {
     const only = arg('--only');
     const steps = arg('--distill-steps');
     const noTrain = process.argv.includes('--no-train');
+    const search = !process.argv.includes('--no-search');
+    const fisher = !process.argv.includes('--no-fisher');
     const denseHeldOut = Number(arg('--dense-held-out') ?? (quick ? 16 : 64));
     const out: Record<string, unknown> = {};
     await withTmpDir('llmc-elastic-quality-', async (tmp) => {
       if (only !== 'dense') {
         await withCheckpoint(STORIES, async (src) => {
           out.stories260K = await measureCase(
-            { name: 'stories260K', source: src, options: { levels: '0.5,0.75,1', heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), distillData: 16 * Number(steps ?? (quick ? 40 : 600)) + 16, loraSteps: quick ? '40' : 'auto', noTrain },
+            { name: 'stories260K', source: src, options: { levels: '0.5,0.75,1', heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), distillData: 16 * Number(steps ?? (quick ? 40 : 600)) + 16, loraSteps: quick ? '40' : 'auto', noTrain, search, fisher },
             path.join(tmp, 'cache-stories'),
             quick,
           );
@@ -256,7 +303,7 @@ export const suite: BenchSuite = {
           out.dense28M = {
             draft5M: draft,
             ...(await measureCase(
-              { name: 'dense-28M', source: src, options: { levels: '0.5,0.75,1', calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), distillData: 100000, loraSteps: quick ? '10' : 'auto', noTrain },
+              { name: 'dense-28M', source: src, options: { levels: '0.5,0.75,1', calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), distillData: 100000, loraSteps: quick ? '10' : 'auto', noTrain, search, fisher },
               path.join(tmp, 'cache-dense'),
               quick,
             )),

@@ -25,15 +25,19 @@ import { adapterTargets, recoverLevels, recoverSettings, type LevelRecovery, typ
 import { distillLevels, type DistillSettings } from './distill.js';
 import {
   activationScores,
+  fisherScores,
   magnitudeScores,
   ordersFromScores,
-  PROVIDERS,
+  resortWithin,
   taylorScores,
   type ProviderName,
   type UnitScores,
 } from './importance.js';
-import { levelLoss, maskedLoss, maskSource, skipLayerMasks, streamedLoss } from './masks.js';
-import { checkUniformAnchors, type ReorderOptions } from './options.js';
+import { levelLoss, levelMasks, maskedLoss, maskSource, skipLayerMasks, streamedLoss } from './masks.js';
+import { AUTO_PROVIDERS, checkUniformAnchors, type ReorderOptions } from './options.js';
+import { budgetOf, chooseNested, measureSensitivity, ordersKey, probeCount, searchLevels, searchLevelsRefined, sensitivityArrays, sensitivityFrom, type Budget, type Sensitivity } from './search.js';
+import type { LevelWidth as LevelWidthT } from '../../src/core/ir/width.js';
+import type { LayerOrder as Order } from './permute.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
 import { permuteSource, type LayerOrder } from './permute.js';
 import { describeLevel, fullWidth, planLevels } from './planner.js';
@@ -125,21 +129,89 @@ class Measurements {
     return { layerLoss: Array.from(prof.arrays.layerLoss), baseLoss: prof.meta.baseLoss as number };
   }
 
-  async scores(calib: CalibrationSet, p: ProviderName): Promise<UnitScores> {
-    const { source, progress } = this;
-    const prof = await cachedProfile(this.cacheDir, 'unit-importance', { checkpoint: await this.identity(), calibration: calib.key, provider: p }, async () => {
+  /**
+   * Unit importance by provider `p` of the model, or of `on` (the model with a level's masks applied:
+   * iterative importance), cached by that model's identity.
+   */
+  async scores(calib: CalibrationSet, p: ProviderName, on?: ModelSource): Promise<UnitScores> {
+    const { progress, o } = this;
+    const source = on ?? this.source;
+    const fisher = p === 'fisher' ? { fisherTokens: o.fisherTokens, fisherBatch: o.fisherBatch, seed: o.seed } : {};
+    const prof = await cachedProfile(this.cacheDir, 'unit-importance', { checkpoint: on ? await on.identity() : await this.identity(), calibration: calib.key, provider: p, ...fisher }, async () => {
       const t0 = performance.now();
-      progress.start(`reorder: ${p} importance`, 1);
       let s: UnitScores;
+      if (p === 'fisher') {
+        const seqs = await this.fisherData(calib);
+        progress.start('reorder: fisher importance', Math.ceil(seqs.length / o.fisherBatch));
+        const tfm = on ? await TfModel.load(on) : await this.tf();
+        try {
+          s = await fisherScores(tfm, seqs, o.fisherBatch, () => progress.tick());
+        } finally {
+          if (on) tfm.dispose();
+        }
+        progress.done();
+        return { meta: { provider: p, timeMs: performance.now() - t0, tokens: seqs.length * (seqs[0]?.length ?? 0) }, arrays: scoreArrays(s) };
+      }
+      progress.start(`reorder: ${p} importance`, 1);
       if (p === 'magnitude') s = await magnitudeScores(source);
       // a large model's taps stream layer by layer (the same statistics; test/stream.test.ts)
-      else if (p === 'activation') s = await activationScores(streams(source.spec) ? new StreamEngine(source, { progress, pieces: await pieceCache(source, this.cacheDir) }) : await this.engine(), calib.calib);
-      else s = (await taylorScores(await this.tf(), calib.calib)).scores;
+      else if (p === 'activation') {
+        if (streams(source.spec)) s = await activationScores(new StreamEngine(source, { progress, pieces: await pieceCache(source, this.cacheDir) }), calib.calib);
+        else if (!on) s = await activationScores(await this.engine(), calib.calib);
+        else {
+          const engine = await Engine.open(on);
+          try {
+            s = await activationScores(engine, calib.calib);
+          } finally {
+            await engine.close();
+          }
+        }
+      } else {
+        const tfm = on ? await TfModel.load(on) : await this.tf();
+        try {
+          s = (await taylorScores(tfm, calib.calib)).scores;
+        } finally {
+          if (on) tfm.dispose();
+        }
+      }
       progress.done();
       return { meta: { provider: p, timeMs: performance.now() - t0 }, arrays: scoreArrays(s) };
     });
-    this.timeMs[p] = Math.round(prof.meta.timeMs as number);
+    if (!on) this.timeMs[p] = Math.round(prof.meta.timeMs as number);
+    if (p === 'fisher' && !on) this.fisherTokens = prof.meta.tokens as number;
     return scoresFrom(prof.arrays, source);
+  }
+
+  /** Tokens the Fisher scores accumulated over (when computed or cached). */
+  fisherTokens?: number;
+
+  /** importance=fisher's sequences: ⌈fisherTokens / calibLength⌉ training windows (or self-generated ones), never held-out. */
+  private async fisherData(calib: CalibrationSet): Promise<number[][]> {
+    const o = this.o;
+    const data = await trainingSet(this.source, calib, Math.ceil(o.fisherTokens / o.calibLength), o.seed, { cacheDir: this.cacheDir, engine: this.engine });
+    const tokens = data.seqs.length * o.calibLength;
+    if (tokens < o.fisherTokens) this.notes.push(`fisher importance: ${tokens} tokens of training text, fewer than reorder.fisherTokens=${o.fisherTokens}`);
+    return data.seqs;
+  }
+
+  /**
+   * The sensitivity table of widths=search (search.ts): the calibration loss of `orders`' level with
+   * one non-anchor layer's axis cut, per layer, axis and probed width (cached per orders).
+   */
+  async sensitivity(calib: CalibrationSet, orders: Order[], anchors: number[], block: number, state?: LevelWidthT[]): Promise<Sensitivity> {
+    const { source, progress, o } = this;
+    const spec = source.spec;
+    const anchorSet = new Set(anchors);
+    const key = { checkpoint: await this.identity(), calibration: calib.key, orders: ordersKey(orders), anchors, block, points: o.searchPoints, ...(state ? { state: ordersKey(state) } : {}) };
+    const prof = await cachedProfile(this.cacheDir, 'width-sensitivity', key, async () => {
+      const loss = (w: LevelWidthT[]) => levelLoss(source, orders, w, calib.calib);
+      const base = await loss(state ?? Array.from({ length: spec.numLayers }, () => fullWidth(spec)));
+      progress.start(`reorder: per-layer width sensitivity${state ? ' (refined)' : ''}`, probeCount(spec, anchorSet, block, o.searchPoints));
+      const s = await measureSensitivity(spec, anchorSet, block, o.searchPoints, loss, base, () => progress.tick(), state);
+      progress.done();
+      return sensitivityArrays(s);
+    });
+    return sensitivityFrom(prof.meta, prof.arrays);
   }
 
   /** Held-out perplexity of the unmodified model (not cached: one forward pass). */
@@ -204,7 +276,7 @@ export async function analyzeReorder(
     // A target with one width for all layers gets no full-width anchors.
     const elastic = ctx.target.capabilities.elasticWidths;
     if (elastic.kind === 'uniform') {
-      checkUniformAnchors(o, ctx.target.name);
+      checkUniformAnchors(o, ctx.target.name, elastic.why);
       notes.push(`target ${ctx.target.name}: uniform widths, no anchor layers (${elastic.why})`);
       anchors = [];
     } else if (Array.isArray(o.anchors)) {
@@ -236,7 +308,7 @@ export async function analyzeReorder(
       const half = planLevels(spec, { levels: [0.5], anchors: anchorSet, block, sizeBy: o.sizeBy }).levels[0];
       auto = {};
       let best: { p: ProviderName; ppl: number; s: UnitScores } | undefined;
-      for (const p of PROVIDERS) {
+      for (const p of AUTO_PROVIDERS) {
         const s = await scoresFor(p);
         const orders = ordersFromScores(spec, s, anchorSet);
         const ppl = Math.exp(await levelLoss(source, orders, half.layers, calib.heldOut));
@@ -249,13 +321,61 @@ export async function analyzeReorder(
       provider = o.importance;
       scores = await scoresFor(provider);
     }
-    const orders = ordersFromScores(spec, scores, anchorSet);
+    let orders = ordersFromScores(spec, scores, anchorSet);
 
-    // Levels.
-    const plan = planLevels(spec, { levels: o.levels, anchors: anchorSet, block, sizeBy: o.sizeBy });
-    notes.push(...plan.notes);
+    // Levels: one keep fraction per level, or per-layer widths searched under the budget.
     const full = describeLevel(spec, 'full', 1, Array.from({ length: L }, () => fullWidth(spec)), anchorSet);
+    let plan: { levels: ReorderMetadata['levels']; notes: string[] };
+    let widthSearch: ReorderMetadata['widthSearch'];
+    if (o.widths === 'search') {
+      const budget: Budget = o.budget === 'memory' ? { kind: 'memory', context: o.budgetContext, bytesPerParam: 2 } : { kind: 'params', sizeBy: o.sizeBy };
+      const sensitivity = await m.sensitivity(calib, orders, anchors, block);
+      const search = (targets: number[]) => searchLevels(spec, { targets, anchors: anchorSet, block, budget, sensitivity });
+      let targets: number[];
+      if (Array.isArray(o.levels)) targets = o.levels;
+      else {
+        const n = o.levels.count;
+        const min = budgetOf(spec, budget, search([0]).levels[0], full);
+        targets = n === 1 ? [1] : Array.from({ length: n }, (_, i) => Math.round((min + ((1 - min) * i) / (n - 1)) * 1e4) / 1e4);
+      }
+      plan = o.searchRefine
+        ? await searchLevelsRefined(spec, { targets, anchors: anchorSet, block, budget, sensitivity }, (state) => m.sensitivity(calib, orders, anchors, block, state))
+        : search(targets);
+      // Beside each searched level, the uniform cut of the same budget (params budgets): the nested choice of least measured loss.
+      let picked: ('searched' | 'uniform')[] | undefined;
+      if (budget.kind === 'params') {
+        const cands = [];
+        for (const lv of plan.levels) {
+          const u = lv.paramFrac >= 1 ? null : planLevels(spec, { levels: [lv.nominal], anchors: anchorSet, block, sizeBy: o.sizeBy }).levels[0] ?? null;
+          const uniform = u && budgetOf(spec, budget, u, full) <= lv.nominal + 1e-9 ? { ...u, id: lv.id, nominal: lv.nominal } : null;
+          const lossOf = (x: ReorderMetadata['levels'][number]) => (x.paramFrac >= 1 ? Promise.resolve(sensitivity.base) : levelLoss(source, orders, x.layers, calib.calib));
+          cands.push({ searched: lv, uniform, loss: { searched: await lossOf(lv), uniform: uniform ? await lossOf(uniform) : null } });
+        }
+        picked = chooseNested(cands);
+        plan = { levels: cands.map((c, i) => (picked![i] === 'uniform' ? c.uniform! : c.searched)), notes: plan.notes };
+        cands.forEach((c, i) => {
+          if (picked![i] === 'uniform') plan.notes.push(`level ${c.searched.nominal}: the uniform cut measured a lower calibration loss (${c.loss.uniform!.toFixed(3)}) than the searched widths (${c.loss.searched.toFixed(3)}); kept uniform`);
+        });
+      }
+      widthSearch = {
+        ...(picked ? { picked } : {}), budget: budget.kind === 'memory' ? { kind: 'memory', context: budget.context, bytesPerParam: budget.bytesPerParam } : { kind: 'params', sizeBy: budget.sizeBy }, points: o.searchPoints, ...(o.searchRefine ? { refined: true as const } : {}), probes: probeCount(spec, anchorSet, block, o.searchPoints), baseLoss: sensitivity.base, fractions: plan.levels.map((lv) => Math.round(budgetOf(spec, budget, lv, full) * 1e6) / 1e6) };
+    } else plan = planLevels(spec, { levels: o.levels, anchors: anchorSet, block, sizeBy: o.sizeBy });
+    notes.push(...plan.notes);
     const levels: ReorderMetadata['levels'] = plan.levels;
+
+    // Iterative importance: largest level first, each level's units re-scored with the next larger one active.
+    if (o.iterative) {
+      if (provider === 'magnitude') notes.push('iterative importance: magnitude scores do not depend on the active level; orders unchanged');
+      else {
+        const chain = levels.filter((lv) => lv.paramFrac < 1);
+        for (let i = chain.length - 1; i > 0; i--) {
+          const wider = chain[i].layers;
+          const s = await m.scores(calib, provider, maskSource(source, levelMasks(spec, orders, wider), `level ${chain[i].id} active`));
+          orders = resortWithin(spec, orders, wider, s);
+        }
+        // The largest level's units come from the full model's scores (it is the next larger level).
+      }
+    }
     const evaluate = o.evaluate === 'auto' ? full.params <= 50e6 : o.evaluate;
     m.releaseTf(); // importance is done: free the original model before the levels' models load
     const permuted = permuteSource(source, orders);
@@ -358,6 +478,9 @@ export async function analyzeReorder(
       orders,
       full,
       levels,
+      ...(widthSearch ? { widthSearch } : {}),
+      ...(o.iterative && provider !== 'magnitude' ? { iterative: true } : {}),
+      ...(provider === 'fisher' && m.fisherTokens ? { fisherTokens: m.fisherTokens } : {}),
       ...(heldOutPpl !== undefined ? { heldOutPpl } : {}),
       recovery,
       notes,
@@ -377,7 +500,7 @@ export const reorderPass: Pass<ReorderOptions> = {
       const calib = await m.calibration();
       const K = anchorCount(o, source.spec.numLayers);
       if (K > 0 && K < source.spec.numLayers) await m.layerLoss(calib);
-      for (const p of o.importance === 'auto' ? PROVIDERS : [o.importance]) await m.scores(calib, p);
+      for (const p of o.importance === 'auto' ? AUTO_PROVIDERS : [o.importance]) await m.scores(calib, p);
     } finally {
       await m.close();
     }

@@ -146,3 +146,76 @@ export function ordersFromScores(spec: ArchSpec, s: UnitScores, anchors: Readonl
   }
   return out;
 }
+
+/**
+ * Accumulated Fisher information of each unit's mask (Kwon et al. 2022, "A Fast Post-Training
+ * Pruning Framework for Transformers"): per batch b, the gradient of the loss w.r.t. a multiplicative
+ * mask m_u on the unit's output at m = 1 is Σ W ⊙ ∂L/∂W over the unit's o_proj (head) or down_proj
+ * (neuron) columns; the score is Σ_b (∂L_b/∂m_u)² over batches of `batch` sequences. A KV group's
+ * score is its query heads' sum (kv = 0).
+ */
+export async function fisherScores(model: TfModel, seqs: number[][], batch: number, tick: () => void = () => {}): Promise<UnitScores> {
+  const spec = model.source.spec;
+  const hd = spec.headDim;
+  const H = spec.numHeads;
+  const L = spec.numLayers;
+  const names: string[] = [];
+  for (let l = 0; l < L; l++) {
+    names.push(layerNames(l).o);
+    for (const m of mlpsOf(spec, l)) names.push(m.down);
+  }
+  const weights = new Map<string, Float32Array>();
+  for (const n of names) weights.set(n, await model.source.readF32(n));
+  const head = Array.from({ length: L }, () => new Float64Array(H));
+  const mlp: Record<string, Float64Array> = {};
+  for (let l = 0; l < L; l++) for (const m of mlpsOf(spec, l)) mlp[m.prefix] = new Float64Array(m.width);
+  /** Per column group of `unit` columns: Σ w·g, squared into `into`. */
+  const accumulate = (w: Float32Array, g: Float32Array, cols: number, unit: number, into: Float64Array) => {
+    const s = new Float64Array(cols / unit);
+    for (let i = 0; i < w.length; i++) s[Math.floor((i % cols) / unit)] += w[i] * g[i];
+    for (let u = 0; u < s.length; u++) into[u] += s[u] * s[u];
+  };
+  for (let i = 0; i < seqs.length; i += batch) {
+    const { grads } = await model.gradients(seqs.slice(i, i + batch), names);
+    for (let l = 0; l < L; l++) {
+      const o = layerNames(l).o;
+      accumulate(weights.get(o)!, grads.get(o)!, H * hd, hd, head[l]);
+      for (const m of mlpsOf(spec, l)) accumulate(weights.get(m.down)!, grads.get(m.down)!, m.width, 1, mlp[m.prefix]);
+    }
+    tick();
+  }
+  return { head, kv: Array.from({ length: L }, () => new Float64Array(spec.numKvHeads)), mlp };
+}
+
+/**
+ * Iterative importance: `orders` re-sorted inside `wider`'s kept prefixes by `scores` measured with
+ * `wider` active (the narrower level then keeps the units that matter with its neighbours gone).
+ * Positions past `wider`'s widths keep their places, so every larger level keeps its units (nesting).
+ */
+export function resortWithin(spec: ArchSpec, orders: LayerOrder[], wider: readonly { kvGroups: number; qHeadsPerGroup: number; ffn: number }[], s: UnitScores): LayerOrder[] {
+  const R = spec.numHeads / spec.numKvHeads;
+  const sortPrefix = (order: number[], n: number, score: (u: number) => number) => {
+    const head = order.slice(0, n).sort((a, b) => score(b) - score(a) || a - b);
+    return [...head, ...order.slice(n)];
+  };
+  return orders.map((o) => {
+    const w = wider[o.layer];
+    const hs = s.head[o.layer];
+    // A kept group's score: its kept query heads (the others are masked at `wider`).
+    const groupScore = new Map<number, number>();
+    o.groups.forEach((g, pos) => {
+      let v = s.kv[o.layer][g];
+      for (let r = 0; r < w.qHeadsPerGroup; r++) v += hs[g * R + o.qInGroup[pos][r]];
+      groupScore.set(g, v);
+    });
+    const qOf = new Map(o.groups.map((g, pos) => [g, sortPrefix(o.qInGroup[pos], w.qHeadsPerGroup, (r) => hs[g * R + r])]));
+    const groups = sortPrefix(o.groups, w.kvGroups, (g) => groupScore.get(g)!);
+    const mlp: Record<string, number[]> = {};
+    for (const m of mlpsOf(spec, o.layer)) {
+      const keep = m.elastic ? Math.min(w.ffn, m.width) : m.width;
+      const sc = s.mlp[m.prefix];
+      mlp[m.prefix] = sortPrefix(o.mlp[m.prefix], keep, (u) => sc[u]);
+    }
+    return { layer: o.layer, groups, qInGroup: groups.map((g) => qOf.get(g)!), mlp };
+  });
+}

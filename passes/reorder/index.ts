@@ -12,14 +12,15 @@ export const reorder: PassDescriptor<ReorderOptions> = {
   description: 'permutation-consistent unit reordering + elastic prefix sub-models (ELMS)',
   options: REORDER_OPTIONS,
   flags: [
-    { flag: '--importance <provider>', key: 'importance', help: 'reorder: unit importance (taylor | activation | magnitude | auto)' },
+    { flag: '--importance <provider>', key: 'importance', help: 'reorder: unit importance (taylor | activation | magnitude | fisher | auto)' },
     { flag: '--levels <list>', key: 'levels', help: 'reorder: elastic levels, a count or fractions (e.g. 0.5,0.75,1)' },
   ],
   after: [],
   requires: [],
   produces: ELASTIC_LEVELS,
   check(options, target) {
-    if (target.capabilities.elasticWidths.kind === 'uniform') checkUniformAnchors(options, target.name);
+    const e = target.capabilities.elasticWidths;
+    if (e.kind === 'uniform') checkUniformAnchors(options, target.name, e.why);
   },
   load: async () => (await import('./analyze.js')).reorderPass,
 };

@@ -6,9 +6,10 @@ import type { OptionSchema, OptionSpec } from '../../src/core/pipeline/options.j
 export const PROJECTIONS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
 export type Projection = (typeof PROJECTIONS)[number];
 
-/** Unit importance sources. */
-export const PROVIDERS = ['taylor', 'activation', 'magnitude'] as const;
+/** Unit importance sources (`auto` picks among the first three; fisher accumulates over many tokens, asked by name). */
+export const PROVIDERS = ['taylor', 'activation', 'magnitude', 'fisher'] as const;
 export type ProviderName = (typeof PROVIDERS)[number];
+export const AUTO_PROVIDERS = ['taylor', 'activation', 'magnitude'] as const satisfies readonly ProviderName[];
 
 export interface ReorderOptions {
   importance: ProviderName | 'auto';
@@ -32,7 +33,24 @@ export interface ReorderOptions {
   sizeBy: 'total' | 'blocks';
   /** Recovery of each level (LoRA distilled from the full model, or joint distillation of the shared weights), or none. */
   recover: RecoverOptions | null;
+  /** One keep fraction in every non-anchor layer (uniform), or per-layer widths searched under the budget (search.ts). */
+  widths: 'uniform' | 'search';
+  /** widths=search: what a level's fraction bounds (parameters as sizeBy says, or weights + KV cache bytes at budgetContext). */
+  budget: 'params' | 'memory';
+  budgetContext: number;
+  /** widths=search: FFN widths measured per layer (KV groups and heads: every choice). */
+  searchPoints: number;
+  /** widths=search: measure the table again at the widths each level reached before descending to the next. */
+  searchRefine: boolean;
+  /** Re-score the units of each level with the next larger level active (largest first), re-sorting inside its prefix. */
+  iterative: boolean;
+  /** importance=fisher: tokens the mask Fisher accumulates over, and sequences per gradient. */
+  fisherTokens: number;
+  fisherBatch: number;
 }
+
+/** reorder.importance=fisher's defaults: ≥ 0.25M tokens, gradients of 8 sequences at a time. */
+export const FISHER_DEFAULTS = { tokens: 262_144, batch: 8 } as const;
 
 /**
  * `reorder.recover=lora` (per-level adapters, passes/reorder/recover.ts) or `distill` (the shared
@@ -75,7 +93,15 @@ const LORA_ONLY = ['recoverRank', 'recoverAlpha', 'recoverThreads', 'recoverTarg
 const DISTILL_ONLY = ['recoverFullWeight', 'recoverLevelsPerStep'] as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
-  { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best at 50% on held-out data)`, default: 'activation' },
+  { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best of ${AUTO_PROVIDERS.join(', ')} at 50% on held-out data; fisher: squared mask gradients accumulated over fisherTokens)`, default: 'activation' },
+  { key: 'widths', help: 'uniform (one keep fraction in every non-anchor layer) | search (per-layer KV groups, query heads in a group and FFN widths picked by measured loss under each level\'s budget; targets with per-layer widths only)', default: 'uniform' },
+  { key: 'budget', help: 'widths=search: a level\'s fraction bounds params (as sizeBy says) | memory (bf16 weights + f16 KV cache at budgetContext tokens)', default: 'params' },
+  { key: 'budgetContext', help: 'budget=memory: context length of the KV cache counted', default: '2048' },
+  { key: 'searchPoints', help: 'widths=search: FFN widths measured per layer', default: '8' },
+  { key: 'searchRefine', help: 'widths=search: true measures the sensitivity again at the widths each level reached (one more sweep per level)', default: 'false' },
+  { key: 'iterative', help: 'true: re-score units with each next larger level active (largest first) and re-sort inside its prefix', default: 'false' },
+  { key: 'fisherTokens', help: 'importance=fisher: tokens the Fisher information accumulates over (training windows or self-generated)', default: String(FISHER_DEFAULTS.tokens) },
+  { key: 'fisherBatch', help: 'importance=fisher: sequences per gradient', default: String(FISHER_DEFAULTS.batch) },
   { key: 'calib', help: 'calibration sequences', default: '10' },
   { key: 'calibLength', help: 'tokens per calibration sequence', default: '64' },
   { key: 'calibText', help: 'a text file to calibrate on (needs the model\'s tokenizer), or token ids as JSON [[1, 5, ...], ...]; default: sequences sampled from the model' },
@@ -180,7 +206,26 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
         };
   const sizeBy = raw.sizeBy ?? 'total';
   if (sizeBy !== 'total' && sizeBy !== 'blocks') throw new UsageError(`reorder.sizeBy must be total or blocks, got "${sizeBy}"`);
+  const widths = (raw.widths ?? 'uniform').trim();
+  if (widths !== 'uniform' && widths !== 'search') throw new UsageError(`reorder.widths must be uniform or search, got "${raw.widths}"`);
+  const searchOnly = ['budget', 'budgetContext', 'searchPoints', 'searchRefine'].find((k) => raw[k] !== undefined);
+  if (raw.searchRefine !== undefined && !['true', 'false'].includes(raw.searchRefine.trim())) throw new UsageError(`reorder.searchRefine must be true or false, got "${raw.searchRefine}"`);
+  if (widths === 'uniform' && searchOnly) throw new UsageError(`reorder.${searchOnly} applies to reorder.widths=search only`);
+  const budget = (raw.budget ?? 'params').trim();
+  if (budget !== 'params' && budget !== 'memory') throw new UsageError(`reorder.budget must be params or memory, got "${raw.budget}"`);
+  if (raw.budgetContext !== undefined && budget !== 'memory') throw new UsageError('reorder.budgetContext applies to reorder.budget=memory only');
+  if (raw.iterative !== undefined && !['true', 'false'].includes(raw.iterative.trim())) throw new UsageError(`reorder.iterative must be true or false, got "${raw.iterative}"`);
+  const fisherKey = ['fisherTokens', 'fisherBatch'].find((k) => raw[k] !== undefined);
+  if (fisherKey && importance !== 'fisher') throw new UsageError(`reorder.${fisherKey} applies to reorder.importance=fisher only`);
   return {
+    widths,
+    budget,
+    budgetContext: raw.budgetContext !== undefined ? int('budgetContext', raw.budgetContext, 1) : 2048,
+    searchPoints: raw.searchPoints !== undefined ? int('searchPoints', raw.searchPoints, 1) : 8,
+    searchRefine: raw.searchRefine?.trim() === 'true',
+    iterative: raw.iterative?.trim() === 'true',
+    fisherTokens: raw.fisherTokens !== undefined ? int('fisherTokens', raw.fisherTokens, 1) : FISHER_DEFAULTS.tokens,
+    fisherBatch: raw.fisherBatch !== undefined ? int('fisherBatch', raw.fisherBatch, 1) : FISHER_DEFAULTS.batch,
     importance: importance as ReorderOptions['importance'],
     calibCount: raw.calib !== undefined ? int('calib', raw.calib, 1) : 10,
     calibLength,
@@ -198,8 +243,9 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
 
 export const REORDER_OPTIONS: OptionSchema<ReorderOptions> = { specs: OPTION_SPECS, parse: parseReorderOptions };
 
-/** Uniform widths (a target with one width for all layers) leave no room for full-width anchor layers. */
-export function checkUniformAnchors(o: ReorderOptions, target: string): void {
+/** Uniform widths (a target with one width for all layers) leave no room for full-width anchor layers or searched widths. */
+export function checkUniformAnchors(o: ReorderOptions, target: string, why?: string): void {
+  if (o.widths === 'search') throw new UsageError(`--target ${target} takes one width for all layers${why ? ` (${why})` : ''}: reorder.widths=search needs a target with per-layer widths (ts, cuda)`);
   if (Array.isArray(o.anchors) ? o.anchors.length > 0 : o.anchors !== 'default' && o.anchors > 0) {
     throw new UsageError(`--target ${target} needs one width for all layers: reorder.anchors must be 0`);
   }

@@ -2,17 +2,21 @@
  * The IR of an elastic level: the same ops with the widths a level keeps (prefixes of KV groups, of
  * the query heads in each group, of each elastic MLP's neurons), read off the ops' elastic marks by
  * the one definition of what a width keeps (width.ts). An exporter lowers it over the level's sliced weights (src/core/pipeline/elastic.ts sliceSource) to
- * get a physically smaller graph; per-layer widths may differ. Level graphs carry no tap points
+ * get a physically smaller graph; per-layer widths may differ, and so may the query heads kept per group. Level graphs carry no tap points
  * (profiling observes the full model).
  */
 import { LlmcError } from '../errors.js';
 import type { ElasticAxis, GraphInput, ModelGraph, MoeMlp, Op } from './ir.js';
-import { keptHeads, keptNeurons, keptPrefix, type LayerWidth } from './width.js';
+import { keptExtent, keptHeads, keptNeurons, type LayerWidth } from './width.js';
 
 export function levelGraph(graph: ModelGraph, widths: readonly LayerWidth[]): ModelGraph {
   const spec = graph.spec;
   if (widths.length !== spec.numLayers) throw new LlmcError(`level: ${widths.length} layer widths for ${spec.numLayers} layers`);
-  const extent = (axis: ElasticAxis | undefined, full: number): number => keptPrefix(spec, axis, full, widths);
+  // Channels kept: a sliced tensor gathers them in order (sliceSource), kept heads inside a group included.
+  const extent = (axis: ElasticAxis | undefined, full: number): number => {
+    const e = keptExtent(spec, axis, full, widths);
+    return e.count * e.len;
+  };
   const rowsOf = new Map<string, ElasticAxis | undefined>();
   const ops = graph.ops.map((op): Op => {
     switch (op.op) {

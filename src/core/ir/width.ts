@@ -74,6 +74,13 @@ export function keptExtent(spec: ArchSpec, axis: ElasticAxis | undefined, full: 
   }
 }
 
+/** The channels an extent keeps, in order (a sliced tensor's gather: kept heads inside each kept group). */
+export function extentIndices(e: Extent): Int32Array {
+  const out = new Int32Array(e.count * e.len);
+  for (let c = 0; c < e.count; c++) for (let i = 0; i < e.len; i++) out[c * e.len + i] = c * e.stride + i;
+  return out;
+}
+
 /** keptExtent as a channel count, for executors that need a contiguous prefix (a sliced graph). */
 export function keptPrefix(spec: ArchSpec, axis: ElasticAxis | undefined, full: number, widths: readonly LayerWidth[] | undefined): number {
   const e = keptExtent(spec, axis, full, widths);

@@ -12,7 +12,7 @@ import { mlpsOf } from '../arch/units.js';
 import { gatherSource, transformSource, type Gather, type ModelSource } from '../checkpoint/source.js';
 import { LlmcError } from '../errors.js';
 import { mergeLowRank } from '../util/lowrank.js';
-import { keptPrefix, type LevelWidth } from '../ir/width.js';
+import { extentIndices, keptExtent, type Extent, type LevelWidth } from '../ir/width.js';
 import type { ArchSpec } from '../arch/spec.js';
 import type { LowRankAdapter, TensorAnnotation } from './unit.js';
 
@@ -22,7 +22,6 @@ export function uniformWidth(widths: LevelWidth[]): LevelWidth | null {
   return widths.every((x) => x.kvGroups === w.kvGroups && x.qHeadsPerGroup === w.qHeadsPerGroup && x.ffn === w.ffn) ? w : null;
 }
 
-const prefix = (n: number) => Int32Array.from({ length: n }, (_, i) => i);
 
 /**
  * The prefixes a level keeps, per tensor it narrows: row and/or column counts (the reordered
@@ -30,13 +29,25 @@ const prefix = (n: number) => Int32Array.from({ length: n }, (_, i) => i);
  * stay whole.
  */
 export function levelPrefixes(spec: ArchSpec, widths: readonly LevelWidth[]): Map<string, { rows?: number; cols?: number }> {
+  const out = new Map<string, { rows?: number; cols?: number }>();
+  const size = (e: Extent | undefined) => e && e.count * e.len;
+  for (const [name, k] of levelExtents(spec, widths)) out.set(name, { ...(k.rows ? { rows: size(k.rows) } : {}), ...(k.cols ? { cols: size(k.cols) } : {}) });
+  return out;
+}
+
+/**
+ * The channels a level keeps, per tensor it narrows: prefixes, except the query rows (o columns) of
+ * a layer keeping fewer query heads in each of several KV groups (kept heads of each kept group).
+ */
+function levelExtents(spec: ArchSpec, widths: readonly LevelWidth[]): Map<string, { rows?: Extent; cols?: Extent }> {
   if (widths.length !== spec.numLayers) throw new LlmcError(`slice: ${widths.length} layer widths for ${spec.numLayers} layers`);
   const hd = spec.headDim;
-  const kept = new Map<string, { rows?: number; cols?: number }>();
+  const pre = (n: number): Extent => ({ count: 1, stride: n, len: n });
+  const kept = new Map<string, { rows?: Extent; cols?: Extent }>();
   widths.forEach((w, l) => {
     const n = layerNames(l);
-    const q = { rows: keptPrefix(spec, { unit: 'q-heads', layer: l }, spec.numHeads * hd, widths) };
-    const kv = { rows: keptPrefix(spec, { unit: 'kv-heads', layer: l }, spec.numKvHeads * hd, widths) };
+    const q = { rows: keptExtent(spec, { unit: 'q-heads', layer: l }, spec.numHeads * hd, widths) };
+    const kv = { rows: keptExtent(spec, { unit: 'kv-heads', layer: l }, spec.numKvHeads * hd, widths) };
     kept.set(n.q, q).set(n.k, kv).set(n.v, kv).set(n.o, { cols: q.rows });
     if (spec.qkvBias) kept.set(n.qBias, q).set(n.kBias, kv).set(n.vBias, kv);
     // A q/k norm over the whole projection has a weight per channel: the kept heads' channels.
@@ -44,8 +55,8 @@ export function levelPrefixes(spec: ArchSpec, widths: readonly LevelWidth[]): Ma
     for (const m of mlpsOf(spec, l)) {
       const f = m.elastic ? w.ffn : m.width;
       if (f === m.width) continue;
-      const ff = { rows: f };
-      kept.set(m.gate, ff).set(m.up, ff).set(m.down, { cols: f });
+      const ff = { rows: pre(f) };
+      kept.set(m.gate, ff).set(m.up, ff).set(m.down, { cols: pre(f) });
       if (spec.mlpBias) kept.set(biasOf(m.gate), ff).set(biasOf(m.up), ff);
     }
   });
@@ -56,8 +67,8 @@ export function sliceSource(base: ModelSource, widths: LevelWidth[], label: stri
   const spec = base.spec;
   const hd = spec.headDim;
   const gathers = new Map<string, Gather>();
-  for (const [name, k] of levelPrefixes(spec, widths)) {
-    gathers.set(name, { ...(k.rows !== undefined ? { rows: prefix(k.rows) } : {}), ...(k.cols !== undefined ? { cols: prefix(k.cols) } : {}) });
+  for (const [name, k] of levelExtents(spec, widths)) {
+    gathers.set(name, { ...(k.rows !== undefined ? { rows: extentIndices(k.rows) } : {}), ...(k.cols !== undefined ? { cols: extentIndices(k.cols) } : {}) });
   }
   // A full-width prefix is no gather at all.
   for (const [name, g] of gathers) {

@@ -126,6 +126,12 @@ export interface ElasticLevels {
   orders: LayerOrder[];
   full: Level;
   levels: Level[];
+  /** reorder.widths=search: the budget the per-layer widths were searched under, and each level's fraction of it. */
+  widthSearch?: { budget: { kind: 'params'; sizeBy: 'total' | 'blocks' } | { kind: 'memory'; context: number; bytesPerParam: number }; points: number; refined?: true; picked?: ('searched' | 'uniform')[]; probes: number; baseLoss: number; fractions: number[] };
+  /** reorder.iterative=true: each level's units re-scored with the next larger level active. */
+  iterative?: true;
+  /** importance=fisher: tokens the Fisher information accumulated over. */
+  fisherTokens?: number;
   /** Held-out perplexity of the unmodified model (when evaluated). */
   heldOutPpl?: number;
   /** Recovery training of the levels (null: none, and always for version 1 records). */

@@ -180,7 +180,10 @@ export class Engine {
       feeds[IO.sinLocal] = new ort.Tensor('float32', t.sin, [T, half]);
     }
     for (let l = 0; l < spec.numLayers; l++) {
-      const empty = () => new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
+      // A level graph's layers may keep different KV heads (levelGraph sizes each past input).
+      const kvDim = this.graph.inputs.find((i) => i.name === IO.pastKey(l))?.dims[1];
+      const kv = typeof kvDim === 'number' ? kvDim : spec.numKvHeads;
+      const empty = () => new ort.Tensor('float32', new Float32Array(0), [B, kv, 0, spec.headDim]);
       feeds[IO.pastKey(l)] = past ? past[2 * l] : empty();
       feeds[IO.pastValue(l)] = past ? past[2 * l + 1] : empty();
     }
