@@ -7,7 +7,7 @@
 import path from 'node:path';
 import { z } from 'zod';
 import type { ArchSpec } from '../../src/core/arch/types.js';
-import { LlmcError } from '../../src/core/errors.js';
+import { LlmcError, summarize } from '../../src/core/errors.js';
 import type { Op } from '../../src/core/ir/ir.js';
 import { opInputs, opOutputs } from '../../src/core/ir/values.js';
 import { causalWindow } from '../../src/core/ir/mask.js';
@@ -144,6 +144,12 @@ export function checkSubgraphs(sg: SubgraphsFile, spec: ArchSpec, file: string):
     // A shadow node runs on the CPU from the shadow files; every other subgraph from its graph file.
     if (s.shadow ? s.kind !== 'shadow' : s.kind === 'shadow' || s.file === null) bad(at, s.shadow || s.kind === 'shadow' ? 'a shadow node must be of kind shadow and list its shadow linears' : 'names no graph file');
     for (const x of s.inputs) if (!known.has(x.name)) bad(at, `reads ${x.name}, which no earlier subgraph writes`);
+    // The runner sizes each layer's KV cache from its past inputs' shapes: [1, kvHeads, past, headDim] of config.json.
+    for (const x of s.inputs) {
+      if (!/^past_key_values\.\d+\.(key|value)$/.test(x.name)) continue;
+      const [, heads, , headDim] = x.shape;
+      if (x.shape.length !== 4 || heads !== spec.numKvHeads || headDim !== spec.headDim) bad(`${at}.inputs (${x.name})`, `has shape ${summarize(x.shape)}, config.json says [1, ${spec.numKvHeads}, past, ${spec.headDim}]`);
+    }
     // The simulation keeps float32 inputs as values; int64 ones (ids, positions, mask) it reads from the feeds.
     const local = new Set(s.inputs.filter((x) => x.dtype === 'float32').map((x) => x.name));
     const ints = new Set(s.inputs.filter((x) => x.dtype === 'int64').map((x) => x.name));
@@ -176,4 +182,7 @@ export function checkSubgraphs(sg: SubgraphsFile, spec: ArchSpec, file: string):
       known.add(x.name);
     }
   });
+  // The runner reads every layer's grown cache and the logits once the chunk's subgraphs have run.
+  const needed = [DECODER_IO.logits, ...Array.from({ length: spec.numLayers }, (_, l) => [DECODER_IO.presentKey(l), DECODER_IO.presentValue(l)]).flat()];
+  for (const x of needed) if (!known.has(x)) bad('subgraphs', `no subgraph lists ${x} among its outputs`);
 }
