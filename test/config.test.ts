@@ -91,7 +91,7 @@ describe('llmc.config.json', () => {
       [{ target: { name: 'ts', opts: {} } }, 'target.opts: unknown key; valid keys there: name, quant, tensorTypes, options'],
       [{ target: { name: 'ts', options: { x: 1 } } }, 'target.options.x: not an option of target ts (it takes none)'],
       [{ passes: ['nope'] }, `passes[0].name: unknown pass "nope"; available: ${PASSES.map((p) => p.name).sort().join(', ')}`],
-      [{ passes: [{ name: 'reorder', options: { levelz: 1 } }] }, 'passes[0].options.levelz: not an option of pass reorder (it takes importance, calib, calibLength'],
+      [{ passes: [{ name: 'reorder', options: { levelz: 1 } }] }, 'passes[0].options.levelz: not an option of pass reorder (it takes importance, widths, budget, budgetContext'],
       [{ passes: [{ name: 'reorder', options: { levels: { a: 1 } } }] }, 'passes[0].options.levels: must be a string, number, boolean or list'],
       [{ outt: 'x' }, 'outt: unknown key; valid keys there: model, target, passes, out, cacheDir, check'],
     ];
