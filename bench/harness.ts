@@ -8,6 +8,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FIXTURE_PRESETS, generateFixture, type FixtureOptions } from '../fixtures/generate.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { expectedTensors } from '../src/core/arch/names.js';
 
 export interface BenchSuite {
   name: string;
@@ -131,4 +133,14 @@ export async function plainCopy(files: string[], dir: string): Promise<number> {
     }
   }
   return total;
+}
+
+/** The parameters of the checkpoint at `dir`: every tensor its architecture expects. */
+export async function checkpointParameters(dir: string): Promise<number> {
+  const ck = await openCheckpoint(dir);
+  try {
+    return expectedTensors(ck.spec).reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1), 0);
+  } finally {
+    await ck.close();
+  }
 }

@@ -21,8 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { expectedTensors } from '../src/core/arch/names.js';
-import { REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
+import { checkpointParameters, REPO_ROOT, round, runIfMain, type BenchSuite } from './harness.js';
 import { scaleCheckpoint, type ScaleCheckpoint } from './scale-checkpoints.js';
 
 const CLI = path.join(REPO_ROOT, 'bin/llmc.js');
@@ -83,15 +82,6 @@ export interface Result {
   nsPerParam: number;
 }
 
-async function parameters(dir: string): Promise<number> {
-  const ck = await openCheckpoint(dir);
-  try {
-    return expectedTensors(ck.spec).reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1), 0);
-  } finally {
-    await ck.close();
-  }
-}
-
 /** RSS (KiB) of `pid` and its descendants now, from /proc. */
 function treeRssKiB(pid: number): number {
   const kids = new Map<number, number[]>();
@@ -120,7 +110,7 @@ function treeRssKiB(pid: number): number {
 async function measure(pass: string, size: Size, layersOf: Map<string, number>): Promise<Result> {
   const p = PASSES[pass];
   const dir = await scaleCheckpoint(SIZES[size][p.family]);
-  const params = await parameters(dir);
+  const params = await checkpointParameters(dir);
   if (!layersOf.has(dir)) {
     const ck = await openCheckpoint(dir);
     layersOf.set(dir, ck.spec.numLayers);

@@ -13,9 +13,7 @@
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/stream.bench.js [--quick]`.
  */
 import path from 'node:path';
-import { openCheckpoint } from '../src/core/checkpoint/index.js';
-import { expectedTensors } from '../src/core/arch/names.js';
-import { cachedFixture, REPO_ROOT, round, runIfMain, runNodeWithPeakRss, type BenchSuite } from './harness.js';
+import { cachedFixture, checkpointParameters, REPO_ROOT, round, runIfMain, runNodeWithPeakRss, type BenchSuite } from './harness.js';
 
 const CHILD = path.join(REPO_ROOT, 'dist/bench/stream-child.js');
 /** Llama-2-7B's parameter count, for the projection. */
@@ -30,15 +28,6 @@ interface Point {
   activationMB: number;
   nsPerParam: number;
   detail: Record<string, unknown>;
-}
-
-async function parameters(dir: string): Promise<number> {
-  const ck = await openCheckpoint(dir);
-  try {
-    return expectedTensors(ck.spec).reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1), 0);
-  } finally {
-    await ck.close();
-  }
 }
 
 async function measure(dir: string, params: number, what: string, sequences: number, length: number): Promise<Point> {
@@ -74,12 +63,12 @@ export const suite: BenchSuite = {
     const small = (await cachedFixture('llama-100M', { arch: 'llama', dtype: 'BF16', planted: false })).dir;
     const big = quick ? null : (process.env.LLMC_BENCH_TINYLLAMA ?? (await cachedFixture('tinyllama-1.1B', { arch: 'llama', dtype: 'BF16', shards: 3, planted: false })).dir);
     const out: Record<string, unknown> = {};
-    const smallParams = await parameters(small);
+    const smallParams = await checkpointParameters(small);
     const smallPoints: Point[] = [];
     for (const [what, n, len] of PASSES) smallPoints.push(await measure(small, smallParams, what, n, len));
     out['llama-100M'] = { parameters: smallParams, passes: smallPoints };
     if (big) {
-      const bigParams = await parameters(big);
+      const bigParams = await checkpointParameters(big);
       const bigPoints: Point[] = [];
       for (const [what, n, len] of PASSES) bigPoints.push(await measure(big, bigParams, what, n, len));
       const block = { ort: await measure(big, bigParams, 'block-ort', 1, 512), ts: await measure(big, bigParams, 'block-ts', 1, 512) };
