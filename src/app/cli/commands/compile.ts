@@ -55,7 +55,7 @@ export function registerCompile(program: Command): void {
     .option('--config <file>', `config file (default: ./${CONFIG_FILE}); flags override it`)
     .option('--force', 'replace an output directory or file that is not an llmc artifact')
     .option('--allow-nonfinite', 'compile weights that hold Inf or NaN (refused by default)')
-    .option('--imatrix <file|auto>', "gguf: quantize with llama.cpp's importance matrix: a FILE (imatrix.gguf), or auto (measured on calibration data: --passes imatrix; written as imatrix.gguf)")
+    .option('--imatrix <file|auto>', "gguf: quantize with llama.cpp's importance matrix: a FILE, or auto (measured: --passes imatrix)")
     .option('--device <name>', "layer-streamed work on onnxruntime's cpu (default), cuda, coreml, dml")
     .option('--stream-above <size>', 'layer-stream models above this float32 size (default 1G)')
     .option('--stream-memory <size>', "streamed hidden states kept in memory, then spilled to disk (free/4)");
