@@ -84,7 +84,10 @@ describe('qnn artifact files', () => {
   it('subgraphs.json without chunk, with c: null, a NaN-making shape, a file outside the artifact, nested 100,000 levels', async () => {
     await refused(qnn, 'graph/subgraphs.json', (v) => void delete v.chunk, /subgraphs\.json: chunk: expected object/);
     await refused(qnn, 'graph/subgraphs.json', (v) => void (v.chunk.c = null), /subgraphs\.json: chunk\.c: expected number/);
-    await refused(qnn, 'graph/subgraphs.json', (v) => void (v.subgraphs.find((s: any) => s.kind === 'attention').inputs.find((i: any) => /past_key_values\.\d+\.key/.test(i.name)).shape[1] = 'heads'), /subgraphs\.json: subgraph l0_attn: no past_key_values/);
+    await refused(qnn, 'graph/subgraphs.json', (v) => void (v.subgraphs.find((s: any) => s.kind === 'attention').inputs.find((i: any) => /past_key_values\.\d+\.key/.test(i.name)).shape[1] = 'heads'), /subgraphs\.json: subgraphs\[\d+\] \(l0_attn\)\.inputs \(past_key_values\.0\.key\): has shape \[1, "heads", .*config\.json says \[1, 4, past, 8\]/);
+    // a past shape of another size (fuzz: 93e9 heads), and no subgraph writing a layer's present K/V (the runner reads both)
+    await refused(qnn, 'graph/subgraphs.json', (v) => void (v.subgraphs.find((s: any) => s.kind === 'attention').inputs.find((i: any) => /past_key_values\.\d+\.value/.test(i.name)).shape[1] = 93099585216), /past_key_values\.0\.value\): has shape \[1, 93099585216, .*config\.json says/);
+    await refused(qnn, 'graph/subgraphs.json', (v) => void v.subgraphs.forEach((s: any) => (s.outputs = s.outputs.filter((o: any) => o.name !== 'present.1.value'))), /subgraphs\.json: subgraphs: no subgraph lists present\.1\.value among its outputs/);
     await refused(qnn, 'graph/subgraphs.json', (v) => void (v.subgraphs[1].file = '../../etc/passwd'), /subgraphs\[1\]\.file: is not a file of the artifact/);
     await refused(qnn, 'graph/subgraphs.json', (v) => `{"x": ${'['.repeat(100_000)}${']'.repeat(100_000)}, ${JSON.stringify(v).slice(1)}`, /subgraphs\.json: not valid JSON for llmc: nested deeper than 64 levels/);
   });
