@@ -383,7 +383,7 @@ export class StreamEngine {
             const logits = async (k: number) => {
               const x = states[k]![bi];
               const one: Batch = { sequences: [x.sequences[row]], length: x.length, ids: [x.ids[row]], slot: emptySlot() };
-              const rows = new Map([...store.load(x.slot)].map(([v, a]) => [v, a.subarray((row * a.length) / x.ids.length, ((row + 1) * a.length) / x.ids.length)]));
+              const rows = rowOf(store.load(x.slot), row, x.ids.length);
               return (await session.run(this.feeds(head, one, rows, positions)))[IO.logits].data as Float32Array;
             };
             const logProbs = new Map<number, Float64Array>();
@@ -445,7 +445,7 @@ export class StreamEngine {
           const carried = store.load(b.slot);
           for (const [row, ids] of b.ids.entries()) {
             const one: Batch = { sequences: [b.sequences[row]], length: b.length, ids: [ids], slot: emptySlot() };
-            const rows = new Map([...carried].map(([v, x]) => [v, x.subarray((row * x.length) / b.ids.length, ((row + 1) * x.length) / b.ids.length)]));
+            const rows = rowOf(carried, row, b.ids.length);
             const logits = (await session.run(this.feeds(seg, one, rows, positions)))[IO.logits].data as Float32Array;
             for (let t = 0; t + 1 < b.length; t++) {
               const o = t * V;
@@ -585,7 +585,7 @@ export class StreamEngine {
         if (!at) throw new LlmcError(`internal: window ${i} was not prefilled`);
         const { b, row } = at;
         const one: Batch = { sequences: [i], length: b.length, ids: [b.ids[row]], slot: emptySlot() };
-        const rows = new Map([...store.load(b.slot)].map(([v, x]) => [v, x.slice((row * x.length) / b.ids.length, ((row + 1) * x.length) / b.ids.length)]));
+        const rows = rowOf(store.load(b.slot), row, b.ids.length, true);
         const outputs = await session.run(this.feeds(head, one, rows, Array.from({ length: b.length }, (_, t) => t)));
         return outputs[IO.logits].data as Float32Array;
       },
@@ -633,6 +633,14 @@ function blockEta(segments: Segment[], progress: Progress): { begin(s: number): 
       computed++;
     },
   };
+}
+
+/** Row `row` of a batch's carried values ([rows, T, C] each): views, or copies that outlive the batch. */
+function rowOf(carried: Map<V, Float32Array>, row: number, rows: number, copy = false): Map<V, Float32Array> {
+  return new Map([...carried].map(([v, x]) => {
+    const n = x.length / rows;
+    return [v, copy ? x.slice(row * n, (row + 1) * n) : x.subarray(row * n, (row + 1) * n)];
+  }));
 }
 
 /** A variant for StreamEngine.divergences. */
