@@ -176,14 +176,14 @@ export async function rankProfile(
     const { StreamEngine, streams } = await import('../../src/exec/stream/index.js');
     const streamed = streams(source.spec, ctx.stream);
     const engine = streamed ? null : await ctx.engine();
+    // streamed, the calibration and held-out prompts (both calibLength long) continue in one batch: one weight sweep per token for both
+    const streamedCont = streamed && G > 0 ? await new StreamEngine(source, { progress: ctx.progress }).greedy([...calibration.calib, ...calibration.heldOut], G) : null;
     // The target's greedy continuations, all prompts of a set in one batch, then the draft's ranks.
-    const traced = async (prompts: number[][], what: string) => {
+    const traced = async (prompts: number[][], what: string, from: number) => {
       if (!prompts.length) return { seqs: [] as number[][], ranks: [] as Int32Array[] };
       let seqs = prompts.map((p) => [...p]);
-      if (!engine) {
-        const cont = await new StreamEngine(source, { progress: ctx.progress }).greedy(prompts, G);
-        seqs = prompts.map((p, b) => [...p, ...cont[b]]);
-      } else {
+      if (streamedCont) seqs = prompts.map((p, b) => [...p, ...streamedCont[from + b]]);
+      else if (engine) {
         const session = engine.session(prompts.length);
         ctx.progress.start(`tree-search: target continuations (${what})`, G);
         let logits = await session.step(prompts);
@@ -204,8 +204,8 @@ export async function rankProfile(
       ctx.progress.done();
       return { seqs, ranks };
     };
-    const cal = await traced(calibration.calib, 'calibration');
-    const held = await traced(calibration.heldOut, 'held out');
+    const cal = await traced(calibration.calib, 'calibration', 0);
+    const held = await traced(calibration.heldOut, 'held out', calibration.calib.length);
     const flat = (r: Int32Array[]) => Float64Array.from(r.flatMap((x) => Array.from(x)));
     return {
       meta: { prompts: cal.seqs.length, heldOut: held.seqs.length, promptLength: P, generated: G },
