@@ -29,6 +29,7 @@ import { ELASTIC_LEVELS, findRecord, levelWidths, selectLevel, type DraftSpec, t
 import type { Progress } from '../../src/core/util/progress.js';
 import type { DraftChoice, TreeSearchOptions } from './options.js';
 import type { RankTrace } from './trie.js';
+import { layersOf } from './latency.js';
 import { parseJson } from '../../src/core/util/json.js';
 
 export interface ResolvedDraft {
@@ -94,7 +95,11 @@ export async function resolveDraft(choice: DraftChoice, source: ModelSource, rec
   if (choice.kind === 'skip') {
     if (choice.layers.some((l) => l >= spec.numLayers)) throw new UsageError(`tree-search.draftSkip: the model has layers 0..${spec.numLayers - 1}, got ${choice.layers.join(',')}`);
     if (choice.layers.length >= spec.numLayers) throw new UsageError(`tree-search.draftSkip: skipping all ${spec.numLayers} layers leaves no draft`);
-    return { spec: { kind: 'skip', layers: choice.layers }, identity: `skip:${choice.layers.join(',')}`, drafter: { model: (await target()).withoutLayers(choice.layers) }, close: async () => {} };
+    // a streamed target is never loaded whole: the draft is a model of the layers kept alone (the same computation)
+    const { streams } = await import('../../src/exec/stream/index.js');
+    const kept = Array.from({ length: spec.numLayers }, (_, l) => l).filter((l) => !choice.layers.includes(l));
+    const model = streams(spec) ? await modelFromTensors(layersOf(source, kept)) : (await target()).withoutLayers(choice.layers);
+    return { spec: { kind: 'skip', layers: choice.layers }, identity: `skip:${choice.layers.join(',')}`, drafter: { model }, close: async () => {} };
   }
   const dir = choice.dir;
   const stat = await fsp.stat(dir).catch(() => null);

@@ -24,6 +24,7 @@ import { lowerToOnnx, type WeightInput } from '../onnx/lower.js';
 import { isGather } from './engine.js';
 import { streamSegments, type Segment } from './segments.js';
 import { streamDevice, type Device } from './device.js';
+import { open } from 'node:fs/promises';
 
 /** Float32 weights a decoder keeps between steps by default (the rest are read again each step). */
 export const DECODE_WEIGHT_BYTES = 2 ** 30;
@@ -137,7 +138,7 @@ export class StreamDecoder {
     const p = await this.piece(s);
     const out: PieceWeights = new Map();
     if (p.session) {
-      for (const w of p.weights) out.set(w.name, new ort.Tensor('float32', laidOut(w, await this.source.readF32(w.source), this.source.description), w.dims));
+      for (const w of p.weights) out.set(w.name, new ort.Tensor('float32', await readLaidOut(this.source, w), w.dims));
     } else {
       for (const op of p.seg.graph.ops) if (op.op === 'embed') out.set(op.table, new ort.Tensor('float32', await this.source.readF32(op.table), [this.spec.vocabSize, this.spec.hiddenSize]));
     }
@@ -248,6 +249,57 @@ export class StreamDecodeSession {
   }
 }
 
+/**
+ * A weight's values as the lowering feeds it (transposed from [out, in] when asked). A plain bf16
+ * matrix is read raw and widened into its transposed place in one pass (a step re-reads every piece
+ * beyond the budget, so this is the streamed decoder's main cost); anything else via readF32.
+ */
+async function readLaidOut(source: ModelSource, w: WeightInput): Promise<Float32Array> {
+  const n = w.dims.reduce((a, d) => a * d, 1);
+  const at = w.transpose ? source.layout(w.source) : null;
+  if (at && w.transpose && at.dtype === 'BF16' && !at.rowMap && !at.colMap && at.rows === w.transpose[0] && at.cols === w.transpose[1] && at.rows * at.cols === n) {
+    const raw = new Uint16Array(n);
+    const fd = await open(at.file, 'r');
+    try {
+      const buf = new Uint8Array(raw.buffer);
+      for (let got = 0; got < buf.byteLength; ) {
+        const { bytesRead } = await fd.read(buf, got, buf.byteLength - got, at.offset + got);
+        if (bytesRead === 0) throw new LlmcError(`tensor "${w.source}" is cut short`, at.file);
+        got += bytesRead;
+      }
+    } finally {
+      await fd.close();
+    }
+    const out = transposeBf16(raw, at.rows, at.cols);
+    // a non-finite weight: readF32 refuses it (or reads it, --allow-nonfinite) as every other path does
+    if (out) return out;
+  }
+  return laidOut(w, await source.readF32(w.source), source.description);
+}
+
+/** [rows, cols] bf16 → [cols, rows] float32, in tiles; null when a value is Inf/NaN. */
+function transposeBf16(raw: Uint16Array, rows: number, cols: number): Float32Array | null {
+  const out = new Float32Array(rows * cols);
+  const bits = new Uint32Array(out.buffer);
+  const TILE = 32;
+  let bad = 0;
+  for (let r0 = 0; r0 < rows; r0 += TILE) {
+    const r1 = r0 + TILE < rows ? r0 + TILE : rows;
+    for (let c0 = 0; c0 < cols; c0 += TILE) {
+      const c1 = c0 + TILE < cols ? c0 + TILE : cols;
+      for (let c = c0; c < c1; c++) {
+        const o = c * rows;
+        for (let r = r0, i = r0 * cols + c; r < r1; r++, i += cols) {
+          const u = raw[i];
+          bad |= (u & 0x7f80) === 0x7f80 ? 1 : 0;
+          bits[o + r] = u << 16;
+        }
+      }
+    }
+  }
+  return bad ? null : out;
+}
+
 /** A weight's values as the lowering feeds it: transposed from [out, in] in tiles (cache-friendly) when asked. */
 function laidOut(w: WeightInput, values: Float32Array, where: string): Float32Array {
   const n = w.dims.reduce((a, d) => a * d, 1);
@@ -255,14 +307,14 @@ function laidOut(w: WeightInput, values: Float32Array, where: string): Float32Ar
   if (!w.transpose) return values;
   const [rows, cols] = w.transpose;
   const out = new Float32Array(n);
-  const TILE = 64;
+  const TILE = 32;
   for (let r0 = 0; r0 < rows; r0 += TILE) {
-    const r1 = Math.min(rows, r0 + TILE);
+    const r1 = r0 + TILE < rows ? r0 + TILE : rows;
     for (let c0 = 0; c0 < cols; c0 += TILE) {
-      const c1 = Math.min(cols, c0 + TILE);
-      for (let r = r0; r < r1; r++) {
-        const o = r * cols;
-        for (let c = c0; c < c1; c++) out[c * rows + r] = values[o + c];
+      const c1 = c0 + TILE < cols ? c0 + TILE : cols;
+      for (let c = c0; c < c1; c++) {
+        const o = c * rows;
+        for (let r = r0, i = r0 * cols + c; r < r1; r++, i += cols) out[o + r] = values[i];
       }
     }
   }
