@@ -14,9 +14,11 @@ import { argmax } from '../src/core/sampling.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { Engine } from '../src/exec/engine/index.js';
 import { StreamEngine } from '../src/exec/stream/engine.js';
+import { streamSettings, useStreamSettings } from '../src/exec/stream/index.js';
 import { modelFromTensors } from '../src/exec/runtime/memory.js';
 import { parseTreeSearchOptions } from '../passes/tree-search/options.js';
 import { rankProfile, resolveDraft } from '../passes/tree-search/profile.js';
+import { firstLayers, layersOf, measuredLatency, scaleLayers } from '../passes/tree-search/latency.js';
 import { STORIES } from './stories-engine.js';
 
 const TRAINED = path.resolve(__dirname, '../../shared/models/trained');
@@ -88,6 +90,47 @@ describe('rank profile on stories260K, streamed and whole-graph', () => {
       expect(streamed.ranks).toEqual(whole.ranks);
       expect(streamed.heldOut).toEqual(whole.heldOut);
       await (await engine)?.close();
+    } finally {
+      await ck.close();
+    }
+  });
+});
+
+describe('a streamed target is never loaded whole (stories260K)', () => {
+  it('a skip-layer draft from the kept layers alone gives the same logits as the target without them', async () => {
+    const ck = await openCheckpoint(STORIES);
+    try {
+      const L = ck.spec.numLayers;
+      const kept = [0, 2].filter((l) => l < L);
+      const skip = Array.from({ length: L }, (_, l) => l).filter((l) => !kept.includes(l));
+      const whole = (await modelFromTensors(ck)).withoutLayers(skip);
+      const alone = await modelFromTensors(layersOf(ck, kept));
+      expect(alone.spec.numLayers).toBe(kept.length);
+      const ids = [1, 50, 300, 7, 99, 12];
+      const a = whole.forward(ids, whole.newCache(), { logitRows: ids.map((_, i) => i) });
+      const b = alone.forward(ids, alone.newCache(), { logitRows: ids.map((_, i) => i) });
+      expect(Array.from(b)).toEqual(Array.from(a));
+    } finally {
+      await ck.close();
+    }
+  });
+
+  it('the latency of a streamed target is priced from its first one and two layers and scaled', async () => {
+    expect(scaleLayers([2, 3], [3, 3], 10)).toEqual([2 + 9 * 1, 3]);
+    const ck = await openCheckpoint(STORIES);
+    try {
+      const o = parseTreeSearchOptions({ draftSkip: '1,2,3,4' });
+      // streamed (as above 1 GiB): the draft is built without the whole target
+      const before = streamSettings().aboveBytes;
+      useStreamSettings({ aboveBytes: 0 });
+      const draft = await resolveDraft(o.draft, ck, [], () => Promise.reject(new Error('the whole target was loaded'))).finally(() => useStreamSettings({ aboveBytes: before }));
+      const opened: number[] = [];
+      const target = { blocks: (k: 1 | 2) => (opened.push(k), firstLayers(ck, k)), layers: ck.spec.numLayers };
+      const lat = await measuredLatency('measure', { checkpoint: 'stories' }, { target, draft: draft.drafter, nMax: 4, ctx: [8, 16], progress: silentProgress });
+      expect(opened).toEqual([1, 2]);
+      expect(lat.source).toMatch(/scaled from layers 0-1 to 5/);
+      expect(lat.verifyMs.map((r) => r.length)).toEqual([4, 4]);
+      for (const row of lat.verifyMs) for (let i = 1; i < row.length; i++) expect(row[i]).toBeGreaterThanOrEqual(row[i - 1]);
     } finally {
       await ck.close();
     }
