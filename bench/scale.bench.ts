@@ -9,8 +9,8 @@
  * from the larger size's rate. A pass llmc refuses at a size (one line, exit 1/2) is reported
  * `refused` with its message; one over its time limit `timeout` (30 min, recovery 60 min).
  *
- * Calibration from ../shared's calibration text (the fixtures' byte-level tokenizer reads it):
- * sampling from the model needs the whole-model Engine, which 1.1B does not fit.
+ * Calibration from ../shared's calibration text (the fixtures' byte-level tokenizer reads it), but
+ * tree-search's: its default, sampled from the model (layer-streamed above 1 GiB, src/exec/stream/decode.ts).
  * Env: LLMC_SCALE_PASSES=a,b (default all), LLMC_SCALE_SIZES=100M,1.1B (--quick: 100M),
  * LLMC_SCALE_OUT=file (each result appended as a JSON line as it lands).
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/scale.bench.js [--quick]`.
@@ -51,10 +51,9 @@ export const PASSES: Record<string, PassRun> = {
   'expert-bits': { family: 'moe', args: () => ['--target', 'gguf', '--passes', 'expert-bits', '--opt', 'expert-bits.budgetBpw=4.5', ...calib('expert-bits'), '--no-eval'], limitMs: 30 * MIN, owner: 's30' },
   'tree-search': {
     family: 'dense',
-    // the draft: the model without its upper half of layers (no second checkpoint)
-    args: (L) => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'tree-search', '--opt', `tree-search.draftSkip=${Array.from({ length: L - Math.ceil(L / 2) }, (_, i) => Math.ceil(L / 2) + i).join(',')}`, ...calib('tree-search'), '--no-eval'],
+    // the draft: the model's first two layers (no second checkpoint); default calibration (sampled from the model, streamed above 1 GiB)
+    args: (L) => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'tree-search', '--opt', `tree-search.draftSkip=${Array.from({ length: L - 2 }, (_, i) => 2 + i).join(',')}`, '--no-eval'],
     limitMs: 30 * MIN,
-    owner: 's30',
   },
   'chunk-partition': { family: 'dense', args: () => ['--target', 'cuda', '--passes', 'chunk-partition', '--no-eval'], limitMs: 30 * MIN, owner: 's30' },
 };

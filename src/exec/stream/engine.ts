@@ -30,6 +30,7 @@ import { streamSegments, type Segment } from './segments.js';
 import { streamDevice, type Device } from './device.js';
 import { CarryStore, emptySlot, type CarriedOut, type Slot, type StreamSettings } from './spill.js';
 import { appendFileSync } from 'node:fs';
+import { StreamDecoder } from './decode.js';
 
 export interface StreamOptions {
   /** onnxruntime intra-op threads (default: onnxruntime's choice). */
@@ -492,67 +493,36 @@ export class StreamEngine {
 
   /**
    * Greedy continuations of equal-length `prompts` by `G` tokens each (the ids chosen, prompt
-   * excluded), as the whole-model Engine's session steps give them: the prompts run piece by piece
-   * with each layer's KV cache kept ([B, kvHeads, T, headDim] per layer, in memory), then each new
-   * token runs every piece again on its layer's past. One piece's weights are loaded at a time, so
-   * each piece's session is built G times: the time is one forward plus G · pieces session builds.
-   * Ties go to the lower id (core's argmax).
+   * excluded), as the whole-model Engine's session steps give them: all prompts advance together on
+   * a StreamDecoder (./decode.ts: each piece's session built once, weights kept within a budget, each
+   * layer's KV cache kept), so a step costs one weight sweep for the whole batch. Ties go to the lower
+   * id (core's argmax). `decoder` shares one (its sessions and kept weights) between calls.
    */
-  async greedy(prompts: number[][], G: number): Promise<number[][]> {
+  async greedy(prompts: number[][], G: number, decoder?: StreamDecoder): Promise<number[][]> {
     if (!prompts.length || G <= 0) return prompts.map(() => []);
     const T0 = prompts[0].length;
     if (T0 === 0 || prompts.some((p) => p.length !== T0)) throw new UsageError('greedy continuation needs non-empty prompts of equal length');
-    this.batches(prompts, Infinity); // checks the ids
-    const last = this.segments.length - 1;
-    // each piece with its layers' present K/V as outputs
-    const withKv = this.segments.map((seg) => {
-      const present = seg.graph.ops.flatMap((op) => (op.op === 'attention' ? [op.presentK, op.presentV] : []));
-      return { ...seg, graph: { ...seg.graph, outputs: [...seg.graph.outputs, ...present] }, present };
-    });
-    const kv = new Map<string, ort.Tensor>();
-    const store = new CarryStore(this.opts.spill);
+    const d = decoder ?? new StreamDecoder(this.source, { graph: this.opts.graph, threads: this.opts.threads, device: this.opts.device });
     const out = prompts.map(() => [] as number[]);
     const progress = this.opts.progress ?? silentProgress;
-    progress.start(`streaming ${this.segments.length} pieces over ${G} greedy steps`, G * this.segments.length);
+    progress.start(`streaming ${this.segments.length} pieces over ${G} greedy steps`, G);
     try {
+      const first = d.timings.length;
+      const session = d.session(prompts.length);
       let step: number[][] = prompts;
-      for (let g = 0, P = 0; g < G; g++) {
-        const b: Batch = { sequences: prompts.map((_, i) => i), length: step[0].length, ids: step, slot: emptySlot() };
-        for (let s = 0; s <= last; s++) {
-          const seg = withKv[s];
-          const t0 = performance.now();
-          store.turn(s);
-          if (isGather(seg)) await this.gather(seg, [b], store);
-          else {
-            const { session } = await this.open(seg, []);
-            const t1 = performance.now();
-            try {
-              const input = store.load(b.slot);
-              const outputs = await session.run(this.feeds(seg, b, input, [b.length - 1], kv, P));
-              if (s === last) {
-                const V = this.graph.spec.vocabSize;
-                const z = outputs[IO.logits].data as Float32Array;
-                step = out.map((o, i) => {
-                  const next = argmax(z.subarray(i * V, (i + 1) * V));
-                  o.push(next);
-                  return [next];
-                });
-              } else {
-                store.keep(b.slot, this.moveOn(s, input, new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]))));
-              }
-              for (const v of seg.present) kv.set(v.replace(/^present_/, 'past_'), outputs[v] as ort.Tensor);
-              this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
-            } finally {
-              await session.release();
-            }
-          }
-          progress.tick();
-        }
-        this.activationBytes = Math.max(this.activationBytes, [...kv.values()].reduce((a, t) => a + (t.data as Float32Array).byteLength, 0));
-        P += b.length;
+      for (let g = 0; g < G; g++) {
+        const logits = await session.step(step);
+        step = logits.map((z, i) => {
+          const next = argmax(z);
+          out[i].push(next);
+          return [next];
+        });
+        progress.tick();
       }
+      this.activationBytes = Math.max(this.activationBytes, d.kvBytes);
+      for (const t of d.timings.slice(first)) this.timings.push({ id: t.id, openMs: t.openMs, runMs: t.runMs + t.loadMs });
     } finally {
-      store.close();
+      if (!decoder) await d.close();
       progress.done();
     }
     return out;
@@ -600,7 +570,7 @@ export class StreamEngine {
 }
 
 /** A piece of embed ops reading the input ids, with no taps: rows copied in JS (StreamEngine.gather). */
-const isGather = (seg: Segment): boolean => seg.graph.taps.length === 0 && seg.graph.ops.every((op) => op.op === 'embed' && op.ids === IO.ids);
+export const isGather = (seg: Segment): boolean => seg.graph.taps.length === 0 && seg.graph.ops.every((op) => op.op === 'embed' && op.ids === IO.ids);
 
 /** Fold one piece's tap results into the whole sweep's (each tap key belongs to one piece). */
 function foldTaps(into: TapResult, from: TapResult): void {

@@ -12,6 +12,7 @@ import { float32Bytes, STREAM_ABOVE_BYTES } from './reference.js';
 import { streamSettings } from './spill.js';
 
 export { StreamEngine, type Branch, type DivergenceBranch, type StreamOptions, type StreamedLogits, type PieceHook, type PieceResult } from './engine.js';
+export { StreamDecoder, StreamDecodeSession, DECODE_WEIGHT_BYTES, type DecodeOptions } from './decode.js';
 export { sourceLogits, float32Bytes, STREAM_ABOVE_BYTES, type SourceLogits } from './reference.js';
 export { streamSegments, type Segment } from './segments.js';
 export { streamSettings, useStreamSettings, parseBytes, type StreamSettings } from './spill.js';
