@@ -275,7 +275,7 @@ export async function analyzeReorder(
     let baseLoss: number | null = null;
     // A target with one width for all layers gets no full-width anchors.
     const elastic = ctx.target.capabilities.elasticWidths;
-    if (elastic.kind === 'uniform') {
+    if (elastic.kind === 'uniform' && !(elastic.searchPerLayer && o.widths === 'search')) {
       checkUniformAnchors(o, ctx.target.name, elastic.why);
       notes.push(`target ${ctx.target.name}: uniform widths, no anchor layers (${elastic.why})`);
       anchors = [];

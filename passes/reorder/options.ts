@@ -245,7 +245,7 @@ export const REORDER_OPTIONS: OptionSchema<ReorderOptions> = { specs: OPTION_SPE
 
 /** Uniform widths (a target with one width for all layers) leave no room for full-width anchor layers or searched widths. */
 export function checkUniformAnchors(o: ReorderOptions, target: string, why?: string): void {
-  if (o.widths === 'search') throw new UsageError(`--target ${target} takes one width for all layers${why ? ` (${why})` : ''}: reorder.widths=search needs a target with per-layer widths (ts, cuda)`);
+  if (o.widths === 'search') throw new UsageError(`--target ${target} takes one width for all layers${why ? ` (${why})` : ''}: reorder.widths=search needs a target with per-layer widths (ts, cuda, gguf-levels)`);
   if (Array.isArray(o.anchors) ? o.anchors.length > 0 : o.anchors !== 'default' && o.anchors > 0) {
     throw new UsageError(`--target ${target} needs one width for all layers: reorder.anchors must be 0`);
   }
