@@ -8,7 +8,7 @@
  *   recovery trains) and on the
  *   TS runtime, equals the full model with the dropped units' o_proj / down_proj columns zeroed by
  *   the test itself (the level-equivalence approach of runtime-elastic);
- * - targets with one width for all layers (hf, gguf-levels) refuse widths=search in one line;
+ * - hf (one width for all layers) refuses widths=search in one line; gguf-levels takes it (deci);
  * - importance=fisher: one batch's score is the squared mask derivative, checked by finite differences;
  *   iterative importance keeps the largest level's units and every order a nested permutation.
  */
@@ -239,9 +239,9 @@ describe('search on stories260K', () => {
 });
 
 describe('targets', () => {
-  it('hf and gguf-levels (one width for all layers) refuse widths=search in one line; ts and cuda take it', () => {
+  it('hf (one width for all layers) refuses widths=search in one line; ts, cuda and gguf-levels (llama.cpp deci) take it', () => {
     const o = parseReorderOptions({ widths: 'search', anchors: '0' });
-    for (const t of ['hf', 'gguf-levels']) {
+    for (const t of ['hf']) {
       let err: unknown;
       try {
         reorder.check!(o, findTarget(t), { tensorTypes: [] }, { passes: ['reorder'] });
@@ -249,10 +249,10 @@ describe('targets', () => {
         err = e;
       }
       expect(err).toBeInstanceOf(UsageError);
-      expect((err as Error).message).toMatch(new RegExp(`^--target ${t} takes one width for all layers .*reorder\\.widths=search needs a target with per-layer widths \\(ts, cuda\\)$`));
+      expect((err as Error).message).toMatch(new RegExp(`^--target ${t} takes one width for all layers .*reorder\\.widths=search needs a target with per-layer widths \\(ts, cuda, gguf-levels\\)$`));
       expect((err as Error).message).not.toMatch(/\n/);
     }
-    for (const t of ['ts', 'cuda']) expect(() => reorder.check!(o, findTarget(t), { tensorTypes: [] }, { passes: ['reorder'] })).not.toThrow();
+    for (const t of ['ts', 'cuda', 'gguf-levels']) expect(() => reorder.check!(o, findTarget(t), { tensorTypes: [] }, { passes: ['reorder'] })).not.toThrow();
   });
 
   it('options: search-only and fisher-only keys are refused elsewhere', () => {
