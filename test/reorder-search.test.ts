@@ -81,11 +81,11 @@ describe('search: the greedy descent on a sensitivity table', () => {
     return { base: 2, layers };
   };
 
-  it('levels are nested, within their budget, the least sensitive layer cut most; memory budgets too', () => {
+  it('levels are nested, within their budget, the least sensitive layer cut most; memory and latency budgets too', () => {
     const spec = ckpt.spec;
     const anchors = new Set([0]);
     const full = describeLevel(spec, 'full', 1, Array.from({ length: spec.numLayers }, () => fullWidth(spec)), anchors);
-    for (const budget of [{ kind: 'params', sizeBy: 'total' }, { kind: 'params', sizeBy: 'blocks' }, { kind: 'memory', context: 2048, bytesPerParam: 2 }] as Budget[]) {
+    for (const budget of [{ kind: 'params', sizeBy: 'total' }, { kind: 'params', sizeBy: 'blocks' }, { kind: 'memory', context: 2048, bytesPerParam: 2 }, { kind: 'latency', cost: { perCall: 2e-6, perMac: 1e-9, context: 512, host: 'test' } }] as Budget[]) {
       for (const block of [1, 16]) {
         const targets = [0.5, 0.6, 0.75, 0.9, 1];
         const { levels } = searchLevels(spec, { targets, anchors, block, budget, sensitivity: table(spec, anchors, block) });
@@ -257,7 +257,7 @@ describe('targets', () => {
 
   it('options: search-only and fisher-only keys are refused elsewhere', () => {
     expect(() => parseReorderOptions({ budget: 'memory' })).toThrow(/applies to reorder.widths=search only/);
-    expect(() => parseReorderOptions({ widths: 'search', budgetContext: '512' })).toThrow(/budget=memory only/);
+    expect(() => parseReorderOptions({ widths: 'search', budgetContext: '512' })).toThrow(/budget=memory or latency only/);
     expect(() => parseReorderOptions({ fisherTokens: '1000' })).toThrow(/importance=fisher only/);
     expect(() => parseReorderOptions({ widths: 'per-layer' })).toThrow(/uniform or search/);
   });
