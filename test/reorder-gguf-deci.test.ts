@@ -16,6 +16,7 @@ import type { ReorderMetadata } from '../passes/reorder/analyze.js';
 import { levelMasks, maskSource } from '../passes/reorder/masks.js';
 import { readGgufHeader } from '../backends/gguf/read.js';
 import { uniformWidth } from '../src/core/pipeline/elastic.js';
+import { loadDir } from '../src/exec/runtime/node.js';
 import { llmcInProcess } from './cli.js';
 import { llamaLogits, relRms, STORIES } from './gguf-helpers.js';
 
@@ -39,7 +40,7 @@ describe('gguf-levels with per-layer widths (llama.cpp deci)', () => {
       source: src,
       target: 'gguf-levels',
       outDir: out,
-      passes: [{ name: 'reorder', options: { importance: 'activation', widths: 'search', searchPoints: '4', levels: '0.5,0.75,1', evaluate: 'false', recover: 'none' } }],
+      passes: [{ name: 'reorder', options: { importance: 'activation', widths: 'search', searchPoints: '4', levels: '0.5,1', evaluate: 'false', recover: 'none' } }],
       quant: 'F32',
       progress: silentProgress,
       note: () => {},
@@ -83,6 +84,25 @@ describe('gguf-levels with per-layer widths (llama.cpp deci)', () => {
     expect(alone.code).toBe(1);
     expect(alone.stderr.trim().split('\n')).toHaveLength(1);
     expect(alone.stderr).toMatch(/"deci".*llama-cli/);
+  });
+
+  it('a LoRA-recovered per-layer level: llama.cpp runs the deci file (adapters merged) with the TS runtime\'s logits (level + adapters)', async () => {
+    const options = { importance: 'activation', widths: 'search', searchPoints: '4', levels: '0.5,1', evaluate: 'false', recover: 'lora', recoverSteps: '6', recoverData: '16', recoverBatch: '4', recoverLr: '1e-2' };
+    const build = (target: string, out: string) =>
+      compile({ source: src, target, outDir: out, passes: [{ name: 'reorder', options }], quant: 'F32', progress: silentProgress, note: () => {}, cacheDir: path.join(tmp, 'cache') });
+    const g = await build('gguf-levels', path.join(tmp, 'rec-gguf'));
+    await build('ts', path.join(tmp, 'rec-ts'));
+    const lv = (g.passes[0].metadata as unknown as ReorderMetadata).levels[0];
+    expect(uniformWidth(lv.layers)).toBeNull();
+    expect(lv.adapters?.tensors).toBeGreaterThan(0);
+    const model = await loadDir(path.join(tmp, 'rec-ts'));
+    const V = src.spec.vocabSize;
+    const got = await llamaLogits(path.join(tmp, 'rec-gguf', lv.id, 'model.gguf'), PROMPT, V);
+    const flat = model.forward(PROMPT, model.newCache(), model.level(lv.id));
+    const want = PROMPT.map((_, t) => flat.slice(t * V, (t + 1) * V));
+    expect(relRms(got, want)).toBeLessThan(3e-3);
+    const plain = model.forward(PROMPT, model.newCache(), { widths: model.level(lv.id).widths });
+    expect(relRms(got, PROMPT.map((_, t) => plain.slice(t * V, (t + 1) * V)))).toBeGreaterThan(1e-3); // the adapters are in the file
   });
 
   it('refuses per-layer levels of a family llama.cpp has no per-layer form for, before writing', async () => {
