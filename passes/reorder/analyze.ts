@@ -35,6 +35,7 @@ import {
 } from './importance.js';
 import { levelLoss, levelMasks, maskedLoss, maskSource, skipLayerMasks, streamedLoss } from './masks.js';
 import { AUTO_PROVIDERS, checkUniformAnchors, type ReorderOptions } from './options.js';
+import { kernelCost } from './latency.js';
 import { budgetOf, chooseNested, measureSensitivity, ordersKey, probeCount, searchLevels, searchLevelsRefined, sensitivityArrays, sensitivityFrom, type Budget, type Sensitivity } from './search.js';
 import type { LevelWidth as LevelWidthT } from '../../src/core/ir/width.js';
 import type { LayerOrder as Order } from './permute.js';
@@ -275,7 +276,7 @@ export async function analyzeReorder(
     let baseLoss: number | null = null;
     // A target with one width for all layers gets no full-width anchors.
     const elastic = ctx.target.capabilities.elasticWidths;
-    if (elastic.kind === 'uniform') {
+    if (elastic.kind === 'uniform' && !(elastic.searchPerLayer && o.widths === 'search')) {
       checkUniformAnchors(o, ctx.target.name, elastic.why);
       notes.push(`target ${ctx.target.name}: uniform widths, no anchor layers (${elastic.why})`);
       anchors = [];
@@ -328,7 +329,8 @@ export async function analyzeReorder(
     let plan: { levels: ReorderMetadata['levels']; notes: string[] };
     let widthSearch: ReorderMetadata['widthSearch'];
     if (o.widths === 'search') {
-      const budget: Budget = o.budget === 'memory' ? { kind: 'memory', context: o.budgetContext, bytesPerParam: 2 } : { kind: 'params', sizeBy: o.sizeBy };
+      const budget: Budget =
+        o.budget === 'memory' ? { kind: 'memory', context: o.budgetContext, bytesPerParam: 2 } : o.budget === 'latency' ? { kind: 'latency', cost: await kernelCost(spec, o.budgetContext, ctx.cacheDir) } : { kind: 'params', sizeBy: o.sizeBy };
       const sensitivity = await m.sensitivity(calib, orders, anchors, block);
       const search = (targets: number[]) => searchLevels(spec, { targets, anchors: anchorSet, block, budget, sensitivity });
       let targets: number[];
@@ -358,7 +360,7 @@ export async function analyzeReorder(
         });
       }
       widthSearch = {
-        ...(picked ? { picked } : {}), budget: budget.kind === 'memory' ? { kind: 'memory', context: budget.context, bytesPerParam: budget.bytesPerParam } : { kind: 'params', sizeBy: budget.sizeBy }, points: o.searchPoints, ...(o.searchRefine ? { refined: true as const } : {}), probes: probeCount(spec, anchorSet, block, o.searchPoints), baseLoss: sensitivity.base, fractions: plan.levels.map((lv) => Math.round(budgetOf(spec, budget, lv, full) * 1e6) / 1e6) };
+        ...(picked ? { picked } : {}), budget: budgetRecord(budget), points: o.searchPoints, ...(o.searchRefine ? { refined: true as const } : {}), probes: probeCount(spec, anchorSet, block, o.searchPoints), baseLoss: sensitivity.base, fractions: plan.levels.map((lv) => Math.round(budgetOf(spec, budget, lv, full) * 1e6) / 1e6) };
     } else plan = planLevels(spec, { levels: o.levels, anchors: anchorSet, block, sizeBy: o.sizeBy });
     notes.push(...plan.notes);
     const levels: ReorderMetadata['levels'] = plan.levels;
@@ -513,3 +515,10 @@ export const reorderPass: Pass<ReorderOptions> = {
     return { unit: evolve(unit, { source, annotate: adapters }), record: metadata };
   },
 };
+
+/** The budget as the record keeps it (latency: the fitted kernel cost, µs per call and ns per multiply-add). */
+function budgetRecord(b: Budget): NonNullable<ReorderMetadata['widthSearch']>['budget'] {
+  if (b.kind === 'memory') return { kind: 'memory', context: b.context, bytesPerParam: b.bytesPerParam };
+  if (b.kind === 'latency') return { kind: 'latency', context: b.cost.context, perCallUs: Math.round(b.cost.perCall * 1e9) / 1e3, perMacNs: Math.round(b.cost.perMac * 1e12) / 1e3, host: b.cost.host };
+  return { kind: 'params', sizeBy: b.sizeBy };
+}
