@@ -153,6 +153,8 @@ export function registerRun(program: Command): void {
         '  LLMC_RUN_BUNDLE    off: start from dist/ instead of the one-file bundle of the run path\n',
     )
     .action(async (modelPath: string, o) => {
+      // Peak memory while decoding: V8's young generation kept at its initial size (see holdYoungGeneration).
+      (await import('../../../exec/runtime/node.js')).holdYoungGeneration();
       const given = [o.promptIds, o.prompt, o.promptFile].filter((x) => x !== undefined).length;
       if (given !== 1) throw new UsageError('give exactly one of --prompt, --prompt-file or --prompt-ids');
       if (o.chat && o.promptIds !== undefined) throw new UsageError('--chat renders a text prompt: give --prompt or --prompt-file, not --prompt-ids');
