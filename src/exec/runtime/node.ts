@@ -40,6 +40,21 @@ function enableRelaxedSimd(): void {
   if (setting === 'on') preferRelaxedSimd();
 }
 
+/**
+ * Keep V8's young generation at its initial size (`--semi-space-growth-factor=1`, the same as
+ * `node --max-semi-space-size=1`; settable after start-up, unlike that flag). Decoding leaves a few
+ * tens of KB of short-lived objects a token; left alone V8 grows each semi-space towards 16 MB and
+ * the peak RSS by ~5 MB, which put llama-100M 0.3–3.2 MB over weights + KV cache + 64 MB. `llmc run`
+ * calls this once at start; a library user's process keeps V8's defaults.
+ */
+export function holdYoungGeneration(): void {
+  try {
+    (createRequire(import.meta.url)('node:v8') as typeof import('node:v8')).setFlagsFromString('--semi-space-growth-factor=1');
+  } catch {
+    // an embedder that refuses flags: V8's default sizing
+  }
+}
+
 /** A file read with positioned reads; the handle opens lazily and closes with `close()`. */
 export function fileSource(file: string): ByteSource & { close(): Promise<void> } {
   let handle: fsp.FileHandle | null = null;
