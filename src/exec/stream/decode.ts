@@ -277,36 +277,26 @@ async function readLaidOut(source: ModelSource, w: WeightInput): Promise<Float32
   return laidOut(w, await source.readF32(w.source), source.description);
 }
 
-/** [rows, cols] bf16 → [cols, rows] float32, in tiles; null when a value is Inf/NaN. */
+/** [rows, cols] bf16 → [cols, rows] float32; null when a value is Inf/NaN. */
 function transposeBf16(raw: Uint16Array, rows: number, cols: number): Float32Array | null {
+  for (let i = 0; i < raw.length; i++) if ((raw[i] & 0x7f80) === 0x7f80) return null;
   const out = new Float32Array(rows * cols);
-  const bits = new Uint32Array(out.buffer);
-  const TILE = 32;
-  let bad = 0;
-  for (let r0 = 0; r0 < rows; r0 += TILE) {
-    const r1 = r0 + TILE < rows ? r0 + TILE : rows;
-    for (let c0 = 0; c0 < cols; c0 += TILE) {
-      const c1 = c0 + TILE < cols ? c0 + TILE : cols;
-      for (let c = c0; c < c1; c++) {
-        const o = c * rows;
-        for (let r = r0, i = r0 * cols + c; r < r1; r++, i += cols) {
-          const u = raw[i];
-          bad |= (u & 0x7f80) === 0x7f80 ? 1 : 0;
-          bits[o + r] = u << 16;
-        }
-      }
-    }
-  }
-  return bad ? null : out;
+  transposeBits(raw, new Uint32Array(out.buffer), rows, cols, 16);
+  return out;
 }
 
-/** A weight's values as the lowering feeds it: transposed from [out, in] in tiles (cache-friendly) when asked. */
+/** A weight's values as the lowering feeds it: transposed from [out, in] when asked. */
 function laidOut(w: WeightInput, values: Float32Array, where: string): Float32Array {
   const n = w.dims.reduce((a, d) => a * d, 1);
   if (values.length !== n) throw new LlmcError(`tensor "${w.source}" has ${values.length} values, the model needs ${n}`, where);
   if (!w.transpose) return values;
-  const [rows, cols] = w.transpose;
   const out = new Float32Array(n);
+  transposeBits(new Uint32Array(values.buffer, values.byteOffset, n), new Uint32Array(out.buffer), w.transpose[0], w.transpose[1], 0);
+  return out;
+}
+
+/** out[c·rows + r] = src[r·cols + c] << shift, in tiles (cache-friendly): bf16 widens with shift 16, float32 bits copy with 0. */
+function transposeBits(src: Uint16Array | Uint32Array, out: Uint32Array, rows: number, cols: number, shift: number): void {
   const TILE = 32;
   for (let r0 = 0; r0 < rows; r0 += TILE) {
     const r1 = r0 + TILE < rows ? r0 + TILE : rows;
@@ -314,9 +304,8 @@ function laidOut(w: WeightInput, values: Float32Array, where: string): Float32Ar
       const c1 = c0 + TILE < cols ? c0 + TILE : cols;
       for (let c = c0; c < c1; c++) {
         const o = c * rows;
-        for (let r = r0, i = r0 * cols + c; r < r1; r++, i += cols) out[o + r] = values[i];
+        for (let r = r0, i = r0 * cols + c; r < r1; r++, i += cols) out[o + r] = src[i] << shift;
       }
     }
   }
-  return out;
 }
