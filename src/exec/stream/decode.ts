@@ -190,7 +190,10 @@ export class StreamDecodeSession {
       const weights = await next;
       const t1 = performance.now();
       // the next piece's weights are read while this one runs
-      if (s < last) next = d.weights(s + 1);
+      if (s < last) {
+        next = d.weights(s + 1);
+        next.catch(() => {}); // awaited at the next piece; a failure here must not go unhandled meanwhile
+      }
       const p = await d.piece(s);
       if (!p.session) {
         for (const op of p.seg.graph.ops) {
