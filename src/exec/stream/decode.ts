@@ -2,9 +2,9 @@
  * Token-by-token generation layer-streamed: the model's pieces (./segments.ts) as onnxruntime
  * sessions whose weights are graph inputs, so a piece's session is built once per decoder (small:
  * no initializers) and each run is fed the piece's weights. The weights are read from the checkpoint
- * (float32, laid out as the lowering wants them) and kept between steps while they fit `weightBytes`;
- * the pieces beyond the budget are read again at each step, the next piece's while the current one
- * runs. Every prompt of a batch advances together (one step: every piece once over all rows), each
+ * (float32, laid out as the lowering wants them) and kept between steps when the whole model fits
+ * `weightBytes`; a larger model's pieces are read again at each step, the next piece's while the
+ * current one runs. Every prompt of a batch advances together (one step: every piece once over all rows), each
  * layer's KV cache kept per session. So a step costs one weight sweep for the whole batch, and a
  * model whose float32 weights fit the budget is read once: a generation of G tokens costs one forward
  * plus G one-token steps, never G session builds per piece.
@@ -22,11 +22,12 @@ import type { ModelGraph, V } from '../../core/ir/ir.js';
 import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { lowerToOnnx, type WeightInput } from '../onnx/lower.js';
 import { isGather } from './engine.js';
+import { float32Bytes } from './reference.js';
 import { streamSegments, type Segment } from './segments.js';
 import { streamDevice, type Device } from './device.js';
 import { open } from 'node:fs/promises';
 
-/** Float32 weights a decoder keeps between steps by default (the rest are read again each step). */
+/** A model whose float32 weights are at most this is kept in memory between steps by default; a larger one is read again each step. */
 export const DECODE_WEIGHT_BYTES = 2 ** 30;
 
 export interface DecodeOptions {
@@ -35,7 +36,7 @@ export interface DecodeOptions {
   /** The IR to run (default: the one built from the source's spec). */
   graph?: ModelGraph;
   device?: Device;
-  /** Bytes of float32 weights kept between steps (default DECODE_WEIGHT_BYTES). */
+  /** Keep the weights between steps when the model's float32 size is at most this (default DECODE_WEIGHT_BYTES). */
   weightBytes?: number;
 }
 
@@ -63,8 +64,8 @@ export class StreamDecoder {
   kvBytes = 0;
   private pieces: Promise<Piece>[] = [];
   private kept = new Map<number, PieceWeights>();
-  private keptBytes = 0;
-  private readonly budget: number;
+  /** The whole model's float32 weights fit the budget: every piece is read once. */
+  private readonly keepAll: boolean;
   /** Values a piece after `s` reads. */
   private readonly later: Set<V>[];
 
@@ -83,7 +84,9 @@ export class StreamDecoder {
     });
     this.segments = withKv;
     this.later = withKv.map((_, s) => new Set(withKv.slice(s + 1).flatMap((g) => g.carriedIn)));
-    this.budget = opts.weightBytes ?? DECODE_WEIGHT_BYTES;
+    // all or nothing: keeping part of a model that does not fit saves that part's reads only (4 of
+    // TinyLlama's 22 layers for 1 GiB) at the full memory cost, so a larger model keeps none
+    this.keepAll = float32Bytes(source.spec) <= (opts.weightBytes ?? DECODE_WEIGHT_BYTES);
   }
 
   /** A generation session: `batch` rows advance together, each layer's KV cache its own. */
@@ -96,7 +99,6 @@ export class StreamDecoder {
     const pieces = this.pieces;
     this.pieces = [];
     this.kept.clear();
-    this.keptBytes = 0;
     for (const p of pieces) await (await p).session?.release();
   }
 
@@ -131,7 +133,7 @@ export class StreamDecoder {
     return { seg, session, weights: lowered.weightInputs, present, bytes };
   }
 
-  /** Piece `s`'s weights: kept ones, or read now (and kept while the budget allows). */
+  /** Piece `s`'s weights: kept ones, or read now (and kept when the whole model fits the budget). */
   async weights(s: number): Promise<PieceWeights> {
     const kept = this.kept.get(s);
     if (kept) return kept;
@@ -143,9 +145,8 @@ export class StreamDecoder {
       for (const op of p.seg.graph.ops) if (op.op === 'embed') out.set(op.table, new ort.Tensor('float32', await this.source.readF32(op.table), [this.spec.vocabSize, this.spec.hiddenSize]));
     }
     this.weightBytesRead += p.bytes;
-    if (this.keptBytes + p.bytes <= this.budget) {
+    if (this.keepAll) {
       this.kept.set(s, out);
-      this.keptBytes += p.bytes;
     }
     return out;
   }
@@ -189,7 +190,10 @@ export class StreamDecodeSession {
       const weights = await next;
       const t1 = performance.now();
       // the next piece's weights are read while this one runs
-      if (s < last) next = d.weights(s + 1);
+      if (s < last) {
+        next = d.weights(s + 1);
+        next.catch(() => {}); // awaited at the next piece; a failure here must not go unhandled meanwhile
+      }
       const p = await d.piece(s);
       if (!p.session) {
         for (const op of p.seg.graph.ops) {
@@ -277,36 +281,26 @@ async function readLaidOut(source: ModelSource, w: WeightInput): Promise<Float32
   return laidOut(w, await source.readF32(w.source), source.description);
 }
 
-/** [rows, cols] bf16 → [cols, rows] float32, in tiles; null when a value is Inf/NaN. */
+/** [rows, cols] bf16 → [cols, rows] float32; null when a value is Inf/NaN. */
 function transposeBf16(raw: Uint16Array, rows: number, cols: number): Float32Array | null {
+  for (let i = 0; i < raw.length; i++) if ((raw[i] & 0x7f80) === 0x7f80) return null;
   const out = new Float32Array(rows * cols);
-  const bits = new Uint32Array(out.buffer);
-  const TILE = 32;
-  let bad = 0;
-  for (let r0 = 0; r0 < rows; r0 += TILE) {
-    const r1 = r0 + TILE < rows ? r0 + TILE : rows;
-    for (let c0 = 0; c0 < cols; c0 += TILE) {
-      const c1 = c0 + TILE < cols ? c0 + TILE : cols;
-      for (let c = c0; c < c1; c++) {
-        const o = c * rows;
-        for (let r = r0, i = r0 * cols + c; r < r1; r++, i += cols) {
-          const u = raw[i];
-          bad |= (u & 0x7f80) === 0x7f80 ? 1 : 0;
-          bits[o + r] = u << 16;
-        }
-      }
-    }
-  }
-  return bad ? null : out;
+  transposeBits(raw, new Uint32Array(out.buffer), rows, cols, 16);
+  return out;
 }
 
-/** A weight's values as the lowering feeds it: transposed from [out, in] in tiles (cache-friendly) when asked. */
+/** A weight's values as the lowering feeds it: transposed from [out, in] when asked. */
 function laidOut(w: WeightInput, values: Float32Array, where: string): Float32Array {
   const n = w.dims.reduce((a, d) => a * d, 1);
   if (values.length !== n) throw new LlmcError(`tensor "${w.source}" has ${values.length} values, the model needs ${n}`, where);
   if (!w.transpose) return values;
-  const [rows, cols] = w.transpose;
   const out = new Float32Array(n);
+  transposeBits(new Uint32Array(values.buffer, values.byteOffset, n), new Uint32Array(out.buffer), w.transpose[0], w.transpose[1], 0);
+  return out;
+}
+
+/** out[c·rows + r] = src[r·cols + c] << shift, in tiles (cache-friendly): bf16 widens with shift 16, float32 bits copy with 0. */
+function transposeBits(src: Uint16Array | Uint32Array, out: Uint32Array, rows: number, cols: number, shift: number): void {
   const TILE = 32;
   for (let r0 = 0; r0 < rows; r0 += TILE) {
     const r1 = r0 + TILE < rows ? r0 + TILE : rows;
@@ -314,9 +308,8 @@ function laidOut(w: WeightInput, values: Float32Array, where: string): Float32Ar
       const c1 = c0 + TILE < cols ? c0 + TILE : cols;
       for (let c = c0; c < c1; c++) {
         const o = c * rows;
-        for (let r = r0, i = r0 * cols + c; r < r1; r++, i += cols) out[o + r] = values[i];
+        for (let r = r0, i = r0 * cols + c; r < r1; r++, i += cols) out[o + r] = src[i] << shift;
       }
     }
   }
-  return out;
 }
