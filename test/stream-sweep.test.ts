@@ -1,0 +1,81 @@
+/**
+ * Reorder's streamed anchor-layer sweep in one visit per block: skipped layers handed on as the
+ * identity (no session) give the masked-weights sweep's losses (the layer masked out is the identity
+ * exactly, without o/down biases); the activation taps taken on the model's own states in that sweep
+ * equal a separate tap sweep's; and a sweep stopped part way (its save throws, as Ctrl-C ends it)
+ * continues from the profile cache to the same results, bit for bit. stories260K, in process.
+ */
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, test } from 'vitest';
+import { StreamEngine, type SweepResume } from '../src/exec/stream/engine.js';
+import { maskSource, skipLayerMasks } from '../passes/reorder/masks.js';
+import { ACTIVATION_TAPS } from '../passes/reorder/importance.js';
+import { sweepResume } from '../src/measure/stream-cache.js';
+import { STORIES, storiesEngine } from './stories-engine.js';
+
+const present = existsSync(STORIES);
+if (!present) console.log(`skipping the streamed anchor sweep test: ${STORIES} is absent`);
+
+describe.skipIf(!present)('streamed anchor-layer sweep (stories260K)', () => {
+  const stories = storiesEngine();
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'llmc-stream-sweep-'));
+  afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+  const seqs = (() => {
+    let s = 7;
+    const V = 512; // stories260K's vocabulary
+    return [24, 24, 24, 17].map((T) => Array.from({ length: T }, () => ((s = (s * 1103515245 + 12345) >>> 0), s % V)));
+  })();
+
+  test('identity branches, fused taps and a resumed sweep give the separate sweeps\' results', { timeout: 60_000 }, async () => {
+    const ck = stories.ck;
+    const L = ck.spec.numLayers;
+    expect(ck.spec.oBias || ck.spec.mlpBias).toBeFalsy();
+    const engine = () => new StreamEngine(ck, { threads: 1, batchTokens: 48 });
+    const ref = engine();
+    const at = (l: number) => ref.segments.findIndex((g) => g.layer === l);
+    const masked = await ref.losses(seqs, Array.from({ length: L }, (_, l) => ({ source: maskSource(ck, skipLayerMasks(ck.spec, l), 'mask'), from: at(l), until: at(l) + 1 })));
+    const tapped = await engine().tap(seqs, ACTIVATION_TAPS);
+
+    const skips = Array.from({ length: L }, (_, l) => ({ source: ck, from: at(l), until: at(l) + 1, skip: true }));
+    const fused = engine();
+    const got = await fused.losses(seqs, skips, { taps: ACTIVATION_TAPS });
+    expect(got.base).toBe(masked.base);
+    for (let l = 0; l < L; l++) expect(Math.abs(got.branches[l] - masked.branches[l]), `layer ${l}`).toBeLessThan(1e-6 * Math.max(1, masked.branches[l]));
+    // no session for a skipped layer: one per layer in all
+    expect(fused.timings.filter((t) => t.id.startsWith('l')).length).toBe(L);
+    for (const [key, h] of tapped.headOutputs) expect(Array.from(got.taps.headOutputs.get(key)!.sumSq), key).toEqual(Array.from(h.sumSq));
+    for (const [key, a] of tapped.mlpActs) expect(Array.from(got.taps.mlpActs.get(key)!.absSum), key).toEqual(Array.from(a.absSum));
+    expect(got.taps.headOutputs.size).toBe(L);
+    expect(got.taps.tokens).toBe(tapped.tokens);
+
+    // stopped after piece k (its save throws, as Ctrl-C ends the process), then run again on the same cache
+    const cache = path.join(tmp, 'cache');
+    const pieces = fused.segments.length;
+    const store = (await sweepResume(ck, cache, { test: 'anchor' }, pieces))!;
+    const k = 2;
+    const stopping: SweepResume = {
+      load: () => store.load(),
+      clear: () => store.clear(),
+      save: async (p) => {
+        await store.save(p);
+        if (p.piece === k) throw new Error('stopped');
+      },
+    };
+    await expect(engine().losses(seqs, skips, { taps: ACTIVATION_TAPS, resume: stopping })).rejects.toThrow('stopped');
+    // only the latest point is kept, its hidden states as float32
+    expect(readdirSync(cache).filter((f) => f.startsWith('stream-sweep-') && f.endsWith('.json')).length).toBe(1);
+    const resumedEngine = engine();
+    const resumed = await resumedEngine.losses(seqs, skips, { taps: ACTIVATION_TAPS, resume: store });
+    expect(resumed.resumedAt).toBe(k + 1);
+    expect(resumedEngine.timings.filter((t) => t.id.startsWith('l')).length).toBe(L - (k + 1 - at(0)));
+    expect(resumed.base).toBe(got.base);
+    expect(resumed.branches).toEqual(got.branches);
+    for (const [key, h] of got.taps.headOutputs) expect(Array.from(resumed.taps.headOutputs.get(key)!.sumSq), key).toEqual(Array.from(h.sumSq));
+    for (const [key, a] of got.taps.mlpActs) expect(Array.from(resumed.taps.mlpActs.get(key)!.absSum), key).toEqual(Array.from(a.absSum));
+    // the finished sweep's point is removed
+    expect(readdirSync(cache).filter((f) => f.startsWith('stream-sweep-')).length).toBe(0);
+  });
+});
