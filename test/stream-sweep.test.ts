@@ -3,9 +3,11 @@
  * identity (no session) give the masked-weights sweep's losses (the layer masked out is the identity
  * exactly, without o/down biases); the activation taps taken on the model's own states in that sweep
  * equal a separate tap sweep's; and a sweep stopped part way (its save throws, as Ctrl-C ends it)
- * continues from the profile cache to the same results, bit for bit. stories260K, in process.
+ * continues from the profile cache to the same results, bit for bit; and `llmc compile --passes
+ * reorder` streamed (--stream-above 0) writes the whole graph's artifact byte for byte (the same
+ * anchors, the same orders). stories260K, in process.
  */
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
@@ -14,6 +16,7 @@ import { maskSource, skipLayerMasks } from '../passes/reorder/masks.js';
 import { ACTIVATION_TAPS } from '../passes/reorder/importance.js';
 import { sweepResume } from '../src/measure/stream-cache.js';
 import { STORIES, storiesEngine } from './stories-engine.js';
+import { llmcInProcess } from './cli.js';
 
 const present = existsSync(STORIES);
 if (!present) console.log(`skipping the streamed anchor sweep test: ${STORIES} is absent`);
@@ -77,5 +80,17 @@ describe.skipIf(!present)('streamed anchor-layer sweep (stories260K)', () => {
     for (const [key, a] of got.taps.mlpActs) expect(Array.from(resumed.taps.mlpActs.get(key)!.absSum), key).toEqual(Array.from(a.absSum));
     // the finished sweep's point is removed
     expect(readdirSync(cache).filter((f) => f.startsWith('stream-sweep-')).length).toBe(0);
+  });
+
+  test('reorder streamed decides as the whole graph: the same artifact', { timeout: 60_000 }, async () => {
+    const out = (above: string) => path.join(tmp, `reorder-${above}`);
+    // calibration ids given (sampling them from the model would take most of the test's time)
+    const ids = path.join(tmp, 'calib.json');
+    writeFileSync(ids, JSON.stringify([...seqs, ...seqs.map((q) => [...q].reverse())].map((q) => q.slice(0, 16))));
+    for (const above of ['0', '8G']) {
+      const r = await llmcInProcess('compile', STORIES, '--target', 'ts', '--quant', 'Q8_0', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.recover=none', '--opt', `reorder.calibText=${ids}`, '--opt', 'reorder.calib=6', '--opt', 'reorder.heldOut=2', '--opt', 'reorder.evaluate=false', '--opt', 'reorder.calibLength=16', '--stream-above', above, '--cache-dir', path.join(tmp, `cache-${above}`), '-o', out(above), '--json');
+      expect(r.code, r.stderr).toBe(0);
+    }
+    for (const f of ['weights.bin', 'llmc-manifest.json']) expect(readFileSync(path.join(out('0'), f)).equals(readFileSync(path.join(out('8G'), f))), f).toBe(true);
   });
 });
