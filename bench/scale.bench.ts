@@ -12,7 +12,8 @@
  * Calibration from ../shared's calibration text (the fixtures' byte-level tokenizer reads it):
  * sampling from the model needs the whole-model Engine, which 1.1B does not fit.
  * Env: LLMC_SCALE_PASSES=a,b (default all), LLMC_SCALE_SIZES=100M,1.1B (--quick: 100M),
- * LLMC_SCALE_OUT=file (each result appended as a JSON line as it lands).
+ * LLMC_SCALE_OUT=file (each result appended as a JSON line as it lands; the summary also reads the
+ * file's earlier lines, so sizes measured by separate runs give the growth and the projection).
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/scale.bench.js [--quick]`.
  */
 import { spawn } from 'node:child_process';
@@ -80,6 +81,8 @@ export interface Result {
   activationMB: number;
   spilledMB: number;
   nsPerParam: number;
+  /** The machine's 1-minute load average at the start and the end of the run (wall times grow with it). */
+  load: [number, number];
 }
 
 /** RSS (KiB) of `pid` and its descendants now, from /proc. */
@@ -123,6 +126,7 @@ async function measure(pass: string, size: Size, layersOf: Map<string, number>):
   const out = path.join(tmp, p.args(0).includes('gguf') ? 'out.gguf' : 'out');
   const args = [CLI, 'compile', dir, ...p.args(layersOf.get(dir)!), '-o', out, '--cache-dir', path.join(tmp, 'cache'), '--json'];
   const hook = pathToFileURL(path.join(REPO_ROOT, 'dist/bench/tree-rss.js')).href;
+  const load0 = os.loadavg()[0];
   const t0 = performance.now();
   const child = spawn(process.execPath, args, {
     cwd: REPO_ROOT,
@@ -164,22 +168,23 @@ async function measure(pass: string, size: Size, layersOf: Map<string, number>):
     activationMB: round(Math.max(0, ...lines.map((l) => l.activationBytes)) / 1e6, 2),
     spilledMB: round(Math.max(0, ...lines.map((l) => l.spilledBytes)) / 1e6, 2),
     nsPerParam: round((wallMs * 1e6) / params, 1),
+    load: [round(load0, 1), round(os.loadavg()[0], 1)],
   };
-  process.stderr.write(`scale: ${pass} @ ${size}: ${status}${r.message ? ` (${r.message})` : ''}, ${r.wallS} s, peak ${r.peakRssMB} MB over ${r.processes} process(es) (sampled ${r.sampledTreePeakMB} MB), activations ${r.activationMB} MB\n`);
+  process.stderr.write(`scale: ${pass} @ ${size}: ${status}${r.message ? ` (${r.message})` : ''}, ${r.wallS} s, peak ${r.peakRssMB} MB over ${r.processes} process(es) (sampled ${r.sampledTreePeakMB} MB), activations ${r.activationMB} MB, ${r.nsPerParam} ns/parameter, load ${r.load.join('→')}\n`);
   if (process.env.LLMC_SCALE_OUT) appendFileSync(process.env.LLMC_SCALE_OUT, JSON.stringify(r) + '\n');
   return r;
 }
 
 /** Per pass: time per parameter 1.1B over 100M, and the 7B projection from the larger size's rate. */
-export function summarize(results: Result[]): Record<string, { perParamGrowth?: number; projection7BMin?: number }> {
-  const out: Record<string, { perParamGrowth?: number; projection7BMin?: number }> = {};
+export function summarize(results: Result[]): Record<string, { perParamGrowth?: number; projection7BMin?: number; from?: Size }> {
+  const out: Record<string, { perParamGrowth?: number; projection7BMin?: number; from?: Size }> = {};
   for (const pass of Object.keys(PASSES)) {
     const at = (s: Size) => results.find((r) => r.pass === pass && r.size === s && r.status === 'ok');
     const small = at('100M');
     const big = at('1.1B') ?? undefined;
     const rate = (big ?? small)?.nsPerParam;
     if (rate === undefined) continue;
-    out[pass] = { ...(small && big ? { perParamGrowth: round(big.nsPerParam / small.nsPerParam, 2) } : {}), projection7BMin: round((rate * SEVEN_B) / 1e9 / 60, 1) };
+    out[pass] = { ...(small && big ? { perParamGrowth: round(big.nsPerParam / small.nsPerParam, 2) } : {}), projection7BMin: round((rate * SEVEN_B) / 1e9 / 60, 1), from: big ? '1.1B' : '100M' };
   }
   return out;
 }
@@ -195,8 +200,10 @@ export const suite: BenchSuite = {
     const results: Result[] = [];
     const layers = new Map<string, number>();
     for (const size of sizes) for (const p of passes) results.push(await measure(p, size, layers));
-    const summary = summarize(results);
-    for (const [p, s] of Object.entries(summary)) process.stderr.write(`scale: ${p}: growth per parameter 1.1B/100M ${s.perParamGrowth ?? 'n/a'}, 7B ≈ ${s.projection7BMin} min\n`);
+    // LLMC_SCALE_OUT's earlier lines too (sizes measured by separate runs): the latest result per pass and size
+    const earlier = process.env.LLMC_SCALE_OUT && existsSync(process.env.LLMC_SCALE_OUT) ? readFileSync(process.env.LLMC_SCALE_OUT, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Result) : [];
+    const summary = summarize([...earlier, ...results].reverse().filter((r, i, all) => all.findIndex((x) => x.pass === r.pass && x.size === r.size) === i));
+    for (const [p, s] of Object.entries(summary)) process.stderr.write(`scale: ${p}: growth per parameter 1.1B/100M ${s.perParamGrowth ?? 'n/a'}, 7B ≈ ${s.projection7BMin} min (at the ${s.from} rate, this machine and load)\n`);
     return { load: os.loadavg().map((x) => round(x, 1)), results, summary };
   },
 };
