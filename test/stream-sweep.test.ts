@@ -3,7 +3,8 @@
  * identity (no session) give the masked-weights sweep's losses (the layer masked out is the identity
  * exactly, without o/down biases); the activation taps taken on the model's own states in that sweep
  * equal a separate tap sweep's; and a sweep stopped part way (its save throws, as Ctrl-C ends it)
- * continues from the profile cache to the same results, bit for bit; and `llmc compile --passes
+ * continues from the profile cache to the same results, bit for bit (so does a stopped prefill, the
+ * evaluation's sweep, from its per-piece profiles); and `llmc compile --passes
  * reorder` streamed (--stream-above 0) writes the whole graph's artifact byte for byte (the same
  * anchors, the same orders). stories260K, in process.
  */
@@ -14,7 +15,8 @@ import { afterAll, describe, expect, test } from 'vitest';
 import { StreamEngine, type SweepResume } from '../src/exec/stream/engine.js';
 import { maskSource, skipLayerMasks } from '../passes/reorder/masks.js';
 import { ACTIVATION_TAPS } from '../passes/reorder/importance.js';
-import { sweepResume } from '../src/measure/stream-cache.js';
+import { pieceCache, sweepResume } from '../src/measure/stream-cache.js';
+import type { PieceHook } from '../src/exec/stream/engine.js';
 import { STORIES, storiesEngine } from './stories-engine.js';
 import { llmcInProcess } from './cli.js';
 
@@ -92,5 +94,33 @@ describe.skipIf(!present)('streamed anchor-layer sweep (stories260K)', () => {
       expect(r.code, r.stderr).toBe(0);
     }
     for (const f of ['weights.bin', 'llmc-manifest.json']) expect(readFileSync(path.join(out('0'), f)).equals(readFileSync(path.join(out('8G'), f))), f).toBe(true);
+  });
+
+  test('a stopped prefill resumes from the stored pieces: the same logits, the finished pieces not run again', { timeout: 60_000 }, async () => {
+    const ck = stories.ck;
+    const windows = seqs.slice(0, 3);
+    const logitsOf = async (e: StreamEngine) => {
+      const p = await e.prefill(windows);
+      try {
+        return await Promise.all(windows.map((_, i) => p.logits(i).then((x) => Array.from(x))));
+      } finally {
+        await p.close();
+      }
+    };
+    const want = await logitsOf(new StreamEngine(ck, { threads: 1 }));
+    const cache = path.join(tmp, 'prefill-cache');
+    const hook = (await pieceCache(ck, cache))!;
+    let stored = 0;
+    const stopping: PieceHook = async (seg, taps, ids, run) => {
+      if (stored === 2) throw new Error('stopped');
+      const r = await hook(seg, taps, ids, run);
+      stored++;
+      return r;
+    };
+    await expect(new StreamEngine(ck, { threads: 1, pieces: stopping }).prefill(windows)).rejects.toThrow('stopped');
+    const resumed = new StreamEngine(ck, { threads: 1, pieces: hook });
+    expect(await logitsOf(resumed)).toEqual(want);
+    // layers 0 and 1 came from the cache (the embedding is a copy of table rows, never stored): only the later layers ran
+    expect(resumed.timings.filter((t) => t.id.startsWith('l')).length).toBe(ck.spec.numLayers - 2);
   });
 });

@@ -44,7 +44,7 @@ export interface StreamOptions {
    * prefill (batched attention ran slower: 41 s against 31 s for 16 windows of 512 on dense-28M).
    */
   batchTokens?: number;
-  /** Where tap sweeps keep each piece's results (the profile cache); prefill never stores. */
+  /** Where tap and prefill sweeps keep each piece's results (the profile cache): a second or resumed sweep reads them. */
   pieces?: PieceHook;
   /** The onnxruntime execution provider per piece (default: streamDevice(), the CLI's --device). */
   device?: Device;
@@ -649,7 +649,8 @@ export class StreamEngine {
     let session: ort.InferenceSession;
     const head = this.segments[this.segments.length - 1];
     try {
-      await this.sweep(batches, this.segments.length - 1, [], emptyTapResult(), () => [], store);
+      // with a piece store, each piece's carried states are stored as it finishes: a stopped evaluation resumes at the next
+      await this.sweep(batches, this.segments.length - 1, [], emptyTapResult(), () => [], store, this.opts.pieces !== undefined);
       session = (await this.open(head, [])).session;
     } catch (e) {
       store.close();
