@@ -83,6 +83,9 @@ export interface Result {
   nsPerParam: number;
   /** The machine's 1-minute load average at the start and the end of the run (wall times grow with it). */
   load: [number, number];
+  /** CPU time (user + system) of every process of the tree, and per parameter: what the load does not inflate. */
+  cpuS: number;
+  cpuNsPerParam: number;
 }
 
 /** RSS (KiB) of `pid` and its descendants now, from /proc. */
@@ -147,7 +150,9 @@ async function measure(pass: string, size: Size, layersOf: Map<string, number>):
   const wallMs = performance.now() - t0;
   clearInterval(sampler);
   clearTimeout(limit);
-  const hwm = readdirSync(rssDir).map((f) => (JSON.parse(readFileSync(path.join(rssDir, f), 'utf8')) as { vmHwmKiB: number }).vmHwmKiB);
+  const exits = readdirSync(rssDir).map((f) => JSON.parse(readFileSync(path.join(rssDir, f), 'utf8')) as { vmHwmKiB: number; cpuMs?: number });
+  const hwm = exits.map((x) => x.vmHwmKiB);
+  const cpuMs = exits.reduce((a, x) => a + (x.cpuMs ?? 0), 0);
   const lines = existsSync(stats) ? readFileSync(stats, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as { activationBytes: number; spilledBytes: number }) : [];
   rmSync(tmp, { recursive: true, force: true });
   const last = stderr.trim().split('\n').pop() ?? '';
@@ -169,22 +174,31 @@ async function measure(pass: string, size: Size, layersOf: Map<string, number>):
     spilledMB: round(Math.max(0, ...lines.map((l) => l.spilledBytes)) / 1e6, 2),
     nsPerParam: round((wallMs * 1e6) / params, 1),
     load: [round(load0, 1), round(os.loadavg()[0], 1)],
+    cpuS: round(cpuMs / 1000, 1),
+    cpuNsPerParam: round((cpuMs * 1e6) / params, 1),
   };
-  process.stderr.write(`scale: ${pass} @ ${size}: ${status}${r.message ? ` (${r.message})` : ''}, ${r.wallS} s, peak ${r.peakRssMB} MB over ${r.processes} process(es) (sampled ${r.sampledTreePeakMB} MB), activations ${r.activationMB} MB, ${r.nsPerParam} ns/parameter, load ${r.load.join('→')}\n`);
+  process.stderr.write(`scale: ${pass} @ ${size}: ${status}${r.message ? ` (${r.message})` : ''}, ${r.wallS} s, peak ${r.peakRssMB} MB over ${r.processes} process(es) (sampled ${r.sampledTreePeakMB} MB), activations ${r.activationMB} MB, ${r.nsPerParam} ns/parameter, CPU ${r.cpuS} s (${r.cpuNsPerParam} ns/parameter), load ${r.load.join('→')}\n`);
   if (process.env.LLMC_SCALE_OUT) appendFileSync(process.env.LLMC_SCALE_OUT, JSON.stringify(r) + '\n');
   return r;
 }
 
 /** Per pass: time per parameter 1.1B over 100M, and the 7B projection from the larger size's rate. */
-export function summarize(results: Result[]): Record<string, { perParamGrowth?: number; projection7BMin?: number; from?: Size }> {
-  const out: Record<string, { perParamGrowth?: number; projection7BMin?: number; from?: Size }> = {};
+export function summarize(results: Result[]): Record<string, { perParamGrowth?: number; cpuPerParamGrowth?: number; projection7BMin?: number; projection7BCpuMin?: number; from?: Size }> {
+  const out: Record<string, { perParamGrowth?: number; cpuPerParamGrowth?: number; projection7BMin?: number; projection7BCpuMin?: number; from?: Size }> = {};
   for (const pass of Object.keys(PASSES)) {
     const at = (s: Size) => results.find((r) => r.pass === pass && r.size === s && r.status === 'ok');
     const small = at('100M');
     const big = at('1.1B') ?? undefined;
     const rate = (big ?? small)?.nsPerParam;
     if (rate === undefined) continue;
-    out[pass] = { ...(small && big ? { perParamGrowth: round(big.nsPerParam / small.nsPerParam, 2) } : {}), projection7BMin: round((rate * SEVEN_B) / 1e9 / 60, 1), from: big ? '1.1B' : '100M' };
+    const cpuRate = (big ?? small)!.cpuNsPerParam;
+    out[pass] = {
+      ...(small && big ? { perParamGrowth: round(big.nsPerParam / small.nsPerParam, 2) } : {}),
+      ...(small?.cpuNsPerParam && big?.cpuNsPerParam ? { cpuPerParamGrowth: round(big.cpuNsPerParam / small.cpuNsPerParam, 2) } : {}),
+      projection7BMin: round((rate * SEVEN_B) / 1e9 / 60, 1),
+      ...(cpuRate ? { projection7BCpuMin: round((cpuRate * SEVEN_B) / 1e9 / 60, 1) } : {}),
+      from: big ? '1.1B' : '100M',
+    };
   }
   return out;
 }
@@ -203,7 +217,7 @@ export const suite: BenchSuite = {
     // LLMC_SCALE_OUT's earlier lines too (sizes measured by separate runs): the latest result per pass and size
     const earlier = process.env.LLMC_SCALE_OUT && existsSync(process.env.LLMC_SCALE_OUT) ? readFileSync(process.env.LLMC_SCALE_OUT, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Result) : [];
     const summary = summarize([...earlier, ...results].reverse().filter((r, i, all) => all.findIndex((x) => x.pass === r.pass && x.size === r.size) === i));
-    for (const [p, s] of Object.entries(summary)) process.stderr.write(`scale: ${p}: growth per parameter 1.1B/100M ${s.perParamGrowth ?? 'n/a'}, 7B ≈ ${s.projection7BMin} min (at the ${s.from} rate, this machine and load)\n`);
+    for (const [p, s] of Object.entries(summary)) process.stderr.write(`scale: ${p}: growth per parameter 1.1B/100M ${s.perParamGrowth ?? 'n/a'} (CPU time ${s.cpuPerParamGrowth ?? 'n/a'}), 7B ≈ ${s.projection7BMin} min wall at this load, ${s.projection7BCpuMin ?? 'n/a'} CPU-min (at the ${s.from} rate)\n`);
     return { load: os.loadavg().map((x) => round(x, 1)), results, summary };
   },
 };
