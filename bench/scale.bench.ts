@@ -27,8 +27,9 @@ import { scaleCheckpoint, type ScaleCheckpoint } from './scale-checkpoints.js';
 
 const CLI = path.join(REPO_ROOT, 'bin/llmc.js');
 const TEXT = path.resolve(REPO_ROOT, '../shared/models/trained/text/calibration.txt');
-/** Llama-2-7B's parameter count, for the projection. */
+/** Llama-2-7B's parameter count and layers, for the projection (TinyLlama-1.1B has 22 layers). */
 const SEVEN_B = 6.74e9;
+const SEVEN_B_LAYERS = 32 / 22;
 const MIN = 60_000;
 
 interface PassRun {
@@ -39,12 +40,17 @@ interface PassRun {
   limitMs: number;
   /** Another engineer's streaming of this pass is in flight: a refusal is expected until it lands. */
   owner?: string;
+  /**
+   * Time grows as parameters × layers, not parameters: reorder's anchor-layer losses run each skipped
+   * layer's variant through every later layer (L²/2 layer runs). Its 7B projection scales by 32/22 layers.
+   */
+  perLayer?: boolean;
 }
 
 const calib = (pass: string) => ['--opt', `${pass}.calibText=${TEXT}`];
 
 export const PASSES: Record<string, PassRun> = {
-  'reorder-importance': { family: 'dense', args: () => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.recover=none', '--opt', 'reorder.importance=activation', ...calib('reorder'), '--no-eval'], limitMs: 30 * MIN },
+  'reorder-importance': { family: 'dense', args: () => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.recover=none', '--opt', 'reorder.importance=activation', ...calib('reorder'), '--no-eval'], limitMs: 30 * MIN, perLayer: true },
   'reorder-recovery': { family: 'dense', args: () => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.importance=activation', ...calib('reorder'), '--no-eval'], limitMs: 60 * MIN, owner: 'b32 (blockwise recovery)' },
   'outliers-qnn': { family: 'dense', args: () => ['--target', 'qnn', '--passes', 'outliers', ...calib('outliers'), '--no-eval'], limitMs: 30 * MIN },
   imatrix: { family: 'dense', args: () => ['--target', 'gguf', '--quant', 'Q8_0', '--passes', 'imatrix', ...calib('imatrix'), '--no-eval'], limitMs: 30 * MIN },
@@ -192,11 +198,13 @@ export function summarize(results: Result[]): Record<string, { perParamGrowth?: 
     const rate = (big ?? small)?.nsPerParam;
     if (rate === undefined) continue;
     const cpuRate = (big ?? small)!.cpuNsPerParam;
+    // a pass whose time grows with layers too: the 7B rate per parameter is 32/22 of the 1.1B one
+    const k = PASSES[pass].perLayer && big ? SEVEN_B_LAYERS : 1;
     out[pass] = {
       ...(small && big ? { perParamGrowth: round(big.nsPerParam / small.nsPerParam, 2) } : {}),
       ...(small?.cpuNsPerParam && big?.cpuNsPerParam ? { cpuPerParamGrowth: round(big.cpuNsPerParam / small.cpuNsPerParam, 2) } : {}),
-      projection7BMin: round((rate * SEVEN_B) / 1e9 / 60, 1),
-      ...(cpuRate ? { projection7BCpuMin: round((cpuRate * SEVEN_B) / 1e9 / 60, 1) } : {}),
+      projection7BMin: round((k * rate * SEVEN_B) / 1e9 / 60, 1),
+      ...(cpuRate ? { projection7BCpuMin: round((k * cpuRate * SEVEN_B) / 1e9 / 60, 1) } : {}),
       from: big ? '1.1B' : '100M',
     };
   }
