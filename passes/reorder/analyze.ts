@@ -13,7 +13,7 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { TfModel } from '../../src/exec/autodiff/lower.js';
 import { Engine } from '../../src/exec/engine/index.js';
 import { StreamEngine, streams } from '../../src/exec/stream/index.js';
-import { pieceCache } from '../../src/measure/stream-cache.js';
+import { pieceCache, sweepResume } from '../../src/measure/stream-cache.js';
 import { UsageError } from '../../src/core/errors.js';
 import { calibrationSet, textFileSpec, trainingSet, type CalibrationSet } from '../../src/measure/calibration.js';
 import { cachedProfile } from '../../src/measure/store.js';
@@ -24,7 +24,9 @@ import type { LowRankAdapter, TensorAnnotation } from '../../src/core/pipeline/u
 import { adapterTargets, recoverLevels, recoverSettings, type LevelRecovery, type RecoverRequest } from './recover.js';
 import { distillLevels, type DistillSettings } from './distill.js';
 import {
+  ACTIVATION_TAPS,
   activationScores,
+  activationScoresOf,
   fisherScores,
   magnitudeScores,
   ordersFromScores,
@@ -80,6 +82,8 @@ class Measurements {
   private checkpoint?: Promise<string>;
   /** Provider wall times (ms, as first computed). */
   readonly timeMs: Record<string, number> = {};
+  /** Activation importance taken within the streamed anchor-layer sweep (the same taps, the same batches). */
+  private swept?: UnitScores;
 
   constructor(
     private readonly source: ModelSource,
@@ -113,7 +117,15 @@ class Measurements {
         // a large model: one streamed sweep, each layer's skipped variant leaving it at that layer (test/stream-passes.test.ts)
         const engine = new StreamEngine(source, { progress });
         const at = (l: number) => engine.segments.findIndex((g) => g.layer === l);
-        const r = await engine.losses(calib.calib, Array.from({ length: L }, (_, l) => ({ source: maskSource(source, skipLayerMasks(source.spec, l), 'mask'), from: at(l), until: at(l) + 1 })));
+        // without o/down biases the masked layer is the identity exactly: its input handed on, no session built
+        const skip = !source.spec.oBias && !source.spec.mlpBias;
+        const branches = Array.from({ length: L }, (_, l) => ({ source: skip ? source : maskSource(source, skipLayerMasks(source.spec, l), 'mask'), from: at(l), until: at(l) + 1, skip }));
+        // activation importance's taps in the same sweep (one visit per block for both), when it will be asked for
+        const fuse = this.o.importance === 'activation' || this.o.importance === 'auto';
+        const resume = await sweepResume(source, this.cacheDir, { sweep: 'layer-loss', calibration: calib.key, skip, taps: fuse }, engine.segments.length);
+        const r = await engine.losses(calib.calib, branches, { taps: fuse ? ACTIVATION_TAPS : [], resume });
+        if (r.resumedAt > 0) this.notes.push(`anchor-layer losses resumed after piece ${r.resumedAt} of ${engine.segments.length} (a stopped sweep read from the profile cache)`);
+        if (fuse) this.swept = activationScoresOf(source.spec, r.taps);
         base = r.base;
         losses.set(r.branches);
       } else {
@@ -157,7 +169,7 @@ class Measurements {
       if (p === 'magnitude') s = await magnitudeScores(source);
       // a large model's taps stream layer by layer (the same statistics; test/stream.test.ts)
       else if (p === 'activation') {
-        if (streams(source.spec)) s = await activationScores(new StreamEngine(source, { progress, pieces: await pieceCache(source, this.cacheDir) }), calib.calib);
+        if (streams(source.spec)) s = (!on && this.swept) || (await activationScores(new StreamEngine(source, { progress, pieces: await pieceCache(source, this.cacheDir) }), calib.calib));
         else if (!on) s = await activationScores(await this.engine(), calib.calib);
         else {
           const engine = await Engine.open(on);

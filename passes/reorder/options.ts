@@ -107,7 +107,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'calibText', help: 'a text file to calibrate on (needs the model\'s tokenizer), or token ids as JSON [[1, 5, ...], ...]; default: sequences sampled from the model' },
   { key: 'seed', help: 'calibration seed', default: '42' },
   { key: 'heldOut', help: 'held-out sequences (level perplexity, auto)', default: '10' },
-  { key: 'anchors', help: 'layers kept at full width: a count, or a list like 0,5', default: 'round(layers·6/32)' },
+  { key: 'anchors', help: 'layers kept at full width: a count (the layers whose skipping costs most; measuring that runs the calibration set through about layers²/2 layers: docs/scale.md), or a list like 0,5 (no measurement)', default: 'round(layers·6/32)' },
   { key: 'levels', help: 'elastic levels: a count, or fractions like 0.5,0.75,1', default: '10' },
   { key: 'quantBlock', help: "in-sliced widths are multiples of this", default: "the target's quantization block" },
   { key: 'evaluate', help: 'measure held-out perplexity per level: true | false | auto', default: 'auto (models up to 50M parameters)' },

@@ -45,7 +45,7 @@ export interface StreamOptions {
    * prefill (batched attention ran slower: 41 s against 31 s for 16 windows of 512 on dense-28M).
    */
   batchTokens?: number;
-  /** Where tap sweeps keep each piece's results (the profile cache); prefill never stores. */
+  /** Where tap and prefill sweeps keep each piece's results (the profile cache): a second or resumed sweep reads them. */
   pieces?: PieceHook;
   /** The onnxruntime execution provider per piece (default: streamDevice(), the CLI's --device). */
   device?: Device;
@@ -71,6 +71,40 @@ export interface Branch {
   source: ModelSource;
   from: number;
   until: number;
+  /**
+   * The pieces [from, until) are the identity (a layer whose every head and neuron is masked, in a
+   * model without o_proj/down_proj biases): each hands its one carried input on unchanged and no
+   * session is built for it. `source` is then what the branch runs after them (the model's).
+   */
+  skip?: boolean;
+}
+
+/** Where a `losses` sweep is after piece `piece`: enough to continue from piece `piece` + 1 (Ctrl-C resume). */
+export interface SweepPoint {
+  piece: number;
+  /** Per variant (the model, then each branch), per batch: the carried values; null: the branch has not started. */
+  states: (Map<V, Float32Array>[] | null)[];
+  /** Per variant: next-token losses summed so far, and their count (only the head adds to them). */
+  sums: number[];
+  counts: number[];
+  /** The taps of the model's own pieces so far. */
+  taps: TapResult;
+}
+
+/** A store of one sweep's latest SweepPoint (src/measure/stream-cache.ts keeps it in the profile cache). */
+export interface SweepResume {
+  load(): Promise<SweepPoint | null>;
+  save(point: SweepPoint): Promise<void>;
+  /** The sweep finished: what was saved is no longer needed. */
+  clear(): Promise<void>;
+}
+
+/** Options of StreamEngine.losses. */
+export interface LossOptions {
+  /** Taps observed on the model's own states (not the branches'), in the same sweep: statistics and losses in one visit per block. */
+  taps?: TapSpec[];
+  /** Save the sweep after every piece and continue a saved one (a compile stopped with Ctrl-C). */
+  resume?: SweepResume;
 }
 
 /** One onnxruntime run's rows: sequences of equal length. */
@@ -285,20 +319,46 @@ export class StreamEngine {
    * every state that reaches it: skipping each of L layers costs L²/2 layer runs, not L whole forwards.
    * Branch states are held together (one calibration batch's hidden states each).
    */
-  async losses(seqs: number[][], branches: readonly Branch[] = []): Promise<{ base: number; branches: number[] }> {
+  async losses(seqs: number[][], branches: readonly Branch[] = [], opts: LossOptions = {}): Promise<{ base: number; branches: number[]; taps: TapResult; resumedAt: number }> {
     const last = this.segments.length - 1;
     for (const b of branches) if (!(0 <= b.from && b.from < b.until && b.until <= last + 1)) throw new LlmcError(`internal: branch pieces [${b.from}, ${b.until}) outside [0, ${last + 1})`);
+    for (const b of branches) {
+      if (!b.skip) continue;
+      for (let s = b.from; s < b.until; s++) {
+        const seg = this.segments[s];
+        if (s === last || seg.carriedIn.length !== 1 || seg.carriedOut.length !== 1) throw new LlmcError(`internal: piece ${seg.id} cannot be skipped (not one carried value in and out)`);
+      }
+    }
+    const specs = opts.taps ?? [];
     const base = this.batches(seqs, this.opts.batchTokens ?? 4096);
     const states: (Batch[] | null)[] = [base, ...branches.map(() => null)];
     const store = new CarryStore(this.opts.spill);
-    const sourceAt = (k: number, s: number) => (k > 0 && branches[k - 1].from <= s && s < branches[k - 1].until ? branches[k - 1].source : this.source);
+    const own = (k: number, s: number) => k > 0 && branches[k - 1].from <= s && s < branches[k - 1].until;
+    const sourceAt = (k: number, s: number) => (own(k, s) ? branches[k - 1].source : this.source);
     const progress = this.opts.progress ?? silentProgress;
-    const runsAt = (s: number) => 1 + branches.filter((b) => b.from <= s).length;
+    const runsAt = (s: number) => 1 + branches.filter((b) => b.from <= s && !(b.skip && s < b.until)).length;
     progress.start(`streaming ${this.segments.length} pieces, ${branches.length + 1} variants over ${seqs.reduce((a, q) => a + q.length, 0)} tokens`, this.segments.reduce((a, _, s) => a + runsAt(s), 0));
     const nll = states.map(() => ({ sum: 0, count: 0 }));
+    const taps = emptyTapResult();
+    let first = 0;
     const eta = blockEta(this.segments, progress);
     try {
-      for (let s = 0; s <= last; s++) {
+      const saved = await opts.resume?.load();
+      if (saved) {
+        // a stopped sweep: its states after piece saved.piece, as they were
+        first = saved.piece + 1;
+        store.turn(saved.piece);
+        saved.states.forEach((st, k) => {
+          if (!st) return;
+          // the model's own batches are `base` itself (branches starting later copy them)
+          states[k] = k === 0 ? base : base.map((x) => ({ ...x, slot: emptySlot() }));
+          states[k]!.forEach((b, bi) => store.keep(b.slot, st[bi]));
+        });
+        saved.sums.forEach((x, k) => (nll[k] = { sum: x, count: saved.counts[k] }));
+        foldTaps(taps, saved.taps);
+        progress.tick(this.segments.slice(0, first).reduce((a, _, s) => a + runsAt(s), 0));
+      }
+      for (let s = first; s <= last; s++) {
         const seg = this.segments[s];
         store.turn(s);
         eta.begin(s);
@@ -306,19 +366,30 @@ export class StreamEngine {
         branches.forEach((b, i) => {
           if (b.from === s) states[i + 1] = base.map((x) => ({ ...x, slot: store.copy(x.slot) }));
         });
+        // skipped pieces hand their input on
+        states.forEach((st, k) => {
+          if (!st || !own(k, s) || !branches[k - 1].skip) return;
+          for (const b of st) {
+            const input = store.load(b.slot);
+            store.keep(b.slot, this.moveOn(s, input, new Map([[seg.carriedOut[0], input.get(seg.carriedIn[0])!]])));
+          }
+        });
         // the states by the source their piece runs from: one session each
         const groups = new Map<ModelSource, number[]>();
         states.forEach((st, k) => {
-          if (st) groups.set(sourceAt(k, s), [...(groups.get(sourceAt(k, s)) ?? []), k]);
+          if (st && !(own(k, s) && branches[k - 1].skip)) groups.set(sourceAt(k, s), [...(groups.get(sourceAt(k, s)) ?? []), k]);
         });
         for (const [source, ks] of groups) {
           if (s === last) await this.headLosses(seg, source, ks.map((k) => states[k]!), ks.map((k) => nll[k]), store);
           else if (isGather(seg)) for (const k of ks) await this.gather(seg, states[k]!, store, source);
-          else await this.runPiece(s, source, ks.map((k) => states[k]!), store);
+          else await this.runPiece(s, source, ks.map((k) => states[k]!), store, undefined, ks[0] === 0 && specs.length ? { specs, into: taps } : undefined);
           progress.tick(ks.length);
         }
         eta.end(s, true);
         this.held(states.flatMap((st) => (st ?? []).map((b) => b.slot)), store);
+        if (opts.resume && s < last) {
+          await opts.resume.save({ piece: s, states: states.map((st) => st && st.map((b) => store.load(b.slot))), sums: nll.map((x) => x.sum), counts: nll.map((x) => x.count), taps });
+        }
       }
     } finally {
       progress.done();
@@ -328,7 +399,13 @@ export class StreamEngine {
       if (nll[k].count === 0) throw new UsageError('a loss needs at least one sequence of 2 or more tokens');
       return nll[k].sum / nll[k].count;
     };
-    return { base: mean(0), branches: branches.map((_, i) => mean(i + 1)) };
+    const out = { base: mean(0), branches: branches.map((_, i) => mean(i + 1)), taps, resumedAt: first };
+    for (const b of base) {
+      taps.tokens += b.ids.length * b.length;
+      taps.batches.push({ sequences: b.sequences, length: b.length });
+    }
+    await opts.resume?.clear();
+    return out;
   }
 
   /**
@@ -410,13 +487,14 @@ export class StreamEngine {
   }
 
   /** Piece `s` from `source` over each state's batches, their carried values moved on past it (router biases added where given). */
-  private async runPiece(s: number, source: ModelSource, states: Batch[][], store: CarryStore, routerBias?: ReadonlyMap<number, Float32Array>): Promise<void> {
+  private async runPiece(s: number, source: ModelSource, states: Batch[][], store: CarryStore, routerBias?: ReadonlyMap<number, Float32Array>, tapFirst?: { specs: TapSpec[]; into: TapResult }): Promise<void> {
     const seg = this.segments[s];
     const t0 = performance.now();
-    const { session, routerBiases } = await this.open(seg, [], source, routerBias !== undefined);
+    const { session, routerBiases, taps } = await this.open(seg, tapFirst?.specs ?? [], source, routerBias !== undefined);
     const t1 = performance.now();
+    const tapped = emptyTapResult();
     try {
-      for (const batches of states) {
+      for (const [k, batches] of states.entries()) {
         for (const b of batches) {
           const input = store.load(b.slot);
           const feeds = this.feeds(seg, b, input, [b.length - 1]);
@@ -426,8 +504,11 @@ export class StreamEngine {
           }
           const outputs = await session.run(feeds);
           store.keep(b.slot, this.moveOn(s, input, new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]))));
+          // the first state's taps (the model's own; branches sharing the session are not observed)
+          if (k === 0 && tapFirst && taps.length) mergeTapOutputs(tapped, taps, outputs, b.ids.length, b.length);
         }
       }
+      if (tapFirst) foldTaps(tapFirst.into, tapped);
       this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
     } finally {
       await session.release();
@@ -538,7 +619,8 @@ export class StreamEngine {
     let session: ort.InferenceSession;
     const head = this.segments[this.segments.length - 1];
     try {
-      await this.sweep(batches, this.segments.length - 1, [], emptyTapResult(), () => [], store);
+      // with a piece store, each piece's carried states are stored as it finishes: a stopped evaluation resumes at the next
+      await this.sweep(batches, this.segments.length - 1, [], emptyTapResult(), () => [], store, this.opts.pieces !== undefined);
       session = (await this.open(head, [])).session;
     } catch (e) {
       store.close();

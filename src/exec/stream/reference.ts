@@ -50,6 +50,11 @@ export interface SourceLogitsOptions {
   progress?: Progress;
   /** Streamed: compute in a child process when the source is a checkpoint directory (default true). */
   child?: boolean;
+  /**
+   * Streamed: the profile cache directory each piece's carried states go to as it finishes, so a
+   * stopped evaluation resumes at the next piece and a second one reads them all (src/measure/stream-cache.ts).
+   */
+  cacheDir?: string;
 }
 
 /**
@@ -57,8 +62,10 @@ export interface SourceLogitsOptions {
  * the pieces up to the head, then the head window by window, released before returning. Returns
  * the byte offset of each window (and the end) and the hidden states' bytes.
  */
-export async function writeStreamedLogits(source: ModelSource, windows: readonly number[][], file: string, opts: { threads?: number; progress?: Progress } = {}): Promise<{ offsets: number[]; activationBytes: number }> {
-  const engine = new StreamEngine(source, { threads: opts.threads, progress: opts.progress });
+export async function writeStreamedLogits(source: ModelSource, windows: readonly number[][], file: string, opts: { threads?: number; progress?: Progress; cacheDir?: string } = {}): Promise<{ offsets: number[]; activationBytes: number }> {
+  // the piece store lives with the profile cache (src/measure), loaded only when a cache is given
+  const pieces = opts.cacheDir ? await (await import('../../measure/stream-cache.js')).pieceCache(source, opts.cacheDir) : undefined;
+  const engine = new StreamEngine(source, { threads: opts.threads, progress: opts.progress, pieces });
   const prefilled = await engine.prefill(windows as number[][]);
   const offsets: number[] = [];
   const fh = await fsp.open(file, 'w');
@@ -157,7 +164,7 @@ async function inChild(script: string, source: ModelSource, windows: readonly nu
       if (result) resolve(result);
       else reject(failure ?? new LlmcError(`the process streaming the source's logits ended (${signal ?? `exit ${code}`}) before it finished`, source.dir));
     });
-    const job: ChildJob = { dir: source.dir, identity, device: streamDevice(), settings: streamSettings(), allowNonFinite: source.allowNonFinite, windows: windows as number[][], file, threads: opts.threads };
+    const job: ChildJob = { dir: source.dir, identity, device: streamDevice(), settings: streamSettings(), allowNonFinite: source.allowNonFinite, windows: windows as number[][], file, threads: opts.threads, cacheDir: opts.cacheDir };
     child.send(job);
   });
 }
@@ -175,6 +182,7 @@ export interface ChildJob {
   windows: number[][];
   file: string;
   threads?: number;
+  cacheDir?: string;
 }
 
 /** What the child answers: its progress, then its result or the one-line error. */

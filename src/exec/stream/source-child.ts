@@ -27,7 +27,7 @@ process.once('message', (job: ChildJob) => {
       useStreamSettings(job.settings);
       const source = await openCheckpoint(job.dir, { allowNonFinite: job.allowNonFinite });
       if ((await source.identity()) !== job.identity) throw new LlmcError('changed while it was being evaluated (its sha256 is not the one the evaluation started with)', job.dir);
-      const result = await writeStreamedLogits(source, job.windows, job.file, { threads: job.threads, progress });
+      const result = await writeStreamedLogits(source, job.windows, job.file, { threads: job.threads, progress, cacheDir: job.cacheDir });
       await source.close();
       await send({ kind: 'result', result });
     } catch (e) {
