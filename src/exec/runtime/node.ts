@@ -148,7 +148,7 @@ export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: str
  * does not keep the process alive (a model that is never closed does not hang the exit).
  */
 const NODE_WORKER_CODE = `const { parentPort } = require('node:worker_threads');
-parentPort.once('message', (m) => (${WORKER_BODY})(m, (x) => parentPort.postMessage(x)));`;
+parentPort.once('message', (m) => (${WORKER_BODY})(m, (x) => parentPort.postMessage(x), (fn) => parentPort.on('message', fn)));`;
 
 export const nodeWorker: SpawnWorker = () => {
   // Loaded on first use: worker_threads costs a one-thread `llmc run` several ms of start-up.
