@@ -24,7 +24,7 @@ import { lowerToOnnx, type WeightInput } from '../onnx/lower.js';
 import { isGather } from './engine.js';
 import { float32Bytes } from './reference.js';
 import { streamSegments, type Segment } from './segments.js';
-import { streamDevice, type Device } from './device.js';
+import { pieceSessionOptions, type Device } from './device.js';
 import { open } from 'node:fs/promises';
 
 /** A model whose float32 weights are at most this is kept in memory between steps by default; a larger one is read again each step. */
@@ -116,17 +116,7 @@ export class StreamDecoder {
       return { seg, session: null, weights: [], present, bytes };
     }
     const lowered = await lowerToOnnx(this.source, { graph: seg.graph, weightInputs: new Set(expectedTensors(this.source.spec).map((t) => t.name)) });
-    const options: ort.InferenceSession.SessionOptions = {
-      graphOptimizationLevel: 'all',
-      executionMode: 'sequential',
-      interOpNumThreads: 1,
-      enableCpuMemArena: false,
-      enableMemPattern: false,
-      extra: { session: { intra_op: { allow_spinning: '0' } } },
-    };
-    if (this.opts.threads) options.intraOpNumThreads = this.opts.threads;
-    const device = this.opts.device ?? streamDevice();
-    if (device !== 'cpu') options.executionProviders = [device, 'cpu'];
+    const options = pieceSessionOptions(this.opts.threads, this.opts.device);
     const session = await ort.InferenceSession.create(lowered.bytes, options);
     const bytes = lowered.weightInputs.reduce((a, w) => a + w.dims.reduce((x, d) => x * d, 4), 0);
     this.timings.push({ id: seg.id, openMs: performance.now() - t0, runMs: 0, loadMs: 0 });

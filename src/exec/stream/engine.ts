@@ -27,7 +27,7 @@ import { argmax } from '../../core/sampling.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
 import { streamSegments, type Segment } from './segments.js';
-import { streamDevice, type Device } from './device.js';
+import { pieceSessionOptions, type Device } from './device.js';
 import { CarryStore, emptySlot, type CarriedOut, type Slot, type StreamSettings } from './spill.js';
 import { appendFileSync } from 'node:fs';
 import { StreamDecoder } from './decode.js';
@@ -152,19 +152,7 @@ export class StreamEngine {
   /** One piece's session (its weights read now, float32), with the tap outputs asked for (and router bias inputs). */
   private async open(seg: Segment, taps: TapSpec[], source: ModelSource = this.source, routerBias = false): Promise<{ session: ort.InferenceSession; taps: TapOutputs[]; routerBiases: { input: string; logits: string; numExperts: number }[] }> {
     const lowered = await lowerToOnnx(source, { graph: seg.graph, taps, routerBias });
-    // A piece runs a few times then is released: onnxruntime's arena and memory pattern would only
-    // grow the peak (results are the same without them; see Engine's tap sessions).
-    const options: ort.InferenceSession.SessionOptions = {
-      graphOptimizationLevel: 'all',
-      executionMode: 'sequential',
-      interOpNumThreads: 1,
-      enableCpuMemArena: false,
-      enableMemPattern: false,
-      extra: { session: { intra_op: { allow_spinning: '0' } } },
-    };
-    if (this.opts.threads) options.intraOpNumThreads = this.opts.threads;
-    const device = this.opts.device ?? streamDevice();
-    if (device !== 'cpu') options.executionProviders = [device, 'cpu'];
+    const options = pieceSessionOptions(this.opts.threads, this.opts.device);
     const session = await ort.InferenceSession.create(lowered.bytes, options);
     return { session, taps: lowered.taps, routerBiases: lowered.routerBiases };
   }
