@@ -11,7 +11,7 @@ import { TARGETS } from '../../../backends/index.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import type { Artifact, ArtifactRunner, TargetDescriptor } from '../../core/pipeline/target.js';
-import { sourceLogits } from '../../exec/stream/reference.js';
+import { sourceLogits } from '../../measure/source-logits.js';
 import { artifactOffer, checkRunOptions } from '../../core/pipeline/run-usage.js';
 import { calibrationSet, textFileSpec, type CalibrationSpec } from '../../measure/calibration.js';
 import { idSequencesOf, idWindows } from '../../measure/sequences.js';

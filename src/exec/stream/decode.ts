@@ -22,7 +22,7 @@ import type { ModelGraph, V } from '../../core/ir/ir.js';
 import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { lowerToOnnx, type WeightInput } from '../onnx/lower.js';
 import { isGather } from './engine.js';
-import { float32Bytes } from './reference.js';
+import { float32Bytes } from './size.js';
 import { streamSegments, type Segment } from './segments.js';
 import { pieceSessionOptions, type Device } from './device.js';
 import { open } from 'node:fs/promises';
