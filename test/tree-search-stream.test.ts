@@ -18,7 +18,8 @@ import { streamSettings, useStreamSettings } from '../src/exec/stream/index.js';
 import { modelFromTensors } from '../src/exec/runtime/memory.js';
 import { parseTreeSearchOptions } from '../passes/tree-search/options.js';
 import { rankProfile, resolveDraft } from '../passes/tree-search/profile.js';
-import { firstLayers, layersOf, measuredLatency, scaleLayers } from '../passes/tree-search/latency.js';
+import { measuredLatency, scaleLayers } from '../passes/tree-search/latency.js';
+import { firstLayers, layersOf } from '../src/core/checkpoint/layers.js';
 import { STORIES } from './stories-engine.js';
 
 const TRAINED = path.resolve(__dirname, '../../shared/models/trained');

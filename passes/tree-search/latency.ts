@@ -15,7 +15,6 @@ import type { Drafter } from '../../src/exec/runtime/speculative.js';
 import type { Progress } from '../../src/core/util/progress.js';
 import type { LatencyModel } from './cost.js';
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
-import { LlmcError } from '../../src/core/errors.js';
 
 const SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128];
 const BATCHES = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -85,63 +84,6 @@ async function measureOrt(engine: Engine, c: number, sizes: number[]): Promise<n
   const past: ort.Tensor[] = (await engine.forward([ids(c, V, 1)], null, [c - 1])).present;
   return cumMax(await fastestEach(sizes.map((n) => () => engine.forward([ids(n, V, 2)], past, Array.from({ length: n }, (_, i) => i)))));
 }
-
-/**
- * Decoder layers `kept` of `source` (in order) as a model of their own, the embedding and head kept:
- * a skip-layer draft of a streamed target, or its first layers to price a step from (all layers
- * share a shape) and scale, so the whole target is never loaded. Layer i reads layer kept[i]'s tensors.
- */
-export function layersOf(source: ModelSource, kept: readonly number[]): ModelSource {
-  const spec = source.spec;
-  const remap = (list: number[] | null) => (list === null ? null : kept.flatMap((l, i) => (list.includes(l) ? [i] : [])));
-  const sub = {
-    ...spec,
-    numLayers: kept.length,
-    slidingLayers: remap(spec.slidingLayers),
-    ropeLayers: remap(spec.ropeLayers),
-    moe: spec.moe && { ...spec.moe, denseLayers: remap(spec.moe.denseLayers)! },
-  };
-  const LAYER = /^model\.layers\.(\d+)\./;
-  const outer = (name: string) => {
-    const m = LAYER.exec(name);
-    return m ? (Number(m[1]) < kept.length ? name.replace(LAYER, `model.layers.${kept[Number(m[1])]}.`) : null) : name;
-  };
-  const inner = new Map(kept.map((l, i) => [l, i]));
-  return {
-    spec: sub,
-    assets: source.assets,
-    tensors: source.tensors.flatMap((t) => {
-      const m = LAYER.exec(t.name);
-      if (!m) return [t];
-      const i = inner.get(Number(m[1]));
-      return i === undefined ? [] : [{ ...t, name: t.name.replace(LAYER, `model.layers.${i}.`) }];
-    }),
-    description: `${source.description} (layers ${kept.join(',')})`,
-    dir: source.dir,
-    allowNonFinite: source.allowNonFinite,
-    meta: (name) => {
-      const o = outer(name);
-      const m = o === null ? undefined : source.meta(o);
-      return m && { ...m, name };
-    },
-    readF32: (name) => {
-      const o = outer(name);
-      if (o === null) throw new LlmcError(`internal: tensor "${name}" is outside the layers kept`);
-      return source.readF32(o);
-    },
-    layout: (name) => {
-      const o = outer(name);
-      return o === null ? null : source.layout(o);
-    },
-    identity: async () => `${await source.identity()}:layers-${kept.join(',')}`,
-  };
-}
-
-/** The first `k` decoder layers of `source` (layersOf). */
-export const firstLayers = (source: ModelSource, k: number): ModelSource => layersOf(source, Array.from({ length: k }, (_, i) => i));
-
-/** Every decoder layer of the same kind (what pricing one block and scaling assumes). */
-export const uniformLayers = (spec: ModelSource['spec']): boolean => spec.slidingLayers === null && spec.ropeLayers === null && !spec.moe?.denseLayers.length;
 
 /** How a step is measured: on the whole target, or on its first one and two layers, scaled to `layers` (a streamed target). */
 export type TargetRef = { whole: () => Promise<Model>; engine: () => Promise<Engine> } | { blocks: (k: 1 | 2) => ModelSource; layers: number };

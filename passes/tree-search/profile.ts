@@ -29,7 +29,7 @@ import { ELASTIC_LEVELS, findRecord, levelWidths, selectLevel, type DraftSpec, t
 import type { Progress } from '../../src/core/util/progress.js';
 import type { DraftChoice, TreeSearchOptions } from './options.js';
 import type { RankTrace } from './trie.js';
-import { layersOf } from './latency.js';
+import { layersOf } from '../../src/core/checkpoint/layers.js';
 import { parseJson } from '../../src/core/util/json.js';
 
 export interface ResolvedDraft {
