@@ -19,12 +19,12 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph, V } from '../../core/ir/ir.js';
-import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { lowerToOnnx, type WeightInput } from '../onnx/lower.js';
 import { isGather } from './engine.js';
 import { float32Bytes } from './size.js';
 import { streamSegments, type Segment } from './segments.js';
 import { pieceSessionOptions, type Device } from './device.js';
+import { pieceFeeds } from './feeds.js';
 import { open } from 'node:fs/promises';
 
 /** A model whose float32 weights are at most this is kept in memory between steps by default; a larger one is read again each step. */
@@ -195,7 +195,7 @@ export class StreamDecodeSession {
           carried.set(op.out, out);
         }
       } else {
-        const feeds = this.feeds(p, rows, carried, P);
+        const feeds = pieceFeeds(p.seg, rows, carried, [T - 1], this.kv, P);
         for (const [name, t] of weights) feeds[name] = t;
         const outputs = await p.session.run(feeds);
         if (s === last) logits = outputs[IO.logits].data as Float32Array;
@@ -210,36 +210,6 @@ export class StreamDecodeSession {
     if (!logits) throw new LlmcError('internal: the streamed head gave no logits');
     const V = spec.vocabSize;
     return rows.map((_, b) => logits!.slice(b * V, (b + 1) * V));
-  }
-
-  private feeds(p: Piece, rows: number[][], carried: Map<V, Float32Array>, P: number): Record<string, ort.Tensor> {
-    const spec = this.decoder.spec;
-    const B = rows.length;
-    const T = rows[0].length;
-    const feeds: Record<string, ort.Tensor> = {};
-    const past = /^past_(key|value)_\d+$/;
-    let rope: { cos: Float32Array; sin: Float32Array } | null = null;
-    let local: { cos: Float32Array; sin: Float32Array } | null = null;
-    for (const input of p.seg.graph.inputs) {
-      const name = input.name;
-      if (name === IO.ids) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(rows.flat(), (x) => BigInt(x)), [B, T]);
-      else if (name === IO.cos || name === IO.sin) {
-        rope ??= ropeTables(spec, P, T);
-        feeds[name] = new ort.Tensor('float32', name === IO.cos ? rope.cos : rope.sin, [T, spec.headDim / 2]);
-      } else if (name === IO.cosLocal || name === IO.sinLocal) {
-        local ??= ropeTables(localRopeSpec(spec)!, P, T);
-        feeds[name] = new ort.Tensor('float32', name === IO.cosLocal ? local.cos : local.sin, [T, spec.headDim / 2]);
-      } else if (name === IO.logitPositions) feeds[name] = new ort.Tensor('int64', BigInt64Array.of(BigInt(T - 1)), [1]);
-      else if (past.test(name)) {
-        const dims = input.dims[1];
-        feeds[name] = this.kv.get(name) ?? new ort.Tensor('float32', new Float32Array(0), [B, typeof dims === 'number' ? dims : spec.numKvHeads, 0, spec.headDim]);
-      } else {
-        const v = carried.get(name);
-        if (!v) throw new LlmcError(`internal: piece ${p.seg.id} needs "${name}", which no earlier piece carried`);
-        feeds[name] = new ort.Tensor('float32', v, [B, T, v.length / (B * T)]);
-      }
-    }
-    return feeds;
   }
 }
 

@@ -21,13 +21,13 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph, V } from '../../core/ir/ir.js';
-import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { silentProgress, type Progress } from '../../core/util/progress.js';
 import { argmax } from '../../core/sampling.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
 import { streamSegments, type Segment } from './segments.js';
 import { pieceSessionOptions, type Device } from './device.js';
+import { pieceFeeds } from './feeds.js';
 import { CarryStore, emptySlot, type CarriedOut, type Slot, type StreamSettings } from './spill.js';
 import { appendFileSync } from 'node:fs';
 import { StreamDecoder } from './decode.js';
@@ -157,33 +157,9 @@ export class StreamEngine {
     return { session, taps: lowered.taps, routerBiases: lowered.routerBiases };
   }
 
-  /** A piece's inputs for batch `b` with its `carried` values; `kv` (greedy decoding): the cached past of its layers, `P` positions long (offsets the rotary positions). */
-  private feeds(seg: Segment, b: Batch, carried: Map<V, Float32Array>, positions: number[], kv?: ReadonlyMap<string, ort.Tensor>, P = 0): Record<string, ort.Tensor> {
-    const spec = this.graph.spec;
-    const B = b.ids.length;
-    const T = b.length;
-    const feeds: Record<string, ort.Tensor> = {};
-    const past = /^past_(key|value)_\d+$/;
-    let rope: { cos: Float32Array; sin: Float32Array } | null = null;
-    let local: { cos: Float32Array; sin: Float32Array } | null = null;
-    for (const input of seg.graph.inputs) {
-      const name = input.name;
-      if (name === IO.ids) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(b.ids.flat(), (x) => BigInt(x)), [B, T]);
-      else if (name === IO.cos || name === IO.sin) {
-        rope ??= ropeTables(spec, P, T);
-        feeds[name] = new ort.Tensor('float32', name === IO.cos ? rope.cos : rope.sin, [T, spec.headDim / 2]);
-      } else if (name === IO.cosLocal || name === IO.sinLocal) {
-        local ??= ropeTables(localRopeSpec(spec)!, P, T);
-        feeds[name] = new ort.Tensor('float32', name === IO.cosLocal ? local.cos : local.sin, [T, spec.headDim / 2]);
-      } else if (name === IO.logitPositions) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(positions, (x) => BigInt(x)), [positions.length]);
-      else if (past.test(name)) feeds[name] = kv?.get(name) ?? new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
-      else {
-        const v = carried.get(name);
-        if (!v) throw new LlmcError(`internal: piece ${seg.id} needs "${name}", which no earlier piece carried`);
-        feeds[name] = new ort.Tensor('float32', v, [B, T, v.length / (B * T)]);
-      }
-    }
-    return feeds;
+  /** A piece's inputs for batch `b` with its `carried` values. */
+  private feeds(seg: Segment, b: Batch, carried: Map<V, Float32Array>, positions: number[]): Record<string, ort.Tensor> {
+    return pieceFeeds(seg, b.ids, carried, positions);
   }
 
   /** Batches of equal-length sequences, at most `batchTokens` tokens each (one sequence at least). */
