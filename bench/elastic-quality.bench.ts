@@ -139,18 +139,22 @@ interface ModelCase {
   searchOpts?: Record<string, string>;
 }
 
+/** The case's calibration and held-out sets, and the original model with its held-out perplexity. */
+async function baseline(c: ModelCase, cacheDir: string) {
+  const o = parseReorderOptions({ ...c.options, recover: 'none' });
+  const calib = await calibrationSet(c.source, { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut }, { cacheDir });
+  const heldOut = c.heldOut ?? calib.heldOut;
+  const original = await TfModel.load(c.source);
+  return { calib, heldOut, spec: c.source.spec, original, full: pplCI(await perSeqLoss(original, heldOut)) };
+}
+
 async function measureCase(c: ModelCase, cacheDir: string, quick: boolean): Promise<Record<string, unknown>> {
   if (c.recoveredOnly) return recoveredCase(c, cacheDir);
   const target = findTarget('ts');
   const ctx = { note: () => {}, cacheDir, target };
   const base = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, recover: 'none', evaluate: 'false' }), ctx);
   const md = base.metadata;
-  const o = parseReorderOptions({ ...c.options, recover: 'none' });
-  const calib = await calibrationSet(c.source, { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut }, { cacheDir });
-  const heldOut = c.heldOut ?? calib.heldOut;
-  const spec = c.source.spec;
-  const original = await TfModel.load(c.source);
-  const full = pplCI(await perSeqLoss(original, heldOut));
+  const { calib, heldOut, spec, original, full } = await baseline(c, cacheDir);
   const elastic = base.orders.map((x) => x.layer);
   const levels = md.levels.filter((lv) => lv.paramFrac < 1);
   const rows: Record<string, Record<string, unknown>> = {};
@@ -247,12 +251,7 @@ async function measureCase(c: ModelCase, cacheDir: string, quick: boolean): Prom
  */
 async function recoveredCase(c: ModelCase, cacheDir: string): Promise<Record<string, unknown>> {
   const ctx = { note: () => {}, cacheDir, target: findTarget('ts') };
-  const o = parseReorderOptions({ ...c.options, recover: 'none' });
-  const calib = await calibrationSet(c.source, { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut }, { cacheDir });
-  const heldOut = c.heldOut ?? calib.heldOut;
-  const spec = c.source.spec;
-  const original = await TfModel.load(c.source);
-  const full = pplCI(await perSeqLoss(original, heldOut));
+  const { calib, heldOut, spec, original, full } = await baseline(c, cacheDir);
   const train = await trainingSet(c.source, calib, 1024, 42, { cacheDir });
   const floors = ngramFloors(train.seqs, heldOut, spec.vocabSize);
   const run = async (extra: Record<string, string>) => {
