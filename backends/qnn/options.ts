@@ -29,12 +29,15 @@ export interface QnnOptions {
   encodings: EncodingsFormat;
   /** Run build-qnn.sh after writing (needs QNN_SDK_ROOT). */
   build: boolean;
+  /** A graph's weights in `<file>.data` beside it: always, never, or when one file would pass protobuf's 2 GiB (auto). */
+  externalData: 'auto' | boolean;
 }
 
 const SPECS: readonly OptionSpec[] = [
   { key: 'soc', help: `target SoC (HTP arch and soc_id in htp.json): ${SOC_NAMES.map((s) => `${s} (${SOCS[s].dspArch}/${SOCS[s].socId})`).join(', ')}`, default: 'SM8650' },
   { key: 'chunk', help: 'prompt chunk length of the static graphs (inputs [1, a, b, hidden], a·b = chunk)', default: 'min(256, max_position_embeddings)' },
   { key: 'encodings', help: 'quantization encodings JSON layout: legacy (0.6.1, dict by tensor) | aimet1 (1.0.0, lists)', default: 'legacy' },
+  { key: 'externalData', help: 'a graph\'s weights in <graph>.onnx.data beside it: true | false | auto (a graph above 2 GiB, e.g. a 128k-vocabulary embedding at 8B)', default: 'auto' },
   { key: 'build', help: 'run build-qnn.sh (qnn-onnx-converter, qnn-model-lib-generator, qnn-context-binary-generator) after writing: true | false', default: 'false' },
 ];
 
@@ -54,7 +57,9 @@ export function parseQnnOptions(raw: Readonly<Record<string, string>>): QnnOptio
   if (!ENCODINGS_FORMATS.includes(encodings)) throw new UsageError(`qnn.encodings must be one of ${ENCODINGS_FORMATS.join(', ')}, got "${raw.encodings}"`);
   const build = (raw.build ?? 'false').trim();
   if (build !== 'true' && build !== 'false') throw new UsageError(`qnn.build must be true or false, got "${raw.build}"`);
-  return { soc, chunk, encodings, build: build === 'true' };
+  const ext = (raw.externalData ?? 'auto').trim();
+  if (ext !== 'auto' && ext !== 'true' && ext !== 'false') throw new UsageError(`qnn.externalData must be true, false or auto, got "${raw.externalData}"`);
+  return { soc, chunk, encodings, build: build === 'true', externalData: ext === 'auto' ? 'auto' : ext === 'true' };
 }
 
 export const QNN_OPTIONS: OptionSchema<QnnOptions> = { specs: SPECS, parse: parseQnnOptions };

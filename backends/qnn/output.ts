@@ -2,18 +2,36 @@
  * Where a qnn artifact goes: its directory (emit), or a list of files and sizes (plan, --dry-run).
  * emit lays the artifact out once through an Output, so the dry run is the real compile's code path.
  */
-import { promises as fsp } from 'node:fs';
+import { existsSync, promises as fsp } from 'node:fs';
 import path from 'node:path';
+import { LlmcError } from '../../src/core/errors.js';
 import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
-import { writeOnnx } from '../../src/exec/onnx/external.js';
-import { splicedModel } from '../../src/exec/onnx/lower.js';
+import { EXTERNAL_MIN_BYTES, externalTensor, ExternalData, inlineSize, writeOnnx } from '../../src/exec/onnx/external.js';
+import { MAX_PROTO_BYTES, splicedModel } from '../../src/exec/onnx/lower.js';
+import { onnx, type TensorProto } from '../../src/exec/onnx/proto.js';
 import type { LoweredGraph } from './lower.js';
 import { SHADOW_COLD, SHADOW_HOT, SHADOW_INDEX, ShadowWriter, type ShadowIndex } from './shadow.js';
 
+/** The data file of a graph written with external data: beside it, onnx's `<graph>.data` convention. */
+export const dataFileOf = (file: string): string => `${file}.data`;
+
+/**
+ * Whether graph `g` goes out with external data: `true` always, `auto` when one file would pass
+ * protobuf's 2 GiB (weights then in the data file, which onnxruntime and the QNN converter read from
+ * beside the graph), `false` never (refused above 2 GiB, before anything is written).
+ */
+export function externalFor(g: LoweredGraph, externalData: 'auto' | boolean, file: string): boolean {
+  if (externalData === true) return true;
+  const inline = inlineSize(g);
+  if (inline <= MAX_PROTO_BYTES) return false;
+  if (externalData === false) throw new LlmcError(`${file} would be ${(inline / 2 ** 30).toFixed(2)} GiB in one .onnx file, above protobuf's 2 GiB limit: use --opt qnn.externalData=auto (or true)`, undefined, 2);
+  return true;
+}
+
 export interface Output {
-  /** Write a graph (its folder made as needed). */
-  onnx(file: string, g: LoweredGraph): Promise<void>;
-  /** Bytes of a file written through this output. */
+  /** Write a graph (its folder made as needed), its weights in dataFileOf(file) when `external`; the files written. */
+  onnx(file: string, g: LoweredGraph, external?: boolean): Promise<string[]>;
+  /** Bytes of a graph or file written through this output (a graph's with its data file). */
   size(file: string): Promise<number>;
   text(file: string, text: string): Promise<void>;
   shadow(): Promise<ShadowWriter>;
@@ -23,11 +41,23 @@ export interface Output {
 
 export function diskOutput(dir: string): Output {
   return {
-    onnx: async (file, g) => {
+    onnx: async (file, g, external = false) => {
       await ensureOutputDir(path.dirname(path.join(dir, file)));
-      await writeOnnx(path.join(dir, file), g, null);
+      if (!external) {
+        await writeOnnx(path.join(dir, file), g, null);
+        return [file];
+      }
+      const data = await ExternalData.create(path.join(dir, dataFileOf(file)), path.basename(dataFileOf(file)), g.tensors.reduce((a, t) => a + t.byteLength, 0));
+      try {
+        await writeOnnx(path.join(dir, file), g, data);
+        await data.commit();
+      } catch (err) {
+        await data.abort();
+        throw err;
+      }
+      return [file, dataFileOf(file)];
     },
-    size: async (file) => (await fsp.stat(path.join(dir, file))).size,
+    size: async (file) => (await fsp.stat(path.join(dir, file))).size + (existsSync(path.join(dir, dataFileOf(file))) ? (await fsp.stat(path.join(dir, dataFileOf(file)))).size : 0),
     text: (file, text) => writeFileAtomic(path.join(dir, file), text),
     shadow: async () => {
       for (const d of ['npu', 'cpu', 'quant', 'graph', 'weights']) await ensureOutputDir(path.join(dir, d));
@@ -40,8 +70,17 @@ export function diskOutput(dir: string): Output {
 /** Sizes of what `emit` writes, from the same code path; reads no weight data (a shadowed linear's bias aside). */
 export function plannedOutput(sizes: Map<string, number>): Output {
   return {
-    onnx: async (file, g) => void sizes.set(file, splicedModel({ ...g.model }, g.graph, g.tensors).total),
-    size: async (file) => sizes.get(file)!,
+    onnx: async (file, g, external = false) => {
+      if (!external) {
+        sizes.set(file, splicedModel({ ...g.model }, g.graph, g.tensors).total);
+        return [file];
+      }
+      const { graphBytes, dataBytes } = externalSizes(g, file);
+      sizes.set(file, graphBytes);
+      sizes.set(dataFileOf(file), dataBytes);
+      return [file, dataFileOf(file)];
+    },
+    size: async (file) => sizes.get(file)! + (sizes.get(dataFileOf(file)) ?? 0),
     text: async (file, text) => void sizes.set(file, Buffer.byteLength(text)),
     shadow: async () => ShadowWriter.planned(),
     shadowWritten: (index, indexText) => {
@@ -52,3 +91,25 @@ export function plannedOutput(sizes: Map<string, number>): Output {
   };
 }
 
+
+/**
+ * The sizes writeOnnx gives `g` with a data file of its own, without reading a weight: the data file
+ * laid out as ExternalData lays it (64-byte aligned, 4096 from 1 MiB), small tensors inline as zeros
+ * of their length (the same encoded size).
+ */
+function externalSizes(g: LoweredGraph, file: string): { graphBytes: number; dataBytes: number } {
+  const location = path.basename(dataFileOf(file));
+  let end = 0;
+  const initializers: TensorProto[] = [...(g.graph.initializer ?? [])];
+  for (const t of g.tensors) {
+    if (t.byteLength < EXTERNAL_MIN_BYTES) {
+      initializers.push({ name: t.name, dims: t.dims, dataType: t.dataType, rawData: new Uint8Array(t.byteLength) });
+      continue;
+    }
+    const align = t.byteLength >= 1 << 20 ? 4096 : 64;
+    const offset = Math.ceil(end / align) * align;
+    end = offset + t.byteLength;
+    initializers.push(externalTensor(t, location, { offset, length: t.byteLength }));
+  }
+  return { graphBytes: onnx.ModelProto.encode({ ...g.model, graph: { ...g.graph, initializer: initializers } }).finish().length, dataBytes: end };
+}
