@@ -15,8 +15,10 @@
  * with the table re-measured at each level (searchRefine), with Fisher importance, and LoRA-recovered with the default settings (`--no-search` skips them).
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/elastic-quality.bench.js [--quick]
  * [--only stories|dense] [--distill-steps N] [--no-train] [--no-search] [--no-fisher] [--dense-held-out N]
- * [--recovered-only [--lora-opts k=v,...] [--search-opts k=v,...]]` (--recovered-only: LoRA-recovered
- * searched widths against LoRA-recovered uniform widths at the same parameter count, nothing else).
+ * [--recovered-only [--searched-only] [--lora-opts k=v,...] [--search-opts k=v,...]] [--levels 0.5,1]
+ * [--cache DIR]` (--recovered-only: LoRA-recovered searched widths against LoRA-recovered uniform widths
+ * at the same parameter count, nothing else; --searched-only: the searched levels alone, budgets from
+ * --levels; --cache: a profile cache kept between runs instead of a temporary one).
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -137,6 +139,8 @@ interface ModelCase {
   lora?: Record<string, string>;
   /** Extra reorder options for the searched runs (e.g. importance=fisher, anchors). */
   searchOpts?: Record<string, string>;
+  /** Recovered-only: the searched levels alone, at the `levels` option's fractions (no uniform run). */
+  searchedOnly?: boolean;
 }
 
 /** The case's calibration and held-out sets, and the original model with its held-out perplexity. */
@@ -265,11 +269,11 @@ async function recoveredCase(c: ModelCase, cacheDir: string): Promise<Record<str
     }
     return { wallMs: Math.round(performance.now() - t), recovery: r.metadata.recovery, notes: r.metadata.notes, levels: per };
   };
-  const uniform = await run({});
-  const budgets = Object.values(uniform.levels).map((lv) => (lv as { paramFrac: number }).paramFrac).join(',');
-  const searched = await run({ levels: `${budgets},1`, widths: 'search', ...(c.searchOpts ?? {}) });
+  const uniform = c.searchedOnly ? null : await run({});
+  const budgets = uniform ? Object.values(uniform.levels).map((lv) => (lv as { paramFrac: number }).paramFrac).join(',') + ',1' : c.options.levels;
+  const searched = await run({ levels: budgets, widths: 'search', ...(c.searchOpts ?? {}) });
   original.dispose();
-  return { heldOut: { sequences: heldOut.length, tokensPerSequence: heldOut[0].length }, full, floors, uniform, searched };
+  return { heldOut: { sequences: heldOut.length, tokensPerSequence: heldOut[0].length }, full, floors, ...(uniform ? { uniform } : {}), searched };
 }
 
 /** Held-out perplexity of a LoRA-recovered level: its slice with its adapters (tfjs). */
@@ -320,12 +324,16 @@ export const suite: BenchSuite = {
     const lora = kv('--lora-opts');
     const searchOpts = kv('--search-opts');
     const denseHeldOut = Number(arg('--dense-held-out') ?? (quick ? 16 : 64));
+    const searchedOnly = process.argv.includes('--searched-only');
+    const levels = arg('--levels') ?? '0.5,0.75,1';
     const out: Record<string, unknown> = {};
-    await withTmpDir('llmc-elastic-quality-', async (tmp) => {
+    const cache = arg('--cache');
+    const inDir = (f: (dir: string) => Promise<void>) => (cache ? f(path.resolve(cache)) : withTmpDir('llmc-elastic-quality-', f));
+    await inDir(async (tmp) => {
       if (only !== 'dense') {
         await withCheckpoint(STORIES, async (src) => {
           out.stories260K = await measureCase(
-            { name: 'stories260K', source: src, options: { levels: '0.5,0.75,1', heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), distillData: 16 * Number(steps ?? (quick ? 40 : 600)) + 16, loraSteps: quick ? '40' : 'auto', noTrain, search, fisher, recoveredOnly, lora, searchOpts },
+            { name: 'stories260K', source: src, options: { levels, heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), distillData: 16 * Number(steps ?? (quick ? 40 : 600)) + 16, loraSteps: quick ? '40' : 'auto', noTrain, search, fisher, recoveredOnly, lora, searchOpts, searchedOnly },
             path.join(tmp, 'cache-stories'),
             quick,
           );
@@ -347,7 +355,7 @@ export const suite: BenchSuite = {
           out.dense28M = {
             draft5M: draft,
             ...(await measureCase(
-              { name: 'dense-28M', source: src, options: { levels: '0.5,0.75,1', calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), distillData: 100000, loraSteps: quick ? '10' : 'auto', noTrain, search, fisher, recoveredOnly, lora, searchOpts },
+              { name: 'dense-28M', source: src, options: { levels, calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), distillData: 100000, loraSteps: quick ? '10' : 'auto', noTrain, search, fisher, recoveredOnly, lora, searchOpts, searchedOnly },
               path.join(tmp, 'cache-dense'),
               quick,
             )),

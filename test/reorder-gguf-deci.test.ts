@@ -112,4 +112,18 @@ describe('gguf-levels with per-layer widths (llama.cpp deci)', () => {
     expect(deciRefusal({ ...src.spec, qkNorm: { scope: 'head' } } as typeof src.spec, archOf(src.spec).gguf)).toMatch(/q\/k norms/);
     expect(deciRefusal(src.spec, { ...archOf(src.spec).gguf, arch: 'qwen2' })).toMatch(/qwen2 has one head count/);
   });
+
+  it('refuses widths=search for such a family up front: exit 2, one line, before any measurement or output', async () => {
+    const qwen3 = path.resolve(STORIES, '../../../../shared/models/archs/qwen3');
+    if (!(await fsp.stat(qwen3).catch(() => null))) return console.log(`skipped: ${qwen3} is absent`);
+    const out = path.join(tmp, 'qwen3-levels');
+    const t = performance.now();
+    const r = await llmcInProcess('compile', qwen3, '--target', 'gguf-levels', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.widths=search', '--cache-dir', path.join(tmp, 'qwen3-cache'), '-o', out);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/cannot write per-layer widths.*qwen3.*--target ts or cuda/);
+    expect(performance.now() - t).toBeLessThan(5000); // no calibration, no sensitivity sweep
+    expect(await fsp.stat(out).catch(() => null)).toBeNull();
+    expect(await fsp.readdir(path.join(tmp, 'qwen3-cache')).catch(() => [])).toHaveLength(0);
+  });
 });

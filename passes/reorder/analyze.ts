@@ -278,6 +278,10 @@ export async function analyzeReorder(
   const L = spec.numLayers;
   const notes: string[] = [];
   const progress = ctx.progress ?? silentProgress;
+  // A target that writes per-layer levels only for some families refuses the others before any measurement.
+  const perLayer = ctx.target.capabilities.elasticWidths;
+  const refusal = o.widths === 'search' && perLayer.kind === 'uniform' ? perLayer.searchPerLayer?.(spec) : null;
+  if (refusal) throw new UsageError(`--target ${ctx.target.name} cannot write per-layer widths (reorder.widths=search) for this model: ${refusal}; compile the levels for --target ts or cuda, or with reorder.widths=uniform`);
   const m = new Measurements(source, o, ctx.cacheDir, progress, notes);
   try {
     const calib = await m.calibration();

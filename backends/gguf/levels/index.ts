@@ -6,6 +6,7 @@ import { archOf } from '../../../src/core/arch/registry.js';
 import { UsageError } from '../../../src/core/errors.js';
 import { GGUF_FORMATS, GGUF_LOWERS, ggufQuantBlock } from '../index.js';
 import { GGUF_LEVELS_INFO, type GgufLevelsInfo } from './info.js';
+import { deciRefusal } from '../deci.js';
 
 export const ggufLevels: TargetDescriptor<unknown, GgufLevelsInfo> = {
   name: 'gguf-levels',
@@ -13,7 +14,7 @@ export const ggufLevels: TargetDescriptor<unknown, GgufLevelsInfo> = {
   formats: GGUF_FORMATS,
   options: NO_OPTIONS,
   capabilities: {
-    elasticWidths: { kind: 'uniform', why: 'llama GGUF has one head/FFN count for all layers', searchPerLayer: true },
+    elasticWidths: { kind: 'uniform', why: 'llama GGUF has one head/FFN count for all layers', searchPerLayer: (spec) => deciRefusal(spec, archOf(spec).gguf) },
     perTensorFormats: true,
     perExpertFormats: false,
     qdq: false,
