@@ -2,9 +2,9 @@
  * Token-by-token generation layer-streamed: the model's pieces (./segments.ts) as onnxruntime
  * sessions whose weights are graph inputs, so a piece's session is built once per decoder (small:
  * no initializers) and each run is fed the piece's weights. The weights are read from the checkpoint
- * (float32, laid out as the lowering wants them) and kept between steps when the whole model fits
- * `weightBytes`; a larger model's pieces are read again at each step, the next piece's while the
- * current one runs. Every prompt of a batch advances together (one step: every piece once over all rows), each
+ * (float32, in the checkpoint's own layout: ./stored-layout.ts) and kept between steps when the whole model fits
+ * `weightBytes`; a larger model's pieces are read again at each step (into reused buffers), the next
+ * piece's while the current one runs. Every prompt of a batch advances together (one step: every piece once over all rows), each
  * layer's KV cache kept per session. So a step costs one weight sweep for the whole batch, and a
  * model whose float32 weights fit the budget is read once: a generation of G tokens costs one forward
  * plus G one-token steps, never G session builds per piece.
@@ -19,13 +19,13 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph, V } from '../../core/ir/ir.js';
-import { lowerToOnnx, type WeightInput } from '../onnx/lower.js';
+import { lowerToOnnx } from '../onnx/lower.js';
 import { isGather } from './engine.js';
 import { float32Bytes } from './size.js';
 import { streamSegments, type Segment } from './segments.js';
 import { pieceSessionOptions, type Device } from './device.js';
 import { pieceFeeds } from './feeds.js';
-import { open } from 'node:fs/promises';
+import { storedLayoutPiece, WeightReader, type FedWeight } from './stored-layout.js';
 
 /** A model whose float32 weights are at most this is kept in memory between steps by default; a larger one is read again each step. */
 export const DECODE_WEIGHT_BYTES = 2 ** 30;
@@ -44,7 +44,8 @@ export interface DecodeOptions {
 interface Piece {
   seg: Segment;
   session: ort.InferenceSession | null;
-  weights: WeightInput[];
+  /** Fed as the checkpoint stores them (./stored-layout.ts). */
+  weights: FedWeight[];
   /** Its present K/V outputs, and the past inputs they become. */
   present: { out: string; past: string }[];
   /** Float32 bytes of its weights. */
@@ -64,6 +65,12 @@ export class StreamDecoder {
   kvBytes = 0;
   private pieces: Promise<Piece>[] = [];
   private kept = new Map<number, PieceWeights>();
+  private readonly reader: WeightReader;
+  /**
+   * Above the budget, the float32 buffers a piece's weights are read into, by piece parity and
+   * weight: piece s+1 is read while s runs, so s+2 reuses s's (a step allocates no weights).
+   */
+  private readonly reused: [Map<string, Float32Array>, Map<string, Float32Array>] = [new Map(), new Map()];
   /** The whole model's float32 weights fit the budget: every piece is read once. */
   private readonly keepAll: boolean;
   /** Values a piece after `s` reads. */
@@ -87,6 +94,7 @@ export class StreamDecoder {
     // all or nothing: keeping part of a model that does not fit saves that part's reads only (4 of
     // TinyLlama's 22 layers for 1 GiB) at the full memory cost, so a larger model keeps none
     this.keepAll = float32Bytes(source.spec) <= (opts.weightBytes ?? DECODE_WEIGHT_BYTES);
+    this.reader = new WeightReader(source);
   }
 
   /** A generation session: `batch` rows advance together, each layer's KV cache its own. */
@@ -99,6 +107,7 @@ export class StreamDecoder {
     const pieces = this.pieces;
     this.pieces = [];
     this.kept.clear();
+    for (const r of this.reused) r.clear();
     for (const p of pieces) await (await p).session?.release();
   }
 
@@ -116,11 +125,12 @@ export class StreamDecoder {
       return { seg, session: null, weights: [], present, bytes };
     }
     const lowered = await lowerToOnnx(this.source, { graph: seg.graph, weightInputs: new Set(expectedTensors(this.source.spec).map((t) => t.name)) });
+    const stored = storedLayoutPiece(lowered.bytes, lowered.weightInputs);
     const options = pieceSessionOptions(this.opts.threads, this.opts.device);
-    const session = await ort.InferenceSession.create(lowered.bytes, options);
-    const bytes = lowered.weightInputs.reduce((a, w) => a + w.dims.reduce((x, d) => x * d, 4), 0);
+    const session = await ort.InferenceSession.create(stored.bytes, options);
+    const bytes = stored.weights.reduce((a, w) => a + w.dims.reduce((x, d) => x * d, 4), 0);
     this.timings.push({ id: seg.id, openMs: performance.now() - t0, runMs: 0, loadMs: 0 });
-    return { seg, session, weights: lowered.weightInputs, present, bytes };
+    return { seg, session, weights: stored.weights, present, bytes };
   }
 
   /** Piece `s`'s weights: kept ones, or read now (and kept when the whole model fits the budget). */
@@ -129,10 +139,14 @@ export class StreamDecoder {
     if (kept) return kept;
     const p = await this.piece(s);
     const out: PieceWeights = new Map();
-    if (p.session) {
-      for (const w of p.weights) out.set(w.name, new ort.Tensor('float32', await readLaidOut(this.source, w), w.dims));
-    } else {
-      for (const op of p.seg.graph.ops) if (op.op === 'embed') out.set(op.table, new ort.Tensor('float32', await this.source.readF32(op.table), [this.spec.vocabSize, this.spec.hiddenSize]));
+    const fed = p.session ? p.weights : p.seg.graph.ops.flatMap((op) => (op.op === 'embed' ? [{ input: op.table, source: op.table, dims: [this.spec.vocabSize, this.spec.hiddenSize] }] : []));
+    const reused = this.keepAll ? null : this.reused[s & 1];
+    for (const w of fed) {
+      const key = `${w.input}|${w.dims}`.replace(/\.\d+\./, '.');
+      const n = w.dims.reduce((a, d) => a * d, 1);
+      let into = reused?.get(key);
+      if (reused && into?.length !== n) reused.set(key, (into = new Float32Array(n)));
+      out.set(w.input, new ort.Tensor('float32', await this.reader.read(w, into), w.dims));
     }
     this.weightBytesRead += p.bytes;
     if (this.keepAll) {
@@ -210,66 +224,5 @@ export class StreamDecodeSession {
     if (!logits) throw new LlmcError('internal: the streamed head gave no logits');
     const V = spec.vocabSize;
     return rows.map((_, b) => logits!.slice(b * V, (b + 1) * V));
-  }
-}
-
-/**
- * A weight's values as the lowering feeds it (transposed from [out, in] when asked). A plain bf16
- * matrix is read raw and widened into its transposed place in one pass (a step re-reads every piece
- * beyond the budget, so this is the streamed decoder's main cost); anything else via readF32.
- */
-async function readLaidOut(source: ModelSource, w: WeightInput): Promise<Float32Array> {
-  const n = w.dims.reduce((a, d) => a * d, 1);
-  const at = w.transpose ? source.layout(w.source) : null;
-  if (at && w.transpose && at.dtype === 'BF16' && !at.rowMap && !at.colMap && at.rows === w.transpose[0] && at.cols === w.transpose[1] && at.rows * at.cols === n) {
-    const raw = new Uint16Array(n);
-    const fd = await open(at.file, 'r');
-    try {
-      const buf = new Uint8Array(raw.buffer);
-      for (let got = 0; got < buf.byteLength; ) {
-        const { bytesRead } = await fd.read(buf, got, buf.byteLength - got, at.offset + got);
-        if (bytesRead === 0) throw new LlmcError(`tensor "${w.source}" is cut short`, at.file);
-        got += bytesRead;
-      }
-    } finally {
-      await fd.close();
-    }
-    const out = transposeBf16(raw, at.rows, at.cols);
-    // a non-finite weight: readF32 refuses it (or reads it, --allow-nonfinite) as every other path does
-    if (out) return out;
-  }
-  return laidOut(w, await source.readF32(w.source), source.description);
-}
-
-/** [rows, cols] bf16 → [cols, rows] float32; null when a value is Inf/NaN. */
-function transposeBf16(raw: Uint16Array, rows: number, cols: number): Float32Array | null {
-  for (let i = 0; i < raw.length; i++) if ((raw[i] & 0x7f80) === 0x7f80) return null;
-  const out = new Float32Array(rows * cols);
-  transposeBits(raw, new Uint32Array(out.buffer), rows, cols, 16);
-  return out;
-}
-
-/** A weight's values as the lowering feeds it: transposed from [out, in] when asked. */
-function laidOut(w: WeightInput, values: Float32Array, where: string): Float32Array {
-  const n = w.dims.reduce((a, d) => a * d, 1);
-  if (values.length !== n) throw new LlmcError(`tensor "${w.source}" has ${values.length} values, the model needs ${n}`, where);
-  if (!w.transpose) return values;
-  const out = new Float32Array(n);
-  transposeBits(new Uint32Array(values.buffer, values.byteOffset, n), new Uint32Array(out.buffer), w.transpose[0], w.transpose[1], 0);
-  return out;
-}
-
-/** out[c·rows + r] = src[r·cols + c] << shift, in tiles (cache-friendly): bf16 widens with shift 16, float32 bits copy with 0. */
-function transposeBits(src: Uint16Array | Uint32Array, out: Uint32Array, rows: number, cols: number, shift: number): void {
-  const TILE = 32;
-  for (let r0 = 0; r0 < rows; r0 += TILE) {
-    const r1 = r0 + TILE < rows ? r0 + TILE : rows;
-    for (let c0 = 0; c0 < cols; c0 += TILE) {
-      const c1 = c0 + TILE < cols ? c0 + TILE : cols;
-      for (let c = c0; c < c1; c++) {
-        const o = c * rows;
-        for (let r = r0, i = r0 * cols + c; r < r1; r++, i += cols) out[o + r] = src[i] << shift;
-      }
-    }
   }
 }
