@@ -67,10 +67,12 @@ export class StreamDecoder {
   private kept = new Map<number, PieceWeights>();
   private readonly reader: WeightReader;
   /**
-   * Above the budget, the float32 buffers a piece's weights are read into, by piece parity and
-   * weight: piece s+1 is read while s runs, so s+2 reuses s's (a step allocates no weights).
+   * Above the budget, the float32 buffers pieces' weights are read into (a step allocates no
+   * weights). A layer's by its parity and weight: layer s+1 is read while s runs, so s+2 reuses s's.
+   * The embedding's and the head's by shape only: the table read for one step's embedding is done
+   * with before the head's is read, so an untied model holds one [vocab, hidden] buffer, not two.
    */
-  private readonly reused: [Map<string, Float32Array>, Map<string, Float32Array>] = [new Map(), new Map()];
+  private readonly reused = new Map<string, Float32Array>();
   /** The whole model's float32 weights fit the budget: every piece is read once. */
   private readonly keepAll: boolean;
   /** Values a piece after `s` reads. */
@@ -107,7 +109,7 @@ export class StreamDecoder {
     const pieces = this.pieces;
     this.pieces = [];
     this.kept.clear();
-    for (const r of this.reused) r.clear();
+    this.reused.clear();
     for (const p of pieces) await (await p).session?.release();
   }
 
@@ -140,9 +142,13 @@ export class StreamDecoder {
     const p = await this.piece(s);
     const out: PieceWeights = new Map();
     const fed = p.session ? p.weights : p.seg.graph.ops.flatMap((op) => (op.op === 'embed' ? [{ input: op.table, source: op.table, dims: [this.spec.vocabSize, this.spec.hiddenSize] }] : []));
-    const reused = this.keepAll ? null : this.reused[s & 1];
+    const reused = this.keepAll ? null : this.reused;
+    const layer = p.seg.layer >= 0 && p.seg.layer < this.spec.numLayers;
+    const taken = new Set<string>();
     for (const w of fed) {
-      const key = `${w.input}|${w.dims}`.replace(/\.\d+\./, '.');
+      let key = layer ? `${s & 1}|${w.input.replace(/\.\d+\./, '.')}|${w.dims}` : `ends|${w.dims}`;
+      while (taken.has(key)) key += '+'; // two weights of one piece never share a buffer
+      taken.add(key);
       const n = w.dims.reduce((a, d) => a * d, 1);
       let into = reused?.get(key);
       if (reused && into?.length !== n) reused.set(key, (into = new Float32Array(n)));
