@@ -6,6 +6,8 @@ export default defineConfig({
     testTimeout: 120_000,
     hookTimeout: 300_000,
     pool: 'forks',
+    // One profile cache per run, shared by the files that run the same documented job (test/shared-cache.ts).
+    globalSetup: ['test/global-setup.ts'],
     reporters: ['default'],
   },
 });

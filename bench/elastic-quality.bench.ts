@@ -14,7 +14,9 @@
  * anchors and with none (the search then decides which layers stay full), with iterative importance,
  * with the table re-measured at each level (searchRefine), with Fisher importance, and LoRA-recovered with the default settings (`--no-search` skips them).
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/elastic-quality.bench.js [--quick]
- * [--only stories|dense] [--distill-steps N] [--no-train] [--no-search] [--no-fisher] [--dense-held-out N]`.
+ * [--only stories|dense] [--distill-steps N] [--no-train] [--no-search] [--no-fisher] [--dense-held-out N]
+ * [--recovered-only [--lora-opts k=v,...] [--search-opts k=v,...]]` (--recovered-only: LoRA-recovered
+ * searched widths against LoRA-recovered uniform widths at the same parameter count, nothing else).
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -129,19 +131,30 @@ interface ModelCase {
   /** Per-layer widths searched at the uniform levels' parameter fractions (and Fisher importance among them). */
   search: boolean;
   fisher: boolean;
+  /** Recovered searched vs recovered uniform only (no random/reverse orders, variants or distillation). */
+  recoveredOnly?: boolean;
+  /** Extra reorder options for both LoRA runs (e.g. recoverData, recoverBatch). */
+  lora?: Record<string, string>;
+  /** Extra reorder options for the searched runs (e.g. importance=fisher, anchors). */
+  searchOpts?: Record<string, string>;
 }
 
-async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
+/** The case's calibration and held-out sets, and the original model with its held-out perplexity. */
+async function baseline(c: ModelCase, cacheDir: string) {
+  const o = parseReorderOptions({ ...c.options, recover: 'none' });
+  const calib = await calibrationSet(c.source, { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut }, { cacheDir });
+  const heldOut = c.heldOut ?? calib.heldOut;
+  const original = await TfModel.load(c.source);
+  return { calib, heldOut, spec: c.source.spec, original, full: pplCI(await perSeqLoss(original, heldOut)) };
+}
+
+async function measureCase(c: ModelCase, cacheDir: string, quick: boolean): Promise<Record<string, unknown>> {
+  if (c.recoveredOnly) return recoveredCase(c, cacheDir);
   const target = findTarget('ts');
   const ctx = { note: () => {}, cacheDir, target };
   const base = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, recover: 'none', evaluate: 'false' }), ctx);
   const md = base.metadata;
-  const o = parseReorderOptions({ ...c.options, recover: 'none' });
-  const calib = await calibrationSet(c.source, { source: o.calibText ? await textFileSpec(o.calibText) : 'self-generated', count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut }, { cacheDir });
-  const heldOut = c.heldOut ?? calib.heldOut;
-  const spec = c.source.spec;
-  const original = await TfModel.load(c.source);
-  const full = pplCI(await perSeqLoss(original, heldOut));
+  const { calib, heldOut, spec, original, full } = await baseline(c, cacheDir);
   const elastic = base.orders.map((x) => x.layer);
   const levels = md.levels.filter((lv) => lv.paramFrac < 1);
   const rows: Record<string, Record<string, unknown>> = {};
@@ -232,6 +245,33 @@ async function measureCase(c: ModelCase, cacheDir: string, quick: boolean) {
   };
 }
 
+/**
+ * Recovered searched widths against recovered uniform widths at the same parameter count (issue 32):
+ * per level, unrecovered and LoRA-recovered held-out perplexity of both, the floors and the gap closed.
+ */
+async function recoveredCase(c: ModelCase, cacheDir: string): Promise<Record<string, unknown>> {
+  const ctx = { note: () => {}, cacheDir, target: findTarget('ts') };
+  const { calib, heldOut, spec, original, full } = await baseline(c, cacheDir);
+  const train = await trainingSet(c.source, calib, 1024, 42, { cacheDir });
+  const floors = ngramFloors(train.seqs, heldOut, spec.vocabSize);
+  const run = async (extra: Record<string, string>) => {
+    const t = performance.now();
+    const r = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, ...extra, recover: 'lora', evaluate: 'true', recoverSteps: c.loraSteps, ...(c.lora ?? {}) }), ctx);
+    const per: Record<string, unknown> = {};
+    for (const lv of r.metadata.levels.filter((l) => l.paramFrac < 1)) {
+      const before = pplCI(await perSeqLoss(original, heldOut, levelMasks(spec, r.orders, lv.layers)));
+      const after = await loraPpl(r, lv, heldOut);
+      per[lv.id] = { paramFrac: lv.paramFrac, params: lv.params, before, lora: after, gapClosed: gapClosed(before.ppl, after.ppl, full.ppl), gapClosedPpl: round((before.ppl - after.ppl) / (before.ppl - full.ppl), 3), widths: lv.layers.map((L) => [L.kvGroups, L.qHeadsPerGroup, L.ffn]) };
+    }
+    return { wallMs: Math.round(performance.now() - t), recovery: r.metadata.recovery, notes: r.metadata.notes, levels: per };
+  };
+  const uniform = await run({});
+  const budgets = Object.values(uniform.levels).map((lv) => (lv as { paramFrac: number }).paramFrac).join(',');
+  const searched = await run({ levels: `${budgets},1`, widths: 'search', ...(c.searchOpts ?? {}) });
+  original.dispose();
+  return { heldOut: { sequences: heldOut.length, tokensPerSequence: heldOut[0].length }, full, floors, uniform, searched };
+}
+
 /** Held-out perplexity of a LoRA-recovered level: its slice with its adapters (tfjs). */
 async function loraPpl(r: Awaited<ReturnType<typeof analyzeReorder>>, lv: Level, heldOut: number[][]): Promise<PplCI> {
   const student = await TfModel.load(sliceSource(r.source, lv.layers, 'level'));
@@ -275,13 +315,17 @@ export const suite: BenchSuite = {
     const noTrain = process.argv.includes('--no-train');
     const search = !process.argv.includes('--no-search');
     const fisher = !process.argv.includes('--no-fisher');
+    const recoveredOnly = process.argv.includes('--recovered-only');
+    const kv = (flag: string) => Object.fromEntries((arg(flag) ?? '').split(',').filter(Boolean).map((p) => p.split('=') as [string, string]));
+    const lora = kv('--lora-opts');
+    const searchOpts = kv('--search-opts');
     const denseHeldOut = Number(arg('--dense-held-out') ?? (quick ? 16 : 64));
     const out: Record<string, unknown> = {};
     await withTmpDir('llmc-elastic-quality-', async (tmp) => {
       if (only !== 'dense') {
         await withCheckpoint(STORIES, async (src) => {
           out.stories260K = await measureCase(
-            { name: 'stories260K', source: src, options: { levels: '0.5,0.75,1', heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), distillData: 16 * Number(steps ?? (quick ? 40 : 600)) + 16, loraSteps: quick ? '40' : 'auto', noTrain, search, fisher },
+            { name: 'stories260K', source: src, options: { levels: '0.5,0.75,1', heldOut: quick ? '16' : '64' }, heldOut: null, distillSteps: Number(steps ?? (quick ? 40 : 600)), distillData: 16 * Number(steps ?? (quick ? 40 : 600)) + 16, loraSteps: quick ? '40' : 'auto', noTrain, search, fisher, recoveredOnly, lora, searchOpts },
             path.join(tmp, 'cache-stories'),
             quick,
           );
@@ -303,7 +347,7 @@ export const suite: BenchSuite = {
           out.dense28M = {
             draft5M: draft,
             ...(await measureCase(
-              { name: 'dense-28M', source: src, options: { levels: '0.5,0.75,1', calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), distillData: 100000, loraSteps: quick ? '10' : 'auto', noTrain, search, fisher },
+              { name: 'dense-28M', source: src, options: { levels: '0.5,0.75,1', calibText: calib, heldOut: '10' }, heldOut, distillSteps: Number(steps ?? (quick ? 10 : 120)), distillData: 100000, loraSteps: quick ? '10' : 'auto', noTrain, search, fisher, recoveredOnly, lora, searchOpts },
               path.join(tmp, 'cache-dense'),
               quick,
             )),

@@ -26,7 +26,8 @@
  * Standalone: `npx tsc -p tsconfig.bench.json && node scripts/bundle-run.mjs && node dist/bench/peers.bench.js [--quick]`.
  * LLMC_PEERS=node|chromium limits the platforms, LLMC_PEERS_MODELS=dense-28M,llama-100M the models,
  * LLMC_PEERS_TYPES=F32,Q8_0,Q4_0,Q4_K the types, LLMC_PEERS_STEPS / LLMC_PEERS_ROUNDS the decode steps
- * and timed rounds.
+ * and timed rounds, LLMC_PEERS_TTFT=no|only skips the time to first token or runs it alone. Each
+ * group's figures are also written to stderr as one JSON line as soon as it is measured.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, promises as fsp } from 'node:fs';
@@ -248,18 +249,32 @@ async function openGroup(g: Group, chromium: { browser: Browser; url: string } |
 }
 
 /** Rounds at each context, alternating the runners; per runner and context: decode tokens/s and prefill ms of every round. */
-async function measureGroup(runners: Record<string, Runner>, prompts: Record<number, Prompt>, steps: number, rounds: number) {
+async function measureGroup(runners: Record<string, Runner>, prompts: Record<number, Prompt>, steps: number, rounds: number, failed: (name: string, e: unknown) => void) {
   const out: Record<number, Record<string, { decode: number[]; prefill: number[]; ids: number[]; promptTokens: number }>> = {};
+  const live = new Map(Object.entries(runners));
+  // A peer that fails a round leaves the group (recorded); llmc failing ends the run.
+  const tryRound = async (name: string, r: Runner, prompt: Prompt) => {
+    try {
+      return await r.round(prompt, steps);
+    } catch (e) {
+      if (name === 'llmc') throw e;
+      failed(name, e);
+      live.delete(name);
+      for (const ctx of Object.keys(out)) delete out[Number(ctx)][name];
+      return null;
+    }
+  };
   for (const ctx of CONTEXTS) {
     const prompt = prompts[ctx];
     out[ctx] = {};
-    for (const [name, r] of Object.entries(runners)) {
-      const w = await r.round(prompt, steps); // warm-up
-      out[ctx][name] = { decode: [], prefill: [], ids: w.ids, promptTokens: w.promptTokens };
+    for (const [name, r] of [...live]) {
+      const w = await tryRound(name, r, prompt); // warm-up
+      if (w) out[ctx][name] = { decode: [], prefill: [], ids: w.ids, promptTokens: w.promptTokens };
     }
     for (let i = 0; i < rounds; i++) {
-      for (const [name, r] of Object.entries(runners)) {
-        const x = await r.round(prompt, steps);
+      for (const [name, r] of [...live]) {
+        const x = await tryRound(name, r, prompt);
+        if (!x) continue;
         out[ctx][name].decode.push(x.decodeTokS);
         out[ctx][name].prefill.push(x.prefillTokS);
       }
@@ -316,6 +331,8 @@ export const suite: BenchSuite = {
     const types = TYPES.filter((t) => typeNames.includes(t.ts));
     const platforms = (process.env.LLMC_PEERS ?? 'node,chromium').split(',') as Platform[];
     const wanted = (process.env.LLMC_PEERS_MODELS ?? (quick ? 'dense-28M' : 'dense-28M,llama-100M')).split(',');
+    const ttftMode = process.env.LLMC_PEERS_TTFT ?? 'yes';
+    const ttftOnly = ttftMode === 'only';
     const skipped: Record<string, string> = {};
     const models: [string, string][] = [];
     if (wanted.includes('dense-28M')) {
@@ -346,6 +363,7 @@ export const suite: BenchSuite = {
     const loadBefore = os.loadavg();
     try {
       for (const [model] of models) {
+        if (ttftOnly) break;
         for (const type of types) {
           for (const platform of platforms) {
             for (const threads of [...new Set([1, ALL])]) {
@@ -354,9 +372,13 @@ export const suite: BenchSuite = {
               if (!runners.llmc) continue;
               let m: Awaited<ReturnType<typeof measureGroup>>;
               try {
-                m = await measureGroup(runners, prompts[model], steps, rounds);
+                m = await measureGroup(runners, prompts[model], steps, rounds, (n, e) => {
+                  const why = `failed a round: ${e instanceof Error ? e.message.split('\n')[0] : e}`;
+                  skipped[`${model} ${type.ts} ${platform} ${threads}T ${n}`] = why;
+                  process.stderr.write(`${JSON.stringify({ group: `${model} ${type.ts} ${platform} ${threads}T`, failed: n, why })}\n`);
+                });
               } finally {
-                for (const r of Object.values(runners)) await r.close();
+                for (const r of Object.values(runners)) await r.close().catch(() => {});
               }
               const key = `${model} ${type.ts}${type.cuda ? `/${type.cuda}` : ''} ${platform} ${threads}T`;
               const row: Record<string, unknown> = {};
@@ -375,6 +397,8 @@ export const suite: BenchSuite = {
               if (odd.length) row['prompt tokens where not 512'] = Object.fromEntries(odd.map(([n, x]) => [n, x.promptTokens]));
               for (const [n, x] of Object.entries(p)) if (n !== 'llmc') ratios[`${key} prefill512 llmc / ${n}`] = round(median(p.llmc.prefill.map((v, i) => v / x.prefill[i])));
               results[key] = row;
+              // One line per group on stderr: a run cut short (they take tens of minutes) keeps what it measured.
+              process.stderr.write(`${JSON.stringify({ group: key, load1m: round(os.loadavg()[0], 2), row, ratios: Object.fromEntries(Object.entries(ratios).filter(([k]) => k.startsWith(key))) })}\n`);
             }
           }
         }
@@ -382,7 +406,7 @@ export const suite: BenchSuite = {
     } finally {
       await chromium?.close();
     }
-    const ttft = models.some(([n]) => n === 'dense-28M') && llama ? await timeToFirstToken(types, prompts['dense-28M'][64], quick ? 3 : 7) : { skipped: 'needs dense-28M and node-llama-cpp' };
+    const ttft = ttftMode === 'no' ? { skipped: 'LLMC_PEERS_TTFT=no' } : models.some(([n]) => n === 'dense-28M') && llama ? await timeToFirstToken(types, prompts['dense-28M'][64], quick ? 3 : 7) : { skipped: 'needs dense-28M and node-llama-cpp' };
     const isPeer = (k: string) => /llmc \/ (wllama|transformers\.js)$/.test(k);
     const peerRatios = Object.entries(ratios).filter(([k]) => isPeer(k));
     return {

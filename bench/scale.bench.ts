@@ -9,10 +9,11 @@
  * from the larger size's rate. A pass llmc refuses at a size (one line, exit 1/2) is reported
  * `refused` with its message; one over its time limit `timeout` (30 min, recovery 60 min).
  *
- * Calibration from ../shared's calibration text (the fixtures' byte-level tokenizer reads it):
- * sampling from the model needs the whole-model Engine, which 1.1B does not fit.
+ * Calibration from ../shared's calibration text (the fixtures' byte-level tokenizer reads it), but
+ * tree-search's: its default, sampled from the model (layer-streamed above 1 GiB, src/exec/stream/decode.ts).
  * Env: LLMC_SCALE_PASSES=a,b (default all), LLMC_SCALE_SIZES=100M,1.1B (--quick: 100M),
- * LLMC_SCALE_OUT=file (each result appended as a JSON line as it lands).
+ * LLMC_SCALE_OUT=file (each result appended as a JSON line as it lands; the summary also reads the
+ * file's earlier lines, so sizes measured by separate runs give the growth and the projection).
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/scale.bench.js [--quick]`.
  */
 import { spawn } from 'node:child_process';
@@ -26,8 +27,9 @@ import { scaleCheckpoint, type ScaleCheckpoint } from './scale-checkpoints.js';
 
 const CLI = path.join(REPO_ROOT, 'bin/llmc.js');
 const TEXT = path.resolve(REPO_ROOT, '../shared/models/trained/text/calibration.txt');
-/** Llama-2-7B's parameter count, for the projection. */
+/** Llama-2-7B's parameter count and layers, for the projection (TinyLlama-1.1B has 22 layers). */
 const SEVEN_B = 6.74e9;
+const SEVEN_B_LAYERS = 32 / 22;
 const MIN = 60_000;
 
 interface PassRun {
@@ -38,12 +40,17 @@ interface PassRun {
   limitMs: number;
   /** Another engineer's streaming of this pass is in flight: a refusal is expected until it lands. */
   owner?: string;
+  /**
+   * Time grows as parameters × layers, not parameters: reorder's anchor-layer losses run each skipped
+   * layer's variant through every later layer (L²/2 layer runs). Its 7B projection scales by 32/22 layers.
+   */
+  perLayer?: boolean;
 }
 
 const calib = (pass: string) => ['--opt', `${pass}.calibText=${TEXT}`];
 
 export const PASSES: Record<string, PassRun> = {
-  'reorder-importance': { family: 'dense', args: () => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.recover=none', '--opt', 'reorder.importance=activation', ...calib('reorder'), '--no-eval'], limitMs: 30 * MIN },
+  'reorder-importance': { family: 'dense', args: () => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.recover=none', '--opt', 'reorder.importance=activation', ...calib('reorder'), '--no-eval'], limitMs: 30 * MIN, perLayer: true },
   'reorder-recovery': { family: 'dense', args: () => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'reorder', '--levels', '0.5,1', '--opt', 'reorder.importance=activation', ...calib('reorder'), '--no-eval'], limitMs: 60 * MIN, owner: 'b32 (blockwise recovery)' },
   'outliers-qnn': { family: 'dense', args: () => ['--target', 'qnn', '--passes', 'outliers', ...calib('outliers'), '--no-eval'], limitMs: 30 * MIN },
   imatrix: { family: 'dense', args: () => ['--target', 'gguf', '--quant', 'Q8_0', '--passes', 'imatrix', ...calib('imatrix'), '--no-eval'], limitMs: 30 * MIN },
@@ -51,10 +58,9 @@ export const PASSES: Record<string, PassRun> = {
   'expert-bits': { family: 'moe', args: () => ['--target', 'gguf', '--passes', 'expert-bits', '--opt', 'expert-bits.budgetBpw=4.5', ...calib('expert-bits'), '--no-eval'], limitMs: 30 * MIN, owner: 's30' },
   'tree-search': {
     family: 'dense',
-    // the draft: the model without its upper half of layers (no second checkpoint)
-    args: (L) => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'tree-search', '--opt', `tree-search.draftSkip=${Array.from({ length: L - Math.ceil(L / 2) }, (_, i) => Math.ceil(L / 2) + i).join(',')}`, ...calib('tree-search'), '--no-eval'],
+    // the draft: the model's first two layers (no second checkpoint); default calibration (sampled from the model, streamed above 1 GiB)
+    args: (L) => ['--target', 'ts', '--quant', 'Q8_0', '--passes', 'tree-search', '--opt', `tree-search.draftSkip=${Array.from({ length: L - 2 }, (_, i) => 2 + i).join(',')}`, '--no-eval'],
     limitMs: 30 * MIN,
-    owner: 's30',
   },
   'chunk-partition': { family: 'dense', args: () => ['--target', 'cuda', '--passes', 'chunk-partition', '--no-eval'], limitMs: 30 * MIN, owner: 's30' },
 };
@@ -80,6 +86,11 @@ export interface Result {
   activationMB: number;
   spilledMB: number;
   nsPerParam: number;
+  /** The machine's 1-minute load average at the start and the end of the run (wall times grow with it). */
+  load: [number, number];
+  /** CPU time (user + system) of every process of the tree, and per parameter: what the load does not inflate. */
+  cpuS: number;
+  cpuNsPerParam: number;
 }
 
 /** RSS (KiB) of `pid` and its descendants now, from /proc. */
@@ -123,6 +134,7 @@ async function measure(pass: string, size: Size, layersOf: Map<string, number>):
   const out = path.join(tmp, p.args(0).includes('gguf') ? 'out.gguf' : 'out');
   const args = [CLI, 'compile', dir, ...p.args(layersOf.get(dir)!), '-o', out, '--cache-dir', path.join(tmp, 'cache'), '--json'];
   const hook = pathToFileURL(path.join(REPO_ROOT, 'dist/bench/tree-rss.js')).href;
+  const load0 = os.loadavg()[0];
   const t0 = performance.now();
   const child = spawn(process.execPath, args, {
     cwd: REPO_ROOT,
@@ -143,7 +155,9 @@ async function measure(pass: string, size: Size, layersOf: Map<string, number>):
   const wallMs = performance.now() - t0;
   clearInterval(sampler);
   clearTimeout(limit);
-  const hwm = readdirSync(rssDir).map((f) => (JSON.parse(readFileSync(path.join(rssDir, f), 'utf8')) as { vmHwmKiB: number }).vmHwmKiB);
+  const exits = readdirSync(rssDir).map((f) => JSON.parse(readFileSync(path.join(rssDir, f), 'utf8')) as { vmHwmKiB: number; cpuMs?: number });
+  const hwm = exits.map((x) => x.vmHwmKiB);
+  const cpuMs = exits.reduce((a, x) => a + (x.cpuMs ?? 0), 0);
   const lines = existsSync(stats) ? readFileSync(stats, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as { activationBytes: number; spilledBytes: number }) : [];
   rmSync(tmp, { recursive: true, force: true });
   const last = stderr.trim().split('\n').pop() ?? '';
@@ -164,22 +178,34 @@ async function measure(pass: string, size: Size, layersOf: Map<string, number>):
     activationMB: round(Math.max(0, ...lines.map((l) => l.activationBytes)) / 1e6, 2),
     spilledMB: round(Math.max(0, ...lines.map((l) => l.spilledBytes)) / 1e6, 2),
     nsPerParam: round((wallMs * 1e6) / params, 1),
+    load: [round(load0, 1), round(os.loadavg()[0], 1)],
+    cpuS: round(cpuMs / 1000, 1),
+    cpuNsPerParam: round((cpuMs * 1e6) / params, 1),
   };
-  process.stderr.write(`scale: ${pass} @ ${size}: ${status}${r.message ? ` (${r.message})` : ''}, ${r.wallS} s, peak ${r.peakRssMB} MB over ${r.processes} process(es) (sampled ${r.sampledTreePeakMB} MB), activations ${r.activationMB} MB\n`);
+  process.stderr.write(`scale: ${pass} @ ${size}: ${status}${r.message ? ` (${r.message})` : ''}, ${r.wallS} s, peak ${r.peakRssMB} MB over ${r.processes} process(es) (sampled ${r.sampledTreePeakMB} MB), activations ${r.activationMB} MB, ${r.nsPerParam} ns/parameter, CPU ${r.cpuS} s (${r.cpuNsPerParam} ns/parameter), load ${r.load.join('→')}\n`);
   if (process.env.LLMC_SCALE_OUT) appendFileSync(process.env.LLMC_SCALE_OUT, JSON.stringify(r) + '\n');
   return r;
 }
 
 /** Per pass: time per parameter 1.1B over 100M, and the 7B projection from the larger size's rate. */
-export function summarize(results: Result[]): Record<string, { perParamGrowth?: number; projection7BMin?: number }> {
-  const out: Record<string, { perParamGrowth?: number; projection7BMin?: number }> = {};
+export function summarize(results: Result[]): Record<string, { perParamGrowth?: number; cpuPerParamGrowth?: number; projection7BMin?: number; projection7BCpuMin?: number; from?: Size }> {
+  const out: Record<string, { perParamGrowth?: number; cpuPerParamGrowth?: number; projection7BMin?: number; projection7BCpuMin?: number; from?: Size }> = {};
   for (const pass of Object.keys(PASSES)) {
     const at = (s: Size) => results.find((r) => r.pass === pass && r.size === s && r.status === 'ok');
     const small = at('100M');
     const big = at('1.1B') ?? undefined;
     const rate = (big ?? small)?.nsPerParam;
     if (rate === undefined) continue;
-    out[pass] = { ...(small && big ? { perParamGrowth: round(big.nsPerParam / small.nsPerParam, 2) } : {}), projection7BMin: round((rate * SEVEN_B) / 1e9 / 60, 1) };
+    const cpuRate = (big ?? small)!.cpuNsPerParam;
+    // a pass whose time grows with layers too: the 7B rate per parameter is 32/22 of the 1.1B one
+    const k = PASSES[pass].perLayer && big ? SEVEN_B_LAYERS : 1;
+    out[pass] = {
+      ...(small && big ? { perParamGrowth: round(big.nsPerParam / small.nsPerParam, 2) } : {}),
+      ...(small?.cpuNsPerParam && big?.cpuNsPerParam ? { cpuPerParamGrowth: round(big.cpuNsPerParam / small.cpuNsPerParam, 2) } : {}),
+      projection7BMin: round((k * rate * SEVEN_B) / 1e9 / 60, 1),
+      ...(cpuRate ? { projection7BCpuMin: round((k * cpuRate * SEVEN_B) / 1e9 / 60, 1) } : {}),
+      from: big ? '1.1B' : '100M',
+    };
   }
   return out;
 }
@@ -195,8 +221,10 @@ export const suite: BenchSuite = {
     const results: Result[] = [];
     const layers = new Map<string, number>();
     for (const size of sizes) for (const p of passes) results.push(await measure(p, size, layers));
-    const summary = summarize(results);
-    for (const [p, s] of Object.entries(summary)) process.stderr.write(`scale: ${p}: growth per parameter 1.1B/100M ${s.perParamGrowth ?? 'n/a'}, 7B ≈ ${s.projection7BMin} min\n`);
+    // LLMC_SCALE_OUT's earlier lines too (sizes measured by separate runs): the latest result per pass and size
+    const earlier = process.env.LLMC_SCALE_OUT && existsSync(process.env.LLMC_SCALE_OUT) ? readFileSync(process.env.LLMC_SCALE_OUT, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Result) : [];
+    const summary = summarize([...earlier, ...results].reverse().filter((r, i, all) => all.findIndex((x) => x.pass === r.pass && x.size === r.size) === i));
+    for (const [p, s] of Object.entries(summary)) process.stderr.write(`scale: ${p}: growth per parameter 1.1B/100M ${s.perParamGrowth ?? 'n/a'} (CPU time ${s.cpuPerParamGrowth ?? 'n/a'}), 7B ≈ ${s.projection7BMin} min wall at this load, ${s.projection7BCpuMin ?? 'n/a'} CPU-min (at the ${s.from} rate)\n`);
     return { load: os.loadavg().map((x) => round(x, 1)), results, summary };
   },
 };

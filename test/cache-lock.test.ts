@@ -108,12 +108,15 @@ describe('profile cache entries under concurrency', () => {
     const lib = JSON.stringify(path.join(ROOT, 'dist/src/core/util/pid-lock.js'));
     const script = `
       const { pidLock } = await import(${lib});
-      const { existsSync } = await import('node:fs');
+      const { existsSync, readdirSync, writeFileSync } = await import('node:fs');
       process.stdout.write('ready\\n');
       while (!existsSync(${JSON.stringify(go)})) await new Promise((r) => setTimeout(r, 2));
       const r = await pidLock(${JSON.stringify(f)});
-      if ('release' in r) { process.stdout.write('got\\n'); await new Promise((x) => setTimeout(x, 1500)); r.release(); }
-      else process.stdout.write('owner ' + r.owner + '\\n');`;
+      // The winner holds the lock until every other process has tried (under load one may start late:
+      // after a timed release it would rightly get the lock, and the race would not be tested).
+      const tried = () => readdirSync(${JSON.stringify(tmp)}).filter((n) => n.startsWith('race.tried.')).length;
+      if ('release' in r) { process.stdout.write('got\\n'); const t0 = Date.now(); while (tried() < 7 && Date.now() - t0 < 30000) await new Promise((x) => setTimeout(x, 10)); r.release(); }
+      else { process.stdout.write('owner ' + r.owner + '\\n'); writeFileSync(${JSON.stringify(tmp)} + '/race.tried.' + process.pid, ''); }`;
     let ready = 0;
     const children = Array.from({ length: 8 }, () => {
       const c = spawn('node', ['--input-type=module', '-e', script]);

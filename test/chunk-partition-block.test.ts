@@ -14,7 +14,8 @@ import { openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js
 import { buildModel } from '../src/core/ir/build.js';
 import { silentProgress } from '../src/core/util/progress.js';
 import { modelFromTensors } from '../src/exec/runtime/memory.js';
-import { costBlock, firstBlockSource, uniformLayers } from '../passes/chunk-partition/block.js';
+import { costBlock, CUT_LAYERS } from '../passes/chunk-partition/block.js';
+import { firstLayers, uniformLayers } from '../src/core/checkpoint/layers.js';
 import { parseChunkPartitionOptions } from '../passes/chunk-partition/options.js';
 import { partitionOf, plan } from '../passes/chunk-partition/pass.js';
 import { STORIES } from './stories-engine.js';
@@ -33,7 +34,7 @@ afterAll(async () => {
 
 describe('chunk-partition costs on one block (stories260K)', () => {
   it('the cut model is the model with layers 2.. removed: equal logits on the TS runtime', async () => {
-    const block = firstBlockSource(ck);
+    const block = firstLayers(ck, CUT_LAYERS);
     expect(block.spec.numLayers).toBe(2);
     expect(block.tensors.some((t) => t.name.startsWith('model.layers.2.'))).toBe(false);
     const ids = [1, 17, 300, 42, 7, 99, 250, 3].map((x) => x % ck.spec.vocabSize);

@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureBuilt } from './build-once.js';
+import { linkSharedCache } from './shared-cache.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const DOC = path.join(ROOT, 'docs/ci.md');
@@ -47,6 +48,8 @@ describe('docs/ci.md', () => {
 
     await fsp.writeFile(path.join(tmp, 'budgets.json'), fenced(doc, 'json budgets.json'));
     await fsp.symlink(path.join(ROOT, 'fixtures'), path.join(tmp, 'fixtures'));
+    // The run's cache: the page's compile trains the same levels as `llmc compile --help`'s example (test/first-hour).
+    linkSharedCache(tmp);
     const llmc = `node ${JSON.stringify(path.join(ROOT, 'bin/llmc.js'))}`;
     for (const c of github) {
       const line = c.replace(/^npx llmc /, `${llmc} `);
@@ -63,5 +66,5 @@ describe('docs/ci.md', () => {
     const html = await fsp.readFile(path.join(tmp, 'out/report.html'), 'utf8');
     expect(html).toContain('data-section="quality"');
     expect(existsSync(path.join(tmp, 'out/model/llmc-manifest.json'))).toBe(true);
-  }, 300_000); // the compile trains a LoRA for two levels (recovery) and measures quality
+  }, 300_000); // the compile trains a LoRA for two levels (recovery; unless first-hour's examples did) and measures quality
 });

@@ -14,6 +14,7 @@ import { TARGETS } from '../backends/index.js';
 import { PASSES } from '../passes/index.js';
 import { generateFixture } from '../fixtures/generate.js';
 import { ensureBuilt } from './build-once.js';
+import { linkSharedCache } from './shared-cache.js';
 import { llmcInProcess, llmcWithEval } from './cli.js';
 import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { heldOutSet } from '../src/app/evaluate/artifact.js';
@@ -159,6 +160,8 @@ describe('4. help from the registries, with examples that run', () => {
     const cwd = out('examples');
     mkdirSync(path.join(cwd, 'fixtures/models'), { recursive: true });
     cpSync(STORIES, path.join(cwd, 'fixtures/models/stories260K'), { recursive: true });
+    // The run's cache: the reorder examples train the same levels as docs/ci.md's job (test/ci-example).
+    linkSharedCache(cwd);
     let ran = 0;
     for (const cmd of ['compile', 'run', 'inspect']) {
       const help = (await llmc(cmd, '--help')).stdout;
@@ -174,7 +177,7 @@ describe('4. help from the registries, with examples that run', () => {
       }
     }
     expect(ran).toBeGreaterThanOrEqual(6);
-  }, 360_000); // the reorder examples train a LoRA per level (recovery: --levels 0.5,0.75,1 trains its two levels 240 steps each; the second example hits the cache)
+  }, 360_000); // the reorder examples train a LoRA per level (recovery: --levels 0.5,0.75,1 trains its two levels 240 steps each; the second example hits the cache, and both do where test/ci-example ran first)
 });
 
 describe('5. one error style', () => {

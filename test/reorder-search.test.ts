@@ -8,7 +8,7 @@
  *   recovery trains) and on the
  *   TS runtime, equals the full model with the dropped units' o_proj / down_proj columns zeroed by
  *   the test itself (the level-equivalence approach of runtime-elastic);
- * - targets with one width for all layers (hf, gguf-levels) refuse widths=search in one line;
+ * - hf (one width for all layers) refuses widths=search in one line; gguf-levels takes it (deci);
  * - importance=fisher: one batch's score is the squared mask derivative, checked by finite differences;
  *   iterative importance keeps the largest level's units and every order a nested permutation.
  */
@@ -81,11 +81,11 @@ describe('search: the greedy descent on a sensitivity table', () => {
     return { base: 2, layers };
   };
 
-  it('levels are nested, within their budget, the least sensitive layer cut most; memory budgets too', () => {
+  it('levels are nested, within their budget, the least sensitive layer cut most; memory and latency budgets too', () => {
     const spec = ckpt.spec;
     const anchors = new Set([0]);
     const full = describeLevel(spec, 'full', 1, Array.from({ length: spec.numLayers }, () => fullWidth(spec)), anchors);
-    for (const budget of [{ kind: 'params', sizeBy: 'total' }, { kind: 'params', sizeBy: 'blocks' }, { kind: 'memory', context: 2048, bytesPerParam: 2 }] as Budget[]) {
+    for (const budget of [{ kind: 'params', sizeBy: 'total' }, { kind: 'params', sizeBy: 'blocks' }, { kind: 'memory', context: 2048, bytesPerParam: 2 }, { kind: 'latency', cost: { perCall: 2e-6, perMac: 1e-9, context: 512, host: 'test' } }] as Budget[]) {
       for (const block of [1, 16]) {
         const targets = [0.5, 0.6, 0.75, 0.9, 1];
         const { levels } = searchLevels(spec, { targets, anchors, block, budget, sensitivity: table(spec, anchors, block) });
@@ -239,9 +239,9 @@ describe('search on stories260K', () => {
 });
 
 describe('targets', () => {
-  it('hf and gguf-levels (one width for all layers) refuse widths=search in one line; ts and cuda take it', () => {
+  it('hf (one width for all layers) refuses widths=search in one line; ts, cuda and gguf-levels (llama.cpp deci) take it', () => {
     const o = parseReorderOptions({ widths: 'search', anchors: '0' });
-    for (const t of ['hf', 'gguf-levels']) {
+    for (const t of ['hf']) {
       let err: unknown;
       try {
         reorder.check!(o, findTarget(t), { tensorTypes: [] }, { passes: ['reorder'] });
@@ -249,15 +249,15 @@ describe('targets', () => {
         err = e;
       }
       expect(err).toBeInstanceOf(UsageError);
-      expect((err as Error).message).toMatch(new RegExp(`^--target ${t} takes one width for all layers .*reorder\\.widths=search needs a target with per-layer widths \\(ts, cuda\\)$`));
+      expect((err as Error).message).toMatch(new RegExp(`^--target ${t} takes one width for all layers .*reorder\\.widths=search needs a target with per-layer widths \\(ts, cuda, gguf-levels\\)$`));
       expect((err as Error).message).not.toMatch(/\n/);
     }
-    for (const t of ['ts', 'cuda']) expect(() => reorder.check!(o, findTarget(t), { tensorTypes: [] }, { passes: ['reorder'] })).not.toThrow();
+    for (const t of ['ts', 'cuda', 'gguf-levels']) expect(() => reorder.check!(o, findTarget(t), { tensorTypes: [] }, { passes: ['reorder'] })).not.toThrow();
   });
 
   it('options: search-only and fisher-only keys are refused elsewhere', () => {
     expect(() => parseReorderOptions({ budget: 'memory' })).toThrow(/applies to reorder.widths=search only/);
-    expect(() => parseReorderOptions({ widths: 'search', budgetContext: '512' })).toThrow(/budget=memory only/);
+    expect(() => parseReorderOptions({ widths: 'search', budgetContext: '512' })).toThrow(/budget=memory or latency only/);
     expect(() => parseReorderOptions({ fisherTokens: '1000' })).toThrow(/importance=fisher only/);
     expect(() => parseReorderOptions({ widths: 'per-layer' })).toThrow(/uniform or search/);
   });

@@ -34,6 +34,9 @@ beforeAll(async () => {
   const fx = await generateFixture(path.join(tmp, 'fixture'), { arch: 'llama', seed: 7, tokenizer: 'none', dims: { hiddenSize: 96, intermediateSize: 200, vocabSize: 301 } });
   await compileTs(fx.dir, path.join(tmp, 'fx-f32'), 'F32');
   await compileTs(fx.dir, path.join(tmp, 'fx-q8'), 'Q8_0');
+  // head size 32 (a q8_0 KV cache's block), two KV heads
+  const fx32 = await generateFixture(path.join(tmp, 'fixture-hd32'), { arch: 'llama', seed: 9, tokenizer: 'none', dims: { hiddenSize: 128, numHeads: 4, numKvHeads: 2, intermediateSize: 160, vocabSize: 301 } });
+  await compileTs(fx32.dir, path.join(tmp, 'fx-hd32'), 'Q8_0');
 });
 afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
@@ -73,6 +76,36 @@ describe('worker pool', () => {
           expect(pooled.threads).toBe(threads); // a pool really runs (else the comparison is with itself)
           const got = run(pooled);
           for (let i = 0; i < 2; i++) expect(Buffer.from(got[i].buffer, got[i].byteOffset, got[i].byteLength).equals(Buffer.from(expected[i].buffer, expected[i].byteOffset, expected[i].byteLength))).toBe(true);
+        } finally {
+          await pooled.close();
+        }
+      }
+    });
+  }
+});
+
+describe('attention on the pool (split by KV head)', () => {
+  // 20 prompt tokens: two staged passes of query rows (16 a pass); then decode steps over a growing cache.
+  const long = Array.from({ length: 20 }, (_, i) => (i * 37 + 5) % 301);
+  for (const type of ['f32', 'f16', 'q8_0'] as const) {
+    it(`a ${type} KV cache: prefill and decode logits with 2 and 3 threads equal one thread's bit for bit`, async () => {
+      const one = await loadDir(path.join(tmp, 'fx-hd32'));
+      const run = (m: typeof one) => {
+        const cache = m.newCache(type);
+        const out = [m.forward(long, cache)];
+        for (const id of [3, 250, 17]) out.push(m.forward([id], cache));
+        return out;
+      };
+      const expected = run(one);
+      await one.close();
+      for (const threads of [2, 3]) {
+        const pooled = await loadDir(path.join(tmp, 'fx-hd32'), { threads, pool: { minWork: 0 } });
+        try {
+          const before = poolStats(pooled)!.splitCalls;
+          const got = run(pooled);
+          const bytes = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+          got.forEach((g, i) => expect(bytes(g).equals(bytes(expected[i])), `${threads} threads, call ${i}`).toBe(true));
+          expect(poolStats(pooled)!.splitCalls).toBeGreaterThan(before);
         } finally {
           await pooled.close();
         }
@@ -165,9 +198,9 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       model.forward(prompt, cache);
       const before = poolStats(model)!.splitCalls;
       model.forward([3], cache);
-      // per layer q·k·v, o, gate·up, down; the last layer's q apart (its queries come from the logit
-      // positions' rows alone); lm_head — 7 per layer before
-      expect(poolStats(model)!.splitCalls - before).toBe(4 * layers + 2);
+      // per layer q·k·v, attention (split by KV head), o, gate·up, down; the last layer's q apart (its
+      // queries come from the logit positions' rows alone); lm_head — 7 per layer before
+      expect(poolStats(model)!.splitCalls - before).toBe(5 * layers + 2);
     } finally {
       await model.close();
     }

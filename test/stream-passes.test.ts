@@ -73,7 +73,7 @@ for (const [name, dir] of [
 describe("the evaluation's streamed source logits in a child process", () => {
   test('stories260K: every window equals the whole graph, its progress drawn by the parent', async () => {
     ensureBuilt();
-    const ref = (await import(pathToFileURL(path.resolve(__dirname, '../dist/src/exec/stream/reference.js')).href)) as typeof import('../src/exec/stream/reference.js');
+    const ref = (await import(pathToFileURL(path.resolve(__dirname, '../dist/src/measure/source-logits.js')).href)) as typeof import('../src/measure/source-logits.js');
     const built = (await import(pathToFileURL(path.resolve(__dirname, '../dist/src/core/checkpoint/index.js')).href)) as typeof import('../src/core/checkpoint/index.js');
     const ck = await built.openCheckpoint(STORIES);
     const windows = [0, 1, 2].map((k) => Array.from({ length: 20 }, (_, t) => (t * 37 + k * 101 + 1) % ck.spec.vocabSize));

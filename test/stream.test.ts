@@ -13,7 +13,7 @@ import { buildModel } from '../src/core/ir/build.js';
 import { STORIES } from './stories-engine.js';
 import { evaluateArtifact, heldOutSet } from '../src/app/evaluate/artifact.js';
 import { locate } from '../src/app/artifact.js';
-import { float32Bytes, STREAM_ABOVE_BYTES } from '../src/exec/stream/reference.js';
+import { float32Bytes, STREAM_ABOVE_BYTES } from '../src/exec/stream/size.js';
 import { llmcInProcess } from './cli.js';
 import { activationScores } from '../passes/reorder/importance.js';
 import { measureLinears } from '../passes/outliers/measure.js';

@@ -17,6 +17,7 @@ import { simdKernels, encodesBf16 } from '../../src/core/quant/bf16.js';
 import { ChunkEncoder } from '../../src/core/quant/encode.js';
 import type { GgufInfo } from './info.js';
 import { modelMetadata } from './metadata.js';
+import { deciFamily, perLayerCounts } from './deci.js';
 import { chooseTensorType, DEFAULT_QUANT, parseQuant, parseTensorType, type ModelFacts, type QuantChoice } from './presets.js';
 import { neOf, planTensors, type TensorPlan } from './tensors.js';
 import type { GgufFamily } from '../../src/core/arch/registry.js';
@@ -141,7 +142,10 @@ async function prepare(unit: CompileUnit, formats: FormatRequest, options: GgufO
   const { source } = unit;
   const importance = await importanceOf(unit, options);
   const plan = planGguf(source, formats, unit.annotations, importance !== null);
-  const meta = modelMetadata(source.spec, plan.family, { name: modelName(source.dir), fileType: plan.choice.fileType });
+  // A level with per-layer widths (gguf-levels) is written as llama.cpp's deci (deci.ts).
+  const layers = perLayerCounts(source);
+  if (layers) plan.family = deciFamily(source.spec, plan.family, source.description);
+  const meta = modelMetadata(source.spec, plan.family, { name: modelName(source.dir), fileType: plan.choice.fileType, layers });
   const tokFile = path.join(source.dir, 'tokenizer.json');
   const vocab = source.assets.tokenizer
     ? convertTokenizer(source.assets.tokenizer, source.assets.tokenizerConfig, source.spec, tokFile)

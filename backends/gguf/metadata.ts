@@ -5,7 +5,8 @@
 import type { ArchSpec } from '../../src/core/checkpoint/index.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { yarnDefaultAttention } from '../../src/core/arch/rope-config.js';
-import { GGUF_DEFAULT_ALIGNMENT, f32, str, u32, type GgufKv } from './writer.js';
+import { GGUF_DEFAULT_ALIGNMENT, arr, f32, str, u32, type GgufKv } from './writer.js';
+import type { LayerCounts } from './deci.js';
 import type { GgufFamily } from '../../src/core/arch/registry.js';
 
 /**
@@ -41,10 +42,11 @@ export const GGML_QUANT_VERSION = 2;
 export function modelMetadata(
   spec: ArchSpec,
   family: GgufFamily,
-  opts: { name: string; fileType: number },
+  opts: { name: string; fileType: number; layers?: LayerCounts[] | null },
 ): { kvs: GgufKv[]; notes: string[] } {
   const arch = family.arch;
   const a = (k: string) => `${arch}.${k}`;
+  const L = opts.layers ?? null;
   const kvs: GgufKv[] = [
     { key: 'general.architecture', value: str(arch) },
     { key: 'general.type', value: str('model') },
@@ -54,14 +56,16 @@ export function modelMetadata(
     { key: a('context_length'), value: u32(spec.maxPositions) },
     { key: a('embedding_length'), value: u32(spec.hiddenSize) },
     { key: a('block_count'), value: u32(spec.numLayers) },
-    { key: a('feed_forward_length'), value: u32(spec.intermediateSize) },
-    { key: a('attention.head_count'), value: u32(spec.numHeads) },
-    { key: a('attention.head_count_kv'), value: u32(spec.numKvHeads) },
+    // Per-layer widths (deci.ts): one UINT32 per layer, as llama.cpp's get_key_or_arr reads them.
+    { key: a('feed_forward_length'), value: L ? arr('UINT32', L.map((c) => c.ffn)) : u32(spec.intermediateSize) },
+    { key: a('attention.head_count'), value: L ? arr('UINT32', L.map((c) => c.heads)) : u32(spec.numHeads) },
+    { key: a('attention.head_count_kv'), value: L ? arr('UINT32', L.map((c) => c.kvHeads)) : u32(spec.numKvHeads) },
     { key: a('rope.freq_base'), value: f32(spec.ropeTheta) },
     { key: a('attention.layer_norm_rms_epsilon'), value: f32(spec.rmsNormEps) },
   ];
-  if (spec.headDim * spec.numHeads !== spec.hiddenSize) {
-    // Only written when head_dim is not n_embd / n_head (as the converter does for an explicit head_dim).
+  if (L || spec.headDim * spec.numHeads !== spec.hiddenSize) {
+    // Only written when head_dim is not n_embd / n_head (as the converter does for an explicit head_dim);
+    // always with per-layer widths (llama.cpp derives head_dim from layer 0's head count otherwise).
     kvs.push({ key: a('attention.key_length'), value: u32(spec.headDim) }, { key: a('attention.value_length'), value: u32(spec.headDim) });
   }
   const own = family.metadata(spec);

@@ -98,10 +98,13 @@ export function planTensors(source: ModelSource): { family: GgufFamily; tensors:
     const norms = layerNorms(spec, l);
     if (norms.attnIn) norm(`${b}.attn_norm.weight`, norms.attnIn);
     if (family.fusedProjections) fused(`${b}.attn_qkv.weight`, [n.q, n.k, n.v]);
-    else one(`${b}.attn_q.weight`, n.q, llamaPermute ? { permuteHeads: spec.numHeads } : {});
-    optional(`${b}.attn_q.bias`, n.qBias, llamaPermute ? { permuteHeads: spec.numHeads } : {});
-    if (!family.fusedProjections) one(`${b}.attn_k.weight`, n.k, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
-    optional(`${b}.attn_k.bias`, n.kBias, llamaPermute ? { permuteHeads: spec.numKvHeads } : {});
+    // Heads from the rows (a level with per-layer widths has its own count in each layer; deci.ts).
+    const qHeads = llamaPermute && !family.fusedProjections ? shapeOf(n.q)[0] / spec.headDim : spec.numHeads;
+    const kHeads = llamaPermute && !family.fusedProjections ? shapeOf(n.k)[0] / spec.headDim : spec.numKvHeads;
+    if (!family.fusedProjections) one(`${b}.attn_q.weight`, n.q, llamaPermute ? { permuteHeads: qHeads } : {});
+    optional(`${b}.attn_q.bias`, n.qBias, llamaPermute ? { permuteHeads: qHeads } : {});
+    if (!family.fusedProjections) one(`${b}.attn_k.weight`, n.k, llamaPermute ? { permuteHeads: kHeads } : {});
+    optional(`${b}.attn_k.bias`, n.kBias, llamaPermute ? { permuteHeads: kHeads } : {});
     if (!family.fusedProjections) one(`${b}.attn_v.weight`, n.v);
     optional(`${b}.attn_v.bias`, n.vBias);
     one(`${b}.attn_output.weight`, n.o);

@@ -13,7 +13,7 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import { TfModel } from '../../src/exec/autodiff/lower.js';
 import { Engine } from '../../src/exec/engine/index.js';
 import { StreamEngine, streams } from '../../src/exec/stream/index.js';
-import { pieceCache } from '../../src/measure/stream-cache.js';
+import { pieceCache, sweepResume } from '../../src/measure/stream-cache.js';
 import { UsageError } from '../../src/core/errors.js';
 import { calibrationSet, textFileSpec, trainingSet, type CalibrationSet } from '../../src/measure/calibration.js';
 import { cachedProfile } from '../../src/measure/store.js';
@@ -25,7 +25,9 @@ import { adapterTargets, recoverLevels, recoverSettings, type LevelRecovery, typ
 import { distillLevels, type DistillSettings } from './distill.js';
 import { blockwiseRecoverLevels, blockwiseSettings, type BlockwiseSettings } from './blockwise.js';
 import {
+  ACTIVATION_TAPS,
   activationScores,
+  activationScoresOf,
   fisherScores,
   magnitudeScores,
   ordersFromScores,
@@ -36,6 +38,7 @@ import {
 } from './importance.js';
 import { levelLoss, levelMasks, maskedLoss, maskSource, skipLayerMasks, streamedLoss } from './masks.js';
 import { AUTO_PROVIDERS, checkUniformAnchors, type ReorderOptions } from './options.js';
+import { kernelCost } from './latency.js';
 import { budgetOf, chooseNested, measureSensitivity, ordersKey, probeCount, searchLevels, searchLevelsRefined, sensitivityArrays, sensitivityFrom, type Budget, type Sensitivity } from './search.js';
 import type { LevelWidth as LevelWidthT } from '../../src/core/ir/width.js';
 import type { LayerOrder as Order } from './permute.js';
@@ -80,6 +83,8 @@ class Measurements {
   private checkpoint?: Promise<string>;
   /** Provider wall times (ms, as first computed). */
   readonly timeMs: Record<string, number> = {};
+  /** Activation importance taken within the streamed anchor-layer sweep (the same taps, the same batches). */
+  private swept?: UnitScores;
 
   constructor(
     private readonly source: ModelSource,
@@ -113,7 +118,15 @@ class Measurements {
         // a large model: one streamed sweep, each layer's skipped variant leaving it at that layer (test/stream-passes.test.ts)
         const engine = new StreamEngine(source, { progress });
         const at = (l: number) => engine.segments.findIndex((g) => g.layer === l);
-        const r = await engine.losses(calib.calib, Array.from({ length: L }, (_, l) => ({ source: maskSource(source, skipLayerMasks(source.spec, l), 'mask'), from: at(l), until: at(l) + 1 })));
+        // without o/down biases the masked layer is the identity exactly: its input handed on, no session built
+        const skip = !source.spec.oBias && !source.spec.mlpBias;
+        const branches = Array.from({ length: L }, (_, l) => ({ source: skip ? source : maskSource(source, skipLayerMasks(source.spec, l), 'mask'), from: at(l), until: at(l) + 1, skip }));
+        // activation importance's taps in the same sweep (one visit per block for both), when it will be asked for
+        const fuse = this.o.importance === 'activation' || this.o.importance === 'auto';
+        const resume = await sweepResume(source, this.cacheDir, { sweep: 'layer-loss', calibration: calib.key, skip, taps: fuse }, engine.segments.length);
+        const r = await engine.losses(calib.calib, branches, { taps: fuse ? ACTIVATION_TAPS : [], resume });
+        if (r.resumedAt > 0) this.notes.push(`anchor-layer losses resumed after piece ${r.resumedAt} of ${engine.segments.length} (a stopped sweep read from the profile cache)`);
+        if (fuse) this.swept = activationScoresOf(source.spec, r.taps);
         base = r.base;
         losses.set(r.branches);
       } else {
@@ -157,7 +170,7 @@ class Measurements {
       if (p === 'magnitude') s = await magnitudeScores(source);
       // a large model's taps stream layer by layer (the same statistics; test/stream.test.ts)
       else if (p === 'activation') {
-        if (streams(source.spec)) s = await activationScores(new StreamEngine(source, { progress, pieces: await pieceCache(source, this.cacheDir) }), calib.calib);
+        if (streams(source.spec)) s = (!on && this.swept) || (await activationScores(new StreamEngine(source, { progress, pieces: await pieceCache(source, this.cacheDir) }), calib.calib));
         else if (!on) s = await activationScores(await this.engine(), calib.calib);
         else {
           const engine = await Engine.open(on);
@@ -276,7 +289,7 @@ export async function analyzeReorder(
     let baseLoss: number | null = null;
     // A target with one width for all layers gets no full-width anchors.
     const elastic = ctx.target.capabilities.elasticWidths;
-    if (elastic.kind === 'uniform') {
+    if (elastic.kind === 'uniform' && !(elastic.searchPerLayer && o.widths === 'search')) {
       checkUniformAnchors(o, ctx.target.name, elastic.why);
       notes.push(`target ${ctx.target.name}: uniform widths, no anchor layers (${elastic.why})`);
       anchors = [];
@@ -329,7 +342,8 @@ export async function analyzeReorder(
     let plan: { levels: ReorderMetadata['levels']; notes: string[] };
     let widthSearch: ReorderMetadata['widthSearch'];
     if (o.widths === 'search') {
-      const budget: Budget = o.budget === 'memory' ? { kind: 'memory', context: o.budgetContext, bytesPerParam: 2 } : { kind: 'params', sizeBy: o.sizeBy };
+      const budget: Budget =
+        o.budget === 'memory' ? { kind: 'memory', context: o.budgetContext, bytesPerParam: 2 } : o.budget === 'latency' ? { kind: 'latency', cost: await kernelCost(spec, o.budgetContext, ctx.cacheDir) } : { kind: 'params', sizeBy: o.sizeBy };
       const sensitivity = await m.sensitivity(calib, orders, anchors, block);
       const search = (targets: number[]) => searchLevels(spec, { targets, anchors: anchorSet, block, budget, sensitivity });
       let targets: number[];
@@ -359,7 +373,7 @@ export async function analyzeReorder(
         });
       }
       widthSearch = {
-        ...(picked ? { picked } : {}), budget: budget.kind === 'memory' ? { kind: 'memory', context: budget.context, bytesPerParam: budget.bytesPerParam } : { kind: 'params', sizeBy: budget.sizeBy }, points: o.searchPoints, ...(o.searchRefine ? { refined: true as const } : {}), probes: probeCount(spec, anchorSet, block, o.searchPoints), baseLoss: sensitivity.base, fractions: plan.levels.map((lv) => Math.round(budgetOf(spec, budget, lv, full) * 1e6) / 1e6) };
+        ...(picked ? { picked } : {}), budget: budgetRecord(budget), points: o.searchPoints, ...(o.searchRefine ? { refined: true as const } : {}), probes: probeCount(spec, anchorSet, block, o.searchPoints), baseLoss: sensitivity.base, fractions: plan.levels.map((lv) => Math.round(budgetOf(spec, budget, lv, full) * 1e6) / 1e6) };
     } else plan = planLevels(spec, { levels: o.levels, anchors: anchorSet, block, sizeBy: o.sizeBy });
     notes.push(...plan.notes);
     const levels: ReorderMetadata['levels'] = plan.levels;
@@ -521,3 +535,10 @@ export const reorderPass: Pass<ReorderOptions> = {
     return { unit: evolve(unit, { source, annotate: adapters }), record: metadata };
   },
 };
+
+/** The budget as the record keeps it (latency: the fitted kernel cost, µs per call and ns per multiply-add). */
+function budgetRecord(b: Budget): NonNullable<ReorderMetadata['widthSearch']>['budget'] {
+  if (b.kind === 'memory') return { kind: 'memory', context: b.context, bytesPerParam: b.bytesPerParam };
+  if (b.kind === 'latency') return { kind: 'latency', context: b.cost.context, perCallUs: Math.round(b.cost.perCall * 1e9) / 1e3, perMacNs: Math.round(b.cost.perMac * 1e12) / 1e3, host: b.cost.host };
+  return { kind: 'params', sizeBy: b.sizeBy };
+}

@@ -10,6 +10,7 @@ import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { TfModel } from '../../src/exec/autodiff/lower.js';
 import type { Tapper } from '../../src/exec/stream/index.js';
+import type { TapResult, TapSpec } from '../../src/exec/engine/index.js';
 import { LlmcError } from '../../src/core/errors.js';
 import { mlpsOf } from '../../src/core/arch/units.js';
 import { identity, type LayerOrder } from './permute.js';
@@ -102,8 +103,14 @@ export async function taylorScores(model: TfModel, calib: number[][]): Promise<{
  * The whole-model Engine or the layer-streamed one (a large model): the same taps.
  */
 export async function activationScores(engine: Tapper, calib: number[][]): Promise<UnitScores> {
-  const spec = engine.spec;
-  const r = await engine.tap(calib, [{ kind: 'head-output' }, { kind: 'mlp-act' }]);
+  return activationScoresOf(engine.spec, await engine.tap(calib, ACTIVATION_TAPS));
+}
+
+/** The taps activation importance reads. */
+export const ACTIVATION_TAPS: TapSpec[] = [{ kind: 'head-output' }, { kind: 'mlp-act' }];
+
+/** Activation importance from taps already taken (ACTIVATION_TAPS over the calibration batch, e.g. within a loss sweep). */
+export function activationScoresOf(spec: ArchSpec, r: TapResult): UnitScores {
   const head: Float64Array[] = [];
   for (let l = 0; l < spec.numLayers; l++) {
     const h = r.headOutputs.get(`model.layers.${l}.self_attn`);

@@ -20,7 +20,7 @@ export const reorder: PassDescriptor<ReorderOptions> = {
   produces: ELASTIC_LEVELS,
   check(options, target) {
     const e = target.capabilities.elasticWidths;
-    if (e.kind === 'uniform') checkUniformAnchors(options, target.name, e.why);
+    if (e.kind === 'uniform' && !(e.searchPerLayer && options.widths === 'search')) checkUniformAnchors(options, target.name, e.why);
   },
   load: async () => (await import('./analyze.js')).reorderPass,
 };

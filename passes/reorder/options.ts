@@ -35,8 +35,8 @@ export interface ReorderOptions {
   recover: RecoverOptions | null;
   /** One keep fraction in every non-anchor layer (uniform), or per-layer widths searched under the budget (search.ts). */
   widths: 'uniform' | 'search';
-  /** widths=search: what a level's fraction bounds (parameters as sizeBy says, or weights + KV cache bytes at budgetContext). */
-  budget: 'params' | 'memory';
+  /** widths=search: what a level's fraction bounds (parameters as sizeBy says, weights + KV cache bytes at budgetContext, or the decode-step time priced by latency.ts at budgetContext). */
+  budget: 'params' | 'memory' | 'latency';
   budgetContext: number;
   /** widths=search: FFN widths measured per layer (KV groups and heads: every choice). */
   searchPoints: number;
@@ -102,8 +102,8 @@ export const BLOCKWISE_DEFAULTS = { steps: 64, endToEnd: 120, target: 'teacher' 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best of ${AUTO_PROVIDERS.join(', ')} at 50% on held-out data; fisher: squared mask gradients accumulated over fisherTokens)`, default: 'activation' },
   { key: 'widths', help: 'uniform (one keep fraction in every non-anchor layer) | search (per-layer KV groups, query heads in a group and FFN widths picked by measured loss under each level\'s budget; targets with per-layer widths only)', default: 'uniform' },
-  { key: 'budget', help: 'widths=search: a level\'s fraction bounds params (as sizeBy says) | memory (bf16 weights + f16 KV cache at budgetContext tokens)', default: 'params' },
-  { key: 'budgetContext', help: 'budget=memory: context length of the KV cache counted', default: '2048' },
+  { key: 'budget', help: 'widths=search: a level\'s fraction bounds params (as sizeBy says) | memory (bf16 weights + f16 KV cache at budgetContext tokens) | latency (decode-step time at budgetContext tokens, priced by the TS runtime\'s matvec timed on this host)', default: 'params' },
+  { key: 'budgetContext', help: 'budget=memory or latency: context length of the KV cache counted', default: '2048' },
   { key: 'searchPoints', help: 'widths=search: FFN widths measured per layer', default: '8' },
   { key: 'searchRefine', help: 'widths=search: true measures the sensitivity again at the widths each level reached (one more sweep per level)', default: 'false' },
   { key: 'iterative', help: 'true: re-score units with each next larger level active (largest first) and re-sort inside its prefix', default: 'false' },
@@ -114,7 +114,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'calibText', help: 'a text file to calibrate on (needs the model\'s tokenizer), or token ids as JSON [[1, 5, ...], ...]; default: sequences sampled from the model' },
   { key: 'seed', help: 'calibration seed', default: '42' },
   { key: 'heldOut', help: 'held-out sequences (level perplexity, auto)', default: '10' },
-  { key: 'anchors', help: 'layers kept at full width: a count, or a list like 0,5', default: 'round(layers·6/32)' },
+  { key: 'anchors', help: 'layers kept at full width: a count (the layers whose skipping costs most; measuring that runs the calibration set through about layers²/2 layers: docs/scale.md), or a list like 0,5 (no measurement)', default: 'round(layers·6/32)' },
   { key: 'levels', help: 'elastic levels: a count, or fractions like 0.5,0.75,1', default: '10' },
   { key: 'quantBlock', help: "in-sliced widths are multiples of this", default: "the target's quantization block" },
   { key: 'evaluate', help: 'measure held-out perplexity per level: true | false | auto', default: 'auto (models up to 50M parameters)' },
@@ -230,8 +230,8 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
   if (raw.searchRefine !== undefined && !['true', 'false'].includes(raw.searchRefine.trim())) throw new UsageError(`reorder.searchRefine must be true or false, got "${raw.searchRefine}"`);
   if (widths === 'uniform' && searchOnly) throw new UsageError(`reorder.${searchOnly} applies to reorder.widths=search only`);
   const budget = (raw.budget ?? 'params').trim();
-  if (budget !== 'params' && budget !== 'memory') throw new UsageError(`reorder.budget must be params or memory, got "${raw.budget}"`);
-  if (raw.budgetContext !== undefined && budget !== 'memory') throw new UsageError('reorder.budgetContext applies to reorder.budget=memory only');
+  if (budget !== 'params' && budget !== 'memory' && budget !== 'latency') throw new UsageError(`reorder.budget must be params, memory or latency, got "${raw.budget}"`);
+  if (raw.budgetContext !== undefined && budget === 'params') throw new UsageError('reorder.budgetContext applies to reorder.budget=memory or latency only');
   if (raw.iterative !== undefined && !['true', 'false'].includes(raw.iterative.trim())) throw new UsageError(`reorder.iterative must be true or false, got "${raw.iterative}"`);
   const fisherKey = ['fisherTokens', 'fisherBatch'].find((k) => raw[k] !== undefined);
   if (fisherKey && importance !== 'fisher') throw new UsageError(`reorder.${fisherKey} applies to reorder.importance=fisher only`);
@@ -263,7 +263,7 @@ export const REORDER_OPTIONS: OptionSchema<ReorderOptions> = { specs: OPTION_SPE
 
 /** Uniform widths (a target with one width for all layers) leave no room for full-width anchor layers or searched widths. */
 export function checkUniformAnchors(o: ReorderOptions, target: string, why?: string): void {
-  if (o.widths === 'search') throw new UsageError(`--target ${target} takes one width for all layers${why ? ` (${why})` : ''}: reorder.widths=search needs a target with per-layer widths (ts, cuda)`);
+  if (o.widths === 'search') throw new UsageError(`--target ${target} takes one width for all layers${why ? ` (${why})` : ''}: reorder.widths=search needs a target with per-layer widths (ts, cuda, gguf-levels)`);
   if (Array.isArray(o.anchors) ? o.anchors.length > 0 : o.anchors !== 'default' && o.anchors > 0) {
     throw new UsageError(`--target ${target} needs one width for all layers: reorder.anchors must be 0`);
   }

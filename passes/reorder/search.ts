@@ -11,13 +11,14 @@
  * is the first state of the one descent under its budget, largest level first, so level i's widths
  * are ≤ level i+1's in every layer (nesting) by construction.
  */
+import { stepSeconds, type KernelCost } from './latency.js';
 import { createHash } from 'node:crypto';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import type { Level } from '../../src/core/records/elastic.js';
 import { describeLevel, fullWidth, widthChoices, type LayerWidth } from './planner.js';
 
 /** What a level's budget measures: parameters (`sizeBy` total or blocks), or bytes held at run time. */
-export type Budget = { kind: 'params'; sizeBy: 'total' | 'blocks' } | { kind: 'memory'; context: number; bytesPerParam: number };
+export type Budget = { kind: 'params'; sizeBy: 'total' | 'blocks' } | { kind: 'memory'; context: number; bytesPerParam: number } | { kind: 'latency'; cost: KernelCost };
 
 export type Axis = 'kvGroups' | 'qHeadsPerGroup' | 'ffn';
 export const AXES: readonly Axis[] = ['kvGroups', 'qHeadsPerGroup', 'ffn'];
@@ -70,6 +71,7 @@ function lossAt(a: AxisLoss, v: number): number {
 /** Size of a level under `budget` (the quantity compared with its target fraction). */
 export function budgetOf(spec: ArchSpec, budget: Budget, lv: Level, full: Level): number {
   if (budget.kind === 'params') return budget.sizeBy === 'blocks' ? lv.blockParams / full.blockParams : lv.params / full.params;
+  if (budget.kind === 'latency') return stepSeconds(spec, lv, budget.cost) / stepSeconds(spec, full, budget.cost);
   const bytes = (x: Level) => x.params * budget.bytesPerParam + (x.kvBytesPerToken * budget.context);
   return bytes(lv) / bytes(full);
 }
@@ -166,7 +168,7 @@ class Descent {
       state[best.l] = { ...state[best.l], [best.axis]: best.to };
       this.size = best.size;
     }
-    if (this.size > t + 1e-9) this.notes.push(`level ${t}: the smallest searched sub-model is ${(this.size * 100).toFixed(1)}% of the ${o.budget.kind === 'memory' ? 'memory' : 'parameters'} (anchors stay full); using it`);
+    if (this.size > t + 1e-9) this.notes.push(`level ${t}: the smallest searched sub-model is ${(this.size * 100).toFixed(1)}% of the ${o.budget.kind === 'memory' ? 'memory' : o.budget.kind === 'latency' ? 'decode-step time' : 'parameters'} (anchors stay full); using it`);
     this.picked.push({ t, w: state.map((w) => ({ ...w })) });
   }
 

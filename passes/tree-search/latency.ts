@@ -14,6 +14,7 @@ import type { Model, TreeAttention } from '../../src/exec/runtime/model.js';
 import type { Drafter } from '../../src/exec/runtime/speculative.js';
 import type { Progress } from '../../src/core/util/progress.js';
 import type { LatencyModel } from './cost.js';
+import type { ModelSource } from '../../src/core/checkpoint/source.js';
 
 const SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128];
 const BATCHES = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -84,20 +85,57 @@ async function measureOrt(engine: Engine, c: number, sizes: number[]): Promise<n
   return cumMax(await fastestEach(sizes.map((n) => () => engine.forward([ids(n, V, 2)], past, Array.from({ length: n }, (_, i) => i)))));
 }
 
+/** How a step is measured: on the whole target, or on its first one and two layers, scaled to `layers` (a streamed target). */
+export type TargetRef = { whole: () => Promise<Model>; engine: () => Promise<Engine> } | { blocks: (k: 1 | 2) => ModelSource; layers: number };
+
+/** T(L) = T1 + (L − 1)·max(0, T2 − T1), entry by entry: a step of L layers from steps of one and two. */
+export const scaleLayers = (t1: number[], t2: number[], L: number): number[] => t1.map((a, i) => a + (L - 1) * Math.max(0, t2[i] - a));
+
 export async function measuredLatency(
   kind: 'measure' | 'measure-ort',
   keyParts: Record<string, unknown>,
-  deps: { target: () => Promise<Model>; draft: Drafter; engine: () => Promise<Engine>; nMax: number; ctx: number[]; cacheDir?: ProfileCacheRef; progress: Progress },
+  deps: { target: TargetRef; draft: Drafter; nMax: number; ctx: number[]; cacheDir?: ProfileCacheRef; progress: Progress },
 ): Promise<LatencyModel> {
   const sizes = upTo(SIZES, deps.nMax);
   const batches = upTo(BATCHES, deps.nMax);
   const host = hostName();
-  const prof = await cachedProfile(deps.cacheDir, 'spec-latency', { ...keyParts, kind, host, sizes, batches, ctx: deps.ctx }, async () => {
-    const verify: number[][] = [];
+  const target = deps.target;
+  const scaled = 'blocks' in target;
+  const prof = await cachedProfile(deps.cacheDir, 'spec-latency', { ...keyParts, kind, host, sizes, batches, ctx: deps.ctx, ...(scaled ? { scaledFrom: 'layers 0-1' } : {}) }, async () => {
+    let verify: number[][] = [];
     const draft: number[][] = [];
-    deps.progress.start(`tree-search: latency on this host (${kind === 'measure' ? 'TS runtime' : 'onnxruntime'})`, deps.ctx.length);
+    deps.progress.start(`tree-search: latency on this host (${kind === 'measure' ? 'TS runtime' : 'onnxruntime'}${scaled ? ', one and two layers, scaled' : ''})`, deps.ctx.length * (scaled ? 3 : 1));
+    if (scaled) {
+      // a streamed target: its first one, then two layers (one of them held at a time), every context each
+      const { modelFromTensors } = await import('../../src/exec/runtime/memory.js');
+      const { Engine } = await import('../../src/exec/engine/index.js');
+      const on = async (k: 1 | 2): Promise<number[][]> => {
+        const out: number[][] = [];
+        if (kind === 'measure') {
+          const m = await modelFromTensors(target.blocks(k));
+          for (const c of deps.ctx) {
+            out.push(await measureTs(m, c, sizes));
+            deps.progress.tick();
+          }
+          return out;
+        }
+        const e = await Engine.open(target.blocks(k));
+        try {
+          for (const c of deps.ctx) {
+            out.push(await measureOrt(e, c, sizes));
+            deps.progress.tick();
+          }
+        } finally {
+          await e.close();
+        }
+        return out;
+      };
+      const t1 = await on(1);
+      const t2 = await on(2);
+      verify = t1.map((row, b) => cumMax(scaleLayers(row, t2[b], target.layers)));
+    }
     for (const c of deps.ctx) {
-      verify.push(kind === 'measure' ? await measureTs(await deps.target(), c, sizes) : await measureOrt(await deps.engine(), c, sizes));
+      if (!scaled) verify.push(kind === 'measure' ? await measureTs(await target.whole(), c, sizes) : await measureOrt(await target.engine(), c, sizes));
       draft.push(await measureDraft(deps.draft, c, batches));
       deps.progress.tick();
     }
@@ -106,7 +144,7 @@ export async function measuredLatency(
   });
   const rows = (flat: Float64Array, w: number) => deps.ctx.map((_, b) => Array.from(flat.subarray(b * w, (b + 1) * w), (x) => Number(x.toFixed(4))));
   return {
-    source: kind === 'measure' ? 'measured-ts' : 'measured-ort (draft on the TS runtime)',
+    source: (kind === 'measure' ? 'measured-ts' : 'measured-ort (draft on the TS runtime)') + (scaled ? `, scaled from layers 0-1 to ${target.layers}` : ''),
     device: host,
     ctx: deps.ctx,
     verifyN: sizes,

@@ -16,7 +16,8 @@ import type { Model } from '../../src/exec/runtime/model.js';
 import { OracleVerifier, SpeculativeDecoder, type Drafter } from '../../src/exec/runtime/speculative.js';
 import { hillClimb, partitionTime, splitColumns, splitStep, stepAt, stepMs, verifyMs, type LatencyModel } from './cost.js';
 import { readLatencyFile } from './latency-file.js';
-import { measuredLatency } from './latency.js';
+import { measuredLatency, type TargetRef } from './latency.js';
+import { firstLayers, uniformLayers } from '../../src/core/checkpoint/layers.js';
 import type { TreeSearchOptions } from './options.js';
 import { rankProfile, resolveDraft, tracesOf, type RankProfile } from './profile.js';
 import { choose, paretoFront, referenceTrees, replayAcceptedPerStep, searchBucket, TreeSource, type BucketResult, type SearchMode } from './search.js';
@@ -147,7 +148,11 @@ export const treeSearchPass: Pass<TreeSearchOptions> = {
           latency.tile = o.tile ?? 64;
         }
       } else {
-        latency = await measuredLatency(o.latency, { checkpoint: await source.identity(), draft: draft.identity }, { target: targetModel, draft: draft.drafter, engine: openEngine, nMax: o.nMax, ctx: ctxs, cacheDir: ctx.cacheDir, progress });
+        // a streamed target is never loaded whole: its step is priced from its first one and two layers and scaled
+        const { streams } = await import('../../src/exec/stream/index.js');
+        const target: TargetRef = streams(spec) ? { blocks: (k) => firstLayers(source, k), layers: spec.numLayers } : { whole: targetModel, engine: openEngine };
+        if ('blocks' in target && !uniformLayers(spec)) notes.push('latency: the layers differ in kind (sliding, rope-less or dense among MoE); each is priced as layer 1 of the first two');
+        latency = await measuredLatency(o.latency, { checkpoint: await source.identity(), draft: draft.identity }, { target, draft: draft.drafter, nMax: o.nMax, ctx: ctxs, cacheDir: ctx.cacheDir, progress });
       }
 
       // Search, per context bucket.

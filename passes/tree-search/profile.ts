@@ -29,6 +29,7 @@ import { ELASTIC_LEVELS, findRecord, levelWidths, selectLevel, type DraftSpec, t
 import type { Progress } from '../../src/core/util/progress.js';
 import type { DraftChoice, TreeSearchOptions } from './options.js';
 import type { RankTrace } from './trie.js';
+import { layersOf } from '../../src/core/checkpoint/layers.js';
 import { parseJson } from '../../src/core/util/json.js';
 
 export interface ResolvedDraft {
@@ -94,7 +95,11 @@ export async function resolveDraft(choice: DraftChoice, source: ModelSource, rec
   if (choice.kind === 'skip') {
     if (choice.layers.some((l) => l >= spec.numLayers)) throw new UsageError(`tree-search.draftSkip: the model has layers 0..${spec.numLayers - 1}, got ${choice.layers.join(',')}`);
     if (choice.layers.length >= spec.numLayers) throw new UsageError(`tree-search.draftSkip: skipping all ${spec.numLayers} layers leaves no draft`);
-    return { spec: { kind: 'skip', layers: choice.layers }, identity: `skip:${choice.layers.join(',')}`, drafter: { model: (await target()).withoutLayers(choice.layers) }, close: async () => {} };
+    // a streamed target is never loaded whole: the draft is a model of the layers kept alone (the same computation)
+    const { streams } = await import('../../src/exec/stream/index.js');
+    const kept = Array.from({ length: spec.numLayers }, (_, l) => l).filter((l) => !choice.layers.includes(l));
+    const model = streams(spec) ? await modelFromTensors(layersOf(source, kept)) : (await target()).withoutLayers(choice.layers);
+    return { spec: { kind: 'skip', layers: choice.layers }, identity: `skip:${choice.layers.join(',')}`, drafter: { model }, close: async () => {} };
   }
   const dir = choice.dir;
   const stat = await fsp.stat(dir).catch(() => null);
@@ -176,14 +181,14 @@ export async function rankProfile(
     const { StreamEngine, streams } = await import('../../src/exec/stream/index.js');
     const streamed = streams(source.spec, ctx.stream);
     const engine = streamed ? null : await ctx.engine();
+    // streamed, the calibration and held-out prompts (both calibLength long) continue in one batch: one weight sweep per token for both
+    const streamedCont = streamed && G > 0 ? await new StreamEngine(source, { progress: ctx.progress }).greedy([...calibration.calib, ...calibration.heldOut], G) : null;
     // The target's greedy continuations, all prompts of a set in one batch, then the draft's ranks.
-    const traced = async (prompts: number[][], what: string) => {
+    const traced = async (prompts: number[][], what: string, from: number) => {
       if (!prompts.length) return { seqs: [] as number[][], ranks: [] as Int32Array[] };
       let seqs = prompts.map((p) => [...p]);
-      if (!engine) {
-        const cont = await new StreamEngine(source, { progress: ctx.progress }).greedy(prompts, G);
-        seqs = prompts.map((p, b) => [...p, ...cont[b]]);
-      } else {
+      if (streamedCont) seqs = prompts.map((p, b) => [...p, ...streamedCont[from + b]]);
+      else if (engine) {
         const session = engine.session(prompts.length);
         ctx.progress.start(`tree-search: target continuations (${what})`, G);
         let logits = await session.step(prompts);
@@ -204,8 +209,8 @@ export async function rankProfile(
       ctx.progress.done();
       return { seqs, ranks };
     };
-    const cal = await traced(calibration.calib, 'calibration');
-    const held = await traced(calibration.heldOut, 'held out');
+    const cal = await traced(calibration.calib, 'calibration', 0);
+    const held = await traced(calibration.heldOut, 'held out', calibration.calib.length);
     const flat = (r: Int32Array[]) => Float64Array.from(r.flatMap((x) => Array.from(x)));
     return {
       meta: { prompts: cal.seqs.length, heldOut: held.seqs.length, promptLength: P, generated: G },

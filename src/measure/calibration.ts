@@ -3,7 +3,7 @@
  * measures on the same ids. Without text they are sampled from the model itself (data-free
  * calibration, src/measure), the held-out set from a derived seed.
  */
-import { heldOutSequences, idSequencesOf, idWindows, selfGeneratedSequences, textSequences } from './sequences.js';
+import { heldOutSequences, idSequencesOf, idWindows, selfGeneratedSequences, textSequences, type Generator } from './sequences.js';
 import type { Progress } from '../core/util/progress.js';
 import type { ModelSource } from '../core/checkpoint/source.js';
 import { Engine } from '../exec/engine/index.js';
@@ -55,8 +55,21 @@ export async function calibrationSet(source: ModelSource, spec: CalibrationSpec,
   return { spec, calib: split(profile.arrays.calib, spec.length), heldOut: split(profile.arrays.heldOut, spec.length), key: profile.key };
 }
 
-/** Run `fn` on the caller's shared engine, or on one opened for `source` and closed after. */
-async function withEngine<R>(source: ModelSource, shared: (() => Promise<Engine>) | undefined, fn: (engine: Engine) => Promise<R>): Promise<R> {
+/**
+ * Run `fn` on a generator for `source`: above the streaming threshold a layer-streamed decoder (no
+ * whole-model graph is built; the same tokens, test/stream-generate.test.ts), else the caller's
+ * shared engine or one opened and closed after.
+ */
+async function withEngine<R>(source: ModelSource, shared: (() => Promise<Engine>) | undefined, fn: (engine: Generator) => Promise<R>): Promise<R> {
+  const { streams, StreamDecoder } = await import('../exec/stream/index.js');
+  if (streams(source.spec)) {
+    const decoder = new StreamDecoder(source);
+    try {
+      return await fn(decoder);
+    } finally {
+      await decoder.close();
+    }
+  }
   if (shared) return fn(await shared());
   const engine = await Engine.open(source);
   try {

@@ -4,7 +4,7 @@
  * set comes from a different, derived seed so it never overlaps the calibration draw by design.
  */
 import { LlmcError, UsageError } from '../core/errors.js';
-import type { Engine } from '../exec/engine/engine.js';
+import type { ArchSpec } from '../core/arch/spec.js';
 import { Sampler } from '../core/sampling.js';
 import { Rng } from '../core/util/rng.js';
 import { parseJson } from '../core/util/json.js';
@@ -24,6 +24,16 @@ export interface SelfGeneratedOptions {
   onStep?: () => void;
 }
 
+/**
+ * What sequences are sampled with: the whole-model Engine, or a layer-streamed decoder
+ * (src/exec/stream's StreamDecoder) for a model too large for one graph. A session's step feeds
+ * each row's next ids and gives each row's logits at its last position.
+ */
+export interface Generator {
+  readonly spec: ArchSpec;
+  session(batch: number): { step(rows: number[][]): Promise<Float32Array[]> };
+}
+
 export const DEFAULT_CALIBRATION = { count: 10, length: 64 } as const;
 
 /** The seed `heldOutSequences` uses for a calibration seed. */
@@ -36,7 +46,7 @@ export function heldOutSeed(seed: number): number {
  * without bos_token_id, a seeded random first token). Sequence i samples with its own seed. EOS does not stop a sequence: every one has
  * exactly `length` ids.
  */
-export async function selfGeneratedSequences(engine: Engine, opts: SelfGeneratedOptions = {}): Promise<number[][]> {
+export async function selfGeneratedSequences(engine: Generator, opts: SelfGeneratedOptions = {}): Promise<number[][]> {
   const count = opts.count ?? DEFAULT_CALIBRATION.count;
   const length = opts.length ?? DEFAULT_CALIBRATION.length;
   const seed = opts.seed ?? 0;
@@ -69,7 +79,7 @@ export async function selfGeneratedSequences(engine: Engine, opts: SelfGenerated
 }
 
 /** Held-out sequences: the same recipe with a seed derived from (and different to) `seed`. */
-export async function heldOutSequences(engine: Engine, opts: SelfGeneratedOptions = {}): Promise<number[][]> {
+export async function heldOutSequences(engine: Generator, opts: SelfGeneratedOptions = {}): Promise<number[][]> {
   return selfGeneratedSequences(engine, { ...opts, seed: heldOutSeed(opts.seed ?? 0) });
 }
 

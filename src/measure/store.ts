@@ -2,9 +2,11 @@
  * The profile cache: measurements of a model on calibration data, computed once per
  * (checkpoint identity, calibration set, options) and reused by every pass and by `llmc report`.
  *
- * A profile is JSON (`meta`, any shape) plus named float64 arrays stored in a binary file beside it:
- *   <cacheDir>/<kind>-<key>.bin    the arrays, little-endian f64, back to back
- *   <cacheDir>/<kind>-<key>.json   {format, version, kind, key, keyParts, meta, arrays: {name: [offset, length]}}
+ * A profile is JSON (`meta`, any shape) plus named float64 arrays (and optionally float32 ones, for
+ * values that are float32 to begin with) stored in a binary file beside it:
+ *   <cacheDir>/<kind>-<key>.bin    the arrays, little-endian f64 (then f32), back to back
+ *   <cacheDir>/<kind>-<key>.json   {format, version, kind, key, keyParts, meta, arrays: {name: [offset, length]},
+ *                                   f32?: {name: [offset, length]}}
  * The key is the sha256 of the canonical JSON of `keyParts` and the llmc version (a new release may
  * measure differently, so it never reuses an older release's profiles). The JSON is written last, so a
  * profile exists only once both files are whole. A corrupt or mismatched cache entry is recomputed.
@@ -27,6 +29,8 @@ export const PROFILE_VERSION = 1;
 export interface ProfileData {
   meta: Record<string, unknown>;
   arrays: Record<string, Float64Array>;
+  /** Arrays stored as float32 (half the bytes; exact for values that are float32, e.g. carried hidden states). */
+  f32?: Record<string, Float32Array>;
 }
 
 export interface Profile extends ProfileData {
@@ -55,7 +59,10 @@ const PROFILE_HEAD = z.looseObject({
   arrays: z.record(z.string(), z.tuple([z.number().int().nonnegative(), z.number().int().nonnegative()])),
   /** Absent in entries of earlier llmc versions. */
   binSha256: z.string().optional(),
+  f32: z.record(z.string(), z.tuple([z.number().int().nonnegative(), z.number().int().nonnegative()])).optional(),
 });
+
+const LE = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** Read a cached profile; undefined when absent or unusable (never throws on a bad cache entry). */
 export async function loadProfile(cacheDir: string, kind: string, keyParts: Record<string, unknown>): Promise<Profile | undefined> {
@@ -75,7 +82,15 @@ export async function loadProfile(cacheDir: string, kind: string, keyParts: Reco
       for (let i = 0; i < length; i++) a[i] = bin.readDoubleLE(offset + i * 8);
       arrays[name] = a;
     }
-    return { kind, key, keyParts, meta: head.meta, arrays, cached: true };
+    const f32: Record<string, Float32Array> = {};
+    for (const [name, [offset, length]] of Object.entries(head.f32 ?? {})) {
+      if (offset + length * 4 > bin.length) return undefined;
+      const a = new Float32Array(length);
+      if (LE) new Uint8Array(a.buffer).set(bin.subarray(offset, offset + length * 4));
+      else for (let i = 0; i < length; i++) a[i] = bin.readFloatLE(offset + i * 4);
+      f32[name] = a;
+    }
+    return { kind, key, keyParts, meta: head.meta, arrays, ...(head.f32 ? { f32 } : {}), cached: true };
   } catch {
     return undefined;
   }
@@ -92,10 +107,23 @@ export async function saveProfile(cacheDir: string, kind: string, keyParts: Reco
     index[n] = [total, data.arrays[n].length];
     total += data.arrays[n].length * 8;
   }
+  const names32 = Object.keys(data.f32 ?? {}).sort();
+  const index32: Record<string, [number, number]> = {};
+  for (const n of names32) {
+    index32[n] = [total, data.f32![n].length];
+    total += data.f32![n].length * 4;
+  }
   const bin = Buffer.alloc(total);
   for (const n of names) {
     const [off] = index[n];
     data.arrays[n].forEach((v, i) => bin.writeDoubleLE(v, off + i * 8));
+  }
+  for (const n of names32) {
+    const [off] = index32[n];
+    const a = data.f32![n];
+    // the float32 bytes as they are (no round trip through a JS number)
+    if (LE) bin.set(new Uint8Array(a.buffer, a.byteOffset, a.byteLength), off);
+    else a.forEach((v, i) => bin.writeFloatLE(v, off + i * 4));
   }
   // One llmc at a time writes an entry (two compiles sharing a cache directory): the second leaves it
   // to the first. The head names its .bin's sha256, so a reader never pairs a head with another .bin.
@@ -104,7 +132,7 @@ export async function saveProfile(cacheDir: string, kind: string, keyParts: Reco
   try {
     await writeFileAtomic(p.bin, bin);
     const binSha256 = createHash('sha256').update(bin).digest('hex');
-    await writeFileAtomic(p.json, stableJson({ format: PROFILE_FORMAT, version: PROFILE_VERSION, kind, key, keyParts, meta: data.meta, arrays: index, binSha256 }));
+    await writeFileAtomic(p.json, stableJson({ format: PROFILE_FORMAT, version: PROFILE_VERSION, kind, key, keyParts, meta: data.meta, arrays: index, ...(names32.length ? { f32: index32 } : {}), binSha256 }));
   } finally {
     got.release();
   }

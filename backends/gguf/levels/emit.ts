@@ -4,11 +4,10 @@
  * `<level id>/model.gguf`. A recovered level's adapters are merged into its weights (llama.cpp runs
  * each file as an ordinary model).
  *
- * Why uniform widths: the gguf target writes the `llama` architecture, whose GGUF keys
- * (head_count_kv, feed_forward_length) are one value for all layers. llama.cpp reads those keys as
- * per-layer arrays for some architectures (e.g. `deci`), so per-layer widths are possible there,
- * but not through the llama arch. The descriptor says so (elasticWidths: uniform), so the reorder
- * pass plans levels with one width for every layer, and the manifest's levels are exactly the files.
+ * Widths: by default the reorder pass plans one width for every layer (elasticWidths: uniform), and
+ * each file is the model's own arch (llama's GGUF keys hold one head/FFN count). With
+ * reorder.widths=search (per-layer widths, anchors) a llama model's levels are written as llama.cpp's
+ * `deci` arch, which reads those keys as per-layer arrays (../deci.ts); other families are refused.
  */
 import path from 'node:path';
 import { LlmcError } from '../../../src/core/errors.js';
@@ -23,12 +22,15 @@ import type { GgufLevelsInfo } from './info.js';
 
 /** Each elastic level as its own sliced unit, its recovery adapters (if any) merged in: W + scale·B·A. */
 function levelUnits(unit: CompileUnit) {
-  const md = findRecord(unit.records, ELASTIC_LEVELS);
-  if (!md) throw new LlmcError('internal: gguf-levels without an elastic-prefix record (the pass manager checks this)');
-  return md.levels.map((lv) => {
-    if (!uniformWidth(lv.layers)) throw new LlmcError(`level ${lv.id} has per-layer widths; a llama GGUF needs one width for all layers`);
+  return levelsOf(unit).levels.map((lv) => {
     return { lv, unit: evolve(unit, { source: mergeAdapters(sliceSource(unit.source, lv.layers, `level ${lv.id}`), unit.annotations, lv.id) }) };
   });
+}
+
+function levelsOf(unit: CompileUnit) {
+  const md = findRecord(unit.records, ELASTIC_LEVELS);
+  if (!md) throw new LlmcError('internal: gguf-levels without an elastic-prefix record (the pass manager checks this)');
+  return md;
 }
 
 export const ggufLevelsTarget: Target<unknown, GgufLevelsInfo> = {
@@ -47,6 +49,7 @@ export const ggufLevelsTarget: Target<unknown, GgufLevelsInfo> = {
     const files: string[] = [];
     const tensors: WrittenTensor[] = [];
     const levels: GgufLevelsInfo['levels'] = [];
+    const perLayer = levelsOf(unit).levels.some((lv) => !uniformWidth(lv.layers));
     for (const { lv, unit: level } of levelUnits(unit)) {
       const dir = path.join(ctx.outDir, lv.id);
       await ensureOutputDir(dir);
@@ -54,18 +57,20 @@ export const ggufLevelsTarget: Target<unknown, GgufLevelsInfo> = {
       files.push(...r.files.map((f) => `${lv.id}/${f}`));
       // the summary counts every level file's tensors: the bytes the artifact holds
       tensors.push(...(r.tensors ?? []).map((t) => ({ ...t, name: `${lv.id}/${t.name}` })));
+      const widest = (k: 'kvGroups' | 'heads' | 'ffn') => Math.max(...lv.layers.map((w) => w[k]));
       levels.push({
         id: lv.id,
         nominal: lv.nominal,
         paramFrac: lv.paramFrac,
         file: `${lv.id}/${r.targetInfo.file}`,
-        kvGroups: lv.layers[0].kvGroups,
-        heads: lv.layers[0].heads,
-        ffn: lv.layers[0].ffn,
+        kvGroups: widest('kvGroups'),
+        heads: widest('heads'),
+        ffn: widest('ffn'),
+        ...(perLayer ? { layers: lv.layers.map((w) => ({ kvGroups: w.kvGroups, heads: w.heads, ffn: w.ffn })), arch: String(r.targetInfo.architecture) } : {}),
         quant: r.targetInfo.quant,
         adaptersMerged: lv.adapters !== undefined,
       });
     }
-    return { files, targetInfo: { format: 'gguf-levels', widths: 'uniform', levels }, tensors };
+    return { files, targetInfo: { format: 'gguf-levels', widths: perLayer ? 'per-layer' : 'uniform', levels }, tensors };
   },
 };

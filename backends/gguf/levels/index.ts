@@ -9,11 +9,11 @@ import { GGUF_LEVELS_INFO, type GgufLevelsInfo } from './info.js';
 
 export const ggufLevels: TargetDescriptor<unknown, GgufLevelsInfo> = {
   name: 'gguf-levels',
-  description: 'one GGUF per elastic level of --passes reorder (uniform widths), <level>/model.gguf',
+  description: 'one GGUF per elastic level of --passes reorder (uniform widths; reorder.widths=search: per-layer, llama.cpp deci), <level>/model.gguf',
   formats: GGUF_FORMATS,
   options: NO_OPTIONS,
   capabilities: {
-    elasticWidths: { kind: 'uniform', why: 'llama GGUF has one head/FFN count for all layers' },
+    elasticWidths: { kind: 'uniform', why: 'llama GGUF has one head/FFN count for all layers', searchPerLayer: true },
     perTensorFormats: true,
     perExpertFormats: false,
     qdq: false,

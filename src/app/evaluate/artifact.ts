@@ -11,7 +11,7 @@ import { TARGETS } from '../../../backends/index.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import type { Artifact, ArtifactRunner, TargetDescriptor } from '../../core/pipeline/target.js';
-import { sourceLogits } from '../../exec/stream/reference.js';
+import { sourceLogits } from '../../measure/source-logits.js';
 import { artifactOffer, checkRunOptions } from '../../core/pipeline/run-usage.js';
 import { calibrationSet, textFileSpec, type CalibrationSpec } from '../../measure/calibration.js';
 import { idSequencesOf, idWindows } from '../../measure/sequences.js';
@@ -135,6 +135,8 @@ export interface EvaluateOptions {
   threads?: number;
   /** One tick per held-out window (a big model takes minutes). */
   progress?: Progress;
+  /** The profile cache: a layer-streamed source's pieces are stored there (a stopped evaluation resumes per block). */
+  cacheDir?: ProfileCache;
   /** Run the source layer-streamed (true) or as one graph (false); default: streamed for a large model. */
   stream?: boolean;
 }
@@ -192,7 +194,8 @@ export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQual
   runnableTarget(o);
   const progress = o.progress ?? silentProgress;
   // the source first: streamed, its logits go to disk before the artifact's runner takes memory
-  const reference = await sourceLogits(o.source, o.sequences, { threads: o.threads, stream: o.stream, progress });
+  const cache = typeof o.cacheDir === 'string' ? o.cacheDir : o.cacheDir?.policy === 'on' ? o.cacheDir.dir : undefined;
+  const reference = await sourceLogits(o.source, o.sequences, { threads: o.threads, stream: o.stream, progress, cacheDir: cache });
   const runner = await openRunner(o).catch(async (e) => {
     await reference.close();
     throw e;
@@ -228,7 +231,7 @@ export async function quickEvaluation(artifact: Artifact, source: ModelSource, o
   }
   try {
     const held = o.held ?? (await heldOutSet(source, { tokens: o.tokens, cacheDir: o.cacheDir }));
-    const quality = await evaluateArtifact({ artifact, source, sequences: held.sequences, progress: o.progress });
+    const quality = await evaluateArtifact({ artifact, source, sequences: held.sequences, progress: o.progress, cacheDir: o.cacheDir });
     return { measured: true, quality, heldOut: heldOutFacts(held) };
   } catch (e) {
     if (!(e instanceof LlmcError)) throw e;

@@ -16,6 +16,11 @@
  *   same top token    Wilson score interval at 95%
  * Tokens within a window are correlated, so like llama.cpp's these intervals are somewhat narrow.
  */
+import { argmax } from '../../core/sampling.js';
+
+/** Index of the largest value (the first of equals): the sampler's, one definition. */
+export { argmax };
+
 export const Z95 = 1.959963984540054;
 
 /** A figure with its 95% confidence interval. */
@@ -150,13 +155,6 @@ export function logSoftmax(row: Float32Array, out: Float64Array): void {
   for (let i = 0; i < row.length; i++) sum += Math.exp(row[i] - max);
   const lse = max + Math.log(sum);
   for (let i = 0; i < row.length; i++) out[i] = row[i] - lse;
-}
-
-/** Index of the largest value (the first of equals). */
-export function argmax(row: ArrayLike<number>): number {
-  let best = 0;
-  for (let i = 1; i < row.length; i++) if (row[i] > row[best]) best = i;
-  return best;
 }
 
 /**

@@ -33,7 +33,8 @@ export interface TargetFormats {
 }
 
 /** Elastic levels in the artifact: any per-layer widths, one width for all layers (and why), or none (the full model only). */
-export type ElasticSupport = { kind: 'per-layer' } | { kind: 'uniform'; why: string } | { kind: 'none' };
+/** `searchPerLayer`: one width by default, but reorder.widths=search's per-layer levels are written too (gguf-levels: llama.cpp's deci). */
+export type ElasticSupport = { kind: 'per-layer' } | { kind: 'uniform'; why: string; searchPerLayer?: true } | { kind: 'none' };
 
 /** The engines `llmc run --engine` can name (its parser checks against this list). */
 export const RUN_ENGINES = ['sim', 'onnxruntime'] as const;

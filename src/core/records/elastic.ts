@@ -129,7 +129,7 @@ export interface ElasticLevels {
   full: Level;
   levels: Level[];
   /** reorder.widths=search: the budget the per-layer widths were searched under, and each level's fraction of it. */
-  widthSearch?: { budget: { kind: 'params'; sizeBy: 'total' | 'blocks' } | { kind: 'memory'; context: number; bytesPerParam: number }; points: number; refined?: true; picked?: ('searched' | 'uniform')[]; probes: number; baseLoss: number; fractions: number[] };
+  widthSearch?: { budget: { kind: 'params'; sizeBy: 'total' | 'blocks' } | { kind: 'memory'; context: number; bytesPerParam: number } | { kind: 'latency'; context: number; perCallUs: number; perMacNs: number; host: string }; points: number; refined?: true; picked?: ('searched' | 'uniform')[]; probes: number; baseLoss: number; fractions: number[] };
   /** reorder.iterative=true: each level's units re-scored with the next larger level active. */
   iterative?: true;
   /** importance=fisher: tokens the Fisher information accumulated over. */

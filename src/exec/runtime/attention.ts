@@ -15,6 +15,8 @@ import { F32, I32, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { expLanes } from './activation.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
+import { attendGroups } from './attend-groups.js';
+import type { MatmulPool } from './pool.js';
 import {
   block, br, brIf, f32c, f32Load, f32Max, f32Mul, f32Reinterpret, fAbs, fAdd, fDiv, fExtract, fFromI32, fGe, fMax, fMul, fShuffle, fSplat, fSub, get,
   i32Add, i32And, i32c, i32GeS, i32Load, i32LtS, i32Mul, i32Or, i32Reinterpret, i32Shl, i32Sub, iConst, iLtS, iShl, iSplat, loop, select,
@@ -202,17 +204,18 @@ function attendBody(hd: number): number[] {
  * `widen` writes into a float32 scratch once per KV head and call (its query heads share them):
  * converting lanes inside attend repeated the work per query head and ran 2–3× slower.
  */
-function moduleBytes(hd: number, type: KvType): Uint8Array<ArrayBuffer> {
+function moduleBytes(hd: number, type: KvType, shared: boolean): Uint8Array<ArrayBuffer> {
   const attend = { name: 'attend', params: [...new Array(8).fill(I32), F32], body: attendBody(hd) };
-  if (type === 'f32') return kernelModuleBytes([attend]);
-  return kernelModuleBytes([attend, { name: 'widen', params: [I32, I32, I32, I32], body: widenBody(hd, type) }]);
+  if (type === 'f32') return kernelModuleBytes([attend], shared);
+  return kernelModuleBytes([attend, { name: 'widen', params: [I32, I32, I32, I32], body: widenBody(hd, type) }], shared);
 }
 
 /** The compiled module for head size hd (a multiple of 4, at most 256; of 8 for f16, 32 for q8_0) over `type` rows, or null without WebAssembly SIMD. */
-function attentionModule(hd: number, type: KvType): WebAssembly.Module | null {
+function attentionModule(hd: number, type: KvType, shared = false): WebAssembly.Module | null {
   // widen reads halves eight at a time, Q8_0 a block at a time
   if (hd % 4 !== 0 || hd > 256 || (type === 'f16' && hd % 8 !== 0) || (type === 'q8_0' && hd % 32 !== 0)) return null;
-  return kernelModule(type === 'f32' ? `attention-hd${hd}` : `attention-hd${hd}-${type}`, () => moduleBytes(hd, type));
+  const name = (type === 'f32' ? `attention-hd${hd}` : `attention-hd${hd}-${type}`) + (shared ? '-shared' : '');
+  return kernelModule(name, () => moduleBytes(hd, type, shared));
 }
 
 type AttendFn = (q: number, k: number, v: number, stride: number, keys: number, n: number, scores: number, out: number, scale: number) => void;
@@ -221,6 +224,8 @@ type WidenFn = (src: number, stride: number, n: number, dst: number) => void;
 const PAGE = 65536;
 /** Query rows staged per kernel round (the scratch for q and out holds this many tokens). */
 const ROWS = 16;
+/** Bytes of the pooled job's parameter block (./attend-groups.ts): 18 slots and two per staged row. */
+const PARAM_BYTES = (18 + 2 * ROWS) * 4;
 
 /**
  * One KV cache's memory: per layer a K and a V region of `capacity` rows of kvDim values kept as
@@ -246,7 +251,7 @@ export class KvMemory {
   readonly rowBytes: number;
   /** Bytes of the float32 scratch compact types widen one head into. */
   get scratchBytes(): number {
-    return this.type === 'f32' ? 0 : 2 * this.capacity * this.headDim * 4;
+    return this.type === 'f32' ? 0 : 2 * this.capacity * (this.pool ? this.kvDim : this.headDim) * 4;
   }
   capacity = 0;
   /** f32: each layer's keys and values as float32 rows (empty for compact types: see `bytesOf`). */
@@ -256,29 +261,38 @@ export class KvMemory {
   /** Compact types: one head's keys and values widened to float32 (capacity rows of hd each). */
   private wideOff = 0;
   private readonly widenFn: WidenFn | null;
+  /** Pooled: the pool, this memory's slot on it and this thread's job (attendGroups). */
+  private readonly pool: MatmulPool | null;
+  private slot = -1;
+  private job: ((...a: number[]) => void) | null = null;
+  private paramOff = 0;
 
   private constructor(
-    mod: WebAssembly.Module,
+    private readonly module: WebAssembly.Module,
     readonly numLayers: number,
     readonly kvDim: number,
     readonly qDim: number,
     readonly headDim: number,
     readonly type: KvType,
+    pool: MatmulPool | null,
   ) {
     this.rowBytes = (kvDim / headDim) * headBytes(type, headDim);
-    this.memory = new WebAssembly.Memory({ initial: 1 });
-    const exports = new WebAssembly.Instance(mod, { env: { memory: this.memory } }).exports;
+    this.pool = pool;
+    this.memory = new WebAssembly.Memory(pool ? { initial: 1, maximum: 65536, shared: true } : { initial: 1 });
+    const exports = new WebAssembly.Instance(module, { env: { memory: this.memory } }).exports;
+    if (pool) this.job = attendGroups(exports, this.memory);
     this.attendFn = exports.attend as AttendFn;
     this.widenFn = type === 'f32' ? null : (exports.widen as WidenFn);
     this.relayout(0, 0);
   }
 
   /** null when WebAssembly SIMD is missing or the head size does not suit the kernel. */
-  static create(numLayers: number, kvDim: number, qDim: number, headDim: number, type: KvType = 'f32'): KvMemory | null {
-    const mod = attentionModule(headDim, type);
+  /** `pool`: causal attention runs on it, its KV groups split over the threads (the memory is shared). */
+  static create(numLayers: number, kvDim: number, qDim: number, headDim: number, type: KvType = 'f32', pool: MatmulPool | null = null): KvMemory | null {
+    const mod = attentionModule(headDim, type, pool !== null && kvDim / headDim > 1);
     if (!mod) return null;
     try {
-      return new KvMemory(mod, numLayers, kvDim, qDim, headDim, type);
+      return new KvMemory(mod, numLayers, kvDim, qDim, headDim, type, pool !== null && kvDim / headDim > 1 ? pool : null);
     } catch {
       return null;
     }
@@ -300,12 +314,15 @@ export class KvMemory {
       at += Math.ceil(bytes / 64) * 64;
       return o;
     };
+    this.paramOff = this.pool ? take(PARAM_BYTES) : 0;
     this.qOff = take(ROWS * this.qDim * 4);
     this.outOff = take(ROWS * this.qDim * 4);
-    this.scoresOff = take(pad);
+    // pooled: a scores row and a widen scratch per KV group (the groups run at once)
+    const groups = this.pool ? this.kvDim / this.headDim : 1;
+    this.scoresOff = take(pad * groups);
     this.runOff = take(pad);
     this.listOff = take(pad);
-    this.wideOff = this.type === 'f32' ? 0 : take(2 * cap * this.headDim * 4);
+    this.wideOff = this.type === 'f32' ? 0 : take(2 * cap * this.headDim * 4 * groups);
     const layerOff = Array.from({ length: 2 * this.numLayers }, () => take(cap * this.rowBytes));
     const need = at + 64;
     if (need > this.memory.buffer.byteLength) this.memory.grow(Math.ceil((need - this.memory.buffer.byteLength) / PAGE));
@@ -337,6 +354,13 @@ export class KvMemory {
       hi = 0;
       for (let r = 0; r < T; r++) hi = Math.max(hi, pos0 + tokens[r] + 1);
     }
+    const keys = (r: number) => {
+      const p = pos0 + (tokens ? tokens[r] : r);
+      const first = Math.max(0, firstVisible(mask, p));
+      this.nKeys = p - first + 1;
+      return this.runOff + 4 * first;
+    };
+    if (this.pool && G > 1) return this.pooledRows(layer, q, att, T, G, qpg, nrep, scale, Math.max(0, firstVisible(mask, lo)), hi, keys);
     this.rows(layer, q, att, T, G, qpg, nrep, scale, Math.max(0, firstVisible(mask, lo)), hi, (r) => {
       const p = pos0 + (tokens ? tokens[r] : r);
       const first = Math.max(0, firstVisible(mask, p));
@@ -362,6 +386,58 @@ export class KvMemory {
   }
 
   private nKeys = 0;
+
+  /**
+   * `rows` on the pool: per staged pass of rows one job whose lanes are the KV groups (attendGroups:
+   * each group widened into its own scratch, its query heads in one thread's order: the same bits).
+   */
+  private pooledRows(layer: number, q: Float32Array, att: Float32Array, T: number, G: number, qpg: number, nrep: number, scale: number, lo: number, hi: number, keys: (t: number) => number): void {
+    const pool = this.pool!;
+    if (this.slot < 0 || !pool.isAttached(this.slot, this)) this.slot = pool.attach(this.module, this.memory, this);
+    const { qDim, headDim: hd } = this;
+    const f32 = this.f32;
+    const i32 = this.i32;
+    const P = this.paramOff >> 2;
+    i32[P] = this.layerOff[2 * layer];
+    i32[P + 1] = this.layerOff[2 * layer + 1];
+    i32[P + 2] = this.rowBytes;
+    i32[P + 3] = headBytes(this.type, hd);
+    i32[P + 4] = this.widenFn ? this.wideOff : 0;
+    i32[P + 5] = this.capacity;
+    i32[P + 6] = lo;
+    i32[P + 7] = hi;
+    i32[P + 9] = this.qOff;
+    i32[P + 10] = this.outOff;
+    i32[P + 11] = this.scoresOff;
+    i32[P + 12] = (this.capacity + 4) * 4;
+    i32[P + 13] = qDim;
+    i32[P + 14] = nrep;
+    i32[P + 15] = qpg;
+    i32[P + 16] = hd;
+    f32[P + 17] = scale;
+    for (let t0 = 0; t0 < T; t0 += ROWS) {
+      const n = Math.min(ROWS, T - t0);
+      i32[P + 8] = n;
+      for (let r = 0; r < n; r++) {
+        i32[P + 18 + 2 * r] = keys(t0 + r);
+        i32[P + 19 + 2 * r] = this.nKeys;
+      }
+      f32.set(q.subarray(t0 * qDim, (t0 + n) * qDim), this.qOff >> 2);
+      pool.callAttached(this.slot, this.job!, this.paramOff, G);
+      // the widened rows stay valid for the next pass
+      i32[P + 6] = i32[P + 7];
+      const outs = f32.subarray(this.outOff >> 2, (this.outOff >> 2) + n * qDim);
+      if (qpg === nrep && G * nrep * hd === qDim) att.set(outs, t0 * qDim);
+      else {
+        for (let r = 0; r < n; r++) {
+          for (let g = 0; g < G; g++) {
+            const o = r * qDim + g * nrep * hd;
+            att.set(outs.subarray(o, o + qpg * hd), (t0 + r) * qDim + g * nrep * hd);
+          }
+        }
+      }
+    }
+  }
 
   /**
    * Rows of q staged ROWS at a time; `keys(r)` gives the byte address of row r's slot list and sets

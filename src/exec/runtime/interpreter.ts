@@ -28,7 +28,7 @@ import type { KvType } from '../../core/pipeline/target.js';
 
 export type { TreeAttention };
 import { RopeCache } from './rope-cache.js';
-import { MAX_GROUP } from './pool.js';
+import { MAX_GROUP, type MatmulPool } from './pool.js';
 import { SiluMul } from './activation.js';
 
 export type { LayerWidth };
@@ -428,13 +428,20 @@ export class Interpreter {
     };
   }
 
+  /** The weights' worker pool, if any (the first linear's arena): a KV cache runs its attention on it too. */
+  private workerPool(): MatmulPool | null {
+    const op = this.graph.ops.find((o) => o.op === 'linear');
+    if (!op || op.op !== 'linear' || !this.table.has(op.weight)) return null;
+    return this.table.weight(op.weight).arena?.workerPool ?? null;
+  }
+
   /** An empty KV cache holding its keys and values as `type` (default float32). */
   newCache(type: KvType = 'f32'): KvCache {
     const s = this.spec;
     const kvDim = s.numKvHeads * s.headDim;
     const problem = kvTypeProblem(type, s.headDim);
     if (problem) throw new LlmcError(problem);
-    return new KvCache(s.numLayers, kvDim, this.table.jsOnly ? null : KvMemory.create(s.numLayers, kvDim, s.numHeads * s.headDim, s.headDim, type), type);
+    return new KvCache(s.numLayers, kvDim, this.table.jsOnly ? null : KvMemory.create(s.numLayers, kvDim, s.numHeads * s.headDim, s.headDim, type, this.workerPool()), type);
   }
 
   /**

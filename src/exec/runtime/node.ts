@@ -40,6 +40,21 @@ function enableRelaxedSimd(): void {
   if (setting === 'on') preferRelaxedSimd();
 }
 
+/**
+ * Keep V8's young generation at its initial size (`--semi-space-growth-factor=1`, the same as
+ * `node --max-semi-space-size=1`; settable after start-up, unlike that flag). Decoding leaves a few
+ * tens of KB of short-lived objects a token; left alone V8 grows each semi-space towards 16 MB and
+ * the peak RSS by ~5 MB, which put llama-100M 0.3–3.2 MB over weights + KV cache + 64 MB. `llmc run`
+ * calls this once at start; a library user's process keeps V8's defaults.
+ */
+export function holdYoungGeneration(): void {
+  try {
+    (createRequire(import.meta.url)('node:v8') as typeof import('node:v8')).setFlagsFromString('--semi-space-growth-factor=1');
+  } catch {
+    // an embedder that refuses flags: V8's default sizing
+  }
+}
+
 /** A file read with positioned reads; the handle opens lazily and closes with `close()`. */
 export function fileSource(file: string): ByteSource & { close(): Promise<void> } {
   let handle: fsp.FileHandle | null = null;
@@ -133,7 +148,7 @@ export async function tokenizerFiles(dir: string): Promise<{ tokenizerJson?: str
  * does not keep the process alive (a model that is never closed does not hang the exit).
  */
 const NODE_WORKER_CODE = `const { parentPort } = require('node:worker_threads');
-parentPort.once('message', (m) => (${WORKER_BODY})(m, (x) => parentPort.postMessage(x)));`;
+parentPort.once('message', (m) => (${WORKER_BODY})(m, (x) => parentPort.postMessage(x), (fn) => parentPort.on('message', fn)));`;
 
 export const nodeWorker: SpawnWorker = () => {
   // Loaded on first use: worker_threads costs a one-thread `llmc run` several ms of start-up.

@@ -14,6 +14,7 @@
  */
 
 import { LlmcError } from '../../core/errors.js';
+import { attendGroups } from './attend-groups.js';
 
 /** What a pool needs of a worker: send it the start message, be told it is ready, end it. */
 export interface PoolWorker {
@@ -131,28 +132,42 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
 }
 
 /** The workers' code: `serve(startMessage, post)`; an adapter calls it with the first message it gets. */
-export const WORKER_BODY = `function serve(init, post) {
+export const WORKER_BODY = `function serve(init, post, listen) {
   const runChunks = ${runChunks.toString()};
+  const attendGroups = ${attendGroups.toString()};
   const { module, memory, control, names, lane, lanes } = init;
   const exp = new WebAssembly.Instance(module, { env: { memory } }).exports;
   const fns = names.map((n) => exp[n]);
   const kernel = (i) => fns[i];
   const ctl = new Int32Array(control);
+  const mail = ${LANES} + lanes;
   let seen = Atomics.load(ctl, ${SEQ});
+  // A later message attaches a memory's attention kernels (MatmulPool.attach) as kernel names.length + slot.
+  listen((m) => {
+    const inst = new WebAssembly.Instance(m.module, { env: { memory: m.memory } });
+    fns[names.length + m.slot] = attendGroups(inst.exports, m.memory);
+    Atomics.add(ctl, mail + 1, 1);
+    Atomics.notify(ctl, mail + 1);
+    loop();
+  });
+  const loop = () => {
+    for (;;) {
+      for (let i = 0; i < ${SPINS} && Atomics.load(ctl, ${SEQ}) === seen; i++);
+      Atomics.wait(ctl, ${SEQ}, seen);
+      const s = Atomics.load(ctl, ${SEQ});
+      if (s === seen) continue;
+      seen = s;
+      if (Atomics.load(ctl, ${QUIT})) return;
+      if (Atomics.load(ctl, mail)) return; // back to the event loop: an attach message waits there
+      runChunks(ctl, kernel, s, lane, lanes);
+    }
+  };
   post('ready');
-  for (;;) {
-    for (let i = 0; i < ${SPINS} && Atomics.load(ctl, ${SEQ}) === seen; i++);
-    Atomics.wait(ctl, ${SEQ}, seen);
-    const s = Atomics.load(ctl, ${SEQ});
-    if (s === seen) continue;
-    seen = s;
-    if (Atomics.load(ctl, ${QUIT})) return;
-    runChunks(ctl, kernel, s, lane, lanes);
-  }
+  loop();
 }`;
 
 /** A Web Worker script. */
-export const WEB_WORKER_CODE = `self.onmessage = (e) => { self.onmessage = null; (${WORKER_BODY})(e.data, (x) => self.postMessage(x)); };`;
+export const WEB_WORKER_CODE = `self.onmessage = (e) => { self.onmessage = null; (${WORKER_BODY})(e.data, (x) => self.postMessage(x), (fn) => { self.onmessage = (m) => fn(m.data); }); };`;
 
 /** The browser adapter: a Web Worker from a Blob URL (the page must be cross-origin isolated). */
 export const webWorker: SpawnWorker = () => {
@@ -171,6 +186,8 @@ export const webWorker: SpawnWorker = () => {
 };
 
 type Kernel = (...args: number[]) => void;
+/** Memories attached at once (KV caches whose attention runs on the pool). */
+const MAX_ATTACHED = 8;
 const NO_MORE: readonly (readonly [number, number, number])[] = [];
 
 /** A callGroup job on the calling thread: the first matrix's call `a`, then each of `more`'s (w, y, nRows) with a's other arguments. */
@@ -194,6 +211,7 @@ export class MatmulPool {
   ) {
     this.ctl = new Int32Array(control);
     this.index = new Map(names.map((n, i) => [n, i]));
+    this.names = names.length;
     this.minWork = minWork;
     let canWait = true;
     try {
@@ -215,7 +233,7 @@ export class MatmulPool {
    */
   static async start(module: WebAssembly.Module, memory: WebAssembly.Memory, names: readonly string[], threads: number, opts: PoolOptions): Promise<MatmulPool> {
     if (!(memory.buffer instanceof SharedArrayBuffer)) throw new LlmcError('the worker pool needs a shared WebAssembly memory');
-    const control = new SharedArrayBuffer((LANES + threads) * 4);
+    const control = new SharedArrayBuffer((LANES + threads + 2) * 4); // + the mail flag and its acks
     const workers: PoolWorker[] = [];
     try {
       const ready: Promise<void>[] = [];
@@ -255,6 +273,45 @@ export class MatmulPool {
 
   private gen = 0;
   private calls = 0;
+  private readonly names: number;
+  /** Attached memories by slot (attach); a slot is reused round-robin, the oldest owner loses it. */
+  private readonly attached: unknown[] = [];
+  private nextSlot = 0;
+
+  /**
+   * Instantiate `module` (./attention.ts's, with `attend` and maybe `widen`) over `memory` (shared) on
+   * every worker, as kernel slot s: the workers leave their wait loop for their event loop, take the
+   * message posted before, and come back. Returns the slot; `owner` marks it (isAttached).
+   */
+  attach(module: WebAssembly.Module, memory: WebAssembly.Memory, owner: unknown): number {
+    const slot = this.nextSlot;
+    this.nextSlot = (slot + 1) % MAX_ATTACHED;
+    this.attached[slot] = owner;
+    const mail = LANES + this.threads;
+    Atomics.store(this.ctl, mail + 1, 0);
+    for (const w of this.workers) w.postMessage({ slot, module, memory });
+    Atomics.store(this.ctl, mail, 1);
+    this.gen = (this.gen + 1) & 0xffff;
+    Atomics.store(this.ctl, SEQ, this.gen);
+    Atomics.notify(this.ctl, SEQ);
+    for (let i = 0; ; i++) {
+      const acks = Atomics.load(this.ctl, mail + 1);
+      if (acks === this.workers.length) break;
+      if (this.canWait && i > SPINS) Atomics.wait(this.ctl, mail + 1, acks, 1000);
+    }
+    Atomics.store(this.ctl, mail, 0);
+    return slot;
+  }
+
+  /** Whether `slot` still belongs to `owner`. */
+  isAttached(slot: number, owner: unknown): boolean {
+    return this.attached[slot] === owner;
+  }
+
+  /** Run attached slot `slot`'s job `kernel` (attendGroups on this thread) over rows [0, nRows): kernel(r0, 1, params, 0, 4·r0, 0, n). */
+  callAttached(slot: number, kernel: Kernel, params: number, nRows: number): void {
+    this.run(this.names + slot, kernel, [0, 1, params, 0, 0, 0, nRows], NO_MORE, nRows, CHUNKS_PER_THREAD);
+  }
 
   /** Kernel calls split so far, and the chunks of them the workers ran. */
   stats(): { splitCalls: number; workerChunks: number } {

@@ -421,6 +421,11 @@ export class WasmArena {
     this.pool = await MatmulPool.start(this.mod, this.memory, names, threads, opts);
   }
 
+  /** The worker pool (null without one): KV caches run their attention on it. */
+  get workerPool(): MatmulPool | null {
+    return this.pool;
+  }
+
   /** Threads the kernels run on (1 without a pool). */
   get threads(): number {
     return this.pool?.threads ?? 1;

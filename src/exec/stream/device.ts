@@ -20,6 +20,25 @@ let current: Device = 'cpu';
 /** The device streamed pieces run on (set by the CLI's --device; default cpu). */
 export const streamDevice = (): Device => current;
 
+/**
+ * Session options of one streamed piece on `device` (default: the current one). A piece runs a few
+ * times then is released: onnxruntime's arena and memory pattern would only grow the peak (results
+ * are the same without them).
+ */
+export function pieceSessionOptions(threads?: number, device: Device = current): ort.InferenceSession.SessionOptions {
+  const options: ort.InferenceSession.SessionOptions = {
+    graphOptimizationLevel: 'all',
+    executionMode: 'sequential',
+    interOpNumThreads: 1,
+    enableCpuMemArena: false,
+    enableMemPattern: false,
+    extra: { session: { intra_op: { allow_spinning: '0' } } },
+  };
+  if (threads) options.intraOpNumThreads = threads;
+  if (device !== 'cpu') options.executionProviders = [device, 'cpu'];
+  return options;
+}
+
 /** Check `name` is a device this onnxruntime runs, and make it the streamed pieces' device. */
 export function useStreamDevice(name: string): Device {
   const d = checkDevice(name);

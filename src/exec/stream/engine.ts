@@ -21,15 +21,16 @@ import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph, V } from '../../core/ir/ir.js';
-import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
 import { silentProgress, type Progress } from '../../core/util/progress.js';
 import { argmax } from '../../core/sampling.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
 import { streamSegments, type Segment } from './segments.js';
-import { streamDevice, type Device } from './device.js';
+import { pieceSessionOptions, type Device } from './device.js';
+import { pieceFeeds } from './feeds.js';
 import { CarryStore, emptySlot, type CarriedOut, type Slot, type StreamSettings } from './spill.js';
 import { appendFileSync } from 'node:fs';
+import { StreamDecoder } from './decode.js';
 
 export interface StreamOptions {
   /** onnxruntime intra-op threads (default: onnxruntime's choice). */
@@ -44,7 +45,7 @@ export interface StreamOptions {
    * prefill (batched attention ran slower: 41 s against 31 s for 16 windows of 512 on dense-28M).
    */
   batchTokens?: number;
-  /** Where tap sweeps keep each piece's results (the profile cache); prefill never stores. */
+  /** Where tap and prefill sweeps keep each piece's results (the profile cache): a second or resumed sweep reads them. */
   pieces?: PieceHook;
   /** The onnxruntime execution provider per piece (default: streamDevice(), the CLI's --device). */
   device?: Device;
@@ -70,6 +71,40 @@ export interface Branch {
   source: ModelSource;
   from: number;
   until: number;
+  /**
+   * The pieces [from, until) are the identity (a layer whose every head and neuron is masked, in a
+   * model without o_proj/down_proj biases): each hands its one carried input on unchanged and no
+   * session is built for it. `source` is then what the branch runs after them (the model's).
+   */
+  skip?: boolean;
+}
+
+/** Where a `losses` sweep is after piece `piece`: enough to continue from piece `piece` + 1 (Ctrl-C resume). */
+export interface SweepPoint {
+  piece: number;
+  /** Per variant (the model, then each branch), per batch: the carried values; null: the branch has not started. */
+  states: (Map<V, Float32Array>[] | null)[];
+  /** Per variant: next-token losses summed so far, and their count (only the head adds to them). */
+  sums: number[];
+  counts: number[];
+  /** The taps of the model's own pieces so far. */
+  taps: TapResult;
+}
+
+/** A store of one sweep's latest SweepPoint (src/measure/stream-cache.ts keeps it in the profile cache). */
+export interface SweepResume {
+  load(): Promise<SweepPoint | null>;
+  save(point: SweepPoint): Promise<void>;
+  /** The sweep finished: what was saved is no longer needed. */
+  clear(): Promise<void>;
+}
+
+/** Options of StreamEngine.losses. */
+export interface LossOptions {
+  /** Taps observed on the model's own states (not the branches'), in the same sweep: statistics and losses in one visit per block. */
+  taps?: TapSpec[];
+  /** Save the sweep after every piece and continue a saved one (a compile stopped with Ctrl-C). */
+  resume?: SweepResume;
 }
 
 /** One onnxruntime run's rows: sequences of equal length. */
@@ -117,50 +152,14 @@ export class StreamEngine {
   /** One piece's session (its weights read now, float32), with the tap outputs asked for (and router bias inputs). */
   private async open(seg: Segment, taps: TapSpec[], source: ModelSource = this.source, routerBias = false): Promise<{ session: ort.InferenceSession; taps: TapOutputs[]; routerBiases: { input: string; logits: string; numExperts: number }[] }> {
     const lowered = await lowerToOnnx(source, { graph: seg.graph, taps, routerBias });
-    // A piece runs a few times then is released: onnxruntime's arena and memory pattern would only
-    // grow the peak (results are the same without them; see Engine's tap sessions).
-    const options: ort.InferenceSession.SessionOptions = {
-      graphOptimizationLevel: 'all',
-      executionMode: 'sequential',
-      interOpNumThreads: 1,
-      enableCpuMemArena: false,
-      enableMemPattern: false,
-      extra: { session: { intra_op: { allow_spinning: '0' } } },
-    };
-    if (this.opts.threads) options.intraOpNumThreads = this.opts.threads;
-    const device = this.opts.device ?? streamDevice();
-    if (device !== 'cpu') options.executionProviders = [device, 'cpu'];
+    const options = pieceSessionOptions(this.opts.threads, this.opts.device);
     const session = await ort.InferenceSession.create(lowered.bytes, options);
     return { session, taps: lowered.taps, routerBiases: lowered.routerBiases };
   }
 
-  /** A piece's inputs for batch `b` with its `carried` values; `kv` (greedy decoding): the cached past of its layers, `P` positions long (offsets the rotary positions). */
-  private feeds(seg: Segment, b: Batch, carried: Map<V, Float32Array>, positions: number[], kv?: ReadonlyMap<string, ort.Tensor>, P = 0): Record<string, ort.Tensor> {
-    const spec = this.graph.spec;
-    const B = b.ids.length;
-    const T = b.length;
-    const feeds: Record<string, ort.Tensor> = {};
-    const past = /^past_(key|value)_\d+$/;
-    let rope: { cos: Float32Array; sin: Float32Array } | null = null;
-    let local: { cos: Float32Array; sin: Float32Array } | null = null;
-    for (const input of seg.graph.inputs) {
-      const name = input.name;
-      if (name === IO.ids) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(b.ids.flat(), (x) => BigInt(x)), [B, T]);
-      else if (name === IO.cos || name === IO.sin) {
-        rope ??= ropeTables(spec, P, T);
-        feeds[name] = new ort.Tensor('float32', name === IO.cos ? rope.cos : rope.sin, [T, spec.headDim / 2]);
-      } else if (name === IO.cosLocal || name === IO.sinLocal) {
-        local ??= ropeTables(localRopeSpec(spec)!, P, T);
-        feeds[name] = new ort.Tensor('float32', name === IO.cosLocal ? local.cos : local.sin, [T, spec.headDim / 2]);
-      } else if (name === IO.logitPositions) feeds[name] = new ort.Tensor('int64', BigInt64Array.from(positions, (x) => BigInt(x)), [positions.length]);
-      else if (past.test(name)) feeds[name] = kv?.get(name) ?? new ort.Tensor('float32', new Float32Array(0), [B, spec.numKvHeads, 0, spec.headDim]);
-      else {
-        const v = carried.get(name);
-        if (!v) throw new LlmcError(`internal: piece ${seg.id} needs "${name}", which no earlier piece carried`);
-        feeds[name] = new ort.Tensor('float32', v, [B, T, v.length / (B * T)]);
-      }
-    }
-    return feeds;
+  /** A piece's inputs for batch `b` with its `carried` values. */
+  private feeds(seg: Segment, b: Batch, carried: Map<V, Float32Array>, positions: number[]): Record<string, ort.Tensor> {
+    return pieceFeeds(seg, b.ids, carried, positions);
   }
 
   /** Batches of equal-length sequences, at most `batchTokens` tokens each (one sequence at least). */
@@ -284,20 +283,46 @@ export class StreamEngine {
    * every state that reaches it: skipping each of L layers costs L²/2 layer runs, not L whole forwards.
    * Branch states are held together (one calibration batch's hidden states each).
    */
-  async losses(seqs: number[][], branches: readonly Branch[] = []): Promise<{ base: number; branches: number[] }> {
+  async losses(seqs: number[][], branches: readonly Branch[] = [], opts: LossOptions = {}): Promise<{ base: number; branches: number[]; taps: TapResult; resumedAt: number }> {
     const last = this.segments.length - 1;
     for (const b of branches) if (!(0 <= b.from && b.from < b.until && b.until <= last + 1)) throw new LlmcError(`internal: branch pieces [${b.from}, ${b.until}) outside [0, ${last + 1})`);
+    for (const b of branches) {
+      if (!b.skip) continue;
+      for (let s = b.from; s < b.until; s++) {
+        const seg = this.segments[s];
+        if (s === last || seg.carriedIn.length !== 1 || seg.carriedOut.length !== 1) throw new LlmcError(`internal: piece ${seg.id} cannot be skipped (not one carried value in and out)`);
+      }
+    }
+    const specs = opts.taps ?? [];
     const base = this.batches(seqs, this.opts.batchTokens ?? 4096);
     const states: (Batch[] | null)[] = [base, ...branches.map(() => null)];
     const store = new CarryStore(this.opts.spill);
-    const sourceAt = (k: number, s: number) => (k > 0 && branches[k - 1].from <= s && s < branches[k - 1].until ? branches[k - 1].source : this.source);
+    const own = (k: number, s: number) => k > 0 && branches[k - 1].from <= s && s < branches[k - 1].until;
+    const sourceAt = (k: number, s: number) => (own(k, s) ? branches[k - 1].source : this.source);
     const progress = this.opts.progress ?? silentProgress;
-    const runsAt = (s: number) => 1 + branches.filter((b) => b.from <= s).length;
+    const runsAt = (s: number) => 1 + branches.filter((b) => b.from <= s && !(b.skip && s < b.until)).length;
     progress.start(`streaming ${this.segments.length} pieces, ${branches.length + 1} variants over ${seqs.reduce((a, q) => a + q.length, 0)} tokens`, this.segments.reduce((a, _, s) => a + runsAt(s), 0));
     const nll = states.map(() => ({ sum: 0, count: 0 }));
+    const taps = emptyTapResult();
+    let first = 0;
     const eta = blockEta(this.segments, progress);
     try {
-      for (let s = 0; s <= last; s++) {
+      const saved = await opts.resume?.load();
+      if (saved) {
+        // a stopped sweep: its states after piece saved.piece, as they were
+        first = saved.piece + 1;
+        store.turn(saved.piece);
+        saved.states.forEach((st, k) => {
+          if (!st) return;
+          // the model's own batches are `base` itself (branches starting later copy them)
+          states[k] = k === 0 ? base : base.map((x) => ({ ...x, slot: emptySlot() }));
+          states[k]!.forEach((b, bi) => store.keep(b.slot, st[bi]));
+        });
+        saved.sums.forEach((x, k) => (nll[k] = { sum: x, count: saved.counts[k] }));
+        foldTaps(taps, saved.taps);
+        progress.tick(this.segments.slice(0, first).reduce((a, _, s) => a + runsAt(s), 0));
+      }
+      for (let s = first; s <= last; s++) {
         const seg = this.segments[s];
         store.turn(s);
         eta.begin(s);
@@ -305,19 +330,30 @@ export class StreamEngine {
         branches.forEach((b, i) => {
           if (b.from === s) states[i + 1] = base.map((x) => ({ ...x, slot: store.copy(x.slot) }));
         });
+        // skipped pieces hand their input on
+        states.forEach((st, k) => {
+          if (!st || !own(k, s) || !branches[k - 1].skip) return;
+          for (const b of st) {
+            const input = store.load(b.slot);
+            store.keep(b.slot, this.moveOn(s, input, new Map([[seg.carriedOut[0], input.get(seg.carriedIn[0])!]])));
+          }
+        });
         // the states by the source their piece runs from: one session each
         const groups = new Map<ModelSource, number[]>();
         states.forEach((st, k) => {
-          if (st) groups.set(sourceAt(k, s), [...(groups.get(sourceAt(k, s)) ?? []), k]);
+          if (st && !(own(k, s) && branches[k - 1].skip)) groups.set(sourceAt(k, s), [...(groups.get(sourceAt(k, s)) ?? []), k]);
         });
         for (const [source, ks] of groups) {
           if (s === last) await this.headLosses(seg, source, ks.map((k) => states[k]!), ks.map((k) => nll[k]), store);
           else if (isGather(seg)) for (const k of ks) await this.gather(seg, states[k]!, store, source);
-          else await this.runPiece(s, source, ks.map((k) => states[k]!), store);
+          else await this.runPiece(s, source, ks.map((k) => states[k]!), store, undefined, ks[0] === 0 && specs.length ? { specs, into: taps } : undefined);
           progress.tick(ks.length);
         }
         eta.end(s, true);
         this.held(states.flatMap((st) => (st ?? []).map((b) => b.slot)), store);
+        if (opts.resume && s < last) {
+          await opts.resume.save({ piece: s, states: states.map((st) => st && st.map((b) => store.load(b.slot))), sums: nll.map((x) => x.sum), counts: nll.map((x) => x.count), taps });
+        }
       }
     } finally {
       progress.done();
@@ -327,7 +363,13 @@ export class StreamEngine {
       if (nll[k].count === 0) throw new UsageError('a loss needs at least one sequence of 2 or more tokens');
       return nll[k].sum / nll[k].count;
     };
-    return { base: mean(0), branches: branches.map((_, i) => mean(i + 1)) };
+    const out = { base: mean(0), branches: branches.map((_, i) => mean(i + 1)), taps, resumedAt: first };
+    for (const b of base) {
+      taps.tokens += b.ids.length * b.length;
+      taps.batches.push({ sequences: b.sequences, length: b.length });
+    }
+    await opts.resume?.clear();
+    return out;
   }
 
   /**
@@ -409,13 +451,14 @@ export class StreamEngine {
   }
 
   /** Piece `s` from `source` over each state's batches, their carried values moved on past it (router biases added where given). */
-  private async runPiece(s: number, source: ModelSource, states: Batch[][], store: CarryStore, routerBias?: ReadonlyMap<number, Float32Array>): Promise<void> {
+  private async runPiece(s: number, source: ModelSource, states: Batch[][], store: CarryStore, routerBias?: ReadonlyMap<number, Float32Array>, tapFirst?: { specs: TapSpec[]; into: TapResult }): Promise<void> {
     const seg = this.segments[s];
     const t0 = performance.now();
-    const { session, routerBiases } = await this.open(seg, [], source, routerBias !== undefined);
+    const { session, routerBiases, taps } = await this.open(seg, tapFirst?.specs ?? [], source, routerBias !== undefined);
     const t1 = performance.now();
+    const tapped = emptyTapResult();
     try {
-      for (const batches of states) {
+      for (const [k, batches] of states.entries()) {
         for (const b of batches) {
           const input = store.load(b.slot);
           const feeds = this.feeds(seg, b, input, [b.length - 1]);
@@ -425,8 +468,11 @@ export class StreamEngine {
           }
           const outputs = await session.run(feeds);
           store.keep(b.slot, this.moveOn(s, input, new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]))));
+          // the first state's taps (the model's own; branches sharing the session are not observed)
+          if (k === 0 && tapFirst && taps.length) mergeTapOutputs(tapped, taps, outputs, b.ids.length, b.length);
         }
       }
+      if (tapFirst) foldTaps(tapFirst.into, tapped);
       this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
     } finally {
       await session.release();
@@ -492,67 +538,36 @@ export class StreamEngine {
 
   /**
    * Greedy continuations of equal-length `prompts` by `G` tokens each (the ids chosen, prompt
-   * excluded), as the whole-model Engine's session steps give them: the prompts run piece by piece
-   * with each layer's KV cache kept ([B, kvHeads, T, headDim] per layer, in memory), then each new
-   * token runs every piece again on its layer's past. One piece's weights are loaded at a time, so
-   * each piece's session is built G times: the time is one forward plus G · pieces session builds.
-   * Ties go to the lower id (core's argmax).
+   * excluded), as the whole-model Engine's session steps give them: all prompts advance together on
+   * a StreamDecoder (./decode.ts: each piece's session built once, weights kept within a budget, each
+   * layer's KV cache kept), so a step costs one weight sweep for the whole batch. Ties go to the lower
+   * id (core's argmax). `decoder` shares one (its sessions and kept weights) between calls.
    */
-  async greedy(prompts: number[][], G: number): Promise<number[][]> {
+  async greedy(prompts: number[][], G: number, decoder?: StreamDecoder): Promise<number[][]> {
     if (!prompts.length || G <= 0) return prompts.map(() => []);
     const T0 = prompts[0].length;
     if (T0 === 0 || prompts.some((p) => p.length !== T0)) throw new UsageError('greedy continuation needs non-empty prompts of equal length');
-    this.batches(prompts, Infinity); // checks the ids
-    const last = this.segments.length - 1;
-    // each piece with its layers' present K/V as outputs
-    const withKv = this.segments.map((seg) => {
-      const present = seg.graph.ops.flatMap((op) => (op.op === 'attention' ? [op.presentK, op.presentV] : []));
-      return { ...seg, graph: { ...seg.graph, outputs: [...seg.graph.outputs, ...present] }, present };
-    });
-    const kv = new Map<string, ort.Tensor>();
-    const store = new CarryStore(this.opts.spill);
+    const d = decoder ?? new StreamDecoder(this.source, { graph: this.opts.graph, threads: this.opts.threads, device: this.opts.device });
     const out = prompts.map(() => [] as number[]);
     const progress = this.opts.progress ?? silentProgress;
-    progress.start(`streaming ${this.segments.length} pieces over ${G} greedy steps`, G * this.segments.length);
+    progress.start(`streaming ${this.segments.length} pieces over ${G} greedy steps`, G);
     try {
+      const first = d.timings.length;
+      const session = d.session(prompts.length);
       let step: number[][] = prompts;
-      for (let g = 0, P = 0; g < G; g++) {
-        const b: Batch = { sequences: prompts.map((_, i) => i), length: step[0].length, ids: step, slot: emptySlot() };
-        for (let s = 0; s <= last; s++) {
-          const seg = withKv[s];
-          const t0 = performance.now();
-          store.turn(s);
-          if (isGather(seg)) await this.gather(seg, [b], store);
-          else {
-            const { session } = await this.open(seg, []);
-            const t1 = performance.now();
-            try {
-              const input = store.load(b.slot);
-              const outputs = await session.run(this.feeds(seg, b, input, [b.length - 1], kv, P));
-              if (s === last) {
-                const V = this.graph.spec.vocabSize;
-                const z = outputs[IO.logits].data as Float32Array;
-                step = out.map((o, i) => {
-                  const next = argmax(z.subarray(i * V, (i + 1) * V));
-                  o.push(next);
-                  return [next];
-                });
-              } else {
-                store.keep(b.slot, this.moveOn(s, input, new Map(seg.carriedOut.map((v) => [v, outputs[v].data as Float32Array]))));
-              }
-              for (const v of seg.present) kv.set(v.replace(/^present_/, 'past_'), outputs[v] as ort.Tensor);
-              this.timings.push({ id: seg.id, openMs: t1 - t0, runMs: performance.now() - t1 });
-            } finally {
-              await session.release();
-            }
-          }
-          progress.tick();
-        }
-        this.activationBytes = Math.max(this.activationBytes, [...kv.values()].reduce((a, t) => a + (t.data as Float32Array).byteLength, 0));
-        P += b.length;
+      for (let g = 0; g < G; g++) {
+        const logits = await session.step(step);
+        step = logits.map((z, i) => {
+          const next = argmax(z);
+          out[i].push(next);
+          return [next];
+        });
+        progress.tick();
       }
+      this.activationBytes = Math.max(this.activationBytes, d.kvBytes);
+      for (const t of d.timings.slice(first)) this.timings.push({ id: t.id, openMs: t.openMs, runMs: t.runMs + t.loadMs });
     } finally {
-      store.close();
+      if (!decoder) await d.close();
       progress.done();
     }
     return out;
@@ -568,7 +583,8 @@ export class StreamEngine {
     let session: ort.InferenceSession;
     const head = this.segments[this.segments.length - 1];
     try {
-      await this.sweep(batches, this.segments.length - 1, [], emptyTapResult(), () => [], store);
+      // with a piece store, each piece's carried states are stored as it finishes: a stopped evaluation resumes at the next
+      await this.sweep(batches, this.segments.length - 1, [], emptyTapResult(), () => [], store, this.opts.pieces !== undefined);
       session = (await this.open(head, [])).session;
     } catch (e) {
       store.close();
@@ -600,7 +616,7 @@ export class StreamEngine {
 }
 
 /** A piece of embed ops reading the input ids, with no taps: rows copied in JS (StreamEngine.gather). */
-const isGather = (seg: Segment): boolean => seg.graph.taps.length === 0 && seg.graph.ops.every((op) => op.op === 'embed' && op.ids === IO.ids);
+export const isGather = (seg: Segment): boolean => seg.graph.taps.length === 0 && seg.graph.ops.every((op) => op.op === 'embed' && op.ids === IO.ids);
 
 /** Fold one piece's tap results into the whole sweep's (each tap key belongs to one piece). */
 function foldTaps(into: TapResult, from: TapResult): void {

@@ -1,6 +1,6 @@
 /**
  * Layer-streamed execution (./engine.ts) and when llmc uses it instead of the whole-model Engine:
- * for models whose float32 graph is above STREAM_ABOVE_BYTES (./reference.ts).
+ * for models whose float32 graph is above STREAM_ABOVE_BYTES (./size.ts).
  */
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import type { ArchSpec } from '../../core/arch/spec.js';
@@ -8,11 +8,12 @@ import type { ModelGraph } from '../../core/ir/ir.js';
 import type { Progress } from '../../core/util/progress.js';
 import { Engine, type TapResult, type TapSpec } from '../engine/index.js';
 import { StreamEngine, type PieceHook } from './engine.js';
-import { float32Bytes, STREAM_ABOVE_BYTES } from './reference.js';
+import { float32Bytes, STREAM_ABOVE_BYTES } from './size.js';
 import { streamSettings } from './spill.js';
 
 export { StreamEngine, type Branch, type DivergenceBranch, type StreamOptions, type StreamedLogits, type PieceHook, type PieceResult } from './engine.js';
-export { sourceLogits, float32Bytes, STREAM_ABOVE_BYTES, type SourceLogits } from './reference.js';
+export { StreamDecoder, StreamDecodeSession, DECODE_WEIGHT_BYTES, type DecodeOptions } from './decode.js';
+export { float32Bytes, STREAM_ABOVE_BYTES } from './size.js';
 export { streamSegments, type Segment } from './segments.js';
 export { streamSettings, useStreamSettings, parseBytes, type StreamSettings } from './spill.js';
 export { DEVICES, checkDevice, useStreamDevice, streamDevice, type Device } from './device.js';

@@ -10,6 +10,7 @@ import { noteLine, printJson } from '../output.js';
 import { OutputClosed, TokenSink } from '../token-sink.js';
 import { parseFloatOption, parseIdList, parseIntOption } from '../options.js';
 import { parseJson } from '../../../core/util/json.js';
+import { holdYoungGeneration } from '../../../exec/runtime/node.js';
 
 /** The runner for a checkpoint, or for an artifact through its target's descriptor (after checking its files). */
 async function openRunner(modelPath: string, o: RunOptions & { allowNonFinite?: boolean }): Promise<{ runner: ArtifactRunner; levels?: ElasticLevels; dir: string; hashes?: Promise<void> }> {
@@ -153,6 +154,8 @@ export function registerRun(program: Command): void {
         '  LLMC_RUN_BUNDLE    off: start from dist/ instead of the one-file bundle of the run path\n',
     )
     .action(async (modelPath: string, o) => {
+      // Peak memory while decoding: V8's young generation kept at its initial size (see holdYoungGeneration).
+      holdYoungGeneration();
       const given = [o.promptIds, o.prompt, o.promptFile].filter((x) => x !== undefined).length;
       if (given !== 1) throw new UsageError('give exactly one of --prompt, --prompt-file or --prompt-ids');
       if (o.chat && o.promptIds !== undefined) throw new UsageError('--chat renders a text prompt: give --prompt or --prompt-file, not --prompt-ids');

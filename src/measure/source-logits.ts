@@ -1,36 +1,26 @@
 /**
  * A source checkpoint's logits on a fixed set of windows, for comparisons (the compile's quality
  * evaluation, `llmc check`): from the whole-model Engine while its float32 graph is small, else
- * layer-streamed (./engine.ts), which needs one layer's weights plus the windows' hidden states
+ * layer-streamed (src/exec/stream/engine.ts), which needs one layer's weights plus the windows' hidden states
  * and has no 2 GiB limit. Both give the same logits (bit-identical on dense-28M; test/stream.test.ts).
  * Streamed logits are computed for every window up front (in a child process when it can) and kept in
  * a temporary file (V floats per position: 2.1 GB for 16,384 tokens of a 32k vocabulary), removed by close().
  */
-import type { ModelSource } from '../../core/checkpoint/source.js';
-import { numel } from '../../core/checkpoint/safetensors.js';
-import type { ArchSpec } from '../../core/arch/spec.js';
-import { expectedTensors } from '../../core/arch/names.js';
-import { LlmcError } from '../../core/errors.js';
-import type { Progress } from '../../core/util/progress.js';
-import { Engine } from '../engine/index.js';
-import { StreamEngine } from './engine.js';
-import { streamDevice, type Device } from './device.js';
-import { streamSettings, type StreamSettings } from './spill.js';
-import { onInterrupt } from '../../core/util/interrupt.js';
+import type { ModelSource } from '../core/checkpoint/source.js';
+import { LlmcError } from '../core/errors.js';
+import type { Progress } from '../core/util/progress.js';
+import { Engine } from '../exec/engine/index.js';
+import { StreamEngine } from '../exec/stream/engine.js';
+import { float32Bytes, STREAM_ABOVE_BYTES } from '../exec/stream/size.js';
+import { streamDevice, type Device } from '../exec/stream/device.js';
+import { streamSettings, type StreamSettings } from '../exec/stream/spill.js';
+import { onInterrupt } from '../core/util/interrupt.js';
+import { pieceCache } from './stream-cache.js';
 import { fork } from 'node:child_process';
 import { existsSync, promises as fsp, rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import os from 'node:os';
 import path from 'node:path';
-
-/**
- * Above this many bytes of float32 weights the source streams: the whole graph's onnxruntime session
- * holds about twice its weights (2.2 GB resident for a 1 GiB graph), while streaming holds one layer.
- */
-export const STREAM_ABOVE_BYTES = 2 ** 30;
-
-/** Bytes of the model's weights as float32 (what the whole-model graph holds). */
-export const float32Bytes = (spec: ArchSpec): number => expectedTensors(spec).reduce((a, t) => a + numel(t.shape) * 4, 0);
 
 export interface SourceLogits {
   /** 'onnxruntime' (the whole graph) or 'onnxruntime, layer-streamed'. */
@@ -50,6 +40,11 @@ export interface SourceLogitsOptions {
   progress?: Progress;
   /** Streamed: compute in a child process when the source is a checkpoint directory (default true). */
   child?: boolean;
+  /**
+   * Streamed: the profile cache directory each piece's carried states go to as it finishes, so a
+   * stopped evaluation resumes at the next piece and a second one reads them all (src/measure/stream-cache.ts).
+   */
+  cacheDir?: string;
 }
 
 /**
@@ -57,8 +52,9 @@ export interface SourceLogitsOptions {
  * the pieces up to the head, then the head window by window, released before returning. Returns
  * the byte offset of each window (and the end) and the hidden states' bytes.
  */
-export async function writeStreamedLogits(source: ModelSource, windows: readonly number[][], file: string, opts: { threads?: number; progress?: Progress } = {}): Promise<{ offsets: number[]; activationBytes: number }> {
-  const engine = new StreamEngine(source, { threads: opts.threads, progress: opts.progress });
+export async function writeStreamedLogits(source: ModelSource, windows: readonly number[][], file: string, opts: { threads?: number; progress?: Progress; cacheDir?: string } = {}): Promise<{ offsets: number[]; activationBytes: number }> {
+  const pieces = opts.cacheDir ? await pieceCache(source, opts.cacheDir) : undefined;
+  const engine = new StreamEngine(source, { threads: opts.threads, progress: opts.progress, pieces });
   const prefilled = await engine.prefill(windows as number[][]);
   const offsets: number[] = [];
   const fh = await fsp.open(file, 'w');
@@ -132,7 +128,7 @@ export async function sourceLogits(source: ModelSource, windows: readonly number
 
 /** ./source-child.js beside this module, when running from llmc's build (not from TypeScript sources under a test runner). */
 function childScript(): string | null {
-  if (!import.meta.url.endsWith('/src/exec/stream/reference.js')) return null;
+  if (!import.meta.url.endsWith('/src/measure/source-logits.js')) return null;
   const script = fileURLToPath(new URL('./source-child.js', import.meta.url));
   return existsSync(script) ? script : null;
 }
@@ -157,7 +153,7 @@ async function inChild(script: string, source: ModelSource, windows: readonly nu
       if (result) resolve(result);
       else reject(failure ?? new LlmcError(`the process streaming the source's logits ended (${signal ?? `exit ${code}`}) before it finished`, source.dir));
     });
-    const job: ChildJob = { dir: source.dir, identity, device: streamDevice(), settings: streamSettings(), allowNonFinite: source.allowNonFinite, windows: windows as number[][], file, threads: opts.threads };
+    const job: ChildJob = { dir: source.dir, identity, device: streamDevice(), settings: streamSettings(), allowNonFinite: source.allowNonFinite, windows: windows as number[][], file, threads: opts.threads, cacheDir: opts.cacheDir };
     child.send(job);
   });
 }
@@ -175,6 +171,7 @@ export interface ChildJob {
   windows: number[][];
   file: string;
   threads?: number;
+  cacheDir?: string;
 }
 
 /** What the child answers: its progress, then its result or the one-line error. */
