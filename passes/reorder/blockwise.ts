@@ -44,6 +44,8 @@ export interface BlockwiseSettings {
   endToEndBlocks: number;
   /** Learning rate of the end-to-end steps. */
   endToEndLr: number;
+  /** The local loss: mean squared error of the states, of the RMS-normalized states, or the head's KL on them (logit lens). */
+  loss: 'mse' | 'norm' | 'lens';
 }
 
 /** The LoRA settings and the blockwise ones from the pass's options (reorder.recover=blockwise). */
@@ -51,7 +53,7 @@ export function blockwiseSettings(o: RecoverOptions): { settings: RecoverSetting
   const steps = o.steps === 'auto' ? BLOCKWISE_DEFAULTS.steps : o.steps;
   const settings: RecoverSettings = { rank: o.rank, alpha: o.alpha, steps, lr: o.lr, seed: o.seed, batch: o.batch, ce: o.ce, targets: o.targets === 'auto' ? BLOCKWISE_TARGETS : o.targets, init: 'zero' };
   const endToEnd = o.endToEnd ?? BLOCKWISE_DEFAULTS.endToEnd;
-  return { settings, blockwise: { blockSteps: steps, target: o.target ?? BLOCKWISE_DEFAULTS.target, endToEnd, endToEndBlocks: 0, endToEndLr: o.lr } };
+  return { settings, blockwise: { blockSteps: steps, target: o.target ?? BLOCKWISE_DEFAULTS.target, endToEnd, endToEndBlocks: 0, endToEndLr: o.lr, loss: o.loss ?? BLOCKWISE_DEFAULTS.loss } };
 }
 
 /** recoverTargets=auto under blockwise. */
@@ -130,7 +132,7 @@ export async function blockwiseRecoverLevels(req: BlockwiseRequest): Promise<Blo
   const isFull = (layers: readonly LevelLayer[]) => layers.every((w) => w.kvGroups === spec.numKvHeads && w.qHeadsPerGroup === spec.numHeads / spec.numKvHeads && w.ffn >= (spec.moe ? spec.moe.expertIntermediateSize : spec.intermediateSize));
   const todo = req.levels.filter((lv) => !isFull(lv.layers));
   // What every cached piece of this run shares in its key.
-  const baseKey = { model: await model.identity(), data: training.key, settings: s, blockwise: { blockSteps: bw.blockSteps, target: bw.target } };
+  const baseKey = { model: await model.identity(), data: training.key, settings: s, blockwise: { blockSteps: bw.blockSteps, target: bw.target, ...(bw.loss !== 'mse' ? { loss: bw.loss } : {}) } };
   const levels: LevelState[] = todo.map((lv) => {
     const src = sliceSource(model, lv.layers, 'level');
     const pieces = new TfPieces(src, keep);
@@ -163,6 +165,16 @@ export async function blockwiseRecoverLevels(req: BlockwiseRequest): Promise<Blo
     }
     const shape = (xs: number[][][], bi: number, D: number) => [xs[bi].length, xs[bi][0].length, D] as [number, number, number];
     const D = x0[0].length / (batches[0].length * T);
+    const lensHead = bw.loss === 'lens' ? await full.piece(full.headIndex) : null;
+    // The local loss of a block's output against its target on batch bi (inside tidy / grads).
+    const rms = (x: tf.Tensor) => tf.mul(x, tf.rsqrt(tf.add(tf.mean(tf.square(x), -1, true), 1e-6)));
+    const compare = (out: tf.Tensor, target: tf.Tensor, bi: number): tf.Scalar => {
+      if (lensHead) {
+        const p = tf.softmax(full.run(lensHead, full.headIndex, target)) as tf.Tensor2D;
+        return softTargetLoss(full.run(lensHead, full.headIndex, out) as tf.Tensor2D, batches[bi], p, 0);
+      }
+      return bw.loss === 'norm' ? tf.mean(tf.squaredDifference(rms(out), rms(target))) : tf.mean(tf.squaredDifference(out, target));
+    };
     for (const [l, i] of decoder.entries()) {
       // The full block: the teacher's states (and, for `own`, each level's targets) move on through it.
       const fullBlock = await full.piece(i);
@@ -180,7 +192,7 @@ export async function blockwiseRecoverLevels(req: BlockwiseRequest): Promise<Blo
         const key = { ...baseKey, level: lv.layers.map((w) => [w.kvGroups, w.qHeadsPerGroup, w.ffn]), layer: l };
         // Per level and block a cached profile: a stopped run resumes from the last finished block.
         const prof = await cachedProfile(req.cacheDir, 'blockwise-block', key, async () => {
-          const r = await trainBlock({ lv, i, piece, targets, x: lv.x, y: target, batches, nTrain, nVal, D, s, steps: bw.blockSteps, seed, offset: l * bw.blockSteps, progress });
+          const r = await trainBlock({ lv, i, piece, targets, x: lv.x, y: target, batches, nTrain, nVal, D, s, steps: bw.blockSteps, seed, offset: l * bw.blockSteps, progress, compare });
           const arrays: Record<string, Float64Array> = {};
           r.params?.forEach((p, j) => (arrays[`p${j}`] = Float64Array.from(p)));
           return { meta: { before: r.before, after: r.after, bestStep: r.bestStep, kept: r.params !== null }, arrays };
@@ -287,6 +299,7 @@ interface BlockJob {
   seed: number;
   offset: number;
   progress: Progress;
+  compare: (out: tf.Tensor, target: tf.Tensor, bi: number) => tf.Scalar;
 }
 
 /** Phase 1 for one level and block: the adapters matching the block's output to the target. */
@@ -294,11 +307,11 @@ async function trainBlock(j: BlockJob): Promise<{ params: Float32Array[] | null;
   const { lv, i, piece, targets, x, y, batches, nTrain, nVal, D, s } = j;
   if (!targets.length) return { params: null, before: NaN, after: NaN, bestStep: 0 };
   const shape = (bi: number) => [batches[bi].length, batches[bi][0].length, D] as [number, number, number];
-  // The target's update on the first batch: 1 = as far off as skipping the block.
-  let scale = 0;
-  for (let k = 0; k < x[0].length; k++) scale += (y[0][k] - x[0][k]) ** 2 / x[0].length;
-  scale = Math.max(scale, 1e-12);
-  const loss = (bi: number, lowRank?: Map<string, LowRankTerm>) => tf.div(tf.mean(tf.squaredDifference(lv.pieces.run(piece, i, tf.tensor3d(x[bi], shape(bi)), lowRank ? { lowRank } : {}), tf.tensor3d(y[bi], shape(bi)))), scale) as tf.Scalar;
+  // In units of the loss of skipping the block on the first batch (1 = as far off as that).
+  const s0 = tf.tidy(() => j.compare(tf.tensor3d(x[0], shape(0)), tf.tensor3d(y[0], shape(0)), 0));
+  const scale = Math.max((await s0.data())[0], 1e-12);
+  s0.dispose();
+  const loss = (bi: number, lowRank?: Map<string, LowRankTerm>) => tf.div(j.compare(lv.pieces.run(piece, i, tf.tensor3d(x[bi], shape(bi)), lowRank ? { lowRank } : {}), tf.tensor3d(y[bi], shape(bi)), bi), scale) as tf.Scalar;
   const params = initParams(targets, s.rank, new Rng(j.seed));
   const tensorsOf = (ps: Float32Array[]) => ps.map((p, k) => tf.tensor2d(p, paramShape(targets[k >> 1], s.rank, k)));
   const validation = async (ps: Float32Array[] | null): Promise<number> => {

@@ -63,6 +63,8 @@ export interface RecoverOptions {
   /** blockwise: a level's block matched to the full block on the level's input (own) or the full model's state (teacher); end-to-end steps after. */
   target?: 'own' | 'teacher';
   endToEnd?: number;
+  /** blockwise: the local loss (mse of the states, of the RMS-normalized states, or the head's KL on them). */
+  loss?: 'mse' | 'norm' | 'lens';
   /** distill: weight of the full level's term (the others weigh 1). */
   fullWeight: number;
   /** distill: levels in each step's loss (the full one, the smallest, random others). */
@@ -95,9 +97,9 @@ export const DISTILL_DEFAULTS = { tokens: 1_000_000, lr: 3e-4, batch: 16, fullWe
 /** Keys only LoRA recovery reads (refused with recover=distill). */
 const LORA_ONLY = ['recoverRank', 'recoverAlpha', 'recoverThreads', 'recoverTargets', 'recoverInit'] as const;
 const DISTILL_ONLY = ['recoverFullWeight', 'recoverLevelsPerStep'] as const;
-const BLOCKWISE_ONLY = ['recoverTarget', 'recoverEndToEnd'] as const;
+const BLOCKWISE_ONLY = ['recoverTarget', 'recoverEndToEnd', 'recoverLoss'] as const;
 /** reorder.recover=blockwise's defaults (steps per block and level; end-to-end steps per level). */
-export const BLOCKWISE_DEFAULTS = { steps: 64, endToEnd: 120, target: 'teacher' } as const;
+export const BLOCKWISE_DEFAULTS = { steps: 64, endToEnd: 120, target: 'teacher', loss: 'mse' } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best of ${AUTO_PROVIDERS.join(', ')} at 50% on held-out data; fisher: squared mask gradients accumulated over fisherTokens)`, default: 'activation' },
@@ -133,6 +135,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverFullWeight', help: 'distill: weight of the full level in each step\'s loss (the others weigh 1)', default: String(DISTILL_DEFAULTS.fullWeight) },
   { key: 'recoverLevelsPerStep', help: 'distill: levels in each step\'s loss (the full one, the smallest, then random others)', default: String(DISTILL_DEFAULTS.levelsPerStep) },
   { key: 'recoverTarget', help: 'blockwise: a level\'s block matches the full model\'s state at its depth (teacher) or the full block on the level\'s own input (own)', default: BLOCKWISE_DEFAULTS.target },
+  { key: 'recoverLoss', help: 'blockwise: the block-local loss: mse (hidden states), norm (RMS-normalized states) or lens (the head\'s KL on the states)', default: BLOCKWISE_DEFAULTS.loss },
   { key: 'recoverEndToEnd', help: 'blockwise: end-to-end LoRA steps per level after the block-by-block pass (the gradient carried back block by block; 0: none)', default: String(BLOCKWISE_DEFAULTS.endToEnd) },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
 ];
@@ -219,6 +222,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
             ? {
                 target: raw.recoverTarget !== undefined ? targetMode(raw.recoverTarget) : BLOCKWISE_DEFAULTS.target,
                 endToEnd: raw.recoverEndToEnd !== undefined ? int('recoverEndToEnd', raw.recoverEndToEnd, 0) : BLOCKWISE_DEFAULTS.endToEnd,
+                loss: raw.recoverLoss !== undefined ? lossMode(raw.recoverLoss) : BLOCKWISE_DEFAULTS.loss,
               }
             : {}),
         };
@@ -287,6 +291,13 @@ function projections(v: string): Projection[] {
 function targetMode(v: string): 'own' | 'teacher' {
   const x = v.trim();
   if (x !== 'own' && x !== 'teacher') throw new UsageError(`reorder.recoverTarget must be own or teacher, got "${v}"`);
+  return x;
+}
+
+/** `reorder.recoverLoss`: mse, norm or lens. */
+function lossMode(v: string): 'mse' | 'norm' | 'lens' {
+  const x = v.trim();
+  if (x !== 'mse' && x !== 'norm' && x !== 'lens') throw new UsageError(`reorder.recoverLoss must be mse, norm or lens, got "${v}"`);
   return x;
 }
 
