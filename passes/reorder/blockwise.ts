@@ -88,6 +88,8 @@ export interface BlockwiseOutcome {
   stats: Map<string, { blocks: BlockStat[]; endToEnd?: { before: number; after: number; bestStep: number } }>;
   /** The most calibration activations held at once (bytes): every level's states, targets and held-out states. */
   activationBytes: number;
+  /** The most pieces (embedding, decoder blocks, head) any one model or level held at once: all of them unless streamed. */
+  peakPieces: number;
 }
 
 type Target = { weight: string; inFeatures: number; outFeatures: number };
@@ -246,7 +248,7 @@ export async function blockwiseRecoverLevels(req: BlockwiseRequest): Promise<Blo
     progress.done();
     // Full levels (nothing to recover): the full model's quality, as recoverLevels reports them.
     const levelsOut = new Map(req.levels.map((lv) => [lv.id, out.get(lv.id) ?? { before: fullQ.q }]));
-    return { full: fullQ.q, levels: levelsOut, stats, activationBytes };
+    return { full: fullQ.q, levels: levelsOut, stats, activationBytes, peakPieces: Math.max(full.peakHeld, ...levels.map((lv) => lv.pieces.peakHeld)) };
   } finally {
     full.dispose();
     for (const lv of levels) lv.pieces.dispose();

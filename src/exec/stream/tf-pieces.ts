@@ -14,6 +14,8 @@ import { streamSegments, type Segment } from './segments.js';
 export class TfPieces {
   readonly segments: Segment[];
   private readonly held = new Map<number, TfModel>();
+  /** The most pieces held at once so far (memory follows this many pieces' weights). */
+  peakHeld = 0;
 
   constructor(
     readonly source: ModelSource,
@@ -42,6 +44,7 @@ export class TfPieces {
     if (hit) return hit;
     const m = await TfModel.load(this.source, undefined, this.segments[i].graph);
     this.held.set(i, m);
+    this.peakHeld = Math.max(this.peakHeld, this.held.size);
     return m;
   }
 
