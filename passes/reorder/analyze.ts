@@ -23,6 +23,7 @@ import { ELASTIC_LEVELS, type ElasticLevels, type Recovery } from '../../src/cor
 import type { LowRankAdapter, TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import { adapterTargets, recoverLevels, recoverSettings, type LevelRecovery, type RecoverRequest } from './recover.js';
 import { distillLevels, type DistillSettings } from './distill.js';
+import { blockwiseRecoverLevels, blockwiseSettings, type BlockwiseSettings } from './blockwise.js';
 import {
   ACTIVATION_TAPS,
   activationScores,
@@ -401,6 +402,7 @@ export async function analyzeReorder(
     let recovery: Recovery | null = null;
     let heldOutPpl: number | undefined;
     let training: RecoverRequest['training'] = null;
+    let blockwise: BlockwiseSettings | null = null;
     let shipped: ModelSource = permuted;
     let distilled: { before: Map<string, LevelRecovery>; trainedFull: boolean } | null = null;
     if (o.recover?.method === 'distill') {
@@ -434,16 +436,19 @@ export async function analyzeReorder(
       }
     } else if (o.recover) {
       if (!ctx.target.capabilities.adapters) notes.push(`recovery skipped: target ${ctx.target.name} writes no per-level adapters (reorder.recover=none silences this)`);
-      else if (full.params > RECOVER_MAX_PARAMS) {
-        notes.push(`recovery skipped: ${(full.params / 1e6).toFixed(0)}M parameters is more than the in-process trainer takes (${RECOVER_MAX_PARAMS / 1e6}M; reorder.recover=none silences this)`);
+      else if (full.params > RECOVER_MAX_PARAMS && o.recover.method !== 'blockwise') {
+        notes.push(`recovery skipped: ${(full.params / 1e6).toFixed(0)}M parameters is more than the in-process trainer takes (${RECOVER_MAX_PARAMS / 1e6}M; reorder.recover=blockwise holds one block, reorder.recover=none silences this)`);
       } else {
         const data = await trainingSet(source, calib, o.recover.data, o.recover.seed, { cacheDir: ctx.cacheDir, engine: m.engine });
         if (data.droppedHeldOut) notes.push(`recovery: ${data.droppedHeldOut} training sequence(s) equal to held-out ones dropped`);
-        const settings = recoverSettings(o.recover, levels.filter((lv) => lv.paramFrac < 1).length);
+        const b = o.recover.method === 'blockwise' ? blockwiseSettings(o.recover) : null;
+        blockwise = b?.blockwise ?? null;
+        const settings = b?.settings ?? recoverSettings(o.recover, levels.filter((lv) => lv.paramFrac < 1).length);
         training = { seqs: data.seqs, key: data.key, settings };
         recovery = {
           method: 'lora',
           ...settings,
+          ...(blockwise ? { blockwise: { target: blockwise.target, endToEnd: blockwise.endToEnd, ...(blockwise.loss !== 'mse' ? { loss: blockwise.loss } : {}) } } : {}),
           targets: [...new Set(adapterTargets(permuted, settings.targets).map((t) => t.weight.split('.').slice(-2, -1)[0]))],
           data: { source: calib.spec.source, count: data.seqs.length, length: calib.spec.length, profile: data.key },
         };
@@ -451,7 +456,10 @@ export async function analyzeReorder(
     }
     if (evaluate || training) {
       const threads = o.recover?.threads ?? undefined;
-      const r = await recoverLevels({ model: shipped, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, threads, cacheDir: ctx.cacheDir, progress });
+      const r =
+        blockwise && training
+          ? await blockwiseRecoverLevels({ model: shipped, levels, heldOut: calib.heldOut, training, blockwise, cacheDir: ctx.cacheDir, progress })
+          : await recoverLevels({ model: shipped, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, threads, cacheDir: ctx.cacheDir, progress });
       // The full model's perplexity as onnxruntime measures it (what evaluation compares against); levels on tfjs.
       heldOutPpl = await m.heldOutPpl(calib);
       if (distilled && recovery?.method === 'distill') {

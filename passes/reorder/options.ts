@@ -58,7 +58,13 @@ export const FISHER_DEFAULTS = { tokens: 262_144, batch: 8 } as const;
  * keys (rank, alpha, threads, targets, init) are refused with distill.
  */
 export interface RecoverOptions {
-  method: 'lora' | 'distill';
+  /** blockwise: LoRA's per-level adapters trained one decoder block at a time (passes/reorder/blockwise.ts). */
+  method: 'lora' | 'distill' | 'blockwise';
+  /** blockwise: a level's block matched to the full block on the level's input (own) or the full model's state (teacher); end-to-end steps after. */
+  target?: 'own' | 'teacher';
+  endToEnd?: number;
+  /** blockwise: the local loss (mse of the states, of the RMS-normalized states, or the head's KL on them). */
+  loss?: 'mse' | 'norm' | 'lens';
   /** distill: weight of the full level's term (the others weigh 1). */
   fullWeight: number;
   /** distill: levels in each step's loss (the full one, the smallest, random others). */
@@ -91,6 +97,9 @@ export const DISTILL_DEFAULTS = { tokens: 1_000_000, lr: 3e-4, batch: 16, fullWe
 /** Keys only LoRA recovery reads (refused with recover=distill). */
 const LORA_ONLY = ['recoverRank', 'recoverAlpha', 'recoverThreads', 'recoverTargets', 'recoverInit'] as const;
 const DISTILL_ONLY = ['recoverFullWeight', 'recoverLevelsPerStep'] as const;
+const BLOCKWISE_ONLY = ['recoverTarget', 'recoverEndToEnd', 'recoverLoss'] as const;
+/** reorder.recover=blockwise's defaults (steps per block and level; end-to-end steps per level). */
+export const BLOCKWISE_DEFAULTS = { steps: 64, endToEnd: 120, target: 'teacher', loss: 'mse' } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best of ${AUTO_PROVIDERS.join(', ')} at 50% on held-out data; fisher: squared mask gradients accumulated over fisherTokens)`, default: 'activation' },
@@ -112,10 +121,10 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'quantBlock', help: "in-sliced widths are multiples of this", default: "the target's quantization block" },
   { key: 'evaluate', help: 'measure held-out perplexity per level: true | false | auto', default: 'auto (models up to 50M parameters)' },
   { key: 'sizeBy', help: 'a level\'s fraction counts all parameters (total) or decoder-layer ones (blocks)', default: 'total' },
-  { key: 'recover', help: 'recovery of the levels: lora (per-level adapters distilled from the full model) | distill (the shared weights trained for all levels at once, no adapters) | none', default: 'lora' },
+  { key: 'recover', help: 'recovery of the levels: lora (per-level adapters distilled from the full model) | distill (the shared weights trained for all levels at once, no adapters) | blockwise (lora\'s adapters trained one decoder block at a time: memory one block) | none', default: 'lora' },
   { key: 'recoverRank', help: 'LoRA rank of the recovery adapters', default: String(RECOVER_DEFAULTS.rank) },
   { key: 'recoverAlpha', help: 'LoRA alpha (the adapters are scaled by alpha/rank)', default: String(RECOVER_DEFAULTS.alpha) },
-  { key: 'recoverSteps', help: 'training steps per level, or auto: about 360 steps per chain shared by its levels (80 to 240 each; 80 with the default 10 levels, 240 with 0.5,0.75,1)', default: RECOVER_DEFAULTS.steps },
+  { key: 'recoverSteps', help: 'training steps per level, or auto: about 360 steps per chain shared by its levels (80 to 240 each; 80 with the default 10 levels, 240 with 0.5,0.75,1); blockwise: per decoder block and level (auto: 64)', default: RECOVER_DEFAULTS.steps },
   { key: 'recoverLr', help: 'Adam learning rate (cosine decay to a tenth)', default: String(RECOVER_DEFAULTS.lr) },
   { key: 'recoverSeed', help: 'seed of the adapters\' init, the batch order and the training data', default: 'the calibration seed' },
   { key: 'recoverData', help: 'training sequences of calibLength tokens (self-generated, or text windows; never held-out ones)', default: String(RECOVER_DEFAULTS.data) },
@@ -125,6 +134,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverInit', help: "the adapters' start: chain (levels train largest first in two chains, each from the next larger level's adapters) | zero (LoRA's B = 0) | fit (rank-r least-squares correction toward the full model)", default: RECOVER_DEFAULTS.init },
   { key: 'recoverFullWeight', help: 'distill: weight of the full level in each step\'s loss (the others weigh 1)', default: String(DISTILL_DEFAULTS.fullWeight) },
   { key: 'recoverLevelsPerStep', help: 'distill: levels in each step\'s loss (the full one, the smallest, then random others)', default: String(DISTILL_DEFAULTS.levelsPerStep) },
+  { key: 'recoverTarget', help: 'blockwise: a level\'s block matches the full model\'s state at its depth (teacher) or the full block on the level\'s own input (own)', default: BLOCKWISE_DEFAULTS.target },
+  { key: 'recoverLoss', help: 'blockwise: the block-local loss: mse (hidden states), norm (RMS-normalized states) or lens (the head\'s KL on the states)', default: BLOCKWISE_DEFAULTS.loss },
+  { key: 'recoverEndToEnd', help: 'blockwise: end-to-end LoRA steps per level after the block-by-block pass (the gradient carried back block by block; 0: none)', default: String(BLOCKWISE_DEFAULTS.endToEnd) },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
 ];
 
@@ -169,7 +181,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
     evaluate = raw.evaluate === 'auto' ? 'auto' : raw.evaluate === 'true';
   }
   const recoverMode = (raw.recover ?? 'lora').trim();
-  if (recoverMode !== 'lora' && recoverMode !== 'distill' && recoverMode !== 'none') throw new UsageError(`reorder.recover must be lora, distill or none, got "${raw.recover}"`);
+  if (recoverMode !== 'lora' && recoverMode !== 'distill' && recoverMode !== 'blockwise' && recoverMode !== 'none') throw new UsageError(`reorder.recover must be lora, distill, blockwise or none, got "${raw.recover}"`);
   const num = (key: string, v: string | undefined, dflt: number, min: number) => {
     if (v === undefined) return dflt;
     const x = Number(v);
@@ -179,10 +191,13 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
   const d = RECOVER_DEFAULTS;
   const seed = raw.seed !== undefined ? int('seed', raw.seed, 0) : 42;
   const recoverKeys = Object.keys(raw).filter((k) => k.startsWith('recover') && k !== 'recover');
-  if (recoverMode === 'none' && recoverKeys.length) throw new UsageError(`reorder.${recoverKeys[0]} needs reorder.recover=lora or distill`);
+  if (recoverMode === 'none' && recoverKeys.length) throw new UsageError(`reorder.${recoverKeys[0]} needs reorder.recover=lora, distill or blockwise`);
   const distill = recoverMode === 'distill';
-  const wrong = recoverKeys.find((k) => (distill ? (LORA_ONLY as readonly string[]) : (DISTILL_ONLY as readonly string[])).includes(k));
-  if (wrong) throw new UsageError(`reorder.${wrong} applies to reorder.recover=${distill ? 'lora' : 'distill'} only`);
+  const blockwise = recoverMode === 'blockwise';
+  // Which mode reads each key: LoRA's adapter keys serve blockwise too, but not its threads or start.
+  const owner = (k: string) => ((DISTILL_ONLY as readonly string[]).includes(k) ? 'distill' : (BLOCKWISE_ONLY as readonly string[]).includes(k) ? 'blockwise' : (LORA_ONLY as readonly string[]).includes(k) ? (k === 'recoverThreads' || k === 'recoverInit' ? 'lora' : 'lora or blockwise') : null);
+  const wrong = recoverKeys.find((k) => owner(k) !== null && !owner(k)!.split(' or ').includes(recoverMode));
+  if (wrong) throw new UsageError(`reorder.${wrong} applies to reorder.recover=${owner(wrong)} only`);
   const calibLength = raw.calibLength !== undefined ? int('calibLength', raw.calibLength, 2) : 64;
   const dd = DISTILL_DEFAULTS;
   const recover: RecoverOptions | null =
@@ -192,7 +207,7 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
           method: recoverMode,
           rank: raw.recoverRank !== undefined ? int('recoverRank', raw.recoverRank, 1) : d.rank,
           alpha: num('recoverAlpha', raw.recoverAlpha, d.alpha, 0),
-          steps: raw.recoverSteps !== undefined ? stepsOption(raw.recoverSteps) : d.steps,
+          steps: raw.recoverSteps !== undefined ? stepsOption(raw.recoverSteps) : blockwise ? BLOCKWISE_DEFAULTS.steps : d.steps,
           lr: num('recoverLr', raw.recoverLr, distill ? dd.lr : d.lr, 0),
           seed: raw.recoverSeed !== undefined ? int('recoverSeed', raw.recoverSeed, 0) : seed,
           data: raw.recoverData !== undefined ? int('recoverData', raw.recoverData, 1) : distill ? Math.ceil(dd.tokens / calibLength) : d.data,
@@ -203,6 +218,13 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
           init: raw.recoverInit !== undefined ? initMode(raw.recoverInit) : d.init,
           fullWeight: num('recoverFullWeight', raw.recoverFullWeight, dd.fullWeight, 0),
           levelsPerStep: raw.recoverLevelsPerStep !== undefined ? int('recoverLevelsPerStep', raw.recoverLevelsPerStep, 1) : dd.levelsPerStep,
+          ...(blockwise
+            ? {
+                target: raw.recoverTarget !== undefined ? targetMode(raw.recoverTarget) : BLOCKWISE_DEFAULTS.target,
+                endToEnd: raw.recoverEndToEnd !== undefined ? int('recoverEndToEnd', raw.recoverEndToEnd, 0) : BLOCKWISE_DEFAULTS.endToEnd,
+                loss: raw.recoverLoss !== undefined ? lossMode(raw.recoverLoss) : BLOCKWISE_DEFAULTS.loss,
+              }
+            : {}),
         };
   const sizeBy = raw.sizeBy ?? 'total';
   if (sizeBy !== 'total' && sizeBy !== 'blocks') throw new UsageError(`reorder.sizeBy must be total or blocks, got "${sizeBy}"`);
@@ -264,6 +286,19 @@ function projections(v: string): Projection[] {
   const bad = want.find((x) => !(PROJECTIONS as readonly string[]).includes(x));
   if (bad !== undefined || !want.length) throw new UsageError(`reorder.recoverTargets must be auto or list projections of ${PROJECTIONS.join(', ')}, got "${v}"`);
   return PROJECTIONS.filter((p) => want.includes(p));
+}
+
+function targetMode(v: string): 'own' | 'teacher' {
+  const x = v.trim();
+  if (x !== 'own' && x !== 'teacher') throw new UsageError(`reorder.recoverTarget must be own or teacher, got "${v}"`);
+  return x;
+}
+
+/** `reorder.recoverLoss`: mse, norm or lens. */
+function lossMode(v: string): 'mse' | 'norm' | 'lens' {
+  const x = v.trim();
+  if (x !== 'mse' && x !== 'norm' && x !== 'lens') throw new UsageError(`reorder.recoverLoss must be mse, norm or lens, got "${v}"`);
+  return x;
 }
 
 function initMode(v: string): 'fit' | 'zero' | 'chain' {

@@ -337,7 +337,7 @@ function warmStart(targets: readonly { weight: string; inFeatures: number; outFe
 }
 
 /** [rows, cols] row-major → [cols, rows]. */
-function transpose(x: Float32Array, rows: number, cols: number): Float32Array {
+export function transpose(x: Float32Array, rows: number, cols: number): Float32Array {
   const out = new Float32Array(x.length);
   for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = x[r * cols + c];
   return out;
@@ -355,9 +355,13 @@ export function lowRankTerms(adapters: readonly Adapter[], rank: number, scale: 
 
 /** Soft cross-entropy against the teacher's probabilities (= KL + the teacher's entropy) + ce · data CE. */
 export function distillLoss(model: TfModel, ids: number[][], opts: RunOptions, teacherProbs: tf.Tensor2D, ce: number, override?: Map<string, tf.Tensor>): tf.Scalar {
+  return softTargetLoss(model.logits(ids, opts, override), ids, teacherProbs, ce);
+}
+
+/** distillLoss from the student's logits [B·T, V] (blockwise recovery computes them piece by piece). */
+export function softTargetLoss(logits: tf.Tensor2D, ids: number[][], teacherProbs: tf.Tensor2D, ce: number): tf.Scalar {
   const B = ids.length;
   const T = ids[0].length;
-  const logits = model.logits(ids, opts, override);
   const V = logits.shape[1];
   // Predicting positions only (the last has no next token in the data): row weights, not a gather
   // (gather's gradient needs a kernel tfjs's wasm backend lacks).

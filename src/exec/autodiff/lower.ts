@@ -59,10 +59,13 @@ export class TfModel {
     this.rotate = rotateHalf(source.spec.headDim);
   }
 
-  static async load(source: ModelSource, note?: (m: string) => void): Promise<TfModel> {
+  /**
+   * `graph`: a piece of the model's graph (src/exec/stream's segments: one decoder layer) to hold
+   * only its weights; `forward` runs it. Default: the whole model.
+   */
+  static async load(source: ModelSource, note?: (m: string) => void, graph: ModelGraph = buildModel(source.spec)): Promise<TfModel> {
     const init = await initTf();
     if (init.note) note?.(init.note);
-    const graph = buildModel(source.spec);
     // Linear weights are held transposed ([in, out], under `name#T`): the wasm backend's matMul is
     // ~10× slower with transposeB. The embedding table is also kept as is for the lookup.
     const plain = new Set<string>();
@@ -131,12 +134,21 @@ export class TfModel {
     const B = ids.length;
     const Tn = ids[0].length;
     if (ids.some((s) => s.length !== Tn)) throw new LlmcError('sequences in one batch must have equal length');
+    const logits = this.forward(new Map([[IO.ids, tf.tensor2d(ids.flat(), [B, Tn], 'int32')]]), B, Tn, [IO.logits], opts, override)[0];
+    return tf.reshape(logits, [B * Tn, logits.shape[2]!]) as tf.Tensor2D;
+  }
+
+  /**
+   * The graph's ops over `feeds` (its inputs other than the rope tables and logit positions, which
+   * are made here: the ids, or a piece's carried hidden states [B, Tn, C]); the values `outputs`
+   * name. Call inside tf.tidy / grads.
+   */
+  forward(feeds: ReadonlyMap<string, T>, B: number, Tn: number, outputs: readonly string[], opts: RunOptions = {}, override?: Map<string, T>): T[] {
     const spec = this.source.spec;
     const W = (name: string): T => override?.get(name) ?? this.weights.get(name)!;
     const hd = spec.headDim;
     const { cos, sin } = ropeTables(spec, 0, Tn);
-    const env = new Map<string, T>();
-    env.set(IO.ids, tf.tensor2d(ids.flat(), [B, Tn], 'int32'));
+    const env = new Map<string, T>(feeds);
     // Full-head tables (each half's angle repeated) for the rotate-half-as-matmul lowering of rope.
     const full = (t: Float32Array) => Float32Array.from({ length: Tn * hd }, (_, k) => t[Math.floor(k / hd) * (hd / 2) + (k % (hd / 2))]);
     env.set(IO.cos, tf.tensor2d(full(cos), [Tn, hd]));
@@ -174,8 +186,7 @@ export class TfModel {
         if (m) env.set(out, tf.mul(get(out), tf.tensor(m, [1, 1, m.length])));
       }
     }
-    const logits = get(IO.logits);
-    return tf.reshape(logits, [B * Tn, logits.shape[2]!]) as tf.Tensor2D;
+    return outputs.map(get);
   }
 
   /** Mean next-token cross-entropy over all positions of the batch (call inside tf.tidy / grads). */
