@@ -61,6 +61,10 @@ const MORE = MATRICES + 1;
 export const MAX_GROUP = 3;
 /** 26: runChunks spells it as a number (it is embedded by its source text). */
 const LANES = MORE + 3 * (MAX_GROUP - 1);
+/** The prep phase's slots after the mail flag and its acks: next piece (generation << 12 | piece), pieces, pieces done, pre fn, quantizer fn, x, u, q, values per block, q bytes per block, blocks. */
+const PREP_SLOTS = 11;
+/** Pieces of x a prep phase is cut into per thread: each a claim and a count, small beside a block's quantization. */
+const PREP_PIECES_PER_THREAD = 2;
 /** Chunks of rows per lane: a thread done with its own lane claims the others' next ones, so a thread the OS deschedules (a loaded machine) holds up little. */
 const CHUNKS_PER_THREAD = 4;
 /**
@@ -107,6 +111,34 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
   }
   let total = 0;
   for (const r of rows) total += r;
+  // The prep phase (MatmulPool's Prep, slots from 28 + lanes): pieces of x's blocks claimed in turns,
+  // then every thread waits for all of them before it claims rows.
+  const P = 28 + lanes;
+  const pieces = Atomics.load(ctl, P + 1);
+  if (pieces > 0) {
+    const pre = Atomics.load(ctl, P + 3);
+    const quant = Atomics.load(ctl, P + 4);
+    const src = Atomics.load(ctl, P + 5), u = Atomics.load(ctl, P + 6), q = Atomics.load(ctl, P + 7);
+    const vals = Atomics.load(ctl, P + 8), qBytes = Atomics.load(ctl, P + 9), nb = Atomics.load(ctl, P + 10);
+    for (;;) {
+      const cur = Atomics.load(ctl, P);
+      if (cur - (cur & 0xfff) !== g) return;
+      const c = cur & 0xfff;
+      if (c >= pieces) break;
+      if (Atomics.compareExchange(ctl, P, cur, cur + 1) !== cur) continue;
+      const b0 = Math.floor((nb * c) / pieces);
+      const b1 = Math.floor((nb * (c + 1)) / pieces);
+      if (b1 > b0) {
+        if (pre >= 0) kernel(pre)(src + b0 * vals * 4, u + b0 * vals * 4, (b1 - b0) * vals * 4);
+        kernel(quant)(src + b0 * vals * 4, q + b0 * qBytes, b1 - b0);
+      }
+      Atomics.add(ctl, P + 2, 1);
+    }
+    while (Atomics.load(ctl, P + 2) < pieces) {
+      const cur = Atomics.load(ctl, P);
+      if (cur - (cur & 0xfff) !== g) return;
+    }
+  }
   for (let k = 0; k < lanes; k++) {
     const j = (lane + k) % lanes;
     const start = Math.floor((total * j) / lanes);
@@ -186,6 +218,29 @@ export const webWorker: SpawnWorker = () => {
 };
 
 type Kernel = (...args: number[]) => void;
+
+/**
+ * What a job does to x before its rows (MatmulPool.callGroup's `prep`): `nb` blocks of `vals` f32 at
+ * byte `src` (tokens back to back), optionally `pre`(src + o, u + o, bytes) first (silu(g)·u over g),
+ * then `quant`(src + o, q + b·qBytes, blocks) (./qact.ts's quantizers). Every block is independent of
+ * the others, so cut into pieces across the threads they give the bytes one thread's call would.
+ */
+export interface Prep {
+  pre: { name: string; fn: Kernel } | null;
+  quant: { name: string; fn: Kernel };
+  src: number;
+  u: number;
+  q: number;
+  vals: number;
+  qBytes: number;
+  nb: number;
+}
+
+/** A prep phase on the calling thread alone, in one call each. */
+export function runPrep(p: Prep): void {
+  p.pre?.fn(p.src, p.u, p.nb * p.vals * 4);
+  p.quant.fn(p.src, p.q, p.nb);
+}
 /** Memories attached at once (KV caches whose attention runs on the pool). */
 const MAX_ATTACHED = 8;
 const NO_MORE: readonly (readonly [number, number, number])[] = [];
@@ -233,7 +288,7 @@ export class MatmulPool {
    */
   static async start(module: WebAssembly.Module, memory: WebAssembly.Memory, names: readonly string[], threads: number, opts: PoolOptions): Promise<MatmulPool> {
     if (!(memory.buffer instanceof SharedArrayBuffer)) throw new LlmcError('the worker pool needs a shared WebAssembly memory');
-    const control = new SharedArrayBuffer((LANES + threads + 2) * 4); // + the mail flag and its acks
+    const control = new SharedArrayBuffer((LANES + threads + 2 + PREP_SLOTS) * 4); // + the mail flag and its acks, then the prep phase's slots
     const workers: PoolWorker[] = [];
     try {
       const ready: Promise<void>[] = [];
@@ -261,14 +316,17 @@ export class MatmulPool {
    * each other's (w, y, nRows), the other arguments shared (the same x, row bytes, y stride). One
    * wake-up and one chunk queue cover them all.
    */
-  callGroup(name: string, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[]): void {
+  callGroup(name: string, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], prep: Prep | null = null): void {
     if (more.length >= MAX_GROUP) throw new LlmcError(`internal: a pool job covers at most ${MAX_GROUP} matrices`);
     let nRows = a[6];
     for (const m of more) nRows += m[2];
     const work = a[1] * nRows * a[8];
-    if (nRows < 2 || work < this.minWork) return runEach(kernel, a, more);
+    if (nRows < 2 || work < this.minWork) {
+      if (prep) runPrep(prep);
+      return runEach(kernel, a, more);
+    }
     const perLane = Math.max(CHUNKS_PER_THREAD, Math.min(CHUNKS_PER_THREAD_MAX, Math.floor(work / CHUNK_MIN_WORK / this.threads)));
-    this.run(this.index.get(name)!, kernel, a, more, nRows, perLane);
+    this.run(this.index.get(name)!, kernel, a, more, nRows, perLane, prep);
   }
 
   private gen = 0;
@@ -318,11 +376,23 @@ export class MatmulPool {
     return { splitCalls: this.calls, workerChunks: Atomics.load(this.ctl, WORKER_CHUNKS) };
   }
 
-  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], nRows: number, perLane: number): void {
+  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], nRows: number, perLane: number, prep: Prep | null = null): void {
     const ctl = this.ctl;
     const lanes = this.threads;
     const gen = (this.gen = (this.gen + 1) & 0xffff);
     for (let j = 0; j < lanes; j++) Atomics.store(ctl, LANES + j, (gen << 12) | 0xfff); // closed while the job is written
+    const P = LANES + lanes + 2;
+    Atomics.store(ctl, P, (gen << 12) | 0xfff);
+    let lookup = () => kernel;
+    if (prep) {
+      const pieces = Math.min(prep.nb, PREP_PIECES_PER_THREAD * lanes);
+      const pre = prep.pre ? this.index.get(prep.pre.name)! : -1;
+      const quant = this.index.get(prep.quant.name)!;
+      const slots = [pieces, 0, pre, quant, prep.src, prep.u, prep.q, prep.vals, prep.qBytes, prep.nb];
+      for (let i = 0; i < slots.length; i++) Atomics.store(ctl, P + 1 + i, slots[i]);
+      const byIndex = (i: number): Kernel => (i === fn ? kernel : i === quant ? prep.quant.fn : prep.pre!.fn);
+      lookup = byIndex as () => Kernel;
+    } else Atomics.store(ctl, P + 1, 0);
     let target = 0;
     for (let j = 0; j < lanes; j++) target += Math.min(perLane, Math.floor((nRows * (j + 1)) / lanes) - Math.floor((nRows * j) / lanes));
     Atomics.store(ctl, FN, fn);
@@ -333,10 +403,11 @@ export class MatmulPool {
     for (let i = 0; i < more.length; i++) for (let k = 0; k < 3; k++) Atomics.store(ctl, MORE + 3 * i + k, more[i][k]);
     Atomics.store(ctl, DONE, 0);
     for (let j = 0; j < lanes; j++) Atomics.store(ctl, LANES + j, gen << 12);
+    Atomics.store(ctl, P, gen << 12);
     Atomics.store(ctl, SEQ, gen);
     Atomics.notify(ctl, SEQ);
     this.calls++;
-    runChunks(ctl, () => kernel, gen, 0, lanes);
+    runChunks(ctl, lookup, gen, 0, lanes);
     for (let i = 0; ; i++) {
       const done = Atomics.load(ctl, DONE);
       if (done === target) return;
