@@ -15,7 +15,8 @@ import { compileTs } from './ts-artifact.js';
 import type { WeightTable } from '../src/exec/runtime/interpreter.js';
 import { nodeWorker } from '../src/exec/runtime/node.js';
 import { WasmArena } from '../src/exec/runtime/wasm.js';
-import { matmul, matmulGroup, Weight } from '../src/exec/runtime/kernels.js';
+import { matmul, matmulGroup, matmulSiluMul, Weight } from '../src/exec/runtime/kernels.js';
+import { SiluMul } from '../src/exec/runtime/activation.js';
 import { quantize } from '../src/core/quant/quantize.js';
 import type { WeightFormat } from '../src/exec/runtime/format.js';
 import { Rng } from '../src/core/util/rng.js';
@@ -203,6 +204,41 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       expect(poolStats(model)!.splitCalls - before).toBe(5 * layers + 2);
     } finally {
       await model.close();
+    }
+  });
+
+  it("the down projection over silu(g)·u in one job (silu·mul and x's quantization split over the threads) equals SiluMul then matmul bit for bit", async () => {
+    const rng = new Rng(22);
+    const silu = SiluMul.create()!;
+    for (const [format, cols] of [['Q8_0', 288], ['Q4_K', 512]] as [WeightFormat, number][]) {
+      const rows = 11;
+      const blob = quantize(format, Float32Array.from({ length: rows * cols }, () => rng.normal()), cols);
+      const bias = Float32Array.from({ length: rows }, () => rng.normal());
+      for (const threads of [1, 2, 3]) {
+        const arena = WasmArena.create(blob.length + 128, cols, true)!;
+        await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+        try {
+          const mem = arena.weights(blob.length + 128);
+          mem.set(blob, 64);
+          const w = new Weight('down', format, rows, cols, mem.subarray(64, 64 + blob.length), arena);
+          for (const T of [1, 3, 6]) {
+            // gate values spread wide: exp's range, both signs
+            const g = Float32Array.from({ length: T * cols }, () => 8 * rng.normal());
+            const u = Float32Array.from({ length: T * cols }, () => rng.normal());
+            const act = new Float32Array(T * cols);
+            silu.run(g, u, act, T * cols);
+            const want = new Float32Array(T * rows);
+            matmul(w, act, T, cols, want, rows, { bias });
+            const got = new Float32Array(T * rows).fill(NaN);
+            const before = arena.poolStats()?.splitCalls ?? 0;
+            expect(matmulSiluMul(w, g, u, T, cols, got, rows, bias)).toBe(true);
+            expect(Buffer.from(got.buffer).equals(Buffer.from(want.buffer)), `${format} T=${T} threads=${threads}`).toBe(true);
+            if (threads > 1) expect(arena.poolStats()!.splitCalls - before).toBe(1);
+          }
+        } finally {
+          arena.closePool();
+        }
+      }
     }
   });
 });

@@ -58,6 +58,9 @@ function siluMulBody(): number[] {
   ];
 }
 
+/** silu_mul for ./wasm.ts's matmul module (3 i32 parameters: g, u, bytes): the worker pool runs it on x before the down projection. */
+export const SILU_MUL_KERNEL = { name: 'silu_mul', body: siluMulBody } as const;
+
 const PAGE = 65536;
 
 /** silu(g)·u over float32 arrays; null where WebAssembly SIMD is unavailable. */

@@ -19,7 +19,7 @@ import { firstVisible, type MaskKind } from '../../core/ir/mask.js';
 import { localRopeSpec, ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
 import { checkWidths, keptExtent, keptHeads, keptNeurons, type Extent, type LayerWidth } from '../../core/ir/width.js';
-import { dequantRow, matmul, matmulGroup, type Weight } from './kernels.js';
+import { dequantRow, matmul, matmulGroup, matmulSiluMul, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
 import { KvMemory, type TreeAttention } from './attention.js';
@@ -283,6 +283,8 @@ interface Frame {
   tree?: TreeAttention;
   rowwise?: boolean;
   keyMask?: ArrayLike<number>;
+  /** Run range by range (`stage`): the caller may read any value between ranges. */
+  staged?: boolean;
 }
 
 /** A step returns a promise only where it waits for I/O (offloaded experts). */
@@ -335,6 +337,7 @@ export class Interpreter {
     const ops = graph.ops;
     for (const op of ops) if ('out' in op) this.producer.set(op.out, op);
     const atPositions = positionRows(ops);
+    const fusedDown: { silu: number; down: number; operands: [Buffer2D, Buffer2D] }[] = [];
     for (let i = 0; i < ops.length; i++) {
       const op = ops[i];
       const next = ops[i + 1];
@@ -342,13 +345,53 @@ export class Interpreter {
       this.stepOf[i] = this.steps.length;
       if (!this.ort && op.op === 'silu' && next?.op === 'mul' && next.a === op.out && uses.get(op.out) === 1) {
         this.stepOf[i + 1] = this.steps.length;
-        this.steps.push(this.gathering(atPositions.has(next.out) ? [op.x, next.b] : [], () => this.siluMul(op.x, next.b, next.out)));
+        let operands: [Buffer2D, Buffer2D] | null = null;
+        this.steps.push(this.gathering(atPositions.has(next.out) ? [op.x, next.b] : [], () => {
+          operands = [this.buffer(op.x), this.buffer(next.b)];
+          return this.siluMul(op.x, next.b, next.out);
+        }));
+        const down = ops[i + 2];
+        if (down?.op === 'linear' && down.x === next.out && uses.get(next.out) === 1 && !atPositions.has(next.out)) fusedDown.push({ silu: this.steps.length - 1, down: i + 2, operands: operands! });
         i++;
         continue;
       }
       this.steps.push(this.gathering('out' in op && atPositions.has(op.out) ? rowInputs(op) : [], () => this.compile(op)));
     }
     this.groupLinears(ops, atPositions);
+    for (const d of fusedDown) this.fuseSiluIntoDown(ops[d.down] as Extract<Op, { op: 'linear' }>, d.silu, this.stepOf[d.down], d.operands);
+  }
+
+  /**
+   * silu(g)·u computed inside the down projection's matmul job (kernels.ts's matmulSiluMul: on a
+   * worker pool the threads run it piece by piece with x's quantization, not the calling thread
+   * alone): the silu·mul step only marks its frame, and the down step, seeing the mark, runs both.
+   * Frames with elastic widths, adapters, rowwise kernels or staged ranges (whose caller may read the
+   * activation between them), weights matmulSiluMul does not take, and the last layer's MLP (its
+   * silu·mul step gathers the logit positions' rows first) run the two steps as before.
+   */
+  private fuseSiluIntoDown(down: Extract<Op, { op: 'linear' }>, siluAt: number, downAt: number, [G, U]: [Buffer2D, Buffer2D]): void {
+    if (this.table.jsOnly || this.table.linearKernel || !this.table.has(down.weight)) return;
+    const W = this.table.weight(down.weight);
+    if (!W.arena || W.format === 'F32' || W.format === 'F16' || G.channels !== down.inFeatures || U.channels !== down.inFeatures || W.cols !== down.inFeatures) return;
+    const bias = down.bias && this.table.has(down.bias) ? this.table.vector(down.bias) : null;
+    const out = this.buffer(down.out);
+    const count = this.counter(down.x);
+    const siluStep = this.steps[siluAt];
+    const downStep = this.steps[downAt];
+    let pending: Frame | null = null;
+    this.steps[siluAt] = (f) => {
+      if (f.widths || f.adapters || f.rowwise || f.staged) return siluStep(f);
+      pending = f;
+    };
+    this.steps[downAt] = (f) => {
+      if (pending !== f) return downStep(f);
+      pending = null;
+      const n = count(f);
+      if (n > 0 && !matmulSiluMul(W, G.data, U.data, n, down.inFeatures, out.rows(n), down.outFeatures, bias)) {
+        siluStep(f);
+        downStep(f);
+      }
+    };
   }
 
   /**
@@ -476,7 +519,7 @@ export class Interpreter {
   stage(ids: ArrayLike<number>, cache: KvCache, positions: number[], opts: RunOptions = {}): StagedCall {
     if (this.table.experts) throw new LlmcError('chunked prefill runs models whose experts are resident (not --expert-cache)');
     const capacity = cache.capacity;
-    const frame = this.frame(ids, cache, positions, undefined, opts);
+    const frame = { ...this.frame(ids, cache, positions, undefined, opts), staged: true };
     if (cache.capacity !== capacity && (opts.pos0 ?? 0) > 0) throw new LlmcError('internal: reserve the KV cache before staging chunks');
     let next = 0;
     return {

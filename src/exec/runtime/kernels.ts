@@ -309,6 +309,19 @@ export function matmulGroup(ws: readonly Weight[], x: Float32Array, T: number, x
   });
 }
 
+/**
+ * y = W · (silu(g)·u) over W's rows and all its columns (the MLP's down projection over its fused
+ * activation) with silu·mul inside the arena's matmul job, on its worker pool where there is one:
+ * the same bits as SiluMul.run then matmul. False (nothing done) where W is not a quantized weight
+ * of the arena whose columns are whole blocks: the caller runs the two steps then.
+ */
+export function matmulSiluMul(w: Weight, g: Float32Array, u: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, bias: Float32Array | null): boolean {
+  if (!w.arena || w.format === 'F32' || w.format === 'F16' || wholeColumns(w, w.cols) !== w.cols) return false;
+  w.arena.matmulSiluMul(w.format as Exclude<WasmFormat, 'F32' | 'F16'>, w.ptr, w.rowBytes, w.rows, w.cols, g, u, T, xStride, y, yStride);
+  if (bias) addBias(bias, T, y, yStride, 0, w.rows);
+  return true;
+}
+
 /** The columns of a prefix of nCols that the arena's kernels take: whole blocks (the caller adds the cut block's tail). */
 const wholeColumns = (w: Weight, nCols: number) => (w.format === 'F32' || w.format === 'F16' ? nCols : FORMAT_BLOCK[w.format].blockSize === 256 ? nCols & ~255 : nCols & ~31);
 

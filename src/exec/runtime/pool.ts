@@ -40,27 +40,40 @@ export interface PoolOptions {
   minWork?: number;
 }
 
-// The control block (Int32 slots). SEQ: the current job's generation (16 bits), which sleeping workers
-// wait on. TARGET: the job's chunks in all. DONE: chunks finished. Then the kernel's index, the chunks
-// per lane, a quit flag and the kernel's arguments; after the workers' chunk count, the number of
-// matrices in the job and (w, y, nRows) of each after the first (MatmulPool.callGroup); then one slot
-// per lane (thread): generation << 12 | the lane's next unclaimed chunk.
+// The control block (Int32 slots), laid out by 64-byte cache lines (LINE slots) so that what one
+// thread writes often does not evict what another polls: a worker spinning on SEQ would otherwise
+// pull the line back after each of the caller's ~30 stores of a job (an empty job cost ~3.5 µs).
+// Line 0: SEQ, the current job's generation (16 bits), which the workers poll and sleep on; QUIT.
+// Line 1: the job: TARGET (its chunks in all), the kernel's index FN, the chunks per lane, the kernel's
+// arguments, the number of matrices; line 2: (w, y, nRows) of each matrix after the first
+// (MatmulPool.callGroup), then the prep phase (Prep: pieces, pre and quantizer fn, x, u, q, values and
+// q bytes per block, blocks). The job's slots are written plainly and published by SEQ's store.
+// Then on lines of their own: DONE (chunks finished), the workers' chunk count, the prep phase's next
+// piece (generation << 12 | piece) and pieces done, then one line per lane (thread): generation << 12 |
+// the lane's next unclaimed chunk; then the mail flag and its acks (MatmulPool.attach).
+// runChunks spells these as numbers (it is embedded by its source text); checked below.
+const LINE = 16;
 const SEQ = 0;
-const TARGET = 1;
-const DONE = 2;
-const FN = 3;
-const CHUNKS = 4;
-const QUIT = 5;
-const ARGS = 6;
+const QUIT = 1;
+const TARGET = 16;
+const FN = 17;
+const CHUNKS = 18;
+const ARGS = 19;
 const MAX_ARGS = 12;
-/** Chunks the workers ran (for tests and benches: the pool really shares the work). */
-const WORKER_CHUNKS = ARGS + MAX_ARGS;
-const MATRICES = WORKER_CHUNKS + 1;
-const MORE = MATRICES + 1;
+const MATRICES = ARGS + MAX_ARGS;
+const MORE = 32;
 /** Matrices one job may cover (q, k, v). */
 export const MAX_GROUP = 3;
-/** 26: runChunks spells it as a number (it is embedded by its source text). */
-const LANES = MORE + 3 * (MAX_GROUP - 1);
+const PREP = MORE + 3 * (MAX_GROUP - 1);
+const DONE = 48;
+/** Chunks the workers ran (for tests and benches: the pool really shares the work). */
+const WORKER_CHUNKS = 64;
+const PREP_NEXT = 80;
+const PREP_DONE = 96;
+const LANES = 112;
+if (MATRICES !== 31 || PREP !== 38 || PREP + 9 > DONE) throw new Error('internal: the pool control block layout');
+/** Pieces of x a prep phase is cut into per thread: each a claim and a count, small beside a block's quantization. */
+const PREP_PIECES_PER_THREAD = 2;
 /** Chunks of rows per lane: a thread done with its own lane claims the others' next ones, so a thread the OS deschedules (a loaded machine) holds up little. */
 const CHUNKS_PER_THREAD = 4;
 /**
@@ -92,31 +105,59 @@ const SPINS = 20000;
  */
 function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => void, gen: number, lane: number, lanes: number): void {
   const g = (gen & 0xffff) << 12;
-  const fn = kernel(Atomics.load(ctl, 3));
-  const m = Atomics.load(ctl, 4);
-  const target = Atomics.load(ctl, 1);
+  const fn = kernel(Atomics.load(ctl, 17));
+  const m = Atomics.load(ctl, 18);
+  const target = Atomics.load(ctl, 16);
   const a: number[] = [];
-  for (let i = 0; i < 12; i++) a.push(Atomics.load(ctl, 6 + i));
+  for (let i = 0; i < 12; i++) a.push(Atomics.load(ctl, 19 + i));
   const w = [a[0]];
   const y = [a[4]];
   const rows = [a[6]];
-  for (let m = 1, k = Atomics.load(ctl, 19); m < k; m++) {
-    w.push(Atomics.load(ctl, 17 + 3 * m));
-    y.push(Atomics.load(ctl, 18 + 3 * m));
-    rows.push(Atomics.load(ctl, 19 + 3 * m));
+  for (let m = 1, k = Atomics.load(ctl, 31); m < k; m++) {
+    w.push(Atomics.load(ctl, 29 + 3 * m));
+    y.push(Atomics.load(ctl, 30 + 3 * m));
+    rows.push(Atomics.load(ctl, 31 + 3 * m));
   }
   let total = 0;
   for (const r of rows) total += r;
+  // The prep phase (MatmulPool's Prep, slots 38..46; next piece 80, pieces done 96): pieces of x's
+  // blocks claimed in turns, then every thread waits for all of them before it claims rows.
+  const pieces = Atomics.load(ctl, 38);
+  if (pieces > 0) {
+    const pre = Atomics.load(ctl, 39);
+    const quant = Atomics.load(ctl, 40);
+    const src = Atomics.load(ctl, 41), u = Atomics.load(ctl, 42), q = Atomics.load(ctl, 43);
+    const vals = Atomics.load(ctl, 44), qBytes = Atomics.load(ctl, 45), nb = Atomics.load(ctl, 46);
+    for (;;) {
+      const cur = Atomics.load(ctl, 80);
+      if (cur - (cur & 0xfff) !== g) return;
+      const c = cur & 0xfff;
+      if (c >= pieces) break;
+      if (Atomics.compareExchange(ctl, 80, cur, cur + 1) !== cur) continue;
+      const b0 = Math.floor((nb * c) / pieces);
+      const b1 = Math.floor((nb * (c + 1)) / pieces);
+      if (b1 > b0) {
+        if (pre >= 0) kernel(pre)(src + b0 * vals * 4, u + b0 * vals * 4, (b1 - b0) * vals * 4);
+        kernel(quant)(src + b0 * vals * 4, q + b0 * qBytes, b1 - b0);
+      }
+      Atomics.add(ctl, 96, 1);
+    }
+    while (Atomics.load(ctl, 96) < pieces) {
+      const cur = Atomics.load(ctl, 80);
+      if (cur - (cur & 0xfff) !== g) return;
+    }
+  }
+  let mine = 0;
   for (let k = 0; k < lanes; k++) {
     const j = (lane + k) % lanes;
     const start = Math.floor((total * j) / lanes);
     const R = Math.floor((total * (j + 1)) / lanes) - start;
     const n = Math.min(m, R);
     for (;;) {
-      const cur = Atomics.load(ctl, 26 + j);
-      if (cur - (cur & 0xfff) !== g) return;
+      const cur = Atomics.load(ctl, 112 + 16 * j);
+      if (cur - (cur & 0xfff) !== g) break;
       if ((cur & 0xfff) >= n) break;
-      if (Atomics.compareExchange(ctl, 26 + j, cur, cur + 1) !== cur) continue;
+      if (Atomics.compareExchange(ctl, 112 + 16 * j, cur, cur + 1) !== cur) continue;
       const c = cur & 0xfff;
       const r0 = start + R - Math.floor(((n - c) * (n - c) * R) / (n * n));
       const r1 = start + R - Math.floor(((n - c - 1) * (n - c - 1) * R) / (n * n));
@@ -125,10 +166,13 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
         const hi = Math.min(r1, s + rows[i]) - s;
         if (hi > lo) fn(w[i] + lo * a[1], a[1], a[2], a[3], y[i] + 4 * lo, a[5], hi - lo, a[7], a[8], a[9], a[10], a[11]);
       }
-      if (lane) Atomics.add(ctl, 18, 1);
-      if (Atomics.add(ctl, 2, 1) + 1 === target) Atomics.notify(ctl, 2);
+      mine++;
     }
   }
+  // Chunks done are counted once per thread and job (one shared add, not one per chunk).
+  if (!mine) return;
+  if (lane) Atomics.add(ctl, 64, mine);
+  if (Atomics.add(ctl, 48, mine) + mine === target) Atomics.notify(ctl, 48);
 }
 
 /** The workers' code: `serve(startMessage, post)`; an adapter calls it with the first message it gets. */
@@ -140,14 +184,14 @@ export const WORKER_BODY = `function serve(init, post, listen) {
   const fns = names.map((n) => exp[n]);
   const kernel = (i) => fns[i];
   const ctl = new Int32Array(control);
-  const mail = ${LANES} + lanes;
+  const mail = ${LANES} + ${LINE} * lanes;
   let seen = Atomics.load(ctl, ${SEQ});
   // A later message attaches a memory's attention kernels (MatmulPool.attach) as kernel names.length + slot.
   listen((m) => {
     const inst = new WebAssembly.Instance(m.module, { env: { memory: m.memory } });
     fns[names.length + m.slot] = attendGroups(inst.exports, m.memory);
-    Atomics.add(ctl, mail + 1, 1);
-    Atomics.notify(ctl, mail + 1);
+    Atomics.add(ctl, mail + ${LINE}, 1);
+    Atomics.notify(ctl, mail + ${LINE});
     loop();
   });
   const loop = () => {
@@ -186,6 +230,29 @@ export const webWorker: SpawnWorker = () => {
 };
 
 type Kernel = (...args: number[]) => void;
+
+/**
+ * What a job does to x before its rows (MatmulPool.callGroup's `prep`): `nb` blocks of `vals` f32 at
+ * byte `src` (tokens back to back), optionally `pre`(src + o, u + o, bytes) first (silu(g)·u over g),
+ * then `quant`(src + o, q + b·qBytes, blocks) (./qact.ts's quantizers). Every block is independent of
+ * the others, so cut into pieces across the threads they give the bytes one thread's call would.
+ */
+export interface Prep {
+  pre: { name: string; fn: Kernel } | null;
+  quant: { name: string; fn: Kernel };
+  src: number;
+  u: number;
+  q: number;
+  vals: number;
+  qBytes: number;
+  nb: number;
+}
+
+/** A prep phase on the calling thread alone, in one call each. */
+export function runPrep(p: Prep): void {
+  p.pre?.fn(p.src, p.u, p.nb * p.vals * 4);
+  p.quant.fn(p.src, p.q, p.nb);
+}
 /** Memories attached at once (KV caches whose attention runs on the pool). */
 const MAX_ATTACHED = 8;
 const NO_MORE: readonly (readonly [number, number, number])[] = [];
@@ -198,6 +265,8 @@ export function runEach(kernel: Kernel, a: number[], more: readonly (readonly [n
 
 export class MatmulPool {
   private readonly ctl: Int32Array;
+  /** The same control block, for the job's plain writes (published by SEQ's atomic store). */
+  private readonly job: Int32Array;
   private readonly minWork: number;
   private readonly index: Map<string, number>;
   /** Atomics.wait is refused on a browser's main thread: spin there instead. */
@@ -210,6 +279,7 @@ export class MatmulPool {
     minWork: number,
   ) {
     this.ctl = new Int32Array(control);
+    this.job = new Int32Array(control);
     this.index = new Map(names.map((n, i) => [n, i]));
     this.names = names.length;
     this.minWork = minWork;
@@ -233,7 +303,7 @@ export class MatmulPool {
    */
   static async start(module: WebAssembly.Module, memory: WebAssembly.Memory, names: readonly string[], threads: number, opts: PoolOptions): Promise<MatmulPool> {
     if (!(memory.buffer instanceof SharedArrayBuffer)) throw new LlmcError('the worker pool needs a shared WebAssembly memory');
-    const control = new SharedArrayBuffer((LANES + threads + 2) * 4); // + the mail flag and its acks
+    const control = new SharedArrayBuffer((LANES + LINE * (threads + 2)) * 4); // the lanes' lines, the mail flag's and its acks'
     const workers: PoolWorker[] = [];
     try {
       const ready: Promise<void>[] = [];
@@ -261,14 +331,17 @@ export class MatmulPool {
    * each other's (w, y, nRows), the other arguments shared (the same x, row bytes, y stride). One
    * wake-up and one chunk queue cover them all.
    */
-  callGroup(name: string, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[]): void {
+  callGroup(name: string, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], prep: Prep | null = null): void {
     if (more.length >= MAX_GROUP) throw new LlmcError(`internal: a pool job covers at most ${MAX_GROUP} matrices`);
     let nRows = a[6];
     for (const m of more) nRows += m[2];
     const work = a[1] * nRows * a[8];
-    if (nRows < 2 || work < this.minWork) return runEach(kernel, a, more);
+    if (nRows < 2 || work < this.minWork) {
+      if (prep) runPrep(prep);
+      return runEach(kernel, a, more);
+    }
     const perLane = Math.max(CHUNKS_PER_THREAD, Math.min(CHUNKS_PER_THREAD_MAX, Math.floor(work / CHUNK_MIN_WORK / this.threads)));
-    this.run(this.index.get(name)!, kernel, a, more, nRows, perLane);
+    this.run(this.index.get(name)!, kernel, a, more, nRows, perLane, prep);
   }
 
   private gen = 0;
@@ -287,17 +360,18 @@ export class MatmulPool {
     const slot = this.nextSlot;
     this.nextSlot = (slot + 1) % MAX_ATTACHED;
     this.attached[slot] = owner;
-    const mail = LANES + this.threads;
-    Atomics.store(this.ctl, mail + 1, 0);
+    const mail = LANES + LINE * this.threads;
+    const ack = mail + LINE;
+    Atomics.store(this.ctl, ack, 0);
     for (const w of this.workers) w.postMessage({ slot, module, memory });
     Atomics.store(this.ctl, mail, 1);
     this.gen = (this.gen + 1) & 0xffff;
     Atomics.store(this.ctl, SEQ, this.gen);
     Atomics.notify(this.ctl, SEQ);
     for (let i = 0; ; i++) {
-      const acks = Atomics.load(this.ctl, mail + 1);
+      const acks = Atomics.load(this.ctl, ack);
       if (acks === this.workers.length) break;
-      if (this.canWait && i > SPINS) Atomics.wait(this.ctl, mail + 1, acks, 1000);
+      if (this.canWait && i > SPINS) Atomics.wait(this.ctl, ack, acks, 1000);
     }
     Atomics.store(this.ctl, mail, 0);
     return slot;
@@ -318,25 +392,45 @@ export class MatmulPool {
     return { splitCalls: this.calls, workerChunks: Atomics.load(this.ctl, WORKER_CHUNKS) };
   }
 
-  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], nRows: number, perLane: number): void {
+  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], nRows: number, perLane: number, prep: Prep | null = null): void {
     const ctl = this.ctl;
+    const job = this.job;
     const lanes = this.threads;
     const gen = (this.gen = (this.gen + 1) & 0xffff);
-    for (let j = 0; j < lanes; j++) Atomics.store(ctl, LANES + j, (gen << 12) | 0xfff); // closed while the job is written
+    // closed while the job is written
+    for (let j = 0; j < lanes; j++) Atomics.store(ctl, LANES + LINE * j, (gen << 12) | 0xfff);
+    Atomics.store(ctl, PREP_NEXT, (gen << 12) | 0xfff);
     let target = 0;
     for (let j = 0; j < lanes; j++) target += Math.min(perLane, Math.floor((nRows * (j + 1)) / lanes) - Math.floor((nRows * j) / lanes));
-    Atomics.store(ctl, FN, fn);
-    Atomics.store(ctl, CHUNKS, perLane);
-    Atomics.store(ctl, TARGET, target);
-    for (let i = 0; i < MAX_ARGS; i++) Atomics.store(ctl, ARGS + i, a[i] ?? 0);
-    Atomics.store(ctl, MATRICES, more.length + 1);
-    for (let i = 0; i < more.length; i++) for (let k = 0; k < 3; k++) Atomics.store(ctl, MORE + 3 * i + k, more[i][k]);
+    job[FN] = fn;
+    job[CHUNKS] = perLane;
+    job[TARGET] = target;
+    for (let i = 0; i < MAX_ARGS; i++) job[ARGS + i] = a[i] ?? 0;
+    job[MATRICES] = more.length + 1;
+    for (let i = 0; i < more.length; i++) for (let k = 0; k < 3; k++) job[MORE + 3 * i + k] = more[i][k];
+    let lookup = () => kernel;
+    if (prep) {
+      const quant = this.index.get(prep.quant.name)!;
+      job[PREP] = Math.min(prep.nb, PREP_PIECES_PER_THREAD * lanes);
+      job[PREP + 1] = prep.pre ? this.index.get(prep.pre.name)! : -1;
+      job[PREP + 2] = quant;
+      job[PREP + 3] = prep.src;
+      job[PREP + 4] = prep.u;
+      job[PREP + 5] = prep.q;
+      job[PREP + 6] = prep.vals;
+      job[PREP + 7] = prep.qBytes;
+      job[PREP + 8] = prep.nb;
+      Atomics.store(ctl, PREP_DONE, 0);
+      const byIndex = (i: number): Kernel => (i === fn ? kernel : i === quant ? prep.quant.fn : prep.pre!.fn);
+      lookup = byIndex as () => Kernel;
+    } else job[PREP] = 0;
     Atomics.store(ctl, DONE, 0);
-    for (let j = 0; j < lanes; j++) Atomics.store(ctl, LANES + j, gen << 12);
-    Atomics.store(ctl, SEQ, gen);
+    for (let j = 0; j < lanes; j++) Atomics.store(ctl, LANES + LINE * j, gen << 12);
+    Atomics.store(ctl, PREP_NEXT, gen << 12);
+    Atomics.store(ctl, SEQ, gen); // publishes the job's plain writes above
     Atomics.notify(ctl, SEQ);
     this.calls++;
-    runChunks(ctl, () => kernel, gen, 0, lanes);
+    runChunks(ctl, lookup, gen, 0, lanes);
     for (let i = 0; ; i++) {
       const done = Atomics.load(ctl, DONE);
       if (done === target) return;

@@ -13,7 +13,8 @@ import { F32, I32, sleb, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
-import { MAX_GROUP, MatmulPool, runEach, type PoolOptions } from './pool.js';
+import { MAX_GROUP, MatmulPool, runEach, runPrep, type PoolOptions, type Prep } from './pool.js';
+import { SILU_MUL_KERNEL } from './activation.js';
 import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, Q8_K_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
 import { QGEMM_KERNELS, QGEMM_TILE, QGEMM_WIDEN, QX16_BYTES, type QgemmFormat } from './qgemm.js';
@@ -283,6 +284,7 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
     ...Object.values(QACT_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 3, body]),
     ...Object.values(QGEMM_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
     [QGEMM_WIDEN.name, 3, QGEMM_WIDEN.body],
+    [SILU_MUL_KERNEL.name, 3, SILU_MUL_KERNEL.body],
   ];
   return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
@@ -351,7 +353,6 @@ export class WasmArena {
   private readonly f32: MatmulFn;
   private readonly f32x4tok: MatmulFn;
   private readonly f16: MatmulFn;
-  private readonly qdot: Record<QdotFormat, MatmulFn>;
   /** x quantizers (./qact.ts): (x, out, nBlocks), on the calling thread. */
   private readonly quantQ8_0: MatmulFn;
   private readonly quantQ8_K: MatmulFn;
@@ -390,7 +391,6 @@ export class WasmArena {
     this.f32 = k('matmul_f32');
     this.f32x4tok = k('matmul4_f32');
     this.f16 = k('matmul_f16');
-    this.qdot = Object.fromEntries(Object.entries(QDOT_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QdotFormat, MatmulFn>;
     this.quantQ8_0 = inst.exports[QACT_KERNELS.q8_0.name] as MatmulFn;
     this.quantQ8_K = inst.exports[QACT_KERNELS.q8_K.name] as MatmulFn;
     this.qgemm = Object.fromEntries(Object.entries(QGEMM_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QgemmFormat, MatmulFn>;
@@ -539,12 +539,17 @@ export class WasmArena {
       const tiled = quantized && tiledQ(format, n);
       const name = tiled ? QGEMM_KERNELS[format].name : quantized ? QDOT_KERNELS[format].name : format === 'F32' ? 'matmul_f32' : 'matmul_f16';
       const kernel = this.exports[name] as MatmulFn;
-      const [xArg, xs, cols] = act ? this.quantizedX(format as QdotFormat, nCols, n, tiled) : [this.xBase, nCols * 4, nCols];
-      const a = [outs[0].ptr, rowBytes, xArg, xs, this.yBase, 4 * R, outs[0].nRows, cols, n, 0];
       const more: [number, number, number][] = [];
       for (let i = 1, off = outs[0].nRows; i < outs.length; off += outs[i++].nRows) more.push([outs[i].ptr, this.yBase + 4 * off, outs[i].nRows]);
-      if (this.pool) this.pool.callGroup(name, kernel, a, more);
-      else runEach(kernel, a, more);
+      if (act && !tiled) {
+        const nb = nCols / act.block;
+        this.runQuantized(format as QdotFormat, [outs[0].ptr, rowBytes, this.qBase, nb * act.bytes, this.yBase, 4 * R, outs[0].nRows, nb, n, 0], more, nb * n, false);
+      } else {
+        const [xArg, xs, cols] = act ? this.quantizedX(format as QdotFormat, nCols, n, tiled) : [this.xBase, nCols * 4, nCols];
+        const a = [outs[0].ptr, rowBytes, xArg, xs, this.yBase, 4 * R, outs[0].nRows, cols, n, 0];
+        if (this.pool) this.pool.callGroup(name, kernel, a, more);
+        else runEach(kernel, a, more);
+      }
       const yo = this.yBase >> 2;
       for (let t = 0; t < n; t++) {
         for (let i = 0, off = 0; i < outs.length; off += outs[i++].nRows) {
@@ -560,10 +565,68 @@ export class WasmArena {
    * the tiled one (./qgemm.ts) where there is one and enough tokens, else the one-token kernel. Both
    * give every output the same bits.
    */
-  private qdotCall(format: QdotFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number): void {
+  private qdotCall(format: QdotFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number, silu = false): void {
     const tiled = tiledQ(format, n);
+    if (!tiled) {
+      const act = QDOT_ACT[format];
+      const nb = nCols / act.block;
+      this.runQuantized(format, [wp, rowBytes, this.qBase, nb * act.bytes, this.yBase, nRows * 4, nRows, nb, n, 0], [], nb * n, silu);
+      return;
+    }
+    if (silu) this.siluMulX(n * nCols);
     const [xq, stride, nb] = this.quantizedX(format, nCols, n, tiled);
-    (tiled ? this.qgemm[format] : this.qdot[format])(wp, rowBytes, xq, stride, this.yBase, nRows * 4, nRows, nb, n, 0);
+    this.qgemm[format](wp, rowBytes, xq, stride, this.yBase, nRows * 4, nRows, nb, n, 0);
+  }
+
+  /**
+   * `format`'s one-token kernel over the x scratch's `blocks` activation blocks, quantized (after
+   * silu(x)·u, u staged in the y scratch, where `silu`) in the same job: on a worker pool the threads
+   * quantize x piece by piece before their rows (one wake-up, and the calling thread no longer
+   * quantizes alone while the others wait); the same bytes as quantizeX's one call.
+   */
+  private runQuantized(format: QdotFormat, a: number[], more: [number, number, number][], blocks: number, silu: boolean): void {
+    const { name } = QDOT_KERNELS[format];
+    const act = QDOT_ACT[format];
+    const quant = act.block === 32 ? QACT_KERNELS.q8_0.name : QACT_KERNELS.q8_K.name;
+    const prep: Prep = {
+      pre: silu ? { name: SILU_MUL_KERNEL.name, fn: this.exports[SILU_MUL_KERNEL.name] as MatmulFn } : null,
+      quant: { name: quant, fn: act.block === 32 ? this.quantQ8_0 : this.quantQ8_K },
+      src: this.xBase,
+      u: this.yBase,
+      q: this.qBase,
+      vals: act.block,
+      qBytes: act.bytes,
+      nb: blocks,
+    };
+    const kernel = this.exports[name] as MatmulFn;
+    if (this.pool) this.pool.callGroup(name, kernel, a, more, prep);
+    else {
+      runPrep(prep);
+      runEach(kernel, a, more);
+    }
+  }
+
+  /** silu(x)·u over the x scratch's first `n` values (u staged in the y scratch), in place. */
+  private siluMulX(n: number): void {
+    (this.exports[SILU_MUL_KERNEL.name] as MatmulFn)(this.xBase, this.yBase, ((n + 3) & ~3) * 4);
+  }
+
+  /**
+   * y = W · (silu(g)·u) for T tokens (the MLP's down projection over its fused activation), W a
+   * quantized weight (all of its rows, columns [0, nCols)): g and u are staged side by side and
+   * silu·mul runs inside the matmul's job (on a pool: piece by piece with x's quantization, before
+   * the rows), with SiluMul's kernel and so its bits. nCols must be a whole number of blocks.
+   */
+  matmulSiluMul(format: QdotFormat, ptr: number, rowBytes: number, nRows: number, nCols: number, g: Float32Array, u: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number): void {
+    const chunk = Math.min(this.chunk, Math.floor((this.chunk * this.maxDim) / Math.max(nRows, nCols)));
+    const yo = this.yBase >> 2;
+    for (let t0 = 0; t0 < T; t0 += chunk) {
+      const n = Math.min(chunk, T - t0);
+      this.stageX(g, t0, n, xStride, nCols);
+      for (let t = 0; t < n; t++) this.heap.set(u.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), yo + t * nCols);
+      this.qdotCall(format, ptr, rowBytes, nRows, nCols, n, true);
+      this.unstageY(y, t0, n, nRows, yStride);
+    }
   }
 
   /**
