@@ -5,7 +5,8 @@
  *   dense-1.1B     TinyLlama-1.1B's shape (hidden 2048, 22 layers, 32 heads / 4 KV, vocab 32,000; ≈1.10B, bf16, 3 shards)
  *   moe-100M       mixtral, hidden 512, 8 layers, 8 experts of 1024 (top 2), vocab 16,384 (≈118M)
  *   moe-1.1B       mixtral, hidden 1024, 16 layers, 8 experts of 2048 (top 2), vocab 32,000 (≈0.93B)
- * Each with a byte-level tokenizer (text calibration works) and no planted structure. To reproduce:
+ * Each with a byte-level tokenizer (text calibration works) and no planted structure. The MoE ones go
+ * to $LLMC_SCALE_DIR when set (the 0.93B one is 1.9 GB of bf16), else the bench cache. To reproduce:
  *   npx tsc -p tsconfig.bench.json && node dist/bench/scale-checkpoints.js [name ...]   (prints each directory)
  */
 import path from 'node:path';
@@ -26,9 +27,10 @@ const MOE: Record<'moe-100M' | 'moe-1.1B', Partial<FixtureDims>> = {
 export async function scaleCheckpoint(name: ScaleCheckpoint): Promise<string> {
   if (name === 'dense-100M') return (await cachedFixture('llama-100M', { arch: 'llama', dtype: 'BF16', planted: false })).dir;
   if (name === 'dense-1.1B') return process.env.LLMC_BENCH_TINYLLAMA ?? (await cachedFixture('tinyllama-1.1B', { arch: 'llama', dtype: 'BF16', shards: 3, planted: false })).dir;
-  const dir = path.join(BENCH_CACHE, `scale-${name}-bf16`);
+  const root = process.env.LLMC_SCALE_DIR ?? BENCH_CACHE;
+  const dir = path.join(root, `scale-${name}-bf16`);
   if (existsSync(path.join(dir, 'fixture-truth.json'))) return dir;
-  await fsp.mkdir(BENCH_CACHE, { recursive: true });
+  await fsp.mkdir(root, { recursive: true });
   const opts: FixtureOptions = { arch: 'mixtral', dtype: 'BF16', shards: name === 'moe-1.1B' ? 2 : 1, planted: false, dims: { ...FIXTURE_PRESETS.tiny, ...MOE[name] } };
   await generateFixture(dir, opts);
   return dir;

@@ -35,12 +35,12 @@ afterAll(async () => {
 const close = (a: number, b: number, rel = 1e-4, abs = 1e-9) => Math.abs(a - b) <= rel * Math.max(Math.abs(a), Math.abs(b)) + abs;
 
 describe('the whole pass, streamed and whole-graph', () => {
-  for (const arch of ['mixtral', 'qwen2_moe'] as const) {
-    it(`${arch} fixture: the same sensitivities, routing, held-out losses and plan`, async () => {
+  for (const [arch, measure] of [['mixtral', 'exact'], ['qwen2_moe', 'exact'], ['mixtral', 'block']] as const) {
+    it(`${arch} fixture, ${measure} KL: the same sensitivities, routing, held-out losses and plan`, async () => {
       const src = await open((await generateFixture(path.join(tmp, arch), { arch, tokenizer: 'none' })).dir);
       // minTokens above some experts' counts: force-routed experts (their biased reference branch) are compared too
-      const o = parseExpertBitsOptions({ calib: '4', calibLength: '24', heldOut: '3', budgetBpw: '5', minTokens: '20', formats: 'Q4_0,Q8_0,F16' });
-      const run = (stream: boolean) => analyzeExpertBits(src, o, { target: ts, note: () => {}, cacheDir: path.join(tmp, `cache-${arch}-${stream}`), progress: silentProgress, stream });
+      const o = parseExpertBitsOptions({ calib: '4', calibLength: '24', heldOut: '3', budgetBpw: '5', minTokens: '20', formats: 'Q4_0,Q8_0,F16', measure });
+      const run = (stream: boolean) => analyzeExpertBits(src, o, { target: ts, note: () => {}, cacheDir: path.join(tmp, `cache-${arch}-${measure}-${stream}`), progress: silentProgress, stream });
       const whole = (await run(false)).record;
       const streamed = (await run(true)).record;
       expect(whole.experts.some((e) => e.forced)).toBe(true);

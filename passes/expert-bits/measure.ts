@@ -25,8 +25,12 @@ import { Engine, type Swap } from '../../src/exec/engine/index.js';
 import { StreamEngine, streams, type DivergenceBranch, type Tapper } from '../../src/exec/stream/index.js';
 import { transformSource } from '../../src/core/checkpoint/source.js';
 import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import type { ExpertRef, Item, Proj } from './items.js';
 import { PROJS } from './items.js';
+import { Gemm } from './gemm.js';
 
 export interface Routing {
   /** Tokens observed (sequence-major). */
@@ -55,6 +59,9 @@ export interface ExpertProfile {
   force: { bias: number; pi: number } | null;
 }
 
+/** Formats whose quantizers are slow enough that their bytes are kept on disk between uses (Q8_0 and F16 quantize faster than they read back). */
+const KEPT_ON_DISK: ReadonlySet<QuantType> = new Set(['Q2_K', 'Q3_K', 'Q4_0', 'Q4_1', 'Q4_K', 'Q5_0', 'Q5_1', 'Q5_K', 'Q6_K']);
+
 /** A Swap, and for a streamed Lab the formats its tensors are read at (quantized as each piece loads). */
 export type LabSwap = Swap & { formats?: ReadonlyMap<string, QuantType> };
 
@@ -68,6 +75,8 @@ export type LabSwap = Swap & { formats?: ReadonlyMap<string, QuantType> };
 export class Lab {
   private readonly cache = new Map<string, Float32Array>();
   private cached = 0;
+  private product?: Promise<Gemm>;
+  private scratch?: string;
 
   private constructor(
     readonly source: ModelSource,
@@ -107,20 +116,52 @@ export class Lab {
 
   async close(): Promise<void> {
     await this.opened?.close();
+    await (await this.product)?.close();
+    if (this.scratch) rmSync(this.scratch, { recursive: true, force: true });
   }
 
-  /** The tensor's values after a round trip through `format` (cached up to cacheFloats values). */
+  /** The float32 matrix product the reconstruction errors run on (one onnxruntime session, opened on first use). */
+  gemm(): Promise<Gemm> {
+    return (this.product ??= Gemm.open());
+  }
+
+  /**
+   * The tensor's values after a round trip through `format`: the latest up to cacheFloats values
+   * held (least recently used dropped first), and every slow format's quantized bytes kept on disk
+   * (a scratch directory removed by close()), so each (tensor, format) is quantized once per pass:
+   * the reconstruction errors, the per-layer KLs and every plan's perplexity read it back
+   * (dequantizing is 3–7× faster than the K-quants' quantizers; on a 0.9B mixtral with the default candidates, 1.5 GB on disk).
+   */
   async quantized(name: string, format: QuantType, stored?: Float32Array): Promise<Float32Array> {
     const key = `${name}|${format}`;
     const hit = this.cache.get(key);
-    if (hit) return hit;
-    const w = stored ?? (await this.source.readF32(name));
-    const shape = this.source.meta(name)!.shape;
-    const v = format === 'F32' ? w : dequantize(format, quantize(format, w, shape[shape.length - 1]), w.length);
-    if (this.cached + v.length <= this.cacheFloats) {
-      this.cache.set(key, v);
-      this.cached += v.length;
+    if (hit) {
+      this.cache.delete(key);
+      this.cache.set(key, hit);
+      return hit;
     }
+    const meta = this.source.meta(name)!;
+    const count = meta.shape.reduce((a, b) => a * b, 1);
+    let v: Float32Array;
+    const file = KEPT_ON_DISK.has(format) ? path.join((this.scratch ??= mkdtempSync(path.join(os.tmpdir(), 'llmc-expert-bits-'))), `${createHash('sha256').update(key).digest('hex').slice(0, 32)}.q`) : null;
+    if (file && existsSync(file)) v = dequantize(format, new Uint8Array(readFileSync(file)), count);
+    else {
+      const w = stored ?? (await this.source.readF32(name));
+      if (format === 'F32') v = w;
+      else {
+        const q = quantize(format, w, meta.shape[meta.shape.length - 1]);
+        if (file) writeFileSync(file, q);
+        v = dequantize(format, q, w.length);
+      }
+    }
+    if (v.length > this.cacheFloats) return v;
+    for (const [k, x] of this.cache) {
+      if (this.cached + v.length <= this.cacheFloats) break;
+      this.cache.delete(k);
+      this.cached -= x.length;
+    }
+    this.cache.set(key, v);
+    this.cached += v.length;
     return v;
   }
 
@@ -336,27 +377,35 @@ function sample(n: number, max: number): number[] {
   return Array.from({ length: max }, (_, i) => Math.floor((i * n) / max));
 }
 
-/** y[r, o] = Σ_c x[r, c] · W[o, c], float64 accumulation. */
-function matmulT(x: Float64Array, rows: number, inF: number, w: Float32Array, outF: number): Float64Array {
-  const y = new Float64Array(rows * outF);
-  for (let r = 0; r < rows; r++) {
-    const xo = r * inF;
-    for (let o = 0; o < outF; o++) {
-      const wo = o * inF;
-      let s = 0;
-      for (let c = 0; c < inF; c++) s += x[xo + c] * w[wo + c];
-      y[r * outF + o] = s;
-    }
-  }
-  return y;
+const silu = (a: number) => a / (1 + Math.exp(-a));
+
+/** h = silu(g) · u, float64. */
+function siluMul(g: ArrayLike<number>, u: ArrayLike<number>): Float64Array {
+  const h = new Float64Array(g.length);
+  for (let i = 0; i < g.length; i++) h[i] = silu(g[i]) * u[i];
+  return h;
 }
 
-const siluMul = (g: Float64Array, u: Float64Array) => g.map((a, i) => (a / (1 + Math.exp(-a))) * u[i]);
+/** a + b elementwise, float64. */
+function plus(a: ArrayLike<number>, b: ArrayLike<number>): Float64Array {
+  const out = new Float64Array(a.length);
+  for (let i = 0; i < a.length; i++) out[i] = a[i] + b[i];
+  return out;
+}
+
+/** a − b elementwise, rounded to float32 (a difference of nearby values: the small operand of a product). */
+function minus32(a: ArrayLike<number>, b: ArrayLike<number>): Float32Array {
+  const out = new Float32Array(a.length);
+  for (let i = 0; i < a.length; i++) out[i] = a[i] - b[i];
+  return out;
+}
 
 /**
  * Reconstruction errors of one expert on its (sampled) tokens: per projection and written format
  * with only that projection quantized, and per full choice (all three at their formats).
- * Each value is π · mean_t g_t²‖E(x_t) − Ê(x_t)‖².
+ * Each value is π · mean_t g_t²‖E(x_t) − Ê(x_t)‖². The products run in float32 on onnxruntime (./gemm.ts)
+ * over differences: ΔG = X·(W_q − W)ᵀ, and E − Ê = W_d·(H − Ĥ) + (W_d − Ŵ_d)·Ĥ, so the error is
+ * computed to float32 rounding of itself, not of the outputs.
  */
 export async function reconErrors(
   lab: Lab,
@@ -370,45 +419,62 @@ export async function reconErrors(
   const D = lab.source.spec.hiddenSize;
   const pick = sample(tok.tokens.length, maxTokens);
   const n = pick.length;
-  const X = new Float64Array(n * D);
+  const X = new Float32Array(n * D);
   const g2 = new Float64Array(n);
   pick.forEach((i, r) => {
     const t = tok.tokens[i];
-    for (let c = 0; c < D; c++) X[r * D + c] = routing.x[ref.n][t * D + c];
+    X.set(routing.x[ref.n].subarray(t * D, (t + 1) * D), r * D);
     g2[r] = tok.gates[i] ** 2;
   });
+  const gemm = await lab.gemm();
   const W = {
     gate: await lab.source.readF32(ref.tensors.gate),
     up: await lab.source.readF32(ref.tensors.up),
     down: await lab.source.readF32(ref.tensors.down),
   };
   const I = W.gate.length / D;
-  const G = matmulT(X, n, D, W.gate, I);
-  const U = matmulT(X, n, D, W.up, I);
+  const G = await gemm.abT(X, n, D, W.gate, I);
+  const U = await gemm.abT(X, n, D, W.up, I);
   const H = siluMul(G, U);
-  const Y = matmulT(H, n, I, W.down, D);
-  const err = (Yq: Float64Array) => {
+  const H32 = Float32Array.from(H);
+  const sq = (dY: Float32Array, plus?: Float32Array) => {
     let s = 0;
     for (let r = 0; r < n; r++) {
       let e = 0;
-      for (let c = 0; c < D; c++) e += (Yq[r * D + c] - Y[r * D + c]) ** 2;
+      for (let c = r * D; c < (r + 1) * D; c++) e += (dY[c] + (plus ? plus[c] : 0)) ** 2;
       s += g2[r] * e;
     }
     return (tok.profile.pi * s) / n;
   };
+  /** E − Ê for hidden states hq (H itself when null) through down weights at format fd (W_d itself when null). */
+  const dOut = async (hq: Float64Array | null, dWd: Float32Array | null): Promise<number> => {
+    const viaH = hq ? await gemm.abT(minus32(hq, H), n, I, W.down, D) : null;
+    const viaW = dWd ? await gemm.abT(hq ? Float32Array.from(hq) : H32, n, I, dWd, D) : null;
+    return viaH && viaW ? sq(viaH, viaW) : sq((viaH ?? viaW)!);
+  };
   const Gq = new Map<QuantType, Float64Array>();
   const Uq = new Map<QuantType, Float64Array>();
-  const Wd = new Map<QuantType, Float32Array>();
-  const proj: Record<Proj, Record<string, number>> = { gate: {}, up: {}, down: {} };
+  const dWd = new Map<QuantType, Float32Array | null>();
   const need = (p: Proj) => new Set([...perProj[p], ...tuples.map((t) => t[PROJS.indexOf(p)])]);
-  for (const f of need('gate')) Gq.set(f, matmulT(X, n, D, await lab.quantized(ref.tensors.gate, f), I));
-  for (const f of need('up')) Uq.set(f, matmulT(X, n, D, await lab.quantized(ref.tensors.up, f), I));
-  for (const f of need('down')) Wd.set(f, await lab.quantized(ref.tensors.down, f));
-  for (const f of perProj.gate) proj.gate[f] = err(matmulT(siluMul(Gq.get(f)!, U), n, I, W.down, D));
-  for (const f of perProj.up) proj.up[f] = err(matmulT(siluMul(G, Uq.get(f)!), n, I, W.down, D));
-  for (const f of perProj.down) proj.down[f] = err(matmulT(H, n, I, Wd.get(f)!, D));
+  const delta = async (name: string, f: QuantType, w: Float32Array) => (f === 'F32' ? null : minus32(await lab.quantized(name, f), w));
+  for (const f of need('gate')) {
+    const d = await delta(ref.tensors.gate, f, W.gate);
+    Gq.set(f, d ? plus(G, await gemm.abT(X, n, D, d, I)) : Float64Array.from(G));
+  }
+  for (const f of need('up')) {
+    const d = await delta(ref.tensors.up, f, W.up);
+    Uq.set(f, d ? plus(U, await gemm.abT(X, n, D, d, I)) : Float64Array.from(U));
+  }
+  for (const f of need('down')) dWd.set(f, await delta(ref.tensors.down, f, W.down));
+  const proj: Record<Proj, Record<string, number>> = { gate: {}, up: {}, down: {} };
+  for (const f of perProj.gate) proj.gate[f] = await dOut(siluMul(Gq.get(f)!, U), null);
+  for (const f of perProj.up) proj.up[f] = await dOut(siluMul(G, Uq.get(f)!), null);
+  for (const f of perProj.down) proj.down[f] = dWd.get(f) ? await dOut(null, dWd.get(f)!) : 0;
   const tuple: Record<string, number> = {};
-  for (const t of tuples) tuple[t.join(',')] = err(matmulT(siluMul(Gq.get(t[0])!, Uq.get(t[1])!), n, I, Wd.get(t[2])!, D));
+  for (const t of tuples) {
+    const hq = t[0] === 'F32' && t[1] === 'F32' ? null : siluMul(Gq.get(t[0])!, Uq.get(t[1])!);
+    tuple[t.join(',')] = hq || dWd.get(t[2]) ? await dOut(hq, dWd.get(t[2]) ?? null) : 0;
+  }
   return { proj, tuple };
 }
 
@@ -532,4 +598,40 @@ async function streamedKl(lab: Lab, items: readonly Item[], calib: number[][], e
   }
   progress.done();
   return kl;
+}
+
+/**
+ * The end-to-end teacher-forced KL of each given layer with all its experts at their given formats
+ * (block mode's per-layer factor, run.ts): one forward per layer on the whole graph; layer-streamed,
+ * one branch per layer leaving the model there, all in one sweep (in sweeps of at most
+ * BRANCH_STATE_BYTES of branch states).
+ */
+export async function layerKl(lab: Lab, layers: readonly { layer: number; assign: [string, QuantType][] }[], calib: number[][], progress: Progress): Promise<number[]> {
+  progress.start('expert-bits: per-layer KL', layers.length);
+  try {
+    if (!lab.streamed) {
+      const ref = await lab.logProbs(calib);
+      const out: number[] = [];
+      for (const l of layers) {
+        out.push(await lab.kl(ref, calib, await lab.swap(l.assign)));
+        progress.tick();
+      }
+      return out;
+    }
+    const engine = new StreamEngine(lab.source);
+    const at = (l: number) => engine.segments.findIndex((g) => g.layer === l);
+    const tokens = calib.reduce((a, q) => a + q.length, 0);
+    const perSweep = Math.max(1, Math.floor(BRANCH_STATE_BYTES / (tokens * lab.source.spec.hiddenSize * 4)));
+    const out: number[] = [];
+    for (let i = 0; i < layers.length; i += perSweep) {
+      const part = layers.slice(i, i + perSweep);
+      const branches: DivergenceBranch[] = [];
+      for (const l of part) branches.push({ source: lab.swapped(await lab.swap(l.assign)), from: at(l.layer), until: at(l.layer) + 1 });
+      out.push(...(await engine.divergences(calib, branches)));
+      progress.tick(part.length);
+    }
+    return out;
+  } finally {
+    progress.done();
+  }
 }

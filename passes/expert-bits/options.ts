@@ -18,6 +18,12 @@ export interface ExpertBitsOptions {
   maxLoss: number | null;
   /** Which measured sensitivity the search minimizes. */
   sensitivity: 'kl' | 'recon';
+  /**
+   * How the KL of each item and candidate is measured: `exact`, one teacher-forced forward per
+   * (item, candidate); `block`, block-local (its reconstruction error at its layer times that layer's
+   * KL per unit of error, one forward per MoE layer); `auto`, block where the model streams.
+   */
+  measure: 'auto' | 'exact' | 'block';
   calibCount: number;
   calibLength: number;
   calibText: string | null;
@@ -45,6 +51,7 @@ const SPECS: readonly OptionSpec[] = [
   { key: 'budgetBpw', help: 'mean bits per weight over the expert tensors (e.g. 3.5)' },
   { key: 'maxLoss', help: 'largest held-out perplexity increase, relative (0.05 = 5%); accepted on the written artifact' },
   { key: 'sensitivity', help: 'what the search minimizes: kl (teacher-forced KL) | recon (activation-aware reconstruction error, in KL units)', default: 'kl' },
+  { key: 'measure', help: 'KL per item and candidate: exact (a forward each) | block (reconstruction error × its layer\'s KL per unit, a forward per layer) | auto (block where the model streams)', default: 'auto' },
   { key: 'calib', help: 'calibration sequences', default: '8' },
   { key: 'calibLength', help: 'tokens per calibration sequence', default: '64' },
   { key: 'calibText', help: "a text file to calibrate on (needs the model's tokenizer); default: sequences sampled from the model" },
@@ -102,6 +109,8 @@ export function parseExpertBitsOptions(raw: Readonly<Record<string, string>>): E
   if (new Set(formats).size < 2) throw new UsageError('expert-bits.formats needs at least two different formats to choose between');
   const sensitivity = (raw.sensitivity ?? 'kl').trim();
   if (sensitivity !== 'kl' && sensitivity !== 'recon') throw new UsageError(`expert-bits.sensitivity must be kl or recon, got "${raw.sensitivity}"`);
+  const measure = (raw.measure ?? 'auto').trim();
+  if (!['auto', 'exact', 'block'].includes(measure)) throw new UsageError(`expert-bits.measure must be auto, exact or block, got "${raw.measure}"`);
   const solver = (raw.solver ?? 'auto').trim();
   if (!['auto', 'dp', 'lagrangian'].includes(solver)) throw new UsageError(`expert-bits.solver must be auto, dp or lagrangian, got "${raw.solver}"`);
   const budgetBytes = raw.budgetBytes !== undefined ? parseBytes('budgetBytes', raw.budgetBytes) : null;
@@ -120,6 +129,7 @@ export function parseExpertBitsOptions(raw: Readonly<Record<string, string>>): E
     budgetBpw,
     maxLoss,
     sensitivity,
+    measure: measure as ExpertBitsOptions['measure'],
     calibCount: raw.calib !== undefined ? int('calib', raw.calib, 1) : 8,
     calibLength: raw.calibLength !== undefined ? int('calibLength', raw.calibLength, 2) : 64,
     calibText: raw.calibText?.trim() || null,

@@ -29,7 +29,7 @@ import { edgemoeSearch } from './edgemoe.js';
 import { choiceFor, expertsOf, itemsOf, moeLayers, PROJS, tensorBytes, type Item, type Proj } from './items.js';
 import { fallbackType } from '../../src/core/quant/types.js';
 import { minWeight, solveBudget, solveLoss, type McItem, type McSolution } from './mckp.js';
-import { expertTokens, itemRecon, klSensitivities, Lab, reconErrors, routeTokens, type ExpertRecon, type ForceInfo } from './measure.js';
+import { expertTokens, itemRecon, klSensitivities, Lab, layerKl, reconErrors, routeTokens, type ExpertRecon, type ForceInfo } from './measure.js';
 import type { ParsedExpertBitsOptions } from './options.js';
 
 /** How many times the proxy bound is recalibrated against held-out data (SPEC §4.2). */
@@ -102,14 +102,42 @@ export async function analyzeExpertBits(source: ModelSource, o: ParsedExpertBits
     );
     const measured = routingProf.meta as unknown as RoutingProfile;
     const force = new Map(measured.experts.map((e) => [e.key, e]));
+    // block mode: each MoE layer's KL per unit of reconstruction error, from one forward with the layer's experts at the lightest candidate
+    const block = o.measure === 'block' || (o.measure === 'auto' && (await openLab()).streamed);
+    let perLayer: Map<number, number> | undefined;
+    const layerFactors = async (): Promise<Map<number, number>> => {
+      if (perLayer) return perLayer;
+      const fc = o.formats[0];
+      const written = (e: ReturnType<typeof expertsOf>[number]) => PROJS.map((p) => fallbackType(fc, source.meta(e.tensors[p])!.shape.at(-1)!));
+      const byLayer = moeLayers(spec).map((layer) => ({ layer, experts: expertsOf(source).filter((e) => e.layer === layer) }));
+      const layers = byLayer.map(({ layer, experts }) => ({ layer, assign: experts.flatMap((e) => PROJS.map((p, k) => [e.tensors[p], written(e)[k]] as [string, QuantType])) }));
+      const prof = await cachedProfile(ctx.cacheDir, 'expert-layer-kl', { checkpoint, calibration: calib.key, format: fc }, async () => ({
+        meta: { kl: await layerKl(await openLab(), layers, calib.calib, progress) },
+        arrays: {},
+      }));
+      const kl = prof.meta.kl as number[];
+      perLayer = new Map(
+        byLayer.map(({ layer, experts }, i) => {
+          const r = experts.reduce((a, e) => a + measured.recon[e.key].tuple[written(e).join(',')], 0);
+          return [layer, r > 0 ? kl[i] / r : 0];
+        }),
+      );
+      notes.push(`block-local sensitivities: each item's reconstruction error × its layer's KL per unit of error (${byLayer.length} layer KLs with every expert at ${fc})`);
+      return perLayer;
+    };
     const sensitivitiesOf = async (its: Item[], g: Granularity): Promise<Sensitivities> => {
+      const recon = its.map((it) => it.choices.map((c) => itemRecon(it, c.written, measured.recon)));
+      if (block) {
+        const a = await layerFactors();
+        return { kl: recon.map((row, i) => row.map((r) => a.get(its[i].layer)! * r)), recon };
+      }
       const kl = await cachedProfile(
         ctx.cacheDir,
         'expert-kl',
         { checkpoint, calibration: calib.key, formats: o.formats, minTokens: o.minTokens, granularity: g },
         async () => ({ meta: { kl: await klSensitivities(await openLab(), its, calib.calib, force, spec.moe!.numExperts, progress) }, arrays: {} }),
       );
-      return { kl: kl.meta.kl as number[][], recon: its.map((it) => it.choices.map((c) => itemRecon(it, c.written, measured.recon))) };
+      return { kl: kl.meta.kl as number[][], recon };
     };
     const main = await sensitivitiesOf(items, granularity);
     const L = await openLab();
