@@ -13,6 +13,13 @@ export const RESULT_MARK = '@@peer ';
 export interface Prompt {
   ids: number[];
   text: string;
+  /**
+   * The vocabulary's ids whose piece alone is not valid UTF-8 (a byte-level vocabulary's lone bytes
+   * 0x80-0xFF). wllama cannot return them: its reply is JSON of the generated text, and llama.cpp's
+   * JSON writer throws on invalid UTF-8 (type_error.316), so the worker answers nothing. An untrained
+   * model's greedy decode emits them; wllama's rounds bias them out (decode costs the same per token).
+   */
+  notText: number[];
 }
 /** One round: the prompt's prefill tokens/s, then decode tokens/s over the `steps` tokens after it. */
 export interface Round {
@@ -98,12 +105,24 @@ export async function transformersRunner(tjs: any, modelId: string): Promise<Run
  * temperature 0), timed by llama.cpp's own `timings` (prompt_per_second; predicted_per_second).
  */
 export async function wllamaRunner(mod: any, wasmUrl: string, gguf: Blob, threads: number, nCtx: number): Promise<Runner> {
-  const w = new mod.Wllama({ default: wasmUrl }, { suppressNativeLog: true, logger: { debug() {}, log() {}, warn() {}, error: console.error } });
-  await w.loadModel([gguf], { n_threads: threads, n_ctx: nCtx, n_batch: 512, n_ubatch: 512, n_gpu_layers: 0, warmup: false, cache_type_k: 'f32', cache_type_v: 'f32' });
+  // llama.cpp's own error lines (its worker's reply to a failed action is empty): kept for the error.
+  const errors: string[] = [];
+  const error = (...a: unknown[]) => void errors.push(a.map(String).join(' ').split('\n')[0]);
+  const w = new mod.Wllama({ default: wasmUrl }, { suppressNativeLog: false, logger: { debug() {}, log() {}, warn() {}, error } });
+  const failed = (e: unknown) => new Error(`wllama: ${[...new Set([...errors, e instanceof Error ? e.message : String(e)])].join('; ')}`);
+  await w
+    .loadModel([gguf], { n_threads: threads, n_ctx: nCtx, n_batch: 512, n_ubatch: 512, n_gpu_layers: 0, warmup: false, cache_type_k: 'f32', cache_type_v: 'f32' })
+    .catch((e: unknown) => {
+      throw failed(e);
+    });
   if (w.getNumThreads() !== threads) throw new Error(`wllama runs ${w.getNumThreads()} threads (multi-thread build: ${w.isMultithread()}), not ${threads}`);
   return {
     async round(prompt, steps) {
-      const r = await w.createCompletion({ prompt: prompt.text, max_tokens: steps + 1, temperature: 0, ignore_eos: true, cache_prompt: false });
+      errors.length = 0;
+      const logitBias = Object.fromEntries(prompt.notText.map((id) => [String(id), false]));
+      const r = await w.createCompletion({ prompt: prompt.text, max_tokens: steps + 1, temperature: 0, ignore_eos: true, cache_prompt: false, logit_bias: logitBias }).catch((e: unknown) => {
+        throw failed(e);
+      });
       const t = r.timings;
       if (!t || t.predicted_n !== steps + 1) throw new Error(`wllama's timings count ${t?.predicted_n} tokens, not ${steps + 1}`);
       return { prefillTokS: t.prompt_per_second, promptTokens: t.prompt_n, decodeTokS: t.predicted_per_second, ids: [] };

@@ -73,7 +73,8 @@ async function promptsOf(modelDir: string): Promise<Record<number, Prompt>> {
   const tok = loadTokenizer(await fsp.readFile(path.join(modelDir, 'tokenizer.json'), 'utf8'), existsSync(cfg) ? await fsp.readFile(cfg, 'utf8') : undefined);
   const raw = existsSync(HELDOUT) ? await fsp.readFile(HELDOUT, 'utf8') : 'The compiler reads a checkpoint and writes an artifact for each target. '.repeat(200);
   const all = tok.encode(raw.slice(raw.indexOf('\n') + 1, 40_000), { addBos: true });
-  return Object.fromEntries(CONTEXTS.map((n) => [n, { ids: all.slice(0, n), text: tok.decode(all.slice(1, n)) }]));
+  const notText = Array.from({ length: tok.vocabSize }, (_, id) => id).filter((id) => tok.decode([id]).includes('\uFFFD'));
+  return Object.fromEntries(CONTEXTS.map((n) => [n, { ids: all.slice(0, n), text: tok.decode(all.slice(1, n)), notText }]));
 }
 
 /** A model's artifacts: name → path under WORK (ts dir, gguf file, cuda dir). */
