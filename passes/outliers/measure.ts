@@ -8,7 +8,7 @@
  */
 import type { ModelSource } from '../../src/core/checkpoint/source.js';
 import type { ModelGraph, TapPoint } from '../../src/core/ir/ir.js';
-import { openTapper, type Tapper } from '../../src/exec/stream/index.js';
+import { float32Bytes, openTapper, streamSettings, type Tapper } from '../../src/exec/stream/index.js';
 import { pieceCache } from '../../src/measure/stream-cache.js';
 import type { LinearInputStats } from '../../src/exec/engine/taps.js';
 import { cachedProfile, type ProfileCache } from '../../src/measure/store.js';
@@ -42,6 +42,15 @@ export function linearPoints(graph: ModelGraph): TapPoint[] {
 
 const FIELDS = ['absMax', 'sum', 'sumSq', 'top', 'topChannels'] as const;
 
+/**
+ * The profiles stream from 64 MiB of float32 weights (≈ 16M parameters), far below the engine-wide
+ * threshold, unless --stream-above says otherwise: one sweep of reductions costs less layer by layer
+ * than in the whole-model session (outliers → qnn, same bytes written: llama-30M 3.9 against 4.5
+ * CPU-s and 0.26 against 0.82 GB; llama-100M 8.2–8.7 against 10.3–11.5 CPU-s and 0.34–0.37 against
+ * 1.95–1.98 GB; docs/scale.md).
+ */
+export const PROFILE_STREAM_ABOVE_BYTES = 64 * 2 ** 20;
+
 /** Measure (or read from the profile store) every linear's two sides on `calib`. */
 export async function measureLinears(
   source: ModelSource,
@@ -58,7 +67,8 @@ export async function measureLinears(
     { checkpoint: await source.identity(), calibration: calib.key, points: points.map((p) => `${p.kind}:${p.key}:${p.value}:${p.channels}`), percentile: 99.9 },
     async () => {
       // without a shared engine: a large model streams layer by layer (the same statistics)
-      const own = opts.engine ? null : await openTapper(source, { graph, progress: opts.progress, pieces: await pieceCache(source, opts.cacheDir) });
+      const stream = streamSettings().aboveBytes === undefined && float32Bytes(source.spec) > PROFILE_STREAM_ABOVE_BYTES ? true : undefined;
+      const own = opts.engine ? null : await openTapper(source, { graph, progress: opts.progress, pieces: await pieceCache(source, opts.cacheDir), stream });
       const engine: Tapper = own ?? (await opts.engine!());
       try {
         if (!own) opts.progress?.start('outliers: profiling linears', 1);
