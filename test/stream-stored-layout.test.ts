@@ -4,6 +4,9 @@
  * path the decoder took before, and the whole-model Engine's layout): every output of a decoder layer
  * and of the head is bit-identical for 2–5 rows, on stories260K (float32 storage) and dense-28M (bf16,
  * the widening path). One row differs in rounding (onnxruntime's GEMV for a [K, N] weight), so rows ≥ 2.
+ * And a decoder reading every piece again at each step into its reused buffers (budget 0) gives the
+ * logits of one that keeps its weights, bit for bit (bf16 dense-28M: the buffers' reuse by parity and
+ * the embedding/head buffer shared within a step).
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -18,6 +21,7 @@ import { pieceSessionOptions } from '../src/exec/stream/device.js';
 import { pieceFeeds } from '../src/exec/stream/feeds.js';
 import { streamSegments } from '../src/exec/stream/segments.js';
 import { storedLayoutPiece, WeightReader } from '../src/exec/stream/stored-layout.js';
+import { StreamDecoder } from '../src/exec/stream/decode.js';
 import { Rng } from '../src/core/util/rng.js';
 import { STORIES } from './stories-engine.js';
 
@@ -65,3 +69,29 @@ for (const [name, dir] of [
     }
   });
 }
+
+const densePresent = existsSync(DENSE);
+it.skipIf(!densePresent)('dense-28M: weights read again each step into reused buffers give the kept weights\' logits bit for bit', async () => {
+  const ck = await openCheckpoint(DENSE);
+  try {
+    const kept = new StreamDecoder(ck, { threads: 1 });
+    const none = new StreamDecoder(ck, { threads: 1, weightBytes: 0 });
+    const a = kept.session(2);
+    const b = none.session(2);
+    let rows = [
+      [5, 9],
+      [11, 3],
+    ];
+    for (let step = 0; step < 4; step++) {
+      const la = await a.step(rows);
+      const lb = await b.step(rows);
+      la.forEach((l, r) => expect(Buffer.from(lb[r].buffer, lb[r].byteOffset, lb[r].byteLength).equals(Buffer.from(l.buffer, l.byteOffset, l.byteLength)), `step ${step} row ${r}`).toBe(true));
+      rows = la.map((l) => [l.indexOf(Math.max(...l))]);
+    }
+    expect(none.weightBytesRead).toBe(4 * kept.weightBytesRead);
+    await kept.close();
+    await none.close();
+  } finally {
+    await ck.close();
+  }
+});
