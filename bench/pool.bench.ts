@@ -29,7 +29,8 @@ import { existsSync, promises as fsp } from 'node:fs';
 import { promisify } from 'node:util';
 import os from 'node:os';
 import path from 'node:path';
-import { loadDir } from '../src/exec/runtime/node.js';
+import { loadDir, nodeWorker } from '../src/exec/runtime/node.js';
+import { WasmArena } from '../src/exec/runtime/wasm.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import type { WeightTable } from '../src/exec/runtime/interpreter.js';
 import { argmax } from '../src/core/sampling.js';
@@ -233,6 +234,30 @@ export async function browserVsNode(threads: number, rounds: number, steps: numb
   return out;
 }
 
+/**
+ * What one pool job's hand-off costs the calling thread (a decode token of llama-100M runs 62): jobs
+ * of two rows of a kernel with nothing to do (quant_q8_0 over 0 blocks), best of 7 batches of 20,000.
+ */
+async function emptyJob(threads: number): Promise<Record<string, unknown>> {
+  const arena = WasmArena.create(1 << 16, 64, true);
+  if (!arena) return { skipped: 'no shared WebAssembly memory' };
+  await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+  const pool = arena.workerPool!;
+  const noop = () => {};
+  const args = [arena.weightsBase, 0, 0, 0, arena.weightsBase, 0, 2, 0, 1, 0];
+  const n = 20000;
+  let best = Infinity;
+  const before = pool.stats().workerChunks;
+  for (let r = 0; r < 7; r++) {
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) pool.call('quant_q8_0', noop, args);
+    best = Math.min(best, ((performance.now() - t0) * 1000) / n);
+  }
+  const share = (pool.stats().workerChunks - before) / (7 * n * 2);
+  arena.closePool();
+  return { micros_per_job: round(best, 3), workers_chunk_share: round(share, 3), loadAverage: os.loadavg().map((x) => round(x, 2)) };
+}
+
 export const suite: BenchSuite = {
   name: 'pool',
   description: 'TS runtime worker pool: llama-100M decode (F32, Q8_0, Q4_0, Q4_K), N threads vs one, interleaved rounds',
@@ -242,6 +267,7 @@ export const suite: BenchSuite = {
     const steps = quick ? 8 : 24;
     const out: Record<string, unknown> = { cores: os.cpus().length, threads, rounds, tokens_per_round: steps, loadAverageBefore: os.loadavg().map((x) => round(x, 2)) };
     out.hardware_before = await hardwareCeiling(quick ? 5 : 21);
+    out.empty_job = await emptyJob(threads);
     const quants = (process.env.LLMC_BENCH_POOL_QUANTS ?? 'F32,Q8_0,Q4_0,Q4_K').split(',');
     for (const quant of quants) out[quant] = await measure(quant, threads, rounds, steps);
     out['speedup per format (median of rounds; clean rounds where any)'] = Object.fromEntries(
