@@ -211,7 +211,8 @@ describe('llmc check', () => {
 describe('llmc compile --check', () => {
   it('a failed budget exits 1 and keeps the artifact; a bad budget file exits 2 before anything is written', async () => {
     const out = path.join(tmp, 'checked');
-    const r = await llmcWithEval('compile', STORIES, '--target', 'ts', '--quant', 'Q8_0', '-o', out, '--cache-dir', cache, '--check', await budgetFile('tight.json', { kl_delta: { max: 1e-9 } }));
+    // --eval-tokens 630, as checkArtifact's: these checks need a measured KL, not the default 16384 tokens'.
+    const r = await llmcWithEval('compile', STORIES, '--target', 'ts', '--quant', 'Q8_0', '-o', out, '--cache-dir', cache, '--eval-tokens', '630', '--check', await budgetFile('tight.json', { kl_delta: { max: 1e-9 } }));
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/budget failed: kl_delta = [\d.e-]+, max 1e-9\n$/);
     expect(existsSync(path.join(out, 'weights.bin'))).toBe(true);
@@ -221,7 +222,7 @@ describe('llmc compile --check', () => {
     expect(m.format).toBe('llmc-artifact');
     expect(m.check).toMatchObject({ schema: 'llmc-check/1', ok: true, metrics: { bytes: m.files[0].size } });
     // A quality budget is judged on the compile's own evaluation: the same figures on the same held-out set.
-    const withQ = await llmcWithEval('compile', STORIES, '--target', 'ts', '-o', path.join(tmp, 'checked3'), '--cache-dir', cache, '--json', '--check', await budgetFile('okq.json', { kl_delta: { max: 1 } }));
+    const withQ = await llmcWithEval('compile', STORIES, '--target', 'ts', '-o', path.join(tmp, 'checked3'), '--cache-dir', cache, '--eval-tokens', '630', '--json', '--check', await budgetFile('okq.json', { kl_delta: { max: 1 } }));
     expect(withQ.code, withQ.stderr).toBe(0);
     const mq = JSON.parse(withQ.stdout);
     expect(mq.quality.measured).toBe(true);

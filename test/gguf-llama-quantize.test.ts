@@ -8,15 +8,17 @@
  * back) and generated llama / Mixtral fixtures whose rows are whole 256-blocks, deep enough for the
  * layer-dependent rules. Skipped (with a note) where gcc or the library is not available.
  */
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { generateFixture } from '../fixtures/generate.js';
 import { LLAMA_FTYPES } from '../backends/gguf/presets.js';
-import { compileGguf, ggufContents } from './gguf-helpers.js';
+import { ggufContents } from './gguf-helpers.js';
+import { ensureBuilt } from './build-once.js';
 import { hasGcc, LLAMA_BINS } from './native.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -59,6 +61,29 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'llmc-llama-quantize-'));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
 let shim = '';
 
+type Built = { compile: (typeof import('../src/app/compile/compile.js'))['compile']; openCheckpoint: (typeof import('../src/core/checkpoint/index.js'))['openCheckpoint'] };
+let built: Built;
+/**
+ * Our compile from the built modules (dist/, loaded by Node: vitest.config.ts externalizes it): under
+ * vitest's module transform the JS IQ4_NL / IQ4_XS search ran about 4× slower (most of this file's time).
+ */
+async function loadBuilt(): Promise<Built> {
+  ensureBuilt();
+  const load = (rel: string) => import(pathToFileURL(path.join(ROOT, 'dist', rel)).href);
+  return { compile: (await load('src/app/compile/compile.js')).compile, openCheckpoint: (await load('src/core/checkpoint/index.js')).openCheckpoint };
+}
+
+/** Our direct compile of `model` with `quant` (what test/gguf-helpers' compileGguf does, on the built modules). */
+async function compileGguf(model: string, outDir: string, quant: string): Promise<{ file: string }> {
+  const source = await built.openCheckpoint(model);
+  try {
+    await built.compile({ source, target: 'gguf', outDir, passes: [], quant, tensorTypes: [], progress: { start() {}, tick() {}, done() {} }, note: () => {} });
+    return { file: path.join(outDir, 'model.gguf') };
+  } finally {
+    await (source as unknown as { close(): Promise<void> }).close();
+  }
+}
+
 const PRESETS = Object.keys(LLAMA_FTYPES).filter((p) => p !== 'F32') as (keyof typeof LLAMA_FTYPES)[];
 
 describe.skipIf(!AVAILABLE)('presets equal llama.cpp\'s llama_model_quantize (libllama from node-llama-cpp)', () => {
@@ -68,6 +93,7 @@ describe.skipIf(!AVAILABLE)('presets equal llama.cpp\'s llama_model_quantize (li
     fs.writeFileSync(path.join(tmp, 'shim.c'), SHIM);
     shim = path.join(tmp, 'shim');
     execFileSync('gcc', ['-O1', '-o', shim, path.join(tmp, 'shim.c'), '-ldl']);
+    built = await loadBuilt();
     // Rows in whole 256-blocks; 8 layers, so the first/last-eighth and every-third-layer rules bite.
     const dims = { hiddenSize: 256, intermediateSize: 512, numLayers: 8, numHeads: 4, numKvHeads: 2, vocabSize: 768, expertIntermediateSize: 256 };
     models.llama = (await generateFixture(path.join(tmp, 'llama'), { arch: 'llama', tokenizer: 'byte-level', dims })).dir;
@@ -76,12 +102,15 @@ describe.skipIf(!AVAILABLE)('presets equal llama.cpp\'s llama_model_quantize (li
 
   for (const model of ['stories260K', 'llama', 'mixtral']) {
     test(`${model}: every preset, metadata, tensor types and bytes`, async () => {
-      const f32 = await compileGguf(models[model], path.join(tmp, `${model}-F32`), { quant: 'F32' });
+      const f32 = await compileGguf(models[model], path.join(tmp, `${model}-F32`), 'F32');
       const mismatches: string[] = [];
       for (const preset of PRESETS) {
-        const ours = await compileGguf(models[model], path.join(tmp, `${model}-${preset}`), { quant: preset });
         const ref = path.join(tmp, `${model}-${preset}-llama.gguf`);
-        execFileSync(shim, [path.join(BINS, LIB!), f32.file, ref, String(LLAMA_FTYPES[preset])], { stdio: 'pipe' });
+        // llama.cpp's quantize (a child, one thread) runs while ours does: the two are independent.
+        const theirs = promisify(execFile)(shim, [path.join(BINS, LIB!), f32.file, ref, String(LLAMA_FTYPES[preset])]);
+        theirs.catch(() => {}); // awaited below; this only keeps an early failure from being unhandled
+        const ours = await compileGguf(models[model], path.join(tmp, `${model}-${preset}`), preset);
+        await theirs;
         const [a, b] = await Promise.all([ggufContents(ours.file), ggufContents(ref)]);
         expect(a.meta, `${model} ${preset} metadata`).toEqual(b.meta);
         expect(a.tensors.map((t) => [t.name, t.type, t.shape]), `${model} ${preset} tensor infos`).toEqual(b.tensors.map((t) => [t.name, t.type, t.shape]));

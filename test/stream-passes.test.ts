@@ -127,6 +127,9 @@ describe('--device: the streamed pieces\' execution provider', () => {
       }
       const ok = await llmcInProcess('compile', STORIES, '--target', 'gguf', '--quant', 'Q8_0', '-o', path.join(tmp, 'x.gguf'), '--device', 'cpu');
       expect(ok.code).toBe(0);
+      // llmcInProcess runs the built CLI (test/cli.ts): its device is dist's module's, not this file's import's.
+      const cliDevice = (await import(pathToFileURL(path.resolve(__dirname, '../dist/src/exec/stream/device.js')).href)) as typeof import('../src/exec/stream/device.js');
+      expect(cliDevice.streamDevice()).toBe('cpu');
       expect(streamDevice()).toBe('cpu');
     } finally {
       useStreamDevice('cpu');
