@@ -55,7 +55,7 @@ export const PASSES: Record<string, PassRun> = {
   'outliers-qnn': { family: 'dense', args: () => ['--target', 'qnn', '--passes', 'outliers', ...calib('outliers'), '--no-eval'], limitMs: 30 * MIN },
   imatrix: { family: 'dense', args: () => ['--target', 'gguf', '--quant', 'Q8_0', '--passes', 'imatrix', ...calib('imatrix'), '--no-eval'], limitMs: 30 * MIN },
   'gguf-eval': { family: 'dense', args: () => ['--target', 'gguf', '--quant', 'Q4_K_M', '--eval-tokens', '1022'], limitMs: 30 * MIN },
-  'expert-bits': { family: 'moe', args: () => ['--target', 'gguf', '--passes', 'expert-bits', '--opt', 'expert-bits.budgetBpw=4.5', ...calib('expert-bits'), '--no-eval'], limitMs: 30 * MIN, owner: 's30' },
+  'expert-bits': { family: 'moe', args: () => ['--target', 'gguf', '--passes', 'expert-bits', '--opt', 'expert-bits.budgetBpw=4.5', ...calib('expert-bits'), '--no-eval'], limitMs: 30 * MIN },
   'tree-search': {
     family: 'dense',
     // the draft: the model's first two layers (no second checkpoint); default calibration (sampled from the model, streamed above 1 GiB)

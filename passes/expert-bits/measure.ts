@@ -31,6 +31,7 @@ import path from 'node:path';
 import type { ExpertRef, Item, Proj } from './items.js';
 import { PROJS } from './items.js';
 import { Gemm } from './gemm.js';
+import { onInterrupt } from '../../src/core/util/interrupt.js';
 
 export interface Routing {
   /** Tokens observed (sequence-major). */
@@ -77,6 +78,7 @@ export class Lab {
   private cached = 0;
   private product?: Promise<Gemm>;
   private scratch?: string;
+  private dropScratch?: () => void;
 
   private constructor(
     readonly source: ModelSource,
@@ -117,7 +119,20 @@ export class Lab {
   async close(): Promise<void> {
     await this.opened?.close();
     await (await this.product)?.close();
-    if (this.scratch) rmSync(this.scratch, { recursive: true, force: true });
+    this.dropScratch?.();
+  }
+
+  /** The scratch directory of quantized bytes (created on first use; removed by close() or on Ctrl-C). */
+  private scratchDir(): string {
+    if (this.scratch) return this.scratch;
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'llmc-expert-bits-'));
+    const remove = () => rmSync(dir, { recursive: true, force: true });
+    const unregister = onInterrupt(remove);
+    this.dropScratch = () => {
+      unregister();
+      remove();
+    };
+    return (this.scratch = dir);
   }
 
   /** The float32 matrix product the reconstruction errors run on (one onnxruntime session, opened on first use). */
@@ -143,7 +158,7 @@ export class Lab {
     const meta = this.source.meta(name)!;
     const count = meta.shape.reduce((a, b) => a * b, 1);
     let v: Float32Array;
-    const file = KEPT_ON_DISK.has(format) ? path.join((this.scratch ??= mkdtempSync(path.join(os.tmpdir(), 'llmc-expert-bits-'))), `${createHash('sha256').update(key).digest('hex').slice(0, 32)}.q`) : null;
+    const file = KEPT_ON_DISK.has(format) ? path.join(this.scratchDir(), `${createHash('sha256').update(key).digest('hex').slice(0, 32)}.q`) : null;
     if (file && existsSync(file)) v = dequantize(format, new Uint8Array(readFileSync(file)), count);
     else {
       const w = stored ?? (await this.source.readF32(name));
