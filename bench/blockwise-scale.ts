@@ -6,7 +6,7 @@
  * peak so far) and a summary: per-block CPU seconds, memory against one block's weights and the
  * activations the pass holds — so a run stopped after a few blocks still projects the whole pass
  * (time is linear in blocks: every block costs the same on a uniform model).
- *   node dist/bench/blockwise-scale.js <dense-100M | dense-1.1B | dir> [--frac 0.5] [--steps N] [--e2e N] [--data N] [--blocks N]
+ *   node dist/bench/blockwise-scale.js <dense-100M | dense-1.1B | dir> [--frac 0.5] [--steps N] [--e2e N] [--data N] [--loss mse|norm|lens] [--blocks N]
  * `--blocks N` stops after N blocks' local training (a projection run).
  */
 import path from 'node:path';
@@ -38,7 +38,7 @@ const rss = () => {
 
 const src = await openCheckpoint(dir);
 const spec = src.spec;
-const o = parseReorderOptions({ recover: 'blockwise', calibText: TEXT, ...(arg('--steps') ? { recoverSteps: arg('--steps')! } : {}), ...(arg('--e2e') ? { recoverEndToEnd: arg('--e2e')! } : {}), ...(arg('--data') ? { recoverData: arg('--data')! } : {}) });
+const o = parseReorderOptions({ recover: 'blockwise', calibText: TEXT, ...(arg('--steps') ? { recoverSteps: arg('--steps')! } : {}), ...(arg('--e2e') ? { recoverEndToEnd: arg('--e2e')! } : {}), ...(arg('--data') ? { recoverData: arg('--data')! } : {}), ...(arg('--loss') ? { recoverLoss: arg('--loss')! } : {}) });
 const calib = await calibrationSet(src, { source: await textFileSpec(TEXT), count: o.calibCount, length: o.calibLength, seed: o.seed, heldOut: o.heldOut });
 const data = await trainingSet(src, calib, o.recover!.data, o.seed);
 const { settings, blockwise } = blockwiseSettings(o.recover!);
@@ -85,11 +85,10 @@ function summary(finished: boolean, extra: Record<string, unknown> = {}) {
   console.log(
     JSON.stringify({
       checkpoint: which,
-      params: null,
       layers: spec.numLayers,
       blockWeightsMB: round((blockParams * 4) / 1e6, 0),
       frac,
-      settings: { steps: blockwise.blockSteps, endToEnd: blockwise.endToEnd, data: data.seqs.length, batch: settings.batch, targets: settings.targets },
+      settings: { loss: blockwise.loss, steps: blockwise.blockSteps, endToEnd: blockwise.endToEnd, data: data.seqs.length, batch: settings.batch, targets: settings.targets },
       finished,
       blocks: perBlock.length,
       wallS: round((performance.now() - t0) / 1000, 1),

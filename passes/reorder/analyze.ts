@@ -448,7 +448,7 @@ export async function analyzeReorder(
         recovery = {
           method: 'lora',
           ...settings,
-          ...(blockwise ? { blockwise: { target: blockwise.target, endToEnd: blockwise.endToEnd, ...(blockwise.loss !== 'mse' ? { loss: blockwise.loss } : {}) } } : {}),
+          ...(blockwise ? { blockwise: { target: blockwise.target, endToEnd: blockwise.endToEnd, loss: blockwise.loss } } : {}),
           targets: [...new Set(adapterTargets(permuted, settings.targets).map((t) => t.weight.split('.').slice(-2, -1)[0]))],
           data: { source: calib.spec.source, count: data.seqs.length, length: calib.spec.length, profile: data.key },
         };

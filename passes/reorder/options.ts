@@ -99,7 +99,7 @@ const LORA_ONLY = ['recoverRank', 'recoverAlpha', 'recoverThreads', 'recoverTarg
 const DISTILL_ONLY = ['recoverFullWeight', 'recoverLevelsPerStep'] as const;
 const BLOCKWISE_ONLY = ['recoverTarget', 'recoverEndToEnd', 'recoverLoss'] as const;
 /** reorder.recover=blockwise's defaults (steps per block and level; end-to-end steps per level). */
-export const BLOCKWISE_DEFAULTS = { steps: 64, endToEnd: 120, target: 'teacher', loss: 'mse' } as const;
+export const BLOCKWISE_DEFAULTS = { steps: 64, endToEnd: 120, target: 'teacher', loss: 'lens' } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best of ${AUTO_PROVIDERS.join(', ')} at 50% on held-out data; fisher: squared mask gradients accumulated over fisherTokens)`, default: 'activation' },
