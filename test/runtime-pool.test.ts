@@ -241,4 +241,31 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       }
     }
   });
+
+  it('a llama decode step runs silu·mul inside the down projections (all but the last layer) with the logits of the two steps it replaces', async () => {
+    const model = await loadDir(path.join(tmp, 'fx-hd32'), { threads: 2, pool: { minWork: 0 } }); // intermediate 160: whole q8_0 blocks
+    const run = SiluMul.prototype.run;
+    let calls = 0;
+    SiluMul.prototype.run = function (...a: Parameters<SiluMul['run']>) {
+      calls++;
+      return run.apply(this, a);
+    };
+    try {
+      const layers = (JSON.parse(readFileSync(path.join(tmp, 'fixture-hd32', 'config.json'), 'utf8')) as { num_hidden_layers: number }).num_hidden_layers;
+      const [a, b] = [model.newCache(), model.newCache()];
+      model.forward(prompt, a);
+      model.forward(prompt, b);
+      calls = 0;
+      const fused = model.forward([3], a);
+      expect(calls).toBe(1); // the last layer's MLP gathers its rows first: not fused
+      calls = 0;
+      // rowwise frames keep the two steps (same kernels for quantized weights at one token)
+      const plain = model.forward([3], b, { rowwise: true });
+      expect(calls).toBe(layers);
+      expect(Buffer.from(fused.buffer).equals(Buffer.from(plain.buffer))).toBe(true);
+    } finally {
+      SiluMul.prototype.run = run;
+      await model.close();
+    }
+  });
 });

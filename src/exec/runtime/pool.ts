@@ -6,7 +6,9 @@
  * Atomics.wait / notify (after a short spin), so a matmul costs an atomic wake-up, not a postMessage.
  * Each thread (the calling one included) owns a contiguous share of a call's rows, its lane, cut into
  * chunks it claims in order; a thread done with its lane claims the next chunks of the others', so a
- * worker the OS has not scheduled yet holds nothing up.
+ * worker the OS has not scheduled yet holds nothing up. A job may first prepare x (Prep: quantize it,
+ * after silu·mul for the MLP's down projection) in pieces the threads claim the same way, all of them
+ * done before any row: the calling thread does not do it alone while the workers wait.
  *
  * Browser-safe. The worker's code is a string run by a tiny adapter (`SpawnWorker`): Node's
  * worker_threads (./node.ts, `nodeWorker`) or a browser Web Worker from a Blob URL (`webWorker`),
