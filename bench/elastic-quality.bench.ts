@@ -320,7 +320,7 @@ export const suite: BenchSuite = {
     const search = !process.argv.includes('--no-search');
     const fisher = !process.argv.includes('--no-fisher');
     const recoveredOnly = process.argv.includes('--recovered-only');
-    const kv = (flag: string) => Object.fromEntries((arg(flag) ?? '').split(',').filter(Boolean).map((p) => p.split('=') as [string, string]));
+    const kv = (flag: string) => Object.fromEntries((arg(flag) ?? '').split(/,(?=\w+=)/).filter(Boolean).map((p) => p.split('=') as [string, string]));
     const lora = kv('--lora-opts');
     const searchOpts = kv('--search-opts');
     const denseHeldOut = Number(arg('--dense-held-out') ?? (quick ? 16 : 64));

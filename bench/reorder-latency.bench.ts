@@ -1,8 +1,8 @@
 /**
  * `reorder.budget=latency` checked against measurement (issue 32): dense-28M (../shared) compiled for
  * ts at F32 with per-layer widths searched under a latency budget, then each level's decode step
- * measured with `llmc run --level … --json --ignore-eos` (decode_ms over the decode steps, the best of
- * `--reps` runs, one thread as the price model's kernel and the default threads), beside the step
+ * measured with `llmc run --level … --json --ignore-eos --threads 1` (CPU ms per decode step from two
+ * generation lengths, see decodeStep; one thread as the price model's kernel), beside the step
  * time the pass priced (latency.ts stepSeconds at the measured steps' mean context). Reported per
  * level: priced and measured ms, their ratio, and the level's fraction of the full step priced and
  * measured (what the budget bounds). Standalone:
@@ -25,18 +25,31 @@ const arg = (name: string) => {
   return i >= 0 ? process.argv[i + 1] : undefined;
 };
 
-/** The best decode step (ms) of `reps` `llmc run` calls of `level`, with the CPU time of that run. */
-async function decodeStep(dir: string, level: string, prompt: number[], n: number, threads: number | null, reps: number) {
-  let best: { stepMs: number; wallMs: number; cpuMs: number } | null = null;
+/** One `llmc run --level` call: its decode_ms and its whole-process CPU time. */
+async function runLevel(dir: string, level: string, prompt: number[], n: number, threads: number | null) {
+  const args = ['run', dir, '--level', level, '--prompt-ids', prompt.join(','), '-n', String(n), '--ignore-eos', '--json', ...(threads ? ['--threads', String(threads)] : [])];
+  const run = await runNodeWithPeakRss(path.join(REPO_ROOT, 'bin/llmc.js'), args);
+  if (run.code !== 0) throw new Error(`llmc run --level ${level}: ${run.stderr.trim()}`);
+  return { decodeMs: (JSON.parse(run.stdout) as { timings: { decode_ms: number } }).timings.decode_ms, cpuMs: run.cpuMs };
+}
+
+/**
+ * A decode step of `level`: CPU ms per step, from the difference of the least CPU time of `reps` runs
+ * generating `n2` and `n1` tokens after the same prompt (loading, verification and prefill cancel; on
+ * one thread CPU time is the step's time on an idle core, which wall time on a loaded machine is not),
+ * and the best wall ms per step of the n2 runs (decode_ms).
+ */
+async function decodeStep(dir: string, level: string, prompt: number[], n1: number, n2: number, threads: number | null, reps: number) {
+  let cpu1 = Infinity;
+  let cpu2 = Infinity;
+  let wall = Infinity;
   for (let r = 0; r < reps; r++) {
-    const args = ['run', dir, '--level', level, '--prompt-ids', prompt.join(','), '-n', String(n), '--ignore-eos', '--json', ...(threads ? ['--threads', String(threads)] : [])];
-    const run = await runNodeWithPeakRss(path.join(REPO_ROOT, 'bin/llmc.js'), args);
-    if (run.code !== 0) throw new Error(`llmc run --level ${level}: ${run.stderr.trim()}`);
-    const t = (JSON.parse(run.stdout) as { timings: { decode_ms: number } }).timings;
-    const stepMs = t.decode_ms / (n - 1);
-    if (!best || stepMs < best.stepMs) best = { stepMs, wallMs: run.wallMs, cpuMs: run.cpuMs };
+    cpu1 = Math.min(cpu1, (await runLevel(dir, level, prompt, n1, threads)).cpuMs);
+    const b = await runLevel(dir, level, prompt, n2, threads);
+    cpu2 = Math.min(cpu2, b.cpuMs);
+    wall = Math.min(wall, b.decodeMs / (n2 - 1));
   }
-  return best!;
+  return { cpuMs: (cpu2 - cpu1) / (n2 - n1), wallMs: wall };
 }
 
 export const suite: BenchSuite = {
@@ -48,7 +61,7 @@ export const suite: BenchSuite = {
     const context = Number(arg('--context') ?? 512);
     const reps = Number(arg('--reps') ?? (quick ? 1 : 3));
     const levels = arg('--levels') ?? '0.5,0.75,1';
-    const n = quick ? 16 : 64;
+    const [n1, n2] = quick ? [4, 20] : [8, 72];
     const calibText = path.join(SHARED, 'text/calibration.txt');
     const cacheDir = arg('--cache') ? path.resolve(arg('--cache')!) : path.join(os.tmpdir(), 'llmc-bench-cache');
     const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-reorder-latency-'));
@@ -63,29 +76,28 @@ export const suite: BenchSuite = {
         const md = manifest.passes[0].metadata as unknown as ReorderMetadata;
         const b = md.widthSearch?.budget;
         if (!b || b.kind !== 'latency') throw new Error('no latency budget in the record');
-        // The decode steps run at contexts prompt+1 … prompt+n−1: priced at their mean.
-        const prompt = Array.from({ length: context - n / 2 }, (_, i) => 3 + ((i * 37) % (spec.vocabSize - 3)));
-        const meanContext = prompt.length + n / 2;
+        // The steps measured (n1+1 … n2 after the prompt) run at a mean context of `context`: priced there.
+        const prompt = Array.from({ length: context - Math.round((n1 + n2) / 2) }, (_, i) => 3 + ((i * 37) % (spec.vocabSize - 3)));
+        const meanContext = prompt.length + (n1 + n2) / 2;
         const k = { perCall: b.perCallUs / 1e6, perMac: b.perMacNs / 1e9, context: meanContext, host: b.host };
         const full = md.levels[md.levels.length - 1];
         const rows: Record<string, unknown>[] = [];
-        const measured: Record<string, { one: number; all: number }> = {};
+        const measured: Record<string, { cpuMs: number; wallMs: number }> = {};
         for (const lv of md.levels) {
-          const one = await decodeStep(out, lv.id, prompt, n, 1, reps);
-          const all = await decodeStep(out, lv.id, prompt, n, null, reps);
-          measured[lv.id] = { one: one.stepMs, all: all.stepMs };
+          const m = await decodeStep(out, lv.id, prompt, n1, n2, 1, reps);
+          measured[lv.id] = m;
           const pricedMs = stepSeconds(spec, lv, k) * 1e3;
-          rows.push({ id: lv.id, paramFrac: lv.paramFrac, pricedMs: round(pricedMs, 3), measuredMs1: round(one.stepMs, 3), ratio1: round(pricedMs / one.stepMs, 3), measuredMsDefault: round(all.stepMs, 3), cpuMsRun1: Math.round(one.cpuMs), wallMsRun1: Math.round(one.wallMs) });
+          rows.push({ id: lv.id, paramFrac: lv.paramFrac, pricedMs: round(pricedMs, 3), cpuMsPerStep: round(m.cpuMs, 3), pricedOverCpu: round(pricedMs / m.cpuMs, 3), wallMsPerStep: round(m.wallMs, 3) });
         }
         const pricedFull = stepSeconds(spec, full, k);
         for (const [i, lv] of md.levels.entries()) {
           const r = rows[i];
           r.pricedFrac = round(stepSeconds(spec, lv, k) / pricedFull, 3);
-          r.measuredFrac1 = round(measured[lv.id].one / measured[full.id].one, 3);
-          r.measuredFracDefault = round(measured[lv.id].all / measured[full.id].all, 3);
+          r.cpuFrac = round(measured[lv.id].cpuMs / measured[full.id].cpuMs, 3);
+          r.pricedFracOverCpuFrac = round((r.pricedFrac as number) / (r.cpuFrac as number), 3);
           r.widths = lv.layers.map((L) => `${L.kvGroups}×${L.qHeadsPerGroup}/${L.ffn}`).join(" ");
         }
-        return { model: path.basename(model), context, meanContext, decodeSteps: n - 1, reps, kernel: { perCallUs: b.perCallUs, perMacNs: b.perMacNs, host: b.host }, compileMs: Math.round(compileMs), load: os.loadavg().map((x) => round(x, 1)), levels: rows };
+        return { model: path.basename(model), context, meanContext, steps: [n1, n2], reps, threads: 1, kernel: { perCallUs: b.perCallUs, perMacNs: b.perMacNs, host: b.host }, compileMs: Math.round(compileMs), load: os.loadavg().map((x) => round(x, 1)), levels: rows };
       });
     } finally {
       await fsp.rm(tmp, { recursive: true, force: true });
