@@ -94,6 +94,13 @@ describe('blockwise recovery', () => {
     expect(bytesOf(held)).toBe(bytesOf(streamed));
   });
 
+  it('reorder.recoverLoss: lens by default, mse / norm, anything else refused, blockwise only', () => {
+    expect(parseReorderOptions({ recover: 'blockwise' }).recover!.loss).toBe('lens');
+    expect(parseReorderOptions({ recover: 'blockwise', recoverLoss: 'norm' }).recover!.loss).toBe('norm');
+    expect(() => parseReorderOptions({ recover: 'blockwise', recoverLoss: 'kl' })).toThrow(/recoverLoss must be mse, norm or lens, got "kl"/);
+    expect(() => parseReorderOptions({ recoverLoss: 'mse' })).toThrow(/recoverLoss applies to reorder.recover=blockwise only/);
+  });
+
   it("ships the full model's weights byte for byte (recovery adds adapters only to narrowed levels)", async () => {
     const ctx = { note: () => {}, cacheDir: path.join(tmp, 'cache'), target: findTarget('ts') };
     const base = { levels: '0.5,1', importance: 'activation', calib: '4', calibLength: String(T), heldOut: '2' };
