@@ -304,13 +304,12 @@ describe.skipIf(!HAVE)('the other passes on the families', () => {
     expect(r.code).toBe(0);
     return JSON.parse(r.stdout).generated_ids as number[];
   };
+  // `llmc compile` in-process on the built modules (test/cli.ts): the passes' measurements in JS ran
+  // several times slower through vitest's module transform.
   const build = async (name: string, target: string, passes: string[], opts: Record<string, string>, out: string) => {
-    const source = await openCheckpoint(path.join(ARCHS, name));
-    try {
-      await compile({ source, target, outDir: out, passes, opts, progress: silentProgress, note: () => {} });
-    } finally {
-      await source.close();
-    }
+    const flags = Object.entries(opts).flatMap(([k, v]) => ['--opt', `${k}=${v}`]);
+    const r = await llmcInProcess('compile', path.join(ARCHS, name), '--target', target, '--passes', passes.join(','), ...flags, '--cache-dir', path.join(tmp, 'cache'), '-o', out);
+    expect(r.code, r.stderr).toBe(0);
     return out;
   };
 
