@@ -3,8 +3,8 @@
  * from $LLMC_BENCH_TINYLLAMA for the 1.1B dense shape):
  *   dense-100M     llama-100M (hidden 768, 12 layers, vocab 16,384; ≈100.7M parameters, bf16)
  *   dense-1.1B     TinyLlama-1.1B's shape (hidden 2048, 22 layers, 32 heads / 4 KV, vocab 32,000; ≈1.10B, bf16, 3 shards)
- *   moe-100M       mixtral, hidden 512, 8 layers, 8 experts of 1024 (top 2), vocab 16,384 (≈118M)
- *   moe-1.1B       mixtral, hidden 1024, 16 layers, 8 experts of 2048 (top 2), vocab 32,000 (≈0.93B)
+ *   moe-100M       mixtral, hidden 512, 8 layers, 8 experts of 1024 (top 2), vocab 16,384 (≈124M)
+ *   moe-1.1B       mixtral, hidden 1024, 16 layers, 8 experts of 2048 (top 2), vocab 32,000 (≈0.91B)
  * Each with a byte-level tokenizer (text calibration works) and no planted structure. The MoE ones go
  * to $LLMC_SCALE_DIR when set (the 0.93B one is 1.9 GB of bf16), else the bench cache. To reproduce:
  *   npx tsc -p tsconfig.bench.json && node dist/bench/scale-checkpoints.js [name ...]   (prints each directory)

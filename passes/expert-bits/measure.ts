@@ -86,8 +86,10 @@ export class Lab {
     private readonly cacheFloats: number,
   ) {}
 
-  static async open(source: ModelSource, tensors: readonly string[], cacheFloats = 64 << 20, stream?: boolean): Promise<Lab> {
-    if (streams(source.spec, stream)) return new Lab(source, null, cacheFloats);
+  static async open(source: ModelSource, tensors: readonly string[], cacheFloats?: number, stream?: boolean): Promise<Lab> {
+    // streamed, the quantized values are re-read from the scratch directory: a small LRU keeps memory near one piece's
+    if (streams(source.spec, stream)) return new Lab(source, null, cacheFloats ?? 16 << 20);
+    cacheFloats ??= 64 << 20;
     return new Lab(source, await Engine.open(source, { swappable: [...new Set(tensors)], routerBias: true }), cacheFloats);
   }
 
