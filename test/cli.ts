@@ -30,7 +30,19 @@ export async function llmcInProcess(...argv: string[]): Promise<{ code: number; 
 }
 
 export async function llmcWithEval(...argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const main = await builtMain();
+  return captured(await builtMain(), argv);
+}
+
+/**
+ * The CLI from src/ (through vitest's transform), for a test that changes src's own module state —
+ * e.g. a plugin pushed onto src's PASSES / TARGETS, which dist's copies of the registries do not see.
+ */
+export async function llmcFromSource(...argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const { main } = await import('../src/app/cli/main.js');
+  return captured(main, argv[0] === 'compile' && !argv.includes('--help') ? [...argv, '--no-eval'] : argv);
+}
+
+async function captured(main: Main, argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   let stdout = '';
   let stderr = '';
   const out = vi.spyOn(process.stdout, 'write').mockImplementation((s: string | Uint8Array) => ((stdout += String(s)), true));

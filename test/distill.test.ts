@@ -38,7 +38,7 @@ describe('reorder.recover=distill', () => {
     expect(parseReorderOptions({ recover: 'lora' }).recover!.method).toBe('lora');
     expect(() => parseReorderOptions({ recover: 'distill', recoverRank: '4' })).toThrow(/reorder\.recoverRank applies to reorder\.recover=lora only/);
     expect(() => parseReorderOptions({ recover: 'lora', recoverFullWeight: '2' })).toThrow(/reorder\.recoverFullWeight applies to reorder\.recover=distill only/);
-    expect(() => parseReorderOptions({ recover: 'bogus' })).toThrow(/lora, distill or none/);
+    expect(() => parseReorderOptions({ recover: 'bogus' })).toThrow(/lora, distill, blockwise or none/);
   });
 
   it('levels stay prefix slices of one trained weight set: hf\'s level checkpoint = the trained root with the level masked, on onnxruntime; training lowers the level\'s perplexity', async () => {

@@ -18,7 +18,7 @@ import { sliceSource } from '../src/core/pipeline/elastic.js';
 import { toyPass } from './fixtures/toy-plugin/pass.js';
 import { toyTarget } from './fixtures/toy-plugin/target.js';
 import { silentProgress } from '../src/core/util/progress.js';
-import { llmcInProcess } from './cli.js';
+import { llmcFromSource, llmcInProcess } from './cli.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const STORIES = path.resolve(ROOT, 'fixtures/models/stories260K');
@@ -45,7 +45,7 @@ describe('a pass and a target added through the registries alone', () => {
 
   it('compile runs them end to end: options, flags, ordering, annotations, record, manifest', async () => {
     const out = path.join(tmp, 'toy');
-    const r = await llmcInProcess(
+    const r = await llmcFromSource(
       'compile', STORIES, '--target', 'toy-target', '--quant', 'b', '--passes', 'toy,reorder', '--toy-scale', '2.5',
       '--opt', 'toy-target.greeting=hi', '--opt', 'reorder.importance=magnitude', '--opt', 'reorder.evaluate=false', '--levels', '0.5,1',
       '--cache-dir', path.join(tmp, 'cache'), '-o', out,
@@ -66,16 +66,16 @@ describe('a pass and a target added through the registries alone', () => {
     expect(manifest.passes[1].options).toEqual({ scale: 2.5 });
     // The commands that read an artifact take it too: nothing in llmc was written for it.
     for (const cmd of [['inspect'], ['verify'], ['report', '--json']]) {
-      const c = await llmcInProcess(cmd[0], out, ...cmd.slice(1));
+      const c = await llmcFromSource(cmd[0], out, ...cmd.slice(1));
       expect(c.code, `${cmd[0]}: ${c.stderr}`).toBe(0);
     }
   });
 
   it('--help and llmc list list them, from the registries', async () => {
-    const r = await llmcInProcess('compile', '--help');
+    const r = await llmcFromSource('compile', '--help');
     expect(r.stdout).toContain('toy-target');
     expect(r.stdout).toContain('--toy-scale');
-    const list = await llmcInProcess('list');
+    const list = await llmcFromSource('list');
     expect(list.stdout).toContain('  toy-target: ');
     expect(list.stdout).toContain('--toy-scale X is --opt toy.scale=X');
   });

@@ -293,7 +293,7 @@ describe('records and options', () => {
     expect(parseReorderOptions({ recoverTargets: 'down, q,o' }).recover!.targets).toEqual(['q', 'o', 'down']);
     expect(() => parseReorderOptions({ recoverTargets: 'q,proj' })).toThrow(/recoverTargets/);
     expect(parseReorderOptions({ recover: 'none' }).recover).toBeNull();
-    expect(() => parseReorderOptions({ recover: 'full' })).toThrow(/lora, distill or none/);
+    expect(() => parseReorderOptions({ recover: 'full' })).toThrow(/lora, distill, blockwise or none/);
     expect(() => parseReorderOptions({ recoverRank: '0' })).toThrow(/recoverRank/);
     expect(() => parseReorderOptions({ recoverLr: 'fast' })).toThrow(/recoverLr/);
     expect(() => parseReorderOptions({ recover: 'none', recoverSteps: '5' })).toThrow(/needs reorder.recover=lora/);
