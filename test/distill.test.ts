@@ -36,7 +36,7 @@ describe('reorder.recover=distill', () => {
     expect(o.recover).toMatchObject({ method: 'distill', steps: 'auto', batch: 16, fullWeight: 8, levelsPerStep: 3 });
     expect(o.recover!.data * o.calibLength).toBeGreaterThanOrEqual(1_000_000);
     expect(parseReorderOptions({ recover: 'lora' }).recover!.method).toBe('lora');
-    expect(() => parseReorderOptions({ recover: 'distill', recoverRank: '4' })).toThrow(/reorder\.recoverRank applies to reorder\.recover=lora only/);
+    expect(() => parseReorderOptions({ recover: 'distill', recoverRank: '4' })).toThrow(/reorder\.recoverRank applies to reorder\.recover=lora or blockwise only/);
     expect(() => parseReorderOptions({ recover: 'lora', recoverFullWeight: '2' })).toThrow(/reorder\.recoverFullWeight applies to reorder\.recover=distill only/);
     expect(() => parseReorderOptions({ recover: 'bogus' })).toThrow(/lora, distill, blockwise or none/);
   });
