@@ -1,6 +1,6 @@
 /**
  * `reorder.budget=latency`: a level's decode-step time priced from the TS runtime's own matvec
- * kernel, timed on this host at compile time (no bench). The kernel's cost is fit as
+ * kernel (WebAssembly SIMD, streaming weights beyond the caches), timed on this host at compile time (no bench). The kernel's cost is fit as
  *   t(rows, cols) = a + b · rows · cols           (a: per call, b: per multiply-add)
  * by least squares over the model's own shapes (a head's rows, the hidden size, the FFN width), each
  * the fastest of REPS runs. A level's step is then Σ over layers of its seven projections at their
@@ -12,7 +12,8 @@ import os from 'node:os';
 import type { ArchSpec } from '../../src/core/arch/spec.js';
 import { cachedProfile } from '../../src/measure/store.js';
 import type { ProfileCacheRef } from '../../src/core/pipeline/pass.js';
-import { matvec, Weight } from '../../src/exec/runtime/kernels.js';
+import { matmul, Weight } from '../../src/exec/runtime/kernels.js';
+import { WasmArena } from '../../src/exec/runtime/wasm.js';
 import type { Level } from '../../src/core/records/elastic.js';
 
 /** The fitted kernel cost (seconds) and the context attention is priced at. */
@@ -27,20 +28,31 @@ const REPS = 7;
 
 const host = () => `${os.cpus()[0]?.model ?? 'cpu'} ×${os.cpus().length}`;
 
-/** The fastest of REPS timings of y = W·x for a [rows, cols] F32 weight (enough calls per run to be ≥ 1 ms). */
+/** Bytes of weights a probe streams through: beyond the caches, as a decode step streams the model's. */
+const PROBE_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The fastest of REPS timings of y = W·x for a [rows, cols] F32 weight on the runtime's own kernel (its
+ * WebAssembly SIMD matvec, as `llmc run` decodes; the scalar fallback where WebAssembly is missing),
+ * cycling through copies that together exceed the caches: a decode step is bound by reading weights.
+ */
 function timeMatvec(rows: number, cols: number): number {
-  const data = new Float32Array(rows * cols);
-  for (let i = 0; i < data.length; i++) data[i] = ((i * 2654435761) % 1000) / 1000 - 0.5;
-  const w = new Weight('probe', 'F32', rows, cols, new Uint8Array(data.buffer));
+  const bytes = rows * cols * 4;
+  const copies = Math.max(1, Math.ceil(PROBE_BYTES / bytes));
+  const arena = WasmArena.create(copies * bytes, Math.max(rows, cols));
+  const region = arena ? arena.weights(copies * bytes) : new Uint8Array(copies * bytes);
+  const f = new Float32Array(region.buffer, region.byteOffset, copies * rows * cols);
+  for (let i = 0; i < f.length; i++) f[i] = ((i * 2654435761) % 1000) / 1000 - 0.5;
+  const ws = Array.from({ length: copies }, (_, k) => new Weight('probe', 'F32', rows, cols, region.subarray(k * bytes, (k + 1) * bytes), arena));
   const x = new Float32Array(cols).fill(0.01);
   const y = new Float32Array(rows);
-  const calls = Math.max(1, Math.ceil(2e5 / (rows * cols)));
+  const calls = Math.max(copies, Math.ceil(2e6 / (rows * cols)));
   let best = Infinity;
   for (let r = 0; r < REPS + 1; r++) {
     const t0 = performance.now();
-    for (let c = 0; c < calls; c++) matvec(w, x, 0, y, 0, 0, rows, cols);
+    for (let c = 0; c < calls; c++) matmul(ws[c % copies], x, 1, cols, y, rows);
     const t = (performance.now() - t0) / 1e3 / calls;
-    if (r > 0) best = Math.min(best, t); // the first run warms the JIT
+    if (r > 0) best = Math.min(best, t); // the first run warms the JIT and the pages
   }
   return best;
 }
@@ -73,7 +85,7 @@ export async function kernelCost(spec: ArchSpec, context: number, cacheDir?: Pro
     [H, I],
   ];
   const h = host();
-  const prof = await cachedProfile(cacheDir, 'kernel-cost', { host: h, shapes }, async () => {
+  const prof = await cachedProfile(cacheDir, 'kernel-cost', { host: h, shapes, probe: 'wasm-streamed' }, async () => {
     const t = shapes.map(([r, c]) => timeMatvec(r, c));
     return { meta: { host: h }, arrays: { t: Float64Array.from(t) } };
   });
