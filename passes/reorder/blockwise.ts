@@ -34,7 +34,7 @@ import { streams } from '../../src/exec/stream/index.js';
 import { TfPieces } from '../../src/exec/stream/tf-pieces.js';
 import { cachedProfile, type ProfileCache } from '../../src/measure/store.js';
 import { BLOCKWISE_DEFAULTS, type Projection, type RecoverOptions } from './options.js';
-import { Adam, adapterTargets, lrAt, softTargetLoss, trainingBatches, transpose, type Adapter, type LevelRecovery, type Quality, type RecoverSettings } from './recover.js';
+import { Adam, adapterTargets, loraInit, lowRankMap, lrAt, softTargetLoss, trainingBatches, transpose, type Adapter, type LevelRecovery, type Quality, type RecoverSettings } from './recover.js';
 
 export interface BlockwiseSettings {
   /** Local steps per decoder block and level. */
@@ -275,15 +275,7 @@ async function mapBatches<B>(bs: B[], f: (b: B, bi: number) => tf.Tensor): Promi
 /** Param j of a target's pair: at [in, r] (even), bt [r, out] (odd). */
 const paramShape = (t: Target, rank: number, j: number): [number, number] => (j % 2 === 0 ? [t.inFeatures, rank] : [rank, t.outFeatures]);
 
-const lowRankOf = (targets: readonly Target[], ps: tf.Tensor[], s: RecoverSettings) => new Map<string, LowRankTerm>(targets.map((t, j) => [t.weight, { at: ps[2 * j] as tf.Tensor2D, bt: ps[2 * j + 1] as tf.Tensor2D, scale: s.alpha / s.rank }]));
-
-/** LoRA's start (recover.ts trainLevel): A ~ U(-1/√in, 1/√in), B = 0: the block as it is. */
-function initParams(targets: readonly Target[], rank: number, rng: Rng): Float32Array[] {
-  return targets.flatMap((t) => {
-    const bound = 1 / Math.sqrt(t.inFeatures);
-    return [Float32Array.from({ length: t.inFeatures * rank }, () => (rng.next() * 2 - 1) * bound), new Float32Array(rank * t.outFeatures)];
-  });
-}
+const lowRankOf = (targets: readonly Target[], ps: tf.Tensor[], s: RecoverSettings) => lowRankMap(targets, ps, s.alpha / s.rank);
 
 /** Validation points: the start, every eighth of the steps, the end. */
 const checkpointAt = (step: number, steps: number) => (step + 1) % Math.max(1, Math.round(steps / 8)) === 0 || step + 1 === steps;
@@ -317,7 +309,7 @@ async function trainBlock(j: BlockJob): Promise<{ params: Float32Array[] | null;
   const scale = Math.max((await s0.data())[0], 1e-12);
   s0.dispose();
   const loss = (bi: number, lowRank?: Map<string, LowRankTerm>) => tf.div(j.compare(lv.pieces.run(piece, i, tf.tensor3d(x[bi], shape(bi)), lowRank ? { lowRank } : {}), tf.tensor3d(y[bi], shape(bi)), bi), scale) as tf.Scalar;
-  const params = initParams(targets, s.rank, new Rng(j.seed));
+  const params = loraInit(targets, s.rank, new Rng(j.seed));
   const tensorsOf = (ps: Float32Array[]) => ps.map((p, k) => tf.tensor2d(p, paramShape(targets[k >> 1], s.rank, k)));
   const validation = async (ps: Float32Array[] | null): Promise<number> => {
     const ts = ps ? tensorsOf(ps) : [];
@@ -423,7 +415,7 @@ async function endToEnd(j: EndToEndJob): Promise<{ before: number; after: number
   const trained = decoder.map((_, l) => l).filter((l) => l >= from && lv.blocks[l].targets.length);
   // Blocks whose local pass kept nothing start from LoRA's init (B = 0: unchanged); back to none if the start stays best.
   const untrained = trained.filter((l) => !lv.blocks[l].params);
-  for (const l of untrained) lv.blocks[l].params = initParams(lv.blocks[l].targets, s.rank, new Rng(s.seed + l));
+  for (const l of untrained) lv.blocks[l].params = loraInit(lv.blocks[l].targets, s.rank, new Rng(s.seed + l));
   const flat = trained.flatMap((l) => lv.blocks[l].params!);
   const start = flat.map((p) => p.slice());
   const shape = (bi: number) => [batches[bi].length, batches[bi][0].length, D] as [number, number, number];

@@ -261,15 +261,9 @@ export async function trainLevel(
   const targets = adapterTargets(student.source, s.targets);
   // A ~ U(-1/√in, 1/√in) (PEFT's kaiming_uniform(a=√5)), B = 0: training starts from the level as it is.
   // With `init` (fitted adapters): those, training starts near the answer.
-  const params: Float32Array[] = init ? init.map((p) => p.slice()) : [];
-  if (!init) {
-    for (const t of targets) {
-      const bound = 1 / Math.sqrt(t.inFeatures);
-      params.push(Float32Array.from({ length: t.inFeatures * s.rank }, () => (rng.next() * 2 - 1) * bound), new Float32Array(s.rank * t.outFeatures));
-    }
-  }
+  const params: Float32Array[] = init ? init.map((p) => p.slice()) : loraInit(targets, s.rank, rng);
   const shapes = targets.flatMap((t) => [[t.inFeatures, s.rank] as [number, number], [s.rank, t.outFeatures] as [number, number]]);
-  const lowRankOf = (ps: tf.Tensor[]) => new Map<string, LowRankTerm>(targets.map((t, i) => [t.weight, { at: ps[2 * i] as tf.Tensor2D, bt: ps[2 * i + 1] as tf.Tensor2D, scale }]));
+  const lowRankOf = (ps: tf.Tensor[]) => lowRankMap(targets, ps, scale);
   const validationLoss = async (withAdapters = true): Promise<number> => {
     let sum = 0;
     const tensors = withAdapters ? params.map((p, i) => tf.tensor2d(p, shapes[i])) : [];
@@ -334,6 +328,19 @@ function warmStart(targets: readonly { weight: string; inFeatures: number; outFe
     }
     return [at, bt];
   });
+}
+
+/** LoRA's start, A then B per target: A ~ U(-1/√in, 1/√in) (PEFT's kaiming_uniform(a=√5)), B = 0 (the level as it is). */
+export function loraInit(targets: readonly { inFeatures: number; outFeatures: number }[], rank: number, rng: Rng): Float32Array[] {
+  return targets.flatMap((t) => {
+    const bound = 1 / Math.sqrt(t.inFeatures);
+    return [Float32Array.from({ length: t.inFeatures * rank }, () => (rng.next() * 2 - 1) * bound), new Float32Array(rank * t.outFeatures)];
+  });
+}
+
+/** The low-rank terms of `targets` from their A, B tensors laid out as loraInit lays them. */
+export function lowRankMap(targets: readonly { weight: string }[], ps: readonly tf.Tensor[], scale: number): Map<string, LowRankTerm> {
+  return new Map(targets.map((t, i) => [t.weight, { at: ps[2 * i] as tf.Tensor2D, bt: ps[2 * i + 1] as tf.Tensor2D, scale }]));
 }
 
 /** [rows, cols] row-major → [cols, rows]. */
