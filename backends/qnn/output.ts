@@ -6,9 +6,8 @@ import { existsSync, promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
 import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
-import { EXTERNAL_MIN_BYTES, externalTensor, ExternalData, inlineSize, writeOnnx } from '../../src/exec/onnx/external.js';
+import { ExternalData, externalSizes, inlineSize, writeOnnx } from '../../src/exec/onnx/external.js';
 import { MAX_PROTO_BYTES, splicedModel } from '../../src/exec/onnx/lower.js';
-import { onnx, type TensorProto } from '../../src/exec/onnx/proto.js';
 import type { LoweredGraph } from './lower.js';
 import { SHADOW_COLD, SHADOW_HOT, SHADOW_INDEX, ShadowWriter, type ShadowIndex } from './shadow.js';
 
@@ -75,7 +74,7 @@ export function plannedOutput(sizes: Map<string, number>): Output {
         sizes.set(file, splicedModel({ ...g.model }, g.graph, g.tensors).total);
         return [file];
       }
-      const { graphBytes, dataBytes } = externalSizes(g, file);
+      const { graphBytes, dataBytes } = externalSizes(g, path.basename(dataFileOf(file)));
       sizes.set(file, graphBytes);
       sizes.set(dataFileOf(file), dataBytes);
       return [file, dataFileOf(file)];
@@ -89,27 +88,4 @@ export function plannedOutput(sizes: Map<string, number>): Output {
       sizes.set(SHADOW_INDEX, Buffer.byteLength(indexText));
     },
   };
-}
-
-
-/**
- * The sizes writeOnnx gives `g` with a data file of its own, without reading a weight: the data file
- * laid out as ExternalData lays it (64-byte aligned, 4096 from 1 MiB), small tensors inline as zeros
- * of their length (the same encoded size).
- */
-function externalSizes(g: LoweredGraph, file: string): { graphBytes: number; dataBytes: number } {
-  const location = path.basename(dataFileOf(file));
-  let end = 0;
-  const initializers: TensorProto[] = [...(g.graph.initializer ?? [])];
-  for (const t of g.tensors) {
-    if (t.byteLength < EXTERNAL_MIN_BYTES) {
-      initializers.push({ name: t.name, dims: t.dims, dataType: t.dataType, rawData: new Uint8Array(t.byteLength) });
-      continue;
-    }
-    const align = t.byteLength >= 1 << 20 ? 4096 : 64;
-    const offset = Math.ceil(end / align) * align;
-    end = offset + t.byteLength;
-    initializers.push(externalTensor(t, location, { offset, length: t.byteLength }));
-  }
-  return { graphBytes: onnx.ModelProto.encode({ ...g.model, graph: { ...g.graph, initializer: initializers } }).finish().length, dataBytes: end };
 }

@@ -110,6 +110,25 @@ export interface OnnxParts {
   tensors: readonly PendingTensor[];
 }
 
+/**
+ * The sizes writeOnnx gives `g` with a data file of its own (`location`), without reading a weight:
+ * the data file laid out as ExternalData lays it, small tensors inline as zeros of their length
+ * (the same encoded size). For dry runs.
+ */
+export function externalSizes(g: OnnxParts, location: string): { graphBytes: number; dataBytes: number } {
+  let end = 0;
+  const initializers: TensorProto[] = [...(g.graph.initializer ?? [])];
+  for (const t of g.tensors) {
+    if (t.byteLength < EXTERNAL_MIN_BYTES) {
+      initializers.push({ name: t.name, dims: t.dims, dataType: t.dataType, rawData: new Uint8Array(t.byteLength) });
+      continue;
+    }
+    const offset = Math.ceil(end / alignOf(t.byteLength)) * alignOf(t.byteLength);
+    end = offset + t.byteLength;
+    initializers.push(externalTensor(t, location, { offset, length: t.byteLength }));
+  }
+  return { graphBytes: onnx.ModelProto.encode({ ...g.model, graph: { ...g.graph, initializer: initializers } }).finish().length, dataBytes: end };
+}
 /** Bytes of the graph written inline (one file). */
 export function inlineSize(g: OnnxParts): number {
   return splicedModel(g.model, g.graph, g.tensors).total;
