@@ -44,7 +44,8 @@ function ours(file: string, ino: number): boolean {
 /**
  * Moves a dead owner's lock out of the way. Only the file judged dead goes: it is renamed aside
  * first, and if what was renamed is no longer that file (another llmc took the lock over between the
- * look and the rename), it is put back and that llmc is the owner.
+ * look and the rename), it is put back and that llmc is the owner (or, while its pid is still
+ * unwritten, the caller looks again).
  */
 function takeOver(file: string, judged: string): { owner: number } | null {
   const aside = `${file}.${process.pid}.stale`;
@@ -64,7 +65,9 @@ function takeOver(file: string, judged: string): { owner: number } | null {
     /* a newer lock is there: it decides */
   }
   rmSync(aside, { force: true });
-  return { owner: Number(got) || -1 };
+  // An empty lock is one whose creator has not yet written its pid: look again (the caller waits for it).
+  const owner = Number(got);
+  return got && Number.isInteger(owner) && owner > 0 ? { owner } : null;
 }
 
 /** The lock taken (its release), or the pid of the live llmc that holds it (this process's own pid if it holds it). */
