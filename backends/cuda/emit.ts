@@ -24,8 +24,7 @@ import type { CompileUnit } from '../../src/core/pipeline/unit.js';
 import { CHUNK_SCHEDULE, ELASTIC_LEVELS, findRecord, type Level } from '../../src/core/records/index.js';
 import { ensureOutputDir, writeFileAtomic, writeTextFiles } from '../../src/core/util/atomic.js';
 import { lowerDecoder, type DecoderFormats, type DecoderGraph, type Layout, type WeightFormat } from '../../src/exec/onnx/decoder.js';
-import { ExternalData, inlineSize, writeOnnx, type ExternalRef } from '../../src/exec/onnx/external.js';
-import { MAX_PROTO_BYTES } from '../../src/exec/onnx/lower.js';
+import { ExternalData, externalFor, writeOnnx, type ExternalRef } from '../../src/exec/onnx/external.js';
 import { parseJson } from '../../src/core/util/json.js';
 import { writeChunkGraphs, type ChunkSetInfo } from './chunks.js';
 import { buildScript, engineProfile, type GraphFacts } from './engine-plan.js';
@@ -116,15 +115,8 @@ export const cudaTarget: Target<CudaOptions, CudaInfo> = {
     const formats = cudaFormats(unit, ctx.formats, o, levels.length ? prefixLayout(unit.graph) : undefined);
     const full = lowerDecoder(source, unit.graph, formats);
 
-    // Inline (one file) unless it would not fit protobuf's 2 GiB, or external data was asked for; levels share one data file.
-    const inline = inlineSize(full);
-    const external = levels.length > 0 || chunkRec !== null || o.externalData === true || (o.externalData === 'auto' && inline > MAX_PROTO_BYTES);
-    if (!external && inline > MAX_PROTO_BYTES) {
-      throw new LlmcError(
-        `the graph would be ${(inline / 2 ** 30).toFixed(2)} GiB in one .onnx file, above protobuf's 2 GiB limit: use --opt cuda.externalData=true (or auto)`,
-        source.description,
-      );
-    }
+    // Inline (one file) unless it would not fit protobuf's 2 GiB, or external data was asked for; levels and chunk graphs share one data file.
+    const external = externalFor(full, levels.length > 0 || chunkRec !== null ? true : o.externalData, 'cuda.externalData', source.description);
 
     await ensureOutputDir(path.join(ctx.outDir, 'onnx'));
     const files = [GRAPH];

@@ -26,11 +26,12 @@ import { quantizeWeight, type QuantizedWeight } from '../../src/core/quant/w8a8.
 import { CHUNK_SCHEDULE, findRecord, OUTLIER_SCALES, type OutlierScales } from '../../src/core/records/index.js';
 import { silentProgress, type Progress } from '../../src/core/util/progress.js';
 import { DT_INT8 } from '../../src/exec/onnx/proto.js';
+import { externalFor } from '../../src/exec/onnx/external.js';
 import { BUILD_SCRIPT, buildScript, CONTEXT_BINARY, qnnGraphName, HTP_CONFIG, HTP_EXT, htpExtJson, htpJson, type ScriptGraph } from './build-plan.js';
 import { chunkDeps, recordChunkLength, writeQnnChunkGraphs, type QnnChunked, type QnnChunkInfo } from './chunks.js';
 import { encodingsJson } from './encodings.js';
 import { fileOp } from './files.js';
-import { diskOutput, externalFor, plannedOutput, type Output } from './output.js';
+import { diskOutput, plannedOutput, type Output } from './output.js';
 import { lowerAttention, lowerEmbed, lowerHead, lowerStatic, type LoweredGraph } from './lower.js';
 import { QNN_SDK_VERSION, SOCS, type QnnOptions } from './options.js';
 import { chunkOf, qnnSubgraphs, quantLinears, type QLinear } from './plan.js';
@@ -194,7 +195,7 @@ async function lay(unit: CompileUnit, o: QnnOptions, out: Output, progress: Prog
       else if (sg.kind === 'static') lowered = lowerStatic(source, graph, sg, linears, quantized, chunk, channels);
       const encRefs = new Set(lowered?.encodings.filter((e) => e.kind === 'activation').map((e) => e.name) ?? []);
       if (lowered && where) {
-        files.push(...(await out.onnx(where.onnx, lowered, externalFor(lowered, o.externalData, where.onnx))));
+        files.push(...(await out.onnx(where.onnx, lowered, externalFor(lowered, o.externalData, 'qnn.externalData', where.onnx))));
         if (where.encodings) {
           await out.text(where.encodings, JSON.stringify(encodingsJson(lowered.encodings, o.encodings), null, 1) + '\n');
           files.push(where.encodings);

@@ -4,28 +4,14 @@
  */
 import { existsSync, promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { LlmcError } from '../../src/core/errors.js';
 import { ensureOutputDir, writeFileAtomic } from '../../src/core/util/atomic.js';
-import { ExternalData, externalSizes, inlineSize, writeOnnx } from '../../src/exec/onnx/external.js';
-import { MAX_PROTO_BYTES, splicedModel } from '../../src/exec/onnx/lower.js';
+import { ExternalData, externalSizes, writeOnnx } from '../../src/exec/onnx/external.js';
+import { splicedModel } from '../../src/exec/onnx/lower.js';
 import type { LoweredGraph } from './lower.js';
 import { SHADOW_COLD, SHADOW_HOT, SHADOW_INDEX, ShadowWriter, type ShadowIndex } from './shadow.js';
 
 /** The data file of a graph written with external data: beside it, onnx's `<graph>.data` convention. */
 export const dataFileOf = (file: string): string => `${file}.data`;
-
-/**
- * Whether graph `g` goes out with external data: `true` always, `auto` when one file would pass
- * protobuf's 2 GiB (weights then in the data file, which onnxruntime and the QNN converter read from
- * beside the graph), `false` never (refused above 2 GiB, before anything is written).
- */
-export function externalFor(g: LoweredGraph, externalData: 'auto' | boolean, file: string): boolean {
-  if (externalData === true) return true;
-  const inline = inlineSize(g);
-  if (inline <= MAX_PROTO_BYTES) return false;
-  if (externalData === false) throw new LlmcError(`${file} would be ${(inline / 2 ** 30).toFixed(2)} GiB in one .onnx file, above protobuf's 2 GiB limit: use --opt qnn.externalData=auto (or true)`, undefined, 2);
-  return true;
-}
 
 export interface Output {
   /** Write a graph (its folder made as needed), its weights in dataFileOf(file) when `external`; the files written. */

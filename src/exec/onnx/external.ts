@@ -134,6 +134,19 @@ export function inlineSize(g: OnnxParts): number {
   return splicedModel(g.model, g.graph, g.tensors).total;
 }
 
+/**
+ * Whether graph `g` goes out with external data: `true` always, `auto` when one file would pass
+ * protobuf's 2 GiB, `false` never (refused above 2 GiB, before anything is written). `option` is the
+ * target's key (`qnn.externalData`), `file` names the graph in the refusal.
+ */
+export function externalFor(g: OnnxParts, externalData: 'auto' | boolean, option: string, file: string): boolean {
+  if (externalData === true) return true;
+  const inline = inlineSize(g);
+  if (inline <= MAX_PROTO_BYTES) return false;
+  if (externalData === false) throw new LlmcError(`the graph would be ${(inline / 2 ** 30).toFixed(2)} GiB in one .onnx file, above protobuf's 2 GiB limit: use --opt ${option}=auto (or true)`, file, 2);
+  return true;
+}
+
 export interface WrittenGraph {
   /** Bytes of the .onnx file. */
   graphBytes: number;
