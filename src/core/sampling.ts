@@ -25,6 +25,21 @@ export function argmax(logits: ArrayLike<number>): number {
   return best;
 }
 
+/** log Σ exp(z[o..o+n)), shifted by the maximum so it cannot overflow. */
+export function logSumExp(z: ArrayLike<number>, o = 0, n = z.length - o): number {
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) if (z[o + i] > max) max = z[o + i];
+  let s = 0;
+  for (let i = 0; i < n; i++) s += Math.exp(z[o + i] - max);
+  return max + Math.log(s);
+}
+
+/** log-softmax of one row into `out` (float64). */
+export function logSoftmax(row: ArrayLike<number>, out: Float64Array): void {
+  const lse = logSumExp(row);
+  for (let i = 0; i < row.length; i++) out[i] = row[i] - lse;
+}
+
 export class Sampler {
   private rng: Rng;
   constructor(private opts: SamplingOptions = {}) {

@@ -16,7 +16,7 @@
  *   same top token    Wilson score interval at 95%
  * Tokens within a window are correlated, so like llama.cpp's these intervals are somewhat narrow.
  */
-import { argmax } from '../../core/sampling.js';
+import { argmax, logSoftmax } from '../../core/sampling.js';
 
 /** Index of the largest value (the first of equals): the sampler's, one definition. */
 export { argmax };
@@ -145,16 +145,6 @@ export class QualityAccumulator {
       topAgreement: { value: this.agree / n, ...top },
     };
   }
-}
-
-/** log-softmax of one row into `out` (float64). */
-export function logSoftmax(row: Float32Array, out: Float64Array): void {
-  let max = -Infinity;
-  for (let i = 0; i < row.length; i++) if (row[i] > max) max = row[i];
-  let sum = 0;
-  for (let i = 0; i < row.length; i++) sum += Math.exp(row[i] - max);
-  const lse = max + Math.log(sum);
-  for (let i = 0; i < row.length; i++) out[i] = row[i] - lse;
 }
 
 /**

@@ -22,7 +22,7 @@ import { LlmcError, UsageError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import type { ModelGraph, V } from '../../core/ir/ir.js';
 import { silentProgress, type Progress } from '../../core/util/progress.js';
-import { argmax } from '../../core/sampling.js';
+import { argmax, logSoftmax, logSumExp } from '../../core/sampling.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
 import { streamSegments, type Segment } from './segments.js';
@@ -670,10 +670,7 @@ export interface DivergenceBranch extends Branch {
 /** Row-wise log-softmax of [rows, V] logits, in float64. */
 function logProbsOf(z: Float32Array, V: number): Float64Array {
   const out = new Float64Array(z.length);
-  for (let o = 0; o < z.length; o += V) {
-    const lse = logSumExp(z, o, V);
-    for (let i = 0; i < V; i++) out[o + i] = z[o + i] - lse;
-  }
+  for (let o = 0; o < z.length; o += V) logSoftmax(z.subarray(o, o + V), out.subarray(o, o + V));
   return out;
 }
 
@@ -689,10 +686,3 @@ function klRows(ref: Float64Array, z: Float32Array, V: number): number {
   return sum;
 }
 
-function logSumExp(z: Float32Array, o: number, n: number): number {
-  let max = -Infinity;
-  for (let i = 0; i < n; i++) if (z[o + i] > max) max = z[o + i];
-  let s = 0;
-  for (let i = 0; i < n; i++) s += Math.exp(z[o + i] - max);
-  return max + Math.log(s);
-}
