@@ -80,13 +80,31 @@ export function levelAdaptersOf(annotations: ReadonlyMap<string, TensorAnnotatio
   return out.size ? { adapters: out, digest: h.digest('hex').slice(0, 16) } : null;
 }
 
+/** A draft built by `build`: now, or (`lazy`) at its first ready(), `drafter` unreadable before. */
+async function drafted(spec: DraftSpec, identity: string, build: () => Promise<Drafter>, lazy: boolean): Promise<ResolvedDraft> {
+  let built: Promise<Drafter> | undefined;
+  let drafter: Drafter | undefined;
+  const ready = () => (built ??= build().then((d) => (drafter = d)));
+  if (!lazy) await ready();
+  return {
+    spec,
+    identity,
+    get drafter(): Drafter {
+      if (!drafter) throw new Error('tree-search: the draft was read before ready()');
+      return drafter;
+    },
+    ready,
+    close: async () => {},
+  };
+}
+
 export async function resolveDraft(
   choice: DraftChoice,
   source: ModelSource,
   records: readonly PassRecord[],
   target: () => Promise<Model>,
   annotations: ReadonlyMap<string, TensorAnnotation> = new Map(),
-  opts: { /** A streamed target's skip draft builds its weights at `ready()`, not here. */ lazy?: boolean } = {},
+  opts: { /** A streamed target's skip or level draft builds its model at `ready()`, not here. */ lazy?: boolean } = {},
 ): Promise<ResolvedDraft> {
   const spec = source.spec;
   if (choice.kind === 'level') {
@@ -99,42 +117,29 @@ export async function resolveDraft(
       throw new UsageError(`tree-search.draftLevel: ${(e as Error).message}`);
     }
     const rec = levelAdaptersOf(annotations, level.id);
-    const drafter: Drafter = { model: await target(), widths: levelWidths(level), ...(rec ? { adapters: rec.adapters } : {}) };
-    return {
-      spec: { kind: 'level', level: level.id, nominal: level.nominal },
-      identity: `level:${JSON.stringify(levelWidths(level))}${rec ? `+adapters:${rec.digest}` : ''}`,
-      drafter,
-      ready: async () => drafter,
-      close: async () => {},
-    };
+    const { streams } = await import('../../src/exec/stream/index.js');
+    // the whole target's model: a streamed one builds it at ready(), after the streamed continuations
+    return drafted(
+      { kind: 'level', level: level.id, nominal: level.nominal },
+      `level:${JSON.stringify(levelWidths(level))}${rec ? `+adapters:${rec.digest}` : ''}`,
+      async () => ({ model: await target(), widths: levelWidths(level), ...(rec ? { adapters: rec.adapters } : {}) }),
+      streams(spec) && opts.lazy === true,
+    );
   }
   if (choice.kind === 'skip') {
     if (choice.layers.some((l) => l >= spec.numLayers)) throw new UsageError(`tree-search.draftSkip: the model has layers 0..${spec.numLayers - 1}, got ${choice.layers.join(',')}`);
     if (choice.layers.length >= spec.numLayers) throw new UsageError(`tree-search.draftSkip: skipping all ${spec.numLayers} layers leaves no draft`);
-    // a streamed target is never loaded whole: the draft is a model of the layers kept alone (the same computation)
+    // a streamed target is never loaded whole: the draft is a model of the layers kept alone (the same computation),
+    // built at ready() with `lazy` (after the target's streamed continuations, so the two never peak together)
     const { streams } = await import('../../src/exec/stream/index.js');
     const kept = Array.from({ length: spec.numLayers }, (_, l) => l).filter((l) => !choice.layers.includes(l));
-    const spec1: DraftSpec = { kind: 'skip', layers: choice.layers };
-    const identity = `skip:${choice.layers.join(',')}`;
-    if (streams(spec) && opts.lazy) {
-      // built at ready(): after the target's streamed continuations, so the two never peak together
-      let built: Promise<Drafter> | undefined;
-      let drafter: Drafter | undefined;
-      const ready = () => (built ??= modelFromTensors(layersOf(source, kept)).then((model) => (drafter = { model })));
-      return {
-        spec: spec1,
-        identity,
-        get drafter(): Drafter {
-          if (!drafter) throw new Error('tree-search: the draft was read before ready()');
-          return drafter;
-        },
-        ready,
-        close: async () => {},
-      };
-    }
-    const model = streams(spec) ? await modelFromTensors(layersOf(source, kept)) : (await target()).withoutLayers(choice.layers);
-    const drafter: Drafter = { model };
-    return { spec: spec1, identity, drafter, ready: async () => drafter, close: async () => {} };
+    const streamed = streams(spec);
+    return drafted(
+      { kind: 'skip', layers: choice.layers },
+      `skip:${choice.layers.join(',')}`,
+      async () => ({ model: streamed ? await modelFromTensors(layersOf(source, kept)) : (await target()).withoutLayers(choice.layers) }),
+      streamed && opts.lazy === true,
+    );
   }
   const dir = choice.dir;
   const stat = await fsp.stat(dir).catch(() => null);
