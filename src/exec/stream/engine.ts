@@ -27,7 +27,6 @@ import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
 import { streamSegments, type Segment } from './segments.js';
 import { pieceSessionOptions, type Device } from './device.js';
-import { reclaim } from './reclaim.js';
 import { pieceFeeds } from './feeds.js';
 import { CarryStore, emptySlot, type CarriedOut, type Slot, type StreamSettings } from './spill.js';
 import { appendFileSync } from 'node:fs';
@@ -126,9 +125,6 @@ export interface StreamedLogits {
   activationBytes: number;
   close(): Promise<void>;
 }
-
-/** A streamed generation collects garbage after each step once its KV cache is this large (smaller ones are not worth a collection per step). */
-const RECLAIM_KV_BYTES = 64 * 2 ** 20;
 
 export class StreamEngine {
   readonly graph: ModelGraph;
@@ -566,8 +562,6 @@ export class StreamEngine {
           out[i].push(next);
           return [next];
         });
-        // the last step's KV cache is garbage now: collected at once, the heap holds one generation, not several (./reclaim.ts)
-        if (d.kvBytes >= RECLAIM_KV_BYTES) reclaim();
         progress.tick();
       }
       this.activationBytes = Math.max(this.activationBytes, d.kvBytes);
