@@ -86,7 +86,9 @@ async function measureOrt(engine: Engine, c: number, sizes: number[]): Promise<n
 }
 
 /** How a step is measured: on the whole target, or on its first one and two layers, scaled to `layers` (a streamed target). */
-export type TargetRef = { whole: () => Promise<Model>; engine: () => Promise<Engine> } | { blocks: (k: 1 | 2) => ModelSource; layers: number };
+export type TargetRef =
+  | { whole: () => Promise<Model>; engine: () => Promise<Engine> }
+  | { blocks: (k: 1 | 2) => ModelSource; layers: number; /** The first two layers already built (a skip draft that keeps them): not loaded twice. */ twoLayers?: () => Promise<Model> };
 
 /** T(L) = T1 + (L − 1)·max(0, T2 − T1), entry by entry: a step of L layers from steps of one and two. */
 export const scaleLayers = (t1: number[], t2: number[], L: number): number[] => t1.map((a, i) => a + (L - 1) * Math.max(0, t2[i] - a));
@@ -112,7 +114,9 @@ export async function measuredLatency(
       const on = async (k: 1 | 2): Promise<number[][]> => {
         const out: number[][] = [];
         if (kind === 'measure') {
-          const m = await modelFromTensors(target.blocks(k));
+          // a draft that keeps layers 0-1 lends its float32 copy: layer 0 alone runs on it with layer 1 skipped
+          const lent = target.twoLayers;
+          const m = lent ? (k === 2 ? await lent() : (await lent()).withoutLayers([1])) : await modelFromTensors(target.blocks(k));
           for (const c of deps.ctx) {
             out.push(await measureTs(m, c, sizes));
             deps.progress.tick();

@@ -128,7 +128,7 @@ export const treeSearchPass: Pass<TreeSearchOptions> = {
     const targetModel = () => (target ??= modelFromTensors(source));
     let engine: Promise<Engine> | undefined;
     const openEngine = () => (engine ??= Engine.open(source));
-    const draft = await resolveDraft(o.draft, source, unit.records, targetModel, unit.annotations);
+    const draft = await resolveDraft(o.draft, source, unit.records, targetModel, unit.annotations, { lazy: true });
     try {
       // Profile: rank traces along the target's greedy continuations of the calibration prompts.
       const prof = await rankProfile(source, draft, o, { cacheDir: ctx.cacheDir, progress, engine: openEngine });
@@ -150,9 +150,13 @@ export const treeSearchPass: Pass<TreeSearchOptions> = {
       } else {
         // a streamed target is never loaded whole: its step is priced from its first one and two layers and scaled
         const { streams } = await import('../../src/exec/stream/index.js');
-        const target: TargetRef = streams(spec) ? { blocks: (k) => firstLayers(source, k), layers: spec.numLayers } : { whole: targetModel, engine: openEngine };
+        // the default skip draft keeps the first two layers: the same model the two-layer price runs on
+        const keepsFirstTwo = draft.spec.kind === 'skip' && spec.numLayers > 2 && draft.spec.layers.length === spec.numLayers - 2 && !draft.spec.layers.some((l) => l < 2);
+        const target: TargetRef = streams(spec)
+          ? { blocks: (k) => firstLayers(source, k), layers: spec.numLayers, ...(keepsFirstTwo ? { twoLayers: async () => (await draft.ready()).model } : {}) }
+          : { whole: targetModel, engine: openEngine };
         if ('blocks' in target && !uniformLayers(spec)) notes.push('latency: the layers differ in kind (sliding, rope-less or dense among MoE); each is priced as layer 1 of the first two');
-        latency = await measuredLatency(o.latency, { checkpoint: await source.identity(), draft: draft.identity }, { target, draft: draft.drafter, nMax: o.nMax, ctx: ctxs, cacheDir: ctx.cacheDir, progress });
+        latency = await measuredLatency(o.latency, { checkpoint: await source.identity(), draft: draft.identity }, { target, draft: await draft.ready(), nMax: o.nMax, ctx: ctxs, cacheDir: ctx.cacheDir, progress });
       }
 
       // Search, per context bucket.
@@ -207,9 +211,9 @@ export const treeSearchPass: Pass<TreeSearchOptions> = {
         const alpha0 = o.alpha0 === 'auto' ? Math.min(0.5, Math.max(1e-4, (comparison.optimal.tokensPerSecond / 1000) * draftToken)) : o.alpha0;
         fallback = { branchThresh: o.branchThresh, alpha0: r6(alpha0), decay: 0.5, update: o.update, maxTokens: o.nMax - 1 };
         progress.start('tree-search: LLMCad policy simulation', 2);
-        comparison['llmcad-simulated'] = simulate(prof, draft.drafter, { policy: fallback }, latency, b0);
+        comparison['llmcad-simulated'] = simulate(prof, await draft.ready(), { policy: fallback }, latency, b0);
         progress.tick();
-        comparison['optimal-simulated'] = simulate(prof, draft.drafter, chosen.tree, latency, b0);
+        comparison['optimal-simulated'] = simulate(prof, await draft.ready(), chosen.tree, latency, b0);
         progress.done();
         notes.push(`llmcad: α0 = ${fallback.alpha0}${o.alpha0 === 'auto' ? ' (λ*·c_d: the static optimum\'s tokens/ms × one draft step)' : ''}; the runtime drafts with this policy`);
       }

@@ -31,12 +31,19 @@ import type { DraftChoice, TreeSearchOptions } from './options.js';
 import type { RankTrace } from './trie.js';
 import { layersOf } from '../../src/core/checkpoint/layers.js';
 import { parseJson } from '../../src/core/util/json.js';
+import { phaseRss } from './phase-rss.js';
 
 export interface ResolvedDraft {
   spec: DraftSpec;
   /** Folded into cache keys: what the draft computes. */
   identity: string;
   drafter: Drafter;
+  /**
+   * Builds the draft's weights if they are not yet (a streamed target's skip draft, resolved with
+   * `lazy`: its float32 layers, embedding and head are not held while the target streams). `drafter`
+   * is readable after it.
+   */
+  ready(): Promise<Drafter>;
   close(): Promise<void>;
 }
 
@@ -73,7 +80,32 @@ export function levelAdaptersOf(annotations: ReadonlyMap<string, TensorAnnotatio
   return out.size ? { adapters: out, digest: h.digest('hex').slice(0, 16) } : null;
 }
 
-export async function resolveDraft(choice: DraftChoice, source: ModelSource, records: readonly PassRecord[], target: () => Promise<Model>, annotations: ReadonlyMap<string, TensorAnnotation> = new Map()): Promise<ResolvedDraft> {
+/** A draft built by `build`: now, or (`lazy`) at its first ready(), `drafter` unreadable before. */
+async function drafted(spec: DraftSpec, identity: string, build: () => Promise<Drafter>, lazy: boolean): Promise<ResolvedDraft> {
+  let built: Promise<Drafter> | undefined;
+  let drafter: Drafter | undefined;
+  const ready = () => (built ??= build().then((d) => (drafter = d)));
+  if (!lazy) await ready();
+  return {
+    spec,
+    identity,
+    get drafter(): Drafter {
+      if (!drafter) throw new Error('tree-search: the draft was read before ready()');
+      return drafter;
+    },
+    ready,
+    close: async () => {},
+  };
+}
+
+export async function resolveDraft(
+  choice: DraftChoice,
+  source: ModelSource,
+  records: readonly PassRecord[],
+  target: () => Promise<Model>,
+  annotations: ReadonlyMap<string, TensorAnnotation> = new Map(),
+  opts: { /** A streamed target's skip or level draft builds its model at `ready()`, not here. */ lazy?: boolean } = {},
+): Promise<ResolvedDraft> {
   const spec = source.spec;
   if (choice.kind === 'level') {
     const levels = findRecord(records, ELASTIC_LEVELS)?.levels ?? null;
@@ -85,21 +117,29 @@ export async function resolveDraft(choice: DraftChoice, source: ModelSource, rec
       throw new UsageError(`tree-search.draftLevel: ${(e as Error).message}`);
     }
     const rec = levelAdaptersOf(annotations, level.id);
-    return {
-      spec: { kind: 'level', level: level.id, nominal: level.nominal },
-      identity: `level:${JSON.stringify(levelWidths(level))}${rec ? `+adapters:${rec.digest}` : ''}`,
-      drafter: { model: await target(), widths: levelWidths(level), ...(rec ? { adapters: rec.adapters } : {}) },
-      close: async () => {},
-    };
+    const { streams } = await import('../../src/exec/stream/index.js');
+    // the whole target's model: a streamed one builds it at ready(), after the streamed continuations
+    return drafted(
+      { kind: 'level', level: level.id, nominal: level.nominal },
+      `level:${JSON.stringify(levelWidths(level))}${rec ? `+adapters:${rec.digest}` : ''}`,
+      async () => ({ model: await target(), widths: levelWidths(level), ...(rec ? { adapters: rec.adapters } : {}) }),
+      streams(spec) && opts.lazy === true,
+    );
   }
   if (choice.kind === 'skip') {
     if (choice.layers.some((l) => l >= spec.numLayers)) throw new UsageError(`tree-search.draftSkip: the model has layers 0..${spec.numLayers - 1}, got ${choice.layers.join(',')}`);
     if (choice.layers.length >= spec.numLayers) throw new UsageError(`tree-search.draftSkip: skipping all ${spec.numLayers} layers leaves no draft`);
-    // a streamed target is never loaded whole: the draft is a model of the layers kept alone (the same computation)
+    // a streamed target is never loaded whole: the draft is a model of the layers kept alone (the same computation),
+    // built at ready() with `lazy` (after the target's streamed continuations, so the two never peak together)
     const { streams } = await import('../../src/exec/stream/index.js');
     const kept = Array.from({ length: spec.numLayers }, (_, l) => l).filter((l) => !choice.layers.includes(l));
-    const model = streams(spec) ? await modelFromTensors(layersOf(source, kept)) : (await target()).withoutLayers(choice.layers);
-    return { spec: { kind: 'skip', layers: choice.layers }, identity: `skip:${choice.layers.join(',')}`, drafter: { model }, close: async () => {} };
+    const streamed = streams(spec);
+    return drafted(
+      { kind: 'skip', layers: choice.layers },
+      `skip:${choice.layers.join(',')}`,
+      async () => ({ model: streamed ? await modelFromTensors(layersOf(source, kept)) : (await target()).withoutLayers(choice.layers) }),
+      streamed && opts.lazy === true,
+    );
   }
   const dir = choice.dir;
   const stat = await fsp.stat(dir).catch(() => null);
@@ -122,10 +162,12 @@ export async function resolveDraft(choice: DraftChoice, source: ModelSource, rec
     }
     const sha256 = await draft.identity();
     const model = await modelFromTensors(draft);
+    const drafter: Drafter = { model };
     return {
       spec: { kind: 'checkpoint', path: path.basename(path.resolve(dir)), sha256, modelType: d.modelType, vocabSize: d.vocabSize },
       identity: `checkpoint:${sha256}`,
-      drafter: { model },
+      drafter,
+      ready: async () => drafter,
       close: () => draft.close(),
     };
   } catch (e) {
@@ -182,7 +224,9 @@ export async function rankProfile(
     const streamed = streams(source.spec, ctx.stream);
     const engine = streamed ? null : await ctx.engine();
     // streamed, the calibration and held-out prompts (both calibLength long) continue in one batch: one weight sweep per token for both
+    phaseRss('calibration set');
     const streamedCont = streamed && G > 0 ? await new StreamEngine(source, { progress: ctx.progress }).greedy([...calibration.calib, ...calibration.heldOut], G) : null;
+    phaseRss('target continuations');
     // The target's greedy continuations, all prompts of a set in one batch, then the draft's ranks.
     const traced = async (prompts: number[][], what: string, from: number) => {
       if (!prompts.length) return { seqs: [] as number[][], ranks: [] as Int32Array[] };
@@ -200,13 +244,15 @@ export async function rankProfile(
         }
         ctx.progress.done();
       }
+      const drafter = await draft.ready();
       ctx.progress.start(`tree-search: draft ranks (${what})`, seqs.length);
       const ranks = seqs.map((s) => {
-        const r = draftRanks(draft.drafter, s, P);
+        const r = draftRanks(drafter, s, P);
         ctx.progress.tick();
         return r;
       });
       ctx.progress.done();
+      phaseRss(`draft ranks (${what})`);
       return { seqs, ranks };
     };
     const cal = await traced(calibration.calib, 'calibration', 0);
