@@ -15,6 +15,7 @@ import { compileTs } from './ts-artifact.js';
 import type { WeightTable } from '../src/exec/runtime/interpreter.js';
 import { nodeWorker } from '../src/exec/runtime/node.js';
 import { NORM_R_SLOT, WasmArena } from '../src/exec/runtime/wasm.js';
+import { MatmulPool } from '../src/exec/runtime/pool.js';
 import { matmul, matmulGroup, matmulGroupNormed, matmulSiluMul, Weight } from '../src/exec/runtime/kernels.js';
 import { SiluMul } from '../src/exec/runtime/activation.js';
 import { quantize } from '../src/core/quant/quantize.js';
@@ -38,6 +39,10 @@ beforeAll(async () => {
   // head size 32 (a q8_0 KV cache's block), two KV heads
   const fx32 = await generateFixture(path.join(tmp, 'fixture-hd32'), { arch: 'llama', seed: 9, tokenizer: 'none', dims: { hiddenSize: 128, numHeads: 4, numKvHeads: 2, intermediateSize: 160, vocabSize: 301 } });
   await compileTs(fx32.dir, path.join(tmp, 'fx-hd32'), 'Q8_0');
+  await compileTs(fx.dir, path.join(tmp, 'fx-q4_0'), 'Q4_0');
+  // hidden and intermediate whole K-quant blocks (256)
+  const fx256 = await generateFixture(path.join(tmp, 'fixture-256'), { arch: 'llama', seed: 11, tokenizer: 'none', dims: { hiddenSize: 256, numHeads: 4, numKvHeads: 2, intermediateSize: 512, numLayers: 2, vocabSize: 301 } });
+  await compileTs(fx256.dir, path.join(tmp, 'fx-q4_k'), 'Q4_K');
 });
 afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
@@ -61,7 +66,7 @@ describe('worker pool', () => {
     }
   });
 
-  for (const [name, dir] of [['stories260K F32', 'stories'], ['llama fixture F32', 'fx-f32'], ['llama fixture Q8_0', 'fx-q8']]) {
+  for (const [name, dir] of [['stories260K F32', 'stories'], ['llama fixture F32', 'fx-f32'], ['llama fixture Q8_0', 'fx-q8'], ['llama fixture Q4_0', 'fx-q4_0'], ['llama fixture Q4_K', 'fx-q4_k']]) {
     it(`${name}: prefill and decode logits with 2 and 3 threads equal one thread's bit for bit`, async () => {
       const one = await loadDir(path.join(tmp, dir));
       const run = (m: typeof one) => {
@@ -83,6 +88,32 @@ describe('worker pool', () => {
       }
     });
   }
+});
+
+describe('F32 prefill tiles on the pool', () => {
+  it('the tile kernel runs across the threads, cut between tiles, with one thread\'s logits', async () => {
+    const long = Array.from({ length: 24 }, (_, i) => (i * 29 + 3) % 301);
+    const one = await loadDir(path.join(tmp, 'fx-f32'));
+    const want = one.forward(long, one.newCache());
+    const split = MatmulPool.prototype.callAttachedRows;
+    let calls = 0;
+    MatmulPool.prototype.callAttachedRows = function (...a: Parameters<MatmulPool['callAttachedRows']>) {
+      calls++;
+      expect(a[2][6] % a[3]).toBe(0);
+      return split.apply(this, a);
+    };
+    const pooled = await loadDir(path.join(tmp, 'fx-f32'), { threads: 2, pool: { minWork: 0 } });
+    try {
+      const before = poolStats(pooled)!.workerChunks;
+      const got = pooled.forward(long, pooled.newCache());
+      expect(calls).toBeGreaterThan(0);
+      expect(poolStats(pooled)!.workerChunks).toBeGreaterThan(before);
+      expect(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(Buffer.from(want.buffer, want.byteOffset, want.byteLength))).toBe(true);
+    } finally {
+      MatmulPool.prototype.callAttachedRows = split;
+      await pooled.close();
+    }
+  });
 });
 
 describe('attention on the pool (split by KV head)', () => {

@@ -402,8 +402,9 @@ export class WasmArena {
     this.quantQ8_K = inst.exports[QACT_KERNELS.q8_K.name] as MatmulFn;
     this.qgemm = Object.fromEntries(Object.entries(QGEMM_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QgemmFormat, MatmulFn>;
     this.widenQ8_0 = inst.exports[QGEMM_WIDEN.name] as MatmulFn;
-    // The tiled kernels run on the calling thread (the pool's cuts would fall inside tiles and change
-    // the sums' order); their leftover rows and tokens go through the pooled kernels above.
+    // The F32 tile kernel runs on the pool cut between tiles (gemmRows); the integer tiles on the
+    // calling thread (the pool's cuts would fall inside them and change the sums' order); their
+    // leftover rows and tokens go through the pooled kernels above.
     this.gemm = gemmKernels(this.memory, shared);
     this.heap = new Float32Array(this.memory.buffer);
     this.f64 = new Float64Array(this.memory.buffer, 0, NORM_R_SLOT / 8 + 1);
@@ -674,6 +675,17 @@ export class WasmArena {
     return [this.x16Base, nb * QX16_BYTES, nb];
   }
 
+  private gemmSlot = -1;
+
+  /** The F32 tile kernel over rows a[6] (whole tiles), on the pool where there is one, cut only between tiles (the same bits). */
+  private gemmRows(a: number[]): void {
+    const pool = this.pool;
+    const gemm = this.gemm!;
+    if (!pool) return gemm.f32(...a);
+    if (this.gemmSlot < 0 || !pool.isAttached(this.gemmSlot, this)) this.gemmSlot = pool.attach(gemm.module, this.memory, this, 'gemm_f32');
+    pool.callAttachedRows(this.gemmSlot, gemm.f32, a, GEMM_TILE.rows);
+  }
+
   /**
    * The register-tiled F32 kernel over the n tokens in the x scratch (nCols % 4 = 0): whole tiles of
    * GEMM_TILE rows × tokens there, the leftover rows and tokens one token per pass. False (nothing
@@ -684,7 +696,7 @@ export class WasmArena {
     const rows = nRows - (nRows % GEMM_TILE.rows);
     const toks = n - (n % GEMM_TILE.tokens);
     const [xs, ys] = [nCols * 4, nRows * 4];
-    if (rows) this.gemm!.f32(wp, rowBytes, this.xBase, xs, this.yBase, ys, rows, nCols, toks);
+    if (rows) this.gemmRows([wp, rowBytes, this.xBase, xs, this.yBase, ys, rows, nCols, toks]);
     if (rows < nRows) this.f32(wp + rows * rowBytes, rowBytes, this.xBase, xs, this.yBase + rows * 4, ys, nRows - rows, nCols, n);
     if (toks < n && rows) this.f32(wp, rowBytes, this.xBase + toks * xs, xs, this.yBase + toks * ys, ys, rows, nCols, n - toks);
     return true;
