@@ -7,7 +7,7 @@
  * Each thread (the calling one included) owns a contiguous share of a call's rows, its lane, cut into
  * chunks it claims in order; a thread done with its lane claims the next chunks of the others', so a
  * worker the OS has not scheduled yet holds nothing up. A job may first prepare x (Prep: quantize it,
- * after silu·mul for the MLP's down projection) in pieces the threads claim the same way, all of them
+ * after silu·mul for the MLP's down projection or RMSNorm's scaling for q·k·v and gate·up) in pieces the threads claim the same way, all of them
  * done before any row: the calling thread does not do it alone while the workers wait.
  *
  * Browser-safe. The worker's code is a string run by a tiny adapter (`SpawnWorker`): Node's
@@ -239,7 +239,8 @@ type Kernel = (...args: number[]) => void;
 
 /**
  * What a job does to x before its rows (MatmulPool.callGroup's `prep`): `nb` blocks of `vals` f32 at
- * byte `src` (tokens back to back), optionally `pre`(src + o, u + o, bytes) first (silu(g)·u over g),
+ * byte `src` (tokens back to back), optionally `pre`(src + o, u + o, bytes) first (silu(g)·u over g,
+ * or ./norm.ts's rms_scale: x·r times the norm's weight at u),
  * then `quant`(src + o, q + b·qBytes, blocks) (./qact.ts's quantizers). Every block is independent of
  * the others, so cut into pieces across the threads they give the bytes one thread's call would.
  */
