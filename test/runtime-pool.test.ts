@@ -104,11 +104,15 @@ describe('F32 prefill tiles on the pool', () => {
     };
     const pooled = await loadDir(path.join(tmp, 'fx-f32'), { threads: 2, pool: { minWork: 0 } });
     try {
-      const before = poolStats(pooled)!.workerChunks;
-      const got = pooled.forward(long, pooled.newCache());
+      const before = poolStats(pooled)!;
+      // the calling thread may claim every chunk while the worker waits for a core (a loaded machine): a few tries
+      for (let i = 0; i < 20 && poolStats(pooled)!.workerChunks === before.workerChunks; i++) {
+        const got = pooled.forward(long, pooled.newCache());
+        expect(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(Buffer.from(want.buffer, want.byteOffset, want.byteLength))).toBe(true);
+      }
       expect(calls).toBeGreaterThan(0);
-      expect(poolStats(pooled)!.workerChunks).toBeGreaterThan(before);
-      expect(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(Buffer.from(want.buffer, want.byteOffset, want.byteLength))).toBe(true);
+      expect(poolStats(pooled)!.splitCalls).toBeGreaterThan(before.splitCalls);
+      expect(poolStats(pooled)!.workerChunks).toBeGreaterThan(before.workerChunks);
     } finally {
       MatmulPool.prototype.callAttachedRows = split;
       await pooled.close();
