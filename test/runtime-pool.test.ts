@@ -14,8 +14,9 @@ import type { Model } from '../src/exec/runtime/model.js';
 import { compileTs } from './ts-artifact.js';
 import type { WeightTable } from '../src/exec/runtime/interpreter.js';
 import { nodeWorker } from '../src/exec/runtime/node.js';
-import { WasmArena } from '../src/exec/runtime/wasm.js';
-import { matmul, matmulGroup, matmulSiluMul, Weight } from '../src/exec/runtime/kernels.js';
+import { NORM_R_SLOT, WasmArena } from '../src/exec/runtime/wasm.js';
+import { MatmulPool } from '../src/exec/runtime/pool.js';
+import { matmul, matmulGroup, matmulGroupNormed, matmulSiluMul, Weight } from '../src/exec/runtime/kernels.js';
 import { SiluMul } from '../src/exec/runtime/activation.js';
 import { quantize } from '../src/core/quant/quantize.js';
 import type { WeightFormat } from '../src/exec/runtime/format.js';
@@ -38,6 +39,10 @@ beforeAll(async () => {
   // head size 32 (a q8_0 KV cache's block), two KV heads
   const fx32 = await generateFixture(path.join(tmp, 'fixture-hd32'), { arch: 'llama', seed: 9, tokenizer: 'none', dims: { hiddenSize: 128, numHeads: 4, numKvHeads: 2, intermediateSize: 160, vocabSize: 301 } });
   await compileTs(fx32.dir, path.join(tmp, 'fx-hd32'), 'Q8_0');
+  await compileTs(fx.dir, path.join(tmp, 'fx-q4_0'), 'Q4_0');
+  // hidden and intermediate whole K-quant blocks (256)
+  const fx256 = await generateFixture(path.join(tmp, 'fixture-256'), { arch: 'llama', seed: 11, tokenizer: 'none', dims: { hiddenSize: 256, numHeads: 4, numKvHeads: 2, intermediateSize: 512, numLayers: 2, vocabSize: 301 } });
+  await compileTs(fx256.dir, path.join(tmp, 'fx-q4_k'), 'Q4_K');
 });
 afterAll(async () => {
   await fsp.rm(tmp, { recursive: true, force: true });
@@ -61,7 +66,7 @@ describe('worker pool', () => {
     }
   });
 
-  for (const [name, dir] of [['stories260K F32', 'stories'], ['llama fixture F32', 'fx-f32'], ['llama fixture Q8_0', 'fx-q8']]) {
+  for (const [name, dir] of [['stories260K F32', 'stories'], ['llama fixture F32', 'fx-f32'], ['llama fixture Q8_0', 'fx-q8'], ['llama fixture Q4_0', 'fx-q4_0'], ['llama fixture Q4_K', 'fx-q4_k']]) {
     it(`${name}: prefill and decode logits with 2 and 3 threads equal one thread's bit for bit`, async () => {
       const one = await loadDir(path.join(tmp, dir));
       const run = (m: typeof one) => {
@@ -83,6 +88,36 @@ describe('worker pool', () => {
       }
     });
   }
+});
+
+describe('F32 prefill tiles on the pool', () => {
+  it('the tile kernel runs across the threads, cut between tiles, with one thread\'s logits', async () => {
+    const long = Array.from({ length: 24 }, (_, i) => (i * 29 + 3) % 301);
+    const one = await loadDir(path.join(tmp, 'fx-f32'));
+    const want = one.forward(long, one.newCache());
+    const split = MatmulPool.prototype.callAttachedRows;
+    let calls = 0;
+    MatmulPool.prototype.callAttachedRows = function (...a: Parameters<MatmulPool['callAttachedRows']>) {
+      calls++;
+      expect(a[2][6] % a[3]).toBe(0);
+      return split.apply(this, a);
+    };
+    const pooled = await loadDir(path.join(tmp, 'fx-f32'), { threads: 2, pool: { minWork: 0 } });
+    try {
+      const before = poolStats(pooled)!;
+      // the calling thread may claim every chunk while the worker waits for a core (a loaded machine): a few tries
+      for (let i = 0; i < 20 && poolStats(pooled)!.workerChunks === before.workerChunks; i++) {
+        const got = pooled.forward(long, pooled.newCache());
+        expect(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(Buffer.from(want.buffer, want.byteOffset, want.byteLength))).toBe(true);
+      }
+      expect(calls).toBeGreaterThan(0);
+      expect(poolStats(pooled)!.splitCalls).toBeGreaterThan(before.splitCalls);
+      expect(poolStats(pooled)!.workerChunks).toBeGreaterThan(before.workerChunks);
+    } finally {
+      MatmulPool.prototype.callAttachedRows = split;
+      await pooled.close();
+    }
+  });
 });
 
 describe('attention on the pool (split by KV head)', () => {
@@ -265,6 +300,93 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       expect(Buffer.from(fused.buffer).equals(Buffer.from(plain.buffer))).toBe(true);
     } finally {
       SiluMul.prototype.run = run;
+      await model.close();
+    }
+  });
+
+  it("q·k·v over RMSNorm(x) in one job (the norm's scaling and x's quantization split over the threads) equals the norm then matmulGroup bit for bit", async () => {
+    const rng = new Rng(23);
+    // The interpreter's rmsNorm, written out: Σx² in float64 in order, its mean rounded to float32, then w · fround(x · r).
+    const norm = (x: Float32Array, w: Float32Array, eps: number) => {
+      let ss = 0;
+      for (const v of x) ss += v * v;
+      const r = 1 / Math.sqrt(Math.fround(ss / x.length) + eps);
+      return x.map((v, i) => w[i] * Math.fround(v * r));
+    };
+    // The pool's piece kernel alone (quantizing x hides most one-ulp slips): x scaled in place, as the formula rounds it.
+    {
+      const n = 4096;
+      const arena = WasmArena.create(8 * n, 64)!;
+      const f32 = new Float32Array(arena.memory.buffer);
+      const [xAt, wAt] = [arena.weightsBase, arena.weightsBase + 4 * n];
+      const x = Float32Array.from({ length: n }, () => 10 ** (4 * rng.next() - 2) * rng.normal());
+      const w = Float32Array.from({ length: n }, () => 1 + rng.normal());
+      const r = 1 / Math.sqrt(Math.fround(x.reduce((s, v) => s + v * v, 0) / n) + 1e-5);
+      f32.set(x, xAt / 4);
+      f32.set(w, wAt / 4);
+      new Float64Array(arena.memory.buffer, NORM_R_SLOT, 1)[0] = r;
+      (arena as unknown as { exports: Record<string, (...a: number[]) => void> }).exports.rms_scale(xAt + 64, wAt + 64, 4 * n - 64);
+      const want = Float32Array.from(x, (v, i) => (i < 16 ? v : w[i] * Math.fround(v * r)));
+      expect(Buffer.from(f32.slice(xAt / 4, xAt / 4 + n).buffer).equals(Buffer.from(want.buffer))).toBe(true);
+    }
+    for (const [format, cols] of [['Q8_0', 288], ['Q4_0', 96], ['Q4_K', 512]] as [WeightFormat, number][]) {
+      const rows = [11, 5, 5];
+      const blobs = rows.map((r) => quantize(format, Float32Array.from({ length: r * cols }, () => rng.normal()), cols));
+      const bias = rows.map((r) => Float32Array.from({ length: r }, () => rng.normal()));
+      const bytes = blobs.reduce((n, b) => n + b.length + 64, 64);
+      for (const threads of [1, 2, 3]) {
+        const arena = WasmArena.create(bytes, cols, true)!;
+        await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+        try {
+          const mem = arena.weights(bytes);
+          let at = 64;
+          const ws = blobs.map((b, i) => {
+            mem.set(b, at);
+            const w = new Weight(`w${i}`, format, rows[i], cols, mem.subarray(at, at + b.length), arena);
+            at += b.length + 64;
+            return w;
+          });
+          for (const [scale, eps] of [[1, 1e-5], [1e3, 1e-6], [1e-3, 1e-5]]) {
+            const x = Float32Array.from({ length: cols }, () => scale * rng.normal());
+            const g = Float32Array.from({ length: cols }, () => 1 + 0.3 * rng.normal());
+            const want = rows.map((r) => new Float32Array(r));
+            matmulGroup(ws, norm(x, g, eps), 1, cols, want.map((y, i) => ({ y, yStride: rows[i], bias: bias[i] })), cols);
+            const got = rows.map((r) => new Float32Array(r).fill(NaN));
+            const before = arena.poolStats()?.splitCalls ?? 0;
+            expect(matmulGroupNormed(ws, x, cols, g, eps, got.map((y, i) => ({ y, yStride: rows[i], bias: bias[i] })))).toBe(true);
+            for (let i = 0; i < rows.length; i++) expect(Buffer.from(got[i].buffer).equals(Buffer.from(want[i].buffer)), `${format} ×${scale} threads=${threads} matrix ${i}`).toBe(true);
+            if (threads > 1) expect(arena.poolStats()!.splitCalls - before).toBe(1);
+          }
+        } finally {
+          arena.closePool();
+        }
+      }
+    }
+  });
+
+  it('a llama decode step runs the norms before q·k·v and gate·up inside their jobs (all but the last layer) with the logits of the steps they replace', async () => {
+    const model = await loadDir(path.join(tmp, 'fx-hd32'), { threads: 2, pool: { minWork: 0 } });
+    const fusedCall = WasmArena.prototype.matmulGroupNormed;
+    let calls = 0;
+    WasmArena.prototype.matmulGroupNormed = function (...a: Parameters<WasmArena['matmulGroupNormed']>) {
+      calls++;
+      return fusedCall.apply(this, a);
+    };
+    try {
+      const layers = (JSON.parse(readFileSync(path.join(tmp, 'fixture-hd32', 'config.json'), 'utf8')) as { num_hidden_layers: number }).num_hidden_layers;
+      const [a, b] = [model.newCache(), model.newCache()];
+      model.forward(prompt, a);
+      model.forward(prompt, b);
+      expect(calls).toBe(0); // prefill: the norms run as steps
+      const fused = model.forward([3], a);
+      // the last layer reads its queries and its MLP at the logit positions' rows: its norms stay steps
+      expect(calls).toBe(2 * layers - 2);
+      calls = 0;
+      const plain = model.forward([3], b, { rowwise: true });
+      expect(calls).toBe(0);
+      expect(Buffer.from(fused.buffer).equals(Buffer.from(plain.buffer))).toBe(true);
+    } finally {
+      WasmArena.prototype.matmulGroupNormed = fusedCall;
       await model.close();
     }
   });

@@ -138,6 +138,8 @@ export const gemmUsesFma = (): boolean | undefined => useFma;
 type Kernel = (...args: number[]) => void;
 export interface GemmKernels {
   f32: Kernel;
+  /** The module (a worker pool instantiates it too: MatmulPool.attach). */
+  module: WebAssembly.Module;
 }
 
 /** The kernels over `memory`, or null where WebAssembly SIMD is unavailable. */
@@ -148,6 +150,6 @@ export function gemmKernels(memory: WebAssembly.Memory, shared = false): GemmKer
   const mod = kernelModule(name, () => gemmModuleBytes(fma, shared));
   if (!mod) return null;
   const inst = new WebAssembly.Instance(mod, { env: { memory } });
-  return { f32: inst.exports.gemm_f32 as Kernel };
+  return { f32: inst.exports.gemm_f32 as Kernel, module: mod };
 }
 

@@ -19,7 +19,7 @@ import { firstVisible, type MaskKind } from '../../core/ir/mask.js';
 import { localRopeSpec, ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
 import { checkWidths, keptExtent, keptHeads, keptNeurons, type Extent, type LayerWidth } from '../../core/ir/width.js';
-import { dequantRow, matmul, matmulGroup, matmulSiluMul, type Weight } from './kernels.js';
+import { dequantRow, matmul, matmulGroup, matmulGroupNormed, matmulSiluMul, type GroupOutput, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
 import { KvMemory, type TreeAttention } from './attention.js';
@@ -357,7 +357,7 @@ export class Interpreter {
       }
       this.steps.push(this.gathering('out' in op && atPositions.has(op.out) ? rowInputs(op) : [], () => this.compile(op)));
     }
-    this.groupLinears(ops, atPositions);
+    this.groupLinears(ops, atPositions, uses);
     for (const d of fusedDown) this.fuseSiluIntoDown(ops[d.down] as Extract<Op, { op: 'linear' }>, d.silu, this.stepOf[d.down], d.operands);
   }
 
@@ -402,7 +402,7 @@ export class Interpreter {
    * their own steps, and a frame with elastic widths or low-rank adapters on any of them runs them one
    * by one.
    */
-  private groupLinears(ops: readonly Op[], atPositions: Set<V>): void {
+  private groupLinears(ops: readonly Op[], atPositions: Set<V>, uses: Map<V, number>): void {
     type Linear = Extract<Op, { op: 'linear' }>;
     // an output at the logit positions is read off x's rows without a gathering step only where x has those rows alone
     if (this.table.linearKernel) return;
@@ -422,6 +422,7 @@ export class Interpreter {
       const x = this.buffer(first.x);
       const count = this.counter(first.x);
       let doneFor: Frame | null = null;
+      const normed = this.fuseNormIntoGroup(ops, i, W, uses, atPositions);
       this.steps[this.stepOf[i]] = (f) => {
         doneFor = f;
         if ((f.widths && members.some((op) => op.elastic)) || (f.adapters && members.some((op) => f.adapters!.get(op.weight)))) {
@@ -430,6 +431,7 @@ export class Interpreter {
         }
         const n = count(f);
         const ys = outs.map((o) => ({ y: o.buf.rows(n), yStride: o.stride, bias: o.bias }));
+        if (normed?.(f, ys)) return;
         if (n > 0) matmulGroup(W, x.data, n, first.inFeatures, ys, first.inFeatures, f.rowwise);
       };
       const last = members.length - 1;
@@ -441,6 +443,39 @@ export class Interpreter {
       }
       i = j;
     }
+  }
+
+  /**
+   * The RMSNorm right before a group of linears that alone read it (the norms before q/k/v and
+   * gate/up) computed inside the group's matmul job (kernels.ts's matmulGroupNormed: on a worker
+   * pool the threads scale and quantize x piece by piece, not the calling thread alone between two
+   * jobs): the norm step only marks its frame, and the group's step, seeing the mark, runs both.
+   * One token at full width only (decode); other frames, weights matmulGroupNormed does not take and
+   * onnxruntime rounding run the two steps as before.
+   */
+  private fuseNormIntoGroup(ops: readonly Op[], first: number, W: Weight[], uses: Map<V, number>, atPositions: Set<V>): ((f: Frame, ys: GroupOutput[]) => boolean) | null {
+    const norm = ops[first - 1];
+    const lin = ops[first] as Extract<Op, { op: 'linear' }>;
+    if (this.ort || this.table.jsOnly || norm?.op !== 'rmsnorm' || lin.x !== norm.out || uses.get(norm.out) !== W.length || atPositions.has(norm.out)) return null;
+    if ((norm.heads ?? 1) !== 1 || norm.dim !== lin.inFeatures || this.producer.get(norm.x)?.op === 'linear') return null;
+    const stored = this.table.vector(norm.weight);
+    const w = norm.offset ? stored.map((v) => v + 1) : stored;
+    const x = this.buffer(norm.x);
+    const count = this.counter(norm.x);
+    const normAt = this.stepOf[first - 1];
+    const normStep = this.steps[normAt];
+    let pending: Frame | null = null;
+    this.steps[normAt] = (f) => {
+      if (f.widths || f.adapters || f.rowwise || f.staged || count(f) !== 1) return normStep(f);
+      pending = f;
+    };
+    return (f, ys) => {
+      if (pending !== f) return false;
+      pending = null;
+      if (matmulGroupNormed(W, x.data, norm.dim, w, norm.eps, ys)) return true;
+      normStep(f);
+      return false;
+    };
   }
 
   /**

@@ -310,6 +310,22 @@ export function matmulGroup(ws: readonly Weight[], x: Float32Array, T: number, x
 }
 
 /**
+ * matmulGroup over RMSNorm(x) for one token (x the norm's input, `norm` its weight): the norm runs
+ * inside the arena's job (WasmArena.matmulGroupNormed: on a worker pool the threads scale and
+ * quantize x piece by piece), the same bits as the interpreter's rmsNorm then matmulGroup. False
+ * (nothing done) unless every weight is a quantized one of one arena, format and row size whose
+ * columns are D whole blocks: the caller runs the two steps then.
+ */
+export function matmulGroupNormed(ws: readonly Weight[], x: Float32Array, D: number, norm: Float32Array, eps: number, outs: readonly GroupOutput[]): boolean {
+  const w0 = ws[0];
+  if (!w0.arena || w0.format === 'F32' || w0.format === 'F16' || w0.cols !== D || wholeColumns(w0, D) !== D) return false;
+  if (ws.some((w) => w.arena !== w0.arena || w.format !== w0.format || w.rowBytes !== w0.rowBytes || w.cols !== D)) return false;
+  w0.arena.matmulGroupNormed(w0.format as Exclude<WasmFormat, 'F32' | 'F16'>, w0.rowBytes, D, x, norm, eps, ws.map((w, i) => ({ ptr: w.ptr, nRows: w.rows, y: outs[i].y, yStride: outs[i].yStride })));
+  ws.forEach((w, i) => outs[i].bias && addBias(outs[i].bias!, 1, outs[i].y, outs[i].yStride, 0, w.rows));
+  return true;
+}
+
+/**
  * y = W · (silu(g)·u) over W's rows and all its columns (the MLP's down projection over its fused
  * activation) with silu·mul inside the arena's matmul job, on its worker pool where there is one:
  * the same bits as SiluMul.run then matmul. False (nothing done) where W is not a quantized weight

@@ -7,7 +7,7 @@
  * Each thread (the calling one included) owns a contiguous share of a call's rows, its lane, cut into
  * chunks it claims in order; a thread done with its lane claims the next chunks of the others', so a
  * worker the OS has not scheduled yet holds nothing up. A job may first prepare x (Prep: quantize it,
- * after silu·mul for the MLP's down projection) in pieces the threads claim the same way, all of them
+ * after silu·mul for the MLP's down projection or RMSNorm's scaling for q·k·v and gate·up) in pieces the threads claim the same way, all of them
  * done before any row: the calling thread does not do it alone while the workers wait.
  *
  * Browser-safe. The worker's code is a string run by a tiny adapter (`SpawnWorker`): Node's
@@ -49,7 +49,8 @@ export interface PoolOptions {
 // Line 1: the job: TARGET (its chunks in all), the kernel's index FN, the chunks per lane, the kernel's
 // arguments, the number of matrices; line 2: (w, y, nRows) of each matrix after the first
 // (MatmulPool.callGroup), then the prep phase (Prep: pieces, pre and quantizer fn, x, u, q, values and
-// q bytes per block, blocks). The job's slots are written plainly and published by SEQ's store.
+// q bytes per block, blocks), then UNIT (rows per unit of the job's row count: a tiled kernel's
+// cuts fall between its tiles). The job's slots are written plainly and published by SEQ's store.
 // Then on lines of their own: DONE (chunks finished), the workers' chunk count, the prep phase's next
 // piece (generation << 12 | piece) and pieces done, then one line per lane (thread): generation << 12 |
 // the lane's next unclaimed chunk; then the mail flag and its acks (MatmulPool.attach).
@@ -67,13 +68,14 @@ const MORE = 32;
 /** Matrices one job may cover (q, k, v). */
 export const MAX_GROUP = 3;
 const PREP = MORE + 3 * (MAX_GROUP - 1);
+const UNIT = 47;
 const DONE = 48;
 /** Chunks the workers ran (for tests and benches: the pool really shares the work). */
 const WORKER_CHUNKS = 64;
 const PREP_NEXT = 80;
 const PREP_DONE = 96;
 const LANES = 112;
-if (MATRICES !== 31 || PREP !== 38 || PREP + 9 > DONE) throw new Error('internal: the pool control block layout');
+if (MATRICES !== 31 || PREP !== 38 || PREP + 9 !== UNIT) throw new Error('internal: the pool control block layout');
 /** Pieces of x a prep phase is cut into per thread: each a claim and a count, small beside a block's quantization. */
 const PREP_PIECES_PER_THREAD = 2;
 /** Chunks of rows per lane: a thread done with its own lane claims the others' next ones, so a thread the OS deschedules (a loaded machine) holds up little. */
@@ -122,6 +124,7 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
   }
   let total = 0;
   for (const r of rows) total += r;
+  const unit = Atomics.load(ctl, 47);
   // The prep phase (MatmulPool's Prep, slots 38..46; next piece 80, pieces done 96): pieces of x's
   // blocks claimed in turns, then every thread waits for all of them before it claims rows.
   const pieces = Atomics.load(ctl, 38);
@@ -166,7 +169,7 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
       for (let i = 0, s = 0; i < rows.length && s < r1; s += rows[i++]) {
         const lo = Math.max(r0, s) - s;
         const hi = Math.min(r1, s + rows[i]) - s;
-        if (hi > lo) fn(w[i] + lo * a[1], a[1], a[2], a[3], y[i] + 4 * lo, a[5], hi - lo, a[7], a[8], a[9], a[10], a[11]);
+        if (hi > lo) fn(w[i] + lo * unit * a[1], a[1], a[2], a[3], y[i] + 4 * lo * unit, a[5], (hi - lo) * unit, a[7], a[8], a[9], a[10], a[11]);
       }
       mine++;
     }
@@ -188,10 +191,11 @@ export const WORKER_BODY = `function serve(init, post, listen) {
   const ctl = new Int32Array(control);
   const mail = ${LANES} + ${LINE} * lanes;
   let seen = Atomics.load(ctl, ${SEQ});
-  // A later message attaches a memory's attention kernels (MatmulPool.attach) as kernel names.length + slot.
+  // A later message attaches a module's kernel (MatmulPool.attach) as kernel names.length + slot:
+  // attention's (attendGroups over its exports) or one export by name.
   listen((m) => {
     const inst = new WebAssembly.Instance(m.module, { env: { memory: m.memory } });
-    fns[names.length + m.slot] = attendGroups(inst.exports, m.memory);
+    fns[names.length + m.slot] = m.exportName ? inst.exports[m.exportName] : attendGroups(inst.exports, m.memory);
     Atomics.add(ctl, mail + ${LINE}, 1);
     Atomics.notify(ctl, mail + ${LINE});
     loop();
@@ -235,7 +239,8 @@ type Kernel = (...args: number[]) => void;
 
 /**
  * What a job does to x before its rows (MatmulPool.callGroup's `prep`): `nb` blocks of `vals` f32 at
- * byte `src` (tokens back to back), optionally `pre`(src + o, u + o, bytes) first (silu(g)·u over g),
+ * byte `src` (tokens back to back), optionally `pre`(src + o, u + o, bytes) first (silu(g)·u over g,
+ * or ./norm.ts's rms_scale: x·r times the norm's weight at u),
  * then `quant`(src + o, q + b·qBytes, blocks) (./qact.ts's quantizers). Every block is independent of
  * the others, so cut into pieces across the threads they give the bytes one thread's call would.
  */
@@ -354,18 +359,19 @@ export class MatmulPool {
   private nextSlot = 0;
 
   /**
-   * Instantiate `module` (./attention.ts's, with `attend` and maybe `widen`) over `memory` (shared) on
+   * Instantiate `module` (./attention.ts's, with `attend` and maybe `widen`; or, with `exportName`,
+   * any module whose export of that name is a row kernel, ./gemm.ts's) over `memory` (shared) on
    * every worker, as kernel slot s: the workers leave their wait loop for their event loop, take the
    * message posted before, and come back. Returns the slot; `owner` marks it (isAttached).
    */
-  attach(module: WebAssembly.Module, memory: WebAssembly.Memory, owner: unknown): number {
+  attach(module: WebAssembly.Module, memory: WebAssembly.Memory, owner: unknown, exportName?: string): number {
     const slot = this.nextSlot;
     this.nextSlot = (slot + 1) % MAX_ATTACHED;
     this.attached[slot] = owner;
     const mail = LANES + LINE * this.threads;
     const ack = mail + LINE;
     Atomics.store(this.ctl, ack, 0);
-    for (const w of this.workers) w.postMessage({ slot, module, memory });
+    for (const w of this.workers) w.postMessage({ slot, module, memory, exportName });
     Atomics.store(this.ctl, mail, 1);
     this.gen = (this.gen + 1) & 0xffff;
     Atomics.store(this.ctl, SEQ, this.gen);
@@ -389,12 +395,25 @@ export class MatmulPool {
     this.run(this.names + slot, kernel, [0, 1, params, 0, 0, 0, nRows], NO_MORE, nRows, CHUNKS_PER_THREAD);
   }
 
+  /**
+   * Run attached slot `slot`'s row kernel (`kernel` on this thread; the kernels' arguments `a`) over
+   * its a[6] rows cut only at multiples of `unit` rows (a[6] a multiple of it: ./gemm.ts's tiles,
+   * whose bits do not depend on where a call's rows start), when worth it as callGroup judges.
+   */
+  callAttachedRows(slot: number, kernel: Kernel, a: number[], unit: number): void {
+    const units = a[6] / unit;
+    const work = a[1] * a[6] * a[8];
+    if (units < 2 || work < this.minWork) return kernel(...a);
+    const perLane = Math.max(CHUNKS_PER_THREAD, Math.min(CHUNKS_PER_THREAD_MAX, Math.floor(work / CHUNK_MIN_WORK / this.threads)));
+    this.run(this.names + slot, kernel, [...a.slice(0, 6), units, ...a.slice(7)], NO_MORE, units, perLane, null, unit);
+  }
+
   /** Kernel calls split so far, and the chunks of them the workers ran. */
   stats(): { splitCalls: number; workerChunks: number } {
     return { splitCalls: this.calls, workerChunks: Atomics.load(this.ctl, WORKER_CHUNKS) };
   }
 
-  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], nRows: number, perLane: number, prep: Prep | null = null): void {
+  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], nRows: number, perLane: number, prep: Prep | null = null, unit = 1): void {
     const ctl = this.ctl;
     const job = this.job;
     const lanes = this.threads;
@@ -409,6 +428,7 @@ export class MatmulPool {
     job[TARGET] = target;
     for (let i = 0; i < MAX_ARGS; i++) job[ARGS + i] = a[i] ?? 0;
     job[MATRICES] = more.length + 1;
+    job[UNIT] = unit;
     for (let i = 0; i < more.length; i++) for (let k = 0; k < 3; k++) job[MORE + 3 * i + k] = more[i][k];
     let lookup = () => kernel;
     if (prep) {

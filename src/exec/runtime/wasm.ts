@@ -15,6 +15,7 @@ import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
 import { MAX_GROUP, MatmulPool, runEach, runPrep, type PoolOptions, type Prep } from './pool.js';
 import { SILU_MUL_KERNEL } from './activation.js';
+import { rmsFactor, rmsScaleKernel } from './norm.js';
 import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, Q8_K_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
 import { QGEMM_KERNELS, QGEMM_TILE, QGEMM_WIDEN, QX16_BYTES, type QgemmFormat } from './qgemm.js';
@@ -285,6 +286,7 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
     ...Object.values(QGEMM_KERNELS).map(({ name, body }): [string, number, () => Bytes] => [name, 10, body]),
     [QGEMM_WIDEN.name, 3, QGEMM_WIDEN.body],
     [SILU_MUL_KERNEL.name, 3, SILU_MUL_KERNEL.body],
+    [RMS_SCALE.name, 3, RMS_SCALE.body],
   ];
   return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
@@ -305,6 +307,9 @@ export type WasmFormat = 'F32' | 'F16' | QdotFormat;
 export const WASM_FORMATS: readonly string[] = ['F32', 'F16', ...QDOT_FORMATS];
 
 const TABLE_BYTES = 65536 * 4;
+/** A float64 after the f16 table: RMSNorm's factor for ./norm.ts's rms_scale (the x scratch starts a cache line on). */
+export const NORM_R_SLOT = TABLE_BYTES;
+const RMS_SCALE = rmsScaleKernel(NORM_R_SLOT);
 const PAGE = 65536;
 /** Bytes for each of the x and y scratch buffers: prefill runs in chunks of tokens that fit. */
 const SCRATCH_BYTES = 8 << 20;
@@ -330,7 +335,7 @@ const tiledQ = (format: WasmFormat, n: number): format is QgemmFormat => quantiz
 function arenaLayout(maxDim: number) {
   const chunk = chunkFor(maxDim);
   const scratch = chunk * maxDim * 4;
-  const xBase = TABLE_BYTES;
+  const xBase = TABLE_BYTES + 64;
   const yBase = xBase + scratch;
   const qBase = yBase + scratch;
   const x16Base = Math.ceil((qBase + qScratchFor(maxDim)) / 64) * 64;
@@ -365,6 +370,8 @@ export class WasmArena {
   private readonly widenQ8_0: MatmulFn;
   private readonly yBase: number;
   private heap: Float32Array;
+  /** The memory as float64s (RMSNorm's factor at NORM_R_SLOT). */
+  private readonly f64: Float64Array;
   private readonly chunk: number;
   /** Matrix–matrix kernels for T ≥ 4 tokens (./gemm.ts); null: the four-token kernels below. */
   private readonly gemm: GemmKernels | null;
@@ -395,10 +402,12 @@ export class WasmArena {
     this.quantQ8_K = inst.exports[QACT_KERNELS.q8_K.name] as MatmulFn;
     this.qgemm = Object.fromEntries(Object.entries(QGEMM_KERNELS).map(([f, { name }]) => [f, k(name)])) as Record<QgemmFormat, MatmulFn>;
     this.widenQ8_0 = inst.exports[QGEMM_WIDEN.name] as MatmulFn;
-    // The tiled kernels run on the calling thread (the pool's cuts would fall inside tiles and change
-    // the sums' order); their leftover rows and tokens go through the pooled kernels above.
+    // The F32 tile kernel runs on the pool cut between tiles (gemmRows); the integer tiles on the
+    // calling thread (the pool's cuts would fall inside them and change the sums' order); their
+    // leftover rows and tokens go through the pooled kernels above.
     this.gemm = gemmKernels(this.memory, shared);
     this.heap = new Float32Array(this.memory.buffer);
+    this.f64 = new Float64Array(this.memory.buffer, 0, NORM_R_SLOT / 8 + 1);
   }
 
   private hasF16Table = false;
@@ -543,7 +552,7 @@ export class WasmArena {
       for (let i = 1, off = outs[0].nRows; i < outs.length; off += outs[i++].nRows) more.push([outs[i].ptr, this.yBase + 4 * off, outs[i].nRows]);
       if (act && !tiled) {
         const nb = nCols / act.block;
-        this.runQuantized(format as QdotFormat, [outs[0].ptr, rowBytes, this.qBase, nb * act.bytes, this.yBase, 4 * R, outs[0].nRows, nb, n, 0], more, nb * n, false);
+        this.runQuantized(format as QdotFormat, [outs[0].ptr, rowBytes, this.qBase, nb * act.bytes, this.yBase, 4 * R, outs[0].nRows, nb, n, 0], more, nb * n, null);
       } else {
         const [xArg, xs, cols] = act ? this.quantizedX(format as QdotFormat, nCols, n, tiled) : [this.xBase, nCols * 4, nCols];
         const a = [outs[0].ptr, rowBytes, xArg, xs, this.yBase, 4 * R, outs[0].nRows, cols, n, 0];
@@ -561,6 +570,28 @@ export class WasmArena {
   }
 
   /**
+   * matmulGroup for one token whose x is RMSNorm's input (the norm's weight `norm`, `eps`): the norm
+   * runs inside the job (./norm.ts: this thread sums the squares, then the threads scale x piece by
+   * piece and quantize it before their rows; the norm's weight waits in the y scratch, which the rows
+   * write only after every piece). The same bits as the interpreter's rmsNorm then matmulGroup.
+   * `format` quantized with an activation kernel (not tiled at one token), nCols whole blocks.
+   */
+  matmulGroupNormed(format: QdotFormat, rowBytes: number, nCols: number, x: Float32Array, norm: Float32Array, eps: number, outs: readonly GroupOut[]): void {
+    let R = 0;
+    for (const o of outs) R += o.nRows;
+    this.stageX(x, 0, 1, nCols, nCols);
+    this.f64[NORM_R_SLOT / 8] = rmsFactor(x, 0, nCols, eps);
+    this.heap.set(norm.subarray(0, nCols), this.yBase >> 2);
+    const more: [number, number, number][] = [];
+    for (let i = 1, off = outs[0].nRows; i < outs.length; off += outs[i++].nRows) more.push([outs[i].ptr, this.yBase + 4 * off, outs[i].nRows]);
+    const act = QDOT_ACT[format];
+    const nb = nCols / act.block;
+    this.runQuantized(format, [outs[0].ptr, rowBytes, this.qBase, nb * act.bytes, this.yBase, 4 * R, outs[0].nRows, nb, 1, 0], more, nb, 'norm');
+    const yo = this.yBase >> 2;
+    for (let i = 0, off = 0; i < outs.length; off += outs[i++].nRows) outs[i].y.set(this.heap.subarray(yo + off, yo + off + outs[i].nRows));
+  }
+
+  /**
    * Quantize the n tokens of the x scratch (./qact.ts), then run `format`'s integer-activation kernel:
    * the tiled one (./qgemm.ts) where there is one and enough tokens, else the one-token kernel. Both
    * give every output the same bits.
@@ -570,7 +601,7 @@ export class WasmArena {
     if (!tiled) {
       const act = QDOT_ACT[format];
       const nb = nCols / act.block;
-      this.runQuantized(format, [wp, rowBytes, this.qBase, nb * act.bytes, this.yBase, nRows * 4, nRows, nb, n, 0], [], nb * n, silu);
+      this.runQuantized(format, [wp, rowBytes, this.qBase, nb * act.bytes, this.yBase, nRows * 4, nRows, nb, n, 0], [], nb * n, silu ? 'silu' : null);
       return;
     }
     if (silu) this.siluMulX(n * nCols);
@@ -580,16 +611,17 @@ export class WasmArena {
 
   /**
    * `format`'s one-token kernel over the x scratch's `blocks` activation blocks, quantized (after
-   * silu(x)·u, u staged in the y scratch, where `silu`) in the same job: on a worker pool the threads
+   * silu(x)·u, u staged in the y scratch, where `pre` is 'silu'; after RMSNorm's scaling by the
+   * weight staged there, where 'norm') in the same job: on a worker pool the threads
    * quantize x piece by piece before their rows (one wake-up, and the calling thread no longer
    * quantizes alone while the others wait); the same bytes as quantizeX's one call.
    */
-  private runQuantized(format: QdotFormat, a: number[], more: [number, number, number][], blocks: number, silu: boolean): void {
+  private runQuantized(format: QdotFormat, a: number[], more: [number, number, number][], blocks: number, pre: 'silu' | 'norm' | null): void {
     const { name } = QDOT_KERNELS[format];
     const act = QDOT_ACT[format];
     const quant = act.block === 32 ? QACT_KERNELS.q8_0.name : QACT_KERNELS.q8_K.name;
     const prep: Prep = {
-      pre: silu ? { name: SILU_MUL_KERNEL.name, fn: this.exports[SILU_MUL_KERNEL.name] as MatmulFn } : null,
+      pre: pre && { name: pre === 'silu' ? SILU_MUL_KERNEL.name : RMS_SCALE.name, fn: this.exports[pre === 'silu' ? SILU_MUL_KERNEL.name : RMS_SCALE.name] as MatmulFn },
       quant: { name: quant, fn: act.block === 32 ? this.quantQ8_0 : this.quantQ8_K },
       src: this.xBase,
       u: this.yBase,
@@ -643,6 +675,17 @@ export class WasmArena {
     return [this.x16Base, nb * QX16_BYTES, nb];
   }
 
+  private gemmSlot = -1;
+
+  /** The F32 tile kernel over rows a[6] (whole tiles), on the pool where there is one, cut only between tiles (the same bits). */
+  private gemmRows(a: number[]): void {
+    const pool = this.pool;
+    const gemm = this.gemm!;
+    if (!pool) return gemm.f32(...a);
+    if (this.gemmSlot < 0 || !pool.isAttached(this.gemmSlot, this)) this.gemmSlot = pool.attach(gemm.module, this.memory, this, 'gemm_f32');
+    pool.callAttachedRows(this.gemmSlot, gemm.f32, a, GEMM_TILE.rows);
+  }
+
   /**
    * The register-tiled F32 kernel over the n tokens in the x scratch (nCols % 4 = 0): whole tiles of
    * GEMM_TILE rows × tokens there, the leftover rows and tokens one token per pass. False (nothing
@@ -653,7 +696,7 @@ export class WasmArena {
     const rows = nRows - (nRows % GEMM_TILE.rows);
     const toks = n - (n % GEMM_TILE.tokens);
     const [xs, ys] = [nCols * 4, nRows * 4];
-    if (rows) this.gemm!.f32(wp, rowBytes, this.xBase, xs, this.yBase, ys, rows, nCols, toks);
+    if (rows) this.gemmRows([wp, rowBytes, this.xBase, xs, this.yBase, ys, rows, nCols, toks]);
     if (rows < nRows) this.f32(wp + rows * rowBytes, rowBytes, this.xBase, xs, this.yBase + rows * 4, ys, nRows - rows, nCols, n);
     if (toks < n && rows) this.f32(wp, rowBytes, this.xBase + toks * xs, xs, this.yBase + toks * ys, ys, rows, nCols, n - toks);
     return true;
