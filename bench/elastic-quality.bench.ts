@@ -260,14 +260,18 @@ async function recoveredCase(c: ModelCase, cacheDir: string): Promise<Record<str
   const floors = ngramFloors(train.seqs, heldOut, spec.vocabSize);
   const run = async (extra: Record<string, string>) => {
     const t = performance.now();
+    const cpu0 = process.cpuUsage();
     const r = await analyzeReorder(c.source, parseReorderOptions({ ...c.options, ...extra, recover: 'lora', evaluate: 'true', recoverSteps: c.loraSteps, ...(c.lora ?? {}) }), ctx);
+    // The compile's CPU (user + sys, worker threads included), beside its wall: the machine is shared.
+    const cpu = process.cpuUsage(cpu0);
+    const compileCpuMs = Math.round((cpu.user + cpu.system) / 1000);
     const per: Record<string, unknown> = {};
     for (const lv of r.metadata.levels.filter((l) => l.paramFrac < 1)) {
       const before = pplCI(await perSeqLoss(original, heldOut, levelMasks(spec, r.orders, lv.layers)));
       const after = await loraPpl(r, lv, heldOut);
       per[lv.id] = { paramFrac: lv.paramFrac, params: lv.params, before, lora: after, gapClosed: gapClosed(before.ppl, after.ppl, full.ppl), gapClosedPpl: round((before.ppl - after.ppl) / (before.ppl - full.ppl), 3), widths: lv.layers.map((L) => [L.kvGroups, L.qHeadsPerGroup, L.ffn]) };
     }
-    return { wallMs: Math.round(performance.now() - t), recovery: r.metadata.recovery, notes: r.metadata.notes, levels: per };
+    return { wallMs: Math.round(performance.now() - t), compileCpuMs, recovery: r.metadata.recovery, notes: r.metadata.notes, levels: per };
   };
   const uniform = c.searchedOnly ? null : await run({});
   const budgets = uniform ? Object.values(uniform.levels).map((lv) => (lv as { paramFrac: number }).paramFrac).join(',') + ',1' : c.options.levels;
