@@ -153,7 +153,7 @@ export async function blockwiseRecoverLevels(req: BlockwiseRequest): Promise<Blo
     activationBytes = Math.max(activationBytes, [...new Set(xs.flat())].reduce((n, x) => n + x.byteLength, 0));
   };
   try {
-    progress.start(`reorder: blockwise recovery of ${levels.length} levels (${L} blocks × ${bw.blockSteps} steps${bw.endToEnd ? `, then ${bw.endToEnd} end-to-end steps` : ''})`, levels.length * (L * bw.blockSteps + bw.endToEnd));
+    progress.start(`reorder: blockwise recovery of ${levels.length} level${levels.length === 1 ? '' : 's'} (${L} blocks × ${bw.blockSteps} steps${bw.endToEnd ? `, then ${bw.endToEnd} end-to-end steps` : ''})`, levels.length * (L * bw.blockSteps + bw.endToEnd));
     // The embedding: every level (and the full model) starts from the same states.
     const embed = await full.piece(0);
     const ids = (b: number[][]) => tf.tensor2d(b.flat(), [b.length, b[0].length], 'int32');

@@ -544,7 +544,7 @@ export async function recoverLevels(req: RecoverRequest): Promise<{ full: Qualit
     }
     const missing = jobs.reduce((n, j) => n + j.chain.length, 0);
     const unit = s ? s.steps : 1;
-    if (s) progress.start(`reorder: recovering ${todo.length} levels (LoRA r=${s.rank}, ${s.steps} steps each)`, todo.length * unit);
+    if (s) progress.start(`reorder: recovering ${todo.length} level${todo.length === 1 ? '' : 's'} (LoRA r=${s.rank}, ${s.steps} steps each)`, todo.length * unit);
     else progress.start('reorder: held-out quality per level', todo.length);
     progress.tick((todo.length - missing) * unit);
     const save = async (lv: Job['chain'][number], data: LevelProfile) => {
