@@ -347,8 +347,7 @@ export class MatmulPool {
       if (prep) runPrep(prep);
       return runEach(kernel, a, more);
     }
-    const perLane = Math.max(CHUNKS_PER_THREAD, Math.min(CHUNKS_PER_THREAD_MAX, Math.floor(work / CHUNK_MIN_WORK / this.threads)));
-    this.run(this.index.get(name)!, kernel, a, more, nRows, perLane, prep);
+    this.run(this.index.get(name)!, kernel, a, more, nRows, this.chunksPerLane(work), prep);
   }
 
   private gen = 0;
@@ -404,8 +403,12 @@ export class MatmulPool {
     const units = a[6] / unit;
     const work = a[1] * a[6] * a[8];
     if (units < 2 || work < this.minWork) return kernel(...a);
-    const perLane = Math.max(CHUNKS_PER_THREAD, Math.min(CHUNKS_PER_THREAD_MAX, Math.floor(work / CHUNK_MIN_WORK / this.threads)));
-    this.run(this.names + slot, kernel, [...a.slice(0, 6), units, ...a.slice(7)], NO_MORE, units, perLane, null, unit);
+    this.run(this.names + slot, kernel, [...a.slice(0, 6), units, ...a.slice(7)], NO_MORE, units, this.chunksPerLane(work), null, unit);
+  }
+
+  /** Chunks per lane for a job of `work` multiply-adds: more where chunks stay large enough to pay their claim. */
+  private chunksPerLane(work: number): number {
+    return Math.max(CHUNKS_PER_THREAD, Math.min(CHUNKS_PER_THREAD_MAX, Math.floor(work / CHUNK_MIN_WORK / this.threads)));
   }
 
   /** Kernel calls split so far, and the chunks of them the workers ran. */
