@@ -71,7 +71,7 @@ export function parseCudaOptions(raw: Readonly<Record<string, string>>): CudaOpt
     maxContext = Number(raw.maxContext);
   }
   return {
-    externalData: raw.externalData === undefined || raw.externalData.trim() === 'auto' ? 'auto' : bool('externalData', raw.externalData),
+    externalData: raw.externalData === undefined ? 'auto' : ({ auto: 'auto', true: true, false: false } as const)[oneOf('externalData', raw.externalData, ['auto', 'true', 'false'] as const)],
     int4: raw.int4 === undefined ? 'matmulnbits' : oneOf('int4', raw.int4, ['matmulnbits', 'dequantizelinear'] as const),
     zeroPoints: raw.zeroPoints === undefined ? false : bool('zeroPoints', raw.zeroPoints),
     compute: raw.compute === undefined ? null : oneOf('compute', raw.compute, ['fp32', 'fp16'] as const),
