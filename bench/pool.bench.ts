@@ -20,8 +20,14 @@
  * with 1 and 2 threads — plain 128-bit reads, the F32 and Q8_0 kernels' arithmetic, a register-only
  * yardstick — in the pool's split patterns; it runs before and after the pool's rounds.
  *
+ * llama.cpp's own ratio, in the same run: node-llama-cpp (native, CPU) decoding the gguf target's
+ * file of each type from the same checkpoint with 1 and N threads (`llamacpp`, llamaCppThreads;
+ * LLMC_BENCH_POOL_LLAMACPP=off skips it): what a mature native runtime's second thread gives on this
+ * machine, beside the pool's.
+ *
  * The fixture and artifacts are kept in $LLMC_BENCH_POOL_DIR (default /dev/shm/llmc-bench-pool, else
- * the temp dir). LLMC_BENCH_THREADS (default 2) sets the pool's size, LLMC_BENCH_POOL_ROUNDS the rounds (default 7).
+ * the temp dir). LLMC_BENCH_THREADS (default 2) sets the pool's size, LLMC_BENCH_POOL_ROUNDS the rounds (default 7);
+ * LLMC_BENCH_POOL_BROWSER=off skips the browser row.
  * Standalone: `npx tsc -p tsconfig.bench.json && node dist/bench/pool.bench.js [--quick]`.
  */
 import { execFile } from 'node:child_process';
@@ -183,6 +189,69 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
 }
 
 /**
+ * The platform's own reference: native llama.cpp (node-llama-cpp, CPU) decoding the gguf target's
+ * file of the same llama-100M checkpoint and type with 1 and `threads` threads, greedy, `steps`
+ * tokens after the same prompt, in interleaved rounds (one context per thread count, history
+ * cleared per round): whether this VM lets a mature native runtime reach the 1.6× the pool aims at.
+ * Skipped with the reason where node-llama-cpp has no usable build.
+ */
+export async function llamaCppThreads(quant: string, threads: number, rounds: number, steps: number): Promise<Record<string, unknown>> {
+  let llama;
+  let lib: typeof import('node-llama-cpp');
+  try {
+    lib = await import('node-llama-cpp');
+    llama = await lib.getLlama({ gpu: false, build: 'never', logLevel: lib.LlamaLogLevel.error });
+  } catch (e) {
+    return { skipped: `node-llama-cpp unavailable: ${(e as Error).message.split('\n')[0]}` };
+  }
+  await artifact100M(quant); // the fixture
+  const ggufDir = path.join(WORK, `gguf-${quant}`);
+  if (!existsSync(path.join(ggufDir, 'model.gguf'))) await compilePlain(path.join(WORK, 'llama-100M'), ggufDir, quant, 'gguf');
+  const lm = await llama.loadModel({ modelPath: path.join(ggufDir, 'model.gguf') });
+  const ctxs = [await lm.createContext({ contextSize: 256, threads: 1 }), await lm.createContext({ contextSize: 256, threads })];
+  try {
+    const seqs = ctxs.map((c) => c.getSequence());
+    const prompt = [1, 17, 300, 42] as import('node-llama-cpp').Token[];
+    const run = async (seq: (typeof seqs)[number]): Promise<{ ms: number; ids: number[] }> => {
+      await seq.clearHistory();
+      const ids: number[] = [];
+      let t0 = 0;
+      for await (const token of seq.evaluate(prompt, { temperature: 0 })) {
+        if (ids.length === 0) t0 = performance.now(); // the first token ends the prompt's prefill
+        ids.push(token as number);
+        if (ids.length > steps) break;
+      }
+      return { ms: (performance.now() - t0) / steps, ids };
+    };
+    for (const seq of seqs) await run(seq); // warm-up
+    const per: number[] = [];
+    const one: number[] = [];
+    const many: number[] = [];
+    let sameIds = true;
+    for (let r = 0; r < rounds; r++) {
+      await awaitQuiet();
+      const a = await run(seqs[0]);
+      const b = await run(seqs[1]);
+      sameIds &&= a.ids.join() === b.ids.join();
+      one.push(a.ms);
+      many.push(b.ms);
+      per.push(a.ms / b.ms);
+    }
+    return {
+      tokens_per_s_1_thread: round(1000 / median(one), 2),
+      [`tokens_per_s_${threads}_threads`]: round(1000 / median(many), 2),
+      speedup: round(median(per), 3),
+      speedup_per_round: per.map((x) => round(x, 3)),
+      fastest_speedup: round(Math.min(...one) / Math.min(...many), 3),
+      same_ids: sameIds,
+    };
+  } finally {
+    for (const c of ctxs) await c.dispose();
+    await lm.dispose();
+  }
+}
+
+/**
  * stories260K decode tokens/s in headless Chromium and in Node, one thread and `threads`: per
  * configuration a Node model and a page model, `warmup` untimed rounds each, then `rounds` timed
  * rounds alternating between the two (which goes first alternates too), so a loaded machine slows
@@ -270,14 +339,18 @@ export const suite: BenchSuite = {
     out.empty_job = await emptyJob(threads);
     const quants = (process.env.LLMC_BENCH_POOL_QUANTS ?? 'F32,Q8_0,Q4_0,Q4_K').split(',');
     for (const quant of quants) out[quant] = await measure(quant, threads, rounds, steps);
+    const cpp: Record<string, Record<string, unknown>> = {};
+    if (process.env.LLMC_BENCH_POOL_LLAMACPP !== 'off') for (const quant of quants) cpp[quant] = await llamaCppThreads(quant, threads, rounds, steps);
+    out.llamacpp = cpp;
     out['speedup per format (median of rounds; clean rounds where any)'] = Object.fromEntries(
       quants.map((q) => {
-        const r = out[q] as { median: { speedup: number }; clean: { rounds: number; speedup?: number } };
-        return [q, { median: r.median.speedup, clean: r.clean.rounds ? r.clean.speedup : null }];
+        const r = out[q] as { median: { speedup: number }; clean: { rounds: number; speedup?: number }; fastest: { speedup: number } };
+        const c = cpp[q] as { speedup?: number; fastest_speedup?: number } | undefined;
+        return [q, { median: r.median.speedup, clean: r.clean.rounds ? r.clean.speedup : null, fastest: r.fastest.speedup, llamacpp_median: c?.speedup ?? null, llamacpp_fastest: c?.fastest_speedup ?? null }];
       }),
     );
     out.hardware_after = await hardwareCeiling(quick ? 5 : 21);
-    out.browser = await browserVsNode(threads, rounds, quick ? 64 : 256, quick ? 4 : 16);
+    out.browser = process.env.LLMC_BENCH_POOL_BROWSER === 'off' ? { skipped: 'LLMC_BENCH_POOL_BROWSER=off' } : await browserVsNode(threads, rounds, quick ? 64 : 256, quick ? 4 : 16);
     out.loadAverageAfter = os.loadavg().map((x) => round(x, 2));
     return out;
   },
