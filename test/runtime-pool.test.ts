@@ -16,7 +16,7 @@ import type { WeightTable } from '../src/exec/runtime/interpreter.js';
 import { nodeWorker } from '../src/exec/runtime/node.js';
 import { NORM_R_SLOT, WasmArena } from '../src/exec/runtime/wasm.js';
 import { MatmulPool } from '../src/exec/runtime/pool.js';
-import { matmul, matmulGroup, matmulGroupNormed, matmulSiluMul, Weight } from '../src/exec/runtime/kernels.js';
+import { matmul, matmulGroup, matmulGroupNormed, matmulResidual, matmulSiluMul, Weight } from '../src/exec/runtime/kernels.js';
 import { SiluMul } from '../src/exec/runtime/activation.js';
 import { quantize } from '../src/core/quant/quantize.js';
 import type { WeightFormat } from '../src/exec/runtime/format.js';
@@ -388,6 +388,109 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     } finally {
       WasmArena.prototype.matmulGroupNormed = fusedCall;
       await model.close();
+    }
+  });
+
+  it("the residual add in o_proj's and down_proj's jobs (each thread adds it to its rows) equals matmul then the interpreter's add bit for bit", async () => {
+    const rng = new Rng(24);
+    const bits = new Uint32Array(1);
+    const anyFloat = () => {
+      bits[0] = Math.floor(rng.next() * 2 ** 32);
+      return new Float32Array(bits.buffer)[0];
+    };
+    // NaN's payload is the platform's (WebAssembly leaves it open): any NaN matches any NaN, all else bit for bit
+    const canon = (a: Float32Array) => Buffer.from(Float32Array.from(a, (v) => (Number.isNaN(v) ? NaN : v)).buffer);
+    // The epilogue's kernel alone, over lengths that leave a tail after its four-at-a-time loop:
+    // the add's JS formula (a double sum stored to float32) on wide-ranging values, ±0, ±Inf, NaN, random bits.
+    {
+      const n = 1027;
+      const arena = WasmArena.create(8 * n + 64, 64)!;
+      const f32 = new Float32Array(arena.memory.buffer);
+      const [yAt, rAt] = [arena.weightsBase, arena.weightsBase + 4 * n + 32];
+      const pick = (i: number) => (i % 7 === 0 ? anyFloat() : i % 11 === 0 ? [0, -0, Infinity, -Infinity, NaN, 3.4e38, -3.4e38, 1e-45][i % 8] : 10 ** (8 * rng.next() - 4) * rng.normal());
+      const y = Float32Array.from({ length: n }, (_, i) => pick(i));
+      const r = Float32Array.from({ length: n }, (_, i) => pick(i + 3));
+      for (const len of [n, 1, 3, 4, 5, 16, 17, 768]) {
+        f32.set(y, yAt / 4);
+        f32.set(r, rAt / 4);
+        (arena as unknown as { exports: Record<string, (...a: number[]) => void> }).exports.add_f32(yAt, rAt, 4 * len);
+        const want = Float32Array.from(y, (v, i) => (i < len ? r[i] + v : v));
+        expect(canon(f32.slice(yAt / 4, yAt / 4 + n)).equals(canon(want)), `length ${len}`).toBe(true);
+      }
+    }
+    const silu = SiluMul.create()!;
+    for (const [format, cols] of [['Q8_0', 288], ['Q4_0', 96], ['Q4_K', 512]] as [WeightFormat, number][]) {
+      const rows = 37;
+      const blob = quantize(format, Float32Array.from({ length: rows * cols }, () => rng.normal()), cols);
+      for (const threads of [1, 2, 3]) {
+        const arena = WasmArena.create(blob.length + 128, cols, true)!;
+        await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+        try {
+          const mem = arena.weights(blob.length + 128);
+          mem.set(blob, 64);
+          const w = new Weight('o', format, rows, cols, mem.subarray(64, 64 + blob.length), arena);
+          for (const scale of [1, 1e4, 1e-4]) {
+            const x = Float32Array.from({ length: cols }, () => rng.normal());
+            const res = Float32Array.from({ length: rows }, () => scale * rng.normal());
+            const y = new Float32Array(rows);
+            matmul(w, x, 1, cols, y, rows);
+            const want = Float32Array.from(y, (v, i) => res[i] + v);
+            const got = new Float32Array(rows).fill(NaN);
+            const before = arena.poolStats()?.splitCalls ?? 0;
+            expect(matmulResidual(w, x, res, got)).toBe(true);
+            if (threads > 1) expect(arena.poolStats()!.splitCalls - before).toBe(1);
+            expect(Buffer.from(got.buffer).equals(Buffer.from(want.buffer)), `${format} o ×${scale} threads=${threads}`).toBe(true);
+            // the down projection: silu(g)·u, the matmul and the add in one job
+            const g = Float32Array.from({ length: cols }, () => 8 * rng.normal());
+            const u = Float32Array.from({ length: cols }, () => rng.normal());
+            const act = new Float32Array(cols);
+            silu.run(g, u, act, cols);
+            matmul(w, act, 1, cols, y, rows);
+            const wantDown = Float32Array.from(y, (v, i) => v + res[i]);
+            const gotDown = new Float32Array(rows).fill(NaN);
+            const beforeDown = arena.poolStats()?.splitCalls ?? 0;
+            expect(matmulSiluMul(w, g, u, 1, cols, gotDown, rows, null, res)).toBe(true);
+            expect(Buffer.from(gotDown.buffer).equals(Buffer.from(wantDown.buffer)), `${format} down ×${scale} threads=${threads}`).toBe(true);
+            if (threads > 1) expect(arena.poolStats()!.splitCalls - beforeDown).toBe(1);
+          }
+        } finally {
+          arena.closePool();
+        }
+      }
+    }
+  });
+
+  it('a llama decode step adds the residual inside o_proj and down_proj (all but the last layer) with the logits of the steps it replaces', async () => {
+    for (const dir of ['fx-hd32', 'fx-q4_k']) {
+      const model = await loadDir(path.join(tmp, dir), { threads: 2, pool: { minWork: 0 } });
+      const [oCall, downCall] = [WasmArena.prototype.matmulResidual, WasmArena.prototype.matmulSiluMul];
+      let calls = 0;
+      WasmArena.prototype.matmulResidual = function (...a: Parameters<WasmArena['matmulResidual']>) {
+        calls++;
+        return oCall.apply(this, a);
+      };
+      WasmArena.prototype.matmulSiluMul = function (...a: Parameters<WasmArena['matmulSiluMul']>) {
+        if (a[11]) calls++;
+        return downCall.apply(this, a);
+      };
+      try {
+        const fixture = dir === 'fx-hd32' ? 'fixture-hd32' : 'fixture-256';
+        const layers = (JSON.parse(readFileSync(path.join(tmp, fixture, 'config.json'), 'utf8')) as { num_hidden_layers: number }).num_hidden_layers;
+        const [a, b] = [model.newCache(), model.newCache()];
+        model.forward(prompt, a);
+        model.forward(prompt, b);
+        expect(calls).toBe(0); // prefill: the adds run as steps
+        const fused = model.forward([3], a);
+        // the last layer reads its queries and its MLP at the logit positions' rows: its adds stay steps
+        expect(calls, dir).toBe(2 * layers - 2);
+        calls = 0;
+        const plain = model.forward([3], b, { rowwise: true });
+        expect(calls).toBe(0);
+        expect(Buffer.from(fused.buffer).equals(Buffer.from(plain.buffer)), dir).toBe(true);
+      } finally {
+        [WasmArena.prototype.matmulResidual, WasmArena.prototype.matmulSiluMul] = [oCall, downCall];
+        await model.close();
+      }
     }
   });
 });

@@ -19,7 +19,7 @@ import { firstVisible, type MaskKind } from '../../core/ir/mask.js';
 import { localRopeSpec, ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
 import { checkWidths, keptExtent, keptHeads, keptNeurons, type Extent, type LayerWidth } from '../../core/ir/width.js';
-import { dequantRow, matmul, matmulGroup, matmulGroupNormed, matmulSiluMul, type GroupOutput, type Weight } from './kernels.js';
+import { dequantRow, matmul, matmulGroup, matmulGroupNormed, matmulResidual, matmulSiluMul, type GroupOutput, type Weight } from './kernels.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
 import { KvMemory, type TreeAttention } from './attention.js';
@@ -290,6 +290,20 @@ interface Frame {
 /** A step returns a promise only where it waits for I/O (offloaded experts). */
 type Step = (f: Frame) => void | Promise<void>;
 
+/**
+ * A residual add whose one operand is a linear's output that only it reads (o_proj's, down_proj's):
+ * at one token the linear's step computes out = W·x + res itself (in its matmul job) and marks its
+ * frame `done`; the add's step then skips.
+ */
+interface ResidualAdd {
+  res: Buffer2D;
+  out: Buffer2D;
+  done: Frame | null;
+}
+
+/** A frame whose linears may take a fused residual add: one token at full width, none of the frame kinds that run ops one by one. */
+const residualFrame = (f: Frame, n: number) => n === 1 && !f.widths && !f.adapters && !f.rowwise && !f.staged;
+
 /** A value's buffer: rows × channels, grown on demand and reused across calls. */
 class Buffer2D {
   data = new Float32Array(0);
@@ -357,8 +371,58 @@ export class Interpreter {
       }
       this.steps.push(this.gathering('out' in op && atPositions.has(op.out) ? rowInputs(op) : [], () => this.compile(op)));
     }
-    this.groupLinears(ops, atPositions, uses);
-    for (const d of fusedDown) this.fuseSiluIntoDown(ops[d.down] as Extract<Op, { op: 'linear' }>, d.silu, this.stepOf[d.down], d.operands);
+    const grouped = this.groupLinears(ops, atPositions, uses);
+    const residuals = this.residualAdds(ops, uses, atPositions, grouped);
+    for (const d of fusedDown) this.fuseSiluIntoDown(ops[d.down] as Extract<Op, { op: 'linear' }>, d.silu, this.stepOf[d.down], d.operands, residuals.get(d.down) ?? null);
+    for (const [at, r] of residuals) if (!fusedDown.some((d) => d.down === at)) this.fuseResidualIntoLinear(ops[at] as Extract<Op, { op: 'linear' }>, this.stepOf[at], r);
+  }
+
+  /**
+   * The residual adds that a linear's matmul job can do (kernels.ts's matmulResidual and
+   * matmulSiluMul with a residual: on a worker pool each thread adds the residual to the rows it
+   * computed, not the calling thread alone after the job), by the linear's op index: an add of a
+   * linear's output that nothing else reads (no bias, not grouped, not at the logit positions) and
+   * of a value of the same width computed before that linear. The add's step skips in a frame where
+   * the linear did it.
+   */
+  private residualAdds(ops: readonly Op[], uses: Map<V, number>, atPositions: Set<V>, grouped: Set<number>): Map<number, ResidualAdd> {
+    const out = new Map<number, ResidualAdd>();
+    if (this.ort || this.table.jsOnly || this.table.linearKernel) return out;
+    const index = new Map<Op, number>(ops.map((op, i) => [op, i]));
+    ops.forEach((add, i) => {
+      if (add.op !== 'add' || atPositions.has(add.out)) return;
+      for (const [y, r] of [[add.a, add.b], [add.b, add.a]]) {
+        const lin = this.producer.get(y);
+        if (lin?.op !== 'linear' || uses.get(y) !== 1 || atPositions.has(y) || (lin.bias && this.table.has(lin.bias))) continue;
+        const at = index.get(lin)!;
+        const from = this.producer.get(r);
+        if (grouped.has(at) || out.has(at) || (from && index.get(from)! > at) || this.rowsOf.get(r) !== 'T' || this.rowsOf.get(y) !== 'T') continue;
+        if (this.buffer(r).channels !== lin.outFeatures || this.buffer(add.out).channels !== lin.outFeatures || this.stepOf[at] === this.stepOf[i]) continue;
+        const fused: ResidualAdd = { res: this.buffer(r), out: this.buffer(add.out), done: null };
+        const addStep = this.steps[this.stepOf[i]];
+        this.steps[this.stepOf[i]] = (f) => {
+          if (fused.done !== f) return addStep(f);
+          fused.done = null; // holds no frame past the call
+        };
+        out.set(at, fused);
+        return;
+      }
+    });
+    return out;
+  }
+
+  /** o_proj's step with the residual add after it in its job (residualAdds), where the frame and the weight allow; else the linear alone. */
+  private fuseResidualIntoLinear(op: Extract<Op, { op: 'linear' }>, at: number, r: ResidualAdd): void {
+    if (!this.table.has(op.weight)) return;
+    const W = this.table.weight(op.weight);
+    if (W.rows !== op.outFeatures || W.cols !== op.inFeatures) return;
+    const x = this.buffer(op.x);
+    const count = this.counter(op.x);
+    const own = this.steps[at];
+    this.steps[at] = (f) => {
+      if (!residualFrame(f, count(f)) || !matmulResidual(W, x.data, r.res.data, r.out.rows(1))) return own(f);
+      r.done = f;
+    };
   }
 
   /**
@@ -369,7 +433,7 @@ export class Interpreter {
    * activation between them), weights matmulSiluMul does not take, and the last layer's MLP (its
    * silu·mul step gathers the logit positions' rows first) run the two steps as before.
    */
-  private fuseSiluIntoDown(down: Extract<Op, { op: 'linear' }>, siluAt: number, downAt: number, [G, U]: [Buffer2D, Buffer2D]): void {
+  private fuseSiluIntoDown(down: Extract<Op, { op: 'linear' }>, siluAt: number, downAt: number, [G, U]: [Buffer2D, Buffer2D], residual: ResidualAdd | null): void {
     if (this.table.jsOnly || this.table.linearKernel || !this.table.has(down.weight)) return;
     const W = this.table.weight(down.weight);
     if (!W.arena || W.format === 'F32' || W.format === 'F16' || G.channels !== down.inFeatures || U.channels !== down.inFeatures || W.cols !== down.inFeatures) return;
@@ -387,6 +451,11 @@ export class Interpreter {
       if (pending !== f) return downStep(f);
       pending = null;
       const n = count(f);
+      // one token: y = W·(silu(g)·u) + the residual in one job (residualAdds), the add's step then skips
+      if (residual && residualFrame(f, n) && matmulSiluMul(W, G.data, U.data, 1, down.inFeatures, residual.out.rows(1), down.outFeatures, bias, residual.res.data)) {
+        residual.done = f;
+        return;
+      }
       if (n > 0 && !matmulSiluMul(W, G.data, U.data, n, down.inFeatures, out.rows(n), down.outFeatures, bias)) {
         siluStep(f);
         downStep(f);
@@ -402,10 +471,11 @@ export class Interpreter {
    * their own steps, and a frame with elastic widths or low-rank adapters on any of them runs them one
    * by one.
    */
-  private groupLinears(ops: readonly Op[], atPositions: Set<V>, uses: Map<V, number>): void {
+  private groupLinears(ops: readonly Op[], atPositions: Set<V>, uses: Map<V, number>): Set<number> {
     type Linear = Extract<Op, { op: 'linear' }>;
+    const grouped = new Set<number>();
     // an output at the logit positions is read off x's rows without a gathering step only where x has those rows alone
-    if (this.table.linearKernel) return;
+    if (this.table.linearKernel) return grouped;
     const plain = (op: Op | undefined): op is Linear => op?.op === 'linear' && (!atPositions.has(op.out) || this.rowsOf.get(op.x) === 'N');
     for (let i = 0; i < ops.length; ) {
       const first = ops[i];
@@ -416,6 +486,7 @@ export class Interpreter {
         continue;
       }
       const members = ops.slice(i, j) as Linear[];
+      for (let k = i; k < j; k++) grouped.add(k);
       const own = members.map((_, k) => this.steps[this.stepOf[i + k]]);
       const W = members.map((op) => this.table.weight(op.weight));
       const outs = members.map((op) => ({ buf: this.buffer(op.out), bias: op.bias && this.table.has(op.bias) ? this.table.vector(op.bias) : null, stride: op.outFeatures }));
@@ -443,6 +514,7 @@ export class Interpreter {
       }
       i = j;
     }
+    return grouped;
   }
 
   /**

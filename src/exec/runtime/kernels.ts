@@ -331,10 +331,23 @@ export function matmulGroupNormed(ws: readonly Weight[], x: Float32Array, D: num
  * the same bits as SiluMul.run then matmul. False (nothing done) where W is not a quantized weight
  * of the arena whose columns are whole blocks: the caller runs the two steps then.
  */
-export function matmulSiluMul(w: Weight, g: Float32Array, u: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, bias: Float32Array | null): boolean {
+export function matmulSiluMul(w: Weight, g: Float32Array, u: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, bias: Float32Array | null, r: Float32Array | null = null): boolean {
   if (!w.arena || w.format === 'F32' || w.format === 'F16' || wholeColumns(w, w.cols) !== w.cols) return false;
-  w.arena.matmulSiluMul(w.format as Exclude<WasmFormat, 'F32' | 'F16'>, w.ptr, w.rowBytes, w.rows, w.cols, g, u, T, xStride, y, yStride);
+  if (r && (T !== 1 || bias)) return false;
+  w.arena.matmulSiluMul(w.format as Exclude<WasmFormat, 'F32' | 'F16'>, w.ptr, w.rowBytes, w.rows, w.cols, g, u, T, xStride, y, yStride, r);
   if (bias) addBias(bias, T, y, yStride, 0, w.rows);
+  return true;
+}
+
+/**
+ * y = W·x + r for one token over W's rows and all its columns (o_proj and the residual add after
+ * it): the add runs in the arena's matmul job, on each thread's rows (WasmArena.matmulResidual),
+ * the same bits as matmul then the add. False (nothing done) where W is not a quantized weight of
+ * the arena whose columns are whole blocks: the caller runs the two steps then.
+ */
+export function matmulResidual(w: Weight, x: Float32Array, r: Float32Array, y: Float32Array): boolean {
+  if (!w.arena || w.format === 'F32' || w.format === 'F16' || wholeColumns(w, w.cols) !== w.cols) return false;
+  w.arena.matmulResidual(w.format as Exclude<WasmFormat, 'F32' | 'F16'>, w.ptr, w.rowBytes, w.rows, w.cols, x, r, y);
   return true;
 }
 

@@ -52,8 +52,9 @@ export interface PoolOptions {
 // q bytes per block, blocks), then UNIT (rows per unit of the job's row count: a tiled kernel's
 // cuts fall between its tiles). The job's slots are written plainly and published by SEQ's store.
 // Then on lines of their own: DONE (chunks finished), the workers' chunk count, the prep phase's next
-// piece (generation << 12 | piece) and pieces done, then one line per lane (thread): generation << 12 |
-// the lane's next unclaimed chunk; then the mail flag and its acks (MatmulPool.attach).
+// piece (generation << 12 | piece) and pieces done, the epilogue (Post: fn, r, tokens; written with the
+// job), then one line per lane (thread): generation << 12 | the lane's next unclaimed chunk; then the
+// mail flag and its acks (MatmulPool.attach).
 // runChunks spells these as numbers (it is embedded by its source text); checked below.
 const LINE = 16;
 const SEQ = 0;
@@ -74,7 +75,8 @@ const DONE = 48;
 const WORKER_CHUNKS = 64;
 const PREP_NEXT = 80;
 const PREP_DONE = 96;
-const LANES = 112;
+const POST = 112;
+const LANES = 128;
 if (MATRICES !== 31 || PREP !== 38 || PREP + 9 !== UNIT) throw new Error('internal: the pool control block layout');
 /** Pieces of x a prep phase is cut into per thread: each a claim and a count, small beside a block's quantization. */
 const PREP_PIECES_PER_THREAD = 2;
@@ -100,7 +102,9 @@ const SPINS = 20000;
  * where contiguous halves ran 1.82× in C, bench/c/membw.c: each thread's reads jump), then helps the
  * next lanes. Chunk c of a lane's n = min(Rj, chunks per lane) starts at row Rj − ⌊Rj·(n−c)²/n²⌋, cut
  * where a matrix ends: sizes fall linearly from 2Rj/n to Rj/n², so whoever takes a lane's last chunk
- * holds the others up for a sliver of the call. The kernels' arguments all start (w, wStride, x,
+ * holds the others up for a sliver of the call. A job's epilogue (Post, slots 112..114) runs on each
+ * piece of rows right after the kernel, by the same thread: post(y rows, r rows, bytes) per token, r
+ * laid out as y (the residual add of o_proj and down_proj). The kernels' arguments all start (w, wStride, x,
  * xStride, y, yStride, nRows, ...), so rows r0.. of a matrix are w + r0·wStride and y + 4·r0. The job
  * is read before a claim: a claim only succeeds while the lane's slot still holds `gen` with chunks
  * left, and the caller closes every lane before it writes the next job, so a successful claim always
@@ -125,6 +129,10 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
   let total = 0;
   for (const r of rows) total += r;
   const unit = Atomics.load(ctl, 47);
+  const post = Atomics.load(ctl, 112);
+  const postFn = post >= 0 ? kernel(post) : null;
+  const rBase = Atomics.load(ctl, 113) - a[4];
+  const postTokens = Atomics.load(ctl, 114);
   // The prep phase (MatmulPool's Prep, slots 38..46; next piece 80, pieces done 96): pieces of x's
   // blocks claimed in turns, then every thread waits for all of them before it claims rows.
   const pieces = Atomics.load(ctl, 38);
@@ -159,17 +167,19 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
     const R = Math.floor((total * (j + 1)) / lanes) - start;
     const n = Math.min(m, R);
     for (;;) {
-      const cur = Atomics.load(ctl, 112 + 16 * j);
+      const cur = Atomics.load(ctl, 128 + 16 * j);
       if (cur - (cur & 0xfff) !== g) break;
       if ((cur & 0xfff) >= n) break;
-      if (Atomics.compareExchange(ctl, 112 + 16 * j, cur, cur + 1) !== cur) continue;
+      if (Atomics.compareExchange(ctl, 128 + 16 * j, cur, cur + 1) !== cur) continue;
       const c = cur & 0xfff;
       const r0 = start + R - Math.floor(((n - c) * (n - c) * R) / (n * n));
       const r1 = start + R - Math.floor(((n - c - 1) * (n - c - 1) * R) / (n * n));
       for (let i = 0, s = 0; i < rows.length && s < r1; s += rows[i++]) {
         const lo = Math.max(r0, s) - s;
         const hi = Math.min(r1, s + rows[i]) - s;
-        if (hi > lo) fn(w[i] + lo * unit * a[1], a[1], a[2], a[3], y[i] + 4 * lo * unit, a[5], (hi - lo) * unit, a[7], a[8], a[9], a[10], a[11]);
+        if (hi <= lo) continue;
+        fn(w[i] + lo * unit * a[1], a[1], a[2], a[3], y[i] + 4 * lo * unit, a[5], (hi - lo) * unit, a[7], a[8], a[9], a[10], a[11]);
+        if (postFn) for (let t = 0, yo = y[i] + 4 * lo * unit; t < postTokens; t++, yo += a[5]) postFn(yo, rBase + yo, 4 * (hi - lo) * unit);
       }
       mine++;
     }
@@ -260,6 +270,28 @@ export function runPrep(p: Prep): void {
   p.pre?.fn(p.src, p.u, p.nb * p.vals * 4);
   p.quant.fn(p.src, p.q, p.nb);
 }
+
+/**
+ * What a job does to its rows once computed (MatmulPool.callGroup's `post`): `fn`(y + o, r + o, bytes)
+ * on each piece of rows of each of `tokens` tokens, r at byte `r` laid out as the job's y (from the
+ * first matrix's y): ./residual.ts's add_f32, y += the residual stream. Rows are independent, so any
+ * cut gives the bytes of one call over all of them.
+ */
+export interface Post {
+  name: string;
+  fn: Kernel;
+  r: number;
+  tokens: number;
+}
+
+/** An epilogue on the calling thread alone, over every matrix's rows (a the first's arguments, `more` the others' (w, y, nRows)). */
+export function runPost(p: Post, a: number[], more: readonly (readonly [number, number, number])[]): void {
+  const each = (y: number, rows: number) => {
+    for (let t = 0; t < p.tokens; t++) p.fn(y + t * a[5], p.r + (y - a[4]) + t * a[5], 4 * rows);
+  };
+  each(a[4], a[6]);
+  for (const [, y, rows] of more) each(y, rows);
+}
 /** Memories attached at once (KV caches whose attention runs on the pool). */
 const MAX_ATTACHED = 8;
 const NO_MORE: readonly (readonly [number, number, number])[] = [];
@@ -338,16 +370,18 @@ export class MatmulPool {
    * each other's (w, y, nRows), the other arguments shared (the same x, row bytes, y stride). One
    * wake-up and one chunk queue cover them all.
    */
-  callGroup(name: string, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], prep: Prep | null = null): void {
+  callGroup(name: string, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], prep: Prep | null = null, post: Post | null = null): void {
     if (more.length >= MAX_GROUP) throw new LlmcError(`internal: a pool job covers at most ${MAX_GROUP} matrices`);
     let nRows = a[6];
     for (const m of more) nRows += m[2];
     const work = a[1] * nRows * a[8];
     if (nRows < 2 || work < this.minWork) {
       if (prep) runPrep(prep);
-      return runEach(kernel, a, more);
+      runEach(kernel, a, more);
+      if (post) runPost(post, a, more);
+      return;
     }
-    this.run(this.index.get(name)!, kernel, a, more, nRows, this.chunksPerLane(work), prep);
+    this.run(this.index.get(name)!, kernel, a, more, nRows, this.chunksPerLane(work), prep, 1, post);
   }
 
   private gen = 0;
@@ -416,7 +450,7 @@ export class MatmulPool {
     return { splitCalls: this.calls, workerChunks: Atomics.load(this.ctl, WORKER_CHUNKS) };
   }
 
-  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], nRows: number, perLane: number, prep: Prep | null = null, unit = 1): void {
+  private run(fn: number, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], nRows: number, perLane: number, prep: Prep | null = null, unit = 1, post: Post | null = null): void {
     const ctl = this.ctl;
     const job = this.job;
     const lanes = this.threads;
@@ -433,7 +467,11 @@ export class MatmulPool {
     job[MATRICES] = more.length + 1;
     job[UNIT] = unit;
     for (let i = 0; i < more.length; i++) for (let k = 0; k < 3; k++) job[MORE + 3 * i + k] = more[i][k];
-    let lookup = () => kernel;
+    const postAt = post ? this.index.get(post.name)! : -1;
+    job[POST] = postAt;
+    job[POST + 1] = post?.r ?? 0;
+    job[POST + 2] = post?.tokens ?? 0;
+    let lookup = (i: number): Kernel => (i === postAt ? post!.fn : kernel);
     if (prep) {
       const quant = this.index.get(prep.quant.name)!;
       job[PREP] = Math.min(prep.nb, PREP_PIECES_PER_THREAD * lanes);
@@ -446,8 +484,8 @@ export class MatmulPool {
       job[PREP + 7] = prep.qBytes;
       job[PREP + 8] = prep.nb;
       Atomics.store(ctl, PREP_DONE, 0);
-      const byIndex = (i: number): Kernel => (i === fn ? kernel : i === quant ? prep.quant.fn : prep.pre!.fn);
-      lookup = byIndex as () => Kernel;
+      const pre = prep.pre ? job[PREP + 1] : -2;
+      lookup = (i) => (i === fn ? kernel : i === quant ? prep.quant.fn : i === pre ? prep.pre!.fn : post!.fn);
     } else job[PREP] = 0;
     Atomics.store(ctl, DONE, 0);
     for (let j = 0; j < lanes; j++) Atomics.store(ctl, LANES + LINE * j, gen << 12);

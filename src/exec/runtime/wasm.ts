@@ -13,9 +13,10 @@ import { F32, I32, sleb, uleb, V128, vec } from '../../core/util/wasm-asm.js';
 import { kernelModuleBytes } from './kernel-module.js';
 import { kernelModule } from './kernel-store.js';
 import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
-import { MAX_GROUP, MatmulPool, runEach, runPrep, type PoolOptions, type Prep } from './pool.js';
+import { MAX_GROUP, MatmulPool, runEach, runPost, runPrep, type PoolOptions, type Post, type Prep } from './pool.js';
 import { SILU_MUL_KERNEL } from './activation.js';
 import { rmsFactor, rmsScaleKernel } from './norm.js';
+import { ADD_KERNEL } from './residual.js';
 import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, Q8_K_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
 import { QGEMM_KERNELS, QGEMM_TILE, QGEMM_WIDEN, QX16_BYTES, type QgemmFormat } from './qgemm.js';
@@ -287,6 +288,7 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
     [QGEMM_WIDEN.name, 3, QGEMM_WIDEN.body],
     [SILU_MUL_KERNEL.name, 3, SILU_MUL_KERNEL.body],
     [RMS_SCALE.name, 3, RMS_SCALE.body],
+    [ADD_KERNEL.name, 3, ADD_KERNEL.body],
   ];
   return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
@@ -596,17 +598,19 @@ export class WasmArena {
    * the tiled one (./qgemm.ts) where there is one and enough tokens, else the one-token kernel. Both
    * give every output the same bits.
    */
-  private qdotCall(format: QdotFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number, silu = false): void {
+  private qdotCall(format: QdotFormat, wp: number, rowBytes: number, nRows: number, nCols: number, n: number, silu = false, post: Post | null = null): void {
     const tiled = tiledQ(format, n);
     if (!tiled) {
       const act = QDOT_ACT[format];
       const nb = nCols / act.block;
-      this.runQuantized(format, [wp, rowBytes, this.qBase, nb * act.bytes, this.yBase, nRows * 4, nRows, nb, n, 0], [], nb * n, silu ? 'silu' : null);
+      this.runQuantized(format, [wp, rowBytes, this.qBase, nb * act.bytes, this.yBase, nRows * 4, nRows, nb, n, 0], [], nb * n, silu ? 'silu' : null, post);
       return;
     }
     if (silu) this.siluMulX(n * nCols);
     const [xq, stride, nb] = this.quantizedX(format, nCols, n, tiled);
-    this.qgemm[format](wp, rowBytes, xq, stride, this.yBase, nRows * 4, nRows, nb, n, 0);
+    const a = [wp, rowBytes, xq, stride, this.yBase, nRows * 4, nRows, nb, n, 0];
+    this.qgemm[format](...a);
+    if (post) runPost(post, a, []);
   }
 
   /**
@@ -616,7 +620,7 @@ export class WasmArena {
    * quantize x piece by piece before their rows (one wake-up, and the calling thread no longer
    * quantizes alone while the others wait); the same bytes as quantizeX's one call.
    */
-  private runQuantized(format: QdotFormat, a: number[], more: [number, number, number][], blocks: number, pre: 'silu' | 'norm' | null): void {
+  private runQuantized(format: QdotFormat, a: number[], more: [number, number, number][], blocks: number, pre: 'silu' | 'norm' | null, post: Post | null = null): void {
     const { name } = QDOT_KERNELS[format];
     const act = QDOT_ACT[format];
     const quant = act.block === 32 ? QACT_KERNELS.q8_0.name : QACT_KERNELS.q8_K.name;
@@ -631,11 +635,31 @@ export class WasmArena {
       nb: blocks,
     };
     const kernel = this.exports[name] as MatmulFn;
-    if (this.pool) this.pool.callGroup(name, kernel, a, more, prep);
+    if (this.pool) this.pool.callGroup(name, kernel, a, more, prep, post);
     else {
       runPrep(prep);
       runEach(kernel, a, more);
+      if (post) runPost(post, a, more);
     }
+  }
+
+  /**
+   * y = W·x + r for one token, W a quantized weight (all its rows, columns [0, nCols) whole blocks):
+   * o_proj and the residual add after it. The add runs in the matmul job's epilogue
+   * (./residual.ts's add_f32 on each piece of rows as a thread finishes it), not on the calling
+   * thread alone after the job: the same bits as matmul, then the interpreter's add.
+   */
+  matmulResidual(format: QdotFormat, ptr: number, rowBytes: number, nRows: number, nCols: number, x: Float32Array, r: Float32Array, y: Float32Array): void {
+    this.stageX(x, 0, 1, nCols, nCols);
+    this.qdotCall(format, ptr, rowBytes, nRows, nCols, 1, false, this.stageResidual(r, nCols, nRows));
+    this.unstageY(y, 0, 1, nRows, nRows);
+  }
+
+  /** One token's residual (nRows values) into the x scratch after its first `xValues` values (x's, or g's), as a job's epilogue (add_f32) reads it. */
+  private stageResidual(r: Float32Array, xValues: number, nRows: number): Post {
+    const at = this.xBase + Math.ceil((xValues * 4) / 64) * 64;
+    this.heap.set(r.subarray(0, nRows), at >> 2);
+    return { name: ADD_KERNEL.name, fn: this.exports[ADD_KERNEL.name] as MatmulFn, r: at, tokens: 1 };
   }
 
   /** silu(x)·u over the x scratch's first `n` values (u staged in the y scratch), in place. */
@@ -647,16 +671,18 @@ export class WasmArena {
    * y = W · (silu(g)·u) for T tokens (the MLP's down projection over its fused activation), W a
    * quantized weight (all of its rows, columns [0, nCols)): g and u are staged side by side and
    * silu·mul runs inside the matmul's job (on a pool: piece by piece with x's quantization, before
-   * the rows), with SiluMul's kernel and so its bits. nCols must be a whole number of blocks.
+   * the rows), with SiluMul's kernel and so its bits. nCols must be a whole number of blocks. With
+   * `r` (one token only): y = W·(silu(g)·u) + r, the residual add in the job's epilogue as matmulResidual.
    */
-  matmulSiluMul(format: QdotFormat, ptr: number, rowBytes: number, nRows: number, nCols: number, g: Float32Array, u: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number): void {
+  matmulSiluMul(format: QdotFormat, ptr: number, rowBytes: number, nRows: number, nCols: number, g: Float32Array, u: Float32Array, T: number, xStride: number, y: Float32Array, yStride: number, r: Float32Array | null = null): void {
+    if (r && T !== 1) throw new Error('internal: matmulSiluMul adds a residual to one token only');
     const chunk = Math.min(this.chunk, Math.floor((this.chunk * this.maxDim) / Math.max(nRows, nCols)));
     const yo = this.yBase >> 2;
     for (let t0 = 0; t0 < T; t0 += chunk) {
       const n = Math.min(chunk, T - t0);
       this.stageX(g, t0, n, xStride, nCols);
       for (let t = 0; t < n; t++) this.heap.set(u.subarray((t0 + t) * xStride, (t0 + t) * xStride + nCols), yo + t * nCols);
-      this.qdotCall(format, ptr, rowBytes, nRows, nCols, n, true);
+      this.qdotCall(format, ptr, rowBytes, nRows, nCols, n, true, r && this.stageResidual(r, nCols, nRows));
       this.unstageY(y, t0, n, nRows, yStride);
     }
   }
