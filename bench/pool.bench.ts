@@ -36,6 +36,7 @@ import { promisify } from 'node:util';
 import os from 'node:os';
 import path from 'node:path';
 import { loadDir, nodeWorker } from '../src/exec/runtime/node.js';
+import { MatmulPool } from '../src/exec/runtime/pool.js';
 import { WasmArena } from '../src/exec/runtime/wasm.js';
 import type { Model } from '../src/exec/runtime/model.js';
 import type { WeightTable } from '../src/exec/runtime/interpreter.js';
@@ -117,6 +118,60 @@ function poolCallsPerToken(model: Model, prompt: number[]): number {
   return (poolStats(model)?.splitCalls ?? 0) - before;
 }
 
+type JobRunner = (this: MatmulPool, fn: number, kernel: (...a: number[]) => void, a: number[], more: unknown, nRows: number, perLane: number, prep: { quant: { fn: (...a: number[]) => void }; pre: { fn: (...a: number[]) => void } | null } | null, unit: number, post: { fn: (...a: number[]) => void } | null) => void;
+
+/**
+ * Where a pooled decode token's time goes on the calling thread (`rounds` rounds of `steps` tokens,
+ * medians of the rounds' per-token figures): inside pool jobs (of which running kernels itself, and
+ * the rest: the hand-off, waiting for the other threads' last chunks, claims) and outside them (the
+ * serial part: the interpreter's steps between jobs, staging x and y, rope, norms, adds; argmax). Times
+ * every kernel call of the calling thread (~0.1 µs each), so its token is a little slower than the rounds'.
+ */
+export function jobProfile(model: Model, prompt: number[], steps: number, rounds: number): Record<string, number> {
+  const proto = MatmulPool.prototype as unknown as { run: JobRunner };
+  const run = proto.run;
+  let inJobs = 0;
+  let inKernels = 0;
+  let jobs = 0;
+  const timed =
+    <F extends (...a: number[]) => void>(f: F) =>
+    (...a: number[]) => {
+      const t = performance.now();
+      f(...a);
+      inKernels += performance.now() - t;
+    };
+  proto.run = function (fn, kernel, a, more, nRows, perLane, prep, unit, post) {
+    const t = performance.now();
+    const p = prep && { ...prep, quant: { ...prep.quant, fn: timed(prep.quant.fn) }, pre: prep.pre && { ...prep.pre, fn: timed(prep.pre.fn) } };
+    run.call(this, fn, timed(kernel), a, more, nRows, perLane, p, unit, post && { ...post, fn: timed(post.fn) });
+    inJobs += performance.now() - t;
+    jobs++;
+  };
+  const per: { token: number; jobs: number; kernels: number; count: number }[] = [];
+  try {
+    for (let r = 0; r < rounds; r++) {
+      const state = reusedState(model);
+      let logits = (state.into = model.forward(prompt, state.cache, { lastOnly: true, into: state.into }));
+      [inJobs, inKernels, jobs] = [0, 0, 0]; // the decode steps only, not the prompt's
+      const t0 = performance.now();
+      for (let s = 0; s < steps; s++) logits = model.forward([argmax(logits)], state.cache, { lastOnly: true, into: state.into });
+      per.push({ token: (performance.now() - t0) / steps, jobs: inJobs / steps, kernels: inKernels / steps, count: jobs / steps });
+    }
+  } finally {
+    proto.run = run;
+  }
+  const med = (f: (p: (typeof per)[number]) => number) => round(1000 * median(per.map(f)), 1);
+  return {
+    rounds,
+    us_per_token: med((p) => p.token),
+    us_in_jobs: med((p) => p.jobs),
+    us_caller_in_kernels: med((p) => p.kernels),
+    us_caller_waiting_in_jobs: med((p) => p.jobs - p.kernels),
+    us_outside_jobs: med((p) => p.token - p.jobs),
+    jobs_per_token: round(median(per.map((p) => p.count)), 1),
+  };
+}
+
 /** Up to 2 s for a quiet moment (≤ 2 runnable threads in Linux's /proc/stat, this one included, 3 looks in a row) before a round; elsewhere none. */
 async function awaitQuiet(): Promise<void> {
   for (let ok = 0, tries = 0; ok < 3 && tries < 100; tries++) {
@@ -180,6 +235,8 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
       },
       pool_worker_chunks: poolStats(pooled)?.workerChunks ?? 0,
       pool_calls_per_decode_token: poolCallsPerToken(pooled, prompt),
+      // the calling thread's time at N threads, by where it goes (after the timed rounds; its timers add a little)
+      profile: jobProfile(pooled, prompt, steps, Math.max(3, Math.ceil(rounds / 2))),
       same_ids: true,
     };
   } finally {
@@ -350,6 +407,11 @@ export const suite: BenchSuite = {
       }),
     );
     out.hardware_after = await hardwareCeiling(quick ? 5 : 21);
+    // The C yardstick beside the pool's figures: the Q8_0 kernel's loop and plain reads of its 94 MB over two contiguous lanes, before and after.
+    const yard = (h: unknown) => (typeof h === 'object' && h ? (h as { speedup_2_over_1: Record<string, unknown> }).speedup_2_over_1 : h);
+    out['C yardstick, 2 threads ÷ 1 (before, after)'] = Object.fromEntries(
+      ['q8_lanes', 'read94_lanes'].map((k) => [k, [out.hardware_before, out.hardware_after].map((h) => (typeof yard(h) === 'object' ? (yard(h) as Record<string, unknown>)[k] : yard(h)))]),
+    );
     out.browser = process.env.LLMC_BENCH_POOL_BROWSER === 'off' ? { skipped: 'LLMC_BENCH_POOL_BROWSER=off' } : await browserVsNode(threads, rounds, quick ? 64 : 256, quick ? 4 : 16);
     out.loadAverageAfter = os.loadavg().map((x) => round(x, 2));
     return out;
