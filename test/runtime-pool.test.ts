@@ -493,4 +493,109 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       }
     }
   });
+
+  it("RoPE on q's and k's heads in the q·k·v job (the job cut at heads, each thread rotating its own) equals the group then the interpreter's rope bit for bit", async () => {
+    const rng = new Rng(25);
+    // The interpreter's rope, written out: x_i·c − x_{i+h}·s and x_{i+h}·c + x_i·s in float64, stored to float32.
+    const rope = (v: Float32Array, hd: number, cos: Float32Array, sin: Float32Array, row: number) => {
+      const h = hd / 2;
+      for (let o = 0; o < v.length; o += hd) {
+        for (let i = 0; i < h; i++) {
+          const [a, b, c, s] = [v[o + i], v[o + i + h], cos[row * h + i], sin[row * h + i]];
+          v[o + i] = a * c - b * s;
+          v[o + i + h] = b * c + a * s;
+        }
+      }
+    };
+    const norm = (x: Float32Array, w: Float32Array, eps: number) => {
+      let ss = 0;
+      for (const v of x) ss += v * v;
+      const r = 1 / Math.sqrt(Math.fround(ss / x.length) + eps);
+      return x.map((v, i) => w[i] * Math.fround(v * r));
+    };
+    // The epilogue's kernel alone: values over 8 decades, angles anywhere
+    {
+      const [hd, heads, rows] = [64, 5, 4];
+      const n = hd * heads;
+      const arena = WasmArena.create(8 * n + 64, 64)!;
+      const f32 = new Float32Array(arena.memory.buffer);
+      const [yAt, rAt] = [arena.weightsBase, arena.weightsBase + 4 * n];
+      const angle = Float32Array.from({ length: rows * hd / 2 }, () => 100 * rng.normal());
+      const cos = angle.map(Math.cos);
+      const sin = angle.map(Math.sin);
+      const y = Float32Array.from({ length: n }, () => 10 ** (8 * rng.next() - 4) * rng.normal());
+      for (let h = 0; h < heads; h++) (f32.set(cos.subarray(3 * 32, 4 * 32), rAt / 4 + h * hd), f32.set(sin.subarray(3 * 32, 4 * 32), rAt / 4 + h * hd + 32));
+      f32.set(y, yAt / 4);
+      new Int32Array(arena.memory.buffer)[(NORM_R_SLOT + 8) / 4] = hd / 2; // half a head, after the norm's float64
+      (arena as unknown as { exports: Record<string, (...a: number[]) => void> }).exports.rope_f32(yAt + 4 * hd, rAt + 4 * hd, 4 * hd * (heads - 2));
+      const want = y.slice();
+      rope(want.subarray(hd, hd * (heads - 1)), hd, cos, sin, 3);
+      expect(Buffer.from(f32.slice(yAt / 4, yAt / 4 + n).buffer).equals(Buffer.from(want.buffer))).toBe(true);
+    }
+    for (const [format, cols, hd] of [['Q8_0', 288, 32], ['Q4_K', 512, 64]] as [WeightFormat, number, number][]) {
+      const rows = [4 * hd, 2 * hd, 2 * hd]; // q, k, v
+      const blobs = rows.map((r) => quantize(format, Float32Array.from({ length: r * cols }, () => rng.normal()), cols));
+      const bytes = blobs.reduce((n, b) => n + b.length + 64, 64);
+      const angle = Float32Array.from({ length: 9 * hd / 2 }, (_, i) => (i >> 4) * 0.7 + rng.normal());
+      const [cos, sin] = [angle.map(Math.cos), angle.map(Math.sin)];
+      for (const threads of [1, 2, 3]) {
+        const arena = WasmArena.create(bytes, cols, true)!;
+        await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+        try {
+          const mem = arena.weights(bytes);
+          let at = 64;
+          const ws = blobs.map((b, i) => {
+            mem.set(b, at);
+            const w = new Weight(`w${i}`, format, rows[i], cols, mem.subarray(at, at + b.length), arena);
+            at += b.length + 64;
+            return w;
+          });
+          for (const row of [0, 5, 8]) {
+            const x = Float32Array.from({ length: cols }, () => rng.normal());
+            const g = Float32Array.from({ length: cols }, () => 1 + 0.3 * rng.normal());
+            const want = rows.map((r) => new Float32Array(r));
+            matmulGroup(ws, norm(x, g, 1e-5), 1, cols, want.map((y, i) => ({ y, yStride: rows[i], bias: null })), cols);
+            rope(want[0], hd, cos, sin, row);
+            rope(want[1], hd, cos, sin, row);
+            const got = rows.map((r) => new Float32Array(r).fill(NaN));
+            const before = arena.poolStats()?.splitCalls ?? 0;
+            expect(matmulGroupNormed(ws, x, cols, g, 1e-5, got.map((y, i) => ({ y, yStride: rows[i], bias: null })), { matrices: 2, half: hd / 2, cos, sin, row })).toBe(true);
+            for (let i = 0; i < rows.length; i++) expect(Buffer.from(got[i].buffer).equals(Buffer.from(want[i].buffer)), `${format} row ${row} threads=${threads} matrix ${i}`).toBe(true);
+            if (threads > 1) expect(arena.poolStats()!.splitCalls - before).toBe(1);
+          }
+        } finally {
+          arena.closePool();
+        }
+      }
+    }
+  });
+
+  it('a llama decode step runs the ropes of q and k inside the q·k·v jobs (all but the last layer) with the logits of the steps they replace', async () => {
+    for (const dir of ['fx-hd32', 'fx-q4_k']) {
+      const model = await loadDir(path.join(tmp, dir), { threads: 2, pool: { minWork: 0 } });
+      const fusedCall = WasmArena.prototype.matmulGroupNormed;
+      let calls = 0;
+      WasmArena.prototype.matmulGroupNormed = function (...a: Parameters<WasmArena['matmulGroupNormed']>) {
+        if (a[7]) calls++;
+        return fusedCall.apply(this, a);
+      };
+      try {
+        const fixture = dir === 'fx-hd32' ? 'fixture-hd32' : 'fixture-256';
+        const layers = (JSON.parse(readFileSync(path.join(tmp, fixture, 'config.json'), 'utf8')) as { num_hidden_layers: number }).num_hidden_layers;
+        const [a, b] = [model.newCache(), model.newCache()];
+        model.forward(prompt, a);
+        model.forward(prompt, b);
+        for (let s = 0; s < 3; s++) {
+          calls = 0;
+          const fused = model.forward([3 + s], a);
+          expect(calls, dir).toBe(layers - 1); // the last layer's q is computed at the logit positions, apart
+          const plain = model.forward([3 + s], b, { rowwise: true });
+          expect(Buffer.from(fused.buffer).equals(Buffer.from(plain.buffer)), `${dir} step ${s}`).toBe(true);
+        }
+      } finally {
+        WasmArena.prototype.matmulGroupNormed = fusedCall;
+        await model.close();
+      }
+    }
+  });
 });

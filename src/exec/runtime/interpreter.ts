@@ -20,6 +20,7 @@ import { localRopeSpec, ropeRows, ropeTables } from '../../core/ir/rope.js';
 import { opInputs } from '../../core/ir/values.js';
 import { checkWidths, keptExtent, keptHeads, keptNeurons, type Extent, type LayerWidth } from '../../core/ir/width.js';
 import { dequantRow, matmul, matmulGroup, matmulGroupNormed, matmulResidual, matmulSiluMul, type GroupOutput, type Weight } from './kernels.js';
+import type { GroupRope } from './wasm.js';
 import { addLowRank, type LevelAdapters } from './lowrank.js';
 import type { ExpertStore } from './offload.js';
 import { KvMemory, type TreeAttention } from './attention.js';
@@ -541,13 +542,57 @@ export class Interpreter {
       if (f.widths || f.adapters || f.rowwise || f.staged || count(f) !== 1) return normStep(f);
       pending = f;
     };
+    const rope = this.fuseRopeIntoGroup(ops, first, W, uses);
     return (f, ys) => {
       if (pending !== f) return false;
       pending = null;
-      if (matmulGroupNormed(W, x.data, norm.dim, w, norm.eps, ys)) return true;
+      if (matmulGroupNormed(W, x.data, norm.dim, w, norm.eps, ys, rope?.at(f) ?? null)) {
+        if (rope) rope.done = f;
+        return true;
+      }
       normStep(f);
       return false;
     };
+  }
+
+  /**
+   * The RoPE steps right after a normed group whose leading outputs (q, k) they rotate, in the
+   * group's job (matmulGroupNormed's `rope`: cut at whole heads, each thread rotates the heads it
+   * computed): their steps skip in a frame where the group did it. Only rope ops that alone read a
+   * group output, over all its rows, with one table and head size, every output a whole number of heads.
+   */
+  private fuseRopeIntoGroup(ops: readonly Op[], first: number, W: Weight[], uses: Map<V, number>): { at: (f: Frame) => GroupRope; done: Frame | null } | null {
+    type Rope = Extract<Op, { op: 'rope' }>;
+    const ropes: { at: number; op: Rope }[] = [];
+    for (let k = 0; k < W.length; k++) {
+      const lin = ops[first + k] as Extract<Op, { op: 'linear' }>;
+      const out = lin.out;
+      const at = ops.findIndex((o) => o.op === 'rope' && o.x === out);
+      const op = ops[at] as Rope | undefined;
+      // a bias is added after the job, so before a rope only on the steps' path (qwen2's q, k)
+      if (!op || (lin.bias && this.table.has(lin.bias)) || uses.get(out) !== 1 || this.rowsOf.get(out) !== 'T' || op.heads * op.headDim !== W[k].rows || op.headDim % 2) break;
+      if (ropes.length && (op.cos !== ropes[0].op.cos || op.headDim !== ropes[0].op.headDim)) break;
+      ropes.push({ at, op });
+    }
+    if (!ropes.length) return null;
+    const { headDim, cos } = ropes[0].op;
+    if (W.some((w) => w.rows % headDim)) return null;
+    const isLocal = cos === IO.cosLocal;
+    const fused = {
+      done: null as Frame | null,
+      at: (f: Frame): GroupRope => {
+        const t = isLocal ? f.local! : f;
+        return { matrices: ropes.length, half: headDim / 2, cos: t.cos, sin: t.sin, row: f.ropeRow ? f.ropeRow[0] : f.ropeBase };
+      },
+    };
+    ropes.forEach(({ at }, k) => {
+      const step = this.steps[this.stepOf[at]];
+      this.steps[this.stepOf[at]] = (f) => {
+        if (fused.done !== f) return step(f);
+        if (k === ropes.length - 1) fused.done = null; // holds no frame past the call
+      };
+    });
+    return fused;
   }
 
   /**

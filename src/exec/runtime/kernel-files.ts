@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { setKernelStore } from './kernel-store.js';
 
 /** The modules whose code decides the kernels' bytes, relative to this file. */
-const ASSEMBLERS = ['./wasm', './qdot', './qact', './qgemm', './gemm', './attention', './activation', './norm', './residual', './kernel-module', '../../core/util/wasm-asm', '../../core/util/wasm-ops'];
+const ASSEMBLERS = ['./wasm', './qdot', './qact', './qgemm', './gemm', './attention', './activation', './norm', './epilogue', './kernel-module', '../../core/util/wasm-asm', '../../core/util/wasm-ops'];
 
 /** Set by scripts/bundle-run.mjs in its single-file bundle (no sources beside it): kernelFingerprint() of the sources it bundled. */
 declare const LLMC_BUNDLED_KERNEL_KEY: string | undefined;

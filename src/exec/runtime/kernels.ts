@@ -12,7 +12,7 @@
  */
 import { f16Table } from '../../core/util/half.js';
 import { FORMAT_BLOCK, formatRowBytes, type WeightFormat } from './format.js';
-import { WASM_FORMATS, type WasmArena, type WasmFormat } from './wasm.js';
+import { WASM_FORMATS, type GroupRope, type WasmArena, type WasmFormat } from './wasm.js';
 
 /** The half → float table, built when the first weight that needs it is made (an F32 model starts without it). */
 let F16: Float32Array = new Float32Array(0);
@@ -316,11 +316,13 @@ export function matmulGroup(ws: readonly Weight[], x: Float32Array, T: number, x
  * (nothing done) unless every weight is a quantized one of one arena, format and row size whose
  * columns are D whole blocks: the caller runs the two steps then.
  */
-export function matmulGroupNormed(ws: readonly Weight[], x: Float32Array, D: number, norm: Float32Array, eps: number, outs: readonly GroupOutput[]): boolean {
+export function matmulGroupNormed(ws: readonly Weight[], x: Float32Array, D: number, norm: Float32Array, eps: number, outs: readonly GroupOutput[], rope: GroupRope | null = null): boolean {
   const w0 = ws[0];
   if (!w0.arena || w0.format === 'F32' || w0.format === 'F16' || w0.cols !== D || wholeColumns(w0, D) !== D) return false;
   if (ws.some((w) => w.arena !== w0.arena || w.format !== w0.format || w.rowBytes !== w0.rowBytes || w.cols !== D)) return false;
-  w0.arena.matmulGroupNormed(w0.format as Exclude<WasmFormat, 'F32' | 'F16'>, w0.rowBytes, D, x, norm, eps, ws.map((w, i) => ({ ptr: w.ptr, nRows: w.rows, y: outs[i].y, yStride: outs[i].yStride })));
+  // RoPE's heads: the job is cut at whole heads, so every output must be whole heads; biases are added after the rows (so before a rope), here after the job
+  if (rope && (ws.some((w) => w.rows % (2 * rope.half)) || outs.some((o, i) => i < rope.matrices && o.bias))) return false;
+  w0.arena.matmulGroupNormed(w0.format as Exclude<WasmFormat, 'F32' | 'F16'>, w0.rowBytes, D, x, norm, eps, ws.map((w, i) => ({ ptr: w.ptr, nRows: w.rows, y: outs[i].y, yStride: outs[i].yStride })), rope);
   ws.forEach((w, i) => outs[i].bias && addBias(outs[i].bias!, 1, outs[i].y, outs[i].yStride, 0, w.rows));
   return true;
 }

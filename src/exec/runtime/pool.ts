@@ -52,8 +52,8 @@ export interface PoolOptions {
 // q bytes per block, blocks), then UNIT (rows per unit of the job's row count: a tiled kernel's
 // cuts fall between its tiles). The job's slots are written plainly and published by SEQ's store.
 // Then on lines of their own: DONE (chunks finished), the workers' chunk count, the prep phase's next
-// piece (generation << 12 | piece) and pieces done, the epilogue (Post: fn, r, tokens; written with the
-// job), then one line per lane (thread): generation << 12 | the lane's next unclaimed chunk; then the
+// piece (generation << 12 | piece) and pieces done, the epilogue (Post: fn, r, tokens, matrices; written
+// with the job), then one line per lane (thread): generation << 12 | the lane's next unclaimed chunk; then the
 // mail flag and its acks (MatmulPool.attach).
 // runChunks spells these as numbers (it is embedded by its source text); checked below.
 const LINE = 16;
@@ -102,9 +102,9 @@ const SPINS = 20000;
  * where contiguous halves ran 1.82× in C, bench/c/membw.c: each thread's reads jump), then helps the
  * next lanes. Chunk c of a lane's n = min(Rj, chunks per lane) starts at row Rj − ⌊Rj·(n−c)²/n²⌋, cut
  * where a matrix ends: sizes fall linearly from 2Rj/n to Rj/n², so whoever takes a lane's last chunk
- * holds the others up for a sliver of the call. A job's epilogue (Post, slots 112..114) runs on each
- * piece of rows right after the kernel, by the same thread: post(y rows, r rows, bytes) per token, r
- * laid out as y (the residual add of o_proj and down_proj). The kernels' arguments all start (w, wStride, x,
+ * holds the others up for a sliver of the call. A job's epilogue (Post, slots 112..115) runs on each
+ * piece of rows of its first matrices right after the kernel, by the same thread: post(y rows, r rows,
+ * bytes) per token, r laid out as y (the residual add of o_proj and down_proj; RoPE on q and k). The kernels' arguments all start (w, wStride, x,
  * xStride, y, yStride, nRows, ...), so rows r0.. of a matrix are w + r0·wStride and y + 4·r0. The job
  * is read before a claim: a claim only succeeds while the lane's slot still holds `gen` with chunks
  * left, and the caller closes every lane before it writes the next job, so a successful claim always
@@ -133,6 +133,7 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
   const postFn = post >= 0 ? kernel(post) : null;
   const rBase = Atomics.load(ctl, 113) - a[4];
   const postTokens = Atomics.load(ctl, 114);
+  const postMatrices = Atomics.load(ctl, 115);
   // The prep phase (MatmulPool's Prep, slots 38..46; next piece 80, pieces done 96): pieces of x's
   // blocks claimed in turns, then every thread waits for all of them before it claims rows.
   const pieces = Atomics.load(ctl, 38);
@@ -179,7 +180,7 @@ function runChunks(ctl: Int32Array, kernel: (i: number) => (...a: number[]) => v
         const hi = Math.min(r1, s + rows[i]) - s;
         if (hi <= lo) continue;
         fn(w[i] + lo * unit * a[1], a[1], a[2], a[3], y[i] + 4 * lo * unit, a[5], (hi - lo) * unit, a[7], a[8], a[9], a[10], a[11]);
-        if (postFn) for (let t = 0, yo = y[i] + 4 * lo * unit; t < postTokens; t++, yo += a[5]) postFn(yo, rBase + yo, 4 * (hi - lo) * unit);
+        if (postFn && i < postMatrices) for (let t = 0, yo = y[i] + 4 * lo * unit; t < postTokens; t++, yo += a[5]) postFn(yo, rBase + yo, 4 * (hi - lo) * unit);
       }
       mine++;
     }
@@ -274,14 +275,16 @@ export function runPrep(p: Prep): void {
 /**
  * What a job does to its rows once computed (MatmulPool.callGroup's `post`): `fn`(y + o, r + o, bytes)
  * on each piece of rows of each of `tokens` tokens, r at byte `r` laid out as the job's y (from the
- * first matrix's y): ./residual.ts's add_f32, y += the residual stream. Rows are independent, so any
- * cut gives the bytes of one call over all of them.
+ * first matrix's y), over the first `matrices` matrices of the job (all where absent):
+ * ./epilogue.ts's add_f32 (y += the residual stream; rows are independent, so any cut gives the
+ * bytes of one call over all of them) or rope_f32 (q's and k's heads; the job cut at whole heads).
  */
 export interface Post {
   name: string;
   fn: Kernel;
   r: number;
   tokens: number;
+  matrices?: number;
 }
 
 /** An epilogue on the calling thread alone, over every matrix's rows (a the first's arguments, `more` the others' (w, y, nRows)). */
@@ -289,8 +292,9 @@ export function runPost(p: Post, a: number[], more: readonly (readonly [number, 
   const each = (y: number, rows: number) => {
     for (let t = 0; t < p.tokens; t++) p.fn(y + t * a[5], p.r + (y - a[4]) + t * a[5], 4 * rows);
   };
-  each(a[4], a[6]);
-  for (const [, y, rows] of more) each(y, rows);
+  const m = p.matrices ?? more.length + 1;
+  if (m > 0) each(a[4], a[6]);
+  for (let i = 1; i < m; i++) each(more[i - 1][1], more[i - 1][2]);
 }
 /** Memories attached at once (KV caches whose attention runs on the pool). */
 const MAX_ATTACHED = 8;
@@ -370,18 +374,24 @@ export class MatmulPool {
    * each other's (w, y, nRows), the other arguments shared (the same x, row bytes, y stride). One
    * wake-up and one chunk queue cover them all.
    */
-  callGroup(name: string, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], prep: Prep | null = null, post: Post | null = null): void {
+  callGroup(name: string, kernel: Kernel, a: number[], more: readonly (readonly [number, number, number])[], prep: Prep | null = null, post: Post | null = null, unit = 1): void {
     if (more.length >= MAX_GROUP) throw new LlmcError(`internal: a pool job covers at most ${MAX_GROUP} matrices`);
     let nRows = a[6];
     for (const m of more) nRows += m[2];
     const work = a[1] * nRows * a[8];
-    if (nRows < 2 || work < this.minWork) {
+    if (nRows < 2 * unit || work < this.minWork) {
       if (prep) runPrep(prep);
       runEach(kernel, a, more);
       if (post) runPost(post, a, more);
       return;
     }
-    this.run(this.index.get(name)!, kernel, a, more, nRows, this.chunksPerLane(work), prep, 1, post);
+    if (unit > 1) {
+      // cut only at multiples of `unit` rows (each matrix's rows are): counts in units
+      if (a[6] % unit || more.some((m) => m[2] % unit)) throw new LlmcError(`internal: a job cut at ${unit} rows over matrices of other row counts`);
+      a = [...a.slice(0, 6), a[6] / unit, ...a.slice(7)];
+      more = more.map(([w, y, rows]) => [w, y, rows / unit] as const);
+    }
+    this.run(this.index.get(name)!, kernel, a, more, nRows / unit, this.chunksPerLane(work), prep, unit, post);
   }
 
   private gen = 0;
@@ -471,6 +481,7 @@ export class MatmulPool {
     job[POST] = postAt;
     job[POST + 1] = post?.r ?? 0;
     job[POST + 2] = post?.tokens ?? 0;
+    job[POST + 3] = post ? (post.matrices ?? more.length + 1) : 0;
     let lookup = (i: number): Kernel => (i === postAt ? post!.fn : kernel);
     if (prep) {
       const quant = this.index.get(prep.quant.name)!;

@@ -16,7 +16,7 @@ import { GEMM_TILE, gemmKernels, type GemmKernels } from './gemm.js';
 import { MAX_GROUP, MatmulPool, runEach, runPost, runPrep, type PoolOptions, type Post, type Prep } from './pool.js';
 import { SILU_MUL_KERNEL } from './activation.js';
 import { rmsFactor, rmsScaleKernel } from './norm.js';
-import { ADD_KERNEL } from './residual.js';
+import { ADD_KERNEL, ropeKernel } from './epilogue.js';
 import { QDOT_ACT, QDOT_FORMATS, QDOT_KERNELS, Q8_0_BYTES, Q8_K_BYTES, type QdotFormat } from './qdot.js';
 import { QACT_KERNELS } from './qact.js';
 import { QGEMM_KERNELS, QGEMM_TILE, QGEMM_WIDEN, QX16_BYTES, type QgemmFormat } from './qgemm.js';
@@ -289,6 +289,7 @@ function moduleBytes(shared = false): Uint8Array<ArrayBuffer> {
     [SILU_MUL_KERNEL.name, 3, SILU_MUL_KERNEL.body],
     [RMS_SCALE.name, 3, RMS_SCALE.body],
     [ADD_KERNEL.name, 3, ADD_KERNEL.body],
+    [ROPE.name, 3, ROPE.body],
   ];
   return kernelModuleBytes(fns.map(([name, params, body]) => ({ name, params: I32S(params), body: flatten(body()) })), shared);
 }
@@ -312,6 +313,9 @@ const TABLE_BYTES = 65536 * 4;
 /** A float64 after the f16 table: RMSNorm's factor for ./norm.ts's rms_scale (the x scratch starts a cache line on). */
 export const NORM_R_SLOT = TABLE_BYTES;
 const RMS_SCALE = rmsScaleKernel(NORM_R_SLOT);
+/** An i32 after it: half a head's size for ./epilogue.ts's rope_f32. */
+const ROPE_HALF_SLOT = NORM_R_SLOT + 8;
+const ROPE = ropeKernel(ROPE_HALF_SLOT);
 const PAGE = 65536;
 /** Bytes for each of the x and y scratch buffers: prefill runs in chunks of tokens that fit. */
 const SCRATCH_BYTES = 8 << 20;
@@ -343,6 +347,18 @@ function arenaLayout(maxDim: number) {
   const x16Base = Math.ceil((qBase + qScratchFor(maxDim)) / 64) * 64;
   const weightsBase = Math.ceil((x16Base + x16ScratchFor(maxDim)) / 64) * 64;
   return { chunk, xBase, yBase, qBase, x16Base, weightsBase };
+}
+
+/**
+ * RoPE for matmulGroupNormed's first `matrices` outputs (q, k: heads of 2·half rows), one position:
+ * its `half` cos and sin values from cos / sin at `row`·half.
+ */
+export interface GroupRope {
+  matrices: number;
+  half: number;
+  cos: Float32Array;
+  sin: Float32Array;
+  row: number;
 }
 
 /** One output of WasmArena.matmulGroup: all rows of the weight at byte `ptr` into y. */
@@ -576,9 +592,12 @@ export class WasmArena {
    * runs inside the job (./norm.ts: this thread sums the squares, then the threads scale x piece by
    * piece and quantize it before their rows; the norm's weight waits in the y scratch, which the rows
    * write only after every piece). The same bits as the interpreter's rmsNorm then matmulGroup.
-   * `format` quantized with an activation kernel (not tiled at one token), nCols whole blocks.
+   * `format` quantized with an activation kernel (not tiled at one token), nCols whole blocks. With
+   * `rope`, the job is cut at whole heads (every output's rows a multiple of 2·half) and each thread
+   * rotates the q and k heads it computed (./epilogue.ts's rope_f32): the same bits as the
+   * interpreter's rope steps after.
    */
-  matmulGroupNormed(format: QdotFormat, rowBytes: number, nCols: number, x: Float32Array, norm: Float32Array, eps: number, outs: readonly GroupOut[]): void {
+  matmulGroupNormed(format: QdotFormat, rowBytes: number, nCols: number, x: Float32Array, norm: Float32Array, eps: number, outs: readonly GroupOut[], rope: GroupRope | null = null): void {
     let R = 0;
     for (const o of outs) R += o.nRows;
     this.stageX(x, 0, 1, nCols, nCols);
@@ -588,7 +607,8 @@ export class WasmArena {
     for (let i = 1, off = outs[0].nRows; i < outs.length; off += outs[i++].nRows) more.push([outs[i].ptr, this.yBase + 4 * off, outs[i].nRows]);
     const act = QDOT_ACT[format];
     const nb = nCols / act.block;
-    this.runQuantized(format, [outs[0].ptr, rowBytes, this.qBase, nb * act.bytes, this.yBase, 4 * R, outs[0].nRows, nb, 1, 0], more, nb, 'norm');
+    const post = rope && this.stageRope(rope, outs, nCols);
+    this.runQuantized(format, [outs[0].ptr, rowBytes, this.qBase, nb * act.bytes, this.yBase, 4 * R, outs[0].nRows, nb, 1, 0], more, nb, 'norm', post, rope ? 2 * rope.half : 1);
     const yo = this.yBase >> 2;
     for (let i = 0, off = 0; i < outs.length; off += outs[i++].nRows) outs[i].y.set(this.heap.subarray(yo + off, yo + off + outs[i].nRows));
   }
@@ -620,7 +640,7 @@ export class WasmArena {
    * quantize x piece by piece before their rows (one wake-up, and the calling thread no longer
    * quantizes alone while the others wait); the same bytes as quantizeX's one call.
    */
-  private runQuantized(format: QdotFormat, a: number[], more: [number, number, number][], blocks: number, pre: 'silu' | 'norm' | null, post: Post | null = null): void {
+  private runQuantized(format: QdotFormat, a: number[], more: [number, number, number][], blocks: number, pre: 'silu' | 'norm' | null, post: Post | null = null, unit = 1): void {
     const { name } = QDOT_KERNELS[format];
     const act = QDOT_ACT[format];
     const quant = act.block === 32 ? QACT_KERNELS.q8_0.name : QACT_KERNELS.q8_K.name;
@@ -635,7 +655,7 @@ export class WasmArena {
       nb: blocks,
     };
     const kernel = this.exports[name] as MatmulFn;
-    if (this.pool) this.pool.callGroup(name, kernel, a, more, prep, post);
+    if (this.pool) this.pool.callGroup(name, kernel, a, more, prep, post, unit);
     else {
       runPrep(prep);
       runEach(kernel, a, more);
@@ -646,13 +666,29 @@ export class WasmArena {
   /**
    * y = W·x + r for one token, W a quantized weight (all its rows, columns [0, nCols) whole blocks):
    * o_proj and the residual add after it. The add runs in the matmul job's epilogue
-   * (./residual.ts's add_f32 on each piece of rows as a thread finishes it), not on the calling
+   * (./epilogue.ts's add_f32 on each piece of rows as a thread finishes it), not on the calling
    * thread alone after the job: the same bits as matmul, then the interpreter's add.
    */
   matmulResidual(format: QdotFormat, ptr: number, rowBytes: number, nRows: number, nCols: number, x: Float32Array, r: Float32Array, y: Float32Array): void {
     this.stageX(x, 0, 1, nCols, nCols);
     this.qdotCall(format, ptr, rowBytes, nRows, nCols, 1, false, this.stageResidual(r, nCols, nRows));
     this.unstageY(y, 0, 1, nRows, nRows);
+  }
+
+  /** The position's cos and sin beside each head of rope's outputs (as y's rows lie), in the x scratch after its first `xValues` values; half a head at ROPE_HALF_SLOT. */
+  private stageRope(rope: GroupRope, outs: readonly GroupOut[], xValues: number): Post {
+    const at = this.xBase + Math.ceil((xValues * 4) / 64) * 64;
+    const h = rope.half;
+    const cos = rope.cos.subarray(rope.row * h, rope.row * h + h);
+    const sin = rope.sin.subarray(rope.row * h, rope.row * h + h);
+    let rows = 0;
+    for (let i = 0; i < rope.matrices; i++) rows += outs[i].nRows;
+    for (let o = at >> 2, end = o + rows; o < end; o += 2 * h) {
+      this.heap.set(cos, o);
+      this.heap.set(sin, o + h);
+    }
+    new Int32Array(this.memory.buffer, ROPE_HALF_SLOT, 1)[0] = h;
+    return { name: ROPE.name, fn: this.exports[ROPE.name] as MatmulFn, r: at, tokens: 1, matrices: rope.matrices };
   }
 
   /** One token's residual (nRows values) into the x scratch after its first `xValues` values (x's, or g's), as a job's epilogue (add_f32) reads it. */
