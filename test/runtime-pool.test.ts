@@ -50,6 +50,75 @@ afterAll(async () => {
 
 const prompt = [1, 5, 9, 2, 77, 13, 200, 41, 8];
 
+/** The interpreter's rmsNorm, written out: Σx² in float64 in order, its mean rounded to float32, then w · fround(x · r). */
+function norm(x: Float32Array, w: Float32Array, eps: number): Float32Array {
+  let ss = 0;
+  for (const v of x) ss += v * v;
+  const r = 1 / Math.sqrt(Math.fround(ss / x.length) + eps);
+  return x.map((v, i) => w[i] * Math.fround(v * r));
+}
+
+/** A shared arena holding `blobs` (`format` weights of rows[i] × cols) 64 bytes apart, with a pool of `threads` (every call split). */
+async function arenaOf(format: WeightFormat, cols: number, rows: number[], blobs: Uint8Array[], threads: number): Promise<{ arena: WasmArena; ws: Weight[] }> {
+  const bytes = blobs.reduce((n, b) => n + b.length + 64, 64);
+  const arena = WasmArena.create(bytes, cols, true)!;
+  await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+  const mem = arena.weights(bytes);
+  let at = 64;
+  const ws = blobs.map((b, i) => {
+    mem.set(b, at);
+    const w = new Weight(`w${i}`, format, rows[i], cols, mem.subarray(at, at + b.length), arena);
+    at += b.length + 64;
+    return w;
+  });
+  return { arena, ws };
+}
+
+/**
+ * Decode steps of a pooled llama fixture whose fused path (`method` of WasmArena, counted where
+ * `counts` says a call takes it) runs `want(layers)` times a step, with the logits of a rowwise
+ * frame (which keeps every step).
+ */
+async function expectFusedDecode<K extends 'matmulResidual' | 'matmulSiluMul' | 'matmulGroupNormed'>(
+  fixtures: [artifact: string, source: string][],
+  methods: K[],
+  counts: (method: K, args: unknown[]) => boolean,
+  want: (layers: number) => number,
+): Promise<void> {
+  for (const [artifact, source] of fixtures) {
+    const model = await loadDir(path.join(tmp, artifact), { threads: 2, pool: { minWork: 0 } });
+    const proto = WasmArena.prototype as unknown as Record<K, (...a: unknown[]) => unknown>;
+    const saved = methods.map((m) => proto[m]);
+    let calls = 0;
+    methods.forEach((m, i) => {
+      proto[m] = function (this: unknown, ...a: unknown[]) {
+        if (counts(m, a)) calls++;
+        return saved[i].apply(this, a);
+      };
+    });
+    try {
+      const layers = (JSON.parse(readFileSync(path.join(tmp, source, 'config.json'), 'utf8')) as { num_hidden_layers: number }).num_hidden_layers;
+      const [a, b] = [model.newCache(), model.newCache()];
+      model.forward(prompt, a);
+      model.forward(prompt, b);
+      expect(calls).toBe(0); // prefill runs the steps
+      for (let s = 0; s < 3; s++) {
+        calls = 0;
+        const fused = model.forward([3 + s], a);
+        // the last layer reads its queries and its MLP at the logit positions' rows: its steps stay
+        expect(calls, artifact).toBe(want(layers));
+        calls = 0;
+        const plain = model.forward([3 + s], b, { rowwise: true });
+        expect(calls).toBe(0);
+        expect(Buffer.from(fused.buffer).equals(Buffer.from(plain.buffer)), `${artifact} step ${s}`).toBe(true);
+      }
+    } finally {
+      methods.forEach((m, i) => (proto[m] = saved[i]));
+      await model.close();
+    }
+  }
+}
+
 describe('worker pool', () => {
   it('stories260K with 2 threads generates the reference ids', async () => {
     const model = await loadDir(path.join(tmp, 'stories'), { threads: 2, pool: { minWork: 0 } });
@@ -306,13 +375,6 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
 
   it("q·k·v over RMSNorm(x) in one job (the norm's scaling and x's quantization split over the threads) equals the norm then matmulGroup bit for bit", async () => {
     const rng = new Rng(23);
-    // The interpreter's rmsNorm, written out: Σx² in float64 in order, its mean rounded to float32, then w · fround(x · r).
-    const norm = (x: Float32Array, w: Float32Array, eps: number) => {
-      let ss = 0;
-      for (const v of x) ss += v * v;
-      const r = 1 / Math.sqrt(Math.fround(ss / x.length) + eps);
-      return x.map((v, i) => w[i] * Math.fround(v * r));
-    };
     // The pool's piece kernel alone (quantizing x hides most one-ulp slips): x scaled in place, as the formula rounds it.
     {
       const n = 4096;
@@ -333,19 +395,9 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       const rows = [11, 5, 5];
       const blobs = rows.map((r) => quantize(format, Float32Array.from({ length: r * cols }, () => rng.normal()), cols));
       const bias = rows.map((r) => Float32Array.from({ length: r }, () => rng.normal()));
-      const bytes = blobs.reduce((n, b) => n + b.length + 64, 64);
       for (const threads of [1, 2, 3]) {
-        const arena = WasmArena.create(bytes, cols, true)!;
-        await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+        const { arena, ws } = await arenaOf(format, cols, rows, blobs, threads);
         try {
-          const mem = arena.weights(bytes);
-          let at = 64;
-          const ws = blobs.map((b, i) => {
-            mem.set(b, at);
-            const w = new Weight(`w${i}`, format, rows[i], cols, mem.subarray(at, at + b.length), arena);
-            at += b.length + 64;
-            return w;
-          });
           for (const [scale, eps] of [[1, 1e-5], [1e3, 1e-6], [1e-3, 1e-5]]) {
             const x = Float32Array.from({ length: cols }, () => scale * rng.normal());
             const g = Float32Array.from({ length: cols }, () => 1 + 0.3 * rng.normal());
@@ -423,12 +475,8 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       const rows = 37;
       const blob = quantize(format, Float32Array.from({ length: rows * cols }, () => rng.normal()), cols);
       for (const threads of [1, 2, 3]) {
-        const arena = WasmArena.create(blob.length + 128, cols, true)!;
-        await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+        const { arena, ws: [w] } = await arenaOf(format, cols, [rows], [blob], threads);
         try {
-          const mem = arena.weights(blob.length + 128);
-          mem.set(blob, 64);
-          const w = new Weight('o', format, rows, cols, mem.subarray(64, 64 + blob.length), arena);
           for (const scale of [1, 1e4, 1e-4]) {
             const x = Float32Array.from({ length: cols }, () => rng.normal());
             const res = Float32Array.from({ length: rows }, () => scale * rng.normal());
@@ -461,37 +509,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
   });
 
   it('a llama decode step adds the residual inside o_proj and down_proj (all but the last layer) with the logits of the steps it replaces', async () => {
-    for (const dir of ['fx-hd32', 'fx-q4_k']) {
-      const model = await loadDir(path.join(tmp, dir), { threads: 2, pool: { minWork: 0 } });
-      const [oCall, downCall] = [WasmArena.prototype.matmulResidual, WasmArena.prototype.matmulSiluMul];
-      let calls = 0;
-      WasmArena.prototype.matmulResidual = function (...a: Parameters<WasmArena['matmulResidual']>) {
-        calls++;
-        return oCall.apply(this, a);
-      };
-      WasmArena.prototype.matmulSiluMul = function (...a: Parameters<WasmArena['matmulSiluMul']>) {
-        if (a[11]) calls++;
-        return downCall.apply(this, a);
-      };
-      try {
-        const fixture = dir === 'fx-hd32' ? 'fixture-hd32' : 'fixture-256';
-        const layers = (JSON.parse(readFileSync(path.join(tmp, fixture, 'config.json'), 'utf8')) as { num_hidden_layers: number }).num_hidden_layers;
-        const [a, b] = [model.newCache(), model.newCache()];
-        model.forward(prompt, a);
-        model.forward(prompt, b);
-        expect(calls).toBe(0); // prefill: the adds run as steps
-        const fused = model.forward([3], a);
-        // the last layer reads its queries and its MLP at the logit positions' rows: its adds stay steps
-        expect(calls, dir).toBe(2 * layers - 2);
-        calls = 0;
-        const plain = model.forward([3], b, { rowwise: true });
-        expect(calls).toBe(0);
-        expect(Buffer.from(fused.buffer).equals(Buffer.from(plain.buffer)), dir).toBe(true);
-      } finally {
-        [WasmArena.prototype.matmulResidual, WasmArena.prototype.matmulSiluMul] = [oCall, downCall];
-        await model.close();
-      }
-    }
+    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulResidual', 'matmulSiluMul'], (m, a) => m === 'matmulResidual' || Boolean(a[11]), (layers) => 2 * layers - 2);
   });
 
   it("RoPE on q's and k's heads in the q·k·v job (the job cut at heads, each thread rotating its own) equals the group then the interpreter's rope bit for bit", async () => {
@@ -506,12 +524,6 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
           v[o + i + h] = b * c + a * s;
         }
       }
-    };
-    const norm = (x: Float32Array, w: Float32Array, eps: number) => {
-      let ss = 0;
-      for (const v of x) ss += v * v;
-      const r = 1 / Math.sqrt(Math.fround(ss / x.length) + eps);
-      return x.map((v, i) => w[i] * Math.fround(v * r));
     };
     // The epilogue's kernel alone: values over 8 decades, angles anywhere
     {
@@ -535,21 +547,11 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     for (const [format, cols, hd] of [['Q8_0', 288, 32], ['Q4_K', 512, 64]] as [WeightFormat, number, number][]) {
       const rows = [4 * hd, 2 * hd, 2 * hd]; // q, k, v
       const blobs = rows.map((r) => quantize(format, Float32Array.from({ length: r * cols }, () => rng.normal()), cols));
-      const bytes = blobs.reduce((n, b) => n + b.length + 64, 64);
       const angle = Float32Array.from({ length: 9 * hd / 2 }, (_, i) => (i >> 4) * 0.7 + rng.normal());
       const [cos, sin] = [angle.map(Math.cos), angle.map(Math.sin)];
       for (const threads of [1, 2, 3]) {
-        const arena = WasmArena.create(bytes, cols, true)!;
-        await arena.startPool(threads, { spawn: nodeWorker, minWork: 0 });
+        const { arena, ws } = await arenaOf(format, cols, rows, blobs, threads);
         try {
-          const mem = arena.weights(bytes);
-          let at = 64;
-          const ws = blobs.map((b, i) => {
-            mem.set(b, at);
-            const w = new Weight(`w${i}`, format, rows[i], cols, mem.subarray(at, at + b.length), arena);
-            at += b.length + 64;
-            return w;
-          });
           for (const row of [0, 5, 8]) {
             const x = Float32Array.from({ length: cols }, () => rng.normal());
             const g = Float32Array.from({ length: cols }, () => 1 + 0.3 * rng.normal());
@@ -571,31 +573,6 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
   });
 
   it('a llama decode step runs the ropes of q and k inside the q·k·v jobs (all but the last layer) with the logits of the steps they replace', async () => {
-    for (const dir of ['fx-hd32', 'fx-q4_k']) {
-      const model = await loadDir(path.join(tmp, dir), { threads: 2, pool: { minWork: 0 } });
-      const fusedCall = WasmArena.prototype.matmulGroupNormed;
-      let calls = 0;
-      WasmArena.prototype.matmulGroupNormed = function (...a: Parameters<WasmArena['matmulGroupNormed']>) {
-        if (a[7]) calls++;
-        return fusedCall.apply(this, a);
-      };
-      try {
-        const fixture = dir === 'fx-hd32' ? 'fixture-hd32' : 'fixture-256';
-        const layers = (JSON.parse(readFileSync(path.join(tmp, fixture, 'config.json'), 'utf8')) as { num_hidden_layers: number }).num_hidden_layers;
-        const [a, b] = [model.newCache(), model.newCache()];
-        model.forward(prompt, a);
-        model.forward(prompt, b);
-        for (let s = 0; s < 3; s++) {
-          calls = 0;
-          const fused = model.forward([3 + s], a);
-          expect(calls, dir).toBe(layers - 1); // the last layer's q is computed at the logit positions, apart
-          const plain = model.forward([3 + s], b, { rowwise: true });
-          expect(Buffer.from(fused.buffer).equals(Buffer.from(plain.buffer)), `${dir} step ${s}`).toBe(true);
-        }
-      } finally {
-        WasmArena.prototype.matmulGroupNormed = fusedCall;
-        await model.close();
-      }
-    }
+    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulGroupNormed'], (_, a) => Boolean(a[7]), (layers) => layers - 1);
   });
 });
