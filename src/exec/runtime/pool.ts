@@ -52,9 +52,9 @@ export interface PoolOptions {
 // q bytes per block, blocks), then UNIT (rows per unit of the job's row count: a tiled kernel's
 // cuts fall between its tiles). The job's slots are written plainly and published by SEQ's store.
 // Then on lines of their own: DONE (chunks finished), the workers' chunk count, the prep phase's next
-// piece (generation << 12 | piece) and pieces done, the epilogue (Post: fn, r, tokens, matrices; written
-// with the job), then one line per lane (thread): generation << 12 | the lane's next unclaimed chunk; then the
-// mail flag and its acks (MatmulPool.attach).
+// piece (generation << 12 | piece) and pieces done, the epilogue (Post: fn, r, tokens, matrices;
+// written with the job), then one line per lane (thread): generation << 12 | the lane's next unclaimed
+// chunk; then the mail flag and its acks (MatmulPool.attach).
 // runChunks spells these as numbers (it is embedded by its source text); checked below.
 const LINE = 16;
 const SEQ = 0;
@@ -77,7 +77,7 @@ const PREP_NEXT = 80;
 const PREP_DONE = 96;
 const POST = 112;
 const LANES = 128;
-if (MATRICES !== 31 || PREP !== 38 || PREP + 9 !== UNIT) throw new Error('internal: the pool control block layout');
+if (MATRICES !== 31 || PREP !== 38 || PREP + 9 !== UNIT || POST !== 112 || LANES !== 128) throw new Error('internal: the pool control block layout');
 /** Pieces of x a prep phase is cut into per thread: each a claim and a count, small beside a block's quantization. */
 const PREP_PIECES_PER_THREAD = 2;
 /** Chunks of rows per lane: a thread done with its own lane claims the others' next ones, so a thread the OS deschedules (a loaded machine) holds up little. */
@@ -104,8 +104,8 @@ const SPINS = 20000;
  * where a matrix ends: sizes fall linearly from 2Rj/n to Rj/n², so whoever takes a lane's last chunk
  * holds the others up for a sliver of the call. A job's epilogue (Post, slots 112..115) runs on each
  * piece of rows of its first matrices right after the kernel, by the same thread: post(y rows, r rows,
- * bytes) per token, r laid out as y (the residual add of o_proj and down_proj; RoPE on q and k). The kernels' arguments all start (w, wStride, x,
- * xStride, y, yStride, nRows, ...), so rows r0.. of a matrix are w + r0·wStride and y + 4·r0. The job
+ * bytes) per token, r laid out as y (the residual add of o_proj and down_proj; RoPE on q and k). The
+ * kernels' arguments all start (w, wStride, x, xStride, y, yStride, nRows, ...), so rows r0.. of a matrix are w + r0·wStride and y + 4·r0. The job
  * is read before a claim: a claim only succeeds while the lane's slot still holds `gen` with chunks
  * left, and the caller closes every lane before it writes the next job, so a successful claim always
  * ran on its own job's arguments. Embedded in the workers' code by its source text: it references
