@@ -87,6 +87,8 @@ export interface RecoverOptions {
   targets: readonly Projection[] | 'auto';
   /** The adapters' start: the next larger level's (chain), B = 0 (zero), or a rank-r least-squares fit toward the full model (fit). */
   init: 'fit' | 'zero' | 'chain';
+  /** lora: the teacher kept as each position's top k tokens and the tail mass (absent: the full distributions). */
+  teacherTopK?: number;
 }
 
 export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 'auto', lr: 1.5e-2, data: 1024, batch: 8, ce: 0, targets: 'auto', init: 'chain' } as const;
@@ -138,6 +140,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverLoss', help: 'blockwise: the block-local loss: mse (hidden states), norm (RMS-normalized states) or lens (the head\'s KL on the states)', default: BLOCKWISE_DEFAULTS.loss },
   { key: 'recoverEndToEnd', help: 'blockwise: end-to-end LoRA steps per level after the block-by-block pass (the gradient carried back block by block; 0: none)', default: String(BLOCKWISE_DEFAULTS.endToEnd) },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
+  { key: 'recoverTeacherTopK', help: "lora: keep the full model's distributions as each position's top k tokens and the mass of the rest (k · 8 bytes a token; steps past the first pass over the data skip the full model); 0: the whole distributions, kept up to 256 MB else recomputed each step", default: '0' },
 ];
 
 export const OPTION_KEYS = OPTION_SPECS.map((s) => s.key);
@@ -198,6 +201,8 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
   const owner = (k: string) => ((DISTILL_ONLY as readonly string[]).includes(k) ? 'distill' : (BLOCKWISE_ONLY as readonly string[]).includes(k) ? 'blockwise' : (LORA_ONLY as readonly string[]).includes(k) ? (k === 'recoverThreads' || k === 'recoverInit' ? 'lora' : 'lora or blockwise') : null);
   const wrong = recoverKeys.find((k) => owner(k) !== null && !owner(k)!.split(' or ').includes(recoverMode));
   if (wrong) throw new UsageError(`reorder.${wrong} applies to reorder.recover=${owner(wrong)} only`);
+  if (raw.recoverTeacherTopK !== undefined && recoverMode !== 'lora') throw new UsageError('reorder.recoverTeacherTopK applies to reorder.recover=lora only');
+  const teacherTopK = raw.recoverTeacherTopK !== undefined ? int('recoverTeacherTopK', raw.recoverTeacherTopK, 0) : 0;
   const calibLength = raw.calibLength !== undefined ? int('calibLength', raw.calibLength, 2) : 64;
   const dd = DISTILL_DEFAULTS;
   const recover: RecoverOptions | null =
@@ -218,6 +223,8 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
           init: raw.recoverInit !== undefined ? initMode(raw.recoverInit) : d.init,
           fullWeight: num('recoverFullWeight', raw.recoverFullWeight, dd.fullWeight, 0),
           levelsPerStep: raw.recoverLevelsPerStep !== undefined ? int('recoverLevelsPerStep', raw.recoverLevelsPerStep, 1) : dd.levelsPerStep,
+          // Only when asked: the settings are part of the recovery's cache keys.
+          ...(teacherTopK ? { teacherTopK } : {}),
           ...(blockwise
             ? {
                 target: raw.recoverTarget !== undefined ? targetMode(raw.recoverTarget) : BLOCKWISE_DEFAULTS.target,

@@ -47,6 +47,8 @@ export interface RecoverSettings {
    * (rank-r least-squares correction toward the full model, fit-init.ts).
    */
   init: 'fit' | 'zero' | 'chain';
+  /** The teacher kept as each position's top k tokens and the tail mass (absent: the full distributions). */
+  teacherTopK?: number;
 }
 
 /** One linear's adapter at the level's shapes: A [rank, in], B [out, rank], row-major. */
@@ -134,23 +136,40 @@ export async function measure(model: TfModel, seqs: number[][], reference: Int32
 
 /**
  * The teacher's next-token distributions for each training batch. Kept as tensors when they fit in
- * `budgetBytes` (they serve every level), else recomputed per step.
+ * `budgetBytes` (they serve every level), else recomputed per step. With `topK` (compact teacher,
+ * reorder.recoverTeacherTopK): each position's k most likely tokens and the mass of the rest, computed
+ * once per batch and kept (k · 8 bytes a token instead of V · 4), so steps past the first pass over
+ * the data no longer run the full model; the loss is then the soft cross-entropy on that support plus
+ * the tail mass against the student's mass outside it (softTargetLoss's `tail`).
  */
 export class Teacher {
   private readonly kept = new Map<number, tf.Tensor2D>();
+  private readonly compact = new Map<number, CompactTarget>();
   constructor(
     private readonly model: TfModel,
     readonly batches: number[][][],
     private readonly keep: boolean,
+    readonly topK = 0,
   ) {}
 
-  static create(model: TfModel, batches: number[][][], budgetBytes = 256 << 20): Teacher {
+  static create(model: TfModel, batches: number[][][], budgetBytes = 256 << 20, topK = 0): Teacher {
     const tokens = batches.reduce((a, b) => a + b.length * b[0].length, 0);
-    return new Teacher(model, batches, tokens * model.source.spec.vocabSize * 4 <= budgetBytes);
+    const V = model.source.spec.vocabSize;
+    const k = topK > 0 && topK < V ? topK : 0;
+    return new Teacher(model, batches, tokens * (k ? k * 8 + 4 : V * 4) <= budgetBytes, k);
   }
 
-  /** Probabilities [B·T, V] of batch i (owned by the Teacher when kept; else the caller disposes it). */
-  probs(i: number): { probs: tf.Tensor2D; owned: boolean } {
+  /**
+   * Probabilities [B·T, V] of batch i (owned by the Teacher when kept; else the caller disposes it).
+   * Compact: zero outside each position's top k, and `tail` [B·T, 1] the mass left out (the caller
+   * disposes both).
+   */
+  probs(i: number): { probs: tf.Tensor2D; owned: boolean; tail?: tf.Tensor2D } {
+    if (this.topK) {
+      const c = this.compact.get(i) ?? compactOf(tf.tidy(() => tf.softmax(this.model.logits(this.batches[i])) as tf.Tensor2D), this.topK);
+      if (this.keep) this.compact.set(i, c);
+      return { ...denseOf(c, this.model.source.spec.vocabSize), owned: false };
+    }
     const hit = this.kept.get(i);
     if (hit) return { probs: hit, owned: true };
     const p = tf.tidy(() => tf.softmax(this.model.logits(this.batches[i])) as tf.Tensor2D);
@@ -162,7 +181,44 @@ export class Teacher {
   dispose(): void {
     for (const t of this.kept.values()) t.dispose();
     this.kept.clear();
+    this.compact.clear();
   }
+}
+
+/** A batch's teacher as each position's top k: token ids and probabilities [N·k], and the mass outside [N]. */
+export interface CompactTarget {
+  k: number;
+  ids: Int32Array;
+  probs: Float32Array;
+  tail: Float32Array;
+}
+
+/** The top k of each row of `probs` [N, V] (disposed here); the tail summed in float64 over the rows' other entries. */
+export function compactOf(probs: tf.Tensor2D, k: number): CompactTarget {
+  const [N, V] = probs.shape;
+  const all = probs.dataSync() as Float32Array;
+  const top = tf.topk(probs, k);
+  const ids = top.indices.dataSync() as Int32Array;
+  const vals = top.values.dataSync() as Float32Array;
+  tf.dispose([probs, top.indices, top.values]);
+  const tail = new Float32Array(N);
+  const inTop = new Uint8Array(V);
+  for (let r = 0; r < N; r++) {
+    for (let j = 0; j < k; j++) inTop[ids[r * k + j]] = 1;
+    let rest = 0;
+    for (let v = 0; v < V; v++) if (inTop[v]) inTop[v] = 0;
+    else rest += all[r * V + v];
+    tail[r] = rest;
+  }
+  return { k, ids: ids.slice(), probs: vals.slice(), tail };
+}
+
+/** The compact target as softTargetLoss takes it: probabilities [N, V] (zero off the support) and the tail [N, 1]. */
+function denseOf(c: CompactTarget, V: number): { probs: tf.Tensor2D; tail: tf.Tensor2D } {
+  const N = c.tail.length;
+  const dense = new Float32Array(N * V);
+  for (let r = 0; r < N; r++) for (let j = 0; j < c.k; j++) dense[r * V + c.ids[r * c.k + j]] = c.probs[r * c.k + j];
+  return { probs: tf.tensor2d(dense, [N, V]), tail: tf.tensor2d(c.tail, [N, 1]) };
 }
 
 /**
@@ -269,11 +325,11 @@ export async function trainLevel(
     const tensors = withAdapters ? params.map((p, i) => tf.tensor2d(p, shapes[i])) : [];
     const lowRank = withAdapters ? lowRankOf(tensors) : undefined;
     for (let v = 0; v < split.validation; v++) {
-      const { probs, owned } = teacher.probs(split.train + v);
-      const l = tf.tidy(() => distillLoss(student, teacher.batches[split.train + v], { lowRank }, probs, s.ce));
+      const { probs, owned, tail } = teacher.probs(split.train + v);
+      const l = tf.tidy(() => distillLoss(student, teacher.batches[split.train + v], { lowRank }, probs, s.ce, undefined, tail));
       sum += (await l.data())[0];
       l.dispose();
-      if (!owned) probs.dispose();
+      if (!owned) tf.dispose([probs, ...(tail ? [tail] : [])]);
     }
     tf.dispose(tensors);
     return sum / split.validation;
@@ -292,12 +348,12 @@ export async function trainLevel(
   const adam = new Adam(params);
   for (let step = 0; step < s.steps; step++) {
     const bi = (offset + step) % split.train;
-    const { probs, owned } = teacher.probs(bi);
+    const { probs, owned, tail } = teacher.probs(bi);
     const tensors = params.map((p, i) => tf.tensor2d(p, shapes[i]));
-    const { value, grads } = tf.tidy(() => tf.valueAndGrads((...ps: tf.Tensor[]) => distillLoss(student, teacher.batches[bi], { lowRank: lowRankOf(ps) }, probs, s.ce))(tensors));
+    const { value, grads } = tf.tidy(() => tf.valueAndGrads((...ps: tf.Tensor[]) => distillLoss(student, teacher.batches[bi], { lowRank: lowRankOf(ps) }, probs, s.ce, undefined, tail))(tensors));
     const g = await Promise.all(grads.map(async (t) => (await t.data()) as Float32Array));
     tf.dispose([value, ...grads, ...tensors]);
-    if (!owned) probs.dispose();
+    if (!owned) tf.dispose([probs, ...(tail ? [tail] : [])]);
     adam.step(g, lrAt(step, s.steps, s.lr));
     progress.tick();
     if ((step + 1) % every === 0 || step + 1 === s.steps) await checkpoint(step + 1);
@@ -361,12 +417,18 @@ export function lowRankTerms(adapters: readonly Adapter[], rank: number, scale: 
 }
 
 /** Soft cross-entropy against the teacher's probabilities (= KL + the teacher's entropy) + ce · data CE. */
-export function distillLoss(model: TfModel, ids: number[][], opts: RunOptions, teacherProbs: tf.Tensor2D, ce: number, override?: Map<string, tf.Tensor>): tf.Scalar {
-  return softTargetLoss(model.logits(ids, opts, override), ids, teacherProbs, ce);
+export function distillLoss(model: TfModel, ids: number[][], opts: RunOptions, teacherProbs: tf.Tensor2D, ce: number, override?: Map<string, tf.Tensor>, tail?: tf.Tensor2D): tf.Scalar {
+  return softTargetLoss(model.logits(ids, opts, override), ids, teacherProbs, ce, tail);
 }
 
-/** distillLoss from the student's logits [B·T, V] (blockwise recovery computes them piece by piece). */
-export function softTargetLoss(logits: tf.Tensor2D, ids: number[][], teacherProbs: tf.Tensor2D, ce: number): tf.Scalar {
+/**
+ * distillLoss from the student's logits [B·T, V] (blockwise recovery computes them piece by piece).
+ * With `tail` [B·T, 1] (a compact teacher: `teacherProbs` zero off each position's support), the
+ * tail mass is a target too, against the student's log-mass off the support: with the support
+ * covering the teacher's mass this is the dense loss, and its minimum stays at the teacher's
+ * distribution restricted to that partition.
+ */
+export function softTargetLoss(logits: tf.Tensor2D, ids: number[][], teacherProbs: tf.Tensor2D, ce: number, tail?: tf.Tensor2D): tf.Scalar {
   const B = ids.length;
   const T = ids[0].length;
   const V = logits.shape[1];
@@ -380,7 +442,14 @@ export function softTargetLoss(logits: tf.Tensor2D, ids: number[][], teacherProb
     const next = tf.tensor1d(ids.flatMap((s) => [...s.slice(1), 0]), 'int32');
     target = tf.add(teacherProbs, tf.mul(tf.oneHot(next, V), ce));
   }
-  return tf.neg(tf.sum(tf.mul(tf.mul(target, lp), rowW))) as tf.Scalar;
+  let loss = tf.sum(tf.mul(tf.mul(target, lp), rowW));
+  if (tail) {
+    // log of the student's mass off the support: logsumexp over those logits (the support's pushed to −1e4) − logsumexp over all.
+    const onSupport = tf.cast(tf.greater(teacherProbs, 0), 'float32');
+    const off = tf.sub(tf.logSumExp(tf.add(logits, tf.mul(onSupport, -1e4)), 1, true), tf.logSumExp(logits, 1, true));
+    loss = tf.add(loss, tf.sum(tf.mul(tf.mul(tail, off), rowW)));
+  }
+  return tf.neg(loss) as tf.Scalar;
 }
 
 /** Per level: its quality without and with adapters, and the adapters (absent when not recovered). */
@@ -453,7 +522,7 @@ export class LevelTrainer {
       const before = await measure(student, this.work.heldOut, await this.ref(), {});
       if (!s) return { meta: { before }, arrays: {} };
       const { train, validation: val } = this.work.split;
-      this.teacher ??= Teacher.create(await this.tfModel(), [...train, ...val]);
+      this.teacher ??= Teacher.create(await this.tfModel(), [...train, ...val], undefined, s.teacherTopK);
       // The level's own seed follows its widths (as its cache key does), not its place in the list.
       const levelSeed = createHash('sha256').update(`${s.seed}:${JSON.stringify(layers.map((w) => [w.kvGroups, w.qHeadsPerGroup, w.ffn]))}`).digest().readUInt32LE(0);
       let init: Float32Array[] | undefined;
