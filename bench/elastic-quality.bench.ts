@@ -281,7 +281,7 @@ async function recoveredCase(c: ModelCase, cacheDir: string): Promise<Record<str
 }
 
 /** Held-out perplexity of a LoRA-recovered level: its slice with its adapters (tfjs). */
-export async function loraPpl(r: Awaited<ReturnType<typeof analyzeReorder>>, lv: Level, heldOut: number[][]): Promise<PplCI> {
+export async function loraPpl(r: Awaited<ReturnType<typeof analyzeReorder>>, lv: Level, heldOut: number[][], perSeq?: (losses: Float64Array) => void): Promise<PplCI> {
   const student = await TfModel.load(sliceSource(r.source, lv.layers, 'level'));
   const ads: Adapter[] = [];
   let scale = 1;
@@ -295,7 +295,9 @@ export async function loraPpl(r: Awaited<ReturnType<typeof analyzeReorder>>, lv:
   }
   const terms = lowRankTerms(ads, rank, scale * 1);
   try {
-    return pplCI(await perSeqLoss(student, heldOut, ads.length ? { lowRank: terms } : {}));
+    const losses = await perSeqLoss(student, heldOut, ads.length ? { lowRank: terms } : {});
+    perSeq?.(losses);
+    return pplCI(losses);
   } finally {
     tf.dispose([...terms.values()].flatMap((t) => [t.at, t.bt]));
     student.dispose();

@@ -64,6 +64,13 @@ describe('recovery under a compute budget', () => {
       expect(plan.fixed).toBe(fixed);
       expect(plan.perStep).toBe(step);
     }
+    // The top-k lens: k rows of the head for the target and the output per level and block, and each block's teacher states through the whole head.
+    const k = 4;
+    const D = src.spec.hiddenSize;
+    const H = 2 * src.spec.numLayers * 2 * k * D;
+    const lensPlan = budgetPlan(src.spec, { params, macsPerParam: 2000, levels, tokens: T, data, batch, lensRows: k });
+    expect(lensPlan.fixed).toBe(T * (data * (F + P) + (data - 2) * src.spec.numLayers * src.spec.vocabSize * D + 9 * 2 * (P + H)));
+    expect(lensPlan.perStep).toBe(3 * batch * T * (P + H));
     expect(budgetPlan(src.spec, { params, macsPerParam: 1, levels, tokens: T, data, batch }).steps).toBe(1);
     expect(budgetPlan(src.spec, { params, macsPerParam: 1e6, levels, tokens: T, data, batch }).steps).toBe(64);
   });

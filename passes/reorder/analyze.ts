@@ -23,7 +23,7 @@ import { ELASTIC_LEVELS, type ElasticLevels, type Recovery } from '../../src/cor
 import type { LowRankAdapter, TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import { adapterTargets, recoverLevels, recoverSettings, type LevelRecovery, type RecoverRequest } from './recover.js';
 import { distillLevels, type DistillSettings } from './distill.js';
-import { blockwiseRecoverLevels, blockwiseSettings, type BlockwiseSettings } from './blockwise.js';
+import { blockwiseRecoverLevels, blockwiseSettings, TOPK_ROWS, type BlockwiseSettings } from './blockwise.js';
 import { budgetPlan } from './budget.js';
 import {
   ACTIVATION_TAPS,
@@ -447,7 +447,7 @@ export async function analyzeReorder(
         let budget: { macsPerParam: number; macs: number } | undefined;
         if (rec.method === 'blockwise' && rec.budget !== undefined) {
           const narrowed = levels.filter((lv) => lv.paramFrac < 1).map((lv) => lv.layers);
-          const plan = budgetPlan(spec, { params: full.params, macsPerParam: rec.budget, levels: narrowed, tokens: calib.spec.length, data: data.seqs.length, batch: rec.batch });
+          const plan = budgetPlan(spec, { params: full.params, macsPerParam: rec.budget, levels: narrowed, tokens: calib.spec.length, data: data.seqs.length, batch: rec.batch, ...(rec.loss === 'topk' ? { lensRows: TOPK_ROWS } : {}) });
           rec = { ...rec, steps: plan.steps };
           budget = { macsPerParam: rec.budget!, macs: plan.budget };
           if (plan.fixed + plan.perStep > plan.budget) notes.push(`recovery: reorder.recoverBudget=${rec.budget} buys no step beyond the rows' forward passes; 1 step per block and level`);

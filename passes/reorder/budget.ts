@@ -8,7 +8,10 @@
  *   P      = Σ over narrowed levels and blocks of the level's block's linears
  *   fixed  = T · (N·(F + P) + (1 + 8)·V·P)   N training rows (V of them validation rows, checked at the
  *            start and at most 8 times); held-out evaluation (reorder.evaluate) is not recovery: not counted
- *   step   = 3 · b · T · P                                    (forward and backward, b rows a step)
+ *   step   = 3 · b · T · (P + H)                              (forward and backward, b rows a step)
+ * With the top-k lens (recoverLoss=topk): H = Σ over narrowed levels and blocks of 2·k·D (the target's and
+ * the output's logits on k vocabulary rows), also in the validation term, and fixed gains
+ * T · (N − V) · L · V·D (each block's teacher states through the whole head to pick the rows); else H = 0.
  *   steps  = clamp(⌊(budget − fixed) / step⌋, 1, 64),   budget = macsPerParam × the model's parameters
  * P and F are proportional to the parameters, so the steps hardly change with size: the time is
  * linear in parameters (× the levels' widths).
@@ -38,14 +41,17 @@ export function blockMacs(spec: ArchSpec, w: LevelWidth & { heads: number }): nu
 }
 
 /** The steps per block and level the budget buys (module comment). */
-export function budgetPlan(spec: ArchSpec, o: { params: number; macsPerParam: number; levels: readonly (readonly (LevelWidth & { heads: number })[])[]; tokens: number; data: number; batch: number }): BudgetPlan {
+export function budgetPlan(spec: ArchSpec, o: { params: number; macsPerParam: number; levels: readonly (readonly (LevelWidth & { heads: number })[])[]; tokens: number; data: number; batch: number; lensRows?: number }): BudgetPlan {
   const full = { kvGroups: spec.numKvHeads, heads: spec.numHeads, ffn: spec.moe ? spec.moe.expertIntermediateSize : spec.intermediateSize, qHeadsPerGroup: spec.numHeads / spec.numKvHeads };
   const F = spec.numLayers * blockMacs(spec, full);
   const P = o.levels.reduce((n, lv) => n + lv.reduce((m, w) => m + blockMacs(spec, w), 0), 0);
   const V = o.data >= 8 ? Math.min(16, Math.floor(o.data / 8)) : 0;
   const T = o.tokens;
-  const fixed = T * (o.data * (F + P) + 9 * V * P);
-  const perStep = 3 * o.batch * T * P;
+  const D = spec.hiddenSize;
+  const H = o.lensRows ? o.levels.reduce((n, lv) => n + lv.length * 2 * o.lensRows! * D, 0) : 0;
+  const pick = o.lensRows ? (o.data - V) * spec.numLayers * spec.vocabSize * D : 0;
+  const fixed = T * (o.data * (F + P) + pick + 9 * V * (P + H));
+  const perStep = 3 * o.batch * T * (P + H);
   const budget = o.macsPerParam * o.params;
   const steps = perStep > 0 ? Math.min(BUDGET_DEFAULTS.maxSteps, Math.max(1, Math.floor((budget - fixed) / perStep))) : 1;
   return { steps, budget, fixed, perStep };

@@ -65,7 +65,7 @@ export interface RecoverOptions {
   target?: 'own' | 'teacher';
   endToEnd?: number;
   /** blockwise: the local loss (mse of the states, of the RMS-normalized states, or the head's KL on them). */
-  loss?: 'mse' | 'norm' | 'lens';
+  loss?: 'mse' | 'norm' | 'lens' | 'topk';
   /** distill: weight of the full level's term (the others weigh 1). */
   fullWeight: number;
   /** distill: levels in each step's loss (the full one, the smallest, random others). */
@@ -142,7 +142,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverFullWeight', help: 'distill: weight of the full level in each step\'s loss (the others weigh 1)', default: String(DISTILL_DEFAULTS.fullWeight) },
   { key: 'recoverLevelsPerStep', help: 'distill: levels in each step\'s loss (the full one, the smallest, then random others)', default: String(DISTILL_DEFAULTS.levelsPerStep) },
   { key: 'recoverTarget', help: 'blockwise: a level\'s block matches the full model\'s state at its depth (teacher) or the full block on the level\'s own input (own)', default: BLOCKWISE_DEFAULTS.target },
-  { key: 'recoverLoss', help: 'blockwise: the block-local loss: mse (hidden states), norm (RMS-normalized states) or lens (the head\'s KL on the states)', default: BLOCKWISE_DEFAULTS.loss },
+  { key: 'recoverLoss', help: 'blockwise: the block-local loss: mse (hidden states), norm (RMS-normalized states), lens (the head\'s KL on the states) or topk (that KL on the 256 vocabulary rows with the most teacher probability at the block: the head costs 256 × hidden, not vocab × hidden)', default: BLOCKWISE_DEFAULTS.loss },
   { key: 'recoverBudget', help: 'blockwise: multiply-adds per model parameter; the steps per block and level are (budget − the rows\' forward passes) ÷ (3 × rows a step × tokens × the levels\' block multiply-adds), 1 to 64 (≈ 6 with 10 levels; ≈ 35 CPU-min at 1.1B, ≈ 3.7 CPU-hours at 7B on 2 cores); auto: the default where recover is unset and LoRA cannot run', default: `auto (${LARGE_DEFAULTS.budget}); explicit blockwise: recoverSteps` },
   { key: 'recoverEndToEnd', help: 'blockwise: end-to-end LoRA steps per level after the block-by-block pass (the gradient carried back block by block; 0: none)', default: String(BLOCKWISE_DEFAULTS.endToEnd) },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
@@ -308,9 +308,9 @@ function targetMode(v: string): 'own' | 'teacher' {
 }
 
 /** `reorder.recoverLoss`: mse, norm or lens. */
-function lossMode(v: string): 'mse' | 'norm' | 'lens' {
+function lossMode(v: string): 'mse' | 'norm' | 'lens' | 'topk' {
   const x = v.trim();
-  if (x !== 'mse' && x !== 'norm' && x !== 'lens') throw new UsageError(`reorder.recoverLoss must be mse, norm or lens, got "${v}"`);
+  if (x !== 'mse' && x !== 'norm' && x !== 'lens' && x !== 'topk') throw new UsageError(`reorder.recoverLoss must be mse, norm, lens or topk, got "${v}"`);
   return x;
 }
 
