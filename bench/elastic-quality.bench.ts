@@ -58,7 +58,7 @@ export function pplCI(perSeq: ArrayLike<number>): PplCI {
 }
 
 /** Mean next-token loss of each sequence under `opts` (tfjs lowering). */
-async function perSeqLoss(model: TfModel, seqs: number[][], opts: RunOptions = {}): Promise<Float64Array> {
+export async function perSeqLoss(model: TfModel, seqs: number[][], opts: RunOptions = {}): Promise<Float64Array> {
   const out = new Float64Array(seqs.length);
   for (let i = 0; i < seqs.length; i++) out[i] = await model.meanLoss([seqs[i]], opts, 1);
   return out;
@@ -281,7 +281,7 @@ async function recoveredCase(c: ModelCase, cacheDir: string): Promise<Record<str
 }
 
 /** Held-out perplexity of a LoRA-recovered level: its slice with its adapters (tfjs). */
-async function loraPpl(r: Awaited<ReturnType<typeof analyzeReorder>>, lv: Level, heldOut: number[][]): Promise<PplCI> {
+export async function loraPpl(r: Awaited<ReturnType<typeof analyzeReorder>>, lv: Level, heldOut: number[][], perSeq?: (losses: Float64Array) => void): Promise<PplCI> {
   const student = await TfModel.load(sliceSource(r.source, lv.layers, 'level'));
   const ads: Adapter[] = [];
   let scale = 1;
@@ -295,7 +295,9 @@ async function loraPpl(r: Awaited<ReturnType<typeof analyzeReorder>>, lv: Level,
   }
   const terms = lowRankTerms(ads, rank, scale * 1);
   try {
-    return pplCI(await perSeqLoss(student, heldOut, ads.length ? { lowRank: terms } : {}));
+    const losses = await perSeqLoss(student, heldOut, ads.length ? { lowRank: terms } : {});
+    perSeq?.(losses);
+    return pplCI(losses);
   } finally {
     tf.dispose([...terms.values()].flatMap((t) => [t.at, t.bt]));
     student.dispose();
@@ -303,7 +305,7 @@ async function loraPpl(r: Awaited<ReturnType<typeof analyzeReorder>>, lv: Level,
 }
 
 /** heldout.txt as windows of `length` tokens (never trained on), `count` of them spread over the file. */
-async function heldOutWindows(source: ModelSource, file: string, length: number, count: number): Promise<number[][]> {
+export async function heldOutWindows(source: ModelSource, file: string, length: number, count: number): Promise<number[][]> {
   const all = await textWindows(source, length, file);
   const step = Math.max(1, Math.floor(all.length / count));
   return Array.from({ length: Math.min(count, all.length) }, (_, i) => all[i * step]);

@@ -97,7 +97,7 @@ describe('blockwise recovery', () => {
   it('reorder.recoverLoss: lens by default, mse / norm, anything else refused, blockwise only', () => {
     expect(parseReorderOptions({ recover: 'blockwise' }).recover!.loss).toBe('lens');
     expect(parseReorderOptions({ recover: 'blockwise', recoverLoss: 'norm' }).recover!.loss).toBe('norm');
-    expect(() => parseReorderOptions({ recover: 'blockwise', recoverLoss: 'kl' })).toThrow(/recoverLoss must be mse, norm or lens, got "kl"/);
+    expect(() => parseReorderOptions({ recover: 'blockwise', recoverLoss: 'kl' })).toThrow(/recoverLoss must be mse, norm, lens or topk, got "kl"/);
     expect(() => parseReorderOptions({ recoverLoss: 'mse' })).toThrow(/recoverLoss applies to reorder.recover=blockwise only/);
   });
 

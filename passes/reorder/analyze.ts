@@ -23,7 +23,8 @@ import { ELASTIC_LEVELS, type ElasticLevels, type Recovery } from '../../src/cor
 import type { LowRankAdapter, TensorAnnotation } from '../../src/core/pipeline/unit.js';
 import { adapterTargets, recoverLevels, recoverSettings, type LevelRecovery, type RecoverRequest } from './recover.js';
 import { distillLevels, type DistillSettings } from './distill.js';
-import { blockwiseRecoverLevels, blockwiseSettings, type BlockwiseSettings } from './blockwise.js';
+import { blockwiseRecoverLevels, blockwiseSettings, TOPK_ROWS, type BlockwiseSettings } from './blockwise.js';
+import { budgetPlan } from './budget.js';
 import {
   ACTIVATION_TAPS,
   activationScores,
@@ -435,20 +436,30 @@ export async function analyzeReorder(
         if (d.bestStep === 0) notes.push('recovery: no distillation checkpoint beat the reordered weights on the validation sequences; the levels ship untrained');
       }
     } else if (o.recover) {
+      // reorder.recover unset: LoRA where it runs, blockwise under the compute budget above RECOVER_MAX_PARAMS or where the model streams.
+      let rec = o.recover.large && (full.params > RECOVER_MAX_PARAMS || streams(spec)) ? o.recover.large : o.recover;
       if (!ctx.target.capabilities.adapters) notes.push(`recovery skipped: target ${ctx.target.name} writes no per-level adapters (reorder.recover=none silences this)`);
-      else if (full.params > RECOVER_MAX_PARAMS && o.recover.method !== 'blockwise') {
+      else if (full.params > RECOVER_MAX_PARAMS && rec.method !== 'blockwise') {
         notes.push(`recovery skipped: ${(full.params / 1e6).toFixed(0)}M parameters is more than the in-process trainer takes (${RECOVER_MAX_PARAMS / 1e6}M; reorder.recover=blockwise holds one block, reorder.recover=none silences this)`);
       } else {
-        const data = await trainingSet(source, calib, o.recover.data, o.recover.seed, { cacheDir: ctx.cacheDir, engine: m.engine });
+        const data = await trainingSet(source, calib, rec.data, rec.seed, { cacheDir: ctx.cacheDir, engine: m.engine });
         if (data.droppedHeldOut) notes.push(`recovery: ${data.droppedHeldOut} training sequence(s) equal to held-out ones dropped`);
-        const b = o.recover.method === 'blockwise' ? blockwiseSettings(o.recover) : null;
+        let budget: { macsPerParam: number; macs: number } | undefined;
+        if (rec.method === 'blockwise' && rec.budget !== undefined) {
+          const narrowed = levels.filter((lv) => lv.paramFrac < 1).map((lv) => lv.layers);
+          const plan = budgetPlan(spec, { params: full.params, macsPerParam: rec.budget, levels: narrowed, tokens: calib.spec.length, data: data.seqs.length, batch: rec.batch, ...(rec.loss === 'topk' ? { lensRows: TOPK_ROWS } : {}) });
+          rec = { ...rec, steps: plan.steps };
+          budget = { macsPerParam: rec.budget!, macs: plan.budget };
+          if (plan.fixed + plan.perStep > plan.budget) notes.push(`recovery: reorder.recoverBudget=${rec.budget} buys no step beyond the rows' forward passes; 1 step per block and level`);
+        }
+        const b = rec.method === 'blockwise' ? blockwiseSettings(rec) : null;
         blockwise = b?.blockwise ?? null;
-        const settings = b?.settings ?? recoverSettings(o.recover, levels.filter((lv) => lv.paramFrac < 1).length);
+        const settings = b?.settings ?? recoverSettings(rec, levels.filter((lv) => lv.paramFrac < 1).length);
         training = { seqs: data.seqs, key: data.key, settings };
         recovery = {
           method: 'lora',
           ...settings,
-          ...(blockwise ? { blockwise: { target: blockwise.target, endToEnd: blockwise.endToEnd, loss: blockwise.loss } } : {}),
+          ...(blockwise ? { blockwise: { target: blockwise.target, endToEnd: blockwise.endToEnd, loss: blockwise.loss, ...(budget ? { budget } : {}) } } : {}),
           targets: [...new Set(adapterTargets(permuted, settings.targets).map((t) => t.weight.split('.').slice(-2, -1)[0]))],
           data: { source: calib.spec.source, count: data.seqs.length, length: calib.spec.length, profile: data.key },
         };
@@ -458,11 +469,13 @@ export async function analyzeReorder(
       const threads = o.recover?.threads ?? undefined;
       const r =
         blockwise && training
-          ? await blockwiseRecoverLevels({ model: shipped, levels, heldOut: calib.heldOut, training, blockwise, cacheDir: ctx.cacheDir, progress })
+          ? await blockwiseRecoverLevels({ model: shipped, levels, heldOut: evaluate ? calib.heldOut : [], training, blockwise, cacheDir: ctx.cacheDir, progress })
           : await recoverLevels({ model: shipped, levels, heldOut: calib.heldOut, heldOutKey: calib.key, training, threads, cacheDir: ctx.cacheDir, progress });
+      // Blockwise recovery not asked to evaluate (large models) runs no held-out text: the levels ship unmeasured.
+      const measured = !(blockwise && training && !evaluate);
       // The full model's perplexity as onnxruntime measures it (what evaluation compares against); levels on tfjs.
-      heldOutPpl = await m.heldOutPpl(calib);
-      if (distilled && recovery?.method === 'distill') {
+      if (measured) heldOutPpl = await m.heldOutPpl(calib);
+      if (measured && distilled && recovery?.method === 'distill') {
         // The shipped full model is the trained one: measured the same way, the original's kept beside it.
         recovery.originalHeldOutPpl = heldOutPpl;
         heldOutPpl = await perplexityOf(shipped, calib.heldOut);
@@ -471,16 +484,20 @@ export async function analyzeReorder(
           if (b) lv.unrecovered = b;
         }
       }
-      full.heldOutPpl = heldOutPpl;
-      full.agreement = 1;
+      if (measured) {
+        full.heldOutPpl = heldOutPpl;
+        full.agreement = 1;
+      }
       for (const lv of levels) {
         const q = r.levels.get(lv.id)!;
         if (training && q.bestStep === 0 && !q.after) notes.push(`recovery: no training step improved level ${lv.id} on the validation sequences; it ships without adapters`);
         const shipped = q.after ?? q.before;
-        lv.heldOutPpl = shipped === r.full ? heldOutPpl : shipped.heldOutPpl;
-        lv.agreement = shipped.agreement;
+        if (measured) {
+          lv.heldOutPpl = shipped === r.full ? heldOutPpl : shipped.heldOutPpl;
+          lv.agreement = shipped.agreement;
+        }
         if (!q.after || !q.adapters) continue;
-        lv.unrecovered = q.before;
+        if (measured) lv.unrecovered = q.before;
         const s = training!.settings;
         lv.adapters = { rank: s.rank, alpha: s.alpha, tensors: 2 * q.adapters.length, params: q.adapters.reduce((n, a) => n + a.a.length + a.b.length, 0) };
         for (const a of q.adapters) {

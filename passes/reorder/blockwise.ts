@@ -47,8 +47,8 @@ export interface BlockwiseSettings {
   endToEndBlocks: number;
   /** Learning rate of the end-to-end steps. */
   endToEndLr: number;
-  /** The local loss: mean squared error of the states, of the RMS-normalized states, or the head's KL on them (logit lens). */
-  loss: 'mse' | 'norm' | 'lens';
+  /** The local loss: mean squared error of the states, of the RMS-normalized states, the head's KL on them (logit lens), or that KL on the teacher's top vocabulary rows only (topk). */
+  loss: 'mse' | 'norm' | 'lens' | 'topk';
 }
 
 /** The LoRA settings and the blockwise ones from the pass's options (reorder.recover=blockwise). */
@@ -152,6 +152,9 @@ export async function blockwiseRecoverLevels(req: BlockwiseRequest): Promise<Blo
   const count = (xs: Float32Array[][]) => {
     activationBytes = Math.max(activationBytes, [...new Set(xs.flat())].reduce((n, x) => n + x.byteLength, 0));
   };
+  // topk: the head's weight (where the head is one RMSNorm and one linear; else the norm loss) and, per block, its rows for the teacher's top tokens.
+  let lens: Awaited<ReturnType<typeof topkHead>> = null;
+  let rows: tf.Tensor2D | null = null;
   try {
     progress.start(`reorder: blockwise recovery of ${levels.length} level${levels.length === 1 ? '' : 's'} (${L} blocks × ${bw.blockSteps} steps${bw.endToEnd ? `, then ${bw.endToEnd} end-to-end steps` : ''})`, levels.length * (L * bw.blockSteps + bw.endToEnd));
     // The embedding: every level (and the full model) starts from the same states.
@@ -171,14 +174,20 @@ export async function blockwiseRecoverLevels(req: BlockwiseRequest): Promise<Blo
     const shape = (xs: number[][][], bi: number, D: number) => [xs[bi].length, xs[bi][0].length, D] as [number, number, number];
     const D = x0[0].length / (batches[0].length * T);
     const lensHead = bw.loss === 'lens' ? await full.piece(full.headIndex) : null;
+    lens = bw.loss === 'topk' ? await topkHead(full) : null;
     // The local loss of a block's output against its target on batch bi (inside tidy / grads).
     const rms = (x: tf.Tensor) => tf.mul(x, tf.rsqrt(tf.add(tf.mean(tf.square(x), -1, true), 1e-6)));
     const compare = (out: tf.Tensor, target: tf.Tensor, bi: number): tf.Scalar => {
+      if (lens && rows) {
+        const logits = (x: tf.Tensor) => tf.matMul(tf.reshape(lens!.norm(x), [-1, D]), rows!, false, true);
+        const lp = tf.logSoftmax(logits(target));
+        return tf.mean(tf.sum(tf.mul(tf.exp(lp), tf.sub(lp, tf.logSoftmax(logits(out)))), -1));
+      }
       if (lensHead) {
         const p = tf.softmax(full.run(lensHead, full.headIndex, target)) as tf.Tensor2D;
         return softTargetLoss(full.run(lensHead, full.headIndex, out) as tf.Tensor2D, batches[bi], p, 0);
       }
-      return bw.loss === 'norm' ? tf.mean(tf.squaredDifference(rms(out), rms(target))) : tf.mean(tf.squaredDifference(out, target));
+      return bw.loss === 'norm' || bw.loss === 'topk' ? tf.mean(tf.squaredDifference(rms(out), rms(target))) : tf.mean(tf.squaredDifference(out, target));
     };
     for (const [l, i] of decoder.entries()) {
       // The full block: the teacher's states (and, for `own`, each level's targets) move on through it.
@@ -188,6 +197,10 @@ export async function blockwiseRecoverLevels(req: BlockwiseRequest): Promise<Blo
       const nextTeacherHo = await through(teacherHo, hoBatches, fullBlock);
       const ownTargets = bw.target === 'own' ? await Promise.all(levels.map((lv) => through(lv.x, batches, fullBlock))) : null;
       full.release(i);
+      if (lens) {
+        rows?.dispose();
+        rows = await lens.rowsFor(nextTeacher.slice(0, nTrain), (bi) => shape(batches, bi, D));
+      }
       for (const [k, lv] of levels.entries()) {
         const target = ownTargets ? ownTargets[k] : nextTeacher;
         count([teacher, nextTeacher, teacherHo, nextTeacherHo, ...levels.flatMap((v) => [v.x, v.hoBefore, v.hoAfter, v.start ?? []]), ...(ownTargets ?? [])]);
@@ -253,9 +266,48 @@ export async function blockwiseRecoverLevels(req: BlockwiseRequest): Promise<Blo
     const levelsOut = new Map(req.levels.map((lv) => [lv.id, out.get(lv.id) ?? { before: fullQ.q }]));
     return { full: fullQ.q, levels: levelsOut, stats, activationBytes, peakPieces: Math.max(full.peakHeld, ...levels.map((lv) => lv.pieces.peakHeld)) };
   } finally {
+    rows?.dispose();
+    lens?.dispose();
     full.dispose();
     for (const lv of levels) lv.pieces.dispose();
   }
+}
+
+/** Vocabulary rows the top-k lens keeps per block. */
+export const TOPK_ROWS = 256;
+
+/**
+ * The top-k lens's head: the final RMSNorm and the head's weight [V, D] as one tensor, and per block
+ * the weight's rows of the TOPK_ROWS tokens with the most teacher probability summed over the training
+ * positions (ties: the lower id), so each step's lens costs TOPK_ROWS × D per token instead of V × D.
+ * null where the head is more than one RMSNorm and one linear (soft-capped or scaled logits): the norm loss then.
+ */
+async function topkHead(full: TfPieces): Promise<{ norm: (x: tf.Tensor) => tf.Tensor; rowsFor: (xs: Float32Array[], shape: (bi: number) => [number, number, number]) => Promise<tf.Tensor2D>; dispose: () => void } | null> {
+  // gatherPositions: every position here (TfPieces.run's head gives [B·T, V]).
+  const ops = primitiveOps(full.segments[full.headIndex].graph).filter((op) => op.op !== 'gatherPositions');
+  const [n, l] = ops;
+  if (ops.length !== 2 || n.op !== 'rmsnorm' || n.heads || l.op !== 'linear' || l.x !== n.out || l.bias) return null;
+  const src = full.source;
+  const g = await src.readF32(n.weight);
+  const gamma = tf.tensor1d(n.offset ? g.map((v) => v + 1) : g);
+  const weight = tf.tensor2d(await src.readF32(l.weight), [l.outFeatures, l.inFeatures]);
+  const norm = (x: tf.Tensor) => tf.mul(tf.mul(x, tf.rsqrt(tf.add(tf.mean(tf.square(x), -1, true), n.eps))), gamma);
+  const V = l.outFeatures;
+  const rowsFor = async (xs: Float32Array[], shape: (bi: number) => [number, number, number]) => {
+    const mass = new Float64Array(V);
+    for (const [bi, x] of xs.entries()) {
+      const p = tf.tidy(() => tf.sum(tf.softmax(tf.matMul(tf.reshape(norm(tf.tensor3d(x, shape(bi))), [-1, l.inFeatures]), weight, false, true)), 0));
+      const d = await p.data();
+      p.dispose();
+      for (let v = 0; v < V; v++) mass[v] += d[v];
+    }
+    const top = Array.from({ length: V }, (_, v) => v)
+      .sort((a, b) => mass[b] - mass[a] || a - b)
+      .slice(0, Math.min(TOPK_ROWS, V))
+      .sort((a, b) => a - b);
+    return tf.tidy(() => tf.gather(weight, tf.tensor1d(top, 'int32')) as tf.Tensor2D);
+  };
+  return { norm, rowsFor, dispose: () => tf.dispose([gamma, weight]) };
 }
 
 /** xs cut into batches of n (the last may be shorter). */

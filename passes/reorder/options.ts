@@ -1,6 +1,7 @@
 /** Options of the reorder pass (`--opt reorder.key=value`, or the --importance / --levels flags). */
 import { UsageError } from '../../src/core/errors.js';
 import type { OptionSchema, OptionSpec } from '../../src/core/pipeline/options.js';
+import { BUDGET_DEFAULTS } from './budget.js';
 
 /** A layer's linears by role (recovery adapters): attention q/k/v/o, the MLP's gate/up/down. */
 export const PROJECTIONS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
@@ -64,7 +65,7 @@ export interface RecoverOptions {
   target?: 'own' | 'teacher';
   endToEnd?: number;
   /** blockwise: the local loss (mse of the states, of the RMS-normalized states, or the head's KL on them). */
-  loss?: 'mse' | 'norm' | 'lens';
+  loss?: 'mse' | 'norm' | 'lens' | 'topk';
   /** distill: weight of the full level's term (the others weigh 1). */
   fullWeight: number;
   /** distill: levels in each step's loss (the full one, the smallest, random others). */
@@ -89,6 +90,10 @@ export interface RecoverOptions {
   init: 'fit' | 'zero' | 'chain';
   /** lora: the teacher kept as each position's top k tokens and the tail mass (absent: the full distributions). */
   teacherTopK?: number;
+  /** blockwise: multiply-adds per model parameter; the steps per block and level follow from it (budget.ts) instead of `steps`. */
+  budget?: number;
+  /** reorder.recover unset: what runs where LoRA cannot (above RECOVER_MAX_PARAMS, or a streamed model): blockwise under the budget. */
+  large?: RecoverOptions;
 }
 
 export const RECOVER_DEFAULTS = { rank: 8, alpha: 16, steps: 'auto', lr: 1.5e-2, data: 1024, batch: 8, ce: 0, targets: 'auto', init: 'chain' } as const;
@@ -99,9 +104,11 @@ export const DISTILL_DEFAULTS = { tokens: 1_000_000, lr: 3e-4, batch: 16, fullWe
 /** Keys only LoRA recovery reads (refused with recover=distill). */
 const LORA_ONLY = ['recoverRank', 'recoverAlpha', 'recoverThreads', 'recoverTargets', 'recoverInit'] as const;
 const DISTILL_ONLY = ['recoverFullWeight', 'recoverLevelsPerStep'] as const;
-const BLOCKWISE_ONLY = ['recoverTarget', 'recoverEndToEnd', 'recoverLoss'] as const;
+const BLOCKWISE_ONLY = ['recoverTarget', 'recoverEndToEnd', 'recoverLoss', 'recoverBudget'] as const;
 /** reorder.recover=blockwise's defaults (steps per block and level; end-to-end steps per level). */
 export const BLOCKWISE_DEFAULTS = { steps: 64, endToEnd: 120, target: 'teacher', loss: 'lens' } as const;
+/** reorder.recover unset, above 200M parameters or streamed: blockwise under a compute budget (budget.ts), a cheap local loss, no end-to-end pass. */
+export const LARGE_DEFAULTS = { endToEnd: 0, target: 'teacher', loss: 'norm', batch: BUDGET_DEFAULTS.batch, data: BUDGET_DEFAULTS.data, budget: BUDGET_DEFAULTS.macsPerParam } as const;
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'importance', help: `unit importance: ${[...PROVIDERS, 'auto'].join(' | ')} (auto: the best of ${AUTO_PROVIDERS.join(', ')} at 50% on held-out data; fisher: squared mask gradients accumulated over fisherTokens)`, default: 'activation' },
@@ -123,7 +130,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'quantBlock', help: "in-sliced widths are multiples of this", default: "the target's quantization block" },
   { key: 'evaluate', help: 'measure held-out perplexity per level: true | false | auto', default: 'auto (models up to 50M parameters)' },
   { key: 'sizeBy', help: 'a level\'s fraction counts all parameters (total) or decoder-layer ones (blocks)', default: 'total' },
-  { key: 'recover', help: 'recovery of the levels: lora (per-level adapters distilled from the full model) | distill (the shared weights trained for all levels at once, no adapters) | blockwise (lora\'s adapters trained one decoder block at a time: memory one block) | none', default: 'lora' },
+  { key: 'recover', help: 'recovery of the levels: lora (per-level adapters distilled from the full model) | distill (the shared weights trained for all levels at once, no adapters) | blockwise (lora\'s adapters trained one decoder block at a time: memory one block) | none', default: `lora up to 200M parameters; above, or where the model streams (--stream-above), blockwise under recoverBudget (norm loss, ${LARGE_DEFAULTS.data} sequences, ${LARGE_DEFAULTS.batch} a step, no end-to-end steps)` },
   { key: 'recoverRank', help: 'LoRA rank of the recovery adapters', default: String(RECOVER_DEFAULTS.rank) },
   { key: 'recoverAlpha', help: 'LoRA alpha (the adapters are scaled by alpha/rank)', default: String(RECOVER_DEFAULTS.alpha) },
   { key: 'recoverSteps', help: 'training steps per level, or auto: about 360 steps per chain shared by its levels (80 to 240 each; 80 with the default 10 levels, 240 with 0.5,0.75,1); blockwise: per decoder block and level (auto: 64)', default: RECOVER_DEFAULTS.steps },
@@ -137,7 +144,8 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'recoverFullWeight', help: 'distill: weight of the full level in each step\'s loss (the others weigh 1)', default: String(DISTILL_DEFAULTS.fullWeight) },
   { key: 'recoverLevelsPerStep', help: 'distill: levels in each step\'s loss (the full one, the smallest, then random others)', default: String(DISTILL_DEFAULTS.levelsPerStep) },
   { key: 'recoverTarget', help: 'blockwise: a level\'s block matches the full model\'s state at its depth (teacher) or the full block on the level\'s own input (own)', default: BLOCKWISE_DEFAULTS.target },
-  { key: 'recoverLoss', help: 'blockwise: the block-local loss: mse (hidden states), norm (RMS-normalized states) or lens (the head\'s KL on the states)', default: BLOCKWISE_DEFAULTS.loss },
+  { key: 'recoverLoss', help: 'blockwise: the block-local loss: mse (hidden states), norm (RMS-normalized states), lens (the head\'s KL on the states) or topk (that KL on the 256 vocabulary rows with the most teacher probability at the block: the head costs 256 × hidden, not vocab × hidden)', default: BLOCKWISE_DEFAULTS.loss },
+  { key: 'recoverBudget', help: 'blockwise: multiply-adds per model parameter; the steps per block and level are (budget − the rows\' forward passes) ÷ (3 × rows a step × tokens × the levels\' block multiply-adds), 1 to 64 (with the default 10 levels: 5 at 1.1B; the recovery ≈ 24 CPU-min at 1.1B, ≈ 2.5 CPU-hours at 7B on a 2-core machine); auto: the default where recover is unset and LoRA cannot run', default: `auto (${LARGE_DEFAULTS.budget}); explicit blockwise: recoverSteps` },
   { key: 'recoverEndToEnd', help: 'blockwise: end-to-end LoRA steps per level after the block-by-block pass (the gradient carried back block by block; 0: none)', default: String(BLOCKWISE_DEFAULTS.endToEnd) },
   { key: 'recoverCe', help: 'weight of the next-token cross-entropy beside the KL to the full model', default: String(RECOVER_DEFAULTS.ce) },
   { key: 'recoverTeacherTopK', help: "lora: keep the full model's distributions as each position's top k tokens and the mass of the rest (k · 8 bytes a token; steps past the first pass over the data skip the full model); 0: the whole distributions, kept up to 256 MB else recomputed each step", default: '0' },
@@ -199,24 +207,26 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
   const blockwise = recoverMode === 'blockwise';
   // Which mode reads each key: LoRA's adapter keys serve blockwise too, but not its threads or start.
   const owner = (k: string) => ((DISTILL_ONLY as readonly string[]).includes(k) ? 'distill' : (BLOCKWISE_ONLY as readonly string[]).includes(k) ? 'blockwise' : (LORA_ONLY as readonly string[]).includes(k) ? (k === 'recoverThreads' || k === 'recoverInit' ? 'lora' : 'lora or blockwise') : null);
-  const wrong = recoverKeys.find((k) => owner(k) !== null && !owner(k)!.split(' or ').includes(recoverMode));
+  const wrong = recoverKeys.find((k) => owner(k) !== null && !owner(k)!.split(' or ').includes(recoverMode) && !(k === 'recoverBudget' && raw.recover === undefined));
   if (wrong) throw new UsageError(`reorder.${wrong} applies to reorder.recover=${owner(wrong)} only`);
   if (raw.recoverTeacherTopK !== undefined && recoverMode !== 'lora') throw new UsageError('reorder.recoverTeacherTopK applies to reorder.recover=lora only');
   const teacherTopK = raw.recoverTeacherTopK !== undefined ? int('recoverTeacherTopK', raw.recoverTeacherTopK, 0) : 0;
   const calibLength = raw.calibLength !== undefined ? int('calibLength', raw.calibLength, 2) : 64;
   const dd = DISTILL_DEFAULTS;
-  const recover: RecoverOptions | null =
-    recoverMode === 'none'
-      ? null
-      : {
+  const macsPerParam = raw.recoverBudget !== undefined && raw.recoverBudget.trim() !== 'auto' ? num('recoverBudget', raw.recoverBudget, 0, 1) : undefined;
+  const recoverOf = (recoverMode: 'lora' | 'distill' | 'blockwise', large: boolean): RecoverOptions => {
+    const distill = recoverMode === 'distill';
+    const blockwise = recoverMode === 'blockwise';
+    const L = LARGE_DEFAULTS;
+    return {
           method: recoverMode,
           rank: raw.recoverRank !== undefined ? int('recoverRank', raw.recoverRank, 1) : d.rank,
           alpha: num('recoverAlpha', raw.recoverAlpha, d.alpha, 0),
           steps: raw.recoverSteps !== undefined ? stepsOption(raw.recoverSteps) : blockwise ? BLOCKWISE_DEFAULTS.steps : d.steps,
           lr: num('recoverLr', raw.recoverLr, distill ? dd.lr : d.lr, 0),
           seed: raw.recoverSeed !== undefined ? int('recoverSeed', raw.recoverSeed, 0) : seed,
-          data: raw.recoverData !== undefined ? int('recoverData', raw.recoverData, 1) : distill ? Math.ceil(dd.tokens / calibLength) : d.data,
-          batch: raw.recoverBatch !== undefined ? int('recoverBatch', raw.recoverBatch, 1) : distill ? dd.batch : d.batch,
+          data: raw.recoverData !== undefined ? int('recoverData', raw.recoverData, 1) : distill ? Math.ceil(dd.tokens / calibLength) : large ? L.data : d.data,
+          batch: raw.recoverBatch !== undefined ? int('recoverBatch', raw.recoverBatch, 1) : distill ? dd.batch : large ? L.batch : d.batch,
           ce: num('recoverCe', raw.recoverCe, d.ce, 0),
           threads: raw.recoverThreads !== undefined ? int('recoverThreads', raw.recoverThreads, 1) : null,
           targets: raw.recoverTargets !== undefined && raw.recoverTargets.trim() !== 'auto' ? projections(raw.recoverTargets) : d.targets,
@@ -224,15 +234,18 @@ export function parseReorderOptions(raw: Record<string, string>): ReorderOptions
           fullWeight: num('recoverFullWeight', raw.recoverFullWeight, dd.fullWeight, 0),
           levelsPerStep: raw.recoverLevelsPerStep !== undefined ? int('recoverLevelsPerStep', raw.recoverLevelsPerStep, 1) : dd.levelsPerStep,
           // Only when asked: the settings are part of the recovery's cache keys.
-          ...(teacherTopK ? { teacherTopK } : {}),
+          ...(teacherTopK && recoverMode === 'lora' ? { teacherTopK } : {}),
           ...(blockwise
             ? {
                 target: raw.recoverTarget !== undefined ? targetMode(raw.recoverTarget) : BLOCKWISE_DEFAULTS.target,
-                endToEnd: raw.recoverEndToEnd !== undefined ? int('recoverEndToEnd', raw.recoverEndToEnd, 0) : BLOCKWISE_DEFAULTS.endToEnd,
-                loss: raw.recoverLoss !== undefined ? lossMode(raw.recoverLoss) : BLOCKWISE_DEFAULTS.loss,
+                endToEnd: raw.recoverEndToEnd !== undefined ? int('recoverEndToEnd', raw.recoverEndToEnd, 0) : large ? L.endToEnd : BLOCKWISE_DEFAULTS.endToEnd,
+                loss: raw.recoverLoss !== undefined ? lossMode(raw.recoverLoss) : large ? L.loss : BLOCKWISE_DEFAULTS.loss,
               }
             : {}),
+          ...(large && raw.recoverSteps === undefined ? { budget: macsPerParam ?? L.budget } : blockwise && macsPerParam !== undefined ? { budget: macsPerParam } : {}),
         };
+  };
+  const recover: RecoverOptions | null = recoverMode === 'none' ? null : { ...recoverOf(recoverMode, false), ...(raw.recover === undefined ? { large: recoverOf('blockwise', true) } : {}) };
   const sizeBy = raw.sizeBy ?? 'total';
   if (sizeBy !== 'total' && sizeBy !== 'blocks') throw new UsageError(`reorder.sizeBy must be total or blocks, got "${sizeBy}"`);
   const widths = (raw.widths ?? 'uniform').trim();
@@ -302,9 +315,9 @@ function targetMode(v: string): 'own' | 'teacher' {
 }
 
 /** `reorder.recoverLoss`: mse, norm or lens. */
-function lossMode(v: string): 'mse' | 'norm' | 'lens' {
+function lossMode(v: string): 'mse' | 'norm' | 'lens' | 'topk' {
   const x = v.trim();
-  if (x !== 'mse' && x !== 'norm' && x !== 'lens') throw new UsageError(`reorder.recoverLoss must be mse, norm or lens, got "${v}"`);
+  if (x !== 'mse' && x !== 'norm' && x !== 'lens' && x !== 'topk') throw new UsageError(`reorder.recoverLoss must be mse, norm, lens or topk, got "${v}"`);
   return x;
 }
 

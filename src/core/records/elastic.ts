@@ -97,7 +97,7 @@ export interface LoraRecovery {
   /** Training sequences (never the held-out ones). */
   data: { source: 'self-generated' | { text: string; sha256: string }; count: number; length: number; profile: string };
   /** reorder.recover=blockwise: trained one decoder block at a time (`steps` per block), matched to `target`, then `endToEnd` steps. */
-  blockwise?: { target: 'own' | 'teacher'; endToEnd: number; /** The block-local loss (absent in records written before it was a setting: mse). */ loss?: 'mse' | 'norm' | 'lens' };
+  blockwise?: { target: 'own' | 'teacher'; endToEnd: number; /** The block-local loss (absent in records written before it was a setting: mse). */ loss?: 'mse' | 'norm' | 'lens' | 'topk'; /** `steps` from a compute budget (reorder.recoverBudget): multiply-adds per parameter, and in all. */ budget?: { macsPerParam: number; macs: number } };
 }
 
 /** Per non-anchor layer, gathers new → old: new unit i is old unit order[i]. */
