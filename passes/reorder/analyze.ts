@@ -382,15 +382,15 @@ export async function analyzeReorder(
     } else plan = planLevels(spec, { levels: o.levels, anchors: anchorSet, block, sizeBy: o.sizeBy });
     notes.push(...plan.notes);
     const levels: ReorderMetadata['levels'] = plan.levels;
+    const narrowed = levels.filter((lv) => lv.paramFrac < 1);
 
     // Iterative importance: largest level first, each level's units re-scored with the next larger one active.
     if (o.iterative) {
       if (provider === 'magnitude') notes.push('iterative importance: magnitude scores do not depend on the active level; orders unchanged');
       else {
-        const chain = levels.filter((lv) => lv.paramFrac < 1);
-        for (let i = chain.length - 1; i > 0; i--) {
-          const wider = chain[i].layers;
-          const s = await m.scores(calib, provider, maskSource(source, levelMasks(spec, orders, wider), `level ${chain[i].id} active`));
+        for (let i = narrowed.length - 1; i > 0; i--) {
+          const wider = narrowed[i].layers;
+          const s = await m.scores(calib, provider, maskSource(source, levelMasks(spec, orders, wider), `level ${narrowed[i].id} active`));
           orders = resortWithin(spec, orders, wider, s);
         }
         // The largest level's units come from the full model's scores (it is the next larger level).
@@ -446,15 +446,14 @@ export async function analyzeReorder(
         if (data.droppedHeldOut) notes.push(`recovery: ${data.droppedHeldOut} training sequence(s) equal to held-out ones dropped`);
         let budget: { macsPerParam: number; macs: number } | undefined;
         if (rec.method === 'blockwise' && rec.budget !== undefined) {
-          const narrowed = levels.filter((lv) => lv.paramFrac < 1).map((lv) => lv.layers);
-          const plan = budgetPlan(spec, { params: full.params, macsPerParam: rec.budget, levels: narrowed, tokens: calib.spec.length, data: data.seqs.length, batch: rec.batch, ...(rec.loss === 'topk' ? { lensRows: TOPK_ROWS } : {}) });
+          const plan = budgetPlan(spec, { params: full.params, macsPerParam: rec.budget, levels: narrowed.map((lv) => lv.layers), tokens: calib.spec.length, data: data.seqs.length, batch: rec.batch, ...(rec.loss === 'topk' ? { lensRows: TOPK_ROWS } : {}) });
           rec = { ...rec, steps: plan.steps };
           budget = { macsPerParam: rec.budget!, macs: plan.budget };
           if (plan.fixed + plan.perStep > plan.budget) notes.push(`recovery: reorder.recoverBudget=${rec.budget} buys no step beyond the rows' forward passes; 1 step per block and level`);
         }
         const b = rec.method === 'blockwise' ? blockwiseSettings(rec) : null;
         blockwise = b?.blockwise ?? null;
-        const settings = b?.settings ?? recoverSettings(rec, levels.filter((lv) => lv.paramFrac < 1).length);
+        const settings = b?.settings ?? recoverSettings(rec, narrowed.length);
         training = { seqs: data.seqs, key: data.key, settings };
         recovery = {
           method: 'lora',
