@@ -9,9 +9,11 @@ import { TS_INFO } from '../../src/exec/runtime/format.js';
 import { loadDir, tokenizerFiles } from '../../src/exec/runtime/node.js';
 import type { KvCache, Model, RunnableLevel } from '../../src/exec/runtime/model.js';
 import { DEFAULT_MIN_WORK } from '../../src/exec/runtime/pool.js';
+import { openStreamedTs, streamsEvaluation } from './streamed.js';
 import { drafterFor, SpeculativeDecoder, treeFor } from '../../src/exec/runtime/speculative.js';
 
 export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRunner> {
+  if (opts.windows && streamsEvaluation(a, opts.windows)) return openStreamedTs(a, { ...opts, windows: opts.windows });
   const notes: string[] = [];
   if (opts.threads !== undefined && opts.threads > 1 && opts.experts) notes.push('--threads has no effect with --expert-cache (the TS runtime runs it on one thread)');
   // --level runs one level: its recovery adapters merged into F32 copies of its slices at load (decode

@@ -10,7 +10,7 @@ import { silentProgress, type Progress } from '../../core/util/progress.js';
 import { TARGETS } from '../../../backends/index.js';
 import type { ModelSource } from '../../core/checkpoint/source.js';
 import { LlmcError, UsageError } from '../../core/errors.js';
-import type { Artifact, ArtifactRunner, TargetDescriptor } from '../../core/pipeline/target.js';
+import type { Artifact, ArtifactRunner, RunOptions, TargetDescriptor } from '../../core/pipeline/target.js';
 import { sourceLogits } from '../../measure/source-logits.js';
 import { artifactOffer, checkRunOptions } from '../../core/pipeline/run-usage.js';
 import { calibrationSet, textFileSpec, type CalibrationSpec } from '../../measure/calibration.js';
@@ -137,7 +137,7 @@ export interface EvaluateOptions {
   progress?: Progress;
   /** The profile cache: a layer-streamed source's pieces are stored there (a stopped evaluation resumes per block). */
   cacheDir?: ProfileCache;
-  /** Run the source layer-streamed (true) or as one graph (false); default: streamed for a large model. */
+  /** Run the source (and a ts artifact) layer-streamed (true) or whole (false); default: streamed for a large model. */
   stream?: boolean;
 }
 
@@ -152,10 +152,10 @@ function runnableTarget(o: EvaluateOptions): TargetDescriptor & Required<Pick<Ta
 }
 
 /** The artifact's runner, through its target's descriptor. */
-async function openRunner(o: EvaluateOptions): Promise<ArtifactRunner> {
+async function openRunner(o: EvaluateOptions, windows?: RunOptions['windows']): Promise<ArtifactRunner> {
   const { manifest } = o.artifact;
   const target = runnableTarget(o);
-  const runner = await target.open(o.artifact, { level: o.level, threads: o.threads });
+  const runner = await target.open(o.artifact, { level: o.level, threads: o.threads, windows });
   if (!runner.logits) {
     await runner.close();
     throw new UsageError(`${runner.engine} gives no logits for a ${manifest.target} artifact, so its quality is not measured`);
@@ -196,7 +196,9 @@ export async function evaluateArtifact(o: EvaluateOptions): Promise<ArtifactQual
   // the source first: streamed, its logits go to disk before the artifact's runner takes memory
   const cache = typeof o.cacheDir === 'string' ? o.cacheDir : o.cacheDir?.policy === 'on' ? o.cacheDir.dir : undefined;
   const reference = await sourceLogits(o.source, o.sequences, { threads: o.threads, stream: o.stream, progress, cacheDir: cache });
-  const runner = await openRunner(o).catch(async (e) => {
+  // Without a speed run the runner only scores the windows: a large ts artifact then runs layer by layer.
+  const windows = o.speedTokens ? undefined : { ids: o.sequences, stream: o.stream, progress };
+  const runner = await openRunner(o, windows).catch(async (e) => {
     await reference.close();
     throw e;
   });

@@ -238,6 +238,12 @@ export interface RunOptions {
   engine?: RunEngine;
   /** Where the target offers it (capabilities.kvTypes): what the KV cache holds its keys and values in. */
   kvType?: KvType;
+  /**
+   * Quality evaluation: the runner is asked only for these windows' logits (and generates nothing), so
+   * a target may compute them together; the ts target then runs a large artifact one layer at a time
+   * (`stream`: true / false forces it; default: above the streaming threshold, as the source).
+   */
+  windows?: { ids: readonly number[][]; stream?: boolean; progress?: Progress };
 }
 
 export interface TargetDescriptor<O = unknown, I extends object = object> {

@@ -650,6 +650,18 @@ export class Interpreter {
     return this.finish(frame, opts.into);
   }
 
+  /**
+   * Run the graph as `run` does and return copies of `values`' rows instead of logits: a graph that is
+   * one piece of the model (./streamed.ts) hands its residual stream to the next piece this way.
+   */
+  runValues(ids: ArrayLike<number>, cache: KvCache, positions: number[], values: readonly V[], widths?: LayerWidth[], opts: RunOptions = {}): Float32Array[] {
+    if (this.table.experts) throw new LlmcError('internal: a model piece runs with its experts resident');
+    const frame = this.frame(ids, cache, positions, widths, opts);
+    for (const step of this.steps) step(frame);
+    cache.length = frame.pos0 + frame.T;
+    return values.map((v) => this.buffer(v).data.slice(0, this.rowCount(v, frame) * this.buffer(v).channels));
+  }
+
   /** `run`, waiting where a step reads offloaded experts. */
   async runAsync(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[], opts: RunOptions = {}): Promise<Float32Array> {
     if (!this.table.experts) return this.run(ids, cache, positions, widths, opts);

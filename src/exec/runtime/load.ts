@@ -177,8 +177,19 @@ function aligned(b: Uint8Array): Uint8Array {
   return b.byteOffset % 4 === 0 ? b : b.slice();
 }
 
-/** Load an artifact and return a runnable Model; every check runs before any weights are used. */
-export async function load(source: ArtifactSource, opts: LoadOptions = {}): Promise<Model> {
+/** An artifact's manifest and tensor table, every check done against the weights file's size (no weights read). */
+export interface CheckedArtifact {
+  manifest: ArtifactManifest;
+  table: Map<string, TensorEntry>;
+  /** weights.bin's size and its manifest entry (the sha256 to verify against). */
+  size: number;
+  entry: ArtifactManifest['files'][number];
+  /** A file of the artifact as messages name it. */
+  where: (file: string) => string;
+  wfile: string;
+}
+
+export async function checkArtifact(source: ArtifactSource): Promise<CheckedArtifact> {
   const where = (f: string) => (source.name ? `${source.name.replace(/\/$/, '')}/${f}` : f);
   const manifest = parseManifest(source.manifest, where('llmc-manifest.json'));
   const wname = manifest.targetInfo.weights || WEIGHTS_FILE;
@@ -190,6 +201,12 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
   if (size !== entry.size) throw new LlmcError(`size ${size} bytes disagrees with the manifest's ${entry.size}`, wfile);
   const table = checkTensorTable(manifest, size, wfile);
   checkAdapters(manifest, table, wfile);
+  return { manifest, table, size, entry, where, wfile };
+}
+
+/** Load an artifact and return a runnable Model; every check runs before any weights are used. */
+export async function load(source: ArtifactSource, opts: LoadOptions = {}): Promise<Model> {
+  const { manifest, table, size, entry, where, wfile } = await checkArtifact(source);
 
   if (opts.experts) {
     if (opts.verifyChecksums) {
@@ -302,4 +319,4 @@ function levelAdapterLookup(manifest: ArtifactManifest, weight: (name: string) =
   };
 }
 
-const formatRows = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);
+export const formatRows = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);

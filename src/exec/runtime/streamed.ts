@@ -1,0 +1,171 @@
+/**
+ * A ts artifact run one piece at a time: the embedding, each decoder layer, the head (the IR's stream
+ * segments). A piece's tensors are read from weights.bin when the windows reach it and dropped after,
+ * so logits of many windows need one layer's weights in memory, not the model's: the quality
+ * evaluation of an artifact too large to load whole (4.46 GB of F32 weights at 1.1B). Each piece
+ * runs on the interpreter and kernels the resident Model uses, so the logits are the same bit for bit
+ * (an elastic level's adapters run as low-rank terms, as a Model loaded without `mergeLevel`).
+ * Browser-safe: bytes come from a ByteSource.
+ */
+import { LlmcError } from '../../core/errors.js';
+import type { Op, V } from '../../core/ir/ir.js';
+import { buildModel } from '../../core/ir/build.js';
+import { withTreeMasks } from '../../core/ir/mask.js';
+import { ELASTIC_LEVELS, levelWidths, selectLevel } from '../../core/records/elastic.js';
+import { findRecord } from '../../core/records/types.js';
+import { silentProgress, type Progress } from '../../core/util/progress.js';
+import { streamSegments, type Segment } from '../stream/segments.js';
+import { alignUp } from './format.js';
+import { Interpreter, type LayerWidth } from './interpreter.js';
+import { Weight } from './kernels.js';
+import { checkArtifact, formatRows, type ArtifactManifest, type ArtifactSource, type CheckedArtifact } from './load.js';
+import type { LevelAdapters } from './lowrank.js';
+import { weightTable } from './model.js';
+import { WasmArena } from './wasm.js';
+
+/** Every tensor of the artifact an op names (linears, norms, embeddings, routers, experts). */
+function tensorsOf(ops: readonly Op[], table: ReadonlyMap<string, unknown>): Set<string> {
+  const out = new Set<string>();
+  const walk = (v: unknown): void => {
+    if (typeof v === 'string') {
+      if (table.has(v)) out.add(v);
+    } else if (Array.isArray(v)) v.forEach(walk);
+    else if (v && typeof v === 'object') Object.values(v).forEach(walk);
+  };
+  ops.forEach(walk);
+  return out;
+}
+
+/** One piece of the model with its weights in memory. */
+interface LoadedPiece {
+  interpreter: Interpreter;
+  adapters?: LevelAdapters;
+}
+
+/** The logits of windows computed by `StreamedArtifact.windows`: the head stays loaded and runs per window on request. */
+export interface WindowLogits {
+  /** The elastic level they run (its id), if one was asked for. */
+  level?: string;
+  /** Logits [T, V] of window i (every position). */
+  logits(i: number): Float32Array;
+}
+
+export class StreamedArtifact {
+  private readonly pieces: Segment[];
+  /** The largest tensor dimension: every piece's arena is laid out for it, as the resident model's is. */
+  private readonly maxDim: number;
+
+  private constructor(
+    private readonly source: ArtifactSource,
+    private readonly art: CheckedArtifact,
+  ) {
+    this.pieces = streamSegments(withTreeMasks(buildModel(art.manifest.arch)));
+    this.maxDim = Math.max(...[...art.table.values()].flatMap((e) => e.shape));
+  }
+
+  /** Check the artifact (manifest, tensor table, file size) without reading its weights. */
+  static async open(source: ArtifactSource): Promise<StreamedArtifact> {
+    return new StreamedArtifact(source, await checkArtifact(source));
+  }
+
+  get spec() {
+    return this.art.manifest.arch;
+  }
+
+  /**
+   * Run every window through the embedding and the decoder layers, one piece resident at a time (the
+   * windows' residual streams carried between pieces), then load the head. `level`: an elastic level
+   * (id or fraction) of an artifact compiled with reorder.
+   */
+  async windows(windows: readonly (readonly number[])[], o: { level?: string; progress?: Progress } = {}): Promise<WindowLogits> {
+    const { manifest, where } = this.art;
+    const level = o.level === undefined ? undefined : selectLevel(findRecord(manifest.passes, ELASTIC_LEVELS, where('llmc-manifest.json'))?.levels ?? null, o.level, where('llmc-manifest.json'));
+    const widths: LayerWidth[] | undefined = level && levelWidths(level);
+    const progress = o.progress ?? silentProgress;
+    const head = this.pieces[this.pieces.length - 1];
+    // per window: the values a later piece reads, by name
+    let carried = windows.map(() => new Map<V, Float32Array>());
+    progress.start(`the artifact layer by layer, ${windows.length} windows`, this.pieces.length);
+    try {
+      for (let i = 0; i + 1 < this.pieces.length; i++) {
+        const seg = this.pieces[i];
+        const piece = await this.load(seg, level?.id);
+        const cache = piece.interpreter.newCache();
+        const later = new Set(this.pieces.slice(i + 1).flatMap((s) => s.carriedIn));
+        carried = windows.map((ids, w) => {
+          cache.length = 0;
+          const feeds = new Map(seg.carriedIn.map((v) => [v, carried[w].get(v)!]));
+          const outs = piece.interpreter.runValues(ids, cache, allRows(ids.length), seg.carriedOut, widths, { feeds, adapters: piece.adapters });
+          const next = new Map([...carried[w]].filter(([v]) => later.has(v)));
+          seg.carriedOut.forEach((v, k) => next.set(v, outs[k]));
+          return next;
+        });
+        progress.tick();
+      }
+      const piece = await this.load(head, level?.id);
+      const cache = piece.interpreter.newCache();
+      progress.tick();
+      return {
+        ...(level ? { level: level.id } : {}),
+        logits: (w) => {
+          if (!(w >= 0 && w < windows.length)) throw new LlmcError(`internal: window ${w} of ${windows.length}`);
+          cache.length = 0;
+          const ids = windows[w];
+          const feeds = new Map(head.carriedIn.map((v) => [v, carried[w].get(v)!]));
+          return piece.interpreter.run(ids, cache, allRows(ids.length), widths, { feeds, adapters: piece.adapters });
+        },
+      };
+    } finally {
+      progress.done();
+    }
+  }
+
+  /** Read a piece's tensors (and its level's adapters) into a memory of their own and build its interpreter. */
+  private async load(seg: Segment, levelId: string | undefined): Promise<LoadedPiece> {
+    const { manifest, table, wfile } = this.art;
+    const names = tensorsOf(seg.graph.ops, table);
+    const adapterSet = levelId === undefined ? undefined : manifest.targetInfo.adapters?.[levelId];
+    for (const t of adapterSet?.tensors ?? []) {
+      if (names.has(t.weight)) names.add(t.a).add(t.b);
+    }
+    const entries = [...names].map((n) => table.get(n)!);
+    const bytes = entries.reduce((n, e) => n + alignUp(e.bytes), 0);
+    const arena = WasmArena.create(bytes, this.maxDim);
+    const memory = arena?.weights(bytes);
+    const weights = new Map<string, Weight>();
+    let at = 0;
+    for (const e of entries) {
+      let data: Uint8Array;
+      if (memory) {
+        data = memory.subarray(at, at + e.bytes);
+        at += alignUp(e.bytes);
+        if (this.source.weights.readInto) await this.source.weights.readInto(e.offset, data);
+        else data.set(await this.source.weights.read(e.offset, e.bytes));
+      } else {
+        const read = await this.source.weights.read(e.offset, e.bytes);
+        data = read.byteOffset % 4 === 0 ? read : read.slice();
+      }
+      weights.set(e.name, new Weight(e.name, e.format, e.bytes === 0 ? 0 : formatRows(e.shape), e.shape[e.shape.length - 1], data, arena));
+    }
+    const weight = (name: string): Weight => {
+      const w = weights.get(name);
+      if (!w) throw new LlmcError(`tensor "${name}" is not in model piece ${seg.id}`, wfile);
+      return w;
+    };
+    const channels = new Map(seg.graph.inputs.map((i) => [i.name, i.dims[2]]));
+    const interpreter = new Interpreter(manifest.arch, seg.graph, weightTable((n) => weights.has(n), weight, arena === null), {
+      inputs: seg.carriedIn.map((name) => ({ name, channels: channels.get(name) as number })),
+    });
+    const adapters = levelId === undefined ? undefined : pieceAdapters(manifest, levelId, names, weight);
+    return { interpreter, ...(adapters ? { adapters } : {}) };
+  }
+}
+
+/** A level's adapters of the linears in one piece (a Map whenever the level has adapters, as the resident model passes one to every layer). */
+function pieceAdapters(manifest: ArtifactManifest, levelId: string, names: ReadonlySet<string>, weight: (name: string) => Weight): LevelAdapters | undefined {
+  const set = manifest.targetInfo.adapters?.[levelId];
+  if (!set) return undefined;
+  return new Map(set.tensors.filter((t) => names.has(t.weight)).map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: weight(t.a), b: weight(t.b) }]));
+}
+
+const allRows = (T: number) => Array.from({ length: T }, (_, t) => t);

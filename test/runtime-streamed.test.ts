@@ -1,0 +1,91 @@
+/**
+ * A ts artifact run one piece at a time (src/exec/runtime/streamed.ts, the evaluation of artifacts
+ * too large to load) gives the resident model's logits bit for bit: dense and MoE fixtures at F32 and
+ * Q8_0, and an elastic level with recovery adapters; and `evaluateArtifact` gives the same figures
+ * streamed or not.
+ */
+import { promises as fsp } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generateFixture, type FixtureArch } from '../fixtures/generate.js';
+import { openCheckpoint } from '../src/core/checkpoint/index.js';
+import { compile } from '../src/app/compile/compile.js';
+import { evaluateArtifact } from '../src/app/evaluate/artifact.js';
+import { silentProgress } from '../src/core/util/progress.js';
+import { artifactDirSource, loadDir } from '../src/exec/runtime/node.js';
+import { StreamedArtifact } from '../src/exec/runtime/streamed.js';
+import { compileTs } from './ts-artifact.js';
+
+const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
+let tmp: string;
+beforeAll(async () => {
+  tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'llmc-streamed-'));
+});
+afterAll(async () => {
+  await fsp.rm(tmp, { recursive: true, force: true });
+});
+
+/** Windows of different lengths over the vocabulary (seeded arithmetic, no randomness needed). */
+const windowsOf = (V: number): number[][] => [7, 12, 5].map((T, w) => Array.from({ length: T }, (_, t) => (1 + w * 31 + t * 17) % V));
+
+async function expectSameLogits(dir: string, level?: string) {
+  const model = await loadDir(dir);
+  const source = await artifactDirSource(dir);
+  try {
+    const wins = windowsOf(model.spec.vocabSize);
+    const streamed = await (await StreamedArtifact.open(source)).windows(wins, { level });
+    const run = level === undefined ? {} : model.level(level);
+    wins.forEach((ids, i) => {
+      const want = model.forward(ids, model.newCache(), run);
+      const got = streamed.logits(i);
+      expect(got.length).toBe(want.length);
+      expect(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(Buffer.from(want.buffer, want.byteOffset, want.byteLength))).toBe(true);
+    });
+  } finally {
+    await source.close();
+    await model.close();
+  }
+}
+
+describe('layer-streamed ts artifact', () => {
+  for (const [arch, quant] of [['llama', 'F32'], ['llama', 'Q8_0'], ['mixtral', 'F32']] as [FixtureArch, string][]) {
+    it(`${arch} ${quant}: the resident model's logits bit for bit`, async () => {
+      const src = path.join(tmp, `${arch}-src`);
+      await fsp.access(src).catch(() => generateFixture(src, { arch, seed: 3 }));
+      const out = path.join(tmp, `${arch}-${quant}`);
+      await compileTs(src, out, quant);
+      await expectSameLogits(out);
+    });
+  }
+
+  it('an elastic level: the resident level bit for bit', async () => {
+    const source = await openCheckpoint(STORIES);
+    const out = path.join(tmp, 'levels');
+    try {
+      const passes = [{ name: 'reorder', options: { importance: 'activation', levels: '0.5,1', evaluate: 'false', recover: 'none' } }];
+      await compile({ source, target: 'ts', outDir: out, passes, quant: 'F32', progress: silentProgress, note: () => {}, cacheDir: path.join(tmp, 'cache') });
+      await expectSameLogits(out, '0.5');
+    } finally {
+      await source.close();
+    }
+  });
+
+  it('evaluateArtifact: the same figures with the artifact streamed or whole', async () => {
+    const src = path.join(tmp, 'llama-src');
+    const out = path.join(tmp, 'llama-Q8_0');
+    const source = await openCheckpoint(src);
+    try {
+      const artifact = { path: out, dir: out, manifest: JSON.parse(await fsp.readFile(path.join(out, 'llmc-manifest.json'), 'utf8')) };
+      const sequences = windowsOf(source.spec.vocabSize);
+      const whole = await evaluateArtifact({ artifact, source, sequences, stream: false });
+      const streamed = await evaluateArtifact({ artifact, source, sequences, stream: true });
+      // the source streams too (onnxruntime per layer: its logits equal the whole graph's to float32 rounding), so compare what the artifact alone decides
+      expect(streamed.candidatePpl).toBe(whole.candidatePpl);
+      expect(streamed.executor).toBe(whole.executor);
+      expect(streamed.kl).toBeCloseTo(whole.kl, 6);
+    } finally {
+      await source.close();
+    }
+  });
+});
