@@ -105,7 +105,7 @@ async function expectFusedDecode<K extends 'matmulResidual' | 'matmulSiluMul' | 
       for (let s = 0; s < 3; s++) {
         calls = 0;
         const fused = model.forward([3 + s], a);
-        // the last layer reads its queries and its MLP at the logit positions' rows: its steps stay
+        // the last layer's queries are the logit positions' rows, its keys, values and residual every row's: those steps stay
         expect(calls, artifact).toBe(want(layers));
         calls = 0;
         const plain = model.forward([3 + s], b, { rowwise: true });
@@ -346,7 +346,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step runs silu·mul inside the down projections (all but the last layer) with the logits of the two steps it replaces', async () => {
+  it('a llama decode step runs silu·mul inside every down projection with the logits of the two steps it replaces', async () => {
     const model = await loadDir(path.join(tmp, 'fx-hd32'), { threads: 2, pool: { minWork: 0 } }); // intermediate 160: whole q8_0 blocks
     const run = SiluMul.prototype.run;
     let calls = 0;
@@ -361,7 +361,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       model.forward(prompt, b);
       calls = 0;
       const fused = model.forward([3], a);
-      expect(calls).toBe(1); // the last layer's MLP gathers its rows first: not fused
+      expect(calls).toBe(0); // the last layer's MLP too: its g and u already hold the logit positions' rows alone
       calls = 0;
       // rowwise frames keep the two steps (same kernels for quantized weights at one token)
       const plain = model.forward([3], b, { rowwise: true });
@@ -416,7 +416,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step runs the norms before q·k·v and gate·up inside their jobs (all but the last layer) with the logits of the steps they replace', async () => {
+  it('a llama decode step runs the norms before q·k·v (all but the last layer), gate·up and lm_head inside their jobs with the logits of the steps they replace', async () => {
     const model = await loadDir(path.join(tmp, 'fx-hd32'), { threads: 2, pool: { minWork: 0 } });
     const fusedCall = WasmArena.prototype.matmulGroupNormed;
     let calls = 0;
@@ -431,8 +431,9 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       model.forward(prompt, b);
       expect(calls).toBe(0); // prefill: the norms run as steps
       const fused = model.forward([3], a);
-      // the last layer reads its queries and its MLP at the logit positions' rows: its norms stay steps
-      expect(calls).toBe(2 * layers - 2);
+      // the last layer's norm before q·k·v stays a step (its queries are the logit positions' rows, its
+      // keys and values every row's); its norm before gate·up and the final norm before lm_head run in those jobs
+      expect(calls).toBe(2 * layers);
       calls = 0;
       const plain = model.forward([3], b, { rowwise: true });
       expect(calls).toBe(0);
@@ -508,8 +509,9 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step adds the residual inside o_proj and down_proj (all but the last layer) with the logits of the steps it replaces', async () => {
-    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulResidual', 'matmulSiluMul'], (m, a) => m === 'matmulResidual' || Boolean(a[11]), (layers) => 2 * layers - 2);
+  it('a llama decode step adds the residual inside o_proj (all but the last layer) and down_proj with the logits of the steps it replaces', async () => {
+    // the last layer's o_proj output is the positions' rows, its residual every row's: that add stays a step
+    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulResidual', 'matmulSiluMul'], (m, a) => m === 'matmulResidual' || Boolean(a[11]), (layers) => 2 * layers - 1);
   });
 
   it("RoPE on q's and k's heads in the q·k·v job (the job cut at heads, each thread rotating its own) equals the group then the interpreter's rope bit for bit", async () => {

@@ -366,7 +366,7 @@ export class Interpreter {
           return this.siluMul(op.x, next.b, next.out);
         }));
         const down = ops[i + 2];
-        if (down?.op === 'linear' && down.x === next.out && uses.get(next.out) === 1 && !atPositions.has(next.out)) fusedDown.push({ silu: this.steps.length - 1, down: i + 2, operands: operands! });
+        if (down?.op === 'linear' && down.x === next.out && uses.get(next.out) === 1 && (!atPositions.has(next.out) || this.onlyPositionRows(op.x, next.b))) fusedDown.push({ silu: this.steps.length - 1, down: i + 2, operands: operands! });
         i++;
         continue;
       }
@@ -376,6 +376,14 @@ export class Interpreter {
     const residuals = this.residualAdds(ops, uses, atPositions, grouped);
     for (const d of fusedDown) this.fuseSiluIntoDown(ops[d.down] as Extract<Op, { op: 'linear' }>, d.silu, this.stepOf[d.down], d.operands, residuals.get(d.down) ?? null);
     for (const [at, r] of residuals) if (!fusedDown.some((d) => d.down === at)) this.fuseResidualIntoLinear(ops[at] as Extract<Op, { op: 'linear' }>, this.stepOf[at], r);
+    ops.forEach((op, at) => {
+      if (op.op === 'linear' && !grouped.has(at) && !residuals.has(at) && !fusedDown.some((d) => d.down === at)) this.fuseNormIntoLinear(ops, at, uses, atPositions);
+    });
+  }
+
+  /** Whether every value of `vs` holds the logit positions' rows alone (a step reading only them gathers nothing first). */
+  private onlyPositionRows(...vs: V[]): boolean {
+    return vs.every((v) => this.rowsOf.get(v) === 'N');
   }
 
   /**
@@ -391,13 +399,15 @@ export class Interpreter {
     if (this.ort || this.table.jsOnly || this.table.linearKernel) return out;
     const index = new Map<Op, number>(ops.map((op, i) => [op, i]));
     ops.forEach((add, i) => {
-      if (add.op !== 'add' || atPositions.has(add.out)) return;
+      // an add at the logit positions' rows qualifies where both its inputs hold those rows alone (the last layer's MLP)
+      if (add.op !== 'add' || (atPositions.has(add.out) && !this.onlyPositionRows(add.a, add.b))) return;
+      const rows = this.rowsOf.get(add.out);
       for (const [y, r] of [[add.a, add.b], [add.b, add.a]]) {
         const lin = this.producer.get(y);
-        if (lin?.op !== 'linear' || uses.get(y) !== 1 || atPositions.has(y) || (lin.bias && this.table.has(lin.bias))) continue;
+        if (lin?.op !== 'linear' || uses.get(y) !== 1 || (atPositions.has(y) && rows !== 'N') || (lin.bias && this.table.has(lin.bias))) continue;
         const at = index.get(lin)!;
         const from = this.producer.get(r);
-        if (grouped.has(at) || out.has(at) || (from && index.get(from)! > at) || this.rowsOf.get(r) !== 'T' || this.rowsOf.get(y) !== 'T') continue;
+        if (grouped.has(at) || out.has(at) || (from && index.get(from)! > at) || this.rowsOf.get(r) !== rows || this.rowsOf.get(y) !== rows) continue;
         if (this.buffer(r).channels !== lin.outFeatures || this.buffer(add.out).channels !== lin.outFeatures || this.stepOf[at] === this.stepOf[i]) continue;
         const fused: ResidualAdd = { res: this.buffer(r), out: this.buffer(add.out), done: null };
         const addStep = this.steps[this.stepOf[i]];
@@ -529,7 +539,9 @@ export class Interpreter {
   private fuseNormIntoGroup(ops: readonly Op[], first: number, W: Weight[], uses: Map<V, number>, atPositions: Set<V>): ((f: Frame, ys: GroupOutput[]) => boolean) | null {
     const norm = ops[first - 1];
     const lin = ops[first] as Extract<Op, { op: 'linear' }>;
-    if (this.ort || this.table.jsOnly || norm?.op !== 'rmsnorm' || lin.x !== norm.out || uses.get(norm.out) !== W.length || atPositions.has(norm.out)) return null;
+    if (this.ort || this.table.jsOnly || norm?.op !== 'rmsnorm' || lin.x !== norm.out || uses.get(norm.out) !== W.length) return null;
+    // a norm at the logit positions' rows qualifies where its input holds those rows alone (its step gathers nothing)
+    if (atPositions.has(norm.out) && !this.onlyPositionRows(norm.x)) return null;
     if ((norm.heads ?? 1) !== 1 || norm.dim !== lin.inFeatures || this.producer.get(norm.x)?.op === 'linear') return null;
     const stored = this.table.vector(norm.weight);
     const w = norm.offset ? stored.map((v) => v + 1) : stored;
@@ -552,6 +564,27 @@ export class Interpreter {
       }
       normStep(f);
       return false;
+    };
+  }
+
+  /**
+   * A linear that alone reads the RMSNorm right before it (the final norm and lm_head) run as a group
+   * of one (fuseNormIntoGroup): the norm's scaling and x's quantization inside the linear's job.
+   */
+  private fuseNormIntoLinear(ops: readonly Op[], at: number, uses: Map<V, number>, atPositions: Set<V>): void {
+    const lin = ops[at] as Extract<Op, { op: 'linear' }>;
+    if (this.table.linearKernel || !this.table.has(lin.weight)) return;
+    const W = this.table.weight(lin.weight);
+    if (W.rows !== lin.outFeatures || W.cols !== lin.inFeatures) return;
+    const normed = this.fuseNormIntoGroup(ops, at, [W], uses, atPositions);
+    if (!normed) return;
+    const out = this.buffer(lin.out);
+    const count = this.counter(lin.x);
+    const bias = lin.bias && this.table.has(lin.bias) ? this.table.vector(lin.bias) : null;
+    const own = this.steps[this.stepOf[at]];
+    this.steps[this.stepOf[at]] = (f) => {
+      // the norm's step marked only frames without widths or adapters, one row
+      if (!normed(f, [{ y: out.rows(count(f)), yStride: lin.outFeatures, bias }])) own(f);
     };
   }
 
