@@ -105,7 +105,6 @@ async function expectFusedDecode<K extends 'matmulResidual' | 'matmulSiluMul' | 
       for (let s = 0; s < 3; s++) {
         calls = 0;
         const fused = model.forward([3 + s], a);
-        // the last layer's queries are the logit positions' rows, its keys, values and residual every row's: those steps stay
         expect(calls, artifact).toBe(want(layers));
         calls = 0;
         const plain = model.forward([3 + s], b, { rowwise: true });
@@ -303,9 +302,9 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       model.forward(prompt, cache);
       const before = poolStats(model)!.splitCalls;
       model.forward([3], cache);
-      // per layer q·k·v, attention (split by KV head), o, gate·up, down; the last layer's q apart (its
-      // queries come from the logit positions' rows alone); lm_head — 7 per layer before
-      expect(poolStats(model)!.splitCalls - before).toBe(5 * layers + 2);
+      // per layer q·k·v, attention (split by KV head), o, gate·up, down (the last layer's q, the logit
+      // position's row, with its k and v: one token); lm_head — 7 per layer before
+      expect(poolStats(model)!.splitCalls - before).toBe(5 * layers + 1);
     } finally {
       await model.close();
     }
@@ -416,7 +415,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step runs the norms before q·k·v (all but the last layer), gate·up and lm_head inside their jobs with the logits of the steps they replace', async () => {
+  it('a llama decode step runs the norms before q·k·v, gate·up and lm_head inside their jobs with the logits of the steps they replace', async () => {
     const model = await loadDir(path.join(tmp, 'fx-hd32'), { threads: 2, pool: { minWork: 0 } });
     const fusedCall = WasmArena.prototype.matmulGroupNormed;
     let calls = 0;
@@ -431,9 +430,8 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       model.forward(prompt, b);
       expect(calls).toBe(0); // prefill: the norms run as steps
       const fused = model.forward([3], a);
-      // the last layer's norm before q·k·v stays a step (its queries are the logit positions' rows, its
-      // keys and values every row's); its norm before gate·up and the final norm before lm_head run in those jobs
-      expect(calls).toBe(2 * layers);
+      // the last layer's too (its queries, the logit position's row, with its keys and values: one token), and the final norm in lm_head's job
+      expect(calls).toBe(2 * layers + 1);
       calls = 0;
       const plain = model.forward([3], b, { rowwise: true });
       expect(calls).toBe(0);
@@ -509,9 +507,8 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step adds the residual inside o_proj (all but the last layer) and down_proj with the logits of the steps it replaces', async () => {
-    // the last layer's o_proj output is the positions' rows, its residual every row's: that add stays a step
-    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulResidual', 'matmulSiluMul'], (m, a) => m === 'matmulResidual' || Boolean(a[11]), (layers) => 2 * layers - 1);
+  it('a llama decode step adds the residual inside o_proj and down_proj with the logits of the steps it replaces', async () => {
+    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulResidual', 'matmulSiluMul'], (m, a) => m === 'matmulResidual' || Boolean(a[11]), (layers) => 2 * layers);
   });
 
   it("RoPE on q's and k's heads in the q·k·v job (the job cut at heads, each thread rotating its own) equals the group then the interpreter's rope bit for bit", async () => {
@@ -574,7 +571,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step runs the ropes of q and k inside the q·k·v jobs (all but the last layer) with the logits of the steps they replace', async () => {
-    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulGroupNormed'], (_, a) => Boolean(a[7]), (layers) => layers - 1);
+  it('a llama decode step runs the ropes of q and k inside the q·k·v jobs with the logits of the steps they replace', async () => {
+    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulGroupNormed'], (_, a) => Boolean(a[7]), (layers) => layers);
   });
 });
