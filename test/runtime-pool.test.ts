@@ -105,7 +105,6 @@ async function expectFusedDecode<K extends 'matmulResidual' | 'matmulSiluMul' | 
       for (let s = 0; s < 3; s++) {
         calls = 0;
         const fused = model.forward([3 + s], a);
-        // the last layer reads its queries and its MLP at the logit positions' rows: its steps stay
         expect(calls, artifact).toBe(want(layers));
         calls = 0;
         const plain = model.forward([3 + s], b, { rowwise: true });
@@ -303,9 +302,9 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       model.forward(prompt, cache);
       const before = poolStats(model)!.splitCalls;
       model.forward([3], cache);
-      // per layer q·k·v, attention (split by KV head), o, gate·up, down; the last layer's q apart (its
-      // queries come from the logit positions' rows alone); lm_head — 7 per layer before
-      expect(poolStats(model)!.splitCalls - before).toBe(5 * layers + 2);
+      // per layer q·k·v, attention (split by KV head), o, gate·up, down (the last layer's q, the logit
+      // position's row, with its k and v: one token); lm_head — 7 per layer before
+      expect(poolStats(model)!.splitCalls - before).toBe(5 * layers + 1);
     } finally {
       await model.close();
     }
@@ -346,7 +345,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step runs silu·mul inside the down projections (all but the last layer) with the logits of the two steps it replaces', async () => {
+  it('a llama decode step runs silu·mul inside every down projection with the logits of the two steps it replaces', async () => {
     const model = await loadDir(path.join(tmp, 'fx-hd32'), { threads: 2, pool: { minWork: 0 } }); // intermediate 160: whole q8_0 blocks
     const run = SiluMul.prototype.run;
     let calls = 0;
@@ -361,7 +360,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       model.forward(prompt, b);
       calls = 0;
       const fused = model.forward([3], a);
-      expect(calls).toBe(1); // the last layer's MLP gathers its rows first: not fused
+      expect(calls).toBe(0); // the last layer's MLP too: its g and u already hold the logit positions' rows alone
       calls = 0;
       // rowwise frames keep the two steps (same kernels for quantized weights at one token)
       const plain = model.forward([3], b, { rowwise: true });
@@ -416,7 +415,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step runs the norms before q·k·v and gate·up inside their jobs (all but the last layer) with the logits of the steps they replace', async () => {
+  it('a llama decode step runs the norms before q·k·v, gate·up and lm_head inside their jobs with the logits of the steps they replace', async () => {
     const model = await loadDir(path.join(tmp, 'fx-hd32'), { threads: 2, pool: { minWork: 0 } });
     const fusedCall = WasmArena.prototype.matmulGroupNormed;
     let calls = 0;
@@ -431,8 +430,8 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
       model.forward(prompt, b);
       expect(calls).toBe(0); // prefill: the norms run as steps
       const fused = model.forward([3], a);
-      // the last layer reads its queries and its MLP at the logit positions' rows: its norms stay steps
-      expect(calls).toBe(2 * layers - 2);
+      // the last layer's too (its queries, the logit position's row, with its keys and values: one token), and the final norm in lm_head's job
+      expect(calls).toBe(2 * layers + 1);
       calls = 0;
       const plain = model.forward([3], b, { rowwise: true });
       expect(calls).toBe(0);
@@ -508,8 +507,8 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step adds the residual inside o_proj and down_proj (all but the last layer) with the logits of the steps it replaces', async () => {
-    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulResidual', 'matmulSiluMul'], (m, a) => m === 'matmulResidual' || Boolean(a[11]), (layers) => 2 * layers - 2);
+  it('a llama decode step adds the residual inside o_proj and down_proj with the logits of the steps it replaces', async () => {
+    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulResidual', 'matmulSiluMul'], (m, a) => m === 'matmulResidual' || Boolean(a[11]), (layers) => 2 * layers);
   });
 
   it("RoPE on q's and k's heads in the q·k·v job (the job cut at heads, each thread rotating its own) equals the group then the interpreter's rope bit for bit", async () => {
@@ -572,7 +571,7 @@ describe('grouped matmuls (q, k, v; gate, up as one pool job)', () => {
     }
   });
 
-  it('a llama decode step runs the ropes of q and k inside the q·k·v jobs (all but the last layer) with the logits of the steps they replace', async () => {
-    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulGroupNormed'], (_, a) => Boolean(a[7]), (layers) => layers - 1);
+  it('a llama decode step runs the ropes of q and k inside the q·k·v jobs with the logits of the steps they replace', async () => {
+    await expectFusedDecode([['fx-hd32', 'fixture-hd32'], ['fx-q4_k', 'fixture-256']], ['matmulGroupNormed'], (_, a) => Boolean(a[7]), (layers) => layers);
   });
 });

@@ -300,6 +300,8 @@ interface ResidualAdd {
   res: Buffer2D;
   out: Buffer2D;
   done: Frame | null;
+  /** The residual has every new token's rows, the add's output the logit positions' alone: fused only in frames of one token. */
+  oneToken: boolean;
 }
 
 /** A frame whose linears may take a fused residual add: one token at full width, none of the frame kinds that run ops one by one. */
@@ -366,7 +368,7 @@ export class Interpreter {
           return this.siluMul(op.x, next.b, next.out);
         }));
         const down = ops[i + 2];
-        if (down?.op === 'linear' && down.x === next.out && uses.get(next.out) === 1 && !atPositions.has(next.out)) fusedDown.push({ silu: this.steps.length - 1, down: i + 2, operands: operands! });
+        if (down?.op === 'linear' && down.x === next.out && uses.get(next.out) === 1 && (!atPositions.has(next.out) || this.onlyPositionRows(op.x, next.b))) fusedDown.push({ silu: this.steps.length - 1, down: i + 2, operands: operands! });
         i++;
         continue;
       }
@@ -376,6 +378,14 @@ export class Interpreter {
     const residuals = this.residualAdds(ops, uses, atPositions, grouped);
     for (const d of fusedDown) this.fuseSiluIntoDown(ops[d.down] as Extract<Op, { op: 'linear' }>, d.silu, this.stepOf[d.down], d.operands, residuals.get(d.down) ?? null);
     for (const [at, r] of residuals) if (!fusedDown.some((d) => d.down === at)) this.fuseResidualIntoLinear(ops[at] as Extract<Op, { op: 'linear' }>, this.stepOf[at], r);
+    ops.forEach((op, at) => {
+      if (op.op === 'linear' && !grouped.has(at) && !residuals.has(at) && !fusedDown.some((d) => d.down === at)) this.fuseNormIntoLinear(ops, at, uses, atPositions);
+    });
+  }
+
+  /** Whether every value of `vs` holds the logit positions' rows alone (a step reading only them gathers nothing first). */
+  private onlyPositionRows(...vs: V[]): boolean {
+    return vs.every((v) => this.rowsOf.get(v) === 'N');
   }
 
   /**
@@ -391,15 +401,19 @@ export class Interpreter {
     if (this.ort || this.table.jsOnly || this.table.linearKernel) return out;
     const index = new Map<Op, number>(ops.map((op, i) => [op, i]));
     ops.forEach((add, i) => {
-      if (add.op !== 'add' || atPositions.has(add.out)) return;
+      if (add.op !== 'add') return;
+      const rows = this.rowsOf.get(add.out);
       for (const [y, r] of [[add.a, add.b], [add.b, add.a]]) {
         const lin = this.producer.get(y);
-        if (lin?.op !== 'linear' || uses.get(y) !== 1 || atPositions.has(y) || (lin.bias && this.table.has(lin.bias))) continue;
+        if (lin?.op !== 'linear' || uses.get(y) !== 1 || (atPositions.has(y) && rows !== 'N') || (lin.bias && this.table.has(lin.bias))) continue;
         const at = index.get(lin)!;
         const from = this.producer.get(r);
-        if (grouped.has(at) || out.has(at) || (from && index.get(from)! > at) || this.rowsOf.get(r) !== 'T' || this.rowsOf.get(y) !== 'T') continue;
+        // at the logit positions' rows (the last layer) y and r hold those rows alone (its MLP), or r every
+        // token's (its attention's residual): then only a frame of one token has r's row as the position's
+        const oneToken = rows === 'N' && this.rowsOf.get(r) === 'T';
+        if (grouped.has(at) || out.has(at) || (from && index.get(from)! > at) || (this.rowsOf.get(r) !== rows && !oneToken) || this.rowsOf.get(y) !== rows) continue;
         if (this.buffer(r).channels !== lin.outFeatures || this.buffer(add.out).channels !== lin.outFeatures || this.stepOf[at] === this.stepOf[i]) continue;
-        const fused: ResidualAdd = { res: this.buffer(r), out: this.buffer(add.out), done: null };
+        const fused: ResidualAdd = { res: this.buffer(r), out: this.buffer(add.out), done: null, oneToken };
         const addStep = this.steps[this.stepOf[i]];
         this.steps[this.stepOf[i]] = (f) => {
           if (fused.done !== f) return addStep(f);
@@ -421,7 +435,7 @@ export class Interpreter {
     const count = this.counter(op.x);
     const own = this.steps[at];
     this.steps[at] = (f) => {
-      if (!residualFrame(f, count(f)) || !matmulResidual(W, x.data, r.res.data, r.out.rows(1))) return own(f);
+      if (!residualFrame(f, count(f)) || (r.oneToken && f.T !== 1) || !matmulResidual(W, x.data, r.res.data, r.out.rows(1))) return own(f);
       r.done = f;
     };
   }
@@ -453,7 +467,7 @@ export class Interpreter {
       pending = null;
       const n = count(f);
       // one token: y = W·(silu(g)·u) + the residual in one job (residualAdds), the add's step then skips
-      if (residual && residualFrame(f, n) && matmulSiluMul(W, G.data, U.data, 1, down.inFeatures, residual.out.rows(1), down.outFeatures, bias, residual.res.data)) {
+      if (residual && residualFrame(f, n) && (!residual.oneToken || f.T === 1) && matmulSiluMul(W, G.data, U.data, 1, down.inFeatures, residual.out.rows(1), down.outFeatures, bias, residual.res.data)) {
         residual.done = f;
         return;
       }
@@ -468,9 +482,10 @@ export class Interpreter {
    * Consecutive linears that read the same x (q, k, v; gate, up) run as one matmulGroup: x is copied
    * and quantized once, and a worker pool wakes once for them all. The first one's step computes
    * every output; the others' steps skip in a frame where it did (staged ranges run in order, and
-   * nothing between them writes x). Linears whose outputs gather rows at the logit positions keep
-   * their own steps, and a frame with elastic widths or low-rank adapters on any of them runs them one
-   * by one.
+   * nothing between them writes x). A linear whose output is the logit positions' rows of an x with
+   * every token's (the last layer's q) joins only in frames of one token at one position (decode);
+   * elsewhere, as in a frame with elastic widths or low-rank adapters on any of them, they run one by
+   * one.
    */
   private groupLinears(ops: readonly Op[], atPositions: Set<V>, uses: Map<V, number>): Set<number> {
     type Linear = Extract<Op, { op: 'linear' }>;
@@ -478,15 +493,19 @@ export class Interpreter {
     // an output at the logit positions is read off x's rows without a gathering step only where x has those rows alone
     if (this.table.linearKernel) return grouped;
     const plain = (op: Op | undefined): op is Linear => op?.op === 'linear' && (!atPositions.has(op.out) || this.rowsOf.get(op.x) === 'N');
+    // an output at the logit positions over every token's x (the last layer's q beside its k and v): its rows are x's in a frame of one token
+    const oneRow = (op: Op | undefined): op is Linear => op?.op === 'linear' && atPositions.has(op.out) && this.rowsOf.get(op.x) === 'T';
+    const member = (op: Op | undefined): op is Linear => plain(op) || oneRow(op);
     for (let i = 0; i < ops.length; ) {
       const first = ops[i];
       let j = i + 1;
-      if (plain(first)) while (j - i < MAX_GROUP && plain(ops[j]) && (ops[j] as Linear).x === first.x && (ops[j] as Linear).inFeatures === first.inFeatures) j++;
-      if (j - i < 2 || !plain(first)) {
+      if (member(first)) while (j - i < MAX_GROUP && member(ops[j]) && (ops[j] as Linear).x === first.x && (ops[j] as Linear).inFeatures === first.inFeatures) j++;
+      const members = ops.slice(i, j) as Linear[];
+      const oneToken = members.some(oneRow);
+      if (j - i < 2 || !member(first)) {
         i = j;
         continue;
       }
-      const members = ops.slice(i, j) as Linear[];
       for (let k = i; k < j; k++) grouped.add(k);
       const own = members.map((_, k) => this.steps[this.stepOf[i + k]]);
       const W = members.map((op) => this.table.weight(op.weight));
@@ -494,10 +513,11 @@ export class Interpreter {
       const x = this.buffer(first.x);
       const count = this.counter(first.x);
       let doneFor: Frame | null = null;
-      const normed = this.fuseNormIntoGroup(ops, i, W, uses, atPositions);
+      const single = oneToken ? (f: Frame) => f.T === 1 && f.positions.length === 1 : null;
+      const normed = this.fuseNormIntoGroup(ops, i, W, uses, atPositions, single);
       this.steps[this.stepOf[i]] = (f) => {
         doneFor = f;
-        if ((f.widths && members.some((op) => op.elastic)) || (f.adapters && members.some((op) => f.adapters!.get(op.weight)))) {
+        if ((f.widths && members.some((op) => op.elastic)) || (f.adapters && members.some((op) => f.adapters!.get(op.weight))) || (single && !single(f))) {
           for (const step of own) step(f);
           return;
         }
@@ -526,10 +546,12 @@ export class Interpreter {
    * One token at full width only (decode); other frames, weights matmulGroupNormed does not take and
    * onnxruntime rounding run the two steps as before.
    */
-  private fuseNormIntoGroup(ops: readonly Op[], first: number, W: Weight[], uses: Map<V, number>, atPositions: Set<V>): ((f: Frame, ys: GroupOutput[]) => boolean) | null {
+  private fuseNormIntoGroup(ops: readonly Op[], first: number, W: Weight[], uses: Map<V, number>, atPositions: Set<V>, only: ((f: Frame) => boolean) | null = null): ((f: Frame, ys: GroupOutput[]) => boolean) | null {
     const norm = ops[first - 1];
     const lin = ops[first] as Extract<Op, { op: 'linear' }>;
-    if (this.ort || this.table.jsOnly || norm?.op !== 'rmsnorm' || lin.x !== norm.out || uses.get(norm.out) !== W.length || atPositions.has(norm.out)) return null;
+    if (this.ort || this.table.jsOnly || norm?.op !== 'rmsnorm' || lin.x !== norm.out || uses.get(norm.out) !== W.length) return null;
+    // a norm at the logit positions' rows qualifies where its input holds those rows alone (its step gathers nothing)
+    if (atPositions.has(norm.out) && !this.onlyPositionRows(norm.x)) return null;
     if ((norm.heads ?? 1) !== 1 || norm.dim !== lin.inFeatures || this.producer.get(norm.x)?.op === 'linear') return null;
     const stored = this.table.vector(norm.weight);
     const w = norm.offset ? stored.map((v) => v + 1) : stored;
@@ -539,10 +561,10 @@ export class Interpreter {
     const normStep = this.steps[normAt];
     let pending: Frame | null = null;
     this.steps[normAt] = (f) => {
-      if (f.widths || f.adapters || f.rowwise || f.staged || count(f) !== 1) return normStep(f);
+      if (f.widths || f.adapters || f.rowwise || f.staged || count(f) !== 1 || (only && !only(f))) return normStep(f);
       pending = f;
     };
-    const rope = this.fuseRopeIntoGroup(ops, first, W, uses);
+    const rope = this.fuseRopeIntoGroup(ops, first, W, uses, only !== null);
     return (f, ys) => {
       if (pending !== f) return false;
       pending = null;
@@ -556,12 +578,33 @@ export class Interpreter {
   }
 
   /**
+   * A linear that alone reads the RMSNorm right before it (the final norm and lm_head) run as a group
+   * of one (fuseNormIntoGroup): the norm's scaling and x's quantization inside the linear's job.
+   */
+  private fuseNormIntoLinear(ops: readonly Op[], at: number, uses: Map<V, number>, atPositions: Set<V>): void {
+    const lin = ops[at] as Extract<Op, { op: 'linear' }>;
+    if (this.table.linearKernel || !this.table.has(lin.weight)) return;
+    const W = this.table.weight(lin.weight);
+    if (W.rows !== lin.outFeatures || W.cols !== lin.inFeatures) return;
+    const normed = this.fuseNormIntoGroup(ops, at, [W], uses, atPositions);
+    if (!normed) return;
+    const out = this.buffer(lin.out);
+    const count = this.counter(lin.x);
+    const bias = lin.bias && this.table.has(lin.bias) ? this.table.vector(lin.bias) : null;
+    const own = this.steps[this.stepOf[at]];
+    this.steps[this.stepOf[at]] = (f) => {
+      // the norm's step marked only frames without widths or adapters, one row
+      if (!normed(f, [{ y: out.rows(count(f)), yStride: lin.outFeatures, bias }])) own(f);
+    };
+  }
+
+  /**
    * The RoPE steps right after a normed group whose leading outputs (q, k) they rotate, in the
    * group's job (matmulGroupNormed's `rope`: cut at whole heads, each thread rotates the heads it
    * computed): their steps skip in a frame where the group did it. Only rope ops that alone read a
    * group output, over all its rows, with one table and head size, every output a whole number of heads.
    */
-  private fuseRopeIntoGroup(ops: readonly Op[], first: number, W: Weight[], uses: Map<V, number>): { at: (f: Frame) => GroupRope; done: Frame | null } | null {
+  private fuseRopeIntoGroup(ops: readonly Op[], first: number, W: Weight[], uses: Map<V, number>, oneToken = false): { at: (f: Frame) => GroupRope; done: Frame | null } | null {
     type Rope = Extract<Op, { op: 'rope' }>;
     const ropes: { at: number; op: Rope }[] = [];
     for (let k = 0; k < W.length; k++) {
@@ -570,7 +613,7 @@ export class Interpreter {
       const at = ops.findIndex((o) => o.op === 'rope' && o.x === out);
       const op = ops[at] as Rope | undefined;
       // a bias is added after the job, so before a rope only on the steps' path (qwen2's q, k)
-      if (!op || (lin.bias && this.table.has(lin.bias)) || uses.get(out) !== 1 || this.rowsOf.get(out) !== 'T' || op.heads * op.headDim !== W[k].rows || op.headDim % 2) break;
+      if (!op || (lin.bias && this.table.has(lin.bias)) || uses.get(out) !== 1 || (this.rowsOf.get(out) !== 'T' && !oneToken) || op.heads * op.headDim !== W[k].rows || op.headDim % 2) break;
       if (ropes.length && (op.cos !== ropes[0].op.cos || op.headDim !== ropes[0].op.headDim)) break;
       ropes.push({ at, op });
     }
