@@ -126,8 +126,11 @@ type JobRunner = (this: MatmulPool, fn: number, kernel: (...a: number[]) => void
  * the rest: the hand-off, waiting for the other threads' last chunks, claims) and outside them (the
  * serial part: the interpreter's steps between jobs, staging x and y, rope, norms, adds; argmax). Times
  * every kernel call of the calling thread (~0.1 µs each), so its token is a little slower than the rounds'.
+ * `by_job`: the same per kind of job (a matmul by its rows, attention), with the workers' share of its
+ * chunks and the weight bytes it streams per µs in the job (GB/s: against the C yardstick's, whether
+ * the kernel phase or the time between and at the ends of jobs limits the speed-up).
  */
-export function jobProfile(model: Model, prompt: number[], steps: number, rounds: number): Record<string, number> {
+export function jobProfile(model: Model, prompt: number[], steps: number, rounds: number): Record<string, number | Record<string, Record<string, number>>> {
   const proto = MatmulPool.prototype as unknown as { run: JobRunner };
   const run = proto.run;
   let inJobs = 0;
@@ -140,26 +143,58 @@ export function jobProfile(model: Model, prompt: number[], steps: number, rounds
       f(...a);
       inKernels += performance.now() - t;
     };
+  type Kind = { jobs: number; inJob: number; inKernels: number; workerChunks: number; bytes: number };
+  let kinds = new Map<string, Kind>();
   proto.run = function (fn, kernel, a, more, nRows, perLane, prep, unit, post) {
+    // attention's jobs (MatmulPool.callAttached) are [0, 1, params, 0, 0, 0, groups]; a matmul's a[1] is its row's bytes
+    const attention = a[0] === 0 && a[1] === 1;
+    const key = attention ? 'attention' : `matmul ${nRows * unit} rows`;
+    const k0 = inKernels;
+    const w0 = this.stats().workerChunks;
     const t = performance.now();
     const p = prep && { ...prep, quant: { ...prep.quant, fn: timed(prep.quant.fn) }, pre: prep.pre && { ...prep.pre, fn: timed(prep.pre.fn) } };
     run.call(this, fn, timed(kernel), a, more, nRows, perLane, p, unit, post && { ...post, fn: timed(post.fn) });
-    inJobs += performance.now() - t;
+    const dt = performance.now() - t;
+    inJobs += dt;
     jobs++;
+    const e = kinds.get(key) ?? { jobs: 0, inJob: 0, inKernels: 0, workerChunks: 0, bytes: 0 };
+    e.jobs++;
+    e.inJob += dt;
+    e.inKernels += inKernels - k0;
+    e.workerChunks += this.stats().workerChunks - w0;
+    e.bytes += attention ? 0 : a[1] * nRows * unit;
+    kinds.set(key, e);
   };
   const per: { token: number; jobs: number; kernels: number; count: number }[] = [];
+  const perKind: Map<string, Kind>[] = [];
   try {
     for (let r = 0; r < rounds; r++) {
       const state = reusedState(model);
       let logits = (state.into = model.forward(prompt, state.cache, { lastOnly: true, into: state.into }));
       [inJobs, inKernels, jobs] = [0, 0, 0]; // the decode steps only, not the prompt's
+      kinds = new Map();
       const t0 = performance.now();
       for (let s = 0; s < steps; s++) logits = model.forward([argmax(logits)], state.cache, { lastOnly: true, into: state.into });
       per.push({ token: (performance.now() - t0) / steps, jobs: inJobs / steps, kernels: inKernels / steps, count: jobs / steps });
+      perKind.push(kinds);
     }
   } finally {
     proto.run = run;
   }
+  // per kind of job, medians over the rounds
+  const byJob: Record<string, Record<string, number>> = {};
+  for (const key of perKind[0].keys()) {
+    const of = (f: (e: Kind) => number) => median(perKind.map((k) => (k.get(key) ? f(k.get(key)!) : 0)));
+    byJob[key] = {
+      jobs_per_token: round(of((e) => e.jobs / steps), 1),
+      us_per_job: round(of((e) => (1000 * e.inJob) / e.jobs), 1),
+      us_caller_in_kernels: round(of((e) => (1000 * e.inKernels) / e.jobs), 1),
+      us_caller_waiting: round(of((e) => (1000 * (e.inJob - e.inKernels)) / e.jobs), 1),
+      worker_chunks_per_job: round(of((e) => e.workerChunks / e.jobs), 2),
+      ...(key === 'attention' ? {} : { weight_gb_s: round(of((e) => e.bytes / e.inJob / 1e6), 2) }),
+    };
+  }
+  const allBytes = median(perKind.map((k) => [...k.values()].reduce((x, e) => x + e.bytes, 0) / steps));
   const med = (f: (p: (typeof per)[number]) => number) => round(1000 * median(per.map(f)), 1);
   return {
     rounds,
@@ -169,6 +204,10 @@ export function jobProfile(model: Model, prompt: number[], steps: number, rounds
     us_caller_waiting_in_jobs: med((p) => p.jobs - p.kernels),
     us_outside_jobs: med((p) => p.token - p.jobs),
     jobs_per_token: round(median(per.map((p) => p.count)), 1),
+    // the weights the jobs stream per token and per µs of the token / of the time in matmul jobs
+    weight_mb_per_token: round(allBytes / 1e6, 1),
+    weight_gb_s_token: round(allBytes / (1000 * median(per.map((p) => p.token))) / 1e3, 2),
+    by_job: byJob,
   };
 }
 
@@ -212,6 +251,8 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
     const poolMs = median(per.map((p) => p.pool));
     const sum = (xs: number[]) => xs.reduce((x, y) => x + y, 0);
     const clean = per.filter((p) => p.clean);
+    // the calling thread's time at N threads, by where it goes (after the timed rounds; its timers add a little)
+    const profile = jobProfile(pooled, prompt, steps, Math.max(3, Math.ceil(rounds / 2)));
     return {
       // The rounds in which no thread of either pass was descheduled (on a shared machine, the figure that does not depend on the others' load).
       clean: clean.length
@@ -235,8 +276,12 @@ async function measure(quant: string, threads: number, rounds: number, steps: nu
       },
       pool_worker_chunks: poolStats(pooled)?.workerChunks ?? 0,
       pool_calls_per_decode_token: poolCallsPerToken(pooled, prompt),
-      // the calling thread's time at N threads, by where it goes (after the timed rounds; its timers add a little)
-      profile: jobProfile(pooled, prompt, steps, Math.max(3, Math.ceil(rounds / 2))),
+      profile,
+      // the split matmuls' weights per ms of a token (median rounds): one thread against N (the C yardstick's q8/f32 gb_s beside)
+      weight_gb_s: {
+        one_thread: round(Number(profile.weight_mb_per_token) / oneMs, 2),
+        [`threads_${threads}`]: round(Number(profile.weight_mb_per_token) / poolMs, 2),
+      },
       same_ids: true,
     };
   } finally {
