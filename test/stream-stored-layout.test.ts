@@ -19,7 +19,7 @@ import { transpose } from '../src/core/util/transpose.js';
 import { lowerToOnnx } from '../src/exec/onnx/lower.js';
 import { pieceSessionOptions } from '../src/exec/stream/device.js';
 import { pieceFeeds } from '../src/exec/stream/feeds.js';
-import { streamSegments } from '../src/exec/stream/segments.js';
+import { streamSegments } from '../src/core/ir/segments.js';
 import { storedLayoutPiece, WeightReader } from '../src/exec/stream/stored-layout.js';
 import { StreamDecoder } from '../src/exec/stream/decode.js';
 import { Rng } from '../src/core/util/rng.js';

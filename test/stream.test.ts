@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { normalizeConfig, openCheckpoint, type Checkpoint } from '../src/core/checkpoint/index.js';
 import { Engine, type TapResult } from '../src/exec/engine/index.js';
 import { StreamEngine } from '../src/exec/stream/engine.js';
-import { streamSegments } from '../src/exec/stream/segments.js';
+import { streamSegments } from '../src/core/ir/segments.js';
 import { buildModel } from '../src/core/ir/build.js';
 import { STORIES } from './stories-engine.js';
 import { evaluateArtifact, heldOutSet } from '../src/app/evaluate/artifact.js';

@@ -50,7 +50,7 @@ export class QnnChunkPrefill {
   private session(file: string): Promise<ort.InferenceSession> {
     let s = this.sessions.get(file);
     if (!s) {
-      s = openArtifactSession(path.join(this.dir, file), this.threads ?? 1);
+      s = openArtifactSession(path.join(this.dir, file), this.threads ?? 1, 'the graph', { exactInt8: true });
       this.sessions.set(file, s);
     }
     return s;

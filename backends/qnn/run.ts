@@ -34,7 +34,7 @@ export type QnnEngine = 'sim' | 'onnxruntime';
 /** The artifact's ONNX files on onnxruntime. */
 export async function openOnnxruntime(dir: string, subgraphs: readonly SubgraphEntry[], threads: number): Promise<SubgraphExecutor> {
   const sessions = new Map<string, ort.InferenceSession>();
-  for (const s of subgraphs) if (s.file) sessions.set(s.id, await openArtifactSession(path.join(dir, s.file), threads));
+  for (const s of subgraphs) if (s.file) sessions.set(s.id, await openArtifactSession(path.join(dir, s.file), threads, 'the graph', { exactInt8: true }));
   return {
     run: (sg, feeds) => sessions.get(sg.id)!.run(feeds),
     close: async () => {

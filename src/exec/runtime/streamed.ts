@@ -14,7 +14,7 @@ import { withTreeMasks } from '../../core/ir/mask.js';
 import { ELASTIC_LEVELS, levelWidths, selectLevel } from '../../core/records/elastic.js';
 import { findRecord } from '../../core/records/types.js';
 import { silentProgress, type Progress } from '../../core/util/progress.js';
-import { streamSegments, type Segment } from '../stream/segments.js';
+import { streamSegments, type Segment } from '../../core/ir/segments.js';
 import { alignUp } from './format.js';
 import { Interpreter, type LayerWidth } from './interpreter.js';
 import { Weight } from './kernels.js';

@@ -22,7 +22,7 @@ import type { ModelGraph, V } from '../../core/ir/ir.js';
 import { lowerToOnnx } from '../onnx/lower.js';
 import { isGather } from './engine.js';
 import { float32Bytes } from './size.js';
-import { streamSegments, type Segment } from './segments.js';
+import { streamSegments, type Segment } from '../../core/ir/segments.js';
 import { pieceSessionOptions, type Device } from './device.js';
 import { pieceFeeds } from './feeds.js';
 import { storedLayoutPiece, WeightReader, type FedWeight } from './stored-layout.js';

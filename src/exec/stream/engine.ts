@@ -25,7 +25,7 @@ import { silentProgress, type Progress } from '../../core/util/progress.js';
 import { argmax, logSoftmax, logSumExp } from '../../core/sampling.js';
 import { lowerToOnnx, type TapOutputs, type TapSpec } from '../onnx/lower.js';
 import { emptyTapResult, mergeTapOutputs, type TapResult } from '../engine/taps.js';
-import { streamSegments, type Segment } from './segments.js';
+import { streamSegments, type Segment } from '../../core/ir/segments.js';
 import { pieceSessionOptions, type Device } from './device.js';
 import { pieceFeeds } from './feeds.js';
 import { CarryStore, emptySlot, type CarriedOut, type Slot, type StreamSettings } from './spill.js';

@@ -9,7 +9,7 @@ import { LlmcError } from '../../core/errors.js';
 import { IO } from '../../core/ir/build.js';
 import type { V } from '../../core/ir/ir.js';
 import { localRopeSpec, ropeTables } from '../../core/ir/rope.js';
-import type { Segment } from './segments.js';
+import type { Segment } from '../../core/ir/segments.js';
 
 const PAST = /^past_(key|value)_\d+$/;
 

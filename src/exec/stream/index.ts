@@ -14,7 +14,7 @@ import { streamSettings } from './spill.js';
 export { StreamEngine, type Branch, type DivergenceBranch, type StreamOptions, type StreamedLogits, type PieceHook, type PieceResult } from './engine.js';
 export { StreamDecoder, StreamDecodeSession, DECODE_WEIGHT_BYTES, type DecodeOptions } from './decode.js';
 export { float32Bytes, STREAM_ABOVE_BYTES } from './size.js';
-export { streamSegments, type Segment } from './segments.js';
+export { streamSegments, type Segment } from '../../core/ir/segments.js';
 export { streamSettings, useStreamSettings, parseBytes, type StreamSettings } from './spill.js';
 export { DEVICES, checkDevice, useStreamDevice, streamDevice, type Device } from './device.js';
 

@@ -9,7 +9,7 @@ import { LlmcError } from '../../core/errors.js';
 import { buildModel, IO } from '../../core/ir/build.js';
 import { TfModel, type RunOptions } from '../autodiff/lower.js';
 import { tf } from '../autodiff/tf.js';
-import { streamSegments, type Segment } from './segments.js';
+import { streamSegments, type Segment } from '../../core/ir/segments.js';
 
 export class TfPieces {
   readonly segments: Segment[];

@@ -5,12 +5,12 @@
  * become float32 [B, T, C] inputs and outputs of the pieces either side. Taps go with the piece
  * that writes the value they observe. Browser-safe.
  */
-import { IO } from '../../core/ir/build.js';
-import type { GraphInput, ModelGraph, Op, V } from '../../core/ir/ir.js';
-import { layerOfOp } from '../../core/ir/subgraphs.js';
-import { primitiveOps } from '../../core/ir/expand.js';
-import { opInputs, opOutputs, valueChannels } from '../../core/ir/values.js';
-import { LlmcError } from '../../core/errors.js';
+import { IO } from './build.js';
+import type { GraphInput, ModelGraph, Op, V } from './ir.js';
+import { layerOfOp } from './subgraphs.js';
+import { primitiveOps } from './expand.js';
+import { opInputs, opOutputs, valueChannels } from './values.js';
+import { LlmcError } from '../errors.js';
 
 export interface Segment {
   /** `embed`, `l<ℓ>`, `head`. */
