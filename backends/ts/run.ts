@@ -4,7 +4,7 @@ import path from 'node:path';
 import { LlmcError } from '../../src/core/errors.js';
 import { CHUNK_SCHEDULE, ELASTIC_LEVELS, findRecord, levelNotes, MANIFEST_FILE, requireChunkSchedule, requireSpecTree, selectLevel, SPEC_TREE } from '../../src/core/records/index.js';
 import { RecordChunks } from '../../src/exec/runtime/chunked.js';
-import { canMergeLevel } from '../../src/exec/runtime/load.js';
+import { mergesAtLoad } from '../../src/exec/runtime/load.js';
 import { TS_INFO } from '../../src/exec/runtime/format.js';
 import { loadDir, tokenizerFiles } from '../../src/exec/runtime/node.js';
 import type { KvCache, Model, RunnableLevel } from '../../src/exec/runtime/model.js';
@@ -21,8 +21,8 @@ export async function openTs(a: Artifact, opts: RunOptions): Promise<ArtifactRun
   // the weights shared as they are; low-rank terms where the level cannot be merged.
   const record = findRecord(a.manifest.passes, ELASTIC_LEVELS, a.dir);
   const picked = opts.level === undefined ? undefined : selectLevel(record?.levels ?? null, opts.level, a.path);
-  const hasAdapters = picked !== undefined && TS_INFO.read(a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).adapters?.[picked.id] !== undefined;
-  const mergeLevel = hasAdapters && !opts.experts && canMergeLevel(picked, a.manifest.arch) ? picked.id : undefined;
+  const merges = picked !== undefined && !opts.experts && mergesAtLoad({ arch: a.manifest.arch, targetInfo: TS_INFO.read(a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)) }, picked);
+  const mergeLevel = merges ? picked.id : undefined;
   const model = await loadDir(a.dir, { verifyChecksums: opts.verify, experts: opts.experts, mergeLevel, threads: opts.experts ? 1 : opts.threads });
   if ((opts.threads ?? 1) > 1 && !opts.experts && model.threads === 1) notes.push(`--threads ${opts.threads}: every matmul of this model is too small to split across threads (under ${DEFAULT_MIN_WORK >> 10} KiB of weights); it runs on one thread`);
   let run: RunnableLevel | undefined;

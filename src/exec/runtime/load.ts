@@ -26,7 +26,7 @@ import {
 import { dequantRow, Weight } from './kernels.js';
 import { Model, weightTable, type LevelAdapters } from './model.js';
 import { mergeLowRank } from '../../core/util/lowrank.js';
-import { lowRankTerm } from './lowrank.js';
+import { lowRankTerm, type LowRank } from './lowrank.js';
 import { ELASTIC_LEVELS, levelWidths, selectLevel, type Level } from '../../core/records/elastic.js';
 import { findRecord } from '../../core/records/types.js';
 
@@ -275,20 +275,9 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     }
     let at = 0;
     for (const [name, lr] of adaptersOf(mergeLevel.id)!) {
-      const w = weight(name);
-      const rows = lr.b.rows;
-      const cols = lr.a.cols;
-      const slice = new Float32Array(rows * cols);
-      const row = new Float32Array(w.cols);
-      for (let r = 0; r < rows; r++) {
-        dequantRow(w, r, row);
-        slice.set(row.subarray(0, cols), r * cols);
-      }
-      mergeLowRank(slice, rows, cols, lowRankTerm(lr), `level ${mergeLevel.id}'s adapter of ${name}`);
-      const bytes = spare ? spare.subarray(at, at + slice.byteLength) : new Uint8Array(slice.byteLength);
-      bytes.set(new Uint8Array(slice.buffer));
-      at += alignUp(slice.byteLength);
-      weights.set(name, new Weight(name, 'F32', rows, cols, bytes, arena));
+      const bytes = spare ? spare.subarray(at, at + mergedSliceBytes(lr)) : new Uint8Array(mergedSliceBytes(lr));
+      at += alignUp(bytes.byteLength);
+      weights.set(name, mergeIntoSlice(weight(name), lr, bytes, arena, `level ${mergeLevel.id}'s adapter of ${name}`));
     }
   }
   const model = new Model(manifest.arch, weightTable((name) => table.has(name), weight, opts.wasm === false), manifest, { get: adaptersOf, merged: mergeLevel && { id: mergeLevel.id, widths: levelWidths(mergeLevel) } });
@@ -297,6 +286,35 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     model.onClose(async () => arena.closePool());
   }
   return model;
+}
+
+/** Bytes of the F32 slice `lr` covers (its B's rows × its A's columns). */
+export const mergedSliceBytes = (lr: LowRank): number => lr.b.rows * lr.a.cols * 4;
+
+/**
+ * The slice of `w` that `lr` covers as F32 with the adapter merged in, W + scale·B·A, written to
+ * `bytes` (mergedSliceBytes of them; in `arena` for its kernels): how a level merged at load runs.
+ */
+export function mergeIntoSlice(w: Weight, lr: LowRank, bytes: Uint8Array, arena: WasmArena | null, what: string): Weight {
+  const rows = lr.b.rows;
+  const cols = lr.a.cols;
+  const slice = new Float32Array(rows * cols);
+  const row = new Float32Array(w.cols);
+  for (let r = 0; r < rows; r++) {
+    dequantRow(w, r, row);
+    slice.set(row.subarray(0, cols), r * cols);
+  }
+  mergeLowRank(slice, rows, cols, lowRankTerm(lr), what);
+  bytes.set(new Uint8Array(slice.buffer));
+  return new Weight(w.name, 'F32', rows, cols, bytes, arena);
+}
+
+/**
+ * Whether `llmc run --level` merges this level's adapters at load (a level with adapters whose
+ * adapted weights are prefix slices); otherwise they run as low-rank terms.
+ */
+export function mergesAtLoad(manifest: Pick<ArtifactManifest, 'arch' | 'targetInfo'>, level: Pick<Level, 'id' | 'layers'>): boolean {
+  return manifest.targetInfo.adapters?.[level.id] !== undefined && canMergeLevel(level, manifest.arch);
 }
 
 /** A level whose adapted weights are prefix slices (no query heads dropped inside a group) can be merged at load. */

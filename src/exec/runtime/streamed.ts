@@ -4,7 +4,8 @@
  * so logits of many windows need one layer's weights in memory, not the model's: the quality
  * evaluation of an artifact too large to load whole (4.46 GB of F32 weights at 1.1B). Each piece
  * runs on the interpreter and kernels the resident Model uses, so the logits are the same bit for bit
- * (an elastic level's adapters run as low-rank terms, as a Model loaded without `mergeLevel`).
+ * (an elastic level's adapters merged into each piece's slices where `llmc run --level` merges them at
+ * load, else run as low-rank terms).
  * Browser-safe: bytes come from a ByteSource.
  */
 import { LlmcError } from '../../core/errors.js';
@@ -18,7 +19,7 @@ import { streamSegments, type Segment } from '../../core/ir/segments.js';
 import { alignUp } from './format.js';
 import { Interpreter, type LayerWidth } from './interpreter.js';
 import { Weight } from './kernels.js';
-import { checkArtifact, formatRows, type ArtifactManifest, type ArtifactSource, type CheckedArtifact } from './load.js';
+import { canMergeLevel, checkArtifact, formatRows, mergedSliceBytes, mergeIntoSlice, mergesAtLoad, type ArtifactManifest, type ArtifactSource, type CheckedArtifact } from './load.js';
 import type { LevelAdapters } from './lowrank.js';
 import { weightTable } from './model.js';
 import { WasmArena } from './wasm.js';
@@ -77,10 +78,14 @@ export class StreamedArtifact {
    * windows' residual streams carried between pieces), then load the head. `level`: an elastic level
    * (id or fraction) of an artifact compiled with reorder.
    */
-  async windows(windows: readonly (readonly number[])[], o: { level?: string; progress?: Progress } = {}): Promise<WindowLogits> {
+  async windows(windows: readonly (readonly number[])[], o: { level?: string; merge?: boolean; progress?: Progress } = {}): Promise<WindowLogits> {
     const { manifest, where } = this.art;
     const level = o.level === undefined ? undefined : selectLevel(findRecord(manifest.passes, ELASTIC_LEVELS, where('llmc-manifest.json'))?.levels ?? null, o.level, where('llmc-manifest.json'));
     const widths: LayerWidth[] | undefined = level && levelWidths(level);
+    // the level's adapters merged into each piece's slices where the resident runner merges them at load
+    const merge = level !== undefined && (o.merge ?? mergesAtLoad(manifest, level));
+    if (merge && level && !canMergeLevel(level, manifest.arch)) throw new LlmcError(`level ${level.id} keeps some query heads of each group: not a prefix slice to merge into`, this.art.wfile);
+    const at = level && { id: level.id, merge };
     const progress = o.progress ?? silentProgress;
     const head = this.pieces[this.pieces.length - 1];
     // per window: the values a later piece reads, by name
@@ -89,7 +94,7 @@ export class StreamedArtifact {
     try {
       for (let i = 0; i + 1 < this.pieces.length; i++) {
         const seg = this.pieces[i];
-        const piece = await this.load(seg, level?.id);
+        const piece = await this.load(seg, at);
         const cache = piece.interpreter.newCache();
         const later = new Set(this.pieces.slice(i + 1).flatMap((s) => s.carriedIn));
         carried = windows.map((ids, w) => {
@@ -102,7 +107,7 @@ export class StreamedArtifact {
         });
         progress.tick();
       }
-      const piece = await this.load(head, level?.id);
+      const piece = await this.load(head, at);
       const cache = piece.interpreter.newCache();
       progress.tick();
       return {
@@ -121,17 +126,20 @@ export class StreamedArtifact {
   }
 
   /** Read a piece's tensors (and its level's adapters) into a memory of their own and build its interpreter. */
-  private async load(seg: Segment, levelId: string | undefined): Promise<LoadedPiece> {
+  private async load(seg: Segment, level: { id: string; merge: boolean } | undefined): Promise<LoadedPiece> {
     const { manifest, table, wfile } = this.art;
+    const levelId = level?.id;
     const names = tensorsOf(seg.graph.ops, table);
     const adapterSet = levelId === undefined ? undefined : manifest.targetInfo.adapters?.[levelId];
-    for (const t of adapterSet?.tensors ?? []) {
-      if (names.has(t.weight)) names.add(t.a).add(t.b);
-    }
+    const adapted = (adapterSet?.tensors ?? []).filter((t) => names.has(t.weight));
+    for (const t of adapted) names.add(t.a).add(t.b);
     const entries = [...names].map((n) => table.get(n)!);
     const bytes = entries.reduce((n, e) => n + alignUp(e.bytes), 0);
-    const arena = WasmArena.create(bytes, this.maxDim);
-    const memory = arena?.weights(bytes);
+    // merged slices go after the piece's tensors, as load() puts a merged level's after weights.bin
+    const mergedBytes = level?.merge ? adapted.reduce((n, t) => n + alignUp(table.get(t.b)!.shape[0] * table.get(t.a)!.shape[1] * 4), 0) : 0;
+    const arena = WasmArena.create(bytes + mergedBytes, this.maxDim);
+    const all = arena?.weights(bytes + mergedBytes);
+    const memory = all?.subarray(0, bytes);
     const weights = new Map<string, Weight>();
     let at = 0;
     for (const e of entries) {
@@ -152,12 +160,21 @@ export class StreamedArtifact {
       if (!w) throw new LlmcError(`tensor "${name}" is not in model piece ${seg.id}`, wfile);
       return w;
     };
+    const adapters = levelId === undefined ? undefined : pieceAdapters(manifest, levelId, names, weight);
+    if (level?.merge && adapters) {
+      let at = bytes;
+      for (const [name, lr] of adapters) {
+        const size = mergedSliceBytes(lr);
+        const into = all ? all.subarray(at, at + size) : new Uint8Array(size);
+        at += alignUp(size);
+        weights.set(name, mergeIntoSlice(weight(name), lr, into, arena, `level ${levelId}'s adapter of ${name}`));
+      }
+    }
     const channels = new Map(seg.graph.inputs.map((i) => [i.name, i.dims[2]]));
     const interpreter = new Interpreter(manifest.arch, seg.graph, weightTable((n) => weights.has(n), weight, arena === null), {
       inputs: seg.carriedIn.map((name) => ({ name, channels: channels.get(name) as number })),
     });
-    const adapters = levelId === undefined ? undefined : pieceAdapters(manifest, levelId, names, weight);
-    return { interpreter, ...(adapters ? { adapters } : {}) };
+    return { interpreter, ...(adapters && !level?.merge ? { adapters } : {}) };
   }
 }
 
