@@ -12,12 +12,11 @@
 import { promises as fsp } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { Tensor } from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { QnnRunner } from '../backends/qnn/run.js';
-import { openSimulation } from '../backends/qnn/sim.js';
 import { findRecord, OUTLIER_SCALES } from '../src/core/records/index.js';
 import { llmcInProcess as llmc } from './cli.js';
+import { npuOutput, simBeside, type Gap } from './qnn-gaps.js';
 
 const STORIES = path.resolve(__dirname, '../fixtures/models/stories260K');
 let tmp: string;
@@ -26,15 +25,6 @@ beforeAll(async () => {
 });
 afterAll(() => fsp.rm(tmp, { recursive: true, force: true }));
 
-interface Gap {
-  subgraph: string;
-  output: string;
-  maxAbs: number;
-  scale: number;
-  differ: number;
-  n: number;
-}
-
 /** Prefill 12 tokens on onnxruntime, running the simulation beside it on every subgraph's same feeds. */
 async function gaps(a16: 'none' | 'all'): Promise<Gap[]> {
   const dir = path.join(tmp, `qnn-${a16}`);
@@ -42,36 +32,7 @@ async function gaps(a16: 'none' | 'all'): Promise<Gap[]> {
   expect(r.code, r.stderr).toBe(0);
   const m = JSON.parse(await fsp.readFile(path.join(dir, 'llmc-manifest.json'), 'utf8'));
   const out: Gap[] = [];
-  const runner = await QnnRunner.open(dir, findRecord(m.passes, OUTLIER_SCALES)!, {
-    engine: 'onnxruntime',
-    observe: (ort, subgraphs) => {
-      const sim = openSimulation(dir, subgraphs);
-      return {
-        async run(sg, feeds) {
-          const [a, b] = [await ort.run(sg, feeds), await sim.run(sg, feeds)];
-          for (const [k, t] of Object.entries(a) as [string, Tensor][]) {
-            const x = t.data as Float32Array;
-            const y = b[k]?.data as Float32Array | undefined;
-            if (!(x instanceof Float32Array) || !y) continue;
-            let maxAbs = 0;
-            let scale = 0;
-            let differ = 0;
-            for (let i = 0; i < x.length; i++) {
-              maxAbs = Math.max(maxAbs, Math.abs(x[i] - y[i]));
-              scale = Math.max(scale, Math.abs(x[i]));
-              if (x[i] !== y[i]) differ++;
-            }
-            out.push({ subgraph: sg.id, output: k, maxAbs, scale, differ, n: x.length });
-          }
-          return a;
-        },
-        close: async () => {
-          await ort.close();
-          await sim.close();
-        },
-      };
-    },
-  });
+  const runner = await QnnRunner.open(dir, findRecord(m.passes, OUTLIER_SCALES)!, { engine: 'onnxruntime', observe: simBeside(dir, out) });
   try {
     await runner.forwardChunk(Array.from({ length: 12 }, (_, i) => ((i * 37 + 5) % 500) + 1), runner.emptyKv());
   } finally {
@@ -84,16 +45,15 @@ describe('sim vs onnxruntime subgraph by subgraph on the same feeds', () => {
   it('8-bit activations: every NPU output identical; 16-bit: within a few LSB (T/32767) of its scale, in a few percent of values; float ops differ by ~1e-6 in both', async () => {
     const a8 = await gaps('none');
     const a16 = await gaps('all');
-    const npu = (g: Gap) => /_(qkv|mlp)(_p\d+)?$/.test(g.subgraph) && /^l\d+\.(q|k|v|out)$/.test(g.output); // the layers' quantized outputs (not the shadow split's float intermediates)
     const attn = (g: Gap) => /_attn$/.test(g.subgraph);
-    for (const g of a8.filter(npu)) expect(g.maxAbs, `a8 ${g.subgraph} ${g.output}`).toBe(0);
+    for (const g of a8.filter(npuOutput)) expect(g.maxAbs, `a8 ${g.subgraph} ${g.output}`).toBe(0);
     for (const g of [...a8, ...a16].filter(attn)) expect(g.maxAbs, `${g.subgraph} ${g.output}`).toBeLessThan(1e-5 * Math.max(1, g.scale));
-    const flipped = a16.filter(npu).filter((g) => g.maxAbs > 0);
+    const flipped = a16.filter(npuOutput).filter((g) => g.maxAbs > 0);
     expect(flipped.length).toBeGreaterThan(0); // the cause is real: 16-bit codes flip where 8-bit ones do not
-    for (const g of a16.filter(npu)) {
+    for (const g of a16.filter(npuOutput)) {
       expect(g.maxAbs / (g.scale / 32767), `a16 ${g.subgraph} ${g.output}: LSBs`).toBeLessThan(4);
       expect(g.differ / g.n, `a16 ${g.subgraph} ${g.output}: values that differ`).toBeLessThan(0.05);
     }
-    console.log(`a16: ${flipped.length} of ${a16.filter(npu).length} NPU outputs differ, at most ${Math.max(...flipped.map((g) => g.maxAbs / (g.scale / 32767))).toFixed(2)} LSB, in at most ${(100 * Math.max(...flipped.map((g) => g.differ / g.n))).toFixed(2)}% of values`);
+    console.log(`a16: ${flipped.length} of ${a16.filter(npuOutput).length} NPU outputs differ, at most ${Math.max(...flipped.map((g) => g.maxAbs / (g.scale / 32767))).toFixed(2)} LSB, in at most ${(100 * Math.max(...flipped.map((g) => g.differ / g.n))).toFixed(2)}% of values`);
   }, 120_000);
 });

@@ -20,6 +20,7 @@ import type { ChunkSchedule } from '../src/core/records/chunk-schedule.js';
 import { onnx } from '../src/exec/onnx/proto.js';
 import { llmcInProcess as llmc } from './cli.js';
 import { relErr } from './numeric.js';
+import { npuOutput, simBeside, type Gap } from './qnn-gaps.js';
 
 const ROOT = path.resolve(__dirname, '..');
 const STORIES = path.join(ROOT, 'fixtures/models/stories260K');
@@ -66,32 +67,27 @@ const inOrder = (N: number): ChunkOrder => Array.from({ length: N * rec.subgraph
 const maxAbs = (a: Float32Array, b: Float32Array) => a.reduce((m, x, k) => Math.max(m, Math.abs(x - b[k])), 0);
 
 describe('the simulation (llmc run\'s default engine) against onnxruntime on the chunk graphs', () => {
-  /** Per chunk of P ∈ {16, 21, 32, 37} (padded second and third chunks included): max |sim − onnxruntime| over the chunk's real rows, and the logits' scale. */
-  async function perChunk(artifact: string): Promise<{ P: number; i: number; diff: number; scale: number }[]> {
+  /** Chunked prefill of P ∈ {16, 21, 32, 37} (padded second and third chunks included) on onnxruntime, the simulation run beside it on every subgraph's same feeds. */
+  async function gapsOf(artifact: string): Promise<Gap[]> {
     const m = JSON.parse(await fsp.readFile(path.join(artifact, 'llmc-manifest.json'), 'utf8'));
-    const r = findRecord(m.passes, CHUNK_SCHEDULE)!;
     const ch = JSON.parse(await fsp.readFile(path.join(artifact, 'graph/subgraphs.json'), 'utf8')).chunked;
-    const out: { P: number; i: number; diff: number; scale: number }[] = [];
-    const runners = await Promise.all((['sim', 'onnxruntime'] as const).map((engine) => QnnRunner.open(artifact, findRecord(m.passes, OUTLIER_SCALES)!, { engine })));
-    const [sim, ort] = runners.map((x) => new QnnChunkPrefill(x, r, ch, artifact));
+    const gaps: Gap[] = [];
+    const ort = await QnnRunner.open(artifact, findRecord(m.passes, OUTLIER_SCALES)!, { engine: 'onnxruntime', observe: simBeside(artifact, gaps) });
+    const p = new QnnChunkPrefill(ort, findRecord(m.passes, CHUNK_SCHEDULE)!, ch, artifact);
     try {
-      const V = runners[0].spec.vocabSize;
-      for (const P of [16, 21, 32, 37]) {
-        const N = Math.ceil(P / C);
-        const [a, b] = [await sim.prefill(ids(P), inOrder(N)), await ort.prefill(ids(P), inOrder(N))];
-        for (let i = 0; i < N; i++) {
-          const rows = b.logits.subarray(i * C * V, Math.min(P, (i + 1) * C) * V);
-          out.push({ P, i, diff: maxAbs(a.logits.subarray(i * C * V, Math.min(P, (i + 1) * C) * V), rows), scale: rows.reduce((s, x) => Math.max(s, Math.abs(x)), 0) });
-        }
-      }
+      for (const P of [16, 21, 32, 37]) await p.prefill(ids(P), inOrder(Math.ceil(P / C)));
     } finally {
-      for (const p of [sim, ort]) await p.close();
-      for (const x of runners) await x.close();
+      await p.close();
+      await ort.close();
     }
-    return out;
+    return gaps;
   }
 
-  it('agree within the documented bound at every chunk, padded ones included: W8A8 with shadow and rotated (1e-4 · max(1, |logit|)), 16-bit activations everywhere (1e-3)', async () => {
+  // Same feeds, so a difference stays in the subgraph where it arises. (Run end to end, a float op's
+  // last-bit difference that rounds one int8 code the other way compounds through later layers: on an
+  // AVX2 host the rotated artifact's sim and onnxruntime logits differ by 0.28 from chunk 1 on;
+  // docs/outliers.md.)
+  it('agree subgraph by subgraph at every chunk, padded ones included: W8A8 with shadow and rotated (NPU outputs to the bit but a rare int8 LSB, float steps 1e-5), 16-bit activations everywhere (a few LSB)', async () => {
     const variants: string[] = [];
     for (const [name, extra] of [['rotated', 'outliers.rotate=hadamard'], ['a16', 'outliers.a16=all']]) {
       const out = path.join(tmp, `qnn-${name}`);
@@ -101,14 +97,24 @@ describe('the simulation (llmc run\'s default engine) against onnxruntime on the
       variants.push(out);
     }
     for (const artifact of [dir, ...variants]) {
-      const rows = await perChunk(artifact);
-      expect(rows.filter((x) => x.i > 0).length).toBe(4); // later chunks: P = 21, 32 (one each), 37 (two); 21 and 37 end padded
-      console.log(`${path.basename(artifact)}: max |sim − onnxruntime| per chunk ${rows.map((x) => `P=${x.P}/${x.i}: ${x.diff.toExponential(1)}`).join(', ')}`);
-      // W8A8 (shadow, rotation): 1e-4 relative, float32 summation order only. 16-bit activations on
-      // every side: 1e-3 (docs/outliers.md; measured ≤ 7.5e-3 at logits up to 16: float ops agree with
-      // onnxruntime to ~1e-6, which flips int16 codes by an LSB; test/qnn-a16 shows it per subgraph).
-      const bound = artifact.endsWith('qnn-a16') ? 1e-3 : 1e-4;
-      for (const x of rows) expect(x.diff, `${path.basename(artifact)} P=${x.P} chunk ${x.i}`).toBeLessThan(bound * Math.max(1, x.scale));
+      const a16 = artifact.endsWith('qnn-a16');
+      const gaps = await gapsOf(artifact);
+      const npu = gaps.filter(npuOutput);
+      const cpu = gaps.filter((g) => g.device === 'CPU');
+      expect(npu.length).toBeGreaterThan(100); // 4 prompts, 1–3 chunks each, 5 layers' q, k, v, out
+      const lsb = (g: Gap) => g.maxAbs / (g.scale / 32767);
+      console.log(`${path.basename(artifact)}: ${npu.filter((g) => g.maxAbs > 0).length} of ${npu.length} NPU outputs differ (at most ${Math.max(...npu.map(lsb)).toFixed(2)} LSB of 16 bits); CPU float steps at most ${Math.max(...cpu.map((g) => g.maxAbs / Math.max(1, g.scale))).toExponential(1)} relative`);
+      for (const g of npu) {
+        if (!a16) {
+          // Identical on every host measured so far; a float op's last bit may yet round a rare code the other way: one int8 LSB.
+          expect(g.differ / g.n, `${path.basename(artifact)} ${g.subgraph} ${g.output}: values that differ`).toBeLessThan(0.01);
+          expect(g.maxAbs, `${path.basename(artifact)} ${g.subgraph} ${g.output}`).toBeLessThanOrEqual((2.5 * g.scale) / 127);
+        } else {
+          expect(lsb(g), `${g.subgraph} ${g.output}: LSBs`).toBeLessThan(4);
+          expect(g.differ / g.n, `${g.subgraph} ${g.output}: values that differ`).toBeLessThan(0.05);
+        }
+      }
+      for (const g of cpu) expect(g.maxAbs, `${g.subgraph} ${g.output}`).toBeLessThan(1e-5 * Math.max(1, g.scale));
     }
   }, 120_000);
 });
