@@ -68,14 +68,19 @@ async function expectSameLogits(dir: string, level?: string) {
   }
 }
 
+/** A seeded fixture checkpoint of `arch` compiled to a ts artifact at `quant` (each made once per file, whichever test asks first). */
+async function fixtureArtifact(arch: FixtureArch, quant: string): Promise<{ src: string; out: string }> {
+  const src = path.join(tmp, `${arch}-src`);
+  await fsp.access(src).catch(() => generateFixture(src, { arch, seed: 3 }));
+  const out = path.join(tmp, `${arch}-${quant}`);
+  await fsp.access(out).catch(() => compileTs(src, out, quant));
+  return { src, out };
+}
+
 describe('layer-streamed ts artifact', () => {
   for (const [arch, quant] of [['llama', 'F32'], ['llama', 'Q8_0'], ['llama', 'Q4_0'], ['mixtral', 'F32']] as [FixtureArch, string][]) {
     it(`${arch} ${quant}: the resident model's logits bit for bit`, async () => {
-      const src = path.join(tmp, `${arch}-src`);
-      await fsp.access(src).catch(() => generateFixture(src, { arch, seed: 3 }));
-      const out = path.join(tmp, `${arch}-${quant}`);
-      await compileTs(src, out, quant);
-      await expectSameLogits(out);
+      await expectSameLogits((await fixtureArtifact(arch, quant)).out);
     });
   }
 
@@ -132,8 +137,7 @@ describe('layer-streamed ts artifact', () => {
   });
 
   it('evaluateArtifact: the same figures with the artifact streamed or whole', async () => {
-    const src = path.join(tmp, 'llama-src');
-    const out = path.join(tmp, 'llama-Q8_0');
+    const { src, out } = await fixtureArtifact('llama', 'Q8_0');
     const source = await openCheckpoint(src);
     try {
       const artifact = { path: out, dir: out, manifest: JSON.parse(await fsp.readFile(path.join(out, 'llmc-manifest.json'), 'utf8')) };

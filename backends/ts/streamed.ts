@@ -5,8 +5,7 @@
  */
 import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeline/target.js';
 import { LlmcError } from '../../src/core/errors.js';
-import { STREAM_ABOVE_BYTES } from '../../src/exec/stream/size.js';
-import { streamSettings } from '../../src/exec/stream/spill.js';
+import { aboveStreamThreshold } from '../../src/exec/stream/size.js';
 import { TS_INFO, WEIGHTS_FILE } from '../../src/exec/runtime/format.js';
 import { artifactDirSource, tokenizerFiles } from '../../src/exec/runtime/node.js';
 import { StreamedArtifact } from '../../src/exec/runtime/streamed.js';
@@ -18,7 +17,7 @@ export function streamsEvaluation(a: Artifact, windows: NonNullable<RunOptions['
   if (windows.stream !== undefined) return windows.stream;
   const name = TS_INFO.read(a.manifest.targetInfo, path.join(a.dir, MANIFEST_FILE)).weights || WEIGHTS_FILE;
   const bytes = a.manifest.files.find((f) => f.path === name)?.size ?? 0;
-  return bytes > (streamSettings().aboveBytes ?? STREAM_ABOVE_BYTES);
+  return aboveStreamThreshold(bytes);
 }
 
 export async function openStreamedTs(a: Artifact, opts: RunOptions & { windows: NonNullable<RunOptions['windows']> }): Promise<ArtifactRunner> {

@@ -11,7 +11,7 @@ import { LlmcError } from '../core/errors.js';
 import type { Progress } from '../core/util/progress.js';
 import { Engine } from '../exec/engine/index.js';
 import { StreamEngine } from '../exec/stream/engine.js';
-import { float32Bytes, STREAM_ABOVE_BYTES } from '../exec/stream/size.js';
+import { aboveStreamThreshold, float32Bytes } from '../exec/stream/size.js';
 import { streamDevice, type Device } from '../exec/stream/device.js';
 import { streamSettings, type StreamSettings } from '../exec/stream/spill.js';
 import { onInterrupt } from '../core/util/interrupt.js';
@@ -79,7 +79,7 @@ export async function writeStreamedLogits(source: ModelSource, windows: readonly
 
 /** The source's logits on `windows` (streamed: computed onto disk now, read back per window on demand). */
 export async function sourceLogits(source: ModelSource, windows: readonly number[][], opts: SourceLogitsOptions = {}): Promise<SourceLogits> {
-  const stream = opts.stream ?? float32Bytes(source.spec) > (streamSettings().aboveBytes ?? STREAM_ABOVE_BYTES);
+  const stream = opts.stream ?? aboveStreamThreshold(float32Bytes(source.spec));
   if (!stream) {
     const engine = await Engine.open(source, { threads: opts.threads });
     return { executor: 'onnxruntime', logits: (ids) => engine.logits(ids), activationBytes: 0, close: () => engine.close() };

@@ -688,9 +688,7 @@ export class Interpreter {
    */
   run(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths?: LayerWidth[], opts: RunOptions = {}): Float32Array {
     if (this.table.experts) throw new LlmcError('this model reads experts on demand (--expert-cache): run it with forwardAsync / generate');
-    const frame = this.frame(ids, cache, positions, widths, opts);
-    for (const step of this.steps) step(frame);
-    return this.finish(frame, opts.into);
+    return this.finish(this.runSteps(ids, cache, positions, widths, opts), opts.into);
   }
 
   /**
@@ -699,10 +697,16 @@ export class Interpreter {
    */
   runValues(ids: ArrayLike<number>, cache: KvCache, positions: number[], values: readonly V[], widths?: LayerWidth[], opts: RunOptions = {}): Float32Array[] {
     if (this.table.experts) throw new LlmcError('internal: a model piece runs with its experts resident');
-    const frame = this.frame(ids, cache, positions, widths, opts);
-    for (const step of this.steps) step(frame);
+    const frame = this.runSteps(ids, cache, positions, widths, opts);
     cache.length = frame.pos0 + frame.T;
     return values.map((v) => this.buffer(v).data.slice(0, this.rowCount(v, frame) * this.buffer(v).channels));
+  }
+
+  /** Every step of the graph on one call's frame (experts resident). */
+  private runSteps(ids: ArrayLike<number>, cache: KvCache, positions: number[], widths: LayerWidth[] | undefined, opts: RunOptions): Frame {
+    const frame = this.frame(ids, cache, positions, widths, opts);
+    for (const step of this.steps) step(frame);
+    return frame;
   }
 
   /** `run`, waiting where a step reads offloaded experts. */

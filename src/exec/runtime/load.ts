@@ -21,6 +21,7 @@ import {
   formatTensorBytes,
   type ArtifactManifest,
   type TensorEntry,
+  type TsLevelAdapters,
   type TsTargetInfo,
 } from './format.js';
 import { dequantRow, Weight } from './kernels.js';
@@ -173,7 +174,7 @@ async function sha256Hex(bytes: Uint8Array): Promise<string> {
 }
 
 /** Typed-array views need 4-byte alignment; copy the rare unaligned slice. */
-function aligned(b: Uint8Array): Uint8Array {
+export function aligned(b: Uint8Array): Uint8Array {
   return b.byteOffset % 4 === 0 ? b : b.slice();
 }
 
@@ -262,8 +263,7 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     if (!e) throw new LlmcError(`tensor "${name}" is missing from the tensor table`, wfile);
     let w = weights.get(name);
     if (!w) {
-      const cols = e.shape[e.shape.length - 1];
-      w = new Weight(name, e.format, e.bytes === 0 ? 0 : formatRows(e.shape), cols, data.get(name)!, arena);
+      w = weightOf(e, data.get(name)!, arena);
       weights.set(name, w);
     }
     return w;
@@ -275,7 +275,8 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
     }
     let at = 0;
     for (const [name, lr] of adaptersOf(mergeLevel.id)!) {
-      const bytes = spare ? spare.subarray(at, at + mergedSliceBytes(lr)) : new Uint8Array(mergedSliceBytes(lr));
+      const size = mergedSliceBytes(lr.b.rows, lr.a.cols);
+      const bytes = spare ? spare.subarray(at, at + size) : new Uint8Array(size);
       at += alignUp(bytes.byteLength);
       weights.set(name, mergeIntoSlice(weight(name), lr, bytes, arena, `level ${mergeLevel.id}'s adapter of ${name}`));
     }
@@ -288,8 +289,8 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
   return model;
 }
 
-/** Bytes of the F32 slice `lr` covers (its B's rows × its A's columns). */
-export const mergedSliceBytes = (lr: LowRank): number => lr.b.rows * lr.a.cols * 4;
+/** Bytes of the F32 slice a low-rank adapter covers: its B's rows × its A's columns. */
+export const mergedSliceBytes = (bRows: number, aCols: number): number => bRows * aCols * 4;
 
 /**
  * The slice of `w` that `lr` covers as F32 with the adapter merged in, W + scale·B·A, written to
@@ -330,11 +331,19 @@ function levelAdapterLookup(manifest: ArtifactManifest, weight: (name: string) =
     if (!set) return undefined;
     let got = levelAdapters.get(id);
     if (!got) {
-      got = new Map(set.tensors.map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: weight(t.a), b: weight(t.b) }]));
+      got = adaptersOf(set, weight);
       levelAdapters.set(id, got);
     }
     return got;
   };
 }
 
-export const formatRows = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);
+/** An adapter set's low-rank terms as runtime weights, keyed by the weight each adapts (those `keep` keeps). */
+export function adaptersOf(set: TsLevelAdapters, weight: (name: string) => Weight, keep: (adapted: string) => boolean = () => true): LevelAdapters {
+  return new Map(set.tensors.filter((t) => keep(t.weight)).map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: weight(t.a), b: weight(t.b) }]));
+}
+
+/** A table entry's bytes as a runtime weight: [rows, cols] with every leading dimension in rows (an empty tensor has none). */
+export function weightOf(e: TensorEntry, data: Uint8Array, arena: WasmArena | null): Weight {
+  return new Weight(e.name, e.format, e.bytes === 0 ? 0 : e.shape.slice(0, -1).reduce((a, b) => a * b, 1), e.shape[e.shape.length - 1], data, arena);
+}

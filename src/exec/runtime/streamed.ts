@@ -19,7 +19,7 @@ import { streamSegments, type Segment } from '../../core/ir/segments.js';
 import { alignUp } from './format.js';
 import { Interpreter, type LayerWidth } from './interpreter.js';
 import { Weight } from './kernels.js';
-import { canMergeLevel, checkArtifact, formatRows, mergedSliceBytes, mergeIntoSlice, mergesAtLoad, type ArtifactManifest, type ArtifactSource, type CheckedArtifact } from './load.js';
+import { adaptersOf, aligned, canMergeLevel, checkArtifact, mergedSliceBytes, mergeIntoSlice, mergesAtLoad, weightOf, type ArtifactSource, type CheckedArtifact } from './load.js';
 import type { LevelAdapters } from './lowrank.js';
 import { weightTable } from './model.js';
 import { WasmArena } from './wasm.js';
@@ -136,7 +136,7 @@ export class StreamedArtifact {
     const entries = [...names].map((n) => table.get(n)!);
     const bytes = entries.reduce((n, e) => n + alignUp(e.bytes), 0);
     // merged slices go after the piece's tensors, as load() puts a merged level's after weights.bin
-    const mergedBytes = level?.merge ? adapted.reduce((n, t) => n + alignUp(table.get(t.b)!.shape[0] * table.get(t.a)!.shape[1] * 4), 0) : 0;
+    const mergedBytes = level?.merge ? adapted.reduce((n, t) => n + alignUp(mergedSliceBytes(table.get(t.b)!.shape[0], table.get(t.a)!.shape[1])), 0) : 0;
     const arena = WasmArena.create(bytes + mergedBytes, this.maxDim);
     const all = arena?.weights(bytes + mergedBytes);
     const memory = all?.subarray(0, bytes);
@@ -149,22 +149,20 @@ export class StreamedArtifact {
         at += alignUp(e.bytes);
         if (this.source.weights.readInto) await this.source.weights.readInto(e.offset, data);
         else data.set(await this.source.weights.read(e.offset, e.bytes));
-      } else {
-        const read = await this.source.weights.read(e.offset, e.bytes);
-        data = read.byteOffset % 4 === 0 ? read : read.slice();
-      }
-      weights.set(e.name, new Weight(e.name, e.format, e.bytes === 0 ? 0 : formatRows(e.shape), e.shape[e.shape.length - 1], data, arena));
+      } else data = aligned(await this.source.weights.read(e.offset, e.bytes));
+      weights.set(e.name, weightOf(e, data, arena));
     }
     const weight = (name: string): Weight => {
       const w = weights.get(name);
       if (!w) throw new LlmcError(`tensor "${name}" is not in model piece ${seg.id}`, wfile);
       return w;
     };
-    const adapters = levelId === undefined ? undefined : pieceAdapters(manifest, levelId, names, weight);
+    // a Map whenever the level has adapters, as the resident model passes one to every layer
+    const adapters = adapterSet && adaptersOf(adapterSet, weight, (adapted) => names.has(adapted));
     if (level?.merge && adapters) {
       let at = bytes;
       for (const [name, lr] of adapters) {
-        const size = mergedSliceBytes(lr);
+        const size = mergedSliceBytes(lr.b.rows, lr.a.cols);
         const into = all ? all.subarray(at, at + size) : new Uint8Array(size);
         at += alignUp(size);
         weights.set(name, mergeIntoSlice(weight(name), lr, into, arena, `level ${levelId}'s adapter of ${name}`));
@@ -176,13 +174,6 @@ export class StreamedArtifact {
     });
     return { interpreter, ...(adapters && !level?.merge ? { adapters } : {}) };
   }
-}
-
-/** A level's adapters of the linears in one piece (a Map whenever the level has adapters, as the resident model passes one to every layer). */
-function pieceAdapters(manifest: ArtifactManifest, levelId: string, names: ReadonlySet<string>, weight: (name: string) => Weight): LevelAdapters | undefined {
-  const set = manifest.targetInfo.adapters?.[levelId];
-  if (!set) return undefined;
-  return new Map(set.tensors.filter((t) => names.has(t.weight)).map((t) => [t.weight, { rank: set.rank, scale: set.scale, a: weight(t.a), b: weight(t.b) }]));
 }
 
 const allRows = (T: number) => Array.from({ length: T }, (_, t) => t);

@@ -8,12 +8,11 @@ import type { ModelGraph } from '../../core/ir/ir.js';
 import type { Progress } from '../../core/util/progress.js';
 import { Engine, type TapResult, type TapSpec } from '../engine/index.js';
 import { StreamEngine, type PieceHook } from './engine.js';
-import { float32Bytes, STREAM_ABOVE_BYTES } from './size.js';
-import { streamSettings } from './spill.js';
+import { aboveStreamThreshold, float32Bytes } from './size.js';
 
 export { StreamEngine, type Branch, type DivergenceBranch, type StreamOptions, type StreamedLogits, type PieceHook, type PieceResult } from './engine.js';
 export { StreamDecoder, StreamDecodeSession, DECODE_WEIGHT_BYTES, type DecodeOptions } from './decode.js';
-export { float32Bytes, STREAM_ABOVE_BYTES } from './size.js';
+export { aboveStreamThreshold, float32Bytes, STREAM_ABOVE_BYTES } from './size.js';
 export { streamSegments, type Segment } from '../../core/ir/segments.js';
 export { streamSettings, useStreamSettings, parseBytes, type StreamSettings } from './spill.js';
 export { DEVICES, checkDevice, useStreamDevice, streamDevice, type Device } from './device.js';
@@ -25,7 +24,7 @@ export interface Tapper {
 }
 
 /** Stream this model's calibration? (its float32 graph is large; `force` decides instead when given). */
-export const streams = (spec: ArchSpec, force?: boolean): boolean => force ?? float32Bytes(spec) > (streamSettings().aboveBytes ?? STREAM_ABOVE_BYTES);
+export const streams = (spec: ArchSpec, force?: boolean): boolean => force ?? aboveStreamThreshold(float32Bytes(spec));
 
 /** A tapper for `source`: streamed for a large model, else a whole-model Engine; close() releases it. */
 export async function openTapper(source: ModelSource, opts: { graph?: ModelGraph; threads?: number; progress?: Progress; stream?: boolean; pieces?: PieceHook } = {}): Promise<Tapper & { close(): Promise<void> }> {
