@@ -14,7 +14,7 @@ import { openCheckpoint } from '../src/core/checkpoint/index.js';
 import { compile } from '../src/app/compile/compile.js';
 import { evaluateArtifact } from '../src/app/evaluate/artifact.js';
 import { silentProgress } from '../src/core/util/progress.js';
-import { artifactDirSource, loadDir } from '../src/exec/runtime/node.js';
+import { artifactDirSource, loadDir, nodeWorker } from '../src/exec/runtime/node.js';
 import { StreamedArtifact } from '../src/exec/runtime/streamed.js';
 import { compileTs } from './ts-artifact.js';
 import { openTs } from '../backends/ts/run.js';
@@ -54,14 +54,22 @@ async function expectSameLogits(dir: string, level?: string) {
   const source = await artifactDirSource(dir);
   try {
     const wins = windowsOf(model.spec.vocabSize);
-    const streamed = await (await StreamedArtifact.open(source)).windows(wins, { level });
     const run = level === undefined ? {} : model.level(level);
-    wins.forEach((ids, i) => {
-      const want = model.forward(ids, model.newCache(), run);
-      const got = streamed.logits(i);
-      expect(got.length).toBe(want.length);
-      expect(Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(Buffer.from(want.buffer, want.byteOffset, want.byteLength))).toBe(true);
-    });
+    // one thread, and two (a worker pool over the pieces' shared arena): the same bits
+    for (const threads of [1, 2]) {
+      const streamed = await (await StreamedArtifact.open(source)).windows(wins, { level, threads, pool: { spawn: nodeWorker, minWork: 0 } });
+      try {
+        expect(streamed.threads).toBe(threads);
+        wins.forEach((ids, i) => {
+          const want = model.forward(ids, model.newCache(), run);
+          const got = streamed.logits(i);
+          expect(got.length).toBe(want.length);
+          expect(same(got, want), `${threads} thread(s), window ${i}`).toBe(true);
+        });
+      } finally {
+        streamed.close();
+      }
+    }
   } finally {
     await source.close();
     await model.close();

@@ -7,9 +7,10 @@ import type { Artifact, ArtifactRunner, RunOptions } from '../../src/core/pipeli
 import { LlmcError } from '../../src/core/errors.js';
 import { aboveStreamThreshold } from '../../src/exec/stream/size.js';
 import { TS_INFO, WEIGHTS_FILE } from '../../src/exec/runtime/format.js';
-import { artifactDirSource, tokenizerFiles } from '../../src/exec/runtime/node.js';
+import { artifactDirSource, nodeWorker, tokenizerFiles } from '../../src/exec/runtime/node.js';
 import { StreamedArtifact } from '../../src/exec/runtime/streamed.js';
 import { MANIFEST_FILE } from '../../src/core/records/index.js';
+import os from 'node:os';
 import path from 'node:path';
 
 /** Whether evaluating `a` runs it layer-streamed: as asked, else when its weights are above the streaming threshold. */
@@ -25,12 +26,14 @@ export async function openStreamedTs(a: Artifact, opts: RunOptions & { windows: 
   try {
     const streamed = await StreamedArtifact.open(source);
     const windows = opts.windows.ids;
-    const computed = await streamed.windows(windows, { level: opts.level, progress: opts.windows.progress });
+    // Every core unless told: the pieces' logits are the same bits on any number of threads.
+    const threads = opts.threads ?? os.availableParallelism();
+    const computed = await streamed.windows(windows, { level: opts.level, progress: opts.windows.progress, threads, pool: { spawn: nodeWorker } });
     const index = new Map(windows.map((w, i) => [w, i]));
     return {
       spec: streamed.spec,
       ...(await tokenizerFiles(a.dir)),
-      notes: [`evaluated layer by layer: one decoder layer's weights in memory at a time (${windows.length} windows)`],
+      notes: [`evaluated layer by layer: one decoder layer's weights in memory at a time (${windows.length} windows, ${computed.threads} thread${computed.threads > 1 ? 's' : ''})`],
       engine: 'ts-runtime',
       level: computed.level,
       logits: async (ids) => {
@@ -41,7 +44,10 @@ export async function openStreamedTs(a: Artifact, opts: RunOptions & { windows: 
       generate: async () => {
         throw new LlmcError('internal: a layer-streamed ts runner evaluates windows; it does not generate');
       },
-      close: () => source.close(),
+      close: async () => {
+        computed.close();
+        await source.close();
+      },
     };
   } catch (e) {
     await source.close();

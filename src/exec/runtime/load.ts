@@ -233,7 +233,7 @@ export async function load(source: ArtifactSource, opts: LoadOptions = {}): Prom
   const mergeLevel = opts.mergeLevel === undefined ? undefined : selectLevel(findRecord(manifest.passes, ELASTIC_LEVELS, where('llmc-manifest.json'))?.levels ?? null, opts.mergeLevel, where('llmc-manifest.json'));
   const mergeId = mergeLevel?.id;
   const mergeSet = mergeId === undefined ? undefined : manifest.targetInfo.adapters?.[mergeId];
-  const mergedBytes = (mergeSet?.tensors ?? []).reduce((n, t) => n + alignUp(table.get(t.b)!.shape[0] * table.get(t.a)!.shape[1] * 4), 0);
+  const mergedBytes = (mergeSet?.tensors ?? []).reduce((n, t) => n + alignUp(mergedSliceBytes(table.get(t.b)!.shape[0], table.get(t.a)!.shape[1])), 0);
 
   // With WebAssembly, the weights live in the kernels' memory (copied in once); else in plain buffers.
   const maxDim = Math.max(...[...table.values()].flatMap((e) => e.shape));

@@ -23,6 +23,7 @@ import { adaptersOf, aligned, canMergeLevel, checkArtifact, mergedSliceBytes, me
 import type { LevelAdapters } from './lowrank.js';
 import { weightTable } from './model.js';
 import { WasmArena } from './wasm.js';
+import type { PoolOptions } from './pool.js';
 
 /** Every tensor of the artifact an op names (linears, norms, embeddings, routers, experts). */
 function tensorsOf(ops: readonly Op[], table: ReadonlyMap<string, unknown>): Set<string> {
@@ -49,6 +50,23 @@ export interface WindowLogits {
   level?: string;
   /** Logits [T, V] of window i (every position). */
   logits(i: number): Float32Array;
+  /** Threads the pieces ran on. */
+  threads: number;
+  /** End the worker pool (the head's logits then run on this thread). */
+  close(): void;
+}
+
+/** How `windows` runs: an elastic level, its adapters merged or not, progress, threads. */
+export interface WindowOptions {
+  /** An elastic level (id or fraction) of an artifact compiled with reorder. */
+  level?: string;
+  /** Merge the level's adapters into each piece's slices (default: where `llmc run --level` merges them at load). */
+  merge?: boolean;
+  progress?: Progress;
+  /** Threads for the kernels (a worker pool over one shared arena; the logits are the same bits). Default 1. */
+  threads?: number;
+  /** How the pool's workers start (required with threads > 1). */
+  pool?: PoolOptions;
 }
 
 export class StreamedArtifact {
@@ -75,10 +93,11 @@ export class StreamedArtifact {
 
   /**
    * Run every window through the embedding and the decoder layers, one piece resident at a time (the
-   * windows' residual streams carried between pieces), then load the head. `level`: an elastic level
-   * (id or fraction) of an artifact compiled with reorder.
+   * windows' residual streams carried between pieces), then load the head. Every piece's weights go
+   * into one arena, sized for the largest piece and overwritten piece by piece, so one worker pool
+   * serves them all.
    */
-  async windows(windows: readonly (readonly number[])[], o: { level?: string; merge?: boolean; progress?: Progress } = {}): Promise<WindowLogits> {
+  async windows(windows: readonly (readonly number[])[], o: WindowOptions = {}): Promise<WindowLogits> {
     const { manifest, where } = this.art;
     const level = o.level === undefined ? undefined : selectLevel(findRecord(manifest.passes, ELASTIC_LEVELS, where('llmc-manifest.json'))?.levels ?? null, o.level, where('llmc-manifest.json'));
     const widths: LayerWidth[] | undefined = level && levelWidths(level);
@@ -87,14 +106,19 @@ export class StreamedArtifact {
     if (merge && level && !canMergeLevel(level, manifest.arch)) throw new LlmcError(`level ${level.id} keeps some query heads of each group: not a prefix slice to merge into`, this.art.wfile);
     const at = level && { id: level.id, merge };
     const progress = o.progress ?? silentProgress;
+    const threads = o.threads ?? 1;
+    if (threads > 1 && !o.pool) throw new LlmcError('internal: a layer-streamed run on several threads needs a worker spawner');
+    const arena = WasmArena.create(Math.max(...this.pieces.map((seg) => this.layout(seg, at).bytes)), this.maxDim, threads > 1);
+    if (arena && threads > 1) await arena.startPool(threads, o.pool!);
     const head = this.pieces[this.pieces.length - 1];
     // per window: the values a later piece reads, by name
     let carried = windows.map(() => new Map<V, Float32Array>());
     progress.start(`the artifact layer by layer, ${windows.length} windows`, this.pieces.length);
+    let handedOver = false;
     try {
       for (let i = 0; i + 1 < this.pieces.length; i++) {
         const seg = this.pieces[i];
-        const piece = await this.load(seg, at);
+        const piece = await this.load(seg, at, arena);
         const cache = piece.interpreter.newCache();
         const later = new Set(this.pieces.slice(i + 1).flatMap((s) => s.carriedIn));
         carried = windows.map((ids, w) => {
@@ -107,11 +131,14 @@ export class StreamedArtifact {
         });
         progress.tick();
       }
-      const piece = await this.load(head, at);
+      const piece = await this.load(head, at, arena);
       const cache = piece.interpreter.newCache();
       progress.tick();
+      handedOver = true;
       return {
         ...(level ? { level: level.id } : {}),
+        threads: arena?.threads ?? 1,
+        close: () => arena?.closePool(),
         logits: (w) => {
           if (!(w >= 0 && w < windows.length)) throw new LlmcError(`internal: window ${w} of ${windows.length}`);
           cache.length = 0;
@@ -121,24 +148,31 @@ export class StreamedArtifact {
         },
       };
     } finally {
+      if (!handedOver) arena?.closePool();
       progress.done();
     }
   }
 
-  /** Read a piece's tensors (and its level's adapters) into a memory of their own and build its interpreter. */
-  private async load(seg: Segment, level: { id: string; merge: boolean } | undefined): Promise<LoadedPiece> {
-    const { manifest, table, wfile } = this.art;
-    const levelId = level?.id;
+  /** A piece's tensors (its level's adapters' included) and the bytes they take in the arena, merged slices after them. */
+  private layout(seg: Segment, level: { id: string; merge: boolean } | undefined) {
+    const { manifest, table } = this.art;
     const names = tensorsOf(seg.graph.ops, table);
-    const adapterSet = levelId === undefined ? undefined : manifest.targetInfo.adapters?.[levelId];
+    const adapterSet = level === undefined ? undefined : manifest.targetInfo.adapters?.[level.id];
     const adapted = (adapterSet?.tensors ?? []).filter((t) => names.has(t.weight));
     for (const t of adapted) names.add(t.a).add(t.b);
     const entries = [...names].map((n) => table.get(n)!);
-    const bytes = entries.reduce((n, e) => n + alignUp(e.bytes), 0);
+    const tensorBytes = entries.reduce((n, e) => n + alignUp(e.bytes), 0);
     // merged slices go after the piece's tensors, as load() puts a merged level's after weights.bin
     const mergedBytes = level?.merge ? adapted.reduce((n, t) => n + alignUp(mergedSliceBytes(table.get(t.b)!.shape[0], table.get(t.a)!.shape[1])), 0) : 0;
-    const arena = WasmArena.create(bytes + mergedBytes, this.maxDim);
-    const all = arena?.weights(bytes + mergedBytes);
+    return { names, adapterSet, entries, tensorBytes, bytes: tensorBytes + mergedBytes };
+  }
+
+  /** Read a piece's tensors (and its level's adapters) into the arena, over the piece before, and build its interpreter. */
+  private async load(seg: Segment, level: { id: string; merge: boolean } | undefined, arena: WasmArena | null): Promise<LoadedPiece> {
+    const { manifest, wfile } = this.art;
+    const levelId = level?.id;
+    const { names, adapterSet, entries, tensorBytes: bytes, bytes: total } = this.layout(seg, level);
+    const all = arena?.weights(total);
     const memory = all?.subarray(0, bytes);
     const weights = new Map<string, Weight>();
     let at = 0;
