@@ -16,7 +16,7 @@ import { ELASTIC_LEVELS, levelWidths, selectLevel } from '../../core/records/ela
 import { findRecord } from '../../core/records/types.js';
 import { silentProgress, type Progress } from '../../core/util/progress.js';
 import { streamSegments, type Segment } from '../../core/ir/segments.js';
-import { alignUp } from './format.js';
+import { alignUp, type TensorEntry, type TsLevelAdapters } from './format.js';
 import { Interpreter, type LayerWidth } from './interpreter.js';
 import { Weight } from './kernels.js';
 import { adaptersOf, aligned, canMergeLevel, checkArtifact, mergedSliceBytes, mergeIntoSlice, mergesAtLoad, weightOf, type ArtifactSource, type CheckedArtifact } from './load.js';
@@ -36,6 +36,15 @@ function tensorsOf(ops: readonly Op[], table: ReadonlyMap<string, unknown>): Set
   };
   ops.forEach(walk);
   return out;
+}
+
+/** A piece's tensors (its level's adapters' included) and the arena bytes they take, merged slices after them. */
+interface PieceLayout {
+  names: Set<string>;
+  adapterSet: TsLevelAdapters | undefined;
+  entries: TensorEntry[];
+  tensorBytes: number;
+  bytes: number;
 }
 
 /** One piece of the model with its weights in memory. */
@@ -108,7 +117,8 @@ export class StreamedArtifact {
     const progress = o.progress ?? silentProgress;
     const threads = o.threads ?? 1;
     if (threads > 1 && !o.pool) throw new LlmcError('internal: a layer-streamed run on several threads needs a worker spawner');
-    const arena = WasmArena.create(Math.max(...this.pieces.map((seg) => this.layout(seg, at).bytes)), this.maxDim, threads > 1);
+    const layouts = this.pieces.map((seg) => this.layout(seg, at));
+    const arena = WasmArena.create(Math.max(...layouts.map((l) => l.bytes)), this.maxDim, threads > 1);
     if (arena && threads > 1) await arena.startPool(threads, o.pool!);
     const head = this.pieces[this.pieces.length - 1];
     // per window: the values a later piece reads, by name
@@ -118,7 +128,7 @@ export class StreamedArtifact {
     try {
       for (let i = 0; i + 1 < this.pieces.length; i++) {
         const seg = this.pieces[i];
-        const piece = await this.load(seg, at, arena);
+        const piece = await this.load(seg, layouts[i], at, arena);
         const cache = piece.interpreter.newCache();
         const later = new Set(this.pieces.slice(i + 1).flatMap((s) => s.carriedIn));
         carried = windows.map((ids, w) => {
@@ -131,7 +141,7 @@ export class StreamedArtifact {
         });
         progress.tick();
       }
-      const piece = await this.load(head, at, arena);
+      const piece = await this.load(head, layouts[layouts.length - 1], at, arena);
       const cache = piece.interpreter.newCache();
       progress.tick();
       handedOver = true;
@@ -154,7 +164,7 @@ export class StreamedArtifact {
   }
 
   /** A piece's tensors (its level's adapters' included) and the bytes they take in the arena, merged slices after them. */
-  private layout(seg: Segment, level: { id: string; merge: boolean } | undefined) {
+  private layout(seg: Segment, level: { id: string; merge: boolean } | undefined): PieceLayout {
     const { manifest, table } = this.art;
     const names = tensorsOf(seg.graph.ops, table);
     const adapterSet = level === undefined ? undefined : manifest.targetInfo.adapters?.[level.id];
@@ -168,10 +178,10 @@ export class StreamedArtifact {
   }
 
   /** Read a piece's tensors (and its level's adapters) into the arena, over the piece before, and build its interpreter. */
-  private async load(seg: Segment, level: { id: string; merge: boolean } | undefined, arena: WasmArena | null): Promise<LoadedPiece> {
+  private async load(seg: Segment, layout: PieceLayout, level: { id: string; merge: boolean } | undefined, arena: WasmArena | null): Promise<LoadedPiece> {
     const { manifest, wfile } = this.art;
     const levelId = level?.id;
-    const { names, adapterSet, entries, tensorBytes: bytes, bytes: total } = this.layout(seg, level);
+    const { names, adapterSet, entries, tensorBytes: bytes, bytes: total } = layout;
     const all = arena?.weights(total);
     const memory = all?.subarray(0, bytes);
     const weights = new Map<string, Weight>();
